@@ -1,0 +1,104 @@
+"""Configuration: OmegaConf defaults < config file < the verl Hydra ``rl_insight`` block < environment.
+
+The Hydra block is read from both ``+rl_insight.x=...`` (top level) and verl 0.9's
+``+trainer.rl_insight.x=...``; the top-level one wins where both set a key.
+"""
+
+import json
+import os
+
+from omegaconf import DictConfig, OmegaConf
+
+# Environment variables that configure this package. Everything starting with one of the
+# prefixes is forwarded to Ray workers (see hooks/main_ppo.py).
+ENV_PREFIXES = ("RL_INSIGHT_", "VERL_RL_INSIGHT_")
+ENV_SERVER_URL = "RL_INSIGHT_SERVER_URL"
+ENV_TOKEN = "RL_INSIGHT_TOKEN"
+ENV_CONFIG_FILE = "RL_INSIGHT_CONFIG_FILE"
+# The Hydra block as JSON, set by hooks/main_ppo.py so that workers see the same config.
+ENV_CONFIG_JSON = "VERL_RL_INSIGHT_CONFIG"
+
+DEFAULTS = {
+    "server_url": None,
+    "token": None,
+    "collect_interval_s": 5.0,
+    "plugins": {
+        "trainer_metrics": {"enabled": True, "prefix": "rl_insight_monitor_"},
+        "metric_push": {
+            "enabled": True,
+            "queue_batches": 1024,     # hand-off queue between training thread and sender
+            "spool_batches": 20000,    # kept while the server is unreachable, oldest dropped first
+            "max_batches_per_request": 200,
+            "timeout_s": 5.0,
+            "retry_max_s": 30.0,
+            "flush_timeout_s": 10.0,
+        },
+    },
+}
+
+
+class ConfigError(ValueError):
+    """A configuration the user must fix; the message says how."""
+
+
+def hydra_block(trainer_config):
+    """The ``rl_insight`` settings inside a verl trainer config (dict or DictConfig), merged."""
+    if not isinstance(trainer_config, (dict, DictConfig)):
+        return {}
+    trainer = trainer_config.get("trainer")
+    blocks = [trainer.get("rl_insight") if isinstance(trainer, (dict, DictConfig)) else None,
+              trainer_config.get("rl_insight")]
+    blocks = [OmegaConf.create(b) for b in blocks if isinstance(b, (dict, DictConfig))]
+    return OmegaConf.to_container(OmegaConf.merge(*blocks), resolve=True) if blocks else {}
+
+
+def _env_layer(environ):
+    layer = {}
+    if environ.get(ENV_CONFIG_JSON):
+        try:
+            layer = json.loads(environ[ENV_CONFIG_JSON])
+        except ValueError as exc:
+            raise ConfigError(f"{ENV_CONFIG_JSON} is not valid JSON: {exc}") from None
+    if environ.get(ENV_SERVER_URL):
+        layer["server_url"] = environ[ENV_SERVER_URL]
+    if environ.get(ENV_TOKEN):
+        layer["token"] = environ[ENV_TOKEN]
+    return layer
+
+
+def load_config(trainer_config=None, config_file=None, environ=None):
+    """Merge every layer and return a read-only DictConfig. Raises ConfigError on bad input."""
+    environ = os.environ if environ is None else environ
+    layers = [OmegaConf.create(DEFAULTS)]
+    config_file = config_file or environ.get(ENV_CONFIG_FILE)
+    if config_file:
+        try:
+            layers.append(OmegaConf.load(config_file))
+        except Exception as exc:  # OmegaConf raises several types for a bad file
+            raise ConfigError(f"cannot read rl-insight config file {config_file}: {exc}") from None
+    layers.append(OmegaConf.create(hydra_block(trainer_config)))
+    layers.append(OmegaConf.create(_env_layer(environ)))
+    try:
+        config = OmegaConf.merge(*layers)
+    except Exception as exc:
+        raise ConfigError(f"invalid rl-insight config: {exc}") from None
+    if config.server_url:
+        config.server_url = str(config.server_url).rstrip("/")
+    OmegaConf.set_readonly(config, True)
+    return config
+
+
+def plugin_settings(config, name):
+    """The settings of plugin ``name`` (an empty DictConfig when the config has none)."""
+    plugins = config.get("plugins") or {}
+    return plugins.get(name) or OmegaConf.create({})
+
+
+def check_plugin_names(config, known):
+    """Raise ConfigError naming every configured plugin that is not registered."""
+    unknown = sorted(set((config.get("plugins") or {}).keys()) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"unknown rl-insight plugin(s) in config: {', '.join(unknown)}; "
+            f"known plugins: {', '.join(sorted(known))}"
+        )

@@ -1,0 +1,47 @@
+"""The contract between verl_rl_insight and its plugins: every hook, one docstring each.
+
+Built-in subsystems (``verl_rl_insight.plugins.*``) implement these hooks exactly like
+third-party plugins do. ``run`` is always a :class:`verl_rl_insight.runtime.RunInfo`.
+Hooks called on the training thread must return in microseconds: hand work to a thread.
+"""
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("verl_rl_insight")
+hookimpl = pluggy.HookimplMarker("verl_rl_insight")
+
+
+@hookspec
+def rl_insight_configure(config, pm):
+    """Called once per process, before any other hook, with the merged config (a read-only
+    DictConfig) and the plugin manager (for plugins that call other hooks)."""
+
+
+@hookspec
+def rl_insight_log_metrics(run, metrics, step, timestamp):
+    """Trainer scalars as verl passed them to ``Tracking.log`` (a private copy; values may be non-numeric)."""
+
+
+@hookspec
+def rl_insight_export_batch(batch):
+    """A :class:`verl_rl_insight.metric_batch.MetricBatch` to send on; exporters must not block."""
+
+
+@hookspec
+def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes):
+    """A finished RL state interval (phase or generate call) on timeline lane ``lane``."""
+
+
+@hookspec
+def rl_insight_register_target(run, address, job, labels):
+    """A Prometheus scrape target (``host:port``) that the monitoring server should scrape."""
+
+
+@hookspec
+def rl_insight_collect(run):
+    """Periodic sampling (every ``collect_interval_s``, off the training thread); return MetricBatches or None."""
+
+
+@hookspec
+def rl_insight_shutdown(timeout_s):
+    """Flush and stop within ``timeout_s`` seconds; called once at ``finish()`` or process exit."""

@@ -1,0 +1,32 @@
+"""What the driver hands to every Ray worker: the RL_INSIGHT_* environment and the Hydra block."""
+
+import json
+import os
+
+from .config import ENV_CONFIG_JSON, ENV_PREFIXES, hydra_block
+from .tracking_backend import ENV_VERL_ENABLE
+
+
+def logger_list(trainer_config):
+    loggers = (trainer_config.get("trainer") or {}).get("logger") if trainer_config is not None else None
+    if loggers is None:
+        return []
+    if isinstance(loggers, str):
+        return [loggers]
+    return [str(x) for x in loggers]
+
+
+def prepare_driver_environment(trainer_config):
+    """Called before verl's ``run_ppo`` builds its runtime_env: mirror what verl 0.9 does for
+    ``VERL_RL_INSIGHT_ENABLE`` and publish the Hydra ``rl_insight`` block for the workers."""
+    if "rl_insight" in logger_list(trainer_config):
+        os.environ[ENV_VERL_ENABLE] = "1"
+    block = hydra_block(trainer_config)
+    if block:
+        os.environ[ENV_CONFIG_JSON] = json.dumps(block)
+
+
+def forwarded_environment(environ=None):
+    """Every RL_INSIGHT_* / VERL_RL_INSIGHT_* variable of this process."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k.startswith(ENV_PREFIXES)}

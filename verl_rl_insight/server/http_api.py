@@ -1,0 +1,124 @@
+"""The server's HTTP API (stdlib only, threaded).
+
+GET  /metrics               the hub's exposition, for Prometheus
+GET  /-/healthy, /-/ready   liveness / readiness
+GET  /api/v1/streams        what the hub holds, per project / experiment
+POST /api/v1/push           {"batches": [...]} from trainers (token required when one is set)
+"""
+
+import hmac
+import json
+import logging
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .hub import PushError
+
+logger = logging.getLogger("verl_rl_insight.server")
+
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+class ApiServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address, hub, token=None, max_body_bytes=MAX_BODY_BYTES):
+        self.hub = hub
+        self.token = token or None
+        self.max_body_bytes = max_body_bytes
+        self.routes_get = {
+            "/metrics": self._get_metrics,
+            "/-/healthy": lambda handler: (200, "text/plain", b"ok\n"),
+            "/-/ready": lambda handler: (200, "text/plain", b"ready\n"),
+            "/api/v1/streams": lambda handler: _json(200, {"streams": hub.streams()}),
+        }
+        self.routes_post = {"/api/v1/push": self._post_push}
+        super().__init__(address, ApiHandler)
+
+    def _get_metrics(self, handler):
+        scraper = (handler.client_address[0], handler.headers.get("User-Agent", ""))
+        body = self.hub.render(scraper).encode()
+        return 200, "text/plain; version=0.0.4; charset=utf-8", body
+
+    def _post_push(self, handler):
+        body = handler.read_body()
+        if body is None:
+            return None
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.hub.stats["rejected"] += 1
+            return _json(400, {"error": f"body is not valid JSON: {exc}"})
+        try:
+            accepted = self.hub.push(payload)
+        except PushError as exc:
+            self.hub.stats["rejected"] += 1
+            return _json(exc.status, {"error": str(exc)})
+        return _json(200, {"accepted": accepted})
+
+
+def _json(status, obj):
+    return status, "application/json", json.dumps(obj).encode()
+
+
+class ApiHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "rl-insight"
+
+    def do_GET(self):
+        self._dispatch(self.server.routes_get, write=False)
+
+    def do_POST(self):
+        self._dispatch(self.server.routes_post, write=True)
+
+    def _dispatch(self, routes, write):
+        path = self.path.split("?", 1)[0]
+        route = routes.get(path)
+        if route is None:
+            known = self.server.routes_post if write else self.server.routes_get
+            other = self.server.routes_get if write else self.server.routes_post
+            if path in other:
+                return self.respond(*_json(405, {"error": f"method not allowed on {path}"}))
+            return self.respond(*_json(404, {"error": f"no such endpoint {path}", "endpoints": sorted(known)}))
+        if write and self.server.token and not self._authorized():
+            self.close_connection = True
+            return self.respond(*_json(401, {"error": "missing or wrong token (Authorization: Bearer <RL_INSIGHT_TOKEN>)"}))
+        try:
+            result = route(self)
+        except Exception:
+            logger.exception("error while serving %s", path)
+            result = _json(500, {"error": "internal error, see the server log"})
+        if result is not None:
+            self.respond(*result)
+
+    def _authorized(self):
+        header = self.headers.get("Authorization", "")
+        return header.startswith("Bearer ") and hmac.compare_digest(header[7:].encode(), self.server.token.encode())
+
+    def read_body(self):
+        """The request body, or None after answering 411/413 (the connection is then closed)."""
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            self.close_connection = True
+            self.respond(*_json(411, {"error": "Content-Length required"}))
+            return None
+        length = int(length)
+        if length > self.server.max_body_bytes:
+            self.close_connection = True
+            self.server.hub.stats["rejected"] += 1
+            self.respond(*_json(413, {"error": f"body of {length} bytes is over the limit of "
+                                               f"{self.server.max_body_bytes} bytes; send smaller batches"}))
+            return None
+        return self.rfile.read(length)
+
+    def respond(self, status, content_type, body):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, fmt, *args):
+        logger.debug("%s " + fmt, self.client_address[0], *args)

@@ -1,0 +1,65 @@
+"""The module interface verl >= 0.9's ``RLInsightLogger`` expects of the ``rl_insight`` package.
+
+hooks/tracking.py sets ``RLInsightLogger._rl_insight_module`` to this module, so verl's own
+calls (rollout metric registration, ``trace_state`` in the vLLM / SGLang ``generate`` paths,
+``DistProfiler.annotate``) reach this package's plugins without the separate ``rl_insight``
+package being installed.
+"""
+
+import contextlib
+import time
+
+from . import runtime
+from .plugins.trainer_metrics import GLOBAL_STEP_KEY
+
+__version__ = "0.3.0"  # the RL-Insight API level implemented here (verl checks >= 0.3.0)
+
+_run = None
+
+
+def _runtime_and_run():
+    rt = runtime.start()
+    return rt, (_run or rt.current_run())
+
+
+def init(project=None, experiment_name=None, config=None, **_):
+    global _run
+    rt = runtime.start(trainer_config={"rl_insight": dict(config)} if config else None)
+    if project is not None or experiment_name is not None or _run is None:
+        _run = rt.run(project, experiment_name)
+
+
+def metric_gauge(name, value, **_):
+    rt, run = _runtime_and_run()
+    if name != GLOBAL_STEP_KEY.replace("/", "_"):
+        rt.hook.rl_insight_log_metrics(run=run, metrics={name: value}, step=None, timestamp=time.time())
+
+
+@contextlib.contextmanager
+def trace_state(state_name, state_lane_id=None, **labels):
+    start_ns = time.time_ns()
+    try:
+        yield
+    finally:
+        trace_span(state_name, start_ns, time.time_ns(), dict(labels, state_lane_id=state_lane_id))
+
+
+def trace_span(name, start_time_ns, end_time_ns, attributes=None):
+    rt, run = _runtime_and_run()
+    attributes = dict(attributes or {})
+    lane = attributes.get("state_lane_id")
+    rt.hook.rl_insight_state_span(run=run, name=name, lane=None if lane is None else str(lane),
+                                  start_ns=start_time_ns, end_ns=end_time_ns, attributes=attributes)
+
+
+def update_prometheus_config(server_addresses, job_name=None, labels=None):
+    rt, run = _runtime_and_run()
+    labels = list(labels or [])
+    for i, address in enumerate(server_addresses or ()):
+        extra = labels[i] if i < len(labels) and labels[i] else {}
+        rt.hook.rl_insight_register_target(run=run, address=str(address), job=job_name or "rl_insight",
+                                           labels={str(k): str(v) for k, v in extra.items()})
+
+
+def finish():
+    runtime.shutdown()
