@@ -16,6 +16,7 @@ from .hub import PushError
 logger = logging.getLogger("verl_rl_insight.server")
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
+DRAIN_LIMIT_BYTES = 256 * 1024 * 1024
 
 
 class ApiServer(ThreadingHTTPServer):
@@ -106,6 +107,13 @@ class ApiHandler(BaseHTTPRequestHandler):
         if length > self.server.max_body_bytes:
             self.close_connection = True
             self.server.hub.stats["rejected"] += 1
+            # Read (and drop) a moderately oversized body so the client gets to see the answer.
+            remaining = length if length <= DRAIN_LIMIT_BYTES else 0
+            while remaining > 0:
+                chunk = self.rfile.read(min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
             self.respond(*_json(413, {"error": f"body of {length} bytes is over the limit of "
                                                f"{self.server.max_body_bytes} bytes; send smaller batches"}))
             return None

@@ -1,0 +1,56 @@
+import os
+import threading
+
+import pytest
+
+from tests.helpers import free_port
+from verl_rl_insight import runtime
+from verl_rl_insight.server.http_api import ApiServer
+from verl_rl_insight.server.hub import MetricHub
+
+
+@pytest.fixture(autouse=True)
+def isolated_environment(monkeypatch, tmp_path):
+    """No RL_INSIGHT_* leaks in from the shell; every test gets its own home and runtime."""
+    for key in list(os.environ):
+        if key.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_")):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("RL_INSIGHT_HOME", str(tmp_path / "home"))
+    yield
+    runtime.shutdown(timeout_s=2)
+
+
+class HubUnderTest:
+    def __init__(self, token=None, **hub_kwargs):
+        self.hub = MetricHub(**hub_kwargs)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = ApiServer(("127.0.0.1", self.port), self.hub, token=token)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hub_server():
+    """The real metric hub and HTTP API, in this process, on a free loopback port."""
+    servers = []
+
+    def make(**kwargs):
+        servers.append(HubUnderTest(**kwargs))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def activated():
+    """The .pth file activates every interpreter; say so explicitly for this one too."""
+    from verl_rl_insight import bootstrap
+
+    bootstrap.activate()

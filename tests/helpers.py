@@ -1,0 +1,167 @@
+"""Shared test helpers: loopback ports, HTTP, a real Prometheus, and processes we own."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method, url, body=None, headers=None, timeout=10):
+    """(status, body bytes) for any answer, also 4xx/5xx."""
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def push(url, payload, token=None):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    return http("POST", url + "/api/v1/push", body, headers)
+
+
+def wait_for(predicate, timeout=30.0, interval=0.2, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def require_prometheus():
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("no prometheus binary: install the Debian package `prometheus` (.ci/run does)")
+    return binary
+
+
+class Prometheus:
+    """A real Prometheus scraping the given targets every second, in its own process group."""
+
+    def __init__(self, tmp_path, targets):
+        binary = require_prometheus()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = tmp_path / "prometheus-test.yml"
+        config.write_text(json.dumps({  # JSON is YAML
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{"job_name": "hub", "honor_labels": True,
+                                "static_configs": [{"targets": list(targets)}]}],
+        }))
+        self.log = open(tmp_path / "prometheus-test.log", "wb")
+        self.process = subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(lambda: http("GET", self.url + "/-/ready")[0] == 200, 30, what="prometheus ready")
+
+    def query(self, promql, at=None):
+        params = {"query": promql}
+        if at is not None:
+            params["time"] = str(at)
+        status, body = http("GET", self.url + "/api/v1/query?" + urllib.parse.urlencode(params))
+        assert status == 200, body
+        return json.loads(body)["data"]["result"]
+
+    def query_range(self, promql, start, end, step="1s"):
+        params = {"query": promql, "start": str(start), "end": str(end), "step": step}
+        status, body = http("GET", self.url + "/api/v1/query_range?" + urllib.parse.urlencode(params))
+        assert status == 200, body
+        return json.loads(body)["data"]["result"]
+
+    def raw_samples(self, selector, window_s):
+        """Every stored sample (value, timestamp) of ``selector`` in the last ``window_s`` seconds."""
+        result = self.query(f"{selector}[{int(window_s)}s]")
+        return {tuple(sorted(r["metric"].items())): [(float(v), float(t)) for t, v in r["values"]] for r in result}
+
+    def stop(self):
+        stop_group(self.process)
+        self.log.close()
+
+
+def stop_group(process, timeout=10):
+    """End a process we started with start_new_session=True, and its whole group."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(5)
+    except ProcessLookupError:
+        pass
+
+
+def kill_session(sid, timeout=15):
+    """End every process of the session ``sid`` (a session we created with setsid)."""
+    def members():
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.getsid(int(entry)) == sid:
+                        pids.append(int(entry))
+                except OSError:
+                    pass
+        return pids
+
+    try:
+        os.killpg(sid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout
+    while members() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in members():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run_python(code, env=None, pythonpath=None, timeout=120, cwd=None):
+    """Run ``python -c code`` in a fresh interpreter (site and .pth files included)."""
+    full_env = {k: v for k, v in os.environ.items()}
+    full_env.update(env or {})
+    if pythonpath:
+        full_env["PYTHONPATH"] = os.pathsep.join([str(pythonpath)] + ([full_env["PYTHONPATH"]]
+                                                                      if full_env.get("PYTHONPATH") else []))
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd or "/")
+
+
+def old_verl(version):
+    """verl==version installed with --no-deps into a cache folder (tracking.py only needs what 0.9 needs)."""
+    root = Path(os.environ.get("RL_INSIGHT_TEST_CACHE", Path.home() / ".cache" / "rl-insight-tests"))
+    target = root / f"verl-{version}"
+    if not (target / "verl" / "utils" / "tracking.py").exists():
+        result = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                                 f"verl=={version}"], capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            pytest.fail(f"could not install verl=={version} for the version matrix: {result.stderr[-2000:]}")
+    return target

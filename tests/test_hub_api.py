@@ -1,0 +1,115 @@
+"""The metric hub's HTTP API: what a trainer (or an attacker) sends, and what Prometheus reads."""
+
+import json
+
+from tests.helpers import http, push
+
+
+def batch(**overrides):
+    body = {"project": "p", "experiment_name": "e", "step": 1, "time": 1700000000.0,
+            "metrics": {"rl_insight_monitor_actor_pg_loss": 0.5}}
+    body.update(overrides)
+    return body
+
+
+def exposition(server, scraper_headers=None):
+    status, body = http("GET", server.url + "/metrics", headers=scraper_headers or {})
+    assert status == 200
+    return body.decode()
+
+
+def test_pushed_values_are_exposed_with_project_and_experiment_labels(hub_server):
+    server = hub_server()
+    assert push(server.url, {"batches": [batch()]})[0] == 200
+    text = exposition(server)
+    assert 'rl_insight_monitor_actor_pg_loss{experiment_name="e",project="p"} 0.5\n' in text
+    assert 'rl_insight_monitor_training_global_step{experiment_name="e",project="p"} 1.0\n' in text
+
+
+def test_malformed_pushes_get_4xx_with_a_message_and_the_hub_keeps_serving(hub_server):
+    server = hub_server(max_series=1000)
+    server.server.max_body_bytes = 1024 * 1024
+    cases = {
+        "bad json": (b"{not json", 400, "not valid JSON"),
+        "not an object": (b"[1, 2]", 400, "batches"),
+        "batches not a list": (json.dumps({"batches": {"a": 1}}).encode(), 400, "batches"),
+        "string value": ({"batches": [batch(metrics={"m": "high"})]}, 400, "NaN"),
+        "bool value": ({"batches": [batch(metrics={"m": True})]}, 400, "number"),
+        "step negative": ({"batches": [batch(step=-1)]}, 400, "step"),
+        "step float": ({"batches": [batch(step=1.5)]}, 400, "step"),
+        "time string": ({"batches": [batch(time="now")]}, 400, "time"),
+        "metric name with space": ({"batches": [batch(metrics={"actor pg loss": 1})]}, 400, "invalid metric name"),
+        "metric name with brace": ({"batches": [batch(metrics={'m{x="1"}': 1})]}, 400, "invalid metric name"),
+        "metric name too long": ({"batches": [batch(metrics={"m" * 300: 1})]}, 400, "invalid metric name"),
+        "label injection newline": ({"batches": [batch(experiment_name='e"} 1\nevil_metric 666\n#')]}, 400,
+                                    "control characters"),
+        "reserved label": ({"batches": [batch(labels={"job": "x"})]}, 400, "reserved"),
+        "bad label name": ({"batches": [batch(labels={"bad-name": "x"})]}, 400, "invalid label name"),
+        "empty project": ({"batches": [batch(project="")]}, 400, "project"),
+        "huge body": (b"{" + b" " * (2 * 1024 * 1024) + b"}", 413, "over the limit"),
+        "too many series": ({"batches": [batch(metrics={f"m_{i}": 1 for i in range(1001)})]}, 422, "series limit"),
+    }
+    for what, (payload, status, message) in cases.items():
+        got_status, body = push(server.url, payload)
+        assert got_status == status, f"{what}: {got_status} {body[:200]}"
+        assert message in json.loads(body)["error"], f"{what}: {body[:300]}"
+        assert http("GET", server.url + "/-/healthy")[0] == 200, f"hub stopped serving after: {what}"
+    # nothing of the rejected pushes was applied, a good push still is
+    assert "evil_metric" not in exposition(server)
+    assert server.hub.streams() == []
+    assert push(server.url, {"batches": [batch()]})[0] == 200
+    assert len(server.hub.streams()) == 1
+
+
+def test_a_push_with_one_bad_batch_applies_nothing(hub_server):
+    server = hub_server()
+    status, _ = push(server.url, {"batches": [batch(), batch(metrics={"bad name": 1})]})
+    assert status == 400
+    assert "rl_insight_monitor_actor_pg_loss" not in exposition(server)
+
+
+def test_quotes_and_backslashes_in_names_are_escaped_not_injected(hub_server):
+    server = hub_server()
+    assert push(server.url, {"batches": [batch(experiment_name='run "a" \\ b')]})[0] == 200
+    assert 'experiment_name="run \\"a\\" \\\\ b"' in exposition(server)
+
+
+def test_nan_and_infinities_travel_as_prometheus_spells_them(hub_server):
+    server = hub_server()
+    assert push(server.url, {"batches": [batch(metrics={"a": "NaN", "b": "+Inf", "c": "-Inf"})]})[0] == 200
+    text = exposition(server)
+    assert 'a{experiment_name="e",project="p"} NaN\n' in text
+    assert 'b{experiment_name="e",project="p"} +Inf\n' in text
+    assert 'c{experiment_name="e",project="p"} -Inf\n' in text
+
+
+def test_steps_pushed_between_two_scrapes_reach_the_scraper_in_order(hub_server):
+    server = hub_server()
+    scraper = {"User-Agent": "Prometheus/test"}
+    exposition(server, scraper)  # first visit sets this scraper's cursor
+    batches = [batch(step=s, time=1700000000.0 + s, metrics={"m": float(s)}) for s in (1, 2, 3)]
+    assert push(server.url, {"batches": batches})[0] == 200
+    lines = [line for line in exposition(server, scraper).splitlines() if line.startswith("m{")]
+    # steps 1 and 2 with timestamps, step 3 live (no timestamp) and last
+    assert [line.split()[1] for line in lines] == ["1.0", "2.0", "3.0"]
+    assert len(lines[0].split()) == 3 and len(lines[1].split()) == 3 and len(lines[2].split()) == 2
+    assert int(lines[0].split()[2]) < int(lines[1].split()[2])
+    # the next scrape repeats only the live value
+    lines = [line for line in exposition(server, scraper).splitlines() if line.startswith("m{")]
+    assert lines == ['m{experiment_name="e",project="p"} 3.0']
+
+
+def test_token_set_writes_need_it_reads_do_not(hub_server):
+    server = hub_server(token="s3cret")
+    assert push(server.url, {"batches": [batch()]})[0] == 401
+    assert push(server.url, {"batches": [batch()]}, token="wrong")[0] == 401
+    assert push(server.url, {"batches": [batch()]}, token="s3cret")[0] == 200
+    assert http("GET", server.url + "/metrics")[0] == 200
+    assert http("GET", server.url + "/api/v1/streams")[0] == 200
+
+
+def test_unknown_endpoint_and_wrong_method_are_named(hub_server):
+    server = hub_server()
+    status, body = http("GET", server.url + "/nope")
+    assert status == 404 and "/metrics" in json.loads(body)["endpoints"]
+    assert http("GET", server.url + "/api/v1/push")[0] == 405

@@ -1,0 +1,153 @@
+"""verl's real ``Tracking`` with ``rl_insight`` among its backends, on verl 0.9.1 and older verl."""
+
+import importlib.util
+import json
+import math
+
+import pytest
+
+from tests.helpers import http, old_verl, run_python, wait_for
+from verl_rl_insight.plugins import metric_push
+
+
+def series(server):
+    return http("GET", server.url + "/metrics")[1].decode()
+
+
+def test_verl_0_9_tracking_sends_every_scalar_with_project_and_experiment(hub_server, monkeypatch):
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    from verl.utils.tracking import Tracking
+
+    tracking = Tracking("proj", "exp-0.9", default_backend=["console", "rl_insight"])
+    for step in (1, 2, 3):
+        tracking.log({"actor/pg_loss": 0.1 * step, "critic/score/mean": step, "timing_s/gen": 1.5}, step=step)
+    tracking.finish()
+    [stream] = server.hub.streams()
+    assert stream["labels"] == {"project": "proj", "experiment_name": "exp-0.9"}
+    assert stream["step"] == 3
+    text = series(server)
+    for line in ('rl_insight_monitor_actor_pg_loss{experiment_name="exp-0.9",project="proj"} 0.30000000000000004',
+                 'rl_insight_monitor_critic_score_mean{experiment_name="exp-0.9",project="proj"} 3.0',
+                 'rl_insight_monitor_timing_s_gen{experiment_name="exp-0.9",project="proj"} 1.5',
+                 'rl_insight_monitor_training_global_step{experiment_name="exp-0.9",project="proj"} 3.0'):
+        assert line + "\n" in text
+
+
+def test_non_numeric_values_are_skipped_and_counted_nan_and_inf_are_kept(hub_server, monkeypatch):
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    import numpy as np
+    import torch
+
+    from verl.utils.tracking import Tracking
+
+    tracking = Tracking("proj", "types", default_backend=["rl_insight"])
+    tracking.log({"a/np": np.float32(2.5), "a/tensor": torch.tensor(4.0), "a/int": 7, "a/nan": math.nan,
+                  "a/inf": math.inf, "a/text": "hello", "a/list": [1, 2], "a/vector": torch.ones(3)}, step=1)
+    sender = metric_push.sender()
+    assert sender.flush(5)
+    assert sender.stats["skipped_values"] == 3
+    text = series(server)
+    assert 'rl_insight_monitor_a_np{experiment_name="types",project="proj"} 2.5\n' in text
+    assert 'rl_insight_monitor_a_tensor{experiment_name="types",project="proj"} 4.0\n' in text
+    assert 'rl_insight_monitor_a_int{experiment_name="types",project="proj"} 7.0\n' in text
+    assert 'rl_insight_monitor_a_nan{experiment_name="types",project="proj"} NaN\n' in text
+    assert 'rl_insight_monitor_a_inf{experiment_name="types",project="proj"} +Inf\n' in text
+    assert "a_text" not in text and "a_list" not in text and "a_vector" not in text
+    tracking.finish()
+
+
+def test_verl_0_9_rl_insight_logger_is_routed_here_without_the_rl_insight_package(monkeypatch):
+    assert importlib.util.find_spec("rl_insight") is None, "this test needs the separate rl_insight package absent"
+    monkeypatch.setenv("VERL_RL_INSIGHT_ENABLE", "1")
+    from verl.utils.tracking import RLInsightLogger
+    from verl_rl_insight import runtime
+    from verl_rl_insight.hookspecs import hookimpl
+
+    seen = []
+
+    class Recorder:
+        @hookimpl
+        def rl_insight_register_target(self, run, address, job, labels):
+            seen.append(("target", address, job, labels))
+
+        @hookimpl
+        def rl_insight_state_span(self, run, name, lane, start_ns, end_ns, attributes):
+            seen.append(("span", name, lane, end_ns >= start_ns))
+
+    rt = runtime.start()
+    rt.pm.register(Recorder())
+    RLInsightLogger.register_rollout_metrics(["127.0.0.1:8000"], "vllm", [{"replica": 0}])
+    with RLInsightLogger.trace_state("vllm_generate", state_lane_id="replica_0"):
+        pass
+    assert ("target", "127.0.0.1:8000", "vllm", {"replica": "0"}) in seen
+    assert ("span", "vllm_generate", "replica_0", True) in seen
+
+
+OLD_VERL_SCRIPT = """
+import verl
+from verl.utils.tracking import Tracking
+assert verl.__version__ == {version!r}, verl.__version__
+tracking = Tracking("proj", "exp-{version}", default_backend=["console", "rl_insight"])
+for step in (1, 2, 3):
+    tracking.log({{"actor/pg_loss": 0.5 / step, "critic/vf_loss": 2.0}}, step=step)
+print("LOGGED")
+# no finish(): verl < 0.9 has none; the backend must flush at interpreter exit
+"""
+
+
+@pytest.mark.parametrize("version", ["0.6.0", "0.8.0"])
+def test_older_verl_accepts_rl_insight_and_flushes_at_exit(hub_server, version):
+    server = hub_server()
+    target = old_verl(version)
+    result = run_python(OLD_VERL_SCRIPT.format(version=version), pythonpath=target,
+                        env={"RL_INSIGHT_SERVER_URL": server.url})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "LOGGED" in result.stdout
+    [stream] = server.hub.streams()
+    assert stream["labels"] == {"project": "proj", "experiment_name": f"exp-{version}"}
+    assert stream["step"] == 3
+    assert (f'rl_insight_monitor_actor_pg_loss{{experiment_name="exp-{version}",project="proj"}} '
+            f"{0.5 / 3!r}\n") in series(server)
+
+
+def test_training_goes_on_when_no_server_url_is_set(caplog):
+    from verl.utils.tracking import Tracking
+
+    tracking = Tracking("proj", "no-url", default_backend=["rl_insight"])
+    tracking.log({"x": 1.0}, step=1)
+    tracking.finish()
+    assert "RL_INSIGHT_SERVER_URL is not set" in caplog.text
+
+
+def test_a_failing_plugin_does_not_reach_the_training_loop(hub_server, monkeypatch, caplog):
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    from verl.utils.tracking import Tracking
+    from verl_rl_insight import runtime
+    from verl_rl_insight.hookspecs import hookimpl
+
+    class Broken:
+        @hookimpl
+        def rl_insight_log_metrics(self, run, metrics, step, timestamp):
+            raise RuntimeError("plugin bug")
+
+    tracking = Tracking("proj", "broken-plugin", default_backend=["rl_insight"])
+    runtime.get_runtime().pm.register(Broken())
+    for step in (1, 2):
+        tracking.log({"x": 1.0}, step=step)
+    assert caplog.text.count("a plugin failed while logging metrics") == 1
+    tracking.finish()
+
+
+def test_streams_endpoint_lists_what_the_hub_holds(hub_server, monkeypatch):
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    from verl.utils.tracking import Tracking
+
+    tracking = Tracking("proj", "listed", default_backend=["rl_insight"])
+    tracking.log({"x": 1.0}, step=5)
+    tracking.finish()
+    body = json.loads(wait_for(lambda: http("GET", server.url + "/api/v1/streams")[1], what="streams"))
+    assert body["streams"][0]["step"] == 5 and body["streams"][0]["series"] == 2
