@@ -25,13 +25,15 @@ def free_port():
 
 
 def http(method, url, body=None, headers=None, timeout=10):
-    """(status, body bytes) for any answer, also 4xx/5xx."""
+    """(status, body bytes) for any answer, also 4xx/5xx; (None, b"") when nothing answers."""
     request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
+    except (urllib.error.URLError, ConnectionError):
+        return None, b""
 
 
 def push(url, payload, token=None):

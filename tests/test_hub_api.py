@@ -113,3 +113,15 @@ def test_unknown_endpoint_and_wrong_method_are_named(hub_server):
     status, body = http("GET", server.url + "/nope")
     assert status == 404 and "/metrics" in json.loads(body)["endpoints"]
     assert http("GET", server.url + "/api/v1/push")[0] == 405
+
+
+def test_batches_sent_twice_after_an_outage_are_kept_once(hub_server):
+    server = hub_server()
+    scraper = {"User-Agent": "Prometheus/test"}
+    exposition(server, scraper)
+    first = [batch(step=s, time=1700000000.0 + s, metrics={"m": float(s)}) for s in (1, 2)]
+    assert push(server.url, {"batches": first})[0] == 200
+    assert push(server.url, {"batches": first + [batch(step=3, time=1700000003.0, metrics={"m": 3.0})]})[0] == 200
+    lines = [line for line in exposition(server, scraper).splitlines() if line.startswith("m{")]
+    assert [line.split()[1] for line in lines] == ["1.0", "2.0", "3.0"]
+    assert server.hub.stats["duplicates"] == 2

@@ -31,6 +31,7 @@ DEFAULTS = {
             "max_batches_per_request": 200,
             "timeout_s": 5.0,
             "retry_max_s": 30.0,
+            "resend_window_s": 30.0,   # on an outage, batches delivered this recently are sent again
             "flush_timeout_s": 10.0,
         },
     },

@@ -4,6 +4,10 @@ The training thread only calls ``submit`` (a non-blocking put into a bounded que
 thread moves batches into a bounded spool and POSTs them in order. While the server cannot be
 reached, batches stay in the spool (oldest dropped first when it is full, and counted) and
 are replayed, in order, once it answers again. One warning per outage, one info on recovery.
+
+Delivery is at-least-once: a server that dies loses what it had not yet exposed to a scrape,
+so on an outage the batches delivered in the last ``resend_window_s`` go back to the front of
+the spool; the hub drops the copies it already holds.
 """
 
 import collections
@@ -20,7 +24,7 @@ _STOP = object()
 
 class BatchSender:
     def __init__(self, url, token=None, queue_batches=1024, spool_batches=20000, max_batches_per_request=200,
-                 timeout_s=5.0, retry_max_s=30.0):
+                 timeout_s=5.0, retry_max_s=30.0, resend_window_s=30.0):
         self.url = url
         self.token = token
         self.timeout_s = timeout_s
@@ -30,6 +34,8 @@ class BatchSender:
         self.stats = collections.Counter()
         self._queue = queue.Queue(maxsize=max(1, int(queue_batches)))
         self._spool = collections.deque()
+        self.resend_window_s = resend_window_s
+        self._delivered = collections.deque()  # (monotonic time, batch) of the last resend_window_s
         self._idle = threading.Condition()
         self._flush_waiters = 0
         self._down_since = None
@@ -148,8 +154,11 @@ class BatchSender:
         chunk = [self._spool[i] for i in range(min(len(self._spool), self.max_batches_per_request))]
         status, message = self._post({"batches": [batch.to_json() for batch in chunk]})
         if status is not None and status < 300:
+            now = time.monotonic()
             for _ in chunk:
-                self._spool.popleft()
+                self._delivered.append((now, self._spool.popleft()))
+            while self._delivered and now - self._delivered[0][0] > self.resend_window_s:
+                self._delivered.popleft()
             self.stats["sent_batches"] += len(chunk)
             self.stats["requests"] += 1
             if self._down_since is not None:
@@ -171,6 +180,10 @@ class BatchSender:
         self._next_attempt = time.monotonic() + min(self.retry_max_s, 0.25 * 2 ** min(self._failures, 10))
         if self._down_since is None:
             self._down_since = time.monotonic()
+            # The server may have died with recent batches not yet scraped: send them again.
+            self.stats["resent_batches"] += len(self._delivered)
+            self._spool.extendleft(batch for _, batch in reversed(self._delivered))
+            self._delivered.clear()
             logger.warning("rl-insight: cannot reach the monitoring server at %s (%s); training continues, "
                            "metrics are kept (up to %d batches) and replayed when it is back",
                            self.url, message, self.spool_batches)

@@ -37,7 +37,7 @@ Snapshot = collections.namedtuple("Snapshot", "received trainer_time step metric
 
 
 class Stream:
-    __slots__ = ("labels", "latest", "step", "updated", "history")
+    __slots__ = ("labels", "latest", "step", "updated", "history", "history_keys")
 
     def __init__(self, labels, history_len):
         self.labels = labels
@@ -45,6 +45,19 @@ class Stream:
         self.step = None
         self.updated = 0.0
         self.history = collections.deque(maxlen=history_len)
+        self.history_keys = set()  # (step, trainer time) of what history holds: drops resent copies
+
+    def add(self, snapshot):
+        """Keep a snapshot; False when it is a copy of one already held."""
+        key = (snapshot.step, snapshot.trainer_time)
+        if key in self.history_keys:
+            return False
+        if len(self.history) == self.history.maxlen:
+            old = self.history[0]
+            self.history_keys.discard((old.step, old.trainer_time))
+        self.history.append(snapshot)
+        self.history_keys.add(key)
+        return True
 
 
 def _check_label_value(what, value):
@@ -149,13 +162,15 @@ class MetricHub:
                 stream = self._streams.get(labels)
                 if stream is None:
                     stream = self._streams[labels] = Stream(labels, self.history_len)
+                if not stream.add(Snapshot(now, trainer_time, step, metrics)):
+                    self.stats["duplicates"] += 1
+                    continue
                 self._series -= len(stream.latest)
                 stream.latest.update(metrics)
                 self._series += len(stream.latest)
                 if step is not None:
                     stream.step = step
                 stream.updated = now
-                stream.history.append(Snapshot(now, trainer_time, step, metrics))
             self.stats["batches"] += len(validated)
             self.stats["pushes"] += 1
         return len(validated)

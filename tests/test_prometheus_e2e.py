@@ -1,0 +1,128 @@
+"""End to end with a real Prometheus: `rl-insight server start --detach`, real verl Tracking,
+values read back through Prometheus' HTTP API; and a hub that is down, or restarted, mid-run."""
+
+import json
+import subprocess
+import sys
+import time
+
+from tests.helpers import Prometheus, free_port, http, require_prometheus, wait_for
+from verl_rl_insight.plugins import metric_push
+
+
+def cli(*args, env=None, timeout=90):
+    return subprocess.run([sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_path):
+    require_prometheus()
+    import os
+
+    hub_port, prom_port = free_port(), free_port()
+    env = dict(os.environ)
+    started = cli("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port),
+                  "--prometheus-port", str(prom_port), "--scrape-interval", "1", "--data-dir", str(tmp_path / "data"),
+                  env=env)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert f"export RL_INSIGHT_SERVER_URL=http://127.0.0.1:{hub_port}" in started.stdout
+        assert f"http://127.0.0.1:{hub_port}/metrics" in started.stdout
+        again = cli("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port), env=env)
+        assert again.returncode == 2 and "already running" in again.stdout
+
+        monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"http://127.0.0.1:{hub_port}")
+        from verl.utils.tracking import Tracking
+
+        tracking = Tracking("e2e", "prom-run", default_backend=["console", "rl_insight"])
+        for step in (1, 2, 3):
+            tracking.log({"actor/pg_loss": -0.25 * step, "actor/grad_norm": 1.0 + step}, step=step)
+        tracking.finish()
+
+        prom = f"http://127.0.0.1:{prom_port}"
+
+        def query(promql):
+            status, body = http("GET", prom + "/api/v1/query?query=" + promql)
+            return json.loads(body)["data"]["result"] if status == 200 else []
+
+        # two scrape intervals (2 s) plus Prometheus' own start-up
+        result = wait_for(lambda: query("rl_insight_monitor_actor_pg_loss"), 15, what="pg_loss in prometheus")
+        assert result[0]["metric"]["project"] == "e2e"
+        assert result[0]["metric"]["experiment_name"] == "prom-run"
+        assert float(result[0]["value"][1]) == -0.75
+        step = query('rl_insight_monitor_training_global_step{project="e2e",experiment_name="prom-run"}')
+        assert float(step[0]["value"][1]) == 3.0
+        grad = query('rl_insight_monitor_actor_grad_norm{project="e2e"}')
+        assert float(grad[0]["value"][1]) == 4.0
+    finally:
+        stopped = cli("server", "stop", env=env)
+        assert stopped.returncode == 0, stopped.stdout
+    assert cli("server", "status", env=env).returncode == 3
+
+
+def start_hub(port, tmp_path):
+    """The real server process (hub only: Prometheus is the test's own, so it outlives the hub)."""
+    settings = {"bind": "127.0.0.1", "port": port, "prometheus": False, "data_dir": str(tmp_path / "data")}
+    process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app", "--settings-json",
+                                json.dumps(settings)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    wait_for(lambda: http("GET", f"http://127.0.0.1:{port}/-/ready")[0] == 200 if process.poll() is None else
+             (_ for _ in ()).throw(AssertionError("hub exited")), 20, what="hub ready")
+    return process
+
+
+def test_hub_restarted_mid_run_every_step_arrives_in_prometheus(monkeypatch, tmp_path):
+    from tests.helpers import stop_group
+
+    port = free_port()
+    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"])
+    hub = start_hub(port, tmp_path)
+    try:
+        monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"http://127.0.0.1:{port}")
+        from verl.utils.tracking import Tracking
+
+        tracking = Tracking("e2e", "restart", default_backend=["rl_insight"])
+        sender = None
+        t0 = time.time()
+        for step in range(1, 31):
+            if step == 11:
+                stop_group(hub)                       # the server goes away mid-run
+            if step == 21:
+                hub = start_hub(port, tmp_path)       # and comes back
+            tracking.log({"actor/pg_loss": float(step)}, step=step)
+            sender = sender or metric_push.sender()
+            time.sleep(0.2)
+        assert sender.stats["failed_requests"] >= 1   # the outage was noticed...
+        assert sender.flush(15)                       # ...and the spool replayed
+        assert sender.stats["dropped_batches"] == 0
+        tracking.finish()
+
+        def steps_in_prometheus():
+            samples = prometheus.raw_samples('rl_insight_monitor_actor_pg_loss{experiment_name="restart"}',
+                                             time.time() - t0 + 30)
+            return {int(v) for values in samples.values() for v, _ in values}
+
+        seen = wait_for(lambda: (s := steps_in_prometheus()) >= set(range(1, 31)) and s, 20,
+                        what="every step in prometheus")
+        assert seen == set(range(1, 31))
+    finally:
+        stop_group(hub)
+        prometheus.stop()
+
+
+def test_server_down_for_the_whole_run_training_finishes_and_nothing_blocks(monkeypatch, caplog):
+    port = free_port()  # nothing listens here
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"http://127.0.0.1:{port}")
+    from verl.utils.tracking import Tracking
+
+    tracking = Tracking("e2e", "down", default_backend=["rl_insight"])
+    for step in range(1, 201):
+        tracking.log({f"m/{i}": float(i) for i in range(150)}, step=step)
+    sender = metric_push.sender()
+    # everything is kept for replay; the training thread never sent anything itself
+    wait_for(lambda: sender.pending() == 200 and sender.stats["failed_requests"] >= 1, 10, what="spooled")
+    assert sender.stats["dropped_batches"] == 0
+    assert not sender.flush(1)
+    tracking.finish()
+    assert caplog.text.count("cannot reach the monitoring server") == 1
+    assert "could not be delivered" in caplog.text
