@@ -10,7 +10,6 @@ import contextlib
 import time
 
 from . import runtime
-from .plugins.trainer_metrics import GLOBAL_STEP_KEY
 
 __version__ = "0.3.0"  # the RL-Insight API level implemented here (verl checks >= 0.3.0)
 
@@ -31,8 +30,7 @@ def init(project=None, experiment_name=None, config=None, **_):
 
 def metric_gauge(name, value, **_):
     rt, run = _runtime_and_run()
-    if name != GLOBAL_STEP_KEY.replace("/", "_"):
-        rt.hook.rl_insight_log_metrics(run=run, metrics={name: value}, step=None, timestamp=time.time())
+    rt.hook.rl_insight_log_metrics(run=run, metrics={name: value}, step=None, timestamp=time.time())
 
 
 @contextlib.contextmanager

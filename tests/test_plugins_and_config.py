@@ -1,0 +1,130 @@
+"""Plugins on and off through config, third-party plugins through entry points, config layering."""
+
+import inspect
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO, run_python
+from verl_rl_insight import hookspecs
+from verl_rl_insight.config import ConfigError, load_config
+
+
+def test_every_hook_is_documented_in_the_readme_with_its_signature():
+    readme = (REPO / "README.md").read_text()
+    for name, spec in inspect.getmembers(hookspecs, inspect.isfunction):
+        if name.startswith("rl_insight_"):
+            signature = f"{name}({', '.join(inspect.signature(spec).parameters)})"
+            assert signature in readme, f"README.md does not document the hook {signature}"
+            assert spec.__doc__, f"{name} has no docstring"
+
+
+def test_unknown_plugin_name_is_a_clear_error_listing_the_known_ones():
+    import verl_rl_insight
+
+    with pytest.raises(ConfigError) as err:
+        verl_rl_insight.init("p", "e", config={"plugins": {"trainer_metrix": {"enabled": False}}})
+    assert "trainer_metrix" in str(err.value)
+    assert "trainer_metrics" in str(err.value) and "metric_push" in str(err.value)
+
+
+def test_unknown_plugin_name_in_a_training_run_is_logged_and_training_goes_on(hub_server, monkeypatch, caplog):
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    from verl.utils.tracking import Tracking
+
+    tracking = Tracking("p", "typo", default_backend=["rl_insight"],
+                        config={"rl_insight": {"plugins": {"hardwear": {"enabled": False}}}})
+    tracking.log({"x": 1.0}, step=1)
+    tracking.finish()
+    assert "unknown rl-insight plugin(s) in config: hardwear" in caplog.text
+    assert server.hub.streams()[0]["step"] == 1  # the rest of monitoring still works
+
+
+@pytest.mark.parametrize("where", ["top-level", "trainer"])
+def test_hydra_override_switches_a_plugin_off(hub_server, monkeypatch, where):
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    from verl.utils.tracking import Tracking
+
+    block = {"plugins": {"trainer_metrics": {"enabled": False}}}
+    config = {"rl_insight": block} if where == "top-level" else {"trainer": {"rl_insight": block}}
+    tracking = Tracking("p", "off", default_backend=["rl_insight"], config=config)
+    tracking.log({"x": 1.0}, step=1)
+    tracking.finish()
+    assert server.hub.streams() == []
+
+
+def test_config_layers_defaults_file_hydra_env(tmp_path):
+    config_file = tmp_path / "rl.yaml"
+    config_file.write_text("server_url: http://from-file:1\ncollect_interval_s: 7\n"
+                           "plugins:\n  metric_push:\n    timeout_s: 1\n")
+    trainer_config = {"trainer": {"rl_insight": {"collect_interval_s": 8, "plugins": {"metric_push": {"timeout_s": 2}}}},
+                      "rl_insight": {"plugins": {"metric_push": {"timeout_s": 3}}}}
+    config = load_config(trainer_config, environ={"RL_INSIGHT_CONFIG_FILE": str(config_file)})
+    assert config.server_url == "http://from-file:1"
+    assert config.collect_interval_s == 8               # Hydra beats the file
+    assert config.plugins.metric_push.timeout_s == 3    # top-level beats trainer.rl_insight
+    assert config.plugins.metric_push.queue_batches == 1024  # defaults stay
+    config = load_config(trainer_config, environ={"RL_INSIGHT_CONFIG_FILE": str(config_file),
+                                                  "RL_INSIGHT_SERVER_URL": "http://from-env:2/"})
+    assert config.server_url == "http://from-env:2"     # env beats everything
+
+
+def test_bad_config_file_is_named_in_the_error(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("plugins: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml"):
+        load_config(None, environ={"RL_INSIGHT_CONFIG_FILE": str(bad)})
+
+
+@pytest.fixture(scope="module")
+def example_plugin_dir(tmp_path_factory):
+    """The example plugin package, really pip-installed (into a folder put on PYTHONPATH)."""
+    target = tmp_path_factory.mktemp("example-plugin")
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                             "--target", str(target), str(REPO / "examples" / "rl-insight-example-plugin")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return target
+
+
+PLUGIN_RUN = """
+import json, os
+from verl.utils.tracking import Tracking
+config = json.loads(os.environ["PLUGIN_RUN_CONFIG"]) if "PLUGIN_RUN_CONFIG" in os.environ else None
+tracking = Tracking("p", "plugin-run", default_backend=["rl_insight"], config=config)
+tracking.log({"actor/pg_loss": 1.0}, step=1)
+tracking.finish()
+"""
+
+
+def run_with_plugin(plugin_dir, out, config=None, extra_env=None):
+    env = {"EXAMPLE_JSONL_PATH": str(out), **(extra_env or {})}
+    if config:
+        env["PLUGIN_RUN_CONFIG"] = json.dumps(config)
+    result = run_python(PLUGIN_RUN, env=env, pythonpath=plugin_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def test_third_party_plugin_is_called_then_disabled_through_config(example_plugin_dir, tmp_path):
+    out = tmp_path / "calls.jsonl"
+    [call] = run_with_plugin(example_plugin_dir, out)
+    assert call == {"project": "p", "experiment_name": "plugin-run", "step": 1,
+                    "keys": ["actor/pg_loss"]}
+    out.unlink()
+    assert run_with_plugin(example_plugin_dir, out,
+                           config={"rl_insight": {"plugins": {"example_jsonl": {"enabled": False}}}}) == []
+    assert run_with_plugin(example_plugin_dir, out, extra_env={"VERL_RL_INSIGHT_PLUGINS": "none"}) == []
+    assert len(run_with_plugin(example_plugin_dir, out, extra_env={"VERL_RL_INSIGHT_PLUGINS": "example_jsonl"})) == 1
+
+
+def test_plugins_command_lists_builtin_and_third_party(example_plugin_dir):
+    result = run_python("from verl_rl_insight.cli import main; main(['plugins', '--json'])", pythonpath=example_plugin_dir)
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert rows["trainer_metrics"]["source"] == "built-in"
+    assert rows["example_jsonl"] == {"name": "example_jsonl", "source": "entry point", "enabled": True}

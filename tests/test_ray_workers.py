@@ -1,0 +1,60 @@
+"""Activation and environment propagation in real Ray workers.
+
+The Ray cluster is started separately (`ray start --head --block`, its own session) with no
+RL_INSIGHT_* variable; only the driver has RL_INSIGHT_SERVER_URL. verl's real ``run_ppo``
+runs a small task runner that logs through real ``Tracking`` inside a Ray worker: data at
+the hub proves that the worker was patched and got the variable through verl's runtime_env.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from tests.helpers import REPO, free_port, kill_session, wait_for
+
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@pytest.fixture
+def ray_cluster():
+    port = free_port()
+    while 10001 <= port <= 19999:  # Ray keeps this range for worker ports
+        port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_"))}
+    env.update(RAY_ENV)
+    temp_dir = tempfile.mkdtemp(prefix="rlray")
+    log = open(os.path.join(temp_dir, "ray-start.log"), "wb")
+    process = subprocess.Popen(["ray", "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+                                "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp_dir}"],
+                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: b"block forever" in open(log.name, "rb").read() or process.poll() is not None, 90,
+                 interval=0.5, what="ray head")
+        assert process.poll() is None, open(log.name, "rb").read()[-3000:].decode(errors="replace")
+        yield f"127.0.0.1:{port}"
+    finally:
+        kill_session(process.pid)
+        log.close()
+
+
+def test_worker_logs_reach_the_hub_with_env_from_the_driver_only(ray_cluster, hub_server):
+    server = hub_server()
+    env = dict(os.environ, RL_INSIGHT_SERVER_URL=server.url, **RAY_ENV)
+    result = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / "ray_driver.py"), ray_cluster,
+                             "ray-proj", "ray-exp", "3", "+rl_insight.plugins.metric_push.max_batches_per_request=1"],
+                            env=env, capture_output=True, text=True, timeout=300, cwd=str(REPO))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    driver_pid = int(result.stdout.split("DRIVER_PID")[1].split()[0])
+    [stream] = wait_for(lambda: server.hub.streams(), 10, what="data from the worker")
+    assert stream["labels"] == {"project": "ray-proj", "experiment_name": "ray-exp"}
+    assert stream["step"] == 3
+    from tests.helpers import http
+
+    text = http("GET", server.url + "/metrics")[1].decode()
+    worker_pid = [line for line in text.splitlines() if line.startswith("rl_insight_monitor_worker_pid{")][-1]
+    assert int(float(worker_pid.split()[1])) != driver_pid  # logged from a Ray worker, not the driver
+    # max_batches_per_request=1 (a Hydra override) reached the worker: one request per step
+    assert server.hub.stats["pushes"] == 3
