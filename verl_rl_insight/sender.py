@@ -24,7 +24,7 @@ _STOP = object()
 
 class BatchSender:
     def __init__(self, url, token=None, queue_batches=1024, spool_batches=20000, max_batches_per_request=200,
-                 timeout_s=5.0, retry_max_s=30.0, resend_window_s=30.0):
+                 timeout_s=5.0, retry_max_s=30.0, resend_window_s=30.0, linger_s=0.25):
         self.url = url
         self.token = token
         self.timeout_s = timeout_s
@@ -34,6 +34,8 @@ class BatchSender:
         self.stats = collections.Counter()
         self._queue = queue.Queue(maxsize=max(1, int(queue_batches)))
         self._spool = collections.deque()
+        self.linger_s = linger_s
+        self._wake = threading.Event()
         self.resend_window_s = resend_window_s
         self._delivered = collections.deque()  # (monotonic time, batch) of the last resend_window_s
         self._idle = threading.Condition()
@@ -71,10 +73,7 @@ class BatchSender:
             self._flush_waiters += 1
             self._next_attempt = 0.0
             failures_at_start = self.stats["failed_requests"]
-            try:
-                self._queue.put_nowait(None)  # wakes the thread up
-            except queue.Full:
-                pass
+            self._wake.set()
             try:
                 while self.pending():
                     if self.stats["failed_requests"] > failures_at_start:
@@ -102,6 +101,7 @@ class BatchSender:
                 self._queue.put_nowait(_STOP)
             except queue.Full:
                 pass
+            self._wake.set()
         return delivered
 
     # -- sender thread ---------------------------------------------------------------------
@@ -112,25 +112,24 @@ class BatchSender:
                 self._thread.start()
 
     def _run(self):
+        # Polls every linger_s instead of waking on each submit: a wake-up on put would take
+        # the GIL from the training thread inside its log call.
         while True:
-            wait = None
             if self._spool:
-                wait = max(0.0, self._next_attempt - time.monotonic())
-            try:
-                item = self._queue.get(timeout=wait)
-            except queue.Empty:
-                item = None
-            items = [item]
+                wait = min(self.linger_s, max(0.0, self._next_attempt - time.monotonic()))
+            else:
+                wait = self.linger_s
+            self._wake.wait(wait)
+            self._wake.clear()
+            stop = False
             while True:
                 try:
-                    items.append(self._queue.get_nowait())
+                    item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-            stop = False
-            for item in items:
                 if item is _STOP:
                     stop = True
-                elif item is not None:
+                else:
                     skipped = item.samples()[1]  # converts here, off the training thread
                     if skipped:
                         self.stats["skipped_values"] += skipped

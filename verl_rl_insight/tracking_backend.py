@@ -34,4 +34,7 @@ class RLInsightBackend:
 
     def finish(self):
         """Flush what is pending (bounded by ``metric_push.flush_timeout_s``) and stop."""
-        runtime.shutdown()
+        try:
+            runtime.shutdown()
+        except Exception:  # called from Tracking.__del__ during interpreter teardown too
+            pass

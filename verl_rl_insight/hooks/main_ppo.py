@@ -5,6 +5,7 @@ import logging
 
 import wrapt
 
+from . import unwrap
 from ..propagation import forwarded_environment, prepare_driver_environment
 
 logger = logging.getLogger("verl_rl_insight")
@@ -40,7 +41,5 @@ def uninstall(module):
     if not getattr(module, "_rl_insight_installed", False):
         return
     for name in ("run_ppo", "get_ppo_ray_runtime_env"):
-        attr = getattr(module, name)
-        if isinstance(attr, wrapt.ObjectProxy):
-            setattr(module, name, attr.__wrapped__)
+        unwrap(module, name)
     module._rl_insight_installed = False

@@ -4,6 +4,7 @@
 import wrapt
 
 from .. import verl_logger_api
+from . import unwrap
 from ..tracking_backend import RLInsightBackend
 
 BACKEND = "rl_insight"
@@ -45,8 +46,7 @@ def uninstall(module):
     if not getattr(module, "_rl_insight_installed", False):
         return
     tracking = module.Tracking
-    if isinstance(tracking.__dict__.get("__init__"), wrapt.ObjectProxy):
-        tracking.__init__ = tracking.__dict__["__init__"].__wrapped__
+    unwrap(tracking, "__init__")
     if module._rl_insight_added_backend and BACKEND in tracking.supported_backend:
         tracking.supported_backend.remove(BACKEND)
     legacy = getattr(module, "RLInsightLogger", None)

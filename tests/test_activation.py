@@ -1,0 +1,85 @@
+"""Every way in activates the patches in a fresh interpreter; every patch can be undone."""
+
+import os
+import subprocess
+import sys
+
+from tests.helpers import old_verl, run_python
+
+PATCHED_0_8 = """
+import verl.utils.tracking as t
+print("PATCHED" if "rl_insight" in t.Tracking.supported_backend else "NOT_PATCHED")
+"""
+
+
+def test_pth_file_activates_a_plain_python_and_autoload_0_turns_it_off():
+    target = old_verl("0.8.0")  # verl 0.8 knows no rl_insight: the patch is all there is
+    assert "PATCHED" == run_python(PATCHED_0_8, pythonpath=target).stdout.strip()
+    off = run_python(PATCHED_0_8, pythonpath=target, env={"VERL_RL_INSIGHT_AUTOLOAD": "0"})
+    assert off.stdout.strip() == "NOT_PATCHED", off.stderr
+
+
+def test_verl_use_external_modules_activates_when_autoload_is_off():
+    target = old_verl("0.8.0")
+    result = run_python(PATCHED_0_8, pythonpath=target, env={"VERL_RL_INSIGHT_AUTOLOAD": "0",
+                                                            "VERL_USE_EXTERNAL_MODULES": "verl_rl_insight.activate"})
+    assert result.stdout.strip() == "PATCHED", result.stderr
+
+
+def test_rl_insight_run_activates_the_command_it_starts():
+    target = old_verl("0.8.0")
+    env = dict(os.environ, VERL_RL_INSIGHT_AUTOLOAD="0", PYTHONPATH=str(target))
+    result = subprocess.run([sys.executable, "-m", "verl_rl_insight", "run", "--", sys.executable, "-c", PATCHED_0_8],
+                            env=env, capture_output=True, text=True, timeout=120, cwd="/")
+    assert result.stdout.strip() == "PATCHED", result.stderr
+
+
+def test_verl_0_9_loads_the_verl_plugins_entry_point_on_import_verl():
+    code = "import sys, verl; print('verl_rl_insight.verl_plugin' in sys.modules)"
+    assert run_python(code).stdout.strip() == "True"
+    assert run_python(code, env={"VERL_USE_EXTERNAL_PLUGINS": "none"}).stdout.strip() == "False"
+
+
+def test_pth_bootstrap_imports_nothing_heavy():
+    code = ("import sys; heavy = [m for m in ('verl', 'torch', 'requests', 'omegaconf', 'pluggy', "
+            "'opentelemetry') if m in sys.modules]; print(heavy)")
+    assert run_python(code).stdout.strip() == "[]"
+
+
+def test_instrumentor_patches_and_unpatches():
+    code = """
+import verl.utils.tracking as t
+from verl_rl_insight import bootstrap
+from verl_rl_insight.instrumentor import VerlInstrumentor
+bootstrap.deactivate()
+print("rl_insight" in t.Tracking.supported_backend, hasattr(t.Tracking.__init__, "__wrapped__"))
+VerlInstrumentor().instrument()
+print("rl_insight" in t.Tracking.supported_backend, hasattr(t.Tracking.__init__, "__wrapped__"))
+VerlInstrumentor().uninstrument()
+print("rl_insight" in t.Tracking.supported_backend, hasattr(t.Tracking.__init__, "__wrapped__"))
+"""
+    target = old_verl("0.8.0")
+    result = run_python(code, pythonpath=target)
+    assert result.stdout.split("\n")[:3] == ["False False", "True True", "False False"], result.stderr[-2000:]
+
+
+MAIN_PPO = """
+import os, verl
+import verl.trainer.main_ppo as main_ppo
+from omegaconf import OmegaConf
+from verl_rl_insight.propagation import prepare_driver_environment
+env = main_ppo.get_ppo_ray_runtime_env()["env_vars"]
+print(verl.__version__, env.get("RL_INSIGHT_SERVER_URL"), env.get("RL_INSIGHT_TOKEN"))
+prepare_driver_environment(OmegaConf.create({"trainer": {"logger": ["console", "rl_insight"]},
+                                             "rl_insight": {"plugins": {"metric_push": {"timeout_s": 3}}}}))
+print(os.environ.get("VERL_RL_INSIGHT_ENABLE"), os.environ.get("VERL_RL_INSIGHT_CONFIG"))
+"""
+
+
+def test_main_ppo_forwards_rl_insight_env_to_ray_workers_on_0_8_and_0_9():
+    env = {"RL_INSIGHT_SERVER_URL": "http://127.0.0.1:1", "RL_INSIGHT_TOKEN": "t0ken"}
+    for pythonpath, version in ((None, "0.9.1"), (old_verl("0.8.0"), "0.8.0")):
+        result = run_python(MAIN_PPO, env=env, pythonpath=pythonpath, timeout=300)
+        lines = result.stdout.strip().splitlines()
+        assert lines[-2] == f"{version} http://127.0.0.1:1 t0ken", result.stderr[-2000:]
+        assert lines[-1] == '1 {"plugins": {"metric_push": {"timeout_s": 3}}}'
