@@ -76,8 +76,9 @@ def test_hub_restarted_mid_run_every_step_arrives_in_prometheus(monkeypatch, tmp
 
     port = free_port()
     prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"])
-    hub = start_hub(port, tmp_path)
+    hub = None
     try:
+        hub = start_hub(port, tmp_path)
         monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"http://127.0.0.1:{port}")
         from verl.utils.tracking import Tracking
 
@@ -106,7 +107,8 @@ def test_hub_restarted_mid_run_every_step_arrives_in_prometheus(monkeypatch, tmp
                         what="every step in prometheus")
         assert seen == set(range(1, 31))
     finally:
-        stop_group(hub)
+        if hub is not None:
+            stop_group(hub)
         prometheus.stop()
 
 
