@@ -12,11 +12,11 @@ def _server_start(args):
     from .server import control
     from .server.settings import ServerSettings
 
+    disabled = [name for name in ("prometheus", "tempo", "grafana") if getattr(args, f"no_{name}")]
     try:
         settings = ServerSettings.load(args.config, bind=args.bind, port=args.port,
                                        prometheus_port=args.prometheus_port, data_dir=args.data_dir,
-                                       scrape_interval_s=args.scrape_interval,
-                                       prometheus=False if args.no_prometheus else None)
+                                       scrape_interval_s=args.scrape_interval, disable=disabled)
     except (OSError, ValueError, TypeError) as exc:
         print(f"rl-insight: bad server config: {exc}", file=sys.stderr)
         return 2
@@ -33,6 +33,99 @@ def _server_status(args):
     from .server import control
 
     return control.status()
+
+
+def _server_install(args):
+    from .server import installer
+    from .server.releases import SERVICES
+    from .server.settings import ServerSettings
+
+    try:
+        settings = ServerSettings.load(args.config)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"rl-insight: bad server config: {exc}", file=sys.stderr)
+        return 2
+    names = args.services or list(SERVICES)
+    unknown = sorted(set(names) - set(SERVICES))
+    if unknown:
+        print(f"rl-insight: unknown service(s) {', '.join(unknown)}; known: {', '.join(SERVICES)}", file=sys.stderr)
+        return 2
+    checksums = {}
+    for item in args.sha256 or ():
+        name, _, value = item.partition("=")
+        if name not in SERVICES or len(value) != 64:
+            print(f"rl-insight: --sha256 takes NAME=<64 hex digits>, got {item!r}", file=sys.stderr)
+            return 2
+        checksums[name] = value
+    failed = 0
+    for name in names:
+        try:
+            record = installer.install_one(name, local_archive=args.local_archive, mirror=args.mirror,
+                                           force=args.force, sha256=checksums.get(name),
+                                           overrides=settings.service(name))
+        except installer.InstallError as exc:
+            print(f"  {name:<11} FAILED: {exc}")
+            failed += 1
+            continue
+        print(f"  {name:<11} {record['version']:<9} {record['binary']}"
+              + (f"   ({record['note']})" if record.get("note") else f"   ({record['source']})"))
+    return 1 if failed else 0
+
+
+def _targets(args):
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from .config import ENV_SERVER_URL, ENV_TOKEN
+    from .server import control
+
+    base = args.server or os.environ.get(ENV_SERVER_URL)
+    if not base:
+        state = control.read_state()
+        base = state["local_hub_url"] if state else None
+    if not base:
+        print("rl-insight targets: no server found: start one, or give --server URL / RL_INSIGHT_SERVER_URL",
+              file=sys.stderr)
+        return 2
+    base = base.rstrip("/") + "/api/v1/targets"
+    headers = {"Content-Type": "application/json"}
+    token = os.environ.get(ENV_TOKEN)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    if args.targets_cmd == "add":
+        labels = {}
+        for item in args.label or ():
+            key, sep, value = item.partition("=")
+            if not sep:
+                print(f"rl-insight targets: --label takes KEY=VALUE, got {item!r}", file=sys.stderr)
+                return 2
+            labels[key] = value
+        body = json.dumps({"address": args.address, "job": args.job, "labels": labels, "ttl_s": args.ttl}).encode()
+        request = urllib.request.Request(base, data=body, method="POST", headers=headers)
+    elif args.targets_cmd == "remove":
+        query = urllib.parse.urlencode({"job": args.job, "address": args.address})
+        request = urllib.request.Request(f"{base}?{query}", method="DELETE", headers=headers)
+    else:
+        request = urllib.request.Request(base, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        print(f"rl-insight targets: {exc.code}: {json.loads(exc.read() or b'{}').get('error', exc.reason)}",
+              file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"rl-insight targets: cannot reach {base}: {exc}", file=sys.stderr)
+        return 2
+    if args.targets_cmd == "list":
+        for t in answer["targets"]:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(t["labels"].items()))
+            expiry = "static" if t["expires_in_s"] is None else f"expires in {t['expires_in_s']:.0f} s"
+            print(f"{t['job']:<20} {t['address']:<24} {labels:<40} {expiry}")
+    else:
+        print(json.dumps(answer))
+    return 0
 
 
 def _run(args):
@@ -88,7 +181,7 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="rl-insight", description="Real-time monitoring for verl RL training.")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
-    server = sub.add_parser("server", help="the monitoring server (metric hub, Prometheus)")
+    server = sub.add_parser("server", help="the monitoring server (metric hub, Prometheus, Tempo, Grafana)")
     server_sub = server.add_subparsers(dest="server_cmd", required=True)
     start = server_sub.add_parser("start", help="start the server and its services")
     start.add_argument("--detach", action="store_true", help="return once everything is ready")
@@ -98,10 +191,35 @@ def build_parser():
     start.add_argument("--port", type=int, help="metric hub / API port (default 18080)")
     start.add_argument("--prometheus-port", type=int, help="Prometheus port (default 9090)")
     start.add_argument("--scrape-interval", type=float, help="Prometheus scrape interval in seconds (default 5)")
-    start.add_argument("--no-prometheus", action="store_true", help="run the metric hub only")
+    for name in ("prometheus", "tempo", "grafana"):
+        start.add_argument(f"--no-{name}", action="store_true", help=f"do not run {name}")
     start.set_defaults(func=_server_start)
     server_sub.add_parser("stop", help="stop the server and every service it started").set_defaults(func=_server_stop)
-    server_sub.add_parser("status", help="what runs, where").set_defaults(func=_server_status)
+    server_sub.add_parser("status", help="every service: pid, health, restarts, version, data size"
+                          ).set_defaults(func=_server_status)
+    install = server_sub.add_parser("install", help="install Prometheus, Tempo, Grafana (pinned, sha256-verified)")
+    install.add_argument("services", nargs="*", help="prometheus, tempo, grafana (default: all)")
+    install.add_argument("--local-archive", metavar="DIR", help="take the release archives from DIR (offline)")
+    install.add_argument("--mirror", metavar="URL", help="download the release files from URL/<file name>")
+    install.add_argument("--force", action="store_true", help="reinstall even when installed or on the machine")
+    install.add_argument("--sha256", action="append", metavar="NAME=HEX",
+                         help="expected sha256 of a service's archive (where no checksum is pinned)")
+    install.add_argument("--config", help="server config (services.<name>.version / sha256 / url)")
+    install.set_defaults(func=_server_install)
+
+    targets = sub.add_parser("targets", help="scrape targets (node-exporter, dcgm-exporter, ...) of the server")
+    targets.add_argument("--server", help="server URL (default: RL_INSIGHT_SERVER_URL or the local server)")
+    targets_sub = targets.add_subparsers(dest="targets_cmd", required=True)
+    add = targets_sub.add_parser("add", help="add a target Prometheus should scrape")
+    add.add_argument("address", help="HOST:PORT")
+    add.add_argument("--job", required=True, help="e.g. node-exporter, dcgm-exporter, npu-exporter")
+    add.add_argument("--label", action="append", metavar="KEY=VALUE")
+    add.add_argument("--ttl", type=float, default=0, help="seconds until it expires (default 0: never)")
+    remove = targets_sub.add_parser("remove", help="remove a target")
+    remove.add_argument("address")
+    remove.add_argument("--job", required=True)
+    targets_sub.add_parser("list", help="list targets")
+    targets.set_defaults(func=_targets)
 
     run = sub.add_parser("run", help="run a command with monitoring activated: rl-insight run -- CMD ...")
     run.add_argument("command", nargs=argparse.REMAINDER)

@@ -1,4 +1,5 @@
-"""The server process: metric hub and API in this process, services as supervised children.
+"""The server process: metric hub, target registry and API in this process; Prometheus, Tempo
+and Grafana as supervised children.
 
 Run by ``rl-insight server start`` (in the foreground, or detached through
 ``python -m verl_rl_insight.server.app --settings-json ...``).
@@ -16,13 +17,16 @@ import sys
 import threading
 import time
 
-from . import prometheus
+from . import grafana, installer, prometheus, tempo
 from .http_api import ApiServer
 from .hub import MetricHub
-from .services import ManagedProcess
-from .settings import ServerSettings, default_home
+from .services import Service, Supervisor
+from .settings import SERVICE_NAMES, ServerSettings, default_home
+from .targets import TargetRegistry
 
 logger = logging.getLogger("verl_rl_insight.server")
+
+MODULES = {"prometheus": prometheus, "tempo": tempo, "grafana": grafana}
 
 
 class PortInUse(RuntimeError):
@@ -58,52 +62,91 @@ def check_port_free(bind, port, service):
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUse(f"port {port} ({service}) is already in use on {bind}; "
-                                f"stop what uses it or choose another port") from None
+                                f"stop what uses it or set another port in the server config") from None
             raise
+
+
+def service_ports(settings, name):
+    return {
+        "prometheus": [(settings.prometheus_port, "Prometheus")],
+        "tempo": [(settings.tempo_port, "Tempo HTTP"), (settings.tempo_grpc_port, "Tempo gRPC"),
+                  (settings.otlp_http_port, "OTLP/HTTP"), (settings.otlp_grpc_port, "OTLP/gRPC")],
+        "grafana": [(settings.grafana_port, "Grafana")],
+    }[name]
+
+
+def fix_command(name):
+    if name == "prometheus":
+        return "rl-insight server install prometheus   (or: apt-get install -y prometheus)"
+    return f"rl-insight server install {name}   (offline: --local-archive DIR)"
 
 
 class Server:
     def __init__(self, settings):
         self.settings = settings
         self.hub = MetricHub()
+        self.targets = TargetRegistry(settings.data_path / "targets.json")
         self.api = None
         self.services = {}
-        self.missing = {}   # service -> (what is missing, the command that fixes it)
-        self._stopped = threading.Event()
+        self.missing = {}   # service -> [what is missing, the command that fixes it]
+        self.supervisor = None
+        self.on_change = None
 
     def start(self):
         s = self.settings
         s.data_path.mkdir(parents=True, exist_ok=True)
         check_port_free(s.bind, s.port, "metric hub")
-        self.api = ApiServer((s.bind, s.port), self.hub, token=s.token)
+        for name in SERVICE_NAMES:
+            if s.enabled(name):
+                for port, what in service_ports(s, name):
+                    check_port_free(s.bind, port, what)
+        self.api = ApiServer((s.bind, s.port), self.hub, token=s.token, targets=self.targets,
+                             services=self.service_status)
         threading.Thread(target=self.api.serve_forever, name="api", daemon=True).start()
-        if s.prometheus:
-            self._start_prometheus()
+        for name in SERVICE_NAMES:
+            if s.enabled(name):
+                self._start_service(name)
+        self.supervisor = Supervisor(self.services, on_restart=lambda service: self.on_change and self.on_change())
+        self.supervisor.start()
         return self
 
-    def _start_prometheus(self):
+    def _start_service(self, name):
         s = self.settings
-        binary = prometheus.find_binary()
-        if binary is None:
-            self.missing["prometheus"] = ("no prometheus binary on PATH", "apt-get install -y prometheus")
+        found = installer.resolve(name, s.service(name).get("binary"))
+        if found is None:
+            configured = s.service(name).get("binary")
+            what = f"configured binary {configured} is not executable" if configured else f"{name} is not installed"
+            self.missing[name] = [what, fix_command(name)]
             return
-        check_port_free(s.bind, s.prometheus_port, "Prometheus")
-        config_path = s.data_path / "prometheus.yml"
-        config_path.write_text(prometheus.render_config(s))
-        url = f"http://{prometheus.connect_host(s.bind)}:{s.prometheus_port}"
-        service = ManagedProcess("prometheus", prometheus.command(binary, s, config_path),
-                                 s.data_path / "logs" / "prometheus.log", ready_url=url + "/-/ready")
-        service.url = url
+        module = MODULES[name]
+        if name == "grafana":
+            config_path = grafana.write_files(s)
+        else:
+            config_path = s.data_path / ("prometheus.yml" if name == "prometheus" else "tempo.yaml")
+            config_path.write_text(module.render_config(s))
+        host = prometheus.connect_host(s.bind)
+        port = {"prometheus": s.prometheus_port, "tempo": s.tempo_port, "grafana": s.grafana_port}[name]
+        url = f"http://{host}:{port}"
+        service = Service(name, module.command(found["binary"], s, config_path), s.data_path / "logs" / f"{name}.log",
+                          ready_url=url + module.HEALTH_PATH, url=url, version=found.get("version"),
+                          binary=found["binary"], data_dir=s.data_path / name, cwd=str(s.data_path))
         service.start()
-        self.services["prometheus"] = service
+        self.services[name] = service
 
-    def wait_ready(self, timeout_s=30.0):
-        failed = [name for name, svc in self.services.items() if not svc.wait_ready(timeout_s)]
-        for name in failed:
-            self.missing[name] = (f"{name} did not become ready; see {self.services[name].log_path}", "")
-        return not failed
+    def wait_ready(self, timeout_s=60.0):
+        """Wait for every started service; a service that does not come up is reported missing."""
+        for name, service in list(self.services.items()):
+            if not service.wait_ready(timeout_s):
+                self.missing[name] = [f"{name} did not become ready; see {service.log_path}", ""]
+        return not self.missing
 
-    def status(self):
+    def service_status(self):
+        status = {name: svc.status() for name, svc in self.services.items()}
+        for name, (what, fix) in self.missing.items():
+            status.setdefault(name, {}).update({"missing": what, "fix": fix})
+        return status
+
+    def state(self):
         s = self.settings
         ip = advertise_ip(s)
         return {
@@ -113,39 +156,55 @@ class Server:
             "server_ip": ip,
             "hub_url": f"http://{ip}:{s.port}",
             "local_hub_url": f"http://{prometheus.connect_host(s.bind)}:{s.port}",
-            "services": {name: {"pid": svc.process.pid, "url": getattr(svc, "url", None)}
+            "public_urls": {
+                "prometheus": f"http://{ip}:{s.prometheus_port}",
+                "tempo": f"http://{ip}:{s.tempo_port}",
+                "otlp_http": f"http://{ip}:{s.otlp_http_port}",
+                "otlp_grpc": f"{ip}:{s.otlp_grpc_port}",
+                "grafana": f"http://{ip}:{s.grafana_port}",
+            },
+            "services": {name: {"pid": svc.pid, "binary": svc.binary, "url": svc.url, "version": svc.version}
                          for name, svc in self.services.items()},
             "missing": self.missing,
             "token": bool(s.token),
-            "settings": dataclasses.asdict(s) | {"token": "***" if s.token else ""},
+            "grafana_default_password": s.grafana_admin_password == "admin",
+            "grafana_admin_user": s.grafana_admin_user,
+            "settings": dataclasses.asdict(s) | {"token": "***" if s.token else "",
+                                                 "grafana_admin_password": "***"},
         }
 
     def stop(self):
-        if self._stopped.is_set():
-            return
-        self._stopped.set()
-        for svc in self.services.values():
-            svc.stop()
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        else:
+            for svc in self.services.values():
+                svc.stop()
         if self.api is not None:
             self.api.shutdown()
             self.api.server_close()
 
 
+def write_state(server):
+    path = state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(server.state(), indent=2))
+    tmp.replace(path)
+
+
 def run(settings, on_ready=None):
-    """Start everything, write the state file, call ``on_ready(status)``, serve until SIGTERM/SIGINT."""
+    """Start everything, write the state file, call ``on_ready(state)``, serve until SIGTERM/SIGINT."""
     server = Server(settings)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
         server.start()
+        server.on_change = lambda: write_state(server)
         server.wait_ready()
-        status = server.status()
-        path = state_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(status, indent=2))
+        write_state(server)
         if on_ready is not None:
-            on_ready(status)
+            on_ready(server.state())
         stop.wait()
     finally:
         server.stop()

@@ -7,38 +7,58 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 from . import app
-from .services import http_ok, pid_alive
+from .services import http_ok, pid_alive, pid_runs, stop_process_group
 from .settings import default_home
 
+START_TIMEOUT_S = 180
 
-def read_state():
-    """The running server's state, or None. A state file left by a crashed server is removed."""
+
+def read_state(out=sys.stderr):
+    """The running server's state, or None. A state file left by a crashed server is cleaned up:
+    services it had started and that still run are ended, then the file is removed."""
     path = app.state_path()
     try:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    if not pid_alive(state.get("pid", -1)):
-        print(f"rl-insight: removing stale state file {path} (server pid {state.get('pid')} is gone)",
-              file=sys.stderr)
-        path.unlink(missing_ok=True)
-        return None
-    return state
+    if pid_alive(state.get("pid", -1)):
+        return state
+    print(f"rl-insight: the server (pid {state.get('pid')}) is gone; cleaning up its state file {path}", file=out)
+    _stop_orphans(state, out)
+    path.unlink(missing_ok=True)
+    return None
 
 
-def panel(status):
-    lines = [f"rl-insight server running (pid {status['pid']})",
-             f"  server IP    {status['server_ip']}",
-             f"  metric hub   {status['hub_url']}/metrics   (trainers push to {status['hub_url']}/api/v1/push)"]
-    for name, svc in status["services"].items():
-        lines.append(f"  {name:<12} {svc['url']}")
-    for name, (what, fix) in status["missing"].items():
-        lines.append(f"  {name:<12} NOT RUNNING: {what}" + (f"; fix: {fix}" if fix else ""))
-    lines.append("  token        " + ("required for pushes (RL_INSIGHT_TOKEN)" if status["token"]
-                                       else "not set: anyone who reaches the port can push"))
-    lines += ["", "On every training node:", f"  export RL_INSIGHT_SERVER_URL={status['hub_url']}"]
+def _stop_orphans(state, out):
+    for name, svc in (state.get("services") or {}).items():
+        if pid_runs(svc.get("pid"), svc.get("binary", "")):
+            print(f"rl-insight: stopping {name} (pid {svc['pid']}) left running by the crashed server", file=out)
+            stop_process_group(svc["pid"])
+
+
+def panel(state):
+    urls = state["public_urls"]
+    services = state["services"]
+    lines = [f"rl-insight server running (pid {state['pid']})",
+             f"  server IP    {state['server_ip']}",
+             f"  metric hub   {state['hub_url']}/metrics   (trainers push to {state['hub_url']}/api/v1/push)"]
+    if "grafana" in services:
+        note = (f"login {state['grafana_admin_user']} / admin: DEFAULT PASSWORD, set grafana_admin_password "
+                "in the server config" if state["grafana_default_password"] else f"login {state['grafana_admin_user']}")
+        lines.append(f"  Grafana      {urls['grafana']}   ({note}; folder RL-Insight)")
+    if "prometheus" in services:
+        lines.append(f"  Prometheus   {urls['prometheus']}")
+    if "tempo" in services:
+        lines.append(f"  Tempo        {urls['tempo']}   (queries)")
+        lines.append(f"  OTLP         {urls['otlp_http']}/v1/traces (HTTP), {urls['otlp_grpc']} (gRPC)")
+    for name, (what, fix) in state["missing"].items():
+        lines.append(f"  {name:<12} NOT RUNNING: {what}" + (f"\n               fix: {fix}" if fix else ""))
+    lines.append("  token        " + ("required for writes (RL_INSIGHT_TOKEN)" if state["token"]
+                                       else "not set: anyone who reaches the port can push (set RL_INSIGHT_TOKEN)"))
+    lines += ["", "On every training node:", f"  export RL_INSIGHT_SERVER_URL={state['hub_url']}"]
     return "\n".join(lines)
 
 
@@ -50,13 +70,17 @@ def start(settings, detach=False, out=sys.stdout):
               "`rl-insight server stop` first", file=out)
         return 2
     if not detach:
-        def on_ready(status):
-            print(panel(status) + "\n\nCtrl+C stops the server.", file=out, flush=True)
+        result = {}
+
+        def on_ready(state):
+            result["missing"] = bool(state["missing"])
+            print(panel(state) + "\n\nCtrl+C stops the server and every service.", file=out, flush=True)
         try:
-            return app.run(settings, on_ready=on_ready)
+            app.run(settings, on_ready=on_ready)
         except app.PortInUse as exc:
             print(f"rl-insight server: {exc}", file=out)
             return 2
+        return 1 if result.get("missing") else 0
     log_path = settings.data_path / "logs" / "server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -64,39 +88,43 @@ def start(settings, detach=False, out=sys.stdout):
             [sys.executable, "-m", "verl_rl_insight.server.app",
              "--settings-json", json.dumps(dataclasses.asdict(settings))],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            print(f"rl-insight server failed to start (exit {process.returncode}):\n"
-                  + _tail(log_path), file=out)
+            print(f"rl-insight server failed to start (exit {process.returncode}):\n" + _tail(log_path), file=out)
             return 2
-        state = read_state()
+        try:
+            state = json.loads(app.state_path().read_text())
+        except (OSError, ValueError):
+            state = None
         if state is not None and state.get("pid") == process.pid and http_ok(state["local_hub_url"] + "/-/ready"):
             print(panel(state), file=out)
             return 1 if state["missing"] else 0
         time.sleep(0.1)
-    print(f"rl-insight server did not become ready within 60 s; see {log_path}", file=out)
+    print(f"rl-insight server did not become ready within {START_TIMEOUT_S} s; see {log_path}", file=out)
     return 2
 
 
-def stop(out=sys.stdout, timeout_s=15.0):
+def stop(out=sys.stdout, timeout_s=20.0):
     state = read_state()
     if state is None:
         print("rl-insight server is not running", file=out)
         return 0
-    pgid = state.get("pgid", state["pid"])
     try:
-        os.killpg(pgid, signal.SIGTERM) if pgid != os.getpgid(0) else os.kill(state["pid"], signal.SIGTERM)
+        os.kill(state["pid"], signal.SIGTERM)  # the server stops its services itself
     except ProcessLookupError:
         pass
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and pid_alive(state["pid"]):
         time.sleep(0.1)
     if pid_alive(state["pid"]):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        print(f"rl-insight server (pid {state['pid']}) did not stop in {timeout_s:.0f} s; killing it", file=out)
+        stop_process_group(state["pgid"], 1.0)
+    try:  # services restarted after the state was read have new pids: read again
+        state = json.loads(app.state_path().read_text()) if app.state_path().exists() else state
+    except (OSError, ValueError):
+        pass
+    _stop_orphans(state, out)
     app.state_path().unlink(missing_ok=True)
     print(f"rl-insight server (pid {state['pid']}) stopped", file=out)
     return 0
@@ -108,9 +136,24 @@ def status(out=sys.stdout):
         print(f"rl-insight server is not running (no state in {default_home()})", file=out)
         return 3
     print(panel(state), file=out)
-    for name, svc in state["services"].items():
-        print(f"  {name}: pid {svc['pid']} {'alive' if pid_alive(svc['pid']) else 'DEAD'}", file=out)
-    return 0
+    try:
+        with urllib.request.urlopen(state["local_hub_url"] + "/api/v1/services", timeout=5) as response:
+            services = json.loads(response.read())["services"]
+    except Exception as exc:
+        print(f"\n  (cannot ask the server for service details: {exc})", file=out)
+        return 1
+    print("\n  service      pid      health    restarts  version   data", file=out)
+    unhealthy = False
+    for name, svc in services.items():
+        if "missing" in svc and not svc.get("pid"):
+            print(f"  {name:<12} -        missing   -         -         -", file=out)
+            unhealthy = True
+            continue
+        unhealthy |= not svc["healthy"]
+        size = "-" if svc.get("data_bytes") is None else f"{svc['data_bytes'] / 2**20:.1f} MiB"
+        print(f"  {name:<12} {svc['pid']:<8} {'healthy' if svc['healthy'] else 'DOWN':<9} {svc['restarts']:<9} "
+              f"{svc.get('version') or '?':<9} {size}", file=out)
+    return 1 if unhealthy else 0
 
 
 def _tail(path, lines=20):

@@ -3,15 +3,24 @@
 GET  /metrics               the hub's exposition, for Prometheus
 GET  /-/healthy, /-/ready   liveness / readiness
 GET  /api/v1/streams        what the hub holds, per project / experiment
-POST /api/v1/push           {"batches": [...]} from trainers (token required when one is set)
+POST /api/v1/push           {"batches": [...]} from trainers
+GET  /api/v1/targets        registered scrape targets
+POST /api/v1/targets        {"address", "job", "labels", "ttl_s"}: register or heartbeat
+DELETE /api/v1/targets?job=J&address=A
+GET  /api/v1/sd             the targets in Prometheus http_sd format
+GET  /api/v1/services       every service: pid, health, restarts, version, data size
+
+With a token set, every POST / DELETE needs ``Authorization: Bearer <token>`` (else 401).
 """
 
 import hmac
 import json
 import logging
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .hub import PushError
+from .targets import TargetError, TargetRegistry
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -23,8 +32,9 @@ class ApiServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, hub, token=None, max_body_bytes=MAX_BODY_BYTES):
+    def __init__(self, address, hub, token=None, max_body_bytes=MAX_BODY_BYTES, targets=None, services=None):
         self.hub = hub
+        self.targets = targets if targets is not None else TargetRegistry()
         self.token = token or None
         self.max_body_bytes = max_body_bytes
         self.routes_get = {
@@ -32,9 +42,36 @@ class ApiServer(ThreadingHTTPServer):
             "/-/healthy": lambda handler: (200, "text/plain", b"ok\n"),
             "/-/ready": lambda handler: (200, "text/plain", b"ready\n"),
             "/api/v1/streams": lambda handler: _json(200, {"streams": hub.streams()}),
+            "/api/v1/targets": lambda handler: _json(200, {"targets": self.targets.list()}),
+            "/api/v1/sd": lambda handler: _json(200, self.targets.http_sd()),
+            "/api/v1/services": lambda handler: _json(200, {"services": services() if services else {}}),
         }
-        self.routes_post = {"/api/v1/push": self._post_push}
+        self.routes_post = {"/api/v1/push": self._post_push, "/api/v1/targets": self._post_target}
+        self.routes_delete = {"/api/v1/targets": self._delete_target}
         super().__init__(address, ApiHandler)
+
+    def _post_target(self, handler):
+        body = handler.read_body()
+        if body is None:
+            return None
+        try:
+            item = json.loads(body)
+            if not isinstance(item, dict):
+                raise TargetError('body must be an object {"address", "job", "labels", "ttl_s"}')
+            record = self.targets.register(item.get("address"), item.get("job"), item.get("labels") or {},
+                                           item.get("ttl_s", 90.0))
+        except (ValueError, UnicodeDecodeError) as exc:  # TargetError is a ValueError
+            return _json(400, {"error": str(exc)})
+        return _json(200, record)
+
+    def _delete_target(self, handler):
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(handler.path).query)
+        job, address = query.get("job", [None])[0], query.get("address", [None])[0]
+        if not job or not address:
+            return _json(400, {"error": "give ?job=JOB&address=HOST:PORT"})
+        if not self.targets.remove(address, job):
+            return _json(404, {"error": f"no target {job} {address}"})
+        return _json(200, {"removed": {"job": job, "address": address}})
 
     def _get_metrics(self, handler):
         scraper = (handler.client_address[0], handler.headers.get("User-Agent", ""))
@@ -72,15 +109,18 @@ class ApiHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         self._dispatch(self.server.routes_post, write=True)
 
+    def do_DELETE(self):
+        self._dispatch(self.server.routes_delete, write=True)
+
     def _dispatch(self, routes, write):
         path = self.path.split("?", 1)[0]
         route = routes.get(path)
         if route is None:
-            known = self.server.routes_post if write else self.server.routes_get
-            other = self.server.routes_get if write else self.server.routes_post
-            if path in other:
-                return self.respond(*_json(405, {"error": f"method not allowed on {path}"}))
-            return self.respond(*_json(404, {"error": f"no such endpoint {path}", "endpoints": sorted(known)}))
+            every = (self.server.routes_get, self.server.routes_post, self.server.routes_delete)
+            if any(path in table for table in every):
+                return self.respond(*_json(405, {"error": f"method {self.command} not allowed on {path}"}))
+            known = sorted(set().union(*every))
+            return self.respond(*_json(404, {"error": f"no such endpoint {path}", "endpoints": known}))
         if write and self.server.token and not self._authorized():
             self.close_connection = True
             return self.respond(*_json(401, {"error": "missing or wrong token (Authorization: Bearer <RL_INSIGHT_TOKEN>)"}))

@@ -1,13 +1,8 @@
 """Prometheus as a service of the rl-insight server: its config and its command line."""
 
-import shutil
-
 import yaml
 
-
-def find_binary():
-    """The prometheus executable on PATH (the Debian package puts it there), or None."""
-    return shutil.which("prometheus")
+HEALTH_PATH = "/-/ready"
 
 
 def connect_host(bind):
@@ -15,18 +10,29 @@ def connect_host(bind):
     return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
 
 
-def render_config(settings):
-    """prometheus.yml: scrape the hub, keeping the labels (and timestamps) it exposes."""
+def render_config(settings, rule_files=()):
+    """prometheus.yml: the hub (keeping its labels and timestamps) and every registered target
+    through http_sd, so a Prometheus of your own can use the same two jobs."""
     interval = f"{int(settings.scrape_interval_s * 1000)}ms"
+    hub = f"{connect_host(settings.bind)}:{settings.port}"
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
-        "scrape_configs": [{
-            "job_name": "rl_insight_hub",
-            "honor_labels": True,
-            "honor_timestamps": True,
-            "static_configs": [{"targets": [f"{connect_host(settings.bind)}:{settings.port}"]}],
-        }],
+        "scrape_configs": [
+            {
+                "job_name": "rl_insight_hub",
+                "honor_labels": True,
+                "honor_timestamps": True,
+                "static_configs": [{"targets": [hub]}],
+            },
+            {
+                # job, replica, engine, project, ... come from the registry as target labels
+                "job_name": "rl_insight_targets",
+                "http_sd_configs": [{"url": f"http://{hub}/api/v1/sd", "refresh_interval": interval}],
+            },
+        ],
     }
+    if rule_files:
+        config["rule_files"] = [str(p) for p in rule_files]
     return yaml.safe_dump(config, sort_keys=False)
 
 

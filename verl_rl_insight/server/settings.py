@@ -1,10 +1,17 @@
-"""Server settings: defaults < YAML file (--config) < command-line options."""
+"""Server settings: defaults < YAML file (--config) < command-line options.
+
+One YAML file holds every port, the bind address, retention, the data dir and, under
+``services.<name>``, per-service overrides: ``enabled``, ``binary`` (run this executable),
+``version`` / ``sha256`` / ``url`` (what ``server install`` fetches).
+"""
 
 import dataclasses
 import os
 from pathlib import Path
 
 import yaml
+
+SERVICE_NAMES = ("prometheus", "tempo", "grafana")
 
 
 def default_home():
@@ -15,23 +22,51 @@ def default_home():
 class ServerSettings:
     bind: str = "0.0.0.0"           # address every service listens on
     advertise_host: str = ""        # what trainers should use; found automatically when empty
-    port: int = 18080
+    port: int = 18080               # metric hub and API
     prometheus_port: int = 9090
-    prometheus: bool = True         # run Prometheus when a binary is found
+    tempo_port: int = 3200          # Tempo HTTP API (queries, /ready)
+    tempo_grpc_port: int = 9095     # Tempo's internal gRPC server
+    otlp_http_port: int = 4318      # OTLP/HTTP traces into Tempo
+    otlp_grpc_port: int = 4317      # OTLP/gRPC traces into Tempo
+    grafana_port: int = 3000
     scrape_interval_s: float = 5.0
-    retention: str = "30d"
+    retention: str = "30d"          # Prometheus and Tempo
     data_dir: str = ""
-    token: str = ""
+    token: str = ""                 # RL_INSIGHT_TOKEN: required on every write endpoint when set
+    grafana_admin_user: str = "admin"
+    grafana_admin_password: str = "admin"
+    grafana_anonymous_viewer: bool = True
+    services: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if not self.data_dir:
             self.data_dir = str(default_home() / "data")
         if not self.token:
             self.token = os.environ.get("RL_INSIGHT_TOKEN", "")
+        if not isinstance(self.services, dict):
+            raise ValueError("services must be a mapping of service name to settings")
+        unknown = sorted(set(self.services) - set(SERVICE_NAMES))
+        if unknown:
+            raise ValueError(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(SERVICE_NAMES)}")
+        ports = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.endswith("port")}
+        for name, value in ports.items():
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+                raise ValueError(f"{name} must be a port number (1-65535), got {value!r}")
+        taken = {}
+        for name, value in ports.items():
+            if value in taken:
+                raise ValueError(f"{name} and {taken[value]} are both {value}")
+            taken[value] = name
 
     @property
     def data_path(self):
         return Path(self.data_dir).expanduser()
+
+    def service(self, name):
+        return dict(self.services.get(name) or {})
+
+    def enabled(self, name):
+        return bool(self.service(name).get("enabled", True))
 
     @classmethod
     def load(cls, config_file=None, **overrides):
@@ -48,5 +83,11 @@ class ServerSettings:
                 raise ValueError(f"{config_file}: unknown setting(s) {', '.join(unknown)}; "
                                  f"known: {', '.join(sorted(known))}")
             values.update(loaded)
+        disabled = overrides.pop("disable", None) or ()
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if disabled:
+            services = {k: dict(v or {}) for k, v in (values.get("services") or {}).items()}
+            for name in disabled:
+                services.setdefault(name, {})["enabled"] = False
+            values["services"] = services
         return cls(**values)

@@ -1,0 +1,231 @@
+"""``rl-insight server install``: pinned, verified, atomic installs of Prometheus, Tempo, Grafana.
+
+Order of preference per service: an explicit binary in the server config, an earlier install
+under ``~/.rl-insight/services``, a compatible binary already on the machine (PATH, the Debian
+``prometheus`` package, ``/usr/share/grafana``), then a download (or ``--local-archive DIR``).
+Nothing is extracted before its sha256 matches; nothing counts as installed before the
+manifest ``services/<name>.json`` is written, the last step.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from .releases import RELEASES, compatible, parse_version, release
+from .settings import default_home
+
+SYSTEM_CANDIDATES = {
+    "prometheus": ["prometheus"],
+    "tempo": ["tempo"],
+    "grafana": ["/usr/share/grafana/bin/grafana", "grafana", "grafana-server"],
+}
+
+
+class InstallError(RuntimeError):
+    """An install that did not happen; the message says why and what to do."""
+
+
+def services_dir():
+    return default_home() / "services"
+
+
+def binary_version(path, name):
+    try:
+        result = subprocess.run([str(path), *RELEASES[name]["version_args"]], capture_output=True, text=True,
+                                timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_version(result.stdout + "\n" + result.stderr)
+
+
+def system_binary(name):
+    """(path, version) of a compatible binary already on this machine, else None."""
+    for candidate in SYSTEM_CANDIDATES[name]:
+        path = candidate if os.path.isabs(candidate) else shutil.which(candidate)
+        if path and os.access(path, os.X_OK):
+            version = binary_version(path, name)
+            if compatible(version, RELEASES[name]["minimum"]):
+                return path, version
+    return None
+
+
+def installed(name):
+    """The manifest of an install under services/, if its binary is still there."""
+    try:
+        record = json.loads((services_dir() / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record if os.access(record.get("binary", ""), os.X_OK) else None
+
+
+def resolve(name, configured_binary=None):
+    """Where to run service ``name`` from: {"binary", "version", "source"} or None."""
+    if configured_binary:
+        if not os.access(configured_binary, os.X_OK):
+            return None
+        return {"binary": configured_binary, "version": binary_version(configured_binary, name), "source": "config"}
+    record = installed(name)
+    if record:
+        return record
+    found = system_binary(name)
+    if found:
+        return {"binary": found[0], "version": found[1], "source": "system"}
+    return None
+
+
+def _progress(out, name, done, total, started):
+    if out is None:
+        return
+    rate = done / max(time.monotonic() - started, 1e-6) / 2**20
+    if total:
+        filled = int(30 * done / total)
+        text = f"\r  {name:<11} [{'#' * filled}{' ' * (30 - filled)}] {100 * done / total:5.1f}% " \
+               f"{done / 2**20:7.1f}/{total / 2**20:.1f} MiB {rate:6.1f} MiB/s"
+    else:
+        text = f"\r  {name:<11} {done / 2**20:7.1f} MiB {rate:6.1f} MiB/s"
+    out.write(text)
+    out.flush()
+
+
+def download(url, dest, name, out=None, timeout_s=60):
+    """Stream ``url`` into ``dest`` (a .part file first); returns the sha256. Leaves nothing on failure."""
+    part = dest.with_name(dest.name + ".part")
+    digest = hashlib.sha256()
+    done = 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response, open(part, "wb") as f:
+            total = int(response.headers.get("Content-Length") or 0)
+            started = time.monotonic()
+            last = 0.0
+            while True:
+                chunk = response.read(1 << 16)
+                if not chunk:
+                    break
+                f.write(chunk)
+                digest.update(chunk)
+                done += len(chunk)
+                if time.monotonic() - last > 0.2:
+                    _progress(out, name, done, total, started)
+                    last = time.monotonic()
+            _progress(out, name, done, total, started)
+            if out is not None:
+                out.write("\n")
+            if total and done != total:
+                raise InstallError(f"download of {url} was cut off after {done} of {total} bytes; "
+                                   "nothing was installed, run the command again")
+        part.replace(dest)
+    except InstallError:
+        part.unlink(missing_ok=True)
+        raise
+    except Exception as exc:
+        part.unlink(missing_ok=True)
+        raise InstallError(f"download of {url} failed after {done} bytes ({type(exc).__name__}: {exc}); "
+                           "nothing was installed. Offline? Use --local-archive DIR") from None
+    return digest.hexdigest()
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def safe_extract(archive, dest):
+    """Extract a .tar.gz into ``dest``; refuses members that would land, or link, outside it."""
+    dest = Path(dest).resolve()
+    with tarfile.open(archive, "r:*") as tar:
+        members = tar.getmembers()
+        for member in members:
+            target = (dest / member.name).resolve()
+            if member.name.startswith("/") or not _inside(target, dest):
+                raise InstallError(f"{archive.name}: member {member.name!r} would be written outside the "
+                                   "install folder; archive refused")
+            if member.issym() or member.islnk():
+                base = target.parent if member.issym() else dest
+                link = (base / member.linkname).resolve()
+                if os.path.isabs(member.linkname) or not _inside(link, dest):
+                    raise InstallError(f"{archive.name}: link {member.name!r} -> {member.linkname!r} points "
+                                       "outside the install folder; archive refused")
+            elif not (member.isfile() or member.isdir()):
+                raise InstallError(f"{archive.name}: member {member.name!r} is not a file, folder or link; "
+                                   "archive refused")
+        for member in members:
+            tar.extract(member, dest, set_attrs=True, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+
+
+def _inside(path, folder):
+    return path == folder or folder in path.parents
+
+
+def install_one(name, local_archive=None, mirror=None, force=False, sha256=None, overrides=None, out=sys.stderr):
+    """Install service ``name``; returns the manifest. Raises InstallError, leaving any earlier install intact."""
+    if not force:
+        record = installed(name)
+        if record:
+            return dict(record, note="already installed")
+        found = system_binary(name)
+        if found:
+            record = {"binary": found[0], "version": found[1], "source": "system"}
+            _write_manifest(name, record)
+            return dict(record, note=f"uses the compatible {name} {found[1]} already on this machine")
+    rel = release(name, overrides=overrides)
+    expected = (sha256 or rel["sha256"] or "").lower() or None
+    if expected is None:
+        raise InstallError(f"{name} {rel['version']}: this rl-insight release has no verified sha256 for "
+                           f"{rel['file']}; pass --sha256 {name}=<sha256 from the release page> to install it")
+    root = services_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-{name}-", dir=root))
+    try:
+        if local_archive:
+            archive = Path(local_archive) / rel["file"]
+            if not archive.is_file():
+                raise InstallError(f"{name}: {archive} not found; --local-archive expects the release file "
+                                   f"{rel['file']} (download it from {rel['url']})")
+            actual = file_sha256(archive)
+        else:
+            url = f"{mirror.rstrip('/')}/{rel['file']}" if mirror else rel["url"]
+            archive = staging / rel["file"]
+            actual = download(url, archive, name, out=out)
+        if actual != expected:
+            raise InstallError(f"{name}: checksum mismatch for {rel['file']}: expected {expected}, got {actual}; "
+                               "nothing was installed")
+        tree = staging / "tree"
+        tree.mkdir()
+        safe_extract(archive, tree)
+        binary = tree / rel["binary"]
+        if not binary.is_file():
+            raise InstallError(f"{name}: {rel['file']} has no {rel['binary']}; nothing was installed")
+        binary.chmod(binary.stat().st_mode | 0o755)
+        final = root / f"{name}-{rel['version']}"
+        old = None
+        if final.exists():
+            old = root / f".old-{name}-{os.getpid()}-{int(time.time())}"
+            final.rename(old)
+        tree.rename(final)
+        record = {"binary": str(final / rel["binary"]), "version": rel["version"], "source": "download"
+                  if not local_archive else "local-archive", "sha256": actual, "file": rel["file"]}
+        _write_manifest(name, record)   # the commit point
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return record
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write_manifest(name, record):
+    path = services_dir() / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    tmp.replace(path)

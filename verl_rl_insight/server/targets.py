@@ -1,0 +1,121 @@
+"""TargetRegistry: scrape targets that trainers and users register, served to Prometheus as http_sd.
+
+A target is (job, address) with labels. Targets registered with a TTL (what trainers do for
+rollout replicas) disappear unless they are registered again within it: targets of a finished
+run leave the list by themselves. ``ttl_s = 0`` targets (``rl-insight targets add``) stay, and
+are kept across server restarts in ``targets.json`` under the data dir.
+"""
+
+import json
+import re
+import threading
+import time
+
+from ..metric_batch import LABEL_NAME_RE
+
+JOB_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.-]{0,63}$")
+HOST_RE = re.compile(r"^[a-zA-Z0-9.\-]{1,253}$|^\[[0-9a-fA-F:]+\]$")
+MAX_TARGETS = 10_000
+
+
+class TargetError(ValueError):
+    pass
+
+
+def check_address(address):
+    if not isinstance(address, str) or ":" not in address:
+        raise TargetError(f"address must be host:port, got {address!r}")
+    host, _, port = address.rpartition(":")
+    if not HOST_RE.match(host) or not port.isdigit() or not 0 < int(port) < 65536:
+        raise TargetError(f"address must be host:port (no scheme or path), got {address!r}")
+    return address
+
+
+def check_target(address, job, labels, ttl_s):
+    check_address(address)
+    if not isinstance(job, str) or not JOB_RE.match(job):
+        raise TargetError(f"job must match {JOB_RE.pattern}, got {job!r}")
+    if not isinstance(labels, dict) or len(labels) > 16:
+        raise TargetError("labels must be an object of at most 16 labels")
+    clean = {}
+    for name, value in labels.items():
+        if not isinstance(name, str) or not LABEL_NAME_RE.match(name) or name.startswith("__") or name == "job":
+            raise TargetError(f"invalid label name {name!r}")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise TargetError(f"label {name} must be a string")
+        value = str(value)
+        if len(value) > 256 or any(ord(c) < 0x20 for c in value):
+            raise TargetError(f"label {name} must be at most 256 printable characters")
+        clean[name] = value
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or ttl_s < 0 or ttl_s > 7 * 86400:
+        raise TargetError("ttl_s must be a number of seconds between 0 (no expiry) and 604800")
+    return clean
+
+
+class TargetRegistry:
+    def __init__(self, store_path=None, clock=time.monotonic):
+        self.store_path = store_path
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._targets = {}  # (job, address) -> {"labels", "ttl_s", "expires"}
+        self._load()
+
+    def register(self, address, job, labels=None, ttl_s=90.0):
+        """Add or refresh a target (a heartbeat is the same call). Returns its record."""
+        labels = check_target(address, job, labels or {}, ttl_s)
+        with self._lock:
+            self._expire()
+            key = (job, address)
+            if key not in self._targets and len(self._targets) >= MAX_TARGETS:
+                raise TargetError(f"at most {MAX_TARGETS} targets")
+            expires = None if not ttl_s else self.clock() + ttl_s
+            self._targets[key] = {"labels": labels, "ttl_s": ttl_s, "expires": expires}
+            if not ttl_s:
+                self._save()
+            return self._record(key)
+
+    def remove(self, address, job):
+        with self._lock:
+            removed = self._targets.pop((job, address), None)
+            if removed is not None and not removed["ttl_s"]:
+                self._save()
+            return removed is not None
+
+    def list(self):
+        with self._lock:
+            self._expire()
+            return [self._record(key) for key in sorted(self._targets)]
+
+    def http_sd(self):
+        """The target groups in Prometheus' http_sd format (``job`` as a target label)."""
+        return [{"targets": [t["address"]], "labels": dict(t["labels"], job=t["job"])} for t in self.list()]
+
+    def _record(self, key):
+        entry = self._targets[key]
+        expires_in = None if entry["expires"] is None else round(entry["expires"] - self.clock(), 1)
+        return {"job": key[0], "address": key[1], "labels": dict(entry["labels"]), "ttl_s": entry["ttl_s"],
+                "expires_in_s": expires_in}
+
+    def _expire(self):
+        now = self.clock()
+        for key in [k for k, e in self._targets.items() if e["expires"] is not None and e["expires"] <= now]:
+            del self._targets[key]
+
+    def _save(self):
+        if self.store_path is None:
+            return
+        static = [{"job": j, "address": a, "labels": e["labels"]} for (j, a), e in sorted(self._targets.items())
+                  if not e["ttl_s"]]
+        tmp = self.store_path.with_name(self.store_path.name + ".tmp")
+        tmp.write_text(json.dumps(static, indent=2))
+        tmp.replace(self.store_path)
+
+    def _load(self):
+        if self.store_path is None or not self.store_path.exists():
+            return
+        try:
+            for item in json.loads(self.store_path.read_text()):
+                labels = check_target(item["address"], item["job"], item.get("labels") or {}, 0)
+                self._targets[(item["job"], item["address"])] = {"labels": labels, "ttl_s": 0, "expires": None}
+        except (ValueError, KeyError, TypeError, TargetError) as exc:
+            raise TargetError(f"{self.store_path} is damaged ({exc}); fix or remove it") from None

@@ -1,0 +1,55 @@
+"""Tempo as a service of the rl-insight server: tempo.yaml (OTLP in on 4318/4317, local storage)."""
+
+import re
+
+import yaml
+
+HEALTH_PATH = "/ready"
+
+
+def retention_hours(retention):
+    """Prometheus-style retention (``30d``, ``12h``, ``2w``) as Tempo's hours string."""
+    match = re.fullmatch(r"(\d+)([hdw])", str(retention).strip())
+    if not match:
+        raise ValueError(f"retention must look like 30d, 12h or 2w, got {retention!r}")
+    hours = int(match.group(1)) * {"h": 1, "d": 24, "w": 168}[match.group(2)]
+    return f"{hours}h"
+
+
+def render_config(settings):
+    data = settings.data_path / "tempo"
+    config = {
+        "stream_over_http_enabled": True,
+        "server": {
+            "http_listen_address": settings.bind,
+            "http_listen_port": settings.tempo_port,
+            "grpc_listen_address": settings.bind,
+            "grpc_listen_port": settings.tempo_grpc_port,
+            "log_level": "info",
+        },
+        "distributor": {
+            "receivers": {
+                "otlp": {
+                    "protocols": {
+                        "http": {"endpoint": f"{settings.bind}:{settings.otlp_http_port}"},
+                        "grpc": {"endpoint": f"{settings.bind}:{settings.otlp_grpc_port}"},
+                    }
+                }
+            }
+        },
+        "ingester": {"max_block_duration": "5m"},
+        "compactor": {"compaction": {"block_retention": retention_hours(settings.retention)}},
+        "storage": {
+            "trace": {
+                "backend": "local",
+                "wal": {"path": str(data / "wal")},
+                "local": {"path": str(data / "blocks")},
+            }
+        },
+        "usage_report": {"reporting_enabled": False},
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def command(binary, settings, config_path):
+    return [binary, f"-config.file={config_path}"]
