@@ -176,10 +176,11 @@ def pid_runs(pid, binary):
         return False
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
+            argv = f.read().decode(errors="replace").split("\0")
     except OSError:
         return False
-    return os.path.basename(argv0) == os.path.basename(str(binary))
+    # argv[1] too: a script started through its #! line shows its interpreter first
+    return os.path.basename(str(binary)) in {os.path.basename(a) for a in argv[:2]}
 
 
 def dir_size(path):

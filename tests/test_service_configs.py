@@ -1,0 +1,83 @@
+"""What the server renders for Prometheus, Tempo and Grafana (Tempo and Grafana cannot run
+here: their files are checked for what the real programs need)."""
+
+import configparser
+
+import pytest
+import yaml
+
+from verl_rl_insight.grafana import DASHBOARDS_DIR
+from verl_rl_insight.server import grafana, prometheus, tempo
+from verl_rl_insight.server.settings import ServerSettings
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return ServerSettings(bind="127.0.0.1", port=18181, prometheus_port=19191, tempo_port=13200,
+                          otlp_http_port=14318, otlp_grpc_port=14317, grafana_port=13000, retention="2w",
+                          data_dir=str(tmp_path / "data"), grafana_admin_password="pw")
+
+
+def test_prometheus_scrapes_the_hub_and_the_registered_targets(settings):
+    config = yaml.safe_load(prometheus.render_config(settings))
+    hub, targets = config["scrape_configs"]
+    assert hub["static_configs"] == [{"targets": ["127.0.0.1:18181"]}]
+    assert hub["honor_labels"] is True and hub["honor_timestamps"] is True
+    assert targets["http_sd_configs"][0]["url"] == "http://127.0.0.1:18181/api/v1/sd"
+    assert config["global"]["scrape_interval"] == "5000ms"
+
+
+def test_tempo_receives_otlp_on_the_configured_ports_and_keeps_data_under_the_data_dir(settings):
+    config = yaml.safe_load(tempo.render_config(settings))
+    otlp = config["distributor"]["receivers"]["otlp"]["protocols"]
+    assert otlp["http"]["endpoint"] == "127.0.0.1:14318"
+    assert otlp["grpc"]["endpoint"] == "127.0.0.1:14317"
+    assert config["server"]["http_listen_port"] == 13200
+    assert config["storage"]["trace"]["backend"] == "local"
+    assert config["storage"]["trace"]["local"]["path"].startswith(settings.data_dir)
+    assert config["storage"]["trace"]["wal"]["path"].startswith(settings.data_dir)
+    assert config["compactor"]["compaction"]["block_retention"] == "336h"
+    with pytest.raises(ValueError, match="retention"):
+        tempo.retention_hours("forever")
+
+
+def test_grafana_ini_and_provisioning(settings):
+    ini_path = grafana.write_files(settings)
+    ini = configparser.ConfigParser(interpolation=None)
+    ini.read(ini_path)
+    assert ini["server"]["http_port"] == "13000" and ini["server"]["http_addr"] == "127.0.0.1"
+    assert ini["security"]["admin_password"] == "pw"
+    assert ini["paths"]["provisioning"] == str(settings.data_path / "grafana" / "provisioning")
+    assert ini["analytics"]["reporting_enabled"] == "false"
+    assert oct(ini_path.stat().st_mode & 0o777) == "0o600"
+    provisioning = settings.data_path / "grafana" / "provisioning"
+    sources = yaml.safe_load((provisioning / "datasources" / "rl-insight.yaml").read_text())["datasources"]
+    by_uid = {s["uid"]: s for s in sources}
+    assert by_uid["rl-insight-prometheus"]["type"] == "prometheus"
+    assert by_uid["rl-insight-prometheus"]["url"] == "http://127.0.0.1:19191"
+    assert by_uid["rl-insight-tempo"]["type"] == "tempo"
+    assert by_uid["rl-insight-tempo"]["url"] == "http://127.0.0.1:13200"
+    [provider] = yaml.safe_load((provisioning / "dashboards" / "rl-insight.yaml").read_text())["providers"]
+    assert provider["folder"] == "RL-Insight" and provider["options"]["path"] == str(DASHBOARDS_DIR)
+
+
+def test_grafana_command_for_a_release_tree_and_for_debian(tmp_path, settings):
+    home = tmp_path / "grafana-v11.2.0"
+    (home / "bin").mkdir(parents=True)
+    (home / "conf").mkdir()
+    (home / "conf" / "defaults.ini").write_text("")
+    (home / "bin" / "grafana").write_text("")
+    argv = grafana.command(str(home / "bin" / "grafana"), settings, "/x/grafana.ini")
+    assert argv[1:] == ["server", f"--homepath={home}", "--config=/x/grafana.ini"]
+    assert grafana.command("/usr/sbin/grafana-server", settings, "/x/g.ini")[1] == "--homepath=/usr/share/grafana"
+
+
+def test_server_settings_reject_bad_files(tmp_path):
+    bad = tmp_path / "s.yaml"
+    bad.write_text("port: 18080\ngrafana_prot: 3000\n")
+    with pytest.raises(ValueError, match="unknown setting"):
+        ServerSettings.load(str(bad))
+    with pytest.raises(ValueError, match="both 3000"):
+        ServerSettings(grafana_port=3000, prometheus_port=3000)
+    with pytest.raises(ValueError, match="unknown service"):
+        ServerSettings(services={"jaeger": {}})
