@@ -31,7 +31,8 @@ def free_port():
 
 
 def start_hub(port, data_dir):
-    settings = {"bind": "127.0.0.1", "port": port, "prometheus": False, "data_dir": data_dir}
+    settings = {"bind": "127.0.0.1", "port": port, "data_dir": data_dir,
+                "services": {name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")}}
     process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app", "--settings-json",
                                 json.dumps(settings)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)

@@ -23,6 +23,7 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
     env = dict(os.environ)
     started = cli("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port),
                   "--prometheus-port", str(prom_port), "--scrape-interval", "1", "--data-dir", str(tmp_path / "data"),
+                  "--no-tempo", "--no-grafana",
                   env=env)
     try:
         assert started.returncode == 0, started.stdout + started.stderr
@@ -62,7 +63,8 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
 
 def start_hub(port, tmp_path):
     """The real server process (hub only: Prometheus is the test's own, so it outlives the hub)."""
-    settings = {"bind": "127.0.0.1", "port": port, "prometheus": False, "data_dir": str(tmp_path / "data")}
+    settings = {"bind": "127.0.0.1", "port": port, "data_dir": str(tmp_path / "data"),
+                "services": {name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")}}
     process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app", "--settings-json",
                                 json.dumps(settings)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                start_new_session=True)

@@ -238,3 +238,30 @@ def test_foreground_server_stops_everything_on_ctrl_c(server_config):
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_prometheus_data_survives_a_server_restart(server_config):
+    require_prometheus()
+    path, config = server_config
+    config["services"] = {"tempo": {"enabled": False}, "grafana": {"enabled": False}}
+    path.write_text(yaml.safe_dump(config))
+    hub = f"http://127.0.0.1:{config['port']}"
+    prom = f"http://127.0.0.1:{config['prometheus_port']}"
+
+    def stored():
+        status, body = http("GET", prom + "/api/v1/query?query=rl_insight_monitor_persisted[1h]")
+        return json.loads(body)["data"]["result"] if status == 200 else []
+
+    assert cli("server", "start", "--detach", "--config", str(path)).returncode == 0
+    try:
+        batch = {"project": "p", "experiment_name": "persist", "step": 1, "metrics": {"rl_insight_monitor_persisted": 7}}
+        assert http("POST", hub + "/api/v1/push", json.dumps({"batches": [batch]}).encode())[0] == 200
+        wait_for(stored, 20, what="first scrape")
+    finally:
+        cli("server", "stop")
+    assert cli("server", "start", "--detach", "--config", str(path)).returncode == 0
+    try:
+        [series] = wait_for(stored, 20, what="old samples after the restart")
+        assert float(series["values"][0][1]) == 7.0
+    finally:
+        cli("server", "stop")

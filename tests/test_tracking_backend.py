@@ -151,3 +151,18 @@ def test_streams_endpoint_lists_what_the_hub_holds(hub_server, monkeypatch):
     tracking.finish()
     body = json.loads(wait_for(lambda: http("GET", server.url + "/api/v1/streams")[1], what="streams"))
     assert body["streams"][0]["step"] == 5 and body["streams"][0]["series"] == 2
+
+
+def test_monitoring_that_cannot_start_does_not_stop_tracking(monkeypatch, caplog):
+    from verl.utils.tracking import Tracking
+    from verl_rl_insight import runtime
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(runtime, "start", broken)
+    tracking = Tracking("proj", "broken-start", default_backend=["console", "rl_insight"])
+    tracking.log({"x": 1.0}, step=1)                     # console still logs, nothing raises
+    assert "rl_insight" not in tracking.logger
+    assert "monitoring could not start" in caplog.text
+    tracking.finish()

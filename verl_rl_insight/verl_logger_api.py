@@ -7,9 +7,27 @@ package being installed.
 """
 
 import contextlib
+import functools
+import logging
 import time
 
 from . import runtime
+
+logger = logging.getLogger("verl_rl_insight")
+_failed = set()
+
+
+def _never_raises(function):
+    """verl calls these from its rollout and training paths: a failure here is logged once, never raised."""
+    @functools.wraps(function)
+    def guarded(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except Exception:
+            if function.__name__ not in _failed:
+                _failed.add(function.__name__)
+                logger.exception("rl-insight: %s failed; training goes on", function.__name__)
+    return guarded
 
 __version__ = "0.3.0"  # the RL-Insight API level implemented here (verl checks >= 0.3.0)
 
@@ -21,6 +39,7 @@ def _runtime_and_run():
     return rt, (_run or rt.current_run())
 
 
+@_never_raises
 def init(project=None, experiment_name=None, config=None, **_):
     global _run
     rt = runtime.start(trainer_config={"rl_insight": dict(config)} if config else None)
@@ -28,6 +47,7 @@ def init(project=None, experiment_name=None, config=None, **_):
         _run = rt.run(project, experiment_name)
 
 
+@_never_raises
 def metric_gauge(name, value, **_):
     rt, run = _runtime_and_run()
     rt.hook.rl_insight_log_metrics(run=run, metrics={name: value}, step=None, timestamp=time.time())
@@ -42,6 +62,7 @@ def trace_state(state_name, state_lane_id=None, **labels):
         trace_span(state_name, start_ns, time.time_ns(), dict(labels, state_lane_id=state_lane_id))
 
 
+@_never_raises
 def trace_span(name, start_time_ns, end_time_ns, attributes=None):
     rt, run = _runtime_and_run()
     attributes = dict(attributes or {})
@@ -50,6 +71,7 @@ def trace_span(name, start_time_ns, end_time_ns, attributes=None):
                                   start_ns=start_time_ns, end_ns=end_time_ns, attributes=attributes)
 
 
+@_never_raises
 def update_prometheus_config(server_addresses, job_name=None, labels=None):
     rt, run = _runtime_and_run()
     labels = list(labels or [])
@@ -59,5 +81,6 @@ def update_prometheus_config(server_addresses, job_name=None, labels=None):
                                            labels={str(k): str(v) for k, v in extra.items()})
 
 
+@_never_raises
 def finish():
     runtime.shutdown()

@@ -1,11 +1,15 @@
 """verl.utils.tracking: accept ``rl_insight`` as a backend on every verl, and route verl
 0.9's own ``RLInsightLogger`` into this package."""
 
+import logging
+
 import wrapt
 
 from .. import verl_logger_api
-from . import unwrap
 from ..tracking_backend import RLInsightBackend
+from . import unwrap
+
+logger = logging.getLogger("verl_rl_insight")
 
 BACKEND = "rl_insight"
 
@@ -21,9 +25,16 @@ def _tracking_init(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     # Built before verl's own init so that verl 0.9's RLInsightLogger finds the runtime
     # configured from the full trainer config.
-    backend = RLInsightBackend(project, experiment, config)
+    try:
+        backend = RLInsightBackend(project, experiment, config)
+    except Exception:  # monitoring must never stop the training job
+        logger.exception("rl-insight: monitoring could not start; training goes on without it")
+        backend = None
     result = wrapped(*args, **kwargs)
-    instance.logger[BACKEND] = backend
+    if backend is not None:
+        instance.logger[BACKEND] = backend
+    else:
+        instance.logger.pop(BACKEND, None)
     return result
 
 
