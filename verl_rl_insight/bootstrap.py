@@ -12,11 +12,24 @@ import os
 
 ENV_AUTOLOAD = "VERL_RL_INSIGHT_AUTOLOAD"
 
-# verl module -> the hooks module that patches it
-TARGETS = {
-    "verl.utils.tracking": "verl_rl_insight.hooks.tracking",
-    "verl.trainer.main_ppo": "verl_rl_insight.hooks.main_ppo",
-}
+# (verl module, the hooks module that patches it)
+TARGETS = [
+    ("verl.utils.tracking", "verl_rl_insight.hooks.tracking"),
+    ("verl.trainer.main_ppo", "verl_rl_insight.hooks.main_ppo"),
+    ("verl.workers.rollout.llm_server", "verl_rl_insight.hooks.server_managers"),
+    ("verl.experimental.agent_loop.agent_loop", "verl_rl_insight.hooks.server_managers"),
+    ("verl.workers.rollout.vllm_rollout.vllm_async_server", "verl_rl_insight.hooks.rollout_servers"),
+    ("verl.workers.rollout.sglang_rollout.async_sglang_server", "verl_rl_insight.hooks.rollout_servers"),
+    *((module, "verl_rl_insight.hooks.phase_timers") for module in (
+        "verl.utils.profiler", "verl.utils.debug", "verl.trainer.ppo.ray_trainer", "verl.trainer.main_ppo_sync",
+        "verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.v1.trainer_sync",
+        "verl.trainer.ppo.v1.trainer_colocate_async", "verl.trainer.ppo.v1.trainer_separate_async",
+        "verl.experimental.fully_async_policy.fully_async_trainer",
+        "verl.experimental.fully_async_policy.fully_async_rollouter",
+        "verl.experimental.one_step_off_policy.ray_trainer", "verl.experimental.separation.ray_trainer",
+        "recipe.fully_async_policy.fully_async_trainer", "recipe.fully_async_policy.fully_async_rollouter",
+        "recipe.one_step_off_policy.ray_trainer")),
+]
 
 _registered = False
 _hooks_registered = False
@@ -48,10 +61,10 @@ def activate():
     _registered = True
     if not _hooks_registered:
         _hooks_registered = True
-        for target, hooks_module in TARGETS.items():
+        for target, hooks_module in TARGETS:
             wrapt.register_post_import_hook(_installer(hooks_module), target)
     else:  # re-activation after deactivate(): the hooks exist, patch what is imported already
-        for target, hooks_module in TARGETS.items():
+        for target, hooks_module in TARGETS:
             if target in sys.modules:
                 _installer(hooks_module)(sys.modules[target])
 
@@ -80,7 +93,7 @@ def deactivate():
     import sys
 
     _registered = False
-    for target, hooks_module in TARGETS.items():
+    for target, hooks_module in TARGETS:
         module = sys.modules.get(target)
         if module is not None:
             importlib.import_module(hooks_module).uninstall(module)

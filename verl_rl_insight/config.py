@@ -34,6 +34,16 @@ DEFAULTS = {
             "resend_window_s": 30.0,   # on an outage, batches delivered this recently are sent again
             "flush_timeout_s": 10.0,
         },
+        "state_timeline": {
+            "enabled": True,
+            "otlp_endpoint": None,     # default: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, else server host:otlp_port
+            "otlp_port": 4318,
+            "max_queue_spans": 8192,   # spans waiting for export; beyond, new ones are dropped and counted
+            "batch_spans": 512,
+            "export_interval_s": 1.0,
+        },
+        "rollout_engines": {"enabled": True, "target_ttl_s": 90.0},
+        "transfer_queue": {"enabled": True},
     },
 }
 

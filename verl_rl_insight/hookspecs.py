@@ -28,8 +28,29 @@ def rl_insight_export_batch(batch):
 
 
 @hookspec
+def rl_insight_run_start(run, trainer_config):
+    """A verl ``Tracking`` was created for ``run``; ``trainer_config`` is verl's config as a dict (or None)."""
+
+
+@hookspec
+def rl_insight_state_enter(run, name, lane, start_ns, attributes):
+    """An RL state (a trainer phase) begins on timeline lane ``lane``; states on one lane and thread nest."""
+
+
+@hookspec
+def rl_insight_state_exit(run, name, lane, end_ns, attributes):
+    """The innermost open state ``name`` on lane ``lane`` of this thread ends; ``attributes`` add to it."""
+
+
+@hookspec
 def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes):
-    """A finished RL state interval (phase or generate call) on timeline lane ``lane``."""
+    """A finished RL state interval (a generate call, verl's trace_span) on timeline lane ``lane``."""
+
+
+@hookspec
+def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats):
+    """verl started rollout replicas (``addresses[i]`` is replica ``replica_ranks[i]``); ``log_stats`` is
+    ``not disable_log_stats``: whether they serve engine metrics at ``/metrics``."""
 
 
 @hookspec

@@ -24,6 +24,9 @@ ENV_ALLOW_LIST = "VERL_RL_INSIGHT_PLUGINS"
 DEFAULT_PLUGINS = (
     "verl_rl_insight.plugins.trainer_metrics",
     "verl_rl_insight.plugins.metric_push",
+    "verl_rl_insight.plugins.state_timeline",
+    "verl_rl_insight.plugins.rollout_engines",
+    "verl_rl_insight.plugins.transfer_queue",
 )
 
 

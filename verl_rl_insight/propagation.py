@@ -4,6 +4,7 @@ import json
 import os
 
 from .config import ENV_CONFIG_JSON, ENV_PREFIXES, hydra_block
+from .runtime import ENV_EXPERIMENT, ENV_PROJECT
 from .tracking_backend import ENV_VERL_ENABLE
 
 
@@ -24,6 +25,12 @@ def prepare_driver_environment(trainer_config):
     block = hydra_block(trainer_config)
     if block:
         os.environ[ENV_CONFIG_JSON] = json.dumps(block)
+    trainer = trainer_config.get("trainer") if trainer_config is not None else None
+    if trainer is not None:  # rollout replicas have no Tracking: they label their data with these
+        if trainer.get("project_name"):
+            os.environ[ENV_PROJECT] = str(trainer.get("project_name"))
+        if trainer.get("experiment_name"):
+            os.environ[ENV_EXPERIMENT] = str(trainer.get("experiment_name"))
 
 
 def forwarded_environment(environ=None):

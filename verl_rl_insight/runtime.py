@@ -16,6 +16,10 @@ from .manager import build_plugin_manager
 
 logger = logging.getLogger("verl_rl_insight")
 
+# Set by hooks/main_ppo.py from the trainer config, for processes that have no Tracking.
+ENV_PROJECT = "VERL_RL_INSIGHT_PROJECT"
+ENV_EXPERIMENT = "VERL_RL_INSIGHT_EXPERIMENT"
+
 
 class RunInfo(NamedTuple):
     """Who is logging: the labels every series of the run carries."""
@@ -47,7 +51,9 @@ class Runtime:
         return info
 
     def current_run(self):
-        return next(reversed(self.runs.values()), None) or self.run(None, None)
+        """The run this process logs for: the last one seen, else the one the driver published."""
+        return next(reversed(self.runs.values()), None) or self.run(os.environ.get(ENV_PROJECT),
+                                                                     os.environ.get(ENV_EXPERIMENT))
 
     def _collect_loop(self):
         interval = float(self.config.collect_interval_s)

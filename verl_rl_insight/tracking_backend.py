@@ -23,6 +23,7 @@ class RLInsightBackend:
         self._run = self._runtime.run(project_name, experiment_name)
         self._log_metrics = self._runtime.hook.rl_insight_log_metrics
         self._failed = False
+        self._runtime.hook.rl_insight_run_start(run=self._run, trainer_config=config)
 
     def log(self, data, step):
         try:
