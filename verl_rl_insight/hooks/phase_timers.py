@@ -53,12 +53,12 @@ class PhaseState:
         return self.inner.__exit__(*exc)
 
 
-def _hook(name, **kwargs):
+def _hook(hook_name, **kwargs):
     rt = runtime.get_runtime()
     if rt is None:
         return
     try:
-        getattr(rt.hook, name)(run=rt.current_run(), **kwargs)
+        getattr(rt.hook, hook_name)(run=rt.current_run(), **kwargs)
     except Exception:  # a phase of training is never stopped by monitoring
         pass
 

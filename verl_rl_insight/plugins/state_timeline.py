@@ -16,6 +16,8 @@ import threading
 import time
 import urllib.parse
 
+from opentelemetry.sdk.trace import SpanProcessor
+
 from ..config import plugin_settings
 from ..hookspecs import hookimpl
 from ..metric_batch import MetricBatch
@@ -29,6 +31,10 @@ SPAN_NAMES = {
     "old_log_prob": "actor old_log_prob", "ref": "ref log_prob", "values": "critic values",
     "adv": "advantage compute", "update_critic": "critic update", "update_actor": "actor update",
     "update_weights": "weights sync", "save_checkpoint": "checkpoint save", "testing": "validation",
+    # DistProfiler.annotate roles (verl >= 0.9, on worker lanes rank_<n>)
+    "actor_update": "actor update", "actor_compute_log_prob": "actor log_prob",
+    "ref_compute_log_prob": "ref log_prob", "rollout": "rollout generate", "async_rollout": "rollout generate",
+    "train_batch": "train batch", "forward_backward": "forward backward",
 }
 
 _tracer = None
@@ -58,7 +64,7 @@ def otlp_endpoint(config, environ=None):
     return None
 
 
-class CountingSpanProcessor:
+class CountingSpanProcessor(SpanProcessor):
     """A batching span processor whose queue drops (and counts) instead of blocking or silently losing."""
 
     def __init__(self, exporter, max_queue=8192, batch_size=512, interval_s=1.0):
@@ -137,6 +143,8 @@ class CountingSpanProcessor:
 def rl_insight_configure(config):
     global _tracer, _processor
     _tracer = _processor = None
+    with _durations_lock:
+        _durations.clear()
     endpoint = otlp_endpoint(config)
     if endpoint is None:
         logger.warning("rl-insight: no OTLP endpoint (no server URL, no OTEL_EXPORTER_OTLP_ENDPOINT): "
