@@ -11,24 +11,7 @@ import types
 
 import pytest
 
-from tests.helpers import REPO, free_port, http, old_verl, require_prometheus, wait_for
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True,
-                          timeout=240)
-
-
-@pytest.fixture
-def monitoring_server(tmp_path):
-    require_prometheus()
-    hub, prom = free_port(), free_port()
-    started = cli("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub), "--prometheus-port",
-                  str(prom), "--scrape-interval", "1", "--data-dir", str(tmp_path / "data"), "--no-tempo",
-                  "--no-grafana")
-    assert started.returncode == 0, started.stdout + started.stderr
-    yield f"http://127.0.0.1:{hub}", f"http://127.0.0.1:{prom}"
-    cli("server", "stop")
+from tests.helpers import REPO, http, old_verl, wait_for
 
 
 def start_driver(engine, replicas, experiment, hub_url, disable_log_stats=False, pythonpath=None):
