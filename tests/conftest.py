@@ -24,11 +24,11 @@ def isolated_environment(monkeypatch, tmp_path):
 
 
 class HubUnderTest:
-    def __init__(self, token=None, **hub_kwargs):
+    def __init__(self, token=None, info=None, **hub_kwargs):
         self.hub = MetricHub(**hub_kwargs)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = ApiServer(("127.0.0.1", self.port), self.hub, token=token)
+        self.server = ApiServer(("127.0.0.1", self.port), self.hub, token=token, info=info)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

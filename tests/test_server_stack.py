@@ -96,6 +96,8 @@ def test_start_supervise_discover_and_stop(server_config):
 
         status = cli("server", "status")
         assert status.returncode == 0, status.stdout
+        info = json.loads(http("GET", f"http://127.0.0.1:{config['port']}/api/v1/info")[1])
+        assert info["otlp_traces"] == f"http://127.0.0.1:{config['otlp_http_port']}/v1/traces"
         assert "prometheus" in status.stdout and "DOWN" not in status.stdout
 
         # a target registered through the API reaches Prometheus through http_sd

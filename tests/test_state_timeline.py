@@ -53,7 +53,8 @@ def one_training_step(marked_timer, step):
 
 
 def test_trainer_phases_become_nested_spans_with_step_and_labels(receiver, hub_server, monkeypatch):
-    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", hub_server().url)
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
     from verl.trainer.ppo import ray_trainer
     from verl.utils.tracking import Tracking
 
@@ -77,6 +78,12 @@ def test_trainer_phases_become_nested_spans_with_step_and_labels(receiver, hub_s
         assert attrs["verl.step"] == 7 and attrs["state_lane_id"] == "trainer" and attrs["pid"] > 0
         assert attrs["node"]
     assert step["resource"]["service.name"] == "verl"
+    # phase time as metrics too, per state and lane
+    from tests.helpers import http
+
+    text = http("GET", server.url + "/metrics")[1].decode()
+    [line] = [x for x in text.splitlines() if x.startswith("rl_insight_state_count_total{") and 'state="gen"' in x]
+    assert 'lane="trainer"' in line and 'experiment_name="timeline"' in line and line.endswith(" 1.0")
 
 
 @pytest.mark.parametrize("module_name", sorted(TRAINER_MODULES))
@@ -215,3 +222,20 @@ def test_otlp_endpoint_resolution_order(monkeypatch):
                          environ={})
     assert state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://t:1"}) \
         == "http://o/v1/traces"
+
+
+def test_spans_go_to_the_otlp_endpoint_the_server_announces(hub_server, monkeypatch):
+    receiver = OtlpReceiver()
+    try:
+        server = hub_server(info=lambda: {"otlp_traces": receiver.url})
+        monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)   # no OTEL_* variable, no otlp_endpoint
+        import verl_rl_insight
+
+        verl_rl_insight.init("proj", "announced")
+        with verl_rl_insight.state("gen", lane="trainer"):
+            pass
+        verl_rl_insight.finish()
+        [span] = wait_for(lambda: receiver.by_state("gen"), 10, what="span at the announced endpoint")
+        assert span["attributes"]["experiment_name"] == "announced"
+    finally:
+        receiver.close()

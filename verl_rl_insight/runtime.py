@@ -58,13 +58,16 @@ class Runtime:
     def _collect_loop(self):
         interval = float(self.config.collect_interval_s)
         while not self._stop.wait(interval):
-            run = self.current_run()
-            try:
-                for batches in self.hook.rl_insight_collect(run=run):
-                    for batch in batches or ():
-                        self.hook.rl_insight_export_batch(batch=batch)
-            except Exception:
-                logger.exception("rl-insight: a sampler failed; sampling goes on")
+            self.collect()
+
+    def collect(self):
+        """One round of the samplers, exported; also run once more at shutdown."""
+        try:
+            for batches in self.hook.rl_insight_collect(run=self.current_run()):
+                for batch in batches or ():
+                    self.hook.rl_insight_export_batch(batch=batch)
+        except Exception:
+            logger.exception("rl-insight: a sampler failed; sampling goes on")
 
     def shutdown(self, timeout_s=None):
         """Flush every plugin (at most ``timeout_s``, default ``metric_push.flush_timeout_s``), once."""
@@ -74,6 +77,8 @@ class Runtime:
         self._stop.set()
         if timeout_s is None:
             timeout_s = float(self.config.plugins.metric_push.get("flush_timeout_s", 10.0))
+        if self._collector is not None:
+            self.collect()   # the last counters of a short run
         try:
             self.hook.rl_insight_shutdown(timeout_s=timeout_s)
         except Exception:

@@ -50,6 +50,7 @@ def span_name(state):
 
 
 def otlp_endpoint(config, environ=None):
+    """Where spans go; for a server URL alone, the default that ``announced_endpoint`` refines."""
     environ = os.environ if environ is None else environ
     settings = plugin_settings(config, "state_timeline")
     if settings.get("otlp_endpoint"):
@@ -62,6 +63,44 @@ def otlp_endpoint(config, environ=None):
         host = urllib.parse.urlsplit(str(config.server_url)).hostname
         return f"http://{host}:{int(settings.get('otlp_port', 4318))}/v1/traces"
     return None
+
+
+def explicit_endpoint(config, environ=None):
+    environ = os.environ if environ is None else environ
+    return bool(plugin_settings(config, "state_timeline").get("otlp_endpoint")
+                or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+class AnnouncedEndpointExporter:
+    """Asks the rl-insight server (``/api/v1/info``) where its OTLP receiver is, on the first export,
+    on the span thread; falls back to the server's host and ``otlp_port``."""
+
+    def __init__(self, server_url, fallback, make_exporter):
+        self.server_url = server_url.rstrip("/")
+        self.fallback = fallback
+        self.make_exporter = make_exporter
+        self.exporter = None
+
+    @property
+    def _endpoint(self):
+        return getattr(self.exporter, "_endpoint", self.fallback)
+
+    def export(self, spans):
+        if self.exporter is None:
+            endpoint = self.fallback
+            try:
+                import requests
+
+                announced = requests.get(self.server_url + "/api/v1/info", timeout=2).json().get("otlp_traces")
+                endpoint = announced or endpoint
+            except Exception:
+                pass
+            self.exporter = self.make_exporter(endpoint)
+        return self.exporter.export(spans)
+
+    def shutdown(self):
+        if self.exporter is not None:
+            self.exporter.shutdown()
 
 
 class CountingSpanProcessor(SpanProcessor):
@@ -158,7 +197,13 @@ def rl_insight_configure(config):
     provider = TracerProvider(resource=Resource.create({"service.name": "verl", "host.name": _host,
                                                         "process.pid": os.getpid()}))
     headers = {"Authorization": f"Bearer {config.token}"} if config.get("token") else None
-    _processor = CountingSpanProcessor(OTLPSpanExporter(endpoint=endpoint, timeout=5, headers=headers),
+
+    def make_exporter(url):
+        return OTLPSpanExporter(endpoint=url, timeout=5, headers=headers)
+
+    exporter = make_exporter(endpoint) if explicit_endpoint(config) else \
+        AnnouncedEndpointExporter(str(config.server_url), endpoint, make_exporter)
+    _processor = CountingSpanProcessor(exporter,
                                        max_queue=int(settings.get("max_queue_spans", 8192)),
                                        batch_size=int(settings.get("batch_spans", 512)),
                                        interval_s=float(settings.get("export_interval_s", 1.0)))

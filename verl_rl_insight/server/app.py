@@ -101,7 +101,7 @@ class Server:
                 for port, what in service_ports(s, name):
                     check_port_free(s.bind, port, what)
         self.api = ApiServer((s.bind, s.port), self.hub, token=s.token, targets=self.targets,
-                             services=self.service_status)
+                             services=self.service_status, info=self.info)
         threading.Thread(target=self.api.serve_forever, name="api", daemon=True).start()
         for name in SERVICE_NAMES:
             if s.enabled(name):
@@ -139,6 +139,13 @@ class Server:
             if not service.wait_ready(timeout_s):
                 self.missing[name] = [f"{name} did not become ready; see {service.log_path}", ""]
         return not self.missing
+
+    def info(self):
+        """What trainers are told: where to send traces, where people look."""
+        urls = self.state()["public_urls"]
+        return {"otlp_traces": urls["otlp_http"] + "/v1/traces", "tempo": urls["tempo"],
+                "prometheus": urls["prometheus"], "grafana": urls["grafana"],
+                "services": sorted(self.services)}
 
     def service_status(self):
         status = {name: svc.status() for name, svc in self.services.items()}

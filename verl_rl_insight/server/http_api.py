@@ -9,6 +9,7 @@ POST /api/v1/targets        {"address", "job", "labels", "ttl_s"}: register or h
 DELETE /api/v1/targets?job=J&address=A
 GET  /api/v1/sd             the targets in Prometheus http_sd format
 GET  /api/v1/services       every service: pid, health, restarts, version, data size
+GET  /api/v1/info           the endpoints the server announces (OTLP for traces, Grafana, ...)
 
 With a token set, every POST / DELETE needs ``Authorization: Bearer <token>`` (else 401).
 """
@@ -32,7 +33,8 @@ class ApiServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address, hub, token=None, max_body_bytes=MAX_BODY_BYTES, targets=None, services=None):
+    def __init__(self, address, hub, token=None, max_body_bytes=MAX_BODY_BYTES, targets=None, services=None,
+                 info=None):
         self.hub = hub
         self.targets = targets if targets is not None else TargetRegistry()
         self.token = token or None
@@ -45,6 +47,7 @@ class ApiServer(ThreadingHTTPServer):
             "/api/v1/targets": lambda handler: _json(200, {"targets": self.targets.list()}),
             "/api/v1/sd": lambda handler: _json(200, self.targets.http_sd()),
             "/api/v1/services": lambda handler: _json(200, {"services": services() if services else {}}),
+            "/api/v1/info": lambda handler: _json(200, info() if info else {}),
         }
         self.routes_post = {"/api/v1/push": self._post_push, "/api/v1/targets": self._post_target}
         self.routes_delete = {"/api/v1/targets": self._delete_target}
