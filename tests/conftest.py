@@ -1,3 +1,4 @@
+import json
 import os
 import threading
 
@@ -19,6 +20,9 @@ def isolated_environment(monkeypatch, tmp_path):
         if key.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_")):
             monkeypatch.delenv(key)
     monkeypatch.setenv("RL_INSIGHT_HOME", str(tmp_path / "home"))
+    # The hardware sampler pushes host series of its own every few seconds; tests that count
+    # streams or pushes would see them. tests/test_hardware.py turns it back on.
+    monkeypatch.setenv("VERL_RL_INSIGHT_CONFIG", json.dumps({"plugins": {"hardware": {"enabled": False}}}))
     yield
     runtime.shutdown(timeout_s=2)
 

@@ -64,7 +64,7 @@ def require_prometheus():
 class Prometheus:
     """A real Prometheus scraping the given targets every second, in its own process group."""
 
-    def __init__(self, tmp_path, targets):
+    def __init__(self, tmp_path, targets, rule_files=()):
         binary = require_prometheus()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -73,6 +73,7 @@ class Prometheus:
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": [{"job_name": "hub", "honor_labels": True,
                                 "static_configs": [{"targets": list(targets)}]}],
+            "rule_files": [str(p) for p in rule_files],
         }))
         self.log = open(tmp_path / "prometheus-test.log", "wb")
         self.process = subprocess.Popen(
@@ -99,6 +100,11 @@ class Prometheus:
         """Every stored sample (value, timestamp) of ``selector`` in the last ``window_s`` seconds."""
         result = self.query(f"{selector}[{int(window_s)}s]")
         return {tuple(sorted(r["metric"].items())): [(float(v), float(t)) for t, v in r["values"]] for r in result}
+
+    def alerts(self):
+        status, body = http("GET", self.url + "/api/v1/alerts")
+        assert status == 200, body
+        return json.loads(body)["data"]["alerts"]
 
     def stop(self):
         stop_group(self.process)

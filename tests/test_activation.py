@@ -1,5 +1,6 @@
 """Every way in activates the patches in a fresh interpreter; every patch can be undone."""
 
+import json
 import os
 import subprocess
 import sys
@@ -82,4 +83,5 @@ def test_main_ppo_forwards_rl_insight_env_to_ray_workers_on_0_8_and_0_9():
         result = run_python(MAIN_PPO, env=env, pythonpath=pythonpath, timeout=300)
         lines = result.stdout.strip().splitlines()
         assert lines[-2] == f"{version} http://127.0.0.1:1 t0ken", result.stderr[-2000:]
-        assert lines[-1] == '1 {"plugins": {"metric_push": {"timeout_s": 3}}}'
+        enable, published = lines[-1].split(" ", 1)
+        assert enable == "1" and json.loads(published)["plugins"]["metric_push"] == {"timeout_s": 3}

@@ -124,7 +124,8 @@ def test_server_down_for_the_whole_run_training_finishes_and_nothing_blocks(monk
         tracking.log({f"m/{i}": float(i) for i in range(150)}, step=step)
     sender = metric_push.sender()
     # everything is kept for replay; the training thread never sent anything itself
-    wait_for(lambda: sender.pending() == 200 and sender.stats["failed_requests"] >= 1, 10, what="spooled")
+    # 200 steps and the run's rl_insight_run_finished=0 marker
+    wait_for(lambda: sender.pending() == 201 and sender.stats["failed_requests"] >= 1, 10, what="spooled")
     assert sender.stats["dropped_batches"] == 0
     assert not sender.flush(1)
     tracking.finish()

@@ -16,10 +16,15 @@ ENV_AUTOLOAD = "VERL_RL_INSIGHT_AUTOLOAD"
 TARGETS = [
     ("verl.utils.tracking", "verl_rl_insight.hooks.tracking"),
     ("verl.trainer.main_ppo", "verl_rl_insight.hooks.main_ppo"),
+    ("verl.single_controller.base.worker", "verl_rl_insight.hooks.workers"),
     ("verl.workers.rollout.llm_server", "verl_rl_insight.hooks.server_managers"),
     ("verl.experimental.agent_loop.agent_loop", "verl_rl_insight.hooks.server_managers"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server", "verl_rl_insight.hooks.rollout_servers"),
     ("verl.workers.rollout.sglang_rollout.async_sglang_server", "verl_rl_insight.hooks.rollout_servers"),
+    *((module, "verl_rl_insight.hooks.advantage") for module in (
+        "verl.trainer.ppo.ray_trainer", "verl.experimental.separation.ray_trainer",
+        "verl.experimental.one_step_off_policy.ray_trainer",
+        "verl.experimental.fully_async_policy.fully_async_trainer", "verl.trainer.ppo.v1.utils")),
     *((module, "verl_rl_insight.hooks.phase_timers") for module in (
         "verl.utils.profiler", "verl.utils.debug", "verl.trainer.ppo.ray_trainer", "verl.trainer.main_ppo_sync",
         "verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.v1.trainer_sync",

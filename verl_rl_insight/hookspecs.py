@@ -48,6 +48,11 @@ def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes):
 
 
 @hookspec
+def rl_insight_train_batch(run, batch, step):
+    """The step's batch (a verl DataProto) on its way into advantage estimation; read it, never change it."""
+
+
+@hookspec
 def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats):
     """verl started rollout replicas (``addresses[i]`` is replica ``replica_ranks[i]``); ``log_stats`` is
     ``not disable_log_stats``: whether they serve engine metrics at ``/metrics``."""

@@ -27,6 +27,8 @@ DEFAULT_PLUGINS = (
     "verl_rl_insight.plugins.state_timeline",
     "verl_rl_insight.plugins.rollout_engines",
     "verl_rl_insight.plugins.transfer_queue",
+    "verl_rl_insight.plugins.probs_diff",
+    "verl_rl_insight.plugins.hardware",
 )
 
 

@@ -3,6 +3,8 @@
 import json
 import os
 
+from omegaconf import OmegaConf
+
 from .config import ENV_CONFIG_JSON, ENV_PREFIXES, hydra_block
 from .runtime import ENV_EXPERIMENT, ENV_PROJECT
 from .tracking_backend import ENV_VERL_ENABLE
@@ -24,7 +26,12 @@ def prepare_driver_environment(trainer_config):
         os.environ[ENV_VERL_ENABLE] = "1"
     block = hydra_block(trainer_config)
     if block:
-        os.environ[ENV_CONFIG_JSON] = json.dumps(block)
+        try:
+            inherited = json.loads(os.environ.get(ENV_CONFIG_JSON) or "{}")
+        except ValueError:
+            inherited = {}
+        merged = OmegaConf.merge(OmegaConf.create(inherited), OmegaConf.create(block))  # Hydra wins
+        os.environ[ENV_CONFIG_JSON] = json.dumps(OmegaConf.to_container(merged))
     trainer = trainer_config.get("trainer") if trainer_config is not None else None
     if trainer is not None:  # rollout replicas have no Tracking: they label their data with these
         if trainer.get("project_name"):

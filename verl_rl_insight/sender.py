@@ -44,6 +44,8 @@ class BatchSender:
         self._failures = 0
         self._next_attempt = 0.0
         self._warned = set()
+        self._outstanding = 0          # submitted, not yet delivered, dropped or refused
+        self._count_lock = threading.Lock()
         self._session = None
         self._thread = None
         self._start_lock = threading.Lock()
@@ -53,9 +55,12 @@ class BatchSender:
         """Hand a batch over; never blocks. Counts (and warns once) when the hand-off queue is full."""
         if self._thread is None:
             self._start()
+        with self._count_lock:
+            self._outstanding += 1
         try:
             self._queue.put_nowait(batch)
         except queue.Full:
+            self._settled(1)
             self.stats["dropped_batches"] += 1
             self._warn_once("queue_full", "rl-insight: sender queue full (%d batches); dropping metrics. "
                             "Raise plugins.metric_push.queue_batches?", self._queue.maxsize)
@@ -87,8 +92,12 @@ class BatchSender:
         return not self.pending()
 
     def pending(self):
-        """Batches not yet accepted by the server (queued or spooled)."""
-        return self._queue.qsize() + len(self._spool)
+        """Batches submitted and not yet accepted by the server (nor dropped or refused)."""
+        return self._outstanding
+
+    def _settled(self, count):
+        with self._count_lock:
+            self._outstanding -= count
 
     def close(self, timeout_s):
         """Flush for at most ``timeout_s``, then stop the thread; logs what could not be delivered."""
@@ -138,6 +147,7 @@ class BatchSender:
                     self._spool.append(item)
             while len(self._spool) > self.spool_batches:
                 self._spool.popleft()
+                self._settled(1)
                 self.stats["dropped_batches"] += 1
                 self._warn_once("spool_full", "rl-insight: spool full (%d batches) while the server is "
                                 "unreachable; dropping the oldest", self.spool_batches)
@@ -156,6 +166,7 @@ class BatchSender:
             now = time.monotonic()
             for _ in chunk:
                 self._delivered.append((now, self._spool.popleft()))
+            self._settled(len(chunk))
             while self._delivered and now - self._delivered[0][0] > self.resend_window_s:
                 self._delivered.popleft()
             self.stats["sent_batches"] += len(chunk)
@@ -170,6 +181,7 @@ class BatchSender:
             # The server refused the data itself: retrying cannot help, keep the rest flowing.
             for _ in chunk:
                 self._spool.popleft()
+            self._settled(len(chunk))
             self.stats["rejected_batches"] += len(chunk)
             self._warn_once(("rejected", status), "rl-insight: server %s rejected %d batches (HTTP %s): %s",
                             self.url, len(chunk), status, message)
@@ -181,6 +193,8 @@ class BatchSender:
             self._down_since = time.monotonic()
             # The server may have died with recent batches not yet scraped: send them again.
             self.stats["resent_batches"] += len(self._delivered)
+            with self._count_lock:
+                self._outstanding += len(self._delivered)
             self._spool.extendleft(batch for _, batch in reversed(self._delivered))
             self._delivered.clear()
             logger.warning("rl-insight: cannot reach the monitoring server at %s (%s); training continues, "

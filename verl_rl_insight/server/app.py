@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from . import grafana, installer, prometheus, tempo
+from . import alert_rules, grafana, installer, prometheus, tempo
 from .http_api import ApiServer
 from .hub import MetricHub
 from .services import Service, Supervisor
@@ -121,9 +121,12 @@ class Server:
         module = MODULES[name]
         if name == "grafana":
             config_path = grafana.write_files(s)
+        elif name == "prometheus":
+            config_path = s.data_path / "prometheus.yml"
+            config_path.write_text(prometheus.render_config(s, rule_files=[alert_rules.write(s)]))
         else:
-            config_path = s.data_path / ("prometheus.yml" if name == "prometheus" else "tempo.yaml")
-            config_path.write_text(module.render_config(s))
+            config_path = s.data_path / "tempo.yaml"
+            config_path.write_text(tempo.render_config(s))
         host = prometheus.connect_host(s.bind)
         port = {"prometheus": s.prometheus_port, "tempo": s.tempo_port, "grafana": s.grafana_port}[name]
         url = f"http://{host}:{port}"

@@ -59,7 +59,7 @@ def render_datasources(settings):
         "datasources": [
             {"name": "RL-Insight Prometheus", "uid": PROMETHEUS_UID, "type": "prometheus", "access": "proxy",
              "url": f"http://{host}:{settings.prometheus_port}", "isDefault": True, "editable": False,
-             "jsonData": {"timeInterval": f"{int(settings.scrape_interval_s)}s"}},
+             "jsonData": {"timeInterval": f"{int(settings.scrape_interval_s)}s", "manageAlerts": True}},
             {"name": "RL-Insight Tempo", "uid": TEMPO_UID, "type": "tempo", "access": "proxy",
              "url": f"http://{host}:{settings.tempo_port}", "editable": False,
              "jsonData": {"nodeGraph": {"enabled": True},

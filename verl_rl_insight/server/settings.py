@@ -37,12 +37,16 @@ class ServerSettings:
     grafana_admin_password: str = "admin"
     grafana_anonymous_viewer: bool = True
     services: dict = dataclasses.field(default_factory=dict)
+    alerts: dict = dataclasses.field(default_factory=dict)   # alert thresholds (server/alert_rules.py)
 
     def __post_init__(self):
         if not self.data_dir:
             self.data_dir = str(default_home() / "data")
         if not self.token:
             self.token = os.environ.get("RL_INSIGHT_TOKEN", "")
+        from .alert_rules import thresholds
+
+        thresholds(self.alerts)   # unknown keys are an error now, not at the first alert
         if not isinstance(self.services, dict):
             raise ValueError("services must be a mapping of service name to settings")
         unknown = sorted(set(self.services) - set(SERVICE_NAMES))
