@@ -86,7 +86,8 @@ def rl_insight_train_batch(run, batch, step):
 @hookimpl(tryfirst=True)
 def rl_insight_log_metrics(run, metrics, step, timestamp):
     with _lock:
-        computed = _pending.pop((run, step), None)
+        # step None: the trainer's step was not visible at compute time; it belongs to the next log
+        computed = _pending.pop((run, step), None) or _pending.pop((run, None), None)
     if computed:
         for key, value in computed.items():
             metrics.setdefault(key, value)   # verl's own values win
