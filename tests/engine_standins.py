@@ -2,10 +2,9 @@
 ``/metrics`` through prometheus_client, as the engines do, with the engines' real metric names
 and label names (vllm/v1/metrics/loggers.py; sglang/srt/metrics/collector.py)."""
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from tests.helpers import MetricsEndpoint
 
 ENGINE_METRICS = {
     "vllm": {
@@ -40,19 +39,5 @@ class EngineStandIn:
         for name in spec["histograms"]:
             Histogram(name, name, names, registry=self.registry).labels(*values).observe(0.05 * (replica_rank + 1))
         registry = self.registry
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                body = generate_latest(registry) if self.path == "/metrics" else b""
-                self.send_response(200 if body else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.endpoint = MetricsEndpoint(lambda: generate_latest(registry))
+        self.address = self.endpoint.address

@@ -85,3 +85,20 @@ def test_main_ppo_forwards_rl_insight_env_to_ray_workers_on_0_8_and_0_9():
         assert lines[-2] == f"{version} http://127.0.0.1:1 t0ken", result.stderr[-2000:]
         enable, published = lines[-1].split(" ", 1)
         assert enable == "1" and json.loads(published)["plugins"]["metric_push"] == {"timeout_s": 3}
+
+
+def test_the_wheel_ships_the_pth_file_at_the_root_and_the_run_sitecustomize(tmp_path):
+    import zipfile
+
+    from tests.helpers import REPO
+
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                             str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    [wheel] = tmp_path.glob("verl_rl_insight-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "verl_rl_insight_autoload.pth" in names            # site-packages root: read at start-up
+    assert "verl_rl_insight/sitecustomize_dir/sitecustomize.py" in names
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "rl_insight = verl_rl_insight.verl_plugin" in entry_points
+    assert "verl = verl_rl_insight.instrumentor:VerlInstrumentor" in entry_points

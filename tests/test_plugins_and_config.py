@@ -2,7 +2,6 @@
 
 import inspect
 import json
-import re
 import subprocess
 import sys
 

@@ -7,14 +7,11 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import yaml
 
-from tests.helpers import REPO, free_port, http, require_prometheus, wait_for
+from tests.helpers import REPO, MetricsEndpoint, free_port, http, require_prometheus, wait_for
 from verl_rl_insight.server.services import pid_alive
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")
@@ -52,36 +49,16 @@ def services(config):
     return json.loads(body)["services"]
 
 
-class ExporterStandIn:
+def exporter_stand_in():
     """A scrape target serving real Prometheus text (node-exporter's own metric name)."""
-
-    def __init__(self):
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                body = b"# TYPE node_load1 gauge\nnode_load1 0.42\n"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    return MetricsEndpoint(lambda: b"# TYPE node_load1 gauge\nnode_load1 0.42\n")
 
 
 def test_start_supervise_discover_and_stop(server_config):
     require_prometheus()
     path, config = server_config
     started = cli("server", "start", "--detach", "--config", str(path))
-    exporter = ExporterStandIn()
+    exporter = exporter_stand_in()
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         out = started.stdout

@@ -195,7 +195,7 @@ def test_a_full_span_queue_drops_and_counts_never_blocks(monkeypatch):
 
     verl_rl_insight.init("proj", "overload", config={"plugins": {"state_timeline": {
         "max_queue_spans": 3, "export_interval_s": 600, "batch_spans": 100}}})
-    for i in range(10):
+    for _ in range(10):
         with verl_rl_insight.state("gen", lane="trainer"):
             pass
     processor = state_timeline.processor()

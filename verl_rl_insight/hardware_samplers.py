@@ -47,6 +47,9 @@ class GpuSampler:
         def memory(attr):
             return lambda: getattr(n.nvmlDeviceGetMemoryInfo(handle), attr) / 2**20   # DCGM: MiB
 
+        def pcie(counter):
+            return n.nvmlDeviceGetPcieThroughput(handle, counter) * 1024   # NVML: KB/s; DCGM: B/s
+
         def xid():
             data = n.nvmlEventSetWait(events, 0)   # 0 ms: never waits
             return float(data.eventData)
@@ -62,8 +65,8 @@ class GpuSampler:
             ("DCGM_FI_DEV_GPU_TEMP", lambda: n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU)),
             ("DCGM_FI_DEV_SM_CLOCK", lambda: n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_SM)),
             ("DCGM_FI_DEV_MEM_CLOCK", lambda: n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_MEM)),
-            ("DCGM_FI_PROF_PCIE_TX_BYTES", lambda: n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_TX_BYTES) * 1024),
-            ("DCGM_FI_PROF_PCIE_RX_BYTES", lambda: n.nvmlDeviceGetPcieThroughput(handle, n.NVML_PCIE_UTIL_RX_BYTES) * 1024),
+            ("DCGM_FI_PROF_PCIE_TX_BYTES", lambda: pcie(n.NVML_PCIE_UTIL_TX_BYTES)),
+            ("DCGM_FI_PROF_PCIE_RX_BYTES", lambda: pcie(n.NVML_PCIE_UTIL_RX_BYTES)),
             ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", lambda: n.nvmlDeviceGetCurrentClocksThrottleReasons(handle)),
             ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", lambda: n.nvmlDeviceGetTotalEccErrors(
                 handle, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC)),

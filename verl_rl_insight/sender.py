@@ -17,6 +17,8 @@ import queue
 import threading
 import time
 
+from .server_client import ServerClient
+
 logger = logging.getLogger("verl_rl_insight")
 
 _STOP = object()
@@ -26,7 +28,6 @@ class BatchSender:
     def __init__(self, url, token=None, queue_batches=1024, spool_batches=20000, max_batches_per_request=200,
                  timeout_s=5.0, retry_max_s=30.0, resend_window_s=30.0, linger_s=0.25):
         self.url = url
-        self.token = token
         self.timeout_s = timeout_s
         self.retry_max_s = retry_max_s
         self.max_batches_per_request = max(1, int(max_batches_per_request))
@@ -46,7 +47,7 @@ class BatchSender:
         self._warned = set()
         self._outstanding = 0          # submitted, not yet delivered, dropped or refused
         self._count_lock = threading.Lock()
-        self._session = None
+        self._client = ServerClient(token)
         self._thread = None
         self._start_lock = threading.Lock()
 
@@ -203,16 +204,9 @@ class BatchSender:
         return False
 
     def _post(self, body):
-        import requests  # imported here: keeps `import verl_rl_insight` light on the training side
-
-        if self._session is None:
-            self._session = requests.Session()
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
         try:
-            response = self._session.post(self.url, data=json.dumps(body, separators=(",", ":")),
-                                          headers=headers, timeout=(min(2.0, self.timeout_s), self.timeout_s))
+            response = self._client.request("POST", self.url, json.dumps(body, separators=(",", ":")),
+                                            timeout=(min(2.0, self.timeout_s), self.timeout_s))
         except Exception as exc:  # connection refused, DNS, timeout: all mean "not reachable now"
             return None, f"{type(exc).__name__}: {exc}"
         return response.status_code, response.text[:300]

@@ -9,13 +9,14 @@ import json
 import logging
 import threading
 
+from .server_client import ServerClient
+
 logger = logging.getLogger("verl_rl_insight")
 
 
 class TargetAnnouncer:
     def __init__(self, server_url, token=None, ttl_s=90.0, timeout_s=5.0):
         self.url = server_url.rstrip("/") + "/api/v1/targets"
-        self.token = token
         self.ttl_s = float(ttl_s)
         self.timeout_s = timeout_s
         self._targets = {}          # (job, address) -> labels
@@ -23,7 +24,7 @@ class TargetAnnouncer:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = None
-        self._session = None
+        self._client = ServerClient(token)
         self._warned = False
         self.stats = {"announced": 0, "failed": 0}
 
@@ -59,16 +60,9 @@ class TargetAnnouncer:
             self._request("DELETE", None, params={"job": job, "address": address}, timeout_s=min(timeout_s, 2.0))
 
     def _request(self, method, body, params=None, timeout_s=None):
-        import requests
-
-        if self._session is None:
-            self._session = requests.Session()
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
         try:
-            response = self._session.request(method, self.url, data=json.dumps(body) if body else None,
-                                             params=params, headers=headers, timeout=timeout_s or self.timeout_s)
+            response = self._client.request(method, self.url, json.dumps(body) if body else None, params=params,
+                                            timeout=timeout_s or self.timeout_s)
             ok = response.status_code < 300
             message = response.text[:300]
         except Exception as exc:

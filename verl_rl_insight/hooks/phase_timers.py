@@ -10,7 +10,6 @@ import sys
 import time
 
 from .. import runtime
-from . import unwrap
 
 TIMER_NAMES = ("marked_timer", "_timer")
 # module -> timeline lane of the phases timed there

@@ -35,7 +35,7 @@ def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats)
             logger.warning("rl-insight: %s replicas run with disable_log_stats=True, so they serve no engine "
                            "metrics; add the override %s to see them", engine, OVERRIDE)
         return
-    for address, rank in zip(addresses, replica_ranks):
+    for address, rank in zip(addresses, replica_ranks, strict=False):
         rl_insight_register_target(run, address, engine, {"replica": str(rank)})
 
 

@@ -77,7 +77,8 @@ def render(overrides=None):
         {"alert": "RLInsightGPUMemoryNearlyFull",
          "expr": f"DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE) > {t['gpu_memory_ratio']}",
          "for": t["gpu_memory_for"], "labels": {"severity": "warning"},
-         "annotations": {"summary": "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} memory {{ $value | humanizePercentage }} full"}},
+         "annotations": {"summary": "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} memory "
+                                    "{{ $value | humanizePercentage }} full"}},
         {"alert": "RLInsightThroughputCollapse",
          "expr": f"{throughput} < {t['throughput_drop_ratio']} * avg_over_time({throughput}[1h] offset 15m)",
          "for": t["throughput_for"], "labels": {"severity": "warning"},

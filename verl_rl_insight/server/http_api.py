@@ -126,7 +126,8 @@ class ApiHandler(BaseHTTPRequestHandler):
             return self.respond(*_json(404, {"error": f"no such endpoint {path}", "endpoints": known}))
         if write and self.server.token and not self._authorized():
             self.close_connection = True
-            return self.respond(*_json(401, {"error": "missing or wrong token (Authorization: Bearer <RL_INSIGHT_TOKEN>)"}))
+            message = "missing or wrong token (Authorization: Bearer <RL_INSIGHT_TOKEN>)"
+            return self.respond(*_json(401, {"error": message}))
         try:
             result = route(self)
         except Exception:

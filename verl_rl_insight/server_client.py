@@ -1,0 +1,20 @@
+"""What every trainer-side call to the rl-insight server shares: one HTTP session per caller
+and the JSON + bearer-token headers."""
+
+
+class ServerClient:
+    def __init__(self, token=None):
+        self.token = token
+        self._session = None
+
+    def request(self, method, url, body=None, params=None, timeout=5.0):
+        """``requests`` response (imported here: keeps ``import verl_rl_insight`` light); raises
+        what requests raises when the server cannot be reached."""
+        import requests
+
+        if self._session is None:
+            self._session = requests.Session()
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return self._session.request(method, url, data=body, params=params, headers=headers, timeout=timeout)
