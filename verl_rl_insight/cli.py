@@ -170,6 +170,22 @@ def _plugins(args):
     return 0
 
 
+def _dashboards_export(args):
+    import shutil
+    from pathlib import Path
+
+    from .grafana import DASHBOARDS_DIR
+
+    out = Path(args.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = sorted(DASHBOARDS_DIR.glob("*.json"))
+    for path in files:
+        shutil.copyfile(path, out / path.name)
+    print(f"wrote {len(files)} dashboards to {out}; they use the datasource uids rl-insight-prometheus and "
+          "rl-insight-tempo: create those (or edit the uids) in your Grafana")
+    return 0
+
+
 def _config(args):
     from .config import load_config
 
@@ -230,6 +246,12 @@ def build_parser():
     plugins.set_defaults(func=_plugins)
 
     sub.add_parser("config", help="print the merged trainer-side config").set_defaults(func=_config)
+
+    dashboards = sub.add_parser("dashboards", help="the Grafana dashboards")
+    dashboards_sub = dashboards.add_subparsers(dest="dashboards_cmd", required=True)
+    export = dashboards_sub.add_parser("export", help="write the dashboards' JSON for an existing Grafana")
+    export.add_argument("dir")
+    export.set_defaults(func=_dashboards_export)
     return parser
 
 
