@@ -40,7 +40,6 @@ class BatchSender:
         self.resend_window_s = resend_window_s
         self._delivered = collections.deque()  # (monotonic time, batch) of the last resend_window_s
         self._idle = threading.Condition()
-        self._flush_waiters = 0
         self._down_since = None
         self._failures = 0
         self._next_attempt = 0.0
@@ -76,20 +75,16 @@ class BatchSender:
             return True
         deadline = time.monotonic() + timeout_s
         with self._idle:
-            self._flush_waiters += 1
             self._next_attempt = 0.0
             failures_at_start = self.stats["failed_requests"]
             self._wake.set()
-            try:
-                while self.pending():
-                    if self.stats["failed_requests"] > failures_at_start:
-                        break
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._idle.wait(min(remaining, 0.05))
-            finally:
-                self._flush_waiters -= 1
+            while self.pending():
+                if self.stats["failed_requests"] > failures_at_start:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._idle.wait(min(remaining, 0.05))
         return not self.pending()
 
     def pending(self):

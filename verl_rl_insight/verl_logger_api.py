@@ -43,7 +43,7 @@ def _runtime_and_run():
 def init(project=None, experiment_name=None, config=None, **_):
     global _run
     rt = runtime.start(trainer_config={"rl_insight": dict(config)} if config else None)
-    if project is not None or experiment_name is not None or _run is None:
+    if project is not None or experiment_name is not None:   # bare init(): the process's current run
         _run = rt.run(project, experiment_name)
 
 

@@ -191,15 +191,16 @@ class MetricHub:
                 self._series -= len(self._streams.pop(key).latest)
             for stream in self._streams.values():
                 base = ",".join(f'{k}="{escape_label_value(v)}"' for k, v in stream.labels)
-                previous = floor
+                previous_ms = int(floor * 1000)   # in whole ms, as Prometheus stores them
+                latest_ms = int(now * 1000) - 50  # before the scrape's own timestamp
                 # Every snapshot received since this scraper's last visit, but the newest,
                 # which the live values below stand for.
                 for snap in [s for s in stream.history if s.received > floor][:-1]:
-                    ts = max(snap.trainer_time, previous + 0.001)
-                    if ts > now - 0.05:
-                        ts = previous + 0.001
-                    previous = ts
-                    stamp = f" {int(ts * 1000)}"
+                    ts_ms = max(int(snap.trainer_time * 1000), previous_ms + 1)
+                    if ts_ms > latest_ms:
+                        ts_ms = previous_ms + 1
+                    previous_ms = ts_ms
+                    stamp = f" {ts_ms}"
                     for name, value in snap.metrics.items():
                         families[name].append(f"{name}{{{base}}} {format_value(value)}{stamp}")
                 for name, value in stream.latest.items():
