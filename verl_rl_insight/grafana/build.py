@@ -108,7 +108,8 @@ def training_rows(layout):
     layout.add(timeseries("Reward / score", [trainer("critic_score_mean", "score mean"),
                                              trainer("critic_rewards_mean", "reward mean")]))
     layout.add(step_axis("Score", "critic_score_mean"))
-    layout.add(timeseries("Losses", [trainer("actor_pg_loss", "actor pg_loss"), trainer("critic_vf_loss", "critic vf_loss"),
+    layout.add(timeseries("Losses", [trainer("actor_pg_loss", "actor pg_loss"),
+                                     trainer("critic_vf_loss", "critic vf_loss"),
                                      trainer("actor_entropy", "entropy")]))
     layout.add(timeseries("Grad norm", [trainer("actor_grad_norm", "actor grad_norm")]))
     layout.add(timeseries("KL", [trainer("actor_reward_kl_penalty", "reward KL penalty"),
@@ -149,7 +150,8 @@ def engine_rows(layout, engine):
     layout.add(timeseries("KV cache usage", [(f"{e['kv_cache']}{{{sel}}}", "replica {{replica}}")], unit="percentunit"))
     layout.add(timeseries("Prefix cache hit rate", [(e["prefix_hit_rate"].replace("%s", sel), "replica {{replica}}")],
                           unit="percentunit"))
-    for title, key in (("Time to first token", "ttft"), ("Time per output token", "tpot"), ("End-to-end latency", "e2e")):
+    latencies = (("Time to first token", "ttft"), ("Time per output token", "tpot"), ("End-to-end latency", "e2e"))
+    for title, key in latencies:
         layout.add(timeseries(title, [
             (f"histogram_quantile({q}, sum by (le, replica) (rate({e[key]}{{{sel}}}[$__rate_interval])))",
              f"p{int(q * 100)} {{{{replica}}}}") for q in (0.5, 0.9, 0.99)], unit="s"), w=8)
@@ -157,8 +159,9 @@ def engine_rows(layout, engine):
 
 def transfer_queue_rows(layout):
     layout.row("TransferQueue")
-    layout.add(timeseries("Requests", [(f"rate(tq_controller_request_total{{{RUN}}}[$__rate_interval])", "requests"),
-                                       (f"rate(tq_controller_request_errors_total{{{RUN}}}[$__rate_interval])", "errors")]))
+    layout.add(timeseries("Requests", [
+        (f"rate(tq_controller_request_total{{{RUN}}}[$__rate_interval])", "requests"),
+        (f"rate(tq_controller_request_errors_total{{{RUN}}}[$__rate_interval])", "errors")]))
     layout.add(timeseries("Controller memory", [(f"tq_controller_memory_rss_bytes{{{RUN}}}", "rss")], unit="bytes"))
 
 
@@ -171,7 +174,8 @@ def hardware_rows(layout):
     layout.add(timeseries("GPU memory used", [(f"DCGM_FI_DEV_FB_USED{{{gpu}}} / (DCGM_FI_DEV_FB_USED{{{gpu}}} + "
                                                f"DCGM_FI_DEV_FB_FREE{{{gpu}}})", "{{Hostname}} gpu {{gpu}}")],
                           unit="percentunit", thresholds=[(0.95, "red")]))
-    layout.add(timeseries("GPU power", [(f"DCGM_FI_DEV_POWER_USAGE{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")], unit="watt"))
+    layout.add(timeseries("GPU power", [(f"DCGM_FI_DEV_POWER_USAGE{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")],
+                          unit="watt"))
     layout.add(timeseries("GPU temperature", [(f"DCGM_FI_DEV_GPU_TEMP{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")],
                           unit="celsius"))
     layout.add(timeseries("Host CPU", [(f"rl_insight_host_cpu_utilization_percent{{{node}}}", "{{node}}")],
