@@ -75,6 +75,8 @@ def main():
     port = free_port()
     hub = start_hub(port, workdir)
     results = {}
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr   # verl's backends print; keep stdout for the JSON
     try:
         for scenario, url in (("server up", f"http://127.0.0.1:{port}"), ("server down", f"http://127.0.0.1:{free_port()}")):
             os.environ["RL_INSIGHT_SERVER_URL"] = url
@@ -101,6 +103,7 @@ def main():
                 "steps": len(our_samples), "all_delivered": delivered, "sender_stats": stats,
             }
     finally:
+        sys.stdout = real_stdout
         hub.terminate()
         hub.wait(10)
     print(json.dumps({"scalars_per_log": len(KEYS), "pause_ms": args.pause_ms, "results": results}, indent=2))

@@ -13,7 +13,6 @@ the spool; the hub drops the copies it already holds.
 import collections
 import json
 import logging
-import queue
 import threading
 import time
 
@@ -33,7 +32,9 @@ class BatchSender:
         self.max_batches_per_request = max(1, int(max_batches_per_request))
         self.spool_batches = max(1, int(spool_batches))
         self.stats = collections.Counter()
-        self._queue = queue.Queue(maxsize=max(1, int(queue_batches)))
+        # deque.append/popleft are atomic in CPython: no lock on the training thread's path
+        self._queue = collections.deque()
+        self.queue_batches = max(1, int(queue_batches))
         self._spool = collections.deque()
         self.linger_s = linger_s
         self._wake = threading.Event()
@@ -55,15 +56,14 @@ class BatchSender:
         """Hand a batch over; never blocks. Counts (and warns once) when the hand-off queue is full."""
         if self._thread is None:
             self._start()
-        with self._count_lock:
-            self._outstanding += 1
-        try:
-            self._queue.put_nowait(batch)
-        except queue.Full:
-            self._settled(1)
+        if len(self._queue) >= self.queue_batches:
             self.stats["dropped_batches"] += 1
             self._warn_once("queue_full", "rl-insight: sender queue full (%d batches); dropping metrics. "
-                            "Raise plugins.metric_push.queue_batches?", self._queue.maxsize)
+                            "Raise plugins.metric_push.queue_batches?", self.queue_batches)
+            return
+        with self._count_lock:
+            self._outstanding += 1
+        self._queue.append(batch)
 
     def flush(self, timeout_s):
         """Wait up to ``timeout_s`` until everything submitted so far was delivered.
@@ -102,10 +102,7 @@ class BatchSender:
             logger.warning("rl-insight: %d metric batches could not be delivered to %s before exit",
                            self.pending(), self.url)
         if self._thread is not None:
-            try:
-                self._queue.put_nowait(_STOP)
-            except queue.Full:
-                pass
+            self._queue.append(_STOP)
             self._wake.set()
         return delivered
 
@@ -127,11 +124,8 @@ class BatchSender:
             self._wake.wait(wait)
             self._wake.clear()
             stop = False
-            while True:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+            while self._queue:
+                item = self._queue.popleft()
                 if item is _STOP:
                     stop = True
                 else:

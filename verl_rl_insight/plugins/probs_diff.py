@@ -85,6 +85,8 @@ def rl_insight_train_batch(run, batch, step):
 
 @hookimpl(tryfirst=True)
 def rl_insight_log_metrics(run, metrics, step, timestamp):
+    if not _pending:   # the common case, on the training thread: no lock
+        return
     with _lock:
         # step None: the trainer's step was not visible at compute time; it belongs to the next log
         computed = _pending.pop((run, step), None) or _pending.pop((run, None), None)
