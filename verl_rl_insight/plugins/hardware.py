@@ -71,7 +71,6 @@ class HardwareSampler:
         self.gpu = None
         self.host = HostSampler() if host else None
         self.samples = 0
-        self.cpu_seconds = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rl-insight-hardware", daemon=True)
 
@@ -94,12 +93,10 @@ class HardwareSampler:
             if self.lock.acquire():
                 if self.gpu is None and self.want_gpu:
                     self._open_gpu()
-                started = time.thread_time()
                 try:
                     self.sample_once()
                 except Exception:
                     logger.exception("rl-insight: hardware sampling failed; it goes on")
-                self.cpu_seconds += time.thread_time() - started
             self._stop.wait(self.interval_s)
 
     def sample_once(self):
