@@ -15,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests.nvml_standin import make_nvml  # noqa: E402
+from verl_rl_insight.demo.simulated_nvml import make_nvml  # noqa: E402
 from verl_rl_insight.plugins.hardware import HardwareSampler  # noqa: E402
 from verl_rl_insight.runtime import RunInfo  # noqa: E402
 

@@ -174,30 +174,3 @@ def old_verl(version):
             pytest.fail(f"could not install verl=={version} for the version matrix: {result.stderr[-2000:]}")
     return target
 
-
-class MetricsEndpoint:
-    """A scrape target on loopback: ``GET /metrics`` answers ``body()`` as Prometheus text."""
-
-    def __init__(self, body):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                data = body() if self.path == "/metrics" else b""
-                self.send_response(200 if data else 404)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()

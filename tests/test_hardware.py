@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.helpers import http, wait_for
-from tests.nvml_standin import make_nvml
+from verl_rl_insight.demo.simulated_nvml import make_nvml
 from verl_rl_insight.hardware_samplers import GpuSampler, HostSampler
 from verl_rl_insight.plugins import hardware
 from verl_rl_insight.runtime import RunInfo

@@ -1,4 +1,4 @@
-"""Engine metrics end to end: verl's real LLMServerManager (0.9.1 and 0.8.0) starts STAND-IN
+"""Engine metrics end to end: verl's real LLMServerManager (0.9.1 and 0.8.0) starts SIMULATED
 replicas serving real vLLM / SGLang metric names; the patched code path registers them with a
 real rl-insight server; a real Prometheus scrapes them through http_sd; replicas that go away
 leave the target list."""

@@ -11,7 +11,8 @@ import sys
 import pytest
 import yaml
 
-from tests.helpers import REPO, MetricsEndpoint, free_port, http, require_prometheus, wait_for
+from tests.helpers import REPO, free_port, http, require_prometheus, wait_for
+from verl_rl_insight.demo.simulated_engines import MetricsEndpoint
 from verl_rl_insight.server.services import pid_alive
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")

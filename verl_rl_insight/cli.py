@@ -186,6 +186,21 @@ def _dashboards_export(args):
     return 0
 
 
+def _demo(args):
+    from .demo import command
+
+    return command.run(steps=args.steps, step_seconds=args.step_seconds, engine=args.engine,
+                       replicas=args.replicas, experiment=args.experiment, server_config=args.config,
+                       transfer_queue=not args.no_transfer_queue)
+
+
+def _doctor(args):
+    from . import doctor
+
+    overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
+    return doctor.run(server=args.server, project=args.project, experiment=args.experiment, overrides=overrides)
+
+
 def _config(args):
     from .config import load_config
 
@@ -246,6 +261,23 @@ def build_parser():
     plugins.set_defaults(func=_plugins)
 
     sub.add_parser("config", help="print the merged trainer-side config").set_defaults(func=_config)
+
+    demo = sub.add_parser("demo", help="server stack + a SIMULATED verl run through the real patches")
+    demo.add_argument("--steps", type=int, default=20)
+    demo.add_argument("--step-seconds", type=float, default=2.0)
+    demo.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
+    demo.add_argument("--replicas", type=int, default=2)
+    demo.add_argument("--experiment", help="experiment_name (default: simulated-<time>)")
+    demo.add_argument("--config", help="server config, when the demo starts the server")
+    demo.add_argument("--no-transfer-queue", action="store_true", help="skip the TransferQueue part")
+    demo.set_defaults(func=_demo)
+
+    doctor = sub.add_parser("doctor", help='the "dashboard shows no data" checklist: ok / problem / fix')
+    doctor.add_argument("--server", help="server URL (default: RL_INSIGHT_SERVER_URL, else the local server)")
+    doctor.add_argument("--project")
+    doctor.add_argument("--experiment")
+    doctor.add_argument("overrides", nargs=argparse.REMAINDER, help="-- the job's Hydra overrides")
+    doctor.set_defaults(func=_doctor)
 
     dashboards = sub.add_parser("dashboards", help="the Grafana dashboards")
     dashboards_sub = dashboards.add_subparsers(dest="dashboards_cmd", required=True)

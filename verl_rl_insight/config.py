@@ -45,7 +45,8 @@ DEFAULTS = {
         "rollout_engines": {"enabled": True, "target_ttl_s": 90.0},
         "transfer_queue": {"enabled": True},
         "probs_diff": {"enabled": True},
-        "hardware": {"enabled": True, "interval_s": 5.0, "gpu": True, "host": True, "lock_dir": None},
+        "hardware": {"enabled": True, "interval_s": 5.0, "gpu": True, "host": True, "lock_dir": None,
+                     "simulate_gpus": 0},   # the demo's simulated GPUs, only where there is none
     },
 }
 

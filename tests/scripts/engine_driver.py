@@ -1,22 +1,19 @@
 """Driver for tests/test_rollout_engines.py: verl's real LLMServerManager._initialize_llm_servers
-(0.8+, imports on CPU) with STAND-IN replicas whose servers serve real engine metric names.
+(0.8+, imports on CPU) with SIMULATED replicas whose servers serve real engine metric names.
 argv: ENGINE REPLICAS PROJECT EXPERIMENT DISABLE_LOG_STATS(0|1). Prints READY, waits for a line on stdin."""
 
 import asyncio
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from omegaconf import OmegaConf
 
-from omegaconf import OmegaConf  # noqa: E402
-
-from tests.engine_standins import EngineStandIn  # noqa: E402
+from verl_rl_insight.demo.simulated_engines import EngineSimulator
 
 engine, replicas, project, experiment, disable = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 
-import verl  # noqa: E402
-from verl.utils.tracking import Tracking  # noqa: E402
-from verl.workers.rollout.llm_server import LLMServerManager  # noqa: E402
+import verl
+from verl.utils.tracking import Tracking
+from verl.workers.rollout.llm_server import LLMServerManager
 
 
 class StandInReplica:
@@ -27,7 +24,7 @@ class StandInReplica:
         self.config = config
 
     async def init_standalone(self):
-        self.engine = EngineStandIn(engine, self.replica_rank)
+        self.engine = EngineSimulator(engine, self.replica_rank)
         self._server_address = self.engine.address
         self._server_handle = None
 

@@ -159,9 +159,10 @@ def engine_rows(layout, engine):
 
 def transfer_queue_rows(layout):
     layout.row("TransferQueue")
-    layout.add(timeseries("Requests", [
-        (f"rate(tq_controller_request_total{{{RUN}}}[$__rate_interval])", "requests"),
-        (f"rate(tq_controller_request_errors_total{{{RUN}}}[$__rate_interval])", "errors")]))
+    requests = f"sum by (project, experiment_name) (rate(tq_controller_request_total{{{RUN}}}[$__rate_interval]))"
+    errors = f"sum by (project, experiment_name) (rate(tq_controller_request_errors_total{{{RUN}}}[$__rate_interval]))"
+    layout.add(timeseries("Requests", [(requests, "requests"),
+                                       (f"{errors} or 0 * {requests}", "errors")]))   # a 0 line, not none
     layout.add(timeseries("Controller memory", [(f"tq_controller_memory_rss_bytes{{{RUN}}}", "rss")], unit="bytes"))
 
 

@@ -8,6 +8,7 @@ GPU part switches itself off; the host part goes on.
 """
 
 import fcntl
+import functools
 import logging
 import os
 import tempfile
@@ -134,9 +135,18 @@ def rl_insight_configure(config, pm):
         rt = runtime.get_runtime()
         return rt.current_run() if rt is not None else runtime.RunInfo("default", "default")
 
+    simulated = int(settings.get("simulate_gpus", 0) or 0)
+    loader = None
+    if simulated:   # rl-insight demo on a machine without GPUs: SIMULATED GPUs, labelled so
+        from ..demo import simulated_nvml
+
+        loader = functools.partial(simulated_nvml.make_nvml, gpus=simulated,
+                                   load=lambda: simulated_nvml.load_level[0])
+
     _sampler = HardwareSampler(pm.hook.rl_insight_export_batch, current_run,
                                interval_s=settings.get("interval_s", 5.0), gpu=settings.get("gpu", True),
-                               host=settings.get("host", True), lock_dir=settings.get("lock_dir")).start()
+                               host=settings.get("host", True), lock_dir=settings.get("lock_dir"),
+                               nvml_loader=loader).start()
 
 
 @hookimpl

@@ -190,6 +190,9 @@ def rl_insight_configure(config):
                        "the RL state timeline is not sent")
         return
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    # The exporter logs every failed attempt; this plugin warns once per outage itself.
+    logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter").setLevel(logging.ERROR)
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
 

@@ -1,9 +1,12 @@
-"""STAND-IN for NVML (no GPU on these machines): the functions, constants and error class of
-nvidia-ml-py's ``pynvml`` that the sampler uses, with the same names and return shapes
-(test_hardware.py checks every name against the real module). Failures can be injected per
-(GPU index, function name)."""
+"""SIMULATED NVML, for the demo and the tests on machines without a GPU: the functions,
+constants and error class of nvidia-ml-py's ``pynvml`` that the sampler uses, with the same
+names and return shapes (tests/test_hardware.py checks every name against the real module).
+Failures can be injected per (GPU index, function name); ``load`` moves utilisation and power."""
 
 import types
+
+# How busy the simulated GPUs are (0..1): the demo's simulation sets it per phase.
+load_level = [0.0]
 
 
 class NVMLError(Exception):
@@ -12,7 +15,8 @@ class NVMLError(Exception):
         self.value = value
 
 
-def make_nvml(gpus=2, failures=None, broken_handles=(), xid=None):
+def make_nvml(gpus=2, failures=None, broken_handles=(), xid=None, load=None):
+    """``load``: a callable returning 0..1 (how busy the simulated GPUs are now), or None for fixed values."""
     failures = dict(failures or {})
     calls = {}
     n = types.SimpleNamespace(
@@ -42,11 +46,15 @@ def make_nvml(gpus=2, failures=None, broken_handles=(), xid=None):
     n.nvmlDeviceGetHandleByIndex = handle_by_index
     api("nvmlDeviceGetUUID", lambda i: f"GPU-0000000{i}-stand-in")
     api("nvmlDeviceGetMinorNumber", lambda i: i)
-    api("nvmlDeviceGetName", lambda i: b"NVIDIA H200")
-    api("nvmlDeviceGetUtilizationRates", lambda i: types.SimpleNamespace(gpu=50 + i, memory=20 + i))
+    api("nvmlDeviceGetName", lambda i: b"NVIDIA H200" if load is None else b"simulated NVIDIA H200")
+    def busy():
+        return load() if load is not None else None
+
+    api("nvmlDeviceGetUtilizationRates", lambda i: types.SimpleNamespace(
+        gpu=50 + i if busy() is None else round(busy() * 95) + i, memory=20 + i))
     api("nvmlDeviceGetMemoryInfo", lambda i: types.SimpleNamespace(total=143771 * 2**20, used=(1000 + i) * 2**20,
                                                                    free=(143771 - 1000 - i) * 2**20))
-    api("nvmlDeviceGetPowerUsage", lambda i: 350_000 + i)            # mW
+    api("nvmlDeviceGetPowerUsage", lambda i: 350_000 + i if busy() is None else int(120_000 + busy() * 500_000))
     api("nvmlDeviceGetTotalEnergyConsumption", lambda i: 9_000_000 + i)  # mJ
     api("nvmlDeviceGetTemperature", lambda i, sensor: 60 + i)
     api("nvmlDeviceGetClockInfo", lambda i, clock: 1980 if clock == 1 else 2619)

@@ -1,0 +1,85 @@
+"""`rl-insight demo` end to end (shortened): the server with a real Prometheus, the SIMULATED run
+through verl's real run_ppo and the real patches, then every PromQL query of the dashboards,
+with its variables filled, returns data from that Prometheus."""
+
+import json
+import re
+import subprocess
+import sys
+import urllib.parse
+
+import pytest
+import yaml
+
+from tests.helpers import free_port, http, require_prometheus
+from verl_rl_insight.grafana import generate
+from verl_rl_insight.grafana.build import build
+
+EXPERIMENT = "demo-test"
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    require_prometheus()
+    tmp = tmp_path_factory.mktemp("demo")
+    ports = iter({free_port() for _ in range(12)})
+    config = {"bind": "127.0.0.1", "port": next(ports), "prometheus_port": next(ports), "tempo_port": next(ports),
+              "tempo_grpc_port": next(ports), "otlp_http_port": next(ports), "otlp_grpc_port": next(ports),
+              "grafana_port": next(ports), "scrape_interval_s": 1, "data_dir": str(tmp / "data"),
+              "services": {"tempo": {"enabled": False}, "grafana": {"enabled": False}}}
+    (tmp / "server.yaml").write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "VERL_RL_INSIGHT_CONFIG"}
+    env["RL_INSIGHT_HOME"] = str(tmp / "home")
+    result = subprocess.run([sys.executable, "-m", "verl_rl_insight", "demo", "--steps", "8", "--step-seconds", "1",
+                             "--config", str(tmp / "server.yaml"), "--experiment", EXPERIMENT],
+                            capture_output=True, text=True, timeout=600, env=env)
+    try:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        yield result.stdout, f"http://127.0.0.1:{config['prometheus_port']}"
+    finally:
+        subprocess.run([sys.executable, "-m", "verl_rl_insight", "server", "stop"], env=env, timeout=60)
+
+
+def test_demo_says_it_is_a_simulation_and_where_to_look(demo_run):
+    out, prom = demo_run
+    assert "SIMULATED verl run" in out and "This was a SIMULATION" in out
+    assert f"{prom}/graph?g0.expr=rl_insight_monitor_critic_score_mean" in out
+    assert "SIMULATED step 8/8 [##############################]" in out
+
+
+def fill(expr):
+    for name, value in (("$project", "rl-insight-demo"), ("$experiment_name", EXPERIMENT), ("$replica", ".*"),
+                        ("$node", ".*"), ("$gpu", ".*"), ("$__rate_interval", "20s")):
+        expr = expr.replace(name, value)
+    return expr
+
+
+def query(prom, promql, at):
+    status, body = http("GET", prom + "/api/v1/query?" + urllib.parse.urlencode({"query": promql, "time": at}))
+    assert status == 200, body
+    return json.loads(body)["data"]["result"]
+
+
+def test_every_dashboard_query_returns_data_after_the_demo(demo_run):
+    out, prom = demo_run
+    # the demo lingers 3 s after its last step with its replicas still registered: look 2 s in
+    at = max(float(x) for x in re.findall(r"last step at ([0-9.]+)", out)) + 2
+    empty = []
+    checked = 0
+    # the demo runs vLLM replicas; the SGLang dashboard differs only in its engine row, whose
+    # metric names test_rollout_engines.py scrapes from SGLang's simulated replicas
+    for file, dashboard in build().items():
+        if "sglang" in file:
+            continue
+        for kind, text in generate.queries(dashboard):
+            if kind == "traceql":
+                continue    # no Tempo here: the check (test_dashboards) covers what they constrain
+            if kind == "variable":   # label_values(metric{...}, label)
+                metric, label = re.fullmatch(r"label_values\((.*), (\w+)\)", text).groups()
+                text = f"count by ({label}) ({metric})"
+            checked += 1
+            if not query(prom, fill(text), at):
+                empty.append(f"{file}: {text}")
+    assert checked > 60
+    transfer_queue = [line for line in out.splitlines() if "TransferQueue" in line]
+    assert empty == [], transfer_queue

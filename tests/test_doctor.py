@@ -1,0 +1,74 @@
+"""`rl-insight doctor` on a healthy setup (real Prometheus, STAND-INs for Tempo and Grafana, data
+pushed through verl's real Tracking) and on broken ones: each finding says what to fix."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.helpers import REPO, free_port, http, require_prometheus, wait_for
+
+STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")
+RIGHT = ["trainer.logger=[console,rl_insight]", "actor_rollout_ref.rollout.disable_log_stats=False"]
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, **(env or {})))
+
+
+@pytest.fixture
+def server(tmp_path):
+    require_prometheus()
+    ports = iter({free_port() for _ in range(10)})
+    config = {"bind": "127.0.0.1", "port": next(ports), "prometheus_port": next(ports), "tempo_port": next(ports),
+              "tempo_grpc_port": next(ports), "otlp_http_port": next(ports), "otlp_grpc_port": next(ports),
+              "grafana_port": next(ports), "scrape_interval_s": 1, "data_dir": str(tmp_path / "data"),
+              "token": "s3cret", "services": {"tempo": {"binary": STAND_IN}, "grafana": {"binary": STAND_IN}}}
+    (tmp_path / "server.yaml").write_text(yaml.safe_dump(config))
+    started = cli("server", "start", "--detach", "--config", str(tmp_path / "server.yaml"))
+    assert started.returncode == 0, started.stdout + started.stderr
+    yield config
+    cli("server", "stop")
+
+
+def test_healthy_setup_every_check_is_ok(server, monkeypatch):
+    url = f"http://127.0.0.1:{server['port']}"
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", url)
+    monkeypatch.setenv("RL_INSIGHT_TOKEN", "s3cret")
+    from verl.utils.tracking import Tracking
+
+    tracking = Tracking("doc", "healthy", default_backend=["rl_insight"])
+    tracking.log({"actor/pg_loss": 0.1}, step=1)
+    tracking.finish()
+    prom = f"http://127.0.0.1:{server['prometheus_port']}"
+    wait_for(lambda: json.loads(http("GET", prom + "/api/v1/targets")[1] or b'{"data":{"activeTargets":[]}}')
+             ["data"]["activeTargets"] and all(t["health"] == "up" for t in json.loads(
+                 http("GET", prom + "/api/v1/targets")[1])["data"]["activeTargets"]), 30, what="hub scraped")
+    result = cli("doctor", "--project", "doc", "--experiment", "healthy", "--", *RIGHT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [x for x in result.stdout.splitlines() if x.strip()]
+    assert lines[-1] == "all checks passed"
+    for check in ("server reachable", "token", "clock skew", "service prometheus", "service tempo", "service grafana",
+                  "Prometheus targets", "recent samples", "datasources", "dashboards", "RL_INSIGHT_SERVER_URL",
+                  "verl version", "patches active", "Ray workers", "trainer.logger", "disable_log_stats"):
+        assert any(x.startswith(f"ok       {check}") for x in lines), f"no ok line for {check}:\n{result.stdout}"
+
+
+def test_broken_setups_say_what_to_fix(server):
+    url = f"http://127.0.0.1:{server['port']}"
+    wrong = cli("doctor", "--project", "doc", "--experiment", "none-yet", "--",
+                "trainer.logger=[console]", "actor_rollout_ref.rollout.disable_log_stats=True",
+                env={"RL_INSIGHT_SERVER_URL": url, "RL_INSIGHT_TOKEN": "wrong"})
+    assert wrong.returncode == 1
+    out = wrong.stdout
+    assert "PROBLEM  token: the server requires a token and RL_INSIGHT_TOKEN is wrong" in out
+    assert "PROBLEM  recent samples: nothing from project=doc experiment_name=none-yet" in out
+    assert "PROBLEM  trainer.logger: ['console'] has no rl_insight" in out
+    assert "fix: actor_rollout_ref.rollout.disable_log_stats=False" in out
+    down = cli("doctor", env={"RL_INSIGHT_SERVER_URL": f"http://127.0.0.1:{free_port()}"})
+    assert down.returncode == 1
+    assert "PROBLEM  server reachable" in down.stdout and "fix: rl-insight server start --detach" in down.stdout
