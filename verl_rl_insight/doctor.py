@@ -190,7 +190,8 @@ def check_overrides(report, overrides):
     if "rl_insight" in loggers:
         report.ok("trainer.logger", str(loggers))
     else:
-        report.problem("trainer.logger", f"{loggers} has no rl_insight", "trainer.logger='[\"console\",\"rl_insight\"]'")
+        report.problem("trainer.logger", f"{loggers} has no rl_insight",
+                       "trainer.logger='[\"console\",\"rl_insight\"]'")
     if config.actor_rollout_ref.rollout.disable_log_stats:
         report.problem("disable_log_stats", "True: vLLM / SGLang serve no engine metrics",
                        "actor_rollout_ref.rollout.disable_log_stats=False")

@@ -97,7 +97,7 @@ def variables(engine_metric):
     return [
         query("project", f"label_values({M}training_global_step, project)"),
         query("experiment_name", f'label_values({M}training_global_step{{project="$project"}}, experiment_name)'),
-        query("replica", f"label_values({engine_metric}{{{RUN}}}, replica)", True, True),
+        *([query("replica", f"label_values({engine_metric}{{{RUN}}}, replica)", True, True)] if engine_metric else []),
         query("node", f"label_values(rl_insight_host_load1{{{RUN}}}, node)", True, True),
         query("gpu", f"label_values(DCGM_FI_DEV_GPU_UTIL{{{RUN}}}, gpu)", True, True),
     ]
@@ -212,6 +212,5 @@ def build():
         out[f"{uid}.json"] = dashboard(uid, f"verl trainer v1 with {engine} engine", layout, ENGINES[engine]["running"])
     layout = Layout()
     hardware_rows(layout)
-    out["rl_insight_hardware.json"] = dashboard("rl_insight_hardware", "RL-Insight hardware", layout,
-                                                ENGINES["vllm"]["running"])
+    out["rl_insight_hardware.json"] = dashboard("rl_insight_hardware", "RL-Insight hardware", layout, None)
     return out
