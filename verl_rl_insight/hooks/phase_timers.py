@@ -1,8 +1,8 @@
 """verl's phase timers (``marked_timer``, ``_timer``): one RL state per timed phase.
 
 The trainers import the timer by name (``from verl.utils.debug import marked_timer``), so it
-is wrapped where it is used: in every trainer module below, and in the modules that re-export
-it (for trainers imported later). The step comes from the calling trainer's ``global_steps``.
+is wrapped where it is used: in every trainer module bootstrap.TARGETS names, and in the
+modules that re-export it (for trainers imported later). The step comes from the calling trainer's ``global_steps``.
 """
 
 import inspect
@@ -12,23 +12,11 @@ import time
 from .. import runtime
 
 TIMER_NAMES = ("marked_timer", "_timer")
-# module -> timeline lane of the phases timed there
-CONSUMERS = {
-    "verl.utils.profiler": "trainer",
-    "verl.utils.debug": "trainer",
-    "verl.trainer.ppo.ray_trainer": "trainer",
-    "verl.trainer.main_ppo_sync": "trainer",
-    "verl.trainer.ppo.v1.trainer_base": "trainer",
-    "verl.trainer.ppo.v1.trainer_sync": "trainer",
-    "verl.trainer.ppo.v1.trainer_colocate_async": "trainer",
-    "verl.trainer.ppo.v1.trainer_separate_async": "trainer",
-    "verl.experimental.fully_async_policy.fully_async_trainer": "trainer",
+# The modules are listed once, in bootstrap.TARGETS; phases timed here run on lane "trainer"
+# except in these modules.
+LANES = {
     "verl.experimental.fully_async_policy.fully_async_rollouter": "rollouter",
-    "verl.experimental.one_step_off_policy.ray_trainer": "trainer",
-    "verl.experimental.separation.ray_trainer": "trainer",
-    "recipe.fully_async_policy.fully_async_trainer": "trainer",
     "recipe.fully_async_policy.fully_async_rollouter": "rollouter",
-    "recipe.one_step_off_policy.ray_trainer": "trainer",
 }
 
 
@@ -77,7 +65,7 @@ def _wrap(original, lane):
 
 
 def install(module):
-    lane = CONSUMERS.get(module.__name__, "trainer")
+    lane = LANES.get(module.__name__, "trainer")
     for attr in TIMER_NAMES:
         original = module.__dict__.get(attr)
         if getattr(original, "_rl_insight_phase_timer", False):

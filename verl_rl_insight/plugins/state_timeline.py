@@ -49,26 +49,26 @@ def span_name(state):
     return SPAN_NAMES.get(state, state)
 
 
-def otlp_endpoint(config, environ=None):
-    """Where spans go; for a server URL alone, the default that ``announced_endpoint`` refines."""
+def explicit_endpoint(config, environ=None):
+    """The endpoint the user named (plugin config, then the standard OTEL_* variables), or None."""
     environ = os.environ if environ is None else environ
-    settings = plugin_settings(config, "state_timeline")
-    if settings.get("otlp_endpoint"):
-        return str(settings.otlp_endpoint)
+    if plugin_settings(config, "state_timeline").get("otlp_endpoint"):
+        return str(plugin_settings(config, "state_timeline").otlp_endpoint)
     if environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         return environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
     if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         return environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
-    if config.get("server_url"):
-        host = urllib.parse.urlsplit(str(config.server_url)).hostname
-        return f"http://{host}:{int(settings.get('otlp_port', 4318))}/v1/traces"
     return None
 
 
-def explicit_endpoint(config, environ=None):
-    environ = os.environ if environ is None else environ
-    return bool(plugin_settings(config, "state_timeline").get("otlp_endpoint")
-                or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+def otlp_endpoint(config, environ=None):
+    """Where spans go; for a server URL alone, the default that ``AnnouncedEndpointExporter`` refines."""
+    explicit = explicit_endpoint(config, environ)
+    if explicit is None and config.get("server_url"):
+        host = urllib.parse.urlsplit(str(config.server_url)).hostname
+        port = int(plugin_settings(config, "state_timeline").get("otlp_port", 4318))
+        return f"http://{host}:{port}/v1/traces"
+    return explicit
 
 
 class AnnouncedEndpointExporter:
@@ -204,7 +204,7 @@ def rl_insight_configure(config):
     def make_exporter(url):
         return OTLPSpanExporter(endpoint=url, timeout=5, headers=headers)
 
-    exporter = make_exporter(endpoint) if explicit_endpoint(config) else \
+    exporter = make_exporter(endpoint) if explicit_endpoint(config) is not None else \
         AnnouncedEndpointExporter(str(config.server_url), endpoint, make_exporter)
     _processor = CountingSpanProcessor(exporter,
                                        max_queue=int(settings.get("max_queue_spans", 8192)),
