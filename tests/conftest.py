@@ -4,10 +4,7 @@ import threading
 
 import pytest
 
-import subprocess
-import sys
-
-from tests.helpers import free_port, require_prometheus
+from tests.helpers import free_port, require_prometheus, rl_insight
 from verl_rl_insight import runtime
 from verl_rl_insight.server.http_api import ApiServer
 from verl_rl_insight.server.hub import MetricHub
@@ -63,19 +60,14 @@ def activated():
     bootstrap.activate()
 
 
-def rl_insight_cli(*args):
-    return subprocess.run([sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True,
-                          timeout=240)
-
-
 @pytest.fixture
 def monitoring_server(tmp_path):
     """`rl-insight server start --detach`: the hub and a real Prometheus scraping every second."""
     require_prometheus()
     hub, prom = free_port(), free_port()
-    started = rl_insight_cli("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub),
-                             "--prometheus-port", str(prom), "--scrape-interval", "1",
-                             "--data-dir", str(tmp_path / "data"), "--no-tempo", "--no-grafana")
+    started = rl_insight("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub),
+                         "--prometheus-port", str(prom), "--scrape-interval", "1",
+                         "--data-dir", str(tmp_path / "data"), "--no-tempo", "--no-grafana")
     assert started.returncode == 0, started.stdout + started.stderr
     yield f"http://127.0.0.1:{hub}", f"http://127.0.0.1:{prom}"
-    rl_insight_cli("server", "stop")
+    rl_insight("server", "stop")

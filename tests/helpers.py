@@ -174,3 +174,35 @@ def old_verl(version):
             pytest.fail(f"could not install verl=={version} for the version matrix: {result.stderr[-2000:]}")
     return target
 
+
+
+def rl_insight(*args, env=None, timeout=300):
+    """``python -m verl_rl_insight ARGS`` in a subprocess. ``env`` is added to this process's
+    environment; a None value removes that variable."""
+    full = dict(os.environ)
+    for key, value in (env or {}).items():
+        if value is None:
+            full.pop(key, None)
+        else:
+            full[key] = value
+    return subprocess.run([sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full)
+
+
+SERVER_PORTS = ("port", "prometheus_port", "tempo_port", "tempo_grpc_port", "otlp_http_port", "otlp_grpc_port",
+                "grafana_port")
+
+
+def write_server_config(folder, **settings):
+    """A server config on loopback, a free port for every service, scraping every second:
+    ``folder/server.yaml``; returns (path, config)."""
+    import yaml
+
+    ports = set()
+    while len(ports) < len(SERVER_PORTS):
+        ports.add(free_port())
+    config = {"bind": "127.0.0.1", **dict(zip(SERVER_PORTS, ports, strict=True)), "scrape_interval_s": 1,
+              "data_dir": str(folder / "data"), **settings}
+    path = folder / "server.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, config

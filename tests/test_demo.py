@@ -4,14 +4,11 @@ with its variables filled, returns data from that Prometheus."""
 
 import json
 import re
-import subprocess
-import sys
 import urllib.parse
 
 import pytest
-import yaml
 
-from tests.helpers import free_port, http, require_prometheus
+from tests.helpers import http, require_prometheus, rl_insight, write_server_config
 from verl_rl_insight.grafana import generate
 from verl_rl_insight.grafana.build import build
 
@@ -23,23 +20,16 @@ def demo_run(request, tmp_path_factory):
     engine = request.param
     require_prometheus()
     tmp = tmp_path_factory.mktemp("demo")
-    ports = iter({free_port() for _ in range(12)})
-    config = {"bind": "127.0.0.1", "port": next(ports), "prometheus_port": next(ports), "tempo_port": next(ports),
-              "tempo_grpc_port": next(ports), "otlp_http_port": next(ports), "otlp_grpc_port": next(ports),
-              "grafana_port": next(ports), "scrape_interval_s": 1, "data_dir": str(tmp / "data"),
-              "services": {"tempo": {"enabled": False}, "grafana": {"enabled": False}}}
-    (tmp / "server.yaml").write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in __import__("os").environ.items() if k != "VERL_RL_INSIGHT_CONFIG"}
-    env["RL_INSIGHT_HOME"] = str(tmp / "home")
-    result = subprocess.run([sys.executable, "-m", "verl_rl_insight", "demo", "--steps", "8", "--step-seconds", "1",
-                             "--config", str(tmp / "server.yaml"), "--experiment", EXPERIMENT, "--engine", engine]
-                            + (["--no-transfer-queue"] if engine == "sglang" else []),
-                            capture_output=True, text=True, timeout=600, env=env)
+    path, config = write_server_config(tmp, services={"tempo": {"enabled": False}, "grafana": {"enabled": False}})
+    env = {"VERL_RL_INSIGHT_CONFIG": None, "RL_INSIGHT_HOME": str(tmp / "home")}   # the demo's hardware stays on
+    result = rl_insight("demo", "--steps", "8", "--step-seconds", "1", "--config", str(path), "--experiment",
+                        EXPERIMENT, "--engine", engine, *(["--no-transfer-queue"] if engine == "sglang" else []),
+                        env=env, timeout=600)
     try:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         yield result.stdout, f"http://127.0.0.1:{config['prometheus_port']}", engine
     finally:
-        subprocess.run([sys.executable, "-m", "verl_rl_insight", "server", "stop"], env=env, timeout=60)
+        rl_insight("server", "stop", env=env, timeout=60)
 
 
 def test_demo_says_it_is_a_simulation_and_where_to_look(demo_run):

@@ -2,34 +2,24 @@
 pushed through verl's real Tracking) and on broken ones: each finding says what to fix."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-import yaml
 
-from tests.helpers import REPO, free_port, http, require_prometheus, wait_for
+from tests.helpers import REPO, free_port, http, require_prometheus, rl_insight, wait_for, write_server_config
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")
 RIGHT = ["trainer.logger=[console,rl_insight]", "actor_rollout_ref.rollout.disable_log_stats=False"]
 
 
-def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, **(env or {})))
+cli = rl_insight
 
 
 @pytest.fixture
 def server(tmp_path):
     require_prometheus()
-    ports = iter({free_port() for _ in range(10)})
-    config = {"bind": "127.0.0.1", "port": next(ports), "prometheus_port": next(ports), "tempo_port": next(ports),
-              "tempo_grpc_port": next(ports), "otlp_http_port": next(ports), "otlp_grpc_port": next(ports),
-              "grafana_port": next(ports), "scrape_interval_s": 1, "data_dir": str(tmp_path / "data"),
-              "token": "s3cret", "services": {"tempo": {"binary": STAND_IN}, "grafana": {"binary": STAND_IN}}}
-    (tmp_path / "server.yaml").write_text(yaml.safe_dump(config))
-    started = cli("server", "start", "--detach", "--config", str(tmp_path / "server.yaml"))
+    path, config = write_server_config(tmp_path, token="s3cret",
+                                       services={"tempo": {"binary": STAND_IN}, "grafana": {"binary": STAND_IN}})
+    started = cli("server", "start", "--detach", "--config", str(path))
     assert started.returncode == 0, started.stdout + started.stderr
     yield config
     cli("server", "stop")

@@ -6,13 +6,11 @@ import subprocess
 import sys
 import time
 
-from tests.helpers import Prometheus, free_port, http, require_prometheus, wait_for
+from tests.helpers import Prometheus, free_port, http, require_prometheus, rl_insight, wait_for
 from verl_rl_insight.plugins import metric_push
 
 
-def cli(*args, env=None, timeout=90):
-    return subprocess.run([sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+cli = rl_insight
 
 
 def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_path):

@@ -11,37 +11,19 @@ import sys
 import pytest
 import yaml
 
-from tests.helpers import REPO, free_port, http, require_prometheus, wait_for
+from tests.helpers import REPO, free_port, http, require_prometheus, rl_insight, wait_for, write_server_config
 from verl_rl_insight.demo.simulated_engines import MetricsEndpoint
 from verl_rl_insight.server.services import pid_alive
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")
 
 
-def cli(*args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ))
-
-
-def free_ports(n):
-    ports = set()
-    while len(ports) < n:
-        ports.add(free_port())
-    return list(ports)
+cli = rl_insight
 
 
 @pytest.fixture
 def server_config(tmp_path):
-    hub, prom, tempo, tempo_grpc, otlp_http, otlp_grpc, grafana = free_ports(7)
-    config = {
-        "bind": "127.0.0.1", "port": hub, "prometheus_port": prom, "tempo_port": tempo,
-        "tempo_grpc_port": tempo_grpc, "otlp_http_port": otlp_http, "otlp_grpc_port": otlp_grpc,
-        "grafana_port": grafana, "scrape_interval_s": 1, "data_dir": str(tmp_path / "data"),
-        "services": {"tempo": {"binary": STAND_IN}, "grafana": {"binary": STAND_IN}},
-    }
-    path = tmp_path / "server.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path, config
+    return write_server_config(tmp_path, services={"tempo": {"binary": STAND_IN}, "grafana": {"binary": STAND_IN}})
 
 
 def services(config):
