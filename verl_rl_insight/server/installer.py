@@ -10,6 +10,7 @@ manifest ``services/<name>.json`` is written, the last step.
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .releases import RELEASES, compatible, parse_version, release
 from .settings import default_home
@@ -141,30 +142,80 @@ def file_sha256(path):
 
 
 def safe_extract(archive, dest):
-    """Extract a .tar.gz into ``dest``; refuses members that would land, or link, outside it."""
+    """Extract a .tar.gz into ``dest`` (an empty staging folder), or refuse it (InstallError).
+
+    Refused before anything is written: a member that is absolute, has a ``..`` part, is not a
+    file, folder or link, or whose path goes through a symlink of the archive (``a -> .`` then
+    ``a/b -> ..``: the chains that defeat path checks); a symlink whose target leaves the folder
+    or passes through another symlink; a hard link to anything but a regular file before it.
+    Then tarfile's ``data`` filter extracts (refused outright where this Python lacks it), and
+    afterwards every extracted path is resolved and must lie inside ``dest``.
+    """
+    if not hasattr(tarfile, "data_filter"):
+        raise InstallError(f"{archive.name}: this Python ({platform.python_version()}) has no safe tar extraction "
+                           "(tarfile's data filter: Python 3.10.12, 3.11.4, 3.12 or newer); upgrade Python, "
+                           "or install the service yourself and set services.<name>.binary")
     dest = Path(dest).resolve()
-    with tarfile.open(archive, "r:*") as tar:
-        members = tar.getmembers()
-        for member in members:
-            target = (dest / member.name).resolve()
-            if member.name.startswith("/") or not _inside(target, dest):
-                raise InstallError(f"{archive.name}: member {member.name!r} would be written outside the "
-                                   "install folder; archive refused")
-            if member.issym() or member.islnk():
-                base = target.parent if member.issym() else dest
-                link = (base / member.linkname).resolve()
-                if os.path.isabs(member.linkname) or not _inside(link, dest):
-                    raise InstallError(f"{archive.name}: link {member.name!r} -> {member.linkname!r} points "
-                                       "outside the install folder; archive refused")
-            elif not (member.isfile() or member.isdir()):
-                raise InstallError(f"{archive.name}: member {member.name!r} is not a file, folder or link; "
-                                   "archive refused")
-        for member in members:
-            tar.extract(member, dest, set_attrs=True, **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = tar.getmembers()
+            _check_members(archive, members)
+            tar.extractall(dest, filter="data")
+    except tarfile.TarError as exc:
+        raise InstallError(f"{archive.name}: {exc}; archive refused") from None
+    for root, dirs, files in os.walk(dest):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            if not _inside(Path(os.path.realpath(path)), dest):
+                raise InstallError(f"{archive.name}: {os.path.relpath(path, dest)} resolves outside the install "
+                                   "folder; archive refused")
 
 
 def _inside(path, folder):
     return path == folder or folder in path.parents
+
+
+def _parts(name):
+    return [p for p in PurePosixPath(name).parts if p != "."]
+
+
+def _check_members(archive, members):
+    def refuse(member, why):
+        raise InstallError(f"{archive.name}: member {member.name!r} {why}; archive refused")
+
+    links, files = set(), set()
+    for member in members:
+        parts = _parts(member.name)
+        if member.name.startswith("/") or ".." in parts or not parts:
+            refuse(member, "would be written outside the install folder")
+        if member.issym():
+            links.add("/".join(parts))
+        elif member.islnk():
+            if "/".join(_parts(member.linkname)) not in files:
+                refuse(member, f"is a hard link to {member.linkname!r}, not to a file of the archive before it")
+        elif member.isfile():
+            files.add("/".join(parts))
+        elif not member.isdir():
+            refuse(member, "is not a file, folder or link")
+    for member in members:
+        parts = _parts(member.name)
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in links:
+                refuse(member, f"goes through the link {'/'.join(parts[:i])!r}")
+        if member.issym():
+            if member.linkname.startswith("/"):
+                refuse(member, f"links to the absolute path {member.linkname!r}")
+            place = parts[:-1]
+            target = _parts(member.linkname)
+            for i, part in enumerate(target):
+                if part == "..":
+                    if not place:
+                        refuse(member, f"links outside the install folder ({member.linkname!r})")
+                    place.pop()
+                else:
+                    place.append(part)
+                    if i < len(target) - 1 and "/".join(place) in links:   # a link to a link is fine
+                        refuse(member, f"links through the link {'/'.join(place)!r}")
 
 
 def install_one(name, local_archive=None, mirror=None, force=False, sha256=None, overrides=None, out=sys.stderr):
