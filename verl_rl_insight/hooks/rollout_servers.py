@@ -33,15 +33,20 @@ async def _timed(coroutine, server, state):
     try:
         return await coroutine
     finally:
+        _report_span(server, state, start_ns)
+
+
+def _report_span(server, state, start_ns):
+    """Never raises: it runs in the ``finally`` of verl's generate, where an error would replace verl's result."""
+    try:
         rt = runtime.get_runtime() or (runtime.start() if os.environ.get(ENV_VERL_ENABLE) == "1" else None)
         if rt is not None:
             rank = getattr(server, "replica_rank", None)
-            try:
-                rt.hook.rl_insight_state_span(run=rt.current_run(), name=state, lane=f"replica_{rank}",
-                                              start_ns=start_ns, end_ns=time.time_ns(),
-                                              attributes={"replica": rank, "role": "rollout"})
-            except Exception:
-                pass
+            rt.hook.rl_insight_state_span(run=rt.current_run(), name=state, lane=f"replica_{rank}",
+                                          start_ns=start_ns, end_ns=time.time_ns(),
+                                          attributes={"replica": rank, "role": "rollout"})
+    except Exception:
+        pass
 
 
 def _server_args(wrapped, instance, args, kwargs):

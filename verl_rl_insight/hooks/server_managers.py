@@ -26,8 +26,8 @@ def _rollout_config(manager):
 
 
 def _report(manager, log_stats):
-    rt = runtime.get_runtime() or runtime.start()
     try:
+        rt = runtime.get_runtime() or runtime.start()
         rt.hook.rl_insight_rollout_servers(
             run=rt.current_run(), engine=str(_rollout_config(manager).name),
             addresses=list(manager.server_addresses),
@@ -55,9 +55,12 @@ class _VerlFlagOff:
 
 
 def _initialize(wrapped, instance, args, kwargs):
-    config = _rollout_config(instance)
-    log_stats = not bool(config.get("disable_log_stats", True))
-    prometheus = bool((config.get("prometheus") or {}).get("enable", False))
+    try:
+        config = _rollout_config(instance)
+        log_stats = not bool(config.get("disable_log_stats", True))
+        prometheus = bool((config.get("prometheus") or {}).get("enable", False))
+    except Exception:   # a manager of a shape we do not know: verl runs as if we were not here
+        return wrapped(*args, **kwargs)
     flag_off = _VerlFlagOff(not log_stats and not prometheus)
     if asyncio.iscoroutinefunction(wrapped):
         async def run():

@@ -14,13 +14,22 @@ logger = logging.getLogger("verl_rl_insight")
 BACKEND = "rl_insight"
 
 
-def _bind(project_name, experiment_name, default_backend="console", config=None):
-    return project_name, experiment_name, default_backend, config
+def _bind(args, kwargs):
+    """(project, experiment, backends, config) as ``Tracking(project_name, experiment_name,
+    default_backend, config, ...)`` takes them; keywords a newer verl adds are verl's business."""
+    names = ("project_name", "experiment_name", "default_backend", "config")
+    bound = dict(zip(names, args))
+    bound.update((k, v) for k, v in kwargs.items() if k in names)
+    backends = bound.get("default_backend", "console")
+    backends = [backends] if isinstance(backends, str) else list(backends or ())
+    return bound.get("project_name"), bound.get("experiment_name"), backends, bound.get("config")
 
 
 def _tracking_init(wrapped, instance, args, kwargs):
-    project, experiment, backends, config = _bind(*args, **kwargs)
-    backends = [backends] if isinstance(backends, str) else list(backends or ())
+    try:
+        project, experiment, backends, config = _bind(args, kwargs)
+    except TypeError:   # an argument shape verl will judge itself
+        return wrapped(*args, **kwargs)
     if BACKEND not in backends:
         return wrapped(*args, **kwargs)
     # Built before verl's own init so that verl 0.9's RLInsightLogger finds the runtime
