@@ -1,12 +1,12 @@
 import json
 import os
-import threading
 
 import pytest
 
 from tests.helpers import free_port, require_prometheus, rl_insight
 from verl_rl_insight import runtime
-from verl_rl_insight.server.http_api import ApiServer
+from verl_rl_insight.server.http_api import Api
+from verl_rl_insight.server.http_server import HttpServer
 from verl_rl_insight.server.hub import MetricHub
 
 
@@ -25,17 +25,18 @@ def isolated_environment(monkeypatch, tmp_path):
 
 
 class HubUnderTest:
-    def __init__(self, token=None, info=None, **hub_kwargs):
+    """The real metric hub and HTTP API (uvicorn) in this process, on a free loopback port."""
+
+    def __init__(self, token=None, info=None, max_body_bytes=None, http_options=None, **hub_kwargs):
         self.hub = MetricHub(**hub_kwargs)
-        self.port = free_port()
+        self.api = Api(self.hub, token=token, info=info, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
+        self.server = HttpServer(self.api, "127.0.0.1", 0, **(http_options or {})).start()
+        self.port = self.server.port
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = ApiServer(("127.0.0.1", self.port), self.hub, token=token, info=info)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
+        self.api.close()
 
 
 @pytest.fixture

@@ -62,7 +62,8 @@ def require_prometheus():
 
 
 class Prometheus:
-    """A real Prometheus scraping the given targets every second, in its own process group."""
+    """A real Prometheus scraping the given targets every second, in its own process group, as the
+    named scraper ``test-prometheus`` (what a Prometheus of your own does: see README)."""
 
     def __init__(self, tmp_path, targets, rule_files=()):
         binary = require_prometheus()
@@ -71,7 +72,7 @@ class Prometheus:
         config = tmp_path / "prometheus-test.yml"
         config.write_text(json.dumps({  # JSON is YAML
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "hub", "honor_labels": True,
+            "scrape_configs": [{"job_name": "hub", "honor_labels": True, "params": {"scraper": ["test-prometheus"]},
                                 "static_configs": [{"targets": list(targets)}]}],
             "rule_files": [str(p) for p in rule_files],
         }))
@@ -206,3 +207,28 @@ def write_server_config(folder, **settings):
     path = folder / "server.yaml"
     path.write_text(yaml.safe_dump(config))
     return path, config
+
+
+def start_hub_process(port, tmp_path, **settings):
+    """The real server process with the hub alone (no Prometheus, Tempo, Grafana), on loopback;
+    its settings go through stdin, as ``rl-insight server start --detach`` sends them."""
+    settings = {"bind": "127.0.0.1", "port": port, "data_dir": str(tmp_path / "data"),
+                "services": {name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")}, **settings}
+    process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app"], stdin=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process.stdin.write(json.dumps(settings).encode())
+    process.stdin.close()
+
+    def ready():
+        if process.poll() is not None:
+            raise AssertionError(f"the hub exited with {process.returncode}")
+        return http("GET", f"http://127.0.0.1:{port}/-/ready")[0] == 200
+
+    wait_for(ready, 20, what="hub ready")
+    return process
+
+
+def process_figures(pid):
+    """(threads, resident memory in bytes) of a process, from /proc."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["Threads"]), int(fields["VmRSS"].split()[0]) * 1024

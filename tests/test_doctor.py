@@ -55,7 +55,7 @@ def test_broken_setups_say_what_to_fix(server):
                 env={"RL_INSIGHT_SERVER_URL": url, "RL_INSIGHT_TOKEN": "wrong"})
     assert wrong.returncode == 1
     out = wrong.stdout
-    assert "PROBLEM  token: the server requires a token and RL_INSIGHT_TOKEN is wrong" in out
+    assert "PROBLEM  token: the server requires a token and the one given is wrong" in out
     assert "PROBLEM  recent samples: nothing from project=doc experiment_name=none-yet" in out
     assert "PROBLEM  trainer.logger: ['console'] has no rl_insight" in out
     assert "fix: actor_rollout_ref.rollout.disable_log_stats=False" in out

@@ -1,6 +1,7 @@
 """The metric hub's HTTP API: what a trainer (or an attacker) sends, and what Prometheus reads."""
 
 import json
+import time
 
 from tests.helpers import http, push
 
@@ -27,8 +28,7 @@ def test_pushed_values_are_exposed_with_project_and_experiment_labels(hub_server
 
 
 def test_malformed_pushes_get_4xx_with_a_message_and_the_hub_keeps_serving(hub_server):
-    server = hub_server(max_series=1000)
-    server.server.max_body_bytes = 1024 * 1024
+    server = hub_server(max_series=1000, max_body_bytes=1024 * 1024)
     cases = {
         "bad json": (b"{not json", 400, "not valid JSON"),
         "not an object": (b"[1, 2]", 400, "batches"),
@@ -83,20 +83,61 @@ def test_nan_and_infinities_travel_as_prometheus_spells_them(hub_server):
     assert 'c{experiment_name="e",project="p"} -Inf\n' in text
 
 
-def test_steps_pushed_between_two_scrapes_reach_the_scraper_in_order(hub_server):
+def scrape(server, name="test-prometheus"):
+    """The lines of metric ``m`` that a named scraper gets, as (value, timestamp or None)."""
+    status, body = http("GET", server.url + f"/metrics?scraper={name}")
+    assert status == 200, body
+    out = []
+    for line in body.decode().splitlines():
+        if line.startswith("m{"):
+            parts = line.split()
+            out.append((parts[1], int(parts[2]) if len(parts) == 3 else None))
+    return out
+
+
+def test_steps_pushed_between_two_scrapes_reach_a_named_scraper_in_order_with_their_own_time(hub_server):
     server = hub_server()
-    scraper = {"User-Agent": "Prometheus/test"}
-    exposition(server, scraper)  # first visit sets this scraper's cursor
-    batches = [batch(step=s, time=1700000000.0 + s, metrics={"m": float(s)}) for s in (1, 2, 3)]
+    scrape(server)  # the first visit
+    logged = [time.time() + 0.1 * s for s in (1, 2, 3)]   # three steps logged after it
+    time.sleep(0.5)
+    batches = [batch(step=s, time=t, metrics={"m": float(s)}) for s, t in zip((1, 2, 3), logged)]
     assert push(server.url, {"batches": batches})[0] == 200
-    lines = [line for line in exposition(server, scraper).splitlines() if line.startswith("m{")]
-    # steps 1 and 2 with timestamps, step 3 live (no timestamp) and last
-    assert [line.split()[1] for line in lines] == ["1.0", "2.0", "3.0"]
-    assert len(lines[0].split()) == 3 and len(lines[1].split()) == 3 and len(lines[2].split()) == 2
-    assert int(lines[0].split()[2]) < int(lines[1].split()[2])
+    lines = scrape(server)
+    # every step with the trainer's own time (ms), in order, then the live value (no timestamp)
+    assert lines == [("1.0", int(logged[0] * 1000)), ("2.0", int(logged[1] * 1000)), ("3.0", int(logged[2] * 1000)),
+                     ("3.0", None)]
     # the next scrape repeats only the live value
-    lines = [line for line in exposition(server, scraper).splitlines() if line.startswith("m{")]
+    assert scrape(server) == [("3.0", None)]
+
+
+def test_an_unnamed_client_gets_live_values_only(hub_server):
+    server = hub_server()
+    batches = [batch(step=s, time=time.time() + s, metrics={"m": float(s)}) for s in (1, 2, 3)]
+    assert push(server.url, {"batches": batches})[0] == 200
+    lines = [line for line in exposition(server, {"User-Agent": "curl"}).splitlines() if line.startswith("m{")]
     assert lines == ['m{experiment_name="e",project="p"} 3.0']
+
+
+def test_batches_sent_twice_after_an_outage_are_kept_once(hub_server):
+    server = hub_server()
+    now = time.time()
+    scrape(server)
+    time.sleep(0.1)
+    first = [batch(step=s, time=now - 5 + s, metrics={"m": float(s)}) for s in (1, 2)]
+    assert push(server.url, {"batches": first})[0] == 200
+    status, body = push(server.url, {"batches": first + [batch(step=3, time=now - 2, metrics={"m": 3.0})]})
+    assert status == 200 and json.loads(body)["accepted"] == 1 and json.loads(body)["duplicates"] == 2
+    assert [value for value, _ in scrape(server)] == ["1.0", "2.0", "3.0", "3.0"]
+
+
+def test_two_step_less_batches_of_one_stream_in_one_push_are_both_applied(hub_server):
+    server = hub_server()
+    untimed = [{"project": "p", "experiment_name": "e", "metrics": {"a": 1.0}},
+               {"project": "p", "experiment_name": "e", "metrics": {"b": 2.0}}]
+    status, body = push(server.url, {"batches": untimed})
+    assert status == 200 and json.loads(body)["accepted"] == 2
+    text = exposition(server)
+    assert 'a{experiment_name="e",project="p"} 1.0\n' in text and 'b{experiment_name="e",project="p"} 2.0\n' in text
 
 
 def test_token_set_writes_need_it_reads_do_not(hub_server):
@@ -113,15 +154,3 @@ def test_unknown_endpoint_and_wrong_method_are_named(hub_server):
     status, body = http("GET", server.url + "/nope")
     assert status == 404 and "/metrics" in json.loads(body)["endpoints"]
     assert http("GET", server.url + "/api/v1/push")[0] == 405
-
-
-def test_batches_sent_twice_after_an_outage_are_kept_once(hub_server):
-    server = hub_server()
-    scraper = {"User-Agent": "Prometheus/test"}
-    exposition(server, scraper)
-    first = [batch(step=s, time=1700000000.0 + s, metrics={"m": float(s)}) for s in (1, 2)]
-    assert push(server.url, {"batches": first})[0] == 200
-    assert push(server.url, {"batches": first + [batch(step=3, time=1700000003.0, metrics={"m": 3.0})]})[0] == 200
-    lines = [line for line in exposition(server, scraper).splitlines() if line.startswith("m{")]
-    assert [line.split()[1] for line in lines] == ["1.0", "2.0", "3.0"]
-    assert server.hub.stats["duplicates"] == 2

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from tests.helpers import Prometheus, free_port, http, require_prometheus, rl_insight, wait_for
+from tests.helpers import Prometheus, free_port, http, require_prometheus, rl_insight, start_hub_process, wait_for
 from verl_rl_insight.plugins import metric_push
 
 
@@ -59,18 +59,6 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
     assert cli("server", "status", env=env).returncode == 3
 
 
-def start_hub(port, tmp_path):
-    """The real server process (hub only: Prometheus is the test's own, so it outlives the hub)."""
-    settings = {"bind": "127.0.0.1", "port": port, "data_dir": str(tmp_path / "data"),
-                "services": {name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")}}
-    process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app", "--settings-json",
-                                json.dumps(settings)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    wait_for(lambda: http("GET", f"http://127.0.0.1:{port}/-/ready")[0] == 200 if process.poll() is None else
-             (_ for _ in ()).throw(AssertionError("hub exited")), 20, what="hub ready")
-    return process
-
-
 def test_hub_restarted_mid_run_every_step_arrives_in_prometheus(monkeypatch, tmp_path):
     from tests.helpers import stop_group
 
@@ -78,7 +66,7 @@ def test_hub_restarted_mid_run_every_step_arrives_in_prometheus(monkeypatch, tmp
     prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"])
     hub = None
     try:
-        hub = start_hub(port, tmp_path)
+        hub = start_hub_process(port, tmp_path)
         monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"http://127.0.0.1:{port}")
         from verl.utils.tracking import Tracking
 
@@ -89,7 +77,7 @@ def test_hub_restarted_mid_run_every_step_arrives_in_prometheus(monkeypatch, tmp
             if step == 11:
                 stop_group(hub)                       # the server goes away mid-run
             if step == 21:
-                hub = start_hub(port, tmp_path)       # and comes back
+                hub = start_hub_process(port, tmp_path)       # and comes back
             tracking.log({"actor/pg_loss": float(step)}, step=step)
             sender = sender or metric_push.sender()
             time.sleep(0.2)

@@ -46,7 +46,7 @@ def test_start_supervise_discover_and_stop(server_config):
         assert started.returncode == 0, started.stdout + started.stderr
         out = started.stdout
         assert f"Grafana      http://127.0.0.1:{config['grafana_port']}" in out
-        assert "DEFAULT PASSWORD" in out
+        assert "password: rl-insight server status --secrets" in out
         assert f"Prometheus   http://127.0.0.1:{config['prometheus_port']}" in out
         assert f"OTLP         http://127.0.0.1:{config['otlp_http_port']}/v1/traces" in out
         assert f"export RL_INSIGHT_SERVER_URL=http://127.0.0.1:{config['port']}" in out

@@ -32,7 +32,7 @@ def _server_stop(args):
 def _server_status(args):
     from .server import control
 
-    return control.status()
+    return control.status(show_secrets=args.secrets)
 
 
 def _server_install(args):
@@ -226,8 +226,9 @@ def build_parser():
         start.add_argument(f"--no-{name}", action="store_true", help=f"do not run {name}")
     start.set_defaults(func=_server_start)
     server_sub.add_parser("stop", help="stop the server and every service it started").set_defaults(func=_server_stop)
-    server_sub.add_parser("status", help="every service: pid, health, restarts, version, data size"
-                          ).set_defaults(func=_server_status)
+    status = server_sub.add_parser("status", help="every service: pid, health, restarts, version, data size")
+    status.add_argument("--secrets", action="store_true", help="also show the write token and the Grafana password")
+    status.set_defaults(func=_server_status)
     install = server_sub.add_parser("install", help="install Prometheus, Tempo, Grafana (pinned, sha256-verified)")
     install.add_argument("services", nargs="*", help="prometheus, tempo, grafana (default: all)")
     install.add_argument("--local-archive", metavar="DIR", help="take the release archives from DIR (offline)")

@@ -9,6 +9,8 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
+from . import server_url
+
 # Environment variables that configure this package. Everything starting with one of the
 # prefixes is forwarded to Ray workers (see hooks/main_ppo.py).
 ENV_PREFIXES = ("RL_INSIGHT_", "VERL_RL_INSIGHT_")
@@ -97,7 +99,15 @@ def load_config(trainer_config=None, config_file=None, environ=None):
     except Exception as exc:
         raise ConfigError(f"invalid rl-insight config: {exc}") from None
     if config.server_url:
-        config.server_url = str(config.server_url).rstrip("/")
+        # the URL `rl-insight server start` prints carries the token: split it off, so that no
+        # URL with a secret in it travels further (into requests, log lines, reports)
+        try:
+            bare, url_token = server_url.split(str(config.server_url).rstrip("/"))
+        except ValueError as exc:
+            raise ConfigError(f"server_url is not a URL ({exc}): {server_url.redact(config.server_url)}") from None
+        config.server_url = bare
+        if url_token and not config.token:
+            config.token = url_token
     OmegaConf.set_readonly(config, True)
     return config
 

@@ -13,6 +13,8 @@ import time
 import urllib.error
 import urllib.request
 
+from . import server_url
+
 SUPPORTED_VERL = ((0, 6), (0, 10))   # 0.6 <= verl < 0.10
 
 
@@ -56,11 +58,12 @@ def check_server(report, url, token):
     report.ok("server reachable", url)
     status, _, body = fetch(url + "/api/v1/push", "POST", json.dumps({"batches": []}).encode(), token)
     if status == 401:
-        report.problem("token", "the server requires a token and " + ("RL_INSIGHT_TOKEN is wrong" if token
-                                                                       else "RL_INSIGHT_TOKEN is not set"),
-                       "export RL_INSIGHT_TOKEN=<the server's token> on every training node")
+        report.problem("token", "the server requires a token and " + ("the one given is wrong" if token
+                                                                       else "none was given"),
+                       "export the RL_INSIGHT_SERVER_URL line `rl-insight server start` printed (it carries the "
+                       "token; `rl-insight server status --secrets` on the server shows it again)")
     elif status == 200:
-        report.ok("token", "pushes are accepted" + (" (with RL_INSIGHT_TOKEN)" if token else ""))
+        report.ok("token", "pushes are accepted" + (" (with the token)" if token else ""))
     else:
         report.problem("token", f"a test push got HTTP {status}: {body[:200]!r}", "see the server log")
     server_date = headers.get("Date") if headers else None
@@ -138,7 +141,7 @@ def check_provisioning(report, state):
 
 def check_environment(report, url):
     if os.environ.get("RL_INSIGHT_SERVER_URL"):
-        report.ok("RL_INSIGHT_SERVER_URL", os.environ["RL_INSIGHT_SERVER_URL"])
+        report.ok("RL_INSIGHT_SERVER_URL", server_url.redact(os.environ["RL_INSIGHT_SERVER_URL"]))
     else:
         report.problem("RL_INSIGHT_SERVER_URL", "not set in this shell: trainers would send nothing",
                        f"export RL_INSIGHT_SERVER_URL={url or 'http://<server-ip>:18080'}")
@@ -231,8 +234,9 @@ def run(server=None, project=None, experiment=None, overrides=(), out=sys.stdout
 
     report = Report(out)
     state = control.read_state(out=out)
-    url = (server or os.environ.get("RL_INSIGHT_SERVER_URL") or (state or {}).get("local_hub_url") or "").rstrip("/")
-    token = os.environ.get("RL_INSIGHT_TOKEN")
+    raw = server or os.environ.get("RL_INSIGHT_SERVER_URL") or (control.trainer_url(state) if state else "")
+    url, url_token = server_url.split(raw.rstrip("/")) if raw else ("", None)
+    token = os.environ.get("RL_INSIGHT_TOKEN") or url_token
     reachable = bool(url) and check_server(report, url, token)
     if not url:
         report.problem("server reachable", "no server: RL_INSIGHT_SERVER_URL is unset and none runs here",

@@ -7,10 +7,9 @@ lazily (``samples()``), on the sender thread: the training thread pays for a dic
 import math
 import re
 
-METRIC_NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+from .naming import GLOBAL_STEP_METRIC  # noqa: F401  (where plugins look for it)
+
 _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_:]")
-GLOBAL_STEP_METRIC = "rl_insight_monitor_training_global_step"
 
 _names = {}
 
@@ -90,6 +89,7 @@ class MetricBatch:
                 else:
                     metrics[metric_name(self.prefix, key)] = number
             self._converted = (metrics, skipped)
+            self.raw = None   # verl's values (tensors, arrays) are not kept past the conversion
         return self._converted
 
     def to_json(self):

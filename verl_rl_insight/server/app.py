@@ -17,8 +17,9 @@ import sys
 import threading
 import time
 
-from . import alert_rules, grafana, installer, prometheus, tempo
-from .http_api import ApiServer
+from . import alert_rules, credentials, grafana, installer, prometheus, tempo
+from .http_api import Api
+from .http_server import HttpServer
 from .hub import MetricHub
 from .services import Service, Supervisor
 from .settings import SERVICE_NAMES, ServerSettings, default_home
@@ -84,9 +85,11 @@ def fix_command(name):
 class Server:
     def __init__(self, settings):
         self.settings = settings
-        self.hub = MetricHub()
+        self.hub = MetricHub(max_series=int(settings.max_series), memory_limit_bytes=settings.memory_limit_mb * 2**20,
+                             history_s=settings.history_s, state_path=settings.data_path / "hub-state.json")
         self.targets = TargetRegistry(settings.data_path / "targets.json")
         self.api = None
+        self.http = None
         self.services = {}
         self.missing = {}   # service -> [what is missing, the command that fixes it]
         self.supervisor = None
@@ -95,14 +98,19 @@ class Server:
     def start(self):
         s = self.settings
         s.data_path.mkdir(parents=True, exist_ok=True)
+        credentials.resolve(s)
         check_port_free(s.bind, s.port, "metric hub")
         for name in SERVICE_NAMES:
             if s.enabled(name):
                 for port, what in service_ports(s, name):
                     check_port_free(s.bind, port, what)
-        self.api = ApiServer((s.bind, s.port), self.hub, token=s.token, targets=self.targets,
-                             services=self.service_status, info=self.info)
-        threading.Thread(target=self.api.serve_forever, name="api", daemon=True).start()
+        self.api = Api(self.hub, targets=self.targets, token=s.token, max_body_bytes=int(s.max_body_mb * 2**20),
+                       services=self.service_status, info=self.info)
+        self.http = HttpServer(self.api, s.bind, s.port)
+        try:
+            self.http.start()
+        except OSError as exc:
+            raise PortInUse(f"the metric hub cannot listen on {s.bind}:{s.port}: {exc.strerror or exc}") from None
         for name in SERVICE_NAMES:
             if s.enabled(name):
                 self._start_service(name)
@@ -123,7 +131,9 @@ class Server:
             config_path = grafana.write_files(s)
         elif name == "prometheus":
             config_path = s.data_path / "prometheus.yml"
-            config_path.write_text(prometheus.render_config(s, rule_files=[alert_rules.write(s)]))
+            token_file = credentials.secrets_dir(s.data_path) / credentials.TOKEN_FILE if s.token else None
+            config_path.write_text(prometheus.render_config(s, rule_files=[alert_rules.write(s)],
+                                                            token_file=token_file))
         else:
             config_path = s.data_path / "tempo.yaml"
             config_path.write_text(tempo.render_config(s))
@@ -177,8 +187,9 @@ class Server:
                          for name, svc in self.services.items()},
             "missing": self.missing,
             "token": bool(s.token),
-            "grafana_default_password": s.grafana_admin_password == "admin",
+            "secrets_dir": str(s.data_path / "secrets"),
             "grafana_admin_user": s.grafana_admin_user,
+            "grafana_anonymous_viewer": s.grafana_anonymous_viewer,
             "settings": dataclasses.asdict(s) | {"token": "***" if s.token else "",
                                                  "grafana_admin_password": "***"},
         }
@@ -189,16 +200,18 @@ class Server:
         else:
             for svc in self.services.values():
                 svc.stop()
+        if self.http is not None:
+            self.http.stop()
         if self.api is not None:
-            self.api.shutdown()
-            self.api.server_close()
+            self.api.close()
+        self.targets.close()
 
 
 def write_state(server):
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(server.state(), indent=2))
+    tmp.write_text(json.dumps(server.state(), indent=2))   # no secret in it: they stay in secrets/
     tmp.replace(path)
 
 
@@ -227,14 +240,15 @@ def run(settings, on_ready=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m verl_rl_insight.server.app")
-    parser.add_argument("--settings-json", required=True)
-    args = parser.parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m verl_rl_insight.server.app",
+                                     description="the server process; reads its settings as JSON from stdin "
+                                                 "(never from the command line: they may hold secrets)")
+    parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = ServerSettings(**json.loads(args.settings_json))
+    settings = ServerSettings(**json.loads(sys.stdin.read()))
     try:
         return run(settings)
-    except PortInUse as exc:
+    except (PortInUse, credentials.CredentialError) as exc:
         print(f"rl-insight server: {exc}", file=sys.stderr)
         return 2
 

@@ -9,7 +9,8 @@ import sys
 import time
 import urllib.request
 
-from . import app
+from .. import server_url
+from . import app, credentials
 from .services import http_ok, pid_alive, pid_runs, stop_process_group
 from .settings import default_home
 
@@ -39,16 +40,30 @@ def _stop_orphans(state, out):
             stop_process_group(svc["pid"])
 
 
-def panel(state):
+def state_secret(state, name):
+    """A secret of the running server (this user can read its 0600 files), or None."""
+    return credentials.read_secret(state["settings"]["data_dir"], name) if state.get("settings") else None
+
+
+def trainer_url(state, reveal=True):
+    """RL_INSIGHT_SERVER_URL for trainers: the hub's URL, carrying the token when one is required."""
+    if not state.get("token"):
+        return state["hub_url"]
+    token = state_secret(state, credentials.TOKEN_FILE) if reveal else "***"
+    return server_url.with_token(state["hub_url"], token) if token else state["hub_url"]
+
+
+def panel(state, reveal_token=True):
     urls = state["public_urls"]
     services = state["services"]
+    secrets_dir = state.get("secrets_dir", "<data dir>/secrets")
     lines = [f"rl-insight server running (pid {state['pid']})",
              f"  server IP    {state['server_ip']}",
              f"  metric hub   {state['hub_url']}/metrics   (trainers push to {state['hub_url']}/api/v1/push)"]
     if "grafana" in services:
-        note = (f"login {state['grafana_admin_user']} / admin: DEFAULT PASSWORD, set grafana_admin_password "
-                "in the server config" if state["grafana_default_password"] else f"login {state['grafana_admin_user']}")
-        lines.append(f"  Grafana      {urls['grafana']}   ({note}; folder RL-Insight)")
+        anonymous = "; anonymous viewers allowed" if state.get("grafana_anonymous_viewer") else ""
+        lines.append(f"  Grafana      {urls['grafana']}   (login {state['grafana_admin_user']}, password: "
+                     f"rl-insight server status --secrets{anonymous}; folder RL-Insight)")
     if "prometheus" in services:
         lines.append(f"  Prometheus   {urls['prometheus']}")
     if "tempo" in services:
@@ -56,9 +71,9 @@ def panel(state):
         lines.append(f"  OTLP         {urls['otlp_http']}/v1/traces (HTTP), {urls['otlp_grpc']} (gRPC)")
     for name, (what, fix) in state["missing"].items():
         lines.append(f"  {name:<12} NOT RUNNING: {what}" + (f"\n               fix: {fix}" if fix else ""))
-    lines.append("  token        " + ("required for writes (RL_INSIGHT_TOKEN)" if state["token"]
-                                       else "not set: anyone who reaches the port can push (set RL_INSIGHT_TOKEN)"))
-    lines += ["", "On every training node:", f"  export RL_INSIGHT_SERVER_URL={state['hub_url']}"]
+    lines.append("  writes       " + (f"need the token (kept in {secrets_dir}, carried by the URL below)"
+                                       if state["token"] else "open to local users only (listening on loopback)"))
+    lines += ["", "On every training node:", f"  export RL_INSIGHT_SERVER_URL={trainer_url(state, reveal_token)}"]
     return "\n".join(lines)
 
 
@@ -77,17 +92,18 @@ def start(settings, detach=False, out=sys.stdout):
             print(panel(state) + "\n\nCtrl+C stops the server and every service.", file=out, flush=True)
         try:
             app.run(settings, on_ready=on_ready)
-        except app.PortInUse as exc:
+        except (app.PortInUse, credentials.CredentialError) as exc:
             print(f"rl-insight server: {exc}", file=out)
             return 2
         return 1 if result.get("missing") else 0
     log_path = settings.data_path / "logs" / "server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "verl_rl_insight.server.app",
-             "--settings-json", json.dumps(dataclasses.asdict(settings))],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        # settings through a pipe: they may hold the token and a password (/proc/<pid>/cmdline is public)
+        process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app"], stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.PIPE, start_new_session=True)
+    process.stdin.write(json.dumps(dataclasses.asdict(settings)).encode())
+    process.stdin.close()
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -130,18 +146,31 @@ def stop(out=sys.stdout, timeout_s=20.0):
     return 0
 
 
-def status(out=sys.stdout):
+def status(out=sys.stdout, show_secrets=False):
     state = read_state()
     if state is None:
         print(f"rl-insight server is not running (no state in {default_home()})", file=out)
         return 3
-    print(panel(state), file=out)
+    print(panel(state, reveal_token=show_secrets), file=out)
+    if show_secrets:
+        password = state_secret(state, credentials.GRAFANA_PASSWORD_FILE)
+        token = state_secret(state, credentials.TOKEN_FILE) if state["token"] else None
+        print(f"\n  token              {token or '(none: writes are open on loopback)'}", file=out)
+        print(f"  Grafana password   {password or '(none)'}   (user {state['grafana_admin_user']})", file=out)
+    else:
+        print("  (rl-insight server status --secrets shows the token and the Grafana password)", file=out)
     try:
         with urllib.request.urlopen(state["local_hub_url"] + "/api/v1/services", timeout=5) as response:
             services = json.loads(response.read())["services"]
+        with urllib.request.urlopen(state["local_hub_url"] + "/api/v1/hub", timeout=5) as response:
+            hub = json.loads(response.read())
     except Exception as exc:
         print(f"\n  (cannot ask the server for service details: {exc})", file=out)
         return 1
+    print(f"\n  metric hub   {hub['series']:,} series in {hub['streams']:,} streams; memory "
+          f"{hub['memory_bytes'] / 2**20:,.1f} of {hub['memory_limit_bytes'] / 2**20:,.0f} MiB; history "
+          f"{hub['history_snapshots']:,} snapshots ({hub['history_evicted_unsent_total']:,} dropped unsent); "
+          f"scrapers: {', '.join(hub['scraper_names']) or 'none yet'}", file=out)
     print("\n  service      pid      health    restarts  version   data", file=out)
     unhealthy = False
     for name, svc in services.items():

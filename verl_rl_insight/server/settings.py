@@ -32,10 +32,14 @@ class ServerSettings:
     scrape_interval_s: float = 5.0
     retention: str = "30d"          # Prometheus and Tempo
     data_dir: str = ""
-    token: str = ""                 # RL_INSIGHT_TOKEN: required on every write endpoint when set
+    token: str = ""                 # RL_INSIGHT_TOKEN; generated when empty and bind is beyond loopback
     grafana_admin_user: str = "admin"
-    grafana_admin_password: str = "admin"
-    grafana_anonymous_viewer: bool = True
+    grafana_admin_password: str = ""    # generated when empty (rl-insight server status --secrets)
+    grafana_anonymous_viewer: bool = False
+    memory_limit_mb: float = 1024   # the metric hub's latest values and history together
+    max_series: int = 500_000       # the metric hub's series, all runs together
+    history_s: float = 600.0        # history every scraper has seen is dropped after this
+    max_body_mb: float = 8          # one push request
     services: dict = dataclasses.field(default_factory=dict)
     alerts: dict = dataclasses.field(default_factory=dict)   # alert thresholds (server/alert_rules.py)
 
@@ -52,6 +56,10 @@ class ServerSettings:
         unknown = sorted(set(self.services) - set(SERVICE_NAMES))
         if unknown:
             raise ValueError(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(SERVICE_NAMES)}")
+        for name in ("memory_limit_mb", "max_series", "history_s", "max_body_mb", "scrape_interval_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
         ports = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.endswith("port")}
         for name, value in ports.items():
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:

@@ -1,0 +1,124 @@
+"""Exact delivery under concurrency: many pushers, named scrapers at 5 Hz, and a scraper whose
+response is cut off. What each scraper got is replayed the way Prometheus ingests it (a sample
+not newer than the series' last one is refused), and every step of every stream must come out
+exactly once, in order."""
+
+import collections
+import random
+import re
+import socket
+import struct
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from tests.helpers import http, push
+
+LINE = re.compile(r'^rl_insight_monitor_training_global_step\{experiment_name="([^"]+)",project="race"\} (\S+)(?: (\d+))?$')
+
+
+def scrape_loop(url, name, stop, record, hz=5.0):
+    opener = urllib.request.build_opener()
+    while True:
+        started = time.time()
+        with opener.open(f"{url}/metrics?scraper={name}", timeout=30) as response:
+            record.append((started, response.read().decode()))
+        if stop.is_set():
+            return
+        time.sleep(max(0.0, 1.0 / hz - (time.time() - started)))
+
+
+def replay(record):
+    """Per stream: the steps a Prometheus fed these scrapes would store, in order, as
+    (step, timestamp ms); and the historical (timestamped) samples it would have refused."""
+    last_ts, stored, refused = {}, collections.defaultdict(list), []
+    for scrape_time, body in record:
+        for line in body.splitlines():
+            match = LINE.match(line)
+            if not match:
+                continue
+            run, value, stamp = match.group(1), int(float(match.group(2))), match.group(3)
+            ts = int(stamp) if stamp else int(scrape_time * 1000)
+            if ts <= last_ts.get(run, -1):
+                if stamp:
+                    refused.append((run, value, ts))
+                continue      # a live repeat older than the history just sent: refused, and harmless
+            last_ts[run] = ts
+            if not stored[run] or stored[run][-1][0] != value:
+                stored[run].append((value, ts))
+    return stored, refused
+
+
+@pytest.mark.parametrize("runs, steps_per_push", [(64, None), (40, 200)], ids=["64-pushers-small-pushes",
+                                                                               "40-pushes-of-200-steps"])
+def test_concurrent_pushers_and_two_named_scrapers_see_every_step_exactly_once_in_order(hub_server, runs,
+                                                                                      steps_per_push):
+    server = hub_server()
+    steps = 200
+    stop = threading.Event()
+    records = {"prometheus-a": [], "prometheus-b": []}
+    scrapers = [threading.Thread(target=scrape_loop, args=(server.url, name, stop, record))
+                for name, record in records.items()]
+    for thread in scrapers:
+        thread.start()
+    errors = []
+
+    def pusher(run):
+        rng = random.Random(run)
+        step = 1
+        while step <= steps:
+            size = steps_per_push or rng.randint(1, 20)
+            batches = [{"project": "race", "experiment_name": f"run-{run}", "step": s, "time": time.time(),
+                        "metrics": {f"m{k}": float(s) for k in range(20)}} for s in range(step, min(steps, step + size - 1) + 1)]
+            status, body = push(server.url, {"batches": batches})
+            if status != 200:
+                errors.append((run, status, body[:200]))
+                return
+            step += len(batches)
+            time.sleep(rng.random() * 0.02)
+
+    pushers = [threading.Thread(target=pusher, args=(run,)) for run in range(runs)]
+    for thread in pushers:
+        thread.start()
+    for thread in pushers:
+        thread.join(120)
+    time.sleep(1.5)       # a few more scrapes take what is left
+    stop.set()
+    for thread in scrapers:
+        thread.join(30)
+    assert not errors, errors[:3]
+    for name, record in records.items():
+        assert len(record) > 10, f"{name} scraped only {len(record)} times"
+        stored, refused = replay(record)
+        assert not refused, f"{name}: Prometheus would refuse {len(refused)} steps, e.g. {refused[:3]}"
+        for run in range(runs):
+            got = [value for value, _ in stored[f"run-{run}"]]
+            assert got == list(range(1, steps + 1)), (
+                f"{name}, run-{run}: {len(set(range(1, steps + 1)) - set(got))} steps missing, "
+                f"{len(got) - len(set(got))} repeated, first values {got[:10]}")
+
+
+def test_a_scrape_cut_off_mid_response_loses_nothing(hub_server):
+    server = hub_server()
+    assert http("GET", server.url + "/metrics?scraper=cut")[0] == 200
+    time.sleep(0.2)
+    now = time.time()
+    batches = [{"project": "race", "experiment_name": "cut", "step": s, "time": now + s * 0.001,
+                "metrics": {f"m{k}": float(s) for k in range(2000)}} for s in range(1, 51)]
+    assert push(server.url, {"batches": batches})[0] == 200
+    time.sleep(0.2)
+    # A client that reads the status line, then resets the connection: the body was not written.
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.connect(("127.0.0.1", server.port))
+    client.sendall(b"GET /metrics?scraper=cut HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert client.recv(64).startswith(b"HTTP/1.1 200")
+    time.sleep(0.5)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    client.close()
+    time.sleep(0.5)
+    stored, refused = replay([(time.time(), http("GET", server.url + "/metrics?scraper=cut")[1].decode())])
+    assert not refused
+    assert [value for value, _ in stored["cut"]] == list(range(1, 51))

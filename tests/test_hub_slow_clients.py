@@ -1,0 +1,101 @@
+"""Slow and idle clients against the real server process: they cost neither threads nor the
+service of everybody else, and the server closes them itself."""
+
+import json
+import resource
+import socket
+import time
+
+from tests.helpers import free_port, http, process_figures, push, start_hub_process, stop_group, wait_for
+
+PUSH = {"batches": [{"project": "p", "experiment_name": "e", "step": 1, "metrics": {"loss": 1.0}}]}
+
+
+def test_500_idle_and_half_sent_connections_leave_push_and_scrape_working(tmp_path):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    port = free_port()
+    hub = start_hub_process(port, tmp_path)
+    clients = []
+    try:
+        assert push(f"http://127.0.0.1:{port}", PUSH)[0] == 200
+        threads_before, rss_before = process_figures(hub.pid)
+        for i in range(500):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            if i % 3 == 1:    # headers, then half of the promised body
+                s.sendall(b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 100000\r\n\r\n" + b'{"batches": [' + b" " * 50000)
+            elif i % 3 == 2:  # half of the headers
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            clients.append(s)  # i % 3 == 0: connected, silent
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert push(f"http://127.0.0.1:{port}", PUSH)[0] == 200
+        push_s = time.monotonic() - started
+        started = time.monotonic()
+        status, body = http("GET", f"http://127.0.0.1:{port}/metrics")
+        scrape_s = time.monotonic() - started
+        assert status == 200 and b'loss{experiment_name="e",project="p"} 1.0' in body
+        assert push_s < 1.0 and scrape_s < 1.0, (push_s, scrape_s)
+        threads, rss = process_figures(hub.pid)
+        assert threads <= threads_before + 4, (threads_before, threads)       # no thread per connection
+        assert rss - rss_before < 64 * 2**20, (rss_before, rss)
+
+        # the server ends every one of them itself: the half-sent ones with 408
+        def answers():
+            got = []
+            for s in clients:
+                s.settimeout(0.05)
+                try:
+                    got.append(s.recv(4096))
+                except socket.timeout:
+                    return None
+                except ConnectionError:
+                    got.append(b"")
+            return got
+
+        got = wait_for(answers, 30, interval=1.0, what="the server to close the slow connections")
+        assert sum(a.startswith(b"HTTP/1.1 408") for a in got) >= 300
+        assert json.loads(http("GET", f"http://127.0.0.1:{port}/api/v1/hub")[1])["streams"] == 1
+    finally:
+        for s in clients:
+            s.close()
+        stop_group(hub)
+
+
+def receive_all(s):
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except ConnectionError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_an_oversized_body_is_refused_before_it_is_sent(tmp_path):
+    port = free_port()
+    hub = start_hub_process(port, tmp_path, max_body_mb=1)
+    try:
+        threads_before, rss_before = process_figures(hub.pid)
+        for _ in range(20):   # each announces 32 MiB and sends none of it
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n")
+                answer = receive_all(s)
+                assert answer.startswith(b"HTTP/1.1 413") and b"over the limit" in answer, answer[:200]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:   # chunked: counted as it comes
+            s.sendall(b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+            chunk = b" " * 65536
+            try:
+                for _ in range(40):
+                    s.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except ConnectionError:
+                pass
+            assert receive_all(s).startswith(b"HTTP/1.1 413")
+        assert process_figures(hub.pid)[1] - rss_before < 32 * 2**20
+        assert push(f"http://127.0.0.1:{port}", PUSH)[0] == 200
+    finally:
+        stop_group(hub)

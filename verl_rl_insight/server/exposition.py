@@ -1,0 +1,44 @@
+"""The Prometheus text exposition format (version 0.0.4): values, label sets, whole bodies.
+
+Only names and label values that push_schema accepted reach here, so a line can never break
+the body: names are full-match checked, label values are escaped.
+"""
+
+import math
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def format_value(value):
+    if value != value:
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def escape_label_value(value):
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def label_text(labels):
+    """``k="v",...`` for sorted (name, value) pairs."""
+    return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels)
+
+
+def series_lines(labels, names, values, timestamp_ms=None):
+    """(name, line) for each sample of one label set, with an optional timestamp."""
+    stamp = "" if timestamp_ms is None else f" {timestamp_ms}"
+    return [(name, f"{name}{{{labels}}} {format_value(value)}{stamp}") for name, value in zip(names, values)]
+
+
+def body(families, trailer=()):
+    """One exposition: ``families`` maps a metric name to its lines (grouped under one TYPE line,
+    in order); ``trailer`` lines (already typed) come last."""
+    parts = []
+    for name in sorted(families):
+        parts.append(f"# TYPE {name} gauge")
+        parts.extend(families[name])
+    parts.extend(trailer)
+    parts.append("")
+    return "\n".join(parts).encode()

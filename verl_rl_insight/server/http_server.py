@@ -1,0 +1,163 @@
+"""The HTTP server under the API: uvicorn (asyncio, h11) in a thread of the server process.
+
+uvicorn gives the connection handling (a 2048 backlog, no thread per connection, keep-alive
+timeouts, a header size limit, a concurrency cap answered with 503). What it leaves open, and
+this module closes, is time: uvicorn waits forever for a request that never finishes arriving
+and for a client that never reads its response. ``GuardedH11Protocol`` closes a connection
+whose request has not fully arrived ``receive_timeout_s`` after it began (408), and aborts one
+whose response is not written ``send_timeout_s`` after the request arrived.
+"""
+
+import asyncio
+import contextvars
+import json
+import logging
+import resource
+import socket
+import threading
+import time
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+logger = logging.getLogger("verl_rl_insight.server")
+
+_connection = contextvars.ContextVar("rl_insight_connection", default=None)
+
+
+class GuardedH11Protocol(H11Protocol):
+    receive_timeout_s = 10.0
+    send_timeout_s = 30.0
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        self.broken = False
+        self._receive_timer = None
+        self._arm_receive()
+
+    def connection_lost(self, exc):
+        if exc is not None:
+            self.broken = True
+        if self._receive_timer is not None:
+            self._receive_timer.cancel()
+            self._receive_timer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data):
+        token = _connection.set(self)   # the request's task inherits it: see response_written()
+        try:
+            if self._receive_timer is None and (self.cycle is None or self.cycle.response_complete):
+                self._arm_receive()     # the next request begins on a kept-alive connection
+            super().data_received(data)
+            cycle = self.cycle
+            if cycle is not None and not cycle.more_body and self._receive_timer is not None:
+                self._receive_timer.cancel()
+                self._receive_timer = None
+                self.loop.call_later(self.send_timeout_s, self._send_deadline, cycle)
+        finally:
+            _connection.reset(token)
+
+    def _arm_receive(self):
+        self._receive_timer = self.loop.call_later(self.receive_timeout_s, self._receive_deadline)
+
+    def _receive_deadline(self):
+        self._receive_timer = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
+            body = json.dumps({"error": f"the request did not arrive within {self.receive_timeout_s:.0f} s"}).encode()
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        self.transport.close()
+        self.loop.call_later(1.0, self._abort_if_open)
+
+    def _send_deadline(self, cycle):
+        if self.transport.is_closing() and self.transport.get_write_buffer_size() == 0:
+            return
+        if cycle.response_complete and self.transport.get_write_buffer_size() == 0:
+            return
+        self.broken = True
+        self.transport.abort()
+
+    def _abort_if_open(self):
+        if self.transport.get_write_buffer_size():
+            self.broken = True
+            self.transport.abort()
+
+
+async def response_written(timeout_s=30.0):
+    """After the last body chunk was sent: True once every byte of the response reached the kernel,
+    False when the connection broke or the client stopped reading. (True outside this server.)"""
+    connection = _connection.get()
+    if connection is None:
+        return True
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not connection.broken:
+        if connection.transport.get_write_buffer_size() == 0:
+            return not connection.broken
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.005)
+    return False
+
+
+def raise_open_files_limit():
+    """Many connections need many descriptors: take the soft limit up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
+        except (ValueError, OSError):
+            pass
+
+
+class HttpServer:
+    """``app`` served on ``host:port`` from a thread; ``start`` returns once it listens (or raises
+    OSError, e.g. the port is taken), ``stop`` ends it within a few seconds."""
+
+    def __init__(self, app, host, port, max_connections=2048, backlog=2048, keep_alive_s=5, max_header_bytes=16384,
+                 receive_timeout_s=10.0, send_timeout_s=30.0):
+        protocol = type("RLInsightH11Protocol", (GuardedH11Protocol,),
+                        {"receive_timeout_s": receive_timeout_s, "send_timeout_s": send_timeout_s})
+        self.config = uvicorn.Config(
+            app, http=protocol, ws="none", lifespan="off", log_config=None, access_log=False,
+            limit_concurrency=max_connections, backlog=backlog, timeout_keep_alive=keep_alive_s,
+            h11_max_incomplete_event_size=max_header_bytes, server_header=False, timeout_graceful_shutdown=2)
+        self.host, self.port = host, port
+        self.server = uvicorn.Server(self.config)
+        self._thread = None
+        self._socket = None
+
+    def start(self):
+        raise_open_files_limit()
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+            sock.listen(self.config.backlog)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self._socket = sock
+        self.port = sock.getsockname()[1]
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, name="http-api",
+                                        daemon=True)
+        self._thread.start()
+        while not self.server.started and self._thread.is_alive():
+            time.sleep(0.01)
+        if not self.server.started:
+            raise RuntimeError("the HTTP server did not start; see the server log")
+        return self
+
+    def stop(self, timeout_s=5.0):
+        if self._thread is None:
+            return
+        self.server.should_exit = True
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self.server.force_exit = True
+            self._thread.join(timeout_s)
+        self._thread = None
