@@ -12,37 +12,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from hub_process import free_port, start_hub
 
 KEYS = [f"{group}/{name}" for group in ("actor", "critic", "timing_s", "perf", "response_length", "training")
         for name in (f"metric_{i}" for i in range(25))]
-
-
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_hub(port, data_dir):
-    settings = {"bind": "127.0.0.1", "port": port, "data_dir": data_dir,
-                "services": {name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")}}
-    process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app", "--settings-json",
-                                json.dumps(settings)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=1)
-            return process
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("hub did not start")
 
 
 def timed_logs(tracking, steps, start_step, pause_s):

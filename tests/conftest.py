@@ -27,10 +27,10 @@ def isolated_environment(monkeypatch, tmp_path):
 class HubUnderTest:
     """The real metric hub and HTTP API (uvicorn) in this process, on a free loopback port."""
 
-    def __init__(self, token=None, info=None, max_body_bytes=None, http_options=None, **hub_kwargs):
+    def __init__(self, token=None, info=None, max_body_bytes=None, port=0, **hub_kwargs):
         self.hub = MetricHub(**hub_kwargs)
         self.api = Api(self.hub, token=token, info=info, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
-        self.server = HttpServer(self.api, "127.0.0.1", 0, **(http_options or {})).start()
+        self.server = HttpServer(self.api, "127.0.0.1", port).start()
         self.port = self.server.port
         self.url = f"http://127.0.0.1:{self.port}"
 

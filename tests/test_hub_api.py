@@ -154,3 +154,15 @@ def test_unknown_endpoint_and_wrong_method_are_named(hub_server):
     status, body = http("GET", server.url + "/nope")
     assert status == 404 and "/metrics" in json.loads(body)["endpoints"]
     assert http("GET", server.url + "/api/v1/push")[0] == 405
+
+
+def test_every_endpoint_is_in_the_openapi_document_and_nothing_else(hub_server):
+    import schemathesis
+
+    server = hub_server()
+    status, body = http("GET", server.url + "/openapi.json")
+    assert status == 200
+    document = json.loads(body)
+    documented = {(method.upper(), path) for path, operations in document["paths"].items() for method in operations}
+    assert documented == set(server.api.routes)
+    assert len(list(schemathesis.openapi.from_dict(document).get_all_operations())) == len(documented)

@@ -19,7 +19,7 @@ def pushes(streams, series, count, start=1.7e9):
                            for s in range(streams)]}
 
 
-@pytest.mark.parametrize("streams, series, count", [(100, 300, 20), (1000, 10, 50), (2000, 1, 30), (2, 5000, 20)])
+@pytest.mark.parametrize("streams, series, count", [(100, 300, 10), (500, 10, 20), (1000, 1, 20), (2, 5000, 10)])
 def test_the_hub_counts_at_least_the_memory_python_allocates_for_it(streams, series, count):
     tracemalloc.start()
     try:

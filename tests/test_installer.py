@@ -25,12 +25,13 @@ TOP = f"prometheus-{VERSION}.linux-{ARCH}"
 
 
 def build_archive(path, members):
-    """members: list of (name, bytes | ("symlink", target))."""
+    """members: list of (name, bytes | ("symlink", target) | ("hardlink", target))."""
     with tarfile.open(path, "w:gz") as tar:
         for name, content in members:
             info = tarfile.TarInfo(name)
             if isinstance(content, tuple):
-                info.type, info.linkname = tarfile.SYMTYPE, content[1]
+                info.type = tarfile.SYMTYPE if content[0] == "symlink" else tarfile.LNKTYPE
+                info.linkname = content[1]
                 tar.addfile(info)
             else:
                 info.size, info.mode = len(content), 0o755
@@ -169,3 +170,52 @@ def test_tempo_without_a_pinned_checksum_asks_for_one(tmp_path):
     result = run_install("tempo", "--local-archive", str(tmp_path))
     assert result.returncode == 1
     assert "no verified sha256" in result.stdout and "--sha256 tempo=" in result.stdout
+
+
+def test_link_chains_and_hard_links_out_of_the_folder_are_refused_and_nothing_is_written_outside(
+        release_server, tmp_path):
+    """The archives that defeated the old pre-scan: a symlink chain (a -> ., a/b -> ..) whose
+    second link resolves outside, then a file or a hard link written through it."""
+    root, url, _ = release_server
+    victim = installer.services_dir().parent / "victim.txt"
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    victim.write_text("untouched")
+    chains = {
+        "symlink-chain-then-file": [(f"{TOP}/prometheus", b"x"), (f"{TOP}/a", ("symlink", ".")),
+                                    (f"{TOP}/a/b", ("symlink", "..")), (f"{TOP}/a/b/b/escaped", b"x")],
+        "symlink-chain-then-hardlink": [(f"{TOP}/prometheus", b"x"), (f"{TOP}/a", ("symlink", ".")),
+                                        (f"{TOP}/a/b", ("symlink", "..")),
+                                        (f"{TOP}/h", ("hardlink", f"{TOP}/a/b/b/b/b/victim.txt"))],
+        "link-through-a-link": [(f"{TOP}/prometheus", b"x"), (f"{TOP}/s", ("symlink", ".")),
+                                (f"{TOP}/up", ("symlink", "s/../..")), (f"{TOP}/up/escaped", b"x")],
+        "hardlink-to-outside": [(f"{TOP}/prometheus", b"x"), (f"{TOP}/h", ("hardlink", "../../victim.txt"))],
+    }
+    for what, members in chains.items():
+        sha = build_archive(root / FILE, members)
+        result = run_install("prometheus", "--force", "--mirror", url, "--sha256", f"prometheus={sha}")
+        assert result.returncode == 1, what
+        assert "archive refused" in result.stdout, (what, result.stdout)
+        assert nothing_installed()[0], (what, nothing_installed()[1])
+        assert victim.read_text() == "untouched", what
+        assert not list(tmp_path.rglob("escaped")), what
+
+
+def test_a_link_to_a_link_inside_the_folder_is_fine(release_server, prometheus_binary):
+    root, url, _ = release_server
+    sha = build_archive(root / FILE, [(f"{TOP}/prometheus", prometheus_binary), (f"{TOP}/lib/a.so.1.2", b"so"),
+                                      (f"{TOP}/lib/a.so.1", ("symlink", "a.so.1.2")),
+                                      (f"{TOP}/lib/a.so", ("symlink", "a.so.1")),
+                                      (f"{TOP}/LICENSE.copy", ("hardlink", f"{TOP}/lib/a.so.1.2"))])
+    result = run_install("prometheus", "--force", "--mirror", url, "--sha256", f"prometheus={sha}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    installed = Path(installer.installed("prometheus")["binary"]).parent
+    assert (installed / "lib" / "a.so").read_bytes() == b"so"
+
+
+def test_a_python_without_the_data_filter_refuses_to_extract(tmp_path, monkeypatch):
+    archive = tmp_path / FILE
+    build_archive(archive, [(f"{TOP}/prometheus", b"x")])
+    monkeypatch.delattr(tarfile, "data_filter")
+    with pytest.raises(installer.InstallError, match="no safe tar extraction"):
+        installer.safe_extract(archive, tmp_path / "tree")
+    assert not (tmp_path / "tree").exists()

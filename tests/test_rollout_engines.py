@@ -144,3 +144,36 @@ def test_sglang_metrics_are_switched_on_where_verl_before_0_9_would_not(monkeypa
     assert "enable_metrics" in [f.name for f in dataclasses.fields(module.ServerArgs)]
     monkeypatch.setenv("VERL_RL_INSIGHT_ENABLE", "0")
     assert module.ServerArgs(model_path="m").enable_metrics is False
+
+
+def test_monitoring_that_fails_inside_verl_calls_never_changes_their_result(monkeypatch):
+    """The replica hooks run inside verl's own calls (a ``finally`` of generate, the manager's
+    start-up): when monitoring itself fails there, verl's result is returned untouched."""
+    import asyncio
+
+    from verl_rl_insight import runtime
+    from verl_rl_insight.hooks import rollout_servers, server_managers
+
+    def broken_start(*args, **kwargs):
+        raise RuntimeError("monitoring is broken")
+
+    monkeypatch.setattr(runtime, "start", broken_start)
+    monkeypatch.setattr(runtime, "get_runtime", lambda: None)
+    monkeypatch.setenv("VERL_RL_INSIGHT_ENABLE", "1")
+
+    async def generate():
+        return "tokens"
+
+    assert asyncio.run(rollout_servers._timed(generate(), object(), "vllm_generate")) == "tokens"
+
+    class ManagerOfAnUnknownShape:   # no rollout_config, no config
+        pass
+
+    assert server_managers._initialize(lambda: "servers", ManagerOfAnUnknownShape(), (), {}) == "servers"
+
+    class Manager:
+        rollout_config = {"disable_log_stats": False, "name": "vllm"}
+        server_addresses = ["127.0.0.1:1"]
+        rollout_replicas = [object()]
+
+    assert server_managers._initialize(lambda: "servers", Manager(), (), {}) == "servers"

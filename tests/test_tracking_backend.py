@@ -167,3 +167,25 @@ def test_monitoring_that_cannot_start_does_not_stop_tracking(monkeypatch, caplog
     assert "rl_insight" not in tracking.logger
     assert "monitoring could not start" in caplog.text
     tracking.finish()
+
+
+def test_a_tracking_keyword_this_package_does_not_know_reaches_verl_untouched(hub_server, monkeypatch):
+    """A newer verl may add keywords to Tracking; the wrapper must pass them on, with or without rl_insight."""
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    from verl_rl_insight.hooks.tracking import _tracking_init
+
+    calls = []
+
+    def newer_init(project_name, experiment_name, default_backend="console", config=None, run_id=None):
+        calls.append((project_name, default_backend, run_id))
+
+    class Instance:
+        def __init__(self):
+            self.logger = {}
+
+    plain, monitored = Instance(), Instance()
+    _tracking_init(newer_init, plain, ("p", "e"), {"default_backend": ["console"], "run_id": "r1"})
+    _tracking_init(newer_init, monitored, ("p", "e"), {"default_backend": ["rl_insight"], "run_id": "r2"})
+    assert calls == [("p", ["console"], "r1"), ("p", ["rl_insight"], "r2")]
+    assert "rl_insight" in monitored.logger and not plain.logger

@@ -77,20 +77,22 @@ def _targets(args):
     import urllib.parse
     import urllib.request
 
+    from . import server_url
     from .config import ENV_SERVER_URL, ENV_TOKEN
     from .server import control
 
     base = args.server or os.environ.get(ENV_SERVER_URL)
     if not base:
         state = control.read_state()
-        base = state["local_hub_url"] if state else None
+        base = control.trainer_url(state, local=True) if state else None
     if not base:
         print("rl-insight targets: no server found: start one, or give --server URL / RL_INSIGHT_SERVER_URL",
               file=sys.stderr)
         return 2
-    base = base.rstrip("/") + "/api/v1/targets"
+    base, url_token = server_url.split(base.rstrip("/"))
+    base += "/api/v1/targets"
     headers = {"Content-Type": "application/json"}
-    token = os.environ.get(ENV_TOKEN)
+    token = os.environ.get(ENV_TOKEN) or url_token
     if token:
         headers["Authorization"] = f"Bearer {token}"
     if args.targets_cmd == "add":

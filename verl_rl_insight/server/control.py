@@ -45,12 +45,14 @@ def state_secret(state, name):
     return credentials.read_secret(state["settings"]["data_dir"], name) if state.get("settings") else None
 
 
-def trainer_url(state, reveal=True):
-    """RL_INSIGHT_SERVER_URL for trainers: the hub's URL, carrying the token when one is required."""
+def trainer_url(state, reveal=True, local=False):
+    """RL_INSIGHT_SERVER_URL for trainers (``local``: on this machine): the hub's URL, carrying the
+    token when one is required."""
+    url = state["local_hub_url" if local else "hub_url"]
     if not state.get("token"):
-        return state["hub_url"]
+        return url
     token = state_secret(state, credentials.TOKEN_FILE) if reveal else "***"
-    return server_url.with_token(state["hub_url"], token) if token else state["hub_url"]
+    return server_url.with_token(url, token) if token else url
 
 
 def panel(state, reveal_token=True):

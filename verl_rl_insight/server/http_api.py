@@ -27,6 +27,7 @@ one parse's memory beyond the budget.
 import asyncio
 import base64
 import binascii
+import collections
 import concurrent.futures
 import contextlib
 import hmac
@@ -97,13 +98,15 @@ class Api:
         self._parse = asyncio.Semaphore(1)
         self._last_save = 0.0
         self._openapi = json.dumps(openapi.document()).encode()
+        self.responses = collections.Counter()   # by status class: "2xx", "4xx", ...
         self.routes = {
             ("GET", "/metrics"): (self.get_metrics, False),
             ("GET", "/-/healthy"): (lambda r: self._text(r, b"ok\n"), False),
             ("GET", "/-/ready"): (lambda r: self._text(r, b"ready\n"), False),
             ("GET", "/openapi.json"): (self.get_openapi, False),
             ("GET", "/api/v1/streams"): (lambda r: self._json_from(r, lambda: {"streams": hub.streams()}), False),
-            ("GET", "/api/v1/hub"): (lambda r: self._json_from(r, hub.summary), False),
+            ("GET", "/api/v1/hub"): (
+                lambda r: self._json_from(r, lambda: {**hub.summary(), "http_responses": dict(self.responses)}), False),
             ("POST", "/api/v1/push"): (self.post_push, True),
             ("GET", "/api/v1/targets"): (lambda r: self._json_from(r, lambda: {"targets": self.targets.list()}), False),
             ("POST", "/api/v1/targets"): (self.post_target, True),
@@ -308,6 +311,7 @@ class Api:
             logger.warning("metric hub: cannot save the scrapers' state: %s", exc)
 
     async def _send_body(self, send, status, content_type, body, headers=()):
+        self.responses[f"{status // 100}xx"] += 1
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", content_type.encode()),
                                 (b"content-length", str(len(body)).encode()), *headers]})

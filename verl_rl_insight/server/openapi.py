@@ -6,7 +6,8 @@ that generates requests from it, see exactly what the server accepts.
 """
 
 from .. import __version__
-from .push_schema import MAX_BATCHES, MAX_EXTRA_LABELS, MAX_LABEL_VALUE, MAX_METRICS_PER_BATCH, MAX_NAME, MAX_TIME
+from .push_schema import (MAX_BATCHES, MAX_EXTRA_LABELS, MAX_LABEL_VALUE, MAX_METRICS_PER_BATCH, MAX_NAME,
+                          MAX_TIME, RESERVED_PREFIX)
 
 LABEL_VALUE = {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_VALUE, "pattern": r"^[^\x00-\x1f\x7f-\x9f]*$"}
 ERROR = {"description": "what is wrong, naming the field",
@@ -53,16 +54,14 @@ def document():
                 "time": {"type": "number", "minimum": 0, "maximum": MAX_TIME,
                          "description": "the trainer's time, seconds since the epoch"},
                 "metrics": {
-                    "type": "object", "maxProperties": MAX_METRICS_PER_BATCH,
-                    "propertyNames": {"pattern": r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", "maxLength": MAX_NAME,
-                                      "not": {"pattern": "^rl_insight_hub_"}},
-                    "additionalProperties": {"oneOf": [{"type": "number"},
-                                                       {"type": "string", "enum": ["NaN", "+Inf", "-Inf"]}]}},
+                    "type": "object", "maxProperties": MAX_METRICS_PER_BATCH, "additionalProperties": False,
+                    "description": f"metric name: value; names starting with {RESERVED_PREFIX} are the hub's own",
+                    "patternProperties": {f"^[a-zA-Z_:][a-zA-Z0-9_:]{{0,{MAX_NAME - 1}}}$": {
+                        "oneOf": [{"type": "number"}, {"type": "string", "enum": ["NaN", "+Inf", "-Inf"]}]}}},
                 "labels": {
-                    "type": "object", "maxProperties": MAX_EXTRA_LABELS,
-                    "propertyNames": {"pattern": r"^[a-zA-Z_][a-zA-Z0-9_]*$",
-                                      "not": {"enum": ["project", "experiment_name", "job", "instance"]}},
-                    "additionalProperties": {"$ref": "#/components/schemas/LabelValue"}},
+                    "type": "object", "maxProperties": MAX_EXTRA_LABELS, "additionalProperties": False,
+                    "description": "extra labels; project, experiment_name, job and instance are reserved",
+                    "patternProperties": {r"^[a-zA-Z_][a-zA-Z0-9_]*$": {"$ref": "#/components/schemas/LabelValue"}}},
             },
         },
         "Push": {"type": "object", "additionalProperties": False, "required": ["batches"],
@@ -71,11 +70,11 @@ def document():
         "Target": {
             "type": "object", "additionalProperties": False, "required": ["address", "job"],
             "properties": {
-                "address": {"type": "string", "pattern": r"^[a-zA-Z0-9.\-]{1,253}:[0-9]{1,5}$"},
+                "address": {"type": "string", "pattern": r"^[a-zA-Z0-9.\-]{1,253}:[1-9][0-9]{0,4}$",
+                            "description": "host:port, port 1 to 65535"},
                 "job": {"type": "string", "pattern": r"^[a-zA-Z_][a-zA-Z0-9_.\-]{0,63}$"},
-                "labels": {"type": "object", "maxProperties": 16,
-                           "propertyNames": {"pattern": r"^[a-zA-Z_][a-zA-Z0-9_]*$"},
-                           "additionalProperties": {"$ref": "#/components/schemas/LabelValue"}},
+                "labels": {"type": "object", "maxProperties": 16, "additionalProperties": False,
+                           "patternProperties": {r"^[a-zA-Z_][a-zA-Z0-9_]*$": {"$ref": "#/components/schemas/LabelValue"}}},
                 "ttl_s": {"type": "number", "minimum": 0, "maximum": 604800},
             },
         },

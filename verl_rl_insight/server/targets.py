@@ -72,7 +72,8 @@ class TargetRegistry:
         self.writes = 0
         self._lock = threading.Lock()
         self._targets = {}  # (job, address) -> {"labels", "ttl_s", "expires"}
-        self._dirty = threading.Event()
+        self._dirty = False
+        self._wake = threading.Event()
         self._save_lock = threading.Lock()
         self._closed = False
         self._writer = None
@@ -112,7 +113,7 @@ class TargetRegistry:
     def close(self):
         """Write what is pending and stop the writer."""
         self._closed = True
-        self._dirty.set()
+        self._wake.set()
         if self._writer is not None:
             self._writer.join(5)
         self._save()
@@ -131,14 +132,16 @@ class TargetRegistry:
     def _changed(self):
         if self.store_path is None:
             return
-        self._dirty.set()
+        self._dirty = True
+        self._wake.set()
         if self._writer is None:
             self._writer = threading.Thread(target=self._write_loop, name="targets-writer", daemon=True)
             self._writer.start()
 
     def _write_loop(self):
         while not self._closed:
-            self._dirty.wait()
+            self._wake.wait()
+            self._wake.clear()
             if self._closed:
                 return
             self._save()
@@ -148,10 +151,10 @@ class TargetRegistry:
         if self.store_path is None:
             return
         with self._save_lock:
-            if not self._dirty.is_set():
-                return
             with self._lock:
-                self._dirty.clear()
+                if not self._dirty:
+                    return
+                self._dirty = False
                 static = [{"job": j, "address": a, "labels": e["labels"]}
                           for (j, a), e in sorted(self._targets.items()) if not e["ttl_s"]]
             tmp = self.store_path.with_name(self.store_path.name + ".tmp")

@@ -1,0 +1,166 @@
+"""The metric hub, measured against baselines in the same run:
+
+1. ingest: samples per second through HTTP (the real server process, pushes of 100 batches x
+   300 scalars over one kept-alive connection), against ``json.loads`` of the same bodies in this
+   process (the least work any JSON push API does);
+2. render: ``/metrics`` of 10k / 100k / 500k series after every series changed, against
+   ``prometheus_client.generate_latest`` of a registry holding the same series;
+3. push latency while ``/metrics`` of 500k series is rendered over and over, against push
+   latency with nothing else going on, and with 10k series rendered (p50 / p99).
+
+    python benchmarks/bench_hub.py [--rounds 5] [--quick]
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hub_process import free_port, start_hub  # noqa: E402
+
+from verl_rl_insight.server.hub import MetricHub  # noqa: E402
+
+
+def push_body(streams, series, step, prefix="rl_insight_monitor_metric_"):
+    return json.dumps({"batches": [{"project": "bench", "experiment_name": f"run-{s}", "step": step,
+                                    "time": 1.7e9 + step, "metrics": {f"{prefix}{i}": step + i / 7
+                                                                      for i in range(series)}}
+                                   for s in range(streams)]}).encode()
+
+
+def ingest(rounds):
+    bodies = [push_body(100, 300, step) for step in range(1, 21)]
+    samples = 100 * 301 * len(bodies)
+    parse, served = [], []
+    with tempfile.TemporaryDirectory() as data:
+        port = free_port()
+        hub = start_hub(port, data)
+        session = requests.Session()
+        url = f"http://127.0.0.1:{port}/api/v1/push"
+        try:
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                for body in bodies:
+                    json.loads(body)
+                parse.append(samples / (time.perf_counter() - t0))
+                t0 = time.perf_counter()
+                for body in bodies:
+                    assert session.post(url, data=body, headers={"Content-Type": "application/json"}).status_code == 200
+                served.append(samples / (time.perf_counter() - t0))
+        finally:
+            hub.terminate()
+            hub.wait()
+    return {"hub_samples_per_s": statistics.median(served), "json_loads_samples_per_s": statistics.median(parse),
+            "ratio_hub_to_json_loads": statistics.median(served) / statistics.median(parse)}
+
+
+def render(series_counts, rounds):
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    out = {}
+    for total in series_counts:
+        streams = max(1, total // 1000)
+        per_stream = total // streams
+        hub = MetricHub(memory_limit_bytes=1 << 40, max_series=total + 10)
+        registry = CollectorRegistry()
+        gauges = [Gauge(f"rl_insight_monitor_metric_{i}", "", ["project", "experiment_name"], registry=registry)
+                  for i in range(per_stream)]
+        for s in range(streams):
+            for i, gauge in enumerate(gauges):
+                gauge.labels("bench", f"run-{s}").set(1 + i / 7)
+        ours, theirs, unchanged = [], [], []
+        for r in range(rounds):
+            hub.push(json.loads(push_body(streams, per_stream, r + 1)))   # every series changes
+            t0 = time.perf_counter()
+            body = hub.live_body()
+            ours.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            hub._version += 1          # a new rendering with nothing changed: the per-stream lines are reused
+            hub.live_body()
+            unchanged.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            reference = generate_latest(registry)
+            theirs.append(time.perf_counter() - t0)
+        out[total] = {"hub_s": statistics.median(ours), "hub_nothing_changed_s": statistics.median(unchanged),
+                      "generate_latest_s": statistics.median(theirs),
+                      "ratio_hub_to_generate_latest": statistics.median(ours) / statistics.median(theirs),
+                      "body_mb": len(body) / 2**20, "generate_latest_mb": len(reference) / 2**20}
+    return out
+
+
+def push_latency(series, seconds):
+    """Small pushes for ``seconds`` while /metrics of ``series`` series is fetched back to back."""
+    with tempfile.TemporaryDirectory() as data:
+        port = free_port()
+        hub = start_hub(port, data, max_series=series + 1000, memory_limit_mb=8192)
+        base = f"http://127.0.0.1:{port}"
+        session = requests.Session()
+        try:
+            streams = max(1, series // 1000)
+            if series:
+                for start in range(0, streams, 50):
+                    body = json.loads(push_body(min(50, streams - start), 1000, 1))
+                    for i, b in enumerate(body["batches"]):
+                        b["experiment_name"] = f"run-{start + i}"
+                    assert session.post(base + "/api/v1/push", json=body).status_code == 200
+            stop = threading.Event()
+            renders = []
+
+            def scrape():
+                scraper = requests.Session()
+                while not stop.is_set():
+                    t0 = time.perf_counter()
+                    scraper.get(base + "/metrics").content
+                    renders.append(time.perf_counter() - t0)
+
+            thread = threading.Thread(target=scrape) if series else None
+            if thread:
+                thread.start()
+                time.sleep(0.5)
+            latencies = []
+            small = {"batches": [{"project": "bench", "experiment_name": "trainer", "step": 1, "metrics": {"loss": 1.0}}]}
+            end = time.monotonic() + seconds
+            step = 0
+            while time.monotonic() < end:
+                step += 1
+                small["batches"][0]["step"] = step   # every push changes the hub: each scrape renders anew
+                t0 = time.perf_counter()
+                assert session.post(base + "/api/v1/push", json=small).status_code == 200
+                latencies.append(time.perf_counter() - t0)
+                time.sleep(0.01)
+            stop.set()
+            if thread:
+                thread.join()
+        finally:
+            hub.terminate()
+            hub.wait()
+    latencies.sort()
+    return {"pushes": len(latencies), "p50_ms": 1000 * latencies[len(latencies) // 2],
+            "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
+            "render_median_s": statistics.median(renders) if renders else None, "renders": len(renders)}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="10k and 100k series only, shorter latency runs")
+    args = parser.parse_args()
+    sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 500_000)
+    seconds = 5 if args.quick else 15
+    result = {"ingest": ingest(args.rounds), "render": render(sizes, args.rounds)}
+    idle = push_latency(0, seconds)
+    result["push_latency"] = {"idle": idle, **{f"rendering_{n}": push_latency(n, seconds) for n in (10_000, sizes[-1])}}
+    for name, figures in result["push_latency"].items():
+        figures["p99_ratio_to_idle"] = figures["p99_ms"] / idle["p99_ms"]
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

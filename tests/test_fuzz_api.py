@@ -1,0 +1,92 @@
+"""Fuzz every endpoint of the real server process from the OpenAPI document it serves
+(schemathesis generates the requests): valid data, invalid data, no token, and schemathesis'
+boundary-value (coverage) phase. Over 10,000 requests in all; none may get a 5xx, and after
+each phase the server is alive, a good run's series is still exposed and the whole /metrics
+body is accepted by prometheus_client's text parser."""
+
+import json
+import subprocess
+
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import free_port, http, push, start_hub_process, stop_group
+
+TOKEN = "fuzz-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+GOOD = {"batches": [{"project": "fuzz", "experiment_name": "good-run", "step": 1, "metrics": {"loss": 0.25}}]}
+# generated requests per operation and phase; operations without inputs are called once per phase
+BUDGET = {   # generating a push body costs ~150 ms, a target or a query ~10 ms: the bulk goes where it is cheap
+    "positive": {("POST", "/api/v1/push"): 400, ("POST", "/api/v1/targets"): 1500,
+                 ("DELETE", "/api/v1/targets"): 1500, ("GET", "/metrics"): 1500},
+    "negative": {("POST", "/api/v1/push"): 300, ("POST", "/api/v1/targets"): 1200,
+                 ("DELETE", "/api/v1/targets"): 1500, ("GET", "/metrics"): 1500},
+    "no-token": {("POST", "/api/v1/push"): 100, ("POST", "/api/v1/targets"): 200,
+                 ("DELETE", "/api/v1/targets"): 200, ("GET", "/metrics"): 200},
+}
+
+
+def responses(url):
+    return json.loads(http("GET", url + "/api/v1/hub")[1])["http_responses"]
+
+
+def still_whole(url, process):
+    """The server runs, the good run is exposed, and /metrics parses as a whole."""
+    assert process.poll() is None, "the server died"
+    assert push(url, GOOD, token=TOKEN)[0] == 200
+    status, body = http("GET", url + "/metrics")
+    assert status == 200
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert [s.value for s in families["loss"].samples if s.labels.get("experiment_name") == "good-run"] == [0.25]
+
+
+def run_phase(url, phase):
+    """One phase of generated requests; returns the requests that got a 5xx."""
+    schema = schemathesis.openapi.from_url(url + "/openapi.json")
+    session = requests.Session()
+    mode = schemathesis.GenerationMode("negative" if phase == "negative" else "positive")
+    headers = {} if phase == "no-token" else AUTH
+    server_errors = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        budget = BUDGET[phase].get((operation.method.upper(), operation.path), 1)
+
+        @settings(max_examples=budget, database=None, deadline=None, suppress_health_check=list(HealthCheck),
+                  derandomize=True)
+        @given(operation.as_strategy(generation_mode=mode))
+        def call(case):
+            response = case.call(base_url=url, session=session, headers=headers, timeout=30)
+            if response.status_code >= 500:
+                server_errors.append((case.method, case.path, case.body, response.status_code, response.text[:200]))
+
+        try:
+            call()
+        except Exception as exc:   # an operation without inputs has no invalid form to generate
+            if "Unable to satisfy assumptions" not in str(exc):
+                raise
+    return server_errors
+
+
+def test_over_10000_generated_requests_never_get_a_5xx_and_leave_the_metrics_whole(tmp_path):
+    port = free_port()
+    process = start_hub_process(port, tmp_path, token=TOKEN)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        still_whole(url, process)
+        for phase in BUDGET:
+            assert not (errors := run_phase(url, phase)), (phase, errors[:3])
+            still_whole(url, process)
+        result = subprocess.run(   # schemathesis' own boundary values and examples, through its CLI
+            ["schemathesis", "run", url + "/openapi.json", "--checks", "not_a_server_error", "--phases",
+             "examples,coverage", "--mode", "all", "--suppress-health-check", "all", "--generation-database",
+             "none", "--seed", "1", "-H", f"Authorization: Bearer {TOKEN}", "--no-color", "-w", "1"],
+            capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert result.returncode == 0, result.stdout[-3000:]
+        still_whole(url, process)
+        counts = responses(url)
+        assert counts.get("5xx", 0) == 0, counts
+        assert sum(counts.values()) >= 10_000, counts
+    finally:
+        stop_group(process)

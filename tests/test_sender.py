@@ -1,0 +1,107 @@
+"""BatchSender against the real hub over HTTP: a batch that cannot be sent, a request the server
+refuses in part, a hub that restarts between two pushes, a fork."""
+
+import os
+import time
+
+import numpy as np
+
+from tests.helpers import http, wait_for
+from verl_rl_insight.metric_batch import MetricBatch
+from verl_rl_insight.sender import BatchSender
+
+
+def batch(step, run="e", labels=None):
+    return MetricBatch("p", run, step, time.time(), {"loss": 0.5}, prefix="m_", labels=labels)
+
+
+def steps_at(server, scraper="test"):
+    """The global steps a named scraper gets, in order (history, then the live value)."""
+    body = http("GET", server.url + f"/metrics?scraper={scraper}")[1].decode()
+    return [int(float(line.split()[1])) for line in body.splitlines()
+            if line.startswith("rl_insight_monitor_training_global_step{")]
+
+
+def test_a_batch_that_cannot_be_encoded_is_dropped_and_the_others_are_delivered(hub_server):
+    server = hub_server()
+    sender = BatchSender(server.url + "/api/v1/push", linger_s=0.01)
+    sender.submit(batch(1))
+    sender.submit(batch(object()))            # not an integer step: can never be sent
+    sender.submit(batch(np.int64(3)))         # a numpy integer step is an integer
+    sender.submit(batch(4))
+    assert sender.flush(5)
+    assert sender.stats["invalid_batches"] == 1 and sender.stats["sent_batches"] == 3
+    assert sender.stats["failed_requests"] == 0        # never mistaken for an unreachable server
+    [stream] = server.hub.streams()
+    assert stream["step"] == 4 and stream["batches_kept"] == 3
+
+
+def test_a_refused_batch_is_found_and_dropped_the_eleven_others_arrive_in_order(hub_server):
+    server = hub_server()
+    steps_at(server)
+    time.sleep(0.1)
+    sender = BatchSender(server.url + "/api/v1/push", linger_s=0.01)
+    for step in range(1, 13):
+        # step 7 carries a label the hub reserves: the server refuses that batch, and only it
+        sender.submit(batch(step, labels={"job": "mine"} if step == 7 else None))
+    assert sender.flush(10)
+    assert sender.stats["rejected_batches"] == 1 and sender.stats["sent_batches"] == 11
+    time.sleep(0.1)
+    assert steps_at(server) == [1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 12]
+
+
+def test_a_hub_restarted_between_two_pushes_gets_the_recent_batches_again_first(hub_server):
+    first = hub_server()
+    port = first.port
+    sender = BatchSender(first.url + "/api/v1/push", linger_s=0.01)
+    for step in (1, 2, 3):
+        sender.submit(batch(step))
+    assert sender.flush(5)
+    first.close()                                   # a restart that no push noticed: no failed request
+    second = hub_server(port=port)
+    steps_at(second)
+    time.sleep(0.1)
+    sender.submit(batch(4))
+    assert sender.flush(5)
+    assert sender.stats["failed_requests"] == 0 and sender.stats["resent_batches"] == 3
+    time.sleep(0.1)
+    assert steps_at(second) == [1, 2, 3, 4, 4]
+
+
+def test_after_fork_the_child_sends_its_own_batches_once(hub_server):
+    server = hub_server()
+    sender = BatchSender(server.url + "/api/v1/push", linger_s=0.01)
+    sender.submit(batch(1, run="parent"))
+    assert sender.flush(5)
+    sender.submit(batch(2, run="parent"))          # pending in the parent at the fork
+    pid = os.fork()
+    if pid == 0:                                    # the child: a sender of its own, started afresh
+        try:
+            sender.submit(batch(1, run="child"))
+            os._exit(0 if sender.flush(5) and sender.stats["sent_batches"] == 1 else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert sender.flush(5)
+    streams = {s["labels"]["experiment_name"]: s for s in server.hub.streams()}
+    assert streams["child"]["batches_kept"] == 1 and streams["parent"]["batches_kept"] == 2
+    wait_for(lambda: server.hub.stats["duplicates"] == 0, 1, what="no copies")
+
+
+def test_the_sender_keeps_no_reference_to_what_verl_logged():
+    """The spool holds encoded batches: a large object in verl's dict is freed once converted,
+    also while the batch waits for a server that does not answer."""
+    import gc
+    import weakref
+
+    from tests.helpers import free_port
+
+    sender = BatchSender(f"http://127.0.0.1:{free_port()}/api/v1/push", linger_s=0.01)   # nobody listens
+    big = np.zeros(1_000_000)                  # not a scalar: skipped, and must not be kept alive
+    alive = weakref.ref(big)
+    sender.submit(MetricBatch("p", "e", 1, time.time(), {"loss": 0.5, "logits": big}, prefix="m_"))
+    del big
+    wait_for(lambda: sender.stats["failed_requests"] >= 1, 5, what="a first attempt")
+    gc.collect()
+    assert alive() is None and sender.pending() == 1 and sender.stats["skipped_values"] == 1

@@ -1,0 +1,44 @@
+"""The target registry's persistence: batched (a few writes however many registrations), atomic
+(a reader never sees half a file), complete after close, read back on the next start."""
+
+import json
+import threading
+
+from verl_rl_insight.server.targets import TargetRegistry
+
+
+def test_2000_static_registrations_cost_a_few_atomic_writes_and_all_survive_a_restart(tmp_path):
+    store = tmp_path / "targets.json"
+    registry = TargetRegistry(store, save_interval_s=0.2)
+    seen, broken, stop = [], [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                seen.append(len(json.loads(store.read_text())))
+            except FileNotFoundError:
+                pass
+            except ValueError as exc:
+                broken.append(str(exc))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for i in range(2000):
+        registry.register(f"10.0.{i // 250}.{i % 250}:9100", "node-exporter", {"node": f"n{i}"}, ttl_s=0)
+    registry.close()
+    stop.set()
+    thread.join()
+    assert not broken, broken[:3]
+    assert registry.writes <= 20, registry.writes
+    assert len(json.loads(store.read_text())) == 2000
+    again = TargetRegistry(store)
+    assert len(again.list()) == 2000 and again.list()[0]["labels"]["node"].startswith("n")
+
+
+def test_heartbeats_of_expiring_targets_write_nothing(tmp_path):
+    store = tmp_path / "targets.json"
+    registry = TargetRegistry(store)
+    for _ in range(100):
+        registry.register("127.0.0.1:8000", "vllm", {"replica": "0"}, ttl_s=90)
+    registry.close()
+    assert registry.writes == 0 and not store.exists()
