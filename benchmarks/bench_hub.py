@@ -68,7 +68,7 @@ def render(series_counts, rounds):
     for total in series_counts:
         streams = max(1, total // 1000)
         per_stream = total // streams
-        hub = MetricHub(memory_limit_bytes=1 << 40, max_series=total + 10)
+        hub = MetricHub(memory_limit_bytes=1 << 40, max_series=2 * total)
         registry = CollectorRegistry()
         gauges = [Gauge(f"rl_insight_monitor_metric_{i}", "", ["project", "experiment_name"], registry=registry)
                   for i in range(per_stream)]
@@ -99,7 +99,7 @@ def push_latency(series, seconds):
     """Small pushes for ``seconds`` while /metrics of ``series`` series is fetched back to back."""
     with tempfile.TemporaryDirectory() as data:
         port = free_port()
-        hub = start_hub(port, data, max_series=series + 1000, memory_limit_mb=8192)
+        hub = start_hub(port, data, max_series=2 * series + 1000, memory_limit_mb=8192)
         base = f"http://127.0.0.1:{port}"
         session = requests.Session()
         try:

@@ -209,13 +209,18 @@ def write_server_config(folder, **settings):
     return path, config
 
 
-def start_hub_process(port, tmp_path, **settings):
+def start_hub_process(port, tmp_path, open_files=None, **settings):
     """The real server process with the hub alone (no Prometheus, Tempo, Grafana), on loopback;
-    its settings go through stdin, as ``rl-insight server start --detach`` sends them."""
+    its settings go through stdin, as ``rl-insight server start --detach`` sends them.
+    ``open_files``: its descriptor limit (soft and hard)."""
+    import resource
+
     settings = {"bind": "127.0.0.1", "port": port, "data_dir": str(tmp_path / "data"),
                 "services": {name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")}, **settings}
+    limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))) if open_files else None
     process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app"], stdin=subprocess.PIPE,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                               preexec_fn=limit)
     process.stdin.write(json.dumps(settings).encode())
     process.stdin.close()
 
@@ -232,3 +237,9 @@ def process_figures(pid):
     """(threads, resident memory in bytes) of a process, from /proc."""
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
     return int(fields["Threads"]), int(fields["VmRSS"].split()[0]) * 1024
+
+
+def cpu_seconds(pid):
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -6,7 +6,8 @@ import resource
 import socket
 import time
 
-from tests.helpers import free_port, http, process_figures, push, start_hub_process, stop_group, wait_for
+from tests.helpers import (cpu_seconds, free_port, http, process_figures, push, start_hub_process, stop_group,
+                           wait_for)
 
 PUSH = {"batches": [{"project": "p", "experiment_name": "e", "step": 1, "metrics": {"loss": 1.0}}]}
 
@@ -98,4 +99,30 @@ def test_an_oversized_body_is_refused_before_it_is_sent(tmp_path):
         assert process_figures(hub.pid)[1] - rss_before < 32 * 2**20
         assert push(f"http://127.0.0.1:{port}", PUSH)[0] == 200
     finally:
+        stop_group(hub)
+
+
+def test_out_of_descriptors_the_server_idles_and_serves_again_once_they_are_back(tmp_path):
+    port = free_port()
+    hub = start_hub_process(port, tmp_path, open_files=64)
+    clients = []
+    try:
+        for _ in range(120):   # more connections than the server has descriptors for
+            try:
+                clients.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                break
+        time.sleep(0.5)
+        before = cpu_seconds(hub.pid)
+        time.sleep(2.0)
+        assert cpu_seconds(hub.pid) - before < 0.5, "accept() spins while out of descriptors"
+        for s in clients:
+            s.close()
+        clients.clear()
+        assert wait_for(lambda: http("GET", f"http://127.0.0.1:{port}/-/healthy", timeout=2)[0] == 200, 15,
+                        what="service once descriptors are free")
+        assert push(f"http://127.0.0.1:{port}", PUSH)[0] == 200
+    finally:
+        for s in clients:
+            s.close()
         stop_group(hub)

@@ -2,8 +2,6 @@
 values read back through Prometheus' HTTP API; and a hub that is down, or restarted, mid-run."""
 
 import json
-import subprocess
-import sys
 import time
 
 from tests.helpers import Prometheus, free_port, http, require_prometheus, rl_insight, start_hub_process, wait_for

@@ -15,7 +15,7 @@ import textwrap
 import pytest
 import yaml
 
-from tests.helpers import REPO, free_port, http, require_prometheus, rl_insight, wait_for, write_server_config
+from tests.helpers import REPO, http, require_prometheus, rl_insight, wait_for, write_server_config
 from verl_rl_insight.server import app
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")

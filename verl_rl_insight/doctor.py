@@ -234,7 +234,9 @@ def run(server=None, project=None, experiment=None, overrides=(), out=sys.stdout
 
     report = Report(out)
     state = control.read_state(out=out)
-    raw = server or os.environ.get("RL_INSIGHT_SERVER_URL") or (control.trainer_url(state) if state else "")
+    raw = server or os.environ.get("RL_INSIGHT_SERVER_URL") or ""
+    if not raw and state:
+        raw = control.trainer_url(state, local=True)
     url, url_token = server_url.split(raw.rstrip("/")) if raw else ("", None)
     token = os.environ.get("RL_INSIGHT_TOKEN") or url_token
     reachable = bool(url) and check_server(report, url, token)

@@ -7,8 +7,6 @@ lazily (``samples()``), on the sender thread: the training thread pays for a dic
 import math
 import re
 
-from .naming import GLOBAL_STEP_METRIC  # noqa: F401  (where plugins look for it)
-
 _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_:]")
 
 _names = {}

@@ -6,7 +6,7 @@ the dashboards use must appear as a string literal in verl), so the check follow
 """
 
 from ..hardware_samplers import HostSampler
-from ..metric_batch import GLOBAL_STEP_METRIC
+from ..naming import GLOBAL_STEP_METRIC
 
 # What the hub, the trainer-side plugins and the hardware sampler push.
 PRODUCED = {

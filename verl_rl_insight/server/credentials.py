@@ -13,6 +13,8 @@ import os
 import secrets
 from pathlib import Path
 
+from .files import write_atomically
+
 TOKEN_FILE = "hub-token"
 GRAFANA_PASSWORD_FILE = "grafana-admin-password"
 
@@ -37,16 +39,6 @@ def secrets_dir(data_path):
     return path
 
 
-def _write_private(path, value):
-    """Create ``path`` with mode 0600 from the start (no moment where others can read it)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(value)
-    os.replace(tmp, path)
-
-
 def read_secret(data_path, name):
     try:
         return (Path(data_path) / "secrets" / name).read_text().strip() or None
@@ -60,7 +52,7 @@ def _kept_or_new(data_path, name, configured):
     path = secrets_dir(data_path) / name
     value = configured or read_secret(data_path, name) or secrets.token_urlsafe(24)
     if read_secret(data_path, name) != value:
-        _write_private(path, value)
+        write_atomically(path, value, mode=0o600)   # 0600 from its first byte
     os.chmod(path, 0o600)
     return value
 

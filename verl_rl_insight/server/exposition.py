@@ -5,6 +5,7 @@ the body: names are full-match checked, label values are escaped.
 """
 
 import math
+import time
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -34,11 +35,25 @@ def series_lines(labels, names, values, timestamp_ms=None):
 
 def body(families, trailer=()):
     """One exposition: ``families`` maps a metric name to its lines (grouped under one TYPE line,
-    in order); ``trailer`` lines (already typed) come last."""
-    parts = []
+    in order); ``trailer`` lines (already typed) come last. Encoded family by family, letting
+    other threads run in between (see ``pause``)."""
+    chunks = []
     for name in sorted(families):
-        parts.append(f"# TYPE {name} gauge")
-        parts.extend(families[name])
-    parts.extend(trailer)
-    parts.append("")
-    return "\n".join(parts).encode()
+        chunks.append(f"# TYPE {name} gauge\n".encode())
+        chunks.append(("\n".join(families[name]) + "\n").encode())
+        pause()
+    chunks.append(("\n".join(trailer) + "\n").encode() if trailer else b"")
+    return b"".join(chunks)
+
+
+_last_pause = [0.0]
+
+
+def pause(every_s=0.002):
+    """Let other threads take the GIL when this thread has had it for ``every_s``: a long rendering
+    otherwise holds it for whole switch intervals (5 ms) at a time, and a push that needs it
+    several times over waits them all out."""
+    now = time.perf_counter()
+    if now - _last_pause[0] >= every_s:
+        time.sleep(0)
+        _last_pause[0] = time.perf_counter()

@@ -28,16 +28,23 @@ _connection = contextvars.ContextVar("rl_insight_connection", default=None)
 class GuardedH11Protocol(H11Protocol):
     receive_timeout_s = 10.0
     send_timeout_s = 30.0
+    max_connections = 2048
 
     def connection_made(self, transport):
         super().connection_made(transport)
+        self.broken = False
+        self._receive_timer = None
+        if len(self.connections) > self.max_connections:
+            # Never let descriptors run out: accept() would fail in a loop (CPython 3.11 retries it
+            # up to the backlog at once, logging each) and nobody would be served.
+            self.broken = True
+            transport.abort()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # headers and body go out in two writes: without this, Nagle and the client's delayed
             # ACK hold every kept-alive response for 40 ms
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.broken = False
-        self._receive_timer = None
         self._arm_receive()
 
     def connection_lost(self, exc):
@@ -107,14 +114,35 @@ async def response_written(timeout_s=30.0):
     return False
 
 
-def raise_open_files_limit():
-    """Many connections need many descriptors: take the soft limit up to the hard one."""
+def open_files_limit():
+    """Many connections need many descriptors: take the soft limit up to the hard one; returns it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard > soft:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
         except (ValueError, OSError):
             pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class _Server(uvicorn.Server):
+    async def startup(self, sockets=None):
+        asyncio.get_running_loop().set_exception_handler(_loop_errors)
+        await super().startup(sockets=sockets)
+
+
+_last_resource_error = [0.0]
+
+
+def _loop_errors(loop, context):
+    """asyncio's handler, but one line a minute for 'out of descriptors' instead of a traceback per try."""
+    if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
+        if loop.time() - _last_resource_error[0] > 60:
+            _last_resource_error[0] = loop.time()
+            logger.error("the API cannot accept connections: %s (open files limit %s)", context.get("exception"),
+                         resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        return
+    loop.default_exception_handler(context)
 
 
 class HttpServer:
@@ -123,19 +151,21 @@ class HttpServer:
 
     def __init__(self, app, host, port, max_connections=2048, backlog=2048, keep_alive_s=5, max_header_bytes=16384,
                  receive_timeout_s=10.0, send_timeout_s=30.0):
+        # connections beyond what the descriptors allow (keeping some for files and services) are closed at once
+        max_connections = max(8, min(max_connections, open_files_limit() - 32))
         protocol = type("RLInsightH11Protocol", (GuardedH11Protocol,),
-                        {"receive_timeout_s": receive_timeout_s, "send_timeout_s": send_timeout_s})
+                        {"receive_timeout_s": receive_timeout_s, "send_timeout_s": send_timeout_s,
+                         "max_connections": max_connections})
         self.config = uvicorn.Config(
             app, http=protocol, ws="none", lifespan="off", log_config=None, access_log=False,
             limit_concurrency=max_connections, backlog=backlog, timeout_keep_alive=keep_alive_s,
             h11_max_incomplete_event_size=max_header_bytes, server_header=False, timeout_graceful_shutdown=2)
         self.host, self.port = host, port
-        self.server = uvicorn.Server(self.config)
+        self.server = _Server(self.config)
         self._thread = None
         self._socket = None
 
     def start(self):
-        raise_open_files_limit()
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

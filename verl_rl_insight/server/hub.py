@@ -24,12 +24,12 @@ import collections
 import json
 import logging
 import math
-import os
 import threading
 import time
 import uuid
 
 from . import exposition
+from .files import write_atomically
 from .push_schema import PushError, validate_push
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -143,6 +143,7 @@ class Exposure:
                 lines = exposition.series_lines(stream.labels, values.keys(), values.values())
             for name, line in lines:
                 families[name].append(line)
+            exposition.pause()
         return exposition.body(families, _stats_lines(self.stats))
 
     def commit(self, written=True):
@@ -443,10 +444,8 @@ class MetricHub:
                     name: {"last_ms": s.last_ms, "seen_at": s.seen_at,
                            "marks": [[[list(pair) for pair in key], mark[1]] for key, mark in s.marks.items()]}
                     for name, s in self._scrapers.items()}}
-            tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(state))
-            os.replace(tmp, self.state_path)
+            self.state_path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.state_path, json.dumps(state))
 
     def _load_state(self):
         if self.state_path is None or not self.state_path.exists():

@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path, PurePosixPath
 
 from .releases import RELEASES, compatible, parse_version, release
+from .files import write_atomically
 from .settings import default_home
 
 SYSTEM_CANDIDATES = {
@@ -277,6 +278,4 @@ def install_one(name, local_archive=None, mirror=None, force=False, sha256=None,
 def _write_manifest(name, record):
     path = services_dir() / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    tmp.replace(path)
+    write_atomically(path, json.dumps(record, indent=2))

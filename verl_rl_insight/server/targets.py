@@ -14,6 +14,7 @@ import threading
 import time
 
 from ..naming import is_label_name, label_value_problem
+from .files import write_atomically
 
 JOB_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_.\-]{0,63}")
 HOST_RE = re.compile(r"[a-zA-Z0-9.\-]{1,253}|\[[0-9a-fA-F:]{2,39}\]")
@@ -157,9 +158,7 @@ class TargetRegistry:
                 self._dirty = False
                 static = [{"job": j, "address": a, "labels": e["labels"]}
                           for (j, a), e in sorted(self._targets.items()) if not e["ttl_s"]]
-            tmp = self.store_path.with_name(self.store_path.name + ".tmp")
-            tmp.write_text(json.dumps(static, indent=2))
-            tmp.replace(self.store_path)
+            write_atomically(self.store_path, json.dumps(static, indent=2))
             self.writes += 1
 
     def _load(self):
