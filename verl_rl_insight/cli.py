@@ -77,7 +77,7 @@ def _targets(args):
     import urllib.parse
     import urllib.request
 
-    from . import server_url
+    from .client import server_url
     from .config import ENV_SERVER_URL, ENV_TOKEN
     from .server import control
 

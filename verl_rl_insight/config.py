@@ -9,7 +9,7 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from . import server_url
+from .client import server_url
 
 # Environment variables that configure this package. Everything starting with one of the
 # prefixes is forwarded to Ray workers (see hooks/main_ppo.py).

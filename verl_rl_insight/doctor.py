@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 
-from . import server_url
+from .client import server_url
 
 SUPPORTED_VERL = ((0, 6), (0, 10))   # 0.6 <= verl < 0.10
 

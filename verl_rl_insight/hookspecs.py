@@ -24,7 +24,7 @@ def rl_insight_log_metrics(run, metrics, step, timestamp):
 
 @hookspec
 def rl_insight_export_batch(batch):
-    """A :class:`verl_rl_insight.metric_batch.MetricBatch` to send on; exporters must not block."""
+    """A :class:`verl_rl_insight.client.metric_batch.MetricBatch` to send on; exporters must not block."""
 
 
 @hookspec

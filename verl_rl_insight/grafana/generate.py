@@ -36,7 +36,7 @@ def verl_keys():
     plus the ones this project's probs_diff plugin adds."""
     import verl
 
-    from ..metric_batch import metric_name
+    from ..client.metric_batch import metric_name
     from ..plugins import probs_diff
 
     keys = set()

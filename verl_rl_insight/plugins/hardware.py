@@ -18,7 +18,7 @@ import time
 from ..config import plugin_settings
 from ..hardware_samplers import HOSTNAME, GpuSampler, HostSampler
 from ..hookspecs import hookimpl
-from ..metric_batch import MetricBatch
+from ..client.metric_batch import MetricBatch
 
 logger = logging.getLogger("verl_rl_insight")
 

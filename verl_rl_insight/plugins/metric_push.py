@@ -5,7 +5,7 @@ import logging
 
 from ..config import plugin_settings
 from ..hookspecs import hookimpl
-from ..sender import BatchSender
+from ..client.sender import BatchSender
 
 logger = logging.getLogger("verl_rl_insight")
 

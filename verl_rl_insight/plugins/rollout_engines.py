@@ -4,7 +4,7 @@ by heartbeats while the run lives and removed when it ends."""
 
 import logging
 
-from .. import target_announcer
+from ..client import target_announcer
 from ..hookspecs import hookimpl
 
 logger = logging.getLogger("verl_rl_insight")

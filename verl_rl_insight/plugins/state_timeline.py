@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 
 from ..config import plugin_settings
 from ..hookspecs import hookimpl
-from ..metric_batch import MetricBatch
+from ..client.metric_batch import MetricBatch
 
 logger = logging.getLogger("verl_rl_insight")
 

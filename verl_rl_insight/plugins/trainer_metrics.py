@@ -10,7 +10,7 @@ import time
 
 from ..config import plugin_settings
 from ..hookspecs import hookimpl
-from ..metric_batch import MetricBatch
+from ..client.metric_batch import MetricBatch
 
 FINISHED = "rl_insight_run_finished"
 

@@ -4,7 +4,7 @@
 import logging
 import threading
 
-from .. import target_announcer
+from ..client import target_announcer
 from ..hookspecs import hookimpl
 
 logger = logging.getLogger("verl_rl_insight")

@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.request
 
-from .. import server_url
+from ..client import server_url
 from . import app, credentials
 from .services import http_ok, pid_alive, pid_runs, stop_process_group
 from .settings import default_home

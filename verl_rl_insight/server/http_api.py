@@ -52,10 +52,13 @@ CHUNK_BYTES = 256 * 1024                 # responses go out in pieces: a slow re
 
 
 class ApiError(Exception):
-    def __init__(self, status, message, close=False, headers=(), **extra):
+    """An answer before, or instead of, reading the body: the connection stays open and the server
+    reads what the client still sends and drops it, so that the client gets to read the answer
+    (closing with unread data would reset the connection under it)."""
+
+    def __init__(self, status, message, headers=(), **extra):
         super().__init__(message)
         self.status = status
-        self.close = close
         self.headers = list(headers)
         self.extra = extra
 
@@ -132,8 +135,7 @@ class Api:
                 self._authorize(request)
             await handler(request)
         except ApiError as exc:
-            await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, close=exc.close,
-                                  headers=exc.headers)
+            await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
         except ClientGone:
             return
         except Exception:
@@ -162,7 +164,7 @@ class Api:
                 given = None
         if given is None or not hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode()):
             raise ApiError(401, "missing or wrong token (Authorization: Bearer <token>; the URL that "
-                                "`rl-insight server start` prints carries it)", close=True,
+                                "`rl-insight server start` prints carries it)",
                            headers=[(b"www-authenticate", b'Bearer realm="rl-insight"')])
 
     async def _in_thread(self, fn, *args):
@@ -204,7 +206,7 @@ class Api:
         if expected is not None and expected != self.hub.instance:
             # the sender's batches before this one went to a hub that is gone: it resends them first
             raise ApiError(409, f"this hub restarted (instance {self.hub.instance}, the push expects "
-                                f"{expected[:40]!r}); send the recent batches again", close=True)
+                                f"{expected[:40]!r}); send the recent batches again")
         async with self._body(request, self.max_body_bytes) as body, self._parse:
             try:
                 result = await self._in_thread(self._push, body)
@@ -256,8 +258,7 @@ class Api:
         length = request.headers.get("content-length")
         if length is not None and int(length) > limit:   # h11 has checked it is a number
             self.hub.stats["rejected"] += 1
-            raise ApiError(413, f"body of {length} bytes is over the limit of {limit} bytes; send smaller batches",
-                           close=True)
+            raise ApiError(413, f"body of {length} bytes is over the limit of {limit} bytes; send smaller batches")
         held = [0]
         try:
             yield await self._read_body(request, limit, held)
@@ -281,7 +282,7 @@ class Api:
                 body += chunk
             if len(body) > limit:
                 self.hub.stats["rejected"] += 1
-                raise ApiError(413, f"body is over the limit of {limit} bytes; send smaller batches", close=True)
+                raise ApiError(413, f"body is over the limit of {limit} bytes; send smaller batches")
             if not message.get("more_body", False):
                 return bytes(body)
 
@@ -294,8 +295,8 @@ class Api:
                 try:
                     await asyncio.wait_for(self._budget.wait(), max(remaining, 0.001))
                 except asyncio.TimeoutError:
-                    raise ApiError(503, "the server is receiving too many request bodies at once; retry shortly",
-                                   close=True) from None
+                    raise ApiError(503, "the server is receiving too many request bodies at once; retry shortly"
+                                   ) from None
             self._in_flight += size
 
     def _save_soon(self):
@@ -320,9 +321,8 @@ class Api:
             await send({"type": "http.response.body", "body": bytes(view[start:start + CHUNK_BYTES]),
                         "more_body": start + CHUNK_BYTES < len(body)})
 
-    async def _send_json(self, send, status, obj, close=False, headers=()):
-        extra = list(headers) + ([(b"connection", b"close")] if close else [])
-        await self._send_body(send, status, "application/json", json.dumps(obj).encode(), extra)
+    async def _send_json(self, send, status, obj, headers=()):
+        await self._send_body(send, status, "application/json", json.dumps(obj).encode(), headers)
 
     def close(self):
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -2,10 +2,12 @@
 
 uvicorn gives the connection handling (a 2048 backlog, no thread per connection, keep-alive
 timeouts, a header size limit, a concurrency cap answered with 503). What it leaves open, and
-this module closes, is time: uvicorn waits forever for a request that never finishes arriving
-and for a client that never reads its response. ``GuardedH11Protocol`` closes a connection
-whose request has not fully arrived ``receive_timeout_s`` after it began (408), and aborts one
-whose response is not written ``send_timeout_s`` after the request arrived.
+this module closes, is time and descriptors: uvicorn waits forever for a request that never
+finishes arriving and for a client that never reads its response. ``GuardedH11Protocol``
+closes a connection whose request has not fully arrived ``receive_timeout_s`` after it began
+(408), aborts one whose response is not written ``send_timeout_s`` after the request arrived,
+closes connections beyond what the descriptors allow at once, and lingers before closing on a
+client still sending a body it was already answered for (so the client reads the answer).
 """
 
 import asyncio
@@ -17,6 +19,7 @@ import socket
 import threading
 import time
 
+import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -25,13 +28,41 @@ logger = logging.getLogger("verl_rl_insight.server")
 _connection = contextvars.ContextVar("rl_insight_connection", default=None)
 
 
+class _LingeringTransport:
+    """The connection's transport, except that ``close()`` while the client is still sending its
+    body (an answer given before reading it: 401, 413, ...) first reads and drops what it sends,
+    for up to ``linger_s``: closing with unread data would reset the connection, and the client
+    would see "connection reset" instead of the answer."""
+
+    linger_s = 5.0
+
+    def __init__(self, transport, protocol):
+        self._transport = transport
+        self._protocol = protocol
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+    def close(self):
+        protocol = self._protocol
+        if protocol.lingering:
+            return
+        if protocol.conn.their_state is h11.SEND_BODY and not self._transport.is_closing():
+            protocol.lingering = True
+            self._transport.resume_reading()
+            protocol.loop.call_later(self.linger_s, self._transport.close)
+            return
+        self._transport.close()
+
+
 class GuardedH11Protocol(H11Protocol):
     receive_timeout_s = 10.0
     send_timeout_s = 30.0
     max_connections = 2048
 
     def connection_made(self, transport):
-        super().connection_made(transport)
+        self.lingering = False
+        super().connection_made(_LingeringTransport(transport, self))
         self.broken = False
         self._receive_timer = None
         if len(self.connections) > self.max_connections:
@@ -56,6 +87,8 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data):
+        if self.lingering:
+            return          # the rest of a body already answered: dropped
         token = _connection.set(self)   # the request's task inherits it: see response_written()
         try:
             if self._receive_timer is None and (self.cycle is None or self.cycle.response_complete):
@@ -76,7 +109,7 @@ class GuardedH11Protocol(H11Protocol):
         self._receive_timer = None
         if self.transport.is_closing():
             return
-        if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
+        if self.cycle is None or not self.cycle.response_started:   # (an answered request's body: just close)
             body = json.dumps({"error": f"the request did not arrive within {self.receive_timeout_s:.0f} s"}).encode()
             self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
                                  b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))

@@ -82,7 +82,7 @@ def shared(config=None):
     """The process's announcer (created from ``config`` on first use; None without a server URL)."""
     global _shared
     if _shared is None and config is not None and config.get("server_url"):
-        from .config import plugin_settings
+        from ..config import plugin_settings
 
         ttl = plugin_settings(config, "rollout_engines").get("target_ttl_s", 90.0)
         _shared = TargetAnnouncer(str(config.server_url), token=config.get("token"), ttl_s=ttl)
