@@ -2,6 +2,7 @@
 through verl's real run_ppo and the real patches, then every PromQL query of the dashboards,
 with its variables filled, returns data from that Prometheus."""
 
+import datetime
 import json
 import re
 import urllib.parse
@@ -56,7 +57,8 @@ def query(prom, promql, at):
 def test_every_dashboard_query_returns_data_after_the_demo(demo_run):
     out, prom, engine = demo_run
     # the demo lingers 3 s after its last step with its replicas still registered: look 2 s in
-    at = max(float(x) for x in re.findall(r"last step at ([0-9.]+)", out)) + 2
+    last = re.findall(r"SIMULATED step \d+/\d+ \[#+\] (\d\d:\d\d:\d\d)", out)[-1]
+    at = datetime.datetime.combine(datetime.date.today(), datetime.time.fromisoformat(last)).timestamp() + 2
     empty = []
     checked = 0
     # each run covers its engine's dashboard and the hardware one; the TransferQueue row is

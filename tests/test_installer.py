@@ -4,6 +4,7 @@ archives the test builds around the Debian prometheus binary, and with --local-a
 import hashlib
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require_prometheus
+from tests.helpers import REPO, require_prometheus, write_server_config
 from verl_rl_insight.server import installer
 from verl_rl_insight.server.releases import machine_arch, release
 
@@ -166,10 +167,93 @@ def test_compatible_binary_on_the_machine_is_used_instead_of_downloading():
     assert record["source"] == "system" and record["binary"] == shutil.which("prometheus")
 
 
-def test_tempo_without_a_pinned_checksum_asks_for_one(tmp_path):
-    result = run_install("tempo", "--local-archive", str(tmp_path))
+STAND_IN = (REPO / "tests" / "standins" / "stand-in-service").read_bytes()
+TEMPO = release("tempo")
+GRAFANA = release("grafana")
+
+
+def tempo_release(folder, sums=None):
+    """Tempo's release layout: the archive (a STAND-IN binary inside) and SHA256SUMS beside it."""
+    sha = build_archive(folder / TEMPO["file"], [("tempo", STAND_IN), ("LICENSE", b"AGPL")])
+    (folder / "SHA256SUMS").write_text(sums if sums is not None else
+                                       f"{'1' * 64}  tempo_{TEMPO['version']}_linux_other.tar.gz\n"
+                                       f"{sha}  {TEMPO['file']}\n")
+    return sha
+
+
+def test_tempo_installs_against_the_checksum_file_of_its_release(release_server):
+    root, url, _ = release_server
+    sha = tempo_release(root)
+    result = run_install("tempo", "--mirror", url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"sha256 {sha} verified against {url}/SHA256SUMS" in result.stdout
+    record = installer.installed("tempo")
+    assert record["sha256"] == sha and record["checksum_source"] == f"{url}/SHA256SUMS"
+
+
+@pytest.mark.parametrize("sums, message", [
+    (f"{'0' * 64}  {TEMPO['file']}\n", "checksum mismatch"),
+    (f"{'0' * 64}  tempo_other.tar.gz\n", f"has no sha256 for {TEMPO['file']}"),
+    (None, "cannot read"),
+], ids=["tampered", "no-entry", "missing"])
+def test_a_tampered_or_missing_checksum_file_refuses_and_installs_nothing(release_server, sums, message):
+    root, url, _ = release_server
+    tempo_release(root, sums=sums or "")
+    if sums is None:
+        (root / "SHA256SUMS").unlink()
+    result = run_install("tempo", "--mirror", url)
     assert result.returncode == 1
-    assert "no verified sha256" in result.stdout and "--sha256 tempo=" in result.stdout
+    assert message in result.stdout and "SHA256SUMS" in result.stdout and "nothing was installed" in result.stdout
+    assert nothing_installed()[0], nothing_installed()[1]
+
+
+def test_local_archive_takes_the_checksum_file_from_the_same_folder(tmp_path):
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    tempo_release(archives)
+    (archives / "SHA256SUMS").rename(archives / "elsewhere")
+    missing = run_install("tempo", "--local-archive", str(archives))
+    assert missing.returncode == 1 and f"{archives / 'SHA256SUMS'}" in missing.stdout
+    (archives / "elsewhere").rename(archives / "SHA256SUMS")
+    result = run_install("tempo", "--local-archive", str(archives))
+    assert result.returncode == 0, result.stdout
+    assert installer.installed("tempo")["checksum_source"] == str(archives / "SHA256SUMS")
+
+
+def test_grafana_checksum_file_of_one_line_is_read_too(release_server):
+    root, url, _ = release_server
+    sha = build_archive(root / GRAFANA["file"], [(GRAFANA["binary"], STAND_IN)])
+    (root / f"{GRAFANA['file']}.sha256").write_text(sha + "\n")
+    result = run_install("grafana", "--force", "--mirror", url, "--config", "/dev/null")
+    assert result.returncode == 1 and f"expected {GRAFANA['sha256']}" in result.stdout   # the pin comes first
+    assert installer.checksum_for(sha + "\n", GRAFANA["file"]) == sha
+    assert installer.checksum_for(f"{sha}  *{GRAFANA['file']}\n", GRAFANA["file"]) == sha
+
+
+def test_the_readme_quickstart_installs_and_starts(release_server, tmp_path):
+    """`rl-insight server install && rl-insight server start --detach`, as the README has it, with
+    the release files on a loopback mirror (RL_INSIGHT_MIRROR; no internet here) and STAND-INs for
+    the Tempo and Grafana binaries inside their real archive layouts; Prometheus is the machine's."""
+    require_prometheus()
+    root, url, _ = release_server
+    tempo_release(root)
+    sha = build_archive(root / GRAFANA["file"], [(GRAFANA["binary"], STAND_IN)])
+    (root / f"{GRAFANA['file']}.sha256").write_text(sha + "\n")
+    # the config only names the STAND-IN Grafana archive's checksum (the pinned one is the real release's)
+    config, _ = write_server_config(tmp_path, services={"grafana": {"sha256": sha}})
+    install = subprocess.run([sys.executable, "-m", "verl_rl_insight", "server", "install", "--config", str(config)],
+                             capture_output=True, text=True, timeout=300, env=dict(os.environ, RL_INSIGHT_MIRROR=url))
+    assert install.returncode == 0, install.stdout + install.stderr
+    assert "already on this machine" in install.stdout                  # Prometheus: the Debian package
+    assert f"verified against {url}/SHA256SUMS" in install.stdout       # Tempo: its release's checksum file
+    assert "verified against services.grafana.sha256 of the server config" in install.stdout
+    start = subprocess.run([sys.executable, "-m", "verl_rl_insight", "server", "start", "--detach", "--config",
+                            str(config)], capture_output=True, text=True, timeout=300)
+    try:
+        assert start.returncode == 0, start.stdout + start.stderr
+        assert "NOT RUNNING" not in start.stdout and "export RL_INSIGHT_SERVER_URL=" in start.stdout
+    finally:
+        subprocess.run([sys.executable, "-m", "verl_rl_insight", "server", "stop"], capture_output=True, timeout=60)
 
 
 def test_link_chains_and_hard_links_out_of_the_folder_are_refused_and_nothing_is_written_outside(

@@ -178,7 +178,7 @@ class SimulatedTaskRunner:
             tracking.log(curves(step, total, rng, timing, tokens), step=step)
             done = int(30 * step / total)
             print(f"[demo] SIMULATED step {step}/{total} [{'#' * done}{'.' * (30 - done)}] "
-                  f"last step at {time.time():.3f}", flush=True, file=sys.stdout)
+                  f"{time.strftime('%H:%M:%S')}", flush=True, file=sys.stdout)
         time.sleep(float(demo.linger_s))   # let Prometheus scrape the replicas once more
         tracking.finish()
         if tq is not None:

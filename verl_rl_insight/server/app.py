@@ -57,7 +57,8 @@ def advertise_ip(settings):
 
 
 def check_port_free(bind, port, service):
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    family = socket.AF_INET6 if ":" in (bind or "") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((bind or "0.0.0.0", port))
@@ -65,7 +66,10 @@ def check_port_free(bind, port, service):
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUse(f"port {port} ({service}) is already in use on {bind}; "
                                 f"stop what uses it or set another port in the server config") from None
-            raise
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise PortInUse(f"cannot listen on {bind}: it is not an address of this machine "
+                                "(bind: 0.0.0.0 listens on every interface)") from None
+            raise PortInUse(f"cannot listen on {bind}:{port} ({service}): {exc.strerror or exc}") from None
 
 
 def service_ports(settings, name):

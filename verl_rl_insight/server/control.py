@@ -100,6 +100,7 @@ def start(settings, detach=False, out=sys.stdout):
         return 1 if result.get("missing") else 0
     log_path = settings.data_path / "logs" / "server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_start = log_path.stat().st_size if log_path.exists() else 0   # this attempt's lines begin here
     with open(log_path, "ab") as log:
         # settings through a pipe: they may hold the token and a password (/proc/<pid>/cmdline is public)
         process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app"], stdout=log,
@@ -109,7 +110,8 @@ def start(settings, detach=False, out=sys.stdout):
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            print(f"rl-insight server failed to start (exit {process.returncode}):\n" + _tail(log_path), file=out)
+            print(f"rl-insight server failed to start (exit {process.returncode}; the full log: {log_path}):\n"
+                  + _tail(log_path, log_start), file=out)
             return 2
         try:
             state = json.loads(app.state_path().read_text())
@@ -187,8 +189,11 @@ def status(out=sys.stdout, show_secrets=False):
     return 1 if unhealthy else 0
 
 
-def _tail(path, lines=20):
+def _tail(path, start=0, lines=20):
+    """The last ``lines`` lines written to ``path`` after byte ``start``."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        with open(path, "rb") as f:
+            f.seek(start)
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""

@@ -231,10 +231,7 @@ def install_one(name, local_archive=None, mirror=None, force=False, sha256=None,
             _write_manifest(name, record)
             return dict(record, note=f"uses the compatible {name} {found[1]} already on this machine")
     rel = release(name, overrides=overrides)
-    expected = (sha256 or rel["sha256"] or "").lower() or None
-    if expected is None:
-        raise InstallError(f"{name} {rel['version']}: this rl-insight release has no verified sha256 for "
-                           f"{rel['file']}; pass --sha256 {name}=<sha256 from the release page> to install it")
+    expected, checksum_source = expected_sha256(name, rel, sha256, local_archive, mirror)
     root = services_dir()
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".staging-{name}-", dir=root))
@@ -250,8 +247,8 @@ def install_one(name, local_archive=None, mirror=None, force=False, sha256=None,
             archive = staging / rel["file"]
             actual = download(url, archive, name, out=out)
         if actual != expected:
-            raise InstallError(f"{name}: checksum mismatch for {rel['file']}: expected {expected}, got {actual}; "
-                               "nothing was installed")
+            raise InstallError(f"{name}: checksum mismatch for {rel['file']}: expected {expected} ({checksum_source}), "
+                               f"the archive has {actual}; nothing was installed")
         tree = staging / "tree"
         tree.mkdir()
         safe_extract(archive, tree)
@@ -266,13 +263,56 @@ def install_one(name, local_archive=None, mirror=None, force=False, sha256=None,
             final.rename(old)
         tree.rename(final)
         record = {"binary": str(final / rel["binary"]), "version": rel["version"], "source": "download"
-                  if not local_archive else "local-archive", "sha256": actual, "file": rel["file"]}
+                  if not local_archive else "local-archive", "sha256": actual, "file": rel["file"],
+                  "checksum_source": checksum_source}
         _write_manifest(name, record)   # the commit point
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return record
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def expected_sha256(name, rel, explicit=None, local_archive=None, mirror=None):
+    """(sha256 the archive must have, where it comes from): ``--sha256``, else the checksum pinned
+    in this package, else the checksum file the release publishes (from the ``--local-archive``
+    folder, the mirror, or the release over HTTPS). Raises InstallError naming what it read."""
+    if explicit:
+        return explicit.lower(), "--sha256"
+    if rel["sha256"]:
+        return rel["sha256"], rel["sha256_source"]
+    where = (f"{Path(local_archive) / rel['checksums']}" if local_archive else
+             f"{mirror.rstrip('/')}/{rel['checksums']}" if mirror else rel["checksums_url"])
+    instead = f"or pass --sha256 {name}=HEX from the release page; nothing was installed"
+    try:
+        if local_archive:
+            text = Path(where).read_text(errors="replace")[:1 << 20]
+        else:
+            with urllib.request.urlopen(where, timeout=30) as response:
+                text = response.read(1 << 20).decode(errors="replace")
+    except (OSError, ValueError) as exc:
+        raise InstallError(f"{name}: no checksum for {rel['file']}: cannot read {where} ({exc}); the release "
+                           f"publishes {rel['checksums']} beside the archive: put it there, {instead}") from None
+    digest = checksum_for(text, rel["file"])
+    if digest is None:
+        raise InstallError(f"{name}: {where} has no sha256 for {rel['file']}; {instead}")
+    return digest, where
+
+
+def checksum_for(text, file_name):
+    """The sha256 of ``file_name`` in a checksum file: ``<hex>  <name>`` lines (sha256sum's output,
+    goreleaser's SHA256SUMS), or a file holding the hex alone (Grafana's ``<archive>.sha256``)."""
+    lines = [line.split() for line in text.splitlines() if line.strip()]
+    for parts in lines:
+        if len(parts) >= 2 and os.path.basename(parts[-1].lstrip("*")) == file_name and _is_sha256(parts[0]):
+            return parts[0].lower()
+    if len(lines) == 1 and len(lines[0]) == 1 and _is_sha256(lines[0][0]):
+        return lines[0][0].lower()
+    return None
+
+
+def _is_sha256(text):
+    return len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def _write_manifest(name, record):

@@ -9,8 +9,11 @@ Pins (why these):
   dashboards use.
 
 A checksum is only pinned here when it was read from two independent published sources, or
-from one that builds from the archive; ``None`` means this release of rl-insight has no
-verified checksum and the installer asks for one (``--sha256 NAME=HEX``) instead of guessing.
+from one that builds from the archive. Where none is pinned (``None``), the installer reads the
+checksum file the release itself publishes beside its archives (``checksums``: Prometheus'
+``sha256sums.txt``, Tempo's goreleaser ``SHA256SUMS``, Grafana's ``<archive>.sha256``), over
+HTTPS from the release, from ``--mirror``, or from the ``--local-archive`` folder; an explicit
+``--sha256 NAME=HEX`` wins over both.
 """
 
 import platform
@@ -22,6 +25,8 @@ RELEASES = {
         "file": "prometheus-{version}.linux-{arch}.tar.gz",
         "url": "https://github.com/prometheus/prometheus/releases/download/v{version}/{file}",
         "binary": "prometheus-{version}.linux-{arch}/prometheus",
+        "checksums": "sha256sums.txt",
+        "checksums_url": "https://github.com/prometheus/prometheus/releases/download/v{version}/{checksums}",
         "sha256": {
             "amd64": "b8b497c4610d1b93208252b60c8f20f6b2e78596ae8df43397a2e805aa53d475",
             "arm64": "ec7236ecea7154d0bfe142921708b1ae7b5e921e100e0ee85ab92b7c444357e0",
@@ -34,6 +39,8 @@ RELEASES = {
         "file": "tempo_{version}_linux_{arch}.tar.gz",
         "url": "https://github.com/grafana/tempo/releases/download/v{version}/{file}",
         "binary": "tempo",
+        "checksums": "SHA256SUMS",
+        "checksums_url": "https://github.com/grafana/tempo/releases/download/v{version}/{checksums}",
         "sha256": {"amd64": None, "arm64": None},
         "minimum": "2.0.0",
         "version_args": ["--version"],
@@ -43,6 +50,8 @@ RELEASES = {
         "file": "grafana-{version}.linux-{arch}.tar.gz",
         "url": "https://dl.grafana.com/oss/release/{file}",
         "binary": "grafana-v{version}/bin/grafana",
+        "checksums": "{file}.sha256",
+        "checksums_url": "https://dl.grafana.com/oss/release/{checksums}",
         "sha256": {
             "amd64": "a7e717b78c11e37b147994fc04655da5f434280e1f01ceb84e8f38ca7fdef050",
             "arm64": "a0bd569fd4b9130ad1e2507605c11d285de43758bb33cf22114f42bae0fe76ac",
@@ -76,11 +85,14 @@ def release(name, arch=None, overrides=None):
     arch = arch or machine_arch()
     version = str(overrides.get("version") or base["version"])
     sha = base["sha256"].get(arch) if version == base["version"] else None
+    sha_source = "the checksum pinned in rl-insight"
     if overrides.get("sha256"):
         sha = overrides["sha256"].get(arch) if isinstance(overrides["sha256"], dict) else overrides["sha256"]
+        sha_source = f"services.{name}.sha256 of the server config"
     fields = {"version": version, "arch": arch}
     file = (overrides.get("file") or base["file"]).format(**fields)
     fields["file"] = file
+    fields["checksums"] = (overrides.get("checksums") or base["checksums"]).format(**fields)
     return {
         "name": name,
         "version": version,
@@ -89,6 +101,9 @@ def release(name, arch=None, overrides=None):
         "url": (overrides.get("url") or base["url"]).format(**fields),
         "binary": (overrides.get("binary_member") or base["binary"]).format(**fields),
         "sha256": sha.lower() if sha else None,
+        "sha256_source": sha_source,
+        "checksums": fields["checksums"],
+        "checksums_url": (overrides.get("checksums_url") or base["checksums_url"]).format(**fields),
         "minimum": base["minimum"],
         "version_args": base["version_args"],
     }

@@ -6,12 +6,27 @@ One YAML file holds every port, the bind address, retention, the data dir and, u
 """
 
 import dataclasses
+import ipaddress
 import os
+import socket
 from pathlib import Path
 
 import yaml
 
 SERVICE_NAMES = ("prometheus", "tempo", "grafana")
+
+
+def _is_address(host):
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(host, None)
+        return True
+    except (socket.gaierror, UnicodeError):
+        return False
 
 
 def default_home():
@@ -56,6 +71,9 @@ class ServerSettings:
         unknown = sorted(set(self.services) - set(SERVICE_NAMES))
         if unknown:
             raise ValueError(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(SERVICE_NAMES)}")
+        if not isinstance(self.bind, str) or not _is_address(self.bind):
+            raise ValueError(f"bind {self.bind!r} is not an IP address or a host name this machine resolves "
+                             "(0.0.0.0: every interface, 127.0.0.1: this machine only)")
         for name in ("memory_limit_mb", "max_series", "history_s", "max_body_mb", "scrape_interval_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:

@@ -1,0 +1,90 @@
+"""What the command line refuses before anything starts, each as one line naming the bad value."""
+
+import argparse
+import ipaddress
+import os
+import socket
+import urllib.parse
+from pathlib import Path
+
+# Exit codes (README "Exit codes"): 0 ok, 1 ran with problems, 2 refused (bad usage or config).
+OK, PROBLEMS, REFUSED = 0, 1, 2
+
+
+class CliError(Exception):
+    """What the user must change: one line, and a second with the fix when there is one."""
+
+    def __init__(self, message, fix=None, code=REFUSED):
+        super().__init__(message)
+        self.fix = fix
+        self.code = code
+
+
+def positive_int(text):
+    return _positive(text, int, "a whole number above 0")
+
+
+def positive_float(text):
+    return _positive(text, float, "a number of seconds above 0")
+
+
+def _positive(text, kind, what):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+    if not 0 < value < 1e9:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+    return value
+
+
+def port(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number (1-65535), got {text!r}") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"port {value} is out of range (1-65535)")
+    return value
+
+
+def bind_address(text):
+    """An address to listen on: an IP address, or a name this machine resolves."""
+    try:
+        ipaddress.ip_address(text)
+        return text
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(text, None)
+    except (socket.gaierror, UnicodeError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address or a host name this machine resolves "
+                                         "(0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)") from None
+    return text
+
+
+def check_server_url(url, where="--server"):
+    """``url`` as the address of an rl-insight server (http or https, a host, a valid port)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port   # raises for a port that is not a number or out of range
+    except ValueError as exc:
+        raise CliError(f"{where} is not a server URL ({exc}): give http://HOST:PORT") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CliError(f"{where} is not a server URL: give http://HOST:PORT, e.g. http://10.0.0.5:18080",
+                       fix="the line `rl-insight server start` prints has the right value")
+    return url
+
+
+def writable_folder(path):
+    """``path`` as a folder to write into: created when missing; refused when it is a file or not writable."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise CliError(f"{folder} is a file, not a folder", fix="give a folder (it is created when missing)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"cannot create {folder}: {exc.strerror}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CliError(f"cannot write into {folder}: permission denied")
+    return folder
