@@ -5,10 +5,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from verl_rl_insight.grafana import DASHBOARDS_DIR
 from verl_rl_insight.grafana import generate
 from verl_rl_insight.grafana.build import build
 from verl_rl_insight.grafana.catalogue import known_names
+from verl_rl_insight.grafana.panels import every_panel
 
 
 def test_committed_dashboards_are_current_and_their_queries_check_out():
@@ -20,6 +23,10 @@ def test_committed_dashboards_are_current_and_their_queries_check_out():
         "verl_trainer_v1_with_vllm_engine.json"]
 
 
+def first(dashboards, file, title):
+    return next(p for p in every_panel(dashboards[file]) if p.get("title") == title)
+
+
 def test_check_fails_on_a_stale_file_and_on_a_metric_nothing_produces(tmp_path):
     assert generate.main(["--out", str(tmp_path)]) == 0
     assert generate.main(["--check", "--out", str(tmp_path)]) == 0
@@ -27,33 +34,128 @@ def test_check_fails_on_a_stale_file_and_on_a_metric_nothing_produces(tmp_path):
     path.write_text(path.read_text().replace("Grad norm", "Grad norms"))
     assert generate.main(["--check", "--out", str(tmp_path)]) == 1
     dashboards = build()
-    panel = dashboards["rl_insight_hardware.json"]["panels"][1]
-    panel["targets"][0]["expr"] = 'DCGM_FI_DEV_GPU_UTILISATION{project="$project",experiment_name="$experiment_name"}'
+    panel = first(dashboards, "rl_insight_hardware.json", "GPU power")
+    run = 'project=~"$project",experiment_name=~"$experiment_name"'
+    panel["targets"][0]["expr"] = f"DCGM_FI_DEV_POWER_USAGES{{{run}}}"
     found = generate.problems(dashboards, known_names(), generate.verl_keys())
-    assert found == [f"rl_insight_hardware.json: DCGM_FI_DEV_GPU_UTILISATION is produced by nothing: "
+    assert found == [f"rl_insight_hardware.json: DCGM_FI_DEV_POWER_USAGES is produced by nothing: "
                      f"{panel['targets'][0]['expr']}"]
-    panel["targets"][0]["expr"] = 'rl_insight_monitor_actor_grad_normz{project="$project",experiment_name="$experiment_name"}'
+    panel["targets"][0]["expr"] = f"rl_insight_monitor_actor_grad_normz{{{run}}}"
     [problem] = generate.problems(dashboards, known_names(), generate.verl_keys())
     assert "rl_insight_monitor_actor_grad_normz is produced by nothing" in problem   # not a key verl logs
-    panel["targets"][0]["expr"] = "DCGM_FI_DEV_GPU_UTIL"
+    panel["targets"][0]["expr"] = "DCGM_FI_DEV_POWER_USAGE"
     assert "does not filter on project and experiment_name" in generate.problems(
         dashboards, known_names(), generate.verl_keys())[0]
+
+
+RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
+
+
+@pytest.mark.parametrize("title, expr, why", [
+    ("KV cache usage", f"sum by (replica) (vllm:kv_cache_usage_perc{{{RUN}}})",
+     "not of a form that stays in range"),      # a sum of fractions passes 100 %
+    ("KV cache usage", f"max by (replica) (vllm:num_requests_running{{{RUN}}})",
+     "vllm:num_requests_running is not declared a percentunit metric"),
+    ("Prefix cache hit rate", f"clamp(vllm:prefix_cache_hits_total{{{RUN}}}, 0, 100)", "clamped to 100, not 1"),
+])
+def test_check_fails_on_a_percent_panel_that_could_pass_100_percent(title, expr, why):
+    dashboards = build()
+    first(dashboards, "verl_trainer_v1_with_vllm_engine.json", title)["targets"][0]["expr"] = expr
+    [problem] = generate.problems(dashboards, known_names(), generate.verl_keys())
+    assert f"percent panel {title!r} could pass 100 %: {why}" in problem
+
+
+def test_check_fails_on_a_traces_panel_fed_by_a_search():
+    dashboards = build()
+    trace = first(dashboards, "verl_trainer_v1_with_vllm_engine.json", "Selected trace")
+    table = first(dashboards, "verl_trainer_v1_with_vllm_engine.json", "Trainer phases")
+    assert table["type"] == "table" and table["targets"][0]["tableType"] == "spans"   # searches go to tables
+    trace["targets"][0]["query"] = table["targets"][0]["query"]
+    [problem] = generate.problems(dashboards, known_names(), generate.verl_keys())
+    assert "traces panel 'Selected trace' is fed by a search" in problem
+
+
+def verl_ppo_step_keys():
+    """The keys a verl PPO step logs: computed by verl's own metric functions on a batch (data,
+    timing, throughput, rollout correction in two modes), plus what its workers report (their
+    names as verl's source spells them, and the ones it builds at run time)."""
+    import random
+
+    from verl.trainer.ppo import metric_utils, rollout_corr_helper
+
+    from verl_rl_insight.demo.simulation import batch_for
+    from verl_rl_insight.grafana import keys
+
+    batch = batch_for(3, random.Random(0))
+    timing = {name: 0.1 for name in ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
+                                     "update_actor", "update_weights", "testing", "save_checkpoint")}
+    timing["step"] = 2.0
+    batch.batch["advantages"] = batch.batch["returns"] = batch.batch["token_level_rewards"]
+    found = set(metric_utils.compute_data_metrics(batch, use_critic=True))
+    found |= set(metric_utils.compute_timing_metrics(batch, timing))
+    found |= set(metric_utils.compute_throughout_metrics(batch, timing, n_gpus=8))
+    old, rollout, mask = batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"]
+    found |= set(rollout_corr_helper.compute_rollout_corr_metrics_from_logprobs(old, rollout, mask))
+    for mode in ("token", "sequence"):
+        found |= set(rollout_corr_helper.compute_rollout_correction_and_rejection_mask(
+            old, rollout, mask, rollout_is=mode, rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0")[2])
+    workers = {k for k in keys.verl_literals() if k.split("/")[0] in ("actor", "critic", "perf")}
+    return found | (workers - keys.NOT_LOGGED) | keys.RUNTIME_KEYS | set(keys.own_keys())
+
+
+def test_every_key_a_verl_ppo_step_logs_has_a_panel_of_its_own():
+    from tests.test_demo import dashboard_shows
+    from verl_rl_insight.client.metric_batch import metric_name
+
+    step_keys = verl_ppo_step_keys()
+    assert len(step_keys) > 100
+    for file in ("verl_trainer_v1_with_vllm_engine.json", "verl_trainer_v1_with_sglang_engine.json"):
+        dashboard = build()[file]
+        missing = sorted(k for k in step_keys if not dashboard_shows(dashboard, metric_name("rl_insight_monitor_", k)))
+        assert missing == [], f"{file}: {missing}"
+
+
+def test_the_catch_all_panel_shows_a_key_no_panel_shows_and_nothing_else():
+    import re
+
+    from verl_rl_insight.grafana import training
+
+    catch_all = first(build(), "verl_trainer_v1_with_vllm_engine.json", "Every other key the trainer logs")
+    expr = catch_all["targets"][0]["expr"]
+    [include], [exclude] = re.findall(r'__name__=~"([^"]*)"', expr), re.findall(r'__name__!~"([^"]*)"', expr)
+
+    def shown(name):
+        return bool(re.fullmatch(include, name)) and not re.fullmatch(exclude, name)
+
+    assert shown("rl_insight_monitor_a_key_from_verl_2_0")
+    assert not shown("rl_insight_monitor_actor_pg_loss") and not shown("rl_insight_monitor_timing_s_gen")
+    assert not shown("rl_insight_monitor_rollout_corr_rollout_is_mean") and exclude == training.shown()
 
 
 def test_dashboards_have_the_rows_variables_and_datasources_users_look_for():
     dashboards = build()
     vllm = dashboards["verl_trainer_v1_with_vllm_engine.json"]
     assert vllm["uid"] == "verl_trainer_v1_with_vllm_engine"
-    assert [v["name"] for v in vllm["templating"]["list"]] == ["project", "experiment_name", "replica", "node", "gpu"]
+    variables = {v["name"]: v for v in vllm["templating"]["list"]}
+    assert list(variables) == ["project", "experiment_name", "replica", "node", "gpu", "trace_id"]
+    assert variables["project"]["multi"] and variables["experiment_name"]["multi"]      # compare runs
     rows = [p["title"] for p in vllm["panels"] if p["type"] == "row"]
-    assert rows == ["RL state timeline", "Training", "vllm engines (per replica)", "TransferQueue", "Hardware"]
-    assert {p["datasource"]["uid"] for p in vllm["panels"] if "datasource" in p} == {
-        "rl-insight-prometheus", "rl-insight-tempo"}
-    assert any(p["type"] == "xychart" for p in vllm["panels"])           # the training-step x axis
+    assert rows[:3] == ["Training: what to check first", "RL state timeline", "vLLM engines (per replica)"]
+    for row in ("Actor", "Critic, rewards and advantages", "Performance", "Time per phase", "Lengths",
+                "Rollout correction (with algorithm.rollout_correction on)", "TransferQueue", "Hardware"):
+        assert row in rows, row
+    panels = list(every_panel(vllm))
+    assert {p["datasource"]["uid"] for p in panels if "datasource" in p} == {"rl-insight-prometheus", "rl-insight-tempo"}
+    assert any(p["type"] == "xychart" for p in panels)           # the training-step x axis
+    assert not [p["title"] for p in panels if p["type"] == "timeseries" and not p["fieldConfig"]["defaults"]["unit"]]
     sglang_text = json.dumps(dashboards["verl_trainer_v1_with_sglang_engine.json"])
     assert "sglang:num_running_reqs" in sglang_text and "vllm:" not in sglang_text
-    ids = [p["id"] for p in vllm["panels"]]
+    ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids))
+    # per replica: an engine index inside a replica never splits a line
+    engine_row = [p for p in panels if "vllm:" in json.dumps(p.get("targets", []))]
+    assert all("by (replica)" in t["expr"] or "by (le" in t["expr"] or "by (finished_reason)" in t["expr"]
+               for p in engine_row for t in p["targets"]), [p["title"] for p in engine_row]
 
 
 def test_dashboards_export_writes_them_for_an_existing_grafana(tmp_path):

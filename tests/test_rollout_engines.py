@@ -44,7 +44,7 @@ def prom_query(prom_url, promql):
     ("sglang", "sglang:num_running_reqs", "0.9.1"),
     ("vllm", "vllm:kv_cache_usage_perc", "0.8.0"),
 ])
-def test_every_replica_is_scraped_with_engine_replica_node_labels(monitoring_server, engine, metric, verl_version):
+def test_every_replica_is_scraped_with_job_replica_node_labels_and_its_own_labels(monitoring_server, engine, metric, verl_version):
     hub_url, prom_url = monitoring_server
     pythonpath = old_verl(verl_version) if verl_version != "0.9.1" else None
     process, ready = start_driver(engine, 2, f"{engine}-{verl_version}", hub_url, pythonpath=pythonpath)
@@ -55,7 +55,7 @@ def test_every_replica_is_scraped_with_engine_replica_node_labels(monitoring_ser
                               15, what="two replicas registered")
         assert {t["address"] for t in registered} == addresses
         for t in registered:
-            assert t["labels"]["engine"] == engine and t["labels"]["node"] == "127.0.0.1"
+            assert t["job"] == engine and t["labels"]["node"] == "127.0.0.1" and "engine" not in t["labels"]
             assert t["labels"]["project"] == "engines" and t["labels"]["experiment_name"] == f"{engine}-{verl_version}"
             assert t["expires_in_s"] is not None          # heartbeated, not static
         results = wait_for(lambda: (r := prom_query(prom_url, f'{metric}{{experiment_name="{engine}-{verl_version}"}}'))
@@ -64,9 +64,12 @@ def test_every_replica_is_scraped_with_engine_replica_node_labels(monitoring_ser
         assert set(by_replica) == {"0", "1"}
         for replica, result in by_replica.items():
             labels = result["metric"]
-            assert labels["job"] == engine and labels["engine"] == engine and labels["project"] == "engines"
-            assert labels["model_name"] == "Qwen2.5-0.5B-Instruct"
-            assert float(result["value"][1]) == pytest.approx(int(replica) + (0.2 if "kv_cache" in metric else 0.0))
+            assert labels["job"] == engine and labels["project"] == "engines"
+            assert labels["model_name"] == "Qwen2.5-0.5B-Instruct" and "exported_engine" not in labels
+            if engine == "vllm":
+                assert labels["engine"] == "0"       # vLLM's own engine index, not shadowed
+            expected = (int(replica) + 2) / 10 if "kv_cache" in metric else int(replica)
+            assert float(result["value"][1]) == pytest.approx(expected)
     finally:
         process.stdin.write("\n")
         process.stdin.flush()

@@ -80,6 +80,7 @@ def run(steps=20, step_seconds=2.0, engine="vllm", replicas=2, experiment=None, 
     experiment = experiment or time.strftime("simulated-%Y%m%d-%H%M%S")
     os.environ["RL_INSIGHT_SERVER_URL"] = control.trainer_url(state, local=True)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # a single-node demo: loopback
+    os.environ.setdefault("TQ_METRICS_COLLECT_INTERVAL", "1")   # a short run: TransferQueue's partition figures each second
     gpus = 0 if has_gpu() else 8
     print(f"\n[demo] SIMULATED verl run: project={PROJECT} experiment_name={experiment}, {steps} steps, "
           f"{replicas} simulated {engine} replicas" + (f", {gpus} simulated GPUs" if gpus else ""), file=out,

@@ -75,20 +75,21 @@ def start_transfer_queue(timeout_s=60):
 
 
 def exchange_through(tq, step):
-    """Put, get and clear one sample: TransferQueue's controller counts real requests."""
+    """Put and get one sample: TransferQueue's controller counts real requests; the partition
+    keeps its samples (as a step's batch lives on) so its progress is reported."""
     import torch
 
     try:
         tq.kv_put(key=f"sample_{step}", partition_id="demo", fields={"tokens": torch.ones(1, 8)})
         tq.kv_batch_get(keys=[f"sample_{step}"], partition_id="demo")
-        tq.kv_clear(keys=[f"sample_{step}"], partition_id="demo")
     except Exception as exc:
         if step == 1:
             print(f"[demo] TransferQueue exchange failed ({exc}); its request panels stay empty", flush=True)
 
 
-def batch_for(step, rng, batch=8, length=64):
-    """A DataProto like a rollout's: log probs of rollout and actor with a mismatch that drifts."""
+def batch_for(step, rng, batch=8, length=64, prompt_length=32):
+    """A DataProto like a rollout's: prompts and responses, rewards, critic values, and log probs of
+    rollout and actor with a mismatch that drifts."""
     import numpy as np
     import torch
 
@@ -98,32 +99,83 @@ def batch_for(step, rng, batch=8, length=64):
     rollout = torch.log(torch.rand(batch, length, generator=g) * 0.9 + 0.05)
     drift = 0.004 + 0.002 * math.sin(step / 5) + (0.01 if rng.random() < 0.05 else 0.0)
     actor = rollout + torch.randn(batch, length, generator=g) * drift
-    lengths = torch.randint(length // 4, length, (batch,), generator=g)
+    lengths = torch.randint(length // 4, length + 1, (batch,), generator=g)
     mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
+    prompt_lengths = torch.randint(prompt_length // 2, prompt_length + 1, (batch,), generator=g)
+    prompt_mask = (torch.arange(prompt_length)[None, :] >= prompt_length - prompt_lengths[:, None]).long()
     rewards = torch.zeros(batch, length)
     rewards[torch.arange(batch), lengths - 1] = (torch.rand(batch, generator=g) < 0.3 + step / 100).float()
     return DataProto.from_dict(
         tensors={"responses": torch.randint(0, 1000, (batch, length), generator=g), "rollout_log_probs": rollout,
-                 "old_log_probs": actor, "response_mask": mask, "token_level_rewards": rewards},
-        non_tensors={"uid": np.array([f"q{i // 4}" for i in range(batch)], dtype=object)})
+                 "old_log_probs": actor, "response_mask": mask, "token_level_rewards": rewards,
+                 "token_level_scores": rewards.clone(), "prompts": torch.randint(0, 1000, (batch, prompt_length)),
+                 "attention_mask": torch.cat([prompt_mask, mask], dim=1),
+                 "values": torch.randn(batch, length, generator=g) * 0.1 + 0.3},
+        non_tensors={"uid": np.array([f"q{i // 4}" for i in range(batch)], dtype=object)},
+        meta_info={"global_token_num": (prompt_lengths + lengths).tolist()})
 
 
-def curves(step, total, rng, timing, tokens):
+def verl_metrics(batch, timing):
+    """What verl's own trainer computes from a step's batch and timings: data, timing, throughput
+    and rollout-correction metrics, by verl's own functions."""
+    from verl.trainer.ppo import metric_utils, rollout_corr_helper
+
+    metrics = dict(metric_utils.compute_data_metrics(batch, use_critic=True))
+    metrics.update(metric_utils.compute_timing_metrics(batch, timing))
+    metrics.update(metric_utils.compute_throughout_metrics(batch, timing, n_gpus=8))
+    metrics.update(rollout_corr_helper.compute_rollout_corr_metrics_from_logprobs(
+        batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"]))
+    return metrics
+
+
+def curves(step, total, rng, timing, batch):
+    """The step's metrics: verl's own where verl computes them from the batch, PPO-shaped curves
+    for what its workers report (score rising, entropy falling), and a plausible value for every
+    other key verl logs in every PPO step, so that every panel of the dashboards has data."""
+    from ..grafana import keys
+
     progress = step / max(total, 1)
     noise = lambda scale: rng.gauss(0, scale)  # noqa: E731
+    metrics = verl_metrics(batch, timing)
     score = 0.25 + 0.55 * (1 - math.exp(-3 * progress)) + noise(0.03)
-    metrics = {
-        "critic/score/mean": score, "critic/rewards/mean": score, "critic/score/max": 1.0, "critic/score/min": 0.0,
+    metrics.update({
+        "critic/score/mean": score, "critic/rewards/mean": score - 0.01 * progress,
         "actor/pg_loss": -0.02 * (1 - progress) + noise(0.01), "actor/entropy": 1.2 * math.exp(-progress) + noise(0.02),
         "actor/grad_norm": 0.8 + 0.3 * math.exp(-4 * progress) + abs(noise(0.1)),
+        "actor/kl_loss": 0.002 + 0.01 * progress + abs(noise(0.001)), "actor/kl_coef": 0.001,
+        "actor/ppo_kl": abs(noise(0.002)), "actor/lr": 1e-6, "actor/entropy_loss": 1.2 * math.exp(-progress),
+        "actor/pg_clipfrac": min(1.0, abs(0.03 + noise(0.01))), "actor/pg_clipfrac_lower": abs(noise(0.002)),
         "actor/reward_kl_penalty": 0.001 + 0.01 * progress, "actor/reward_kl_penalty_coeff": 0.001,
-        "critic/vf_loss": 0.5 * math.exp(-2 * progress) + abs(noise(0.02)),
-        "response_length/mean": 300 + 400 * progress + noise(20), "response_length/max": 1024.0,
-        "response_length/clip_ratio": max(0.0, 0.02 + noise(0.01)),
-        "perf/throughput": tokens / max(timing.get("step", 1.0), 1e-3) / 8, "training/epoch": 0,
-    }
-    metrics.update({f"timing_s/{name}": seconds for name, seconds in timing.items()})
+        "critic/vf_loss": 0.5 * math.exp(-2 * progress) + abs(noise(0.02)), "critic/lr": 1e-5,
+        "critic/grad_norm": 1.5 + abs(noise(0.2)), "critic/vf_clipfrac": min(1.0, abs(0.05 + noise(0.01))),
+        "critic/vpred_mean": 0.3 + noise(0.05),
+        "perf/mfu/actor": 0.35 + noise(0.02), "perf/mfu/critic": 0.3 + noise(0.02),
+        "perf/mfu/actor_infer": 0.25 + noise(0.02), "perf/max_memory_allocated_gb": 62 + noise(1),
+        "perf/max_memory_reserved_gb": 70 + noise(1), "perf/cpu_memory_used_gb": 120 + noise(2),
+        "training/epoch": 0,
+    })
+    for key in sorted(keys.trainer_keys()):   # every other key of an every-step group
+        group = keys.group_of(key)
+        if key not in metrics and keys.GROUPS[group][1] is None and not key.startswith("training/rollout_"):
+            metrics[key] = abs(rng.gauss(0.05, 0.02)) if keys.is_fraction(key) else abs(rng.gauss(1.0, 0.1))
     return metrics
+
+
+def generate_on(engines, seconds):
+    """Each replica generates for ``seconds``, reported on its timeline lane through verl's own
+    RLInsightLogger.trace_state, as verl's vLLM / SGLang servers report every generate call."""
+    from verl.utils.tracking import RLInsightLogger
+
+    def replica(engine):
+        with RLInsightLogger.trace_state(f"{engine.engine}_generate", state_lane_id=f"replica_{engine.replica_rank}"):
+            engine.simulate_generate(requests=16, response_tokens=400)
+            time.sleep(seconds)
+
+    threads = [threading.Thread(target=replica, args=(engine,)) for engine in engines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 @ray.remote(num_cpus=0)
@@ -150,32 +202,33 @@ class SimulatedTaskRunner:
         for step in range(1, total + 1):
             self.global_steps = step            # what the patches read, as in verl's trainers
             timing = {}
-            tokens = 0
             with marked_timer("step", timing):
                 with marked_timer("gen", timing):
                     simulated_nvml.load_level[0] = 0.85
-                    for engine in engines:
-                        engine.simulate_generate(requests=16, response_tokens=400)
-                        tokens += 16 * 400
+                    generate_on(engines, step_s * 0.4)
                     if tq is not None:
                         exchange_through(tq, step)
-                    time.sleep(step_s * 0.45)
+                    time.sleep(step_s * 0.05)
                 batch = batch_for(step, rng)
                 with marked_timer("reward", timing):
                     time.sleep(step_s * 0.05)
                 with marked_timer("old_log_prob", timing):
                     time.sleep(step_s * 0.1)
                 with marked_timer("ref", timing):
-                    time.sleep(step_s * 0.1)
+                    time.sleep(step_s * 0.05)
+                with marked_timer("values", timing):
+                    time.sleep(step_s * 0.05)
                 with marked_timer("adv", timing):
                     batch = ray_trainer.compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO)
+                with marked_timer("update_critic", timing):
+                    time.sleep(step_s * 0.05)
                 with marked_timer("update_actor", timing):
                     simulated_nvml.load_level[0] = 0.95
                     time.sleep(step_s * 0.25)
                 with marked_timer("update_weights", timing):
                     simulated_nvml.load_level[0] = 0.3
                     time.sleep(step_s * 0.05)
-            tracking.log(curves(step, total, rng, timing, tokens), step=step)
+            tracking.log(curves(step, total, rng, timing, batch), step=step)
             done = int(30 * step / total)
             print(f"[demo] SIMULATED step {step}/{total} [{'#' * done}{'.' * (30 - done)}] "
                   f"{time.strftime('%H:%M:%S')}", flush=True, file=sys.stdout)

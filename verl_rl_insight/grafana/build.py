@@ -1,169 +1,96 @@
 """The dashboards, built by plain Python (no grafana-foundation-sdk: dicts stay readable, the
 JSON is what Grafana stores, and ``--check`` can read every query back).
 
-Every PromQL query filters on ``project`` and ``experiment_name``; every TraceQL query
-constrains both too.
+Every PromQL query filters on ``project`` and ``experiment_name`` (regex matchers: the variables
+are multi-select); every TraceQL query constrains both too.
 """
 
-PROM = {"type": "prometheus", "uid": "rl-insight-prometheus"}
-TEMPO = {"type": "tempo", "uid": "rl-insight-tempo"}
-RUN = 'project="$project",experiment_name="$experiment_name"'
-M = "rl_insight_monitor_"
+from . import engines, training
+from .panels import RUN, Layout, spans_table, timeseries, trace_view, variables
 
-ENGINES = {
-    "vllm": {
-        "running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
-        "kv_cache": "vllm:kv_cache_usage_perc", "prompt_tokens": "vllm:prompt_tokens_total",
-        "generation_tokens": "vllm:generation_tokens_total",
-        "ttft": "vllm:time_to_first_token_seconds_bucket", "tpot": "vllm:inter_token_latency_seconds_bucket",
-        "e2e": "vllm:e2e_request_latency_seconds_bucket",
-        "prefix_hit_rate": "rate(vllm:prefix_cache_hits_total{%s}[$__rate_interval]) / "
-                           "rate(vllm:prefix_cache_queries_total{%s}[$__rate_interval])",
-    },
-    "sglang": {
-        "running": "sglang:num_running_reqs", "waiting": "sglang:num_queue_reqs", "kv_cache": "sglang:token_usage",
-        "prompt_tokens": "sglang:prompt_tokens_total", "generation_tokens": "sglang:generation_tokens_total",
-        "ttft": "sglang:time_to_first_token_seconds_bucket", "tpot": "sglang:inter_token_latency_seconds_bucket",
-        "e2e": "sglang:e2e_request_latency_seconds_bucket", "prefix_hit_rate": "sglang:cache_hit_rate{%s}",
-    },
-}
-
-
-class Layout:
-    """Places panels left to right, 24 columns wide, and hands out panel ids."""
-
-    def __init__(self):
-        self.panels, self.x, self.y, self.row_height, self.next_id = [], 0, 0, 0, 1
-
-    def add(self, panel, w=12, h=8):
-        if self.x + w > 24:
-            self.x, self.y = 0, self.y + self.row_height
-            self.row_height = 0
-        panel.update(id=self.next_id, gridPos={"x": self.x, "y": self.y, "w": w, "h": h})
-        self.next_id += 1
-        self.x += w
-        self.row_height = max(self.row_height, h)
-        self.panels.append(panel)
-
-    def row(self, title):
-        self.x, self.y = 0, self.y + self.row_height
-        self.row_height = 1
-        self.add({"type": "row", "title": title, "collapsed": False, "panels": []}, w=24, h=1)
-
-
-def target(expr, legend, ref="A"):
-    return {"datasource": PROM, "expr": expr, "legendFormat": legend, "refId": ref}
-
-
-def timeseries(title, targets, unit="short", thresholds=None, description=""):
-    panel = {"type": "timeseries", "title": title, "datasource": PROM, "description": description,
-             "targets": [target(e, leg, chr(65 + i)) for i, (e, leg) in enumerate(targets)],
-             "fieldConfig": {"defaults": {"unit": unit}, "overrides": []}}
-    if thresholds:
-        panel["fieldConfig"]["defaults"]["thresholds"] = {"mode": "absolute", "steps": [
-            {"color": "green", "value": None}] + [{"color": c, "value": v} for v, c in thresholds]}
-        panel["fieldConfig"]["defaults"]["custom"] = {"thresholdsStyle": {"mode": "line+area"}}
-    return panel
-
-
-def trainer(key, legend=None):
-    return (f"{M}{key}{{{RUN}}}", legend or key.replace("_", "/", 1))
-
-
-def step_axis(title, key):
-    """A training-step x axis: Prometheus is time-only, so the value and the global step (pushed
-    together, same timestamps) are joined and plotted as an XY chart."""
-    return {"type": "xychart", "title": f"{title} by training step", "datasource": PROM,
-            "targets": [target(f"{M}training_global_step{{{RUN}}}", "step", "A"),
-                        target(f"{M}{key}{{{RUN}}}", key, "B")],
-            "transformations": [{"id": "joinByField", "options": {"mode": "inner"}}],
-            "options": {"seriesMapping": "auto", "dims": {"x": "step"}},
-            "fieldConfig": {"defaults": {}, "overrides": []}}
-
-
-def traces(title, lane_filter, description):
-    query = ('{ resource.service.name = "verl" && span.project = "$project" && '
-             f'span.experiment_name = "$experiment_name"{lane_filter} }}')
-    return {"type": "traces", "title": title, "datasource": TEMPO, "description": description,
-            "targets": [{"datasource": TEMPO, "queryType": "traceql", "query": query, "refId": "A", "limit": 50}]}
-
-
-def variables(engine_metric):
-    def query(name, expr, multi=False, include_all=False):
-        return {"name": name, "type": "query", "datasource": PROM, "refresh": 2, "sort": 1,
-                "query": {"query": expr, "refId": name}, "definition": expr, "multi": multi,
-                "includeAll": include_all}
-
-    return [
-        query("project", f"label_values({M}training_global_step, project)"),
-        query("experiment_name", f'label_values({M}training_global_step{{project="$project"}}, experiment_name)'),
-        *([query("replica", f"label_values({engine_metric}{{{RUN}}}, replica)", True, True)] if engine_metric else []),
-        query("node", f"label_values(rl_insight_host_load1{{{RUN}}}, node)", True, True),
-        query("gpu", f"label_values(DCGM_FI_DEV_GPU_UTIL{{{RUN}}}, gpu)", True, True),
-    ]
-
-
-def training_rows(layout):
-    layout.row("Training")
-    layout.add(timeseries("Reward / score", [trainer("critic_score_mean", "score mean"),
-                                             trainer("critic_rewards_mean", "reward mean")]))
-    layout.add(step_axis("Score", "critic_score_mean"))
-    layout.add(timeseries("Losses", [trainer("actor_pg_loss", "actor pg_loss"),
-                                     trainer("critic_vf_loss", "critic vf_loss"),
-                                     trainer("actor_entropy", "entropy")]))
-    layout.add(timeseries("Grad norm", [trainer("actor_grad_norm", "actor grad_norm")]))
-    layout.add(timeseries("KL", [trainer("actor_reward_kl_penalty", "reward KL penalty"),
-                                 trainer("actor_reward_kl_penalty_coeff", "KL coeff")]))
-    layout.add(timeseries("Response length", [trainer("response_length_mean", "mean"),
-                                              trainer("response_length_max", "max"),
-                                              trainer("response_length_clip_ratio", "clip ratio")]))
-    layout.add(timeseries("Throughput (tokens/s/GPU)", [trainer("perf_throughput", "throughput")]))
-    layout.add(timeseries("Step timings", [(f'{{__name__=~"{M}timing_s_.*",{RUN}}}', "{{__name__}}")], unit="s"))
-    layout.add(timeseries("Train / inference log-prob mismatch",
-                          [trainer("training_rollout_probs_diff_mean", "probs diff mean"),
-                           trainer("training_rollout_probs_diff_max", "probs diff max")],
-                          thresholds=[(0.005, "orange"), (0.01, "red")],
-                          description="mean < 0.005 normal; sustained > 0.01: rollout engine precision problem"),
-               w=24)
+RATE = "[$__rate_interval]"
+ENGINES = engines.RUNNING
 
 
 def timeline_rows(layout):
     layout.row("RL state timeline")
-    layout.add(traces("Trainer phases (sync view)", ' && span.state_lane_id = "trainer"',
-                      "one trace per step: gen, reward, old_log_prob, ... under trainer step"), w=12, h=10)
-    layout.add(traces("Rollout replicas (async view)", ' && span.state_lane_id =~ "replica_.*|rollouter"',
-                      "generate calls per replica lane"), w=12, h=10)
-    layout.add(timeseries("Share of time per state and lane",
-                          [(f"rate(rl_insight_state_seconds_total{{{RUN}}}[$__rate_interval])", "{{lane}} {{state}}")],
-                          unit="percentunit"), w=24)
-
-
-def engine_rows(layout, engine):
-    e = ENGINES[engine]
-    sel = f'{RUN},replica=~"$replica"'
-    layout.row(f"{engine} engines (per replica)")
-    layout.add(timeseries("Token throughput", [
-        (f"rate({e['generation_tokens']}{{{sel}}}[$__rate_interval])", "gen replica {{replica}}"),
-        (f"rate({e['prompt_tokens']}{{{sel}}}[$__rate_interval])", "prompt replica {{replica}}")], unit="short"))
-    layout.add(timeseries("Running / waiting requests", [(f"{e['running']}{{{sel}}}", "running {{replica}}"),
-                                                         (f"{e['waiting']}{{{sel}}}", "waiting {{replica}}")]))
-    layout.add(timeseries("KV cache usage", [(f"{e['kv_cache']}{{{sel}}}", "replica {{replica}}")], unit="percentunit"))
-    layout.add(timeseries("Prefix cache hit rate", [(e["prefix_hit_rate"].replace("%s", sel), "replica {{replica}}")],
-                          unit="percentunit"))
-    latencies = (("Time to first token", "ttft"), ("Time per output token", "tpot"), ("End-to-end latency", "e2e"))
-    for title, key in latencies:
-        layout.add(timeseries(title, [
-            (f"histogram_quantile({q}, sum by (le, replica) (rate({e[key]}{{{sel}}}[$__rate_interval])))",
-             f"p{int(q * 100)} {{{{replica}}}}") for q in (0.5, 0.9, 0.99)], unit="s"), w=8)
+    layout.add(spans_table("Trainer phases", "trainer|rollouter",
+                           "the newest phases of the trainer (gen, reward, old_log_prob, ... under each step), one "
+                           "row each; a trace ID opens the step as a trace"), w=12, h=10)
+    layout.add(spans_table("Rollout replicas", "replica_.*|rank_.*",
+                           "generate calls per replica lane and worker roles per rank; a trace ID opens the trace"),
+               w=12, h=10)
+    layout.add(trace_view("Selected trace", "the trace whose ID is in the trace_id variable at the top"), w=24, h=12)
+    layout.add(timeseries("Trainer: share of wall time per phase", [
+        (f'clamp(sum by (state) (rate(rl_insight_state_seconds_total{{{RUN},lane="trainer"}}{RATE})), 0, 1)',
+         "{{state}}")], unit="percentunit",
+        description="seconds in each phase per second of wall time; phases of one lane never overlap, and a phase "
+                    "is counted when it ends, so short windows are clamped to 100 %"), w=24)
 
 
 def transfer_queue_rows(layout):
     layout.row("TransferQueue")
-    requests = f"sum by (project, experiment_name) (rate(tq_controller_request_total{{{RUN}}}[$__rate_interval]))"
-    errors = f"sum by (project, experiment_name) (rate(tq_controller_request_errors_total{{{RUN}}}[$__rate_interval]))"
-    layout.add(timeseries("Requests", [(requests, "requests"),
-                                       (f"{errors} or 0 * {requests}", "errors")]))   # a 0 line, not none
-    layout.add(timeseries("Controller memory", [(f"tq_controller_memory_rss_bytes{{{RUN}}}", "rss")], unit="bytes"))
+    requests = f"sum by (op_type) (rate(tq_controller_request_total{{{RUN}}}{RATE}))"
+    errors = f"sum by (op_type) (rate(tq_controller_request_errors_total{{{RUN}}}{RATE}))"
+    layout.add(timeseries("Controller requests and errors", [
+        (requests, "{{op_type}}"), (f"{errors} or 0 * {requests}", "errors {{op_type}}")], unit="reqps"), w=8)
+    layout.add(timeseries("Controller request latency", [
+        (f"histogram_quantile({q}, sum by (le, op_type) (rate(tq_controller_request_duration_seconds_bucket"
+         f"{{{RUN}}}{RATE})))", f"p{int(q * 100)} {{{{op_type}}}}") for q in (0.5, 0.99)], unit="s"), w=8)
+    layout.add(timeseries("Samples moved", [
+        (f"sum by (op_type) (rate(tq_controller_request_samples_total{{{RUN}}}{RATE}))", "{{op_type}}")],
+        unit="short", description="samples per second, by operation"), w=8)
+    layout.add(timeseries("Partitions and samples", [(f"tq_partitions_total{{{RUN}}}", "partitions"),
+                                                     (f"tq_partition_samples_total{{{RUN}}}", "samples {{partition_id}}")]),
+               w=8)
+    layout.add(timeseries("Partition production progress", [
+        (f"max by (partition_id, task_name) (tq_partition_production_progress{{{RUN}}})",
+         "{{partition_id}} {{task_name}}")], unit="percentunit"), w=8)
+    layout.add(timeseries("Global indexes", [(f"tq_global_index_allocated_total{{{RUN}}}", "allocated"),
+                                             (f"tq_global_index_reusable_total{{{RUN}}}", "reusable")]), w=8)
+    layout.add(timeseries("Process memory", [(f"tq_controller_memory_rss_bytes{{{RUN}}}", "controller"),
+                                             (f"tq_storage_memory_rss_bytes{{{RUN}}}", "storage {{storage_unit_id}}")],
+                          unit="bytes"), w=8)
+    layout.add(timeseries("Controller uptime", [(f"tq_controller_uptime_seconds{{{RUN}}}", "uptime")], unit="s"), w=8)
+    layout.add(timeseries("Storage keys", [(f"tq_storage_active_keys_total{{{RUN}}}", "active {{storage_unit_id}}")]),
+               w=8)
+    layout.add(timeseries("Storage requests: arrived and completed", [
+        (f"sum by (storage_unit_id) (rate(tq_storage_requests_arrived{{{RUN}}}{RATE}))", "arrived {{storage_unit_id}}"),
+        (f"sum by (storage_unit_id) (rate(tq_storage_request_ops{{{RUN}}}{RATE}))", "completed {{storage_unit_id}}"),
+        (f"sum by (op_type) (rate(tq_storage_arrivals_by_op{{{RUN}}}{RATE}))", "arrived {{op_type}}")], unit="reqps",
+        description="a gap between arrived and completed: requests that arrive and do not finish"), w=8)
+    layout.add(timeseries("Storage request latency", [
+        (f"tq_storage_request_latency_{kind}{{{RUN}}}", f"{kind} {{{{op_type}}}}") for kind in ("avg", "p50", "p99")],
+        unit="s"), w=8)
+    layout.add(timeseries("SSD offload", [
+        (f"tq_storage_ssd_active_bytes{{{RUN}}}", "bytes on SSD {{storage_unit_id}}")], unit="bytes"), w=8)
+    layout.add(timeseries("SSD offload values", [
+        (f"tq_storage_ssd_active_values{{{RUN}}}", "on SSD {{storage_unit_id}}"),
+        (f"tq_storage_ssd_fallback_values_total{{{RUN}}}", "kept in memory (no SSD encoding)"),
+        (f"tq_storage_ssd_offload_enabled{{{RUN}}}", "offload enabled")]), w=16)
+
+
+def transfer_queue_probe_rows(layout):
+    title = "TransferQueue storage capacity and accept queue (with capacity set, or TQ_ACCEPT_PROBE_INTERVAL > 0)"
+    layout.row(title, collapsed=True)
+    layout.add(timeseries("Storage utilization", [
+        (f"max by (storage_unit_id) (tq_storage_utilization_ratio{{{RUN}}})", "{{storage_unit_id}}")],
+        unit="percentunit"), w=8)
+    layout.add(timeseries("Storage capacity", [(f"tq_storage_capacity_total{{{RUN}}}", "{{storage_unit_id}}")]), w=8)
+    layout.add(timeseries("Partition consumption progress", [
+        (f"max by (partition_id, task_name) (tq_partition_consumption_progress{{{RUN}}})",
+         "{{partition_id}} {{task_name}}")], unit="percentunit"), w=8)
+    layout.add(timeseries("Accept queue", [(f"tq_storage_accept_queue_backlog{{{RUN}}}", "backlog {{storage_unit_id}}"),
+                                           (f"tq_storage_accept_queue_peak{{{RUN}}}", "peak {{storage_unit_id}}")]),
+               w=8)
+    layout.add(timeseries("Accept queue peak utilization", [
+        (f"max by (storage_unit_id) (tq_storage_accept_queue_peak_utilization_ratio{{{RUN}}})",
+         "{{storage_unit_id}}")], unit="percentunit"), w=8)
+    layout.add(timeseries("Connection drops", [
+        (f"tq_storage_socket_drops{{{RUN}}}", "socket drops {{storage_unit_id}}"),
+        (f"tq_storage_listen_overflows{{{RUN}}}", "listen overflows {{storage_unit_id}}"),
+        (f"tq_storage_listen_other_drops{{{RUN}}}", "other drops {{storage_unit_id}}")]), w=8)
+    return {title: "storage capacity and the accept-queue probe are reported only when configured"}
 
 
 def hardware_rows(layout):
@@ -198,19 +125,25 @@ def dashboard(uid, title, layout, engine_metric):
             "annotations": {"list": []}}
 
 
-def build():
-    """{file name: dashboard} for everything under grafana/dashboards/."""
+def build(conditional=None):
+    """{file name: dashboard} for everything under grafana/dashboards/. ``conditional``, when a
+    dict, receives {row title: the condition under which its keys are logged}."""
     out = {}
+    rows_logged_sometimes = {}
     for engine in ("vllm", "sglang"):
         layout = Layout()
+        training.overview_rows(layout)
         timeline_rows(layout)
-        training_rows(layout)
-        engine_rows(layout, engine)
+        engines.ROWS[engine](layout)
+        rows_logged_sometimes.update(training.key_rows(layout))
         transfer_queue_rows(layout)
+        rows_logged_sometimes.update(transfer_queue_probe_rows(layout))
         hardware_rows(layout)
         uid = f"verl_trainer_v1_with_{engine}_engine"
-        out[f"{uid}.json"] = dashboard(uid, f"verl trainer v1 with {engine} engine", layout, ENGINES[engine]["running"])
+        out[f"{uid}.json"] = dashboard(uid, f"verl trainer v1 with {engine} engine", layout, ENGINES[engine])
     layout = Layout()
     hardware_rows(layout)
     out["rl_insight_hardware.json"] = dashboard("rl_insight_hardware", "RL-Insight hardware", layout, None)
+    if conditional is not None:
+        conditional.update(rows_logged_sometimes)
     return out

@@ -19,6 +19,11 @@ import threading
 from ..hookspecs import hookimpl
 
 PREFIX = "training/"
+# every key this plugin can log (the dashboards give each a panel)
+KEYS = tuple(PREFIX + name for name in (
+    "rollout_probs_diff_valid", "rollout_probs_diff_max", "rollout_probs_diff_mean", "rollout_probs_diff_std",
+    "rollout_probs_diff_frac_gt_0_01", "rollout_probs_diff_frac_gt_0_1", "rollout_log_probs_diff_max",
+    "rollout_actor_kl_k3", "rollout_actor_probs_pearson_corr"))
 _pending = {}
 _lock = threading.Lock()
 

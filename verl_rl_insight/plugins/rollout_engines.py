@@ -1,6 +1,7 @@
 """Rollout engine metrics: every vLLM / SGLang replica's ``/metrics`` becomes a scrape target of the
-server (job = engine name; labels engine, replica, node, project, experiment_name), kept alive
-by heartbeats while the run lives and removed when it ends."""
+server (job = the engine's name; labels replica, node, project, experiment_name), kept alive
+by heartbeats while the run lives and removed when it ends. The engine's own labels (vLLM's
+``engine`` index, ``model_name``) are kept as they are: no target label shadows them."""
 
 import logging
 
@@ -44,7 +45,7 @@ def rl_insight_register_target(run, address, job, labels):
     announcer = target_announcer.shared()
     if job not in ENGINES or announcer is None:
         return
-    announcer.announce(address, job, {"engine": job, "node": node_of(address), "project": run.project,
+    announcer.announce(address, job, {"node": node_of(address), "project": run.project,
                                        "experiment_name": run.experiment_name, **labels})
 
 

@@ -35,7 +35,7 @@ def render_config(settings, rule_files=(), token_file=None):
         "scrape_configs": [
             hub_job,
             {
-                # job, replica, engine, project, ... come from the registry as target labels
+                # job, replica, node, project, ... come from the registry as target labels
                 "job_name": "rl_insight_targets",
                 "http_sd_configs": [{"url": f"http://{hub}/api/v1/sd", "refresh_interval": interval}],
             },

@@ -1,0 +1,111 @@
+"""The rollout engines' rows (vLLM, SGLang), per replica: every series summed or maxed by replica,
+so the engine index inside a replica never splits a line; units on every panel."""
+
+from .panels import RUN, heatmap, timeseries
+
+SEL = f'{RUN},replica=~"$replica"'
+RATE = "[$__rate_interval]"
+
+
+def by_replica(fn, expr):
+    return f"{fn} by (replica) ({expr})"
+
+
+def rate(name, extra=""):
+    return f"rate({name}{{{SEL}{extra}}}{RATE})"
+
+
+def quantiles(name, qs=(0.5, 0.9, 0.99)):
+    return [(f"histogram_quantile({q}, sum by (le, replica) ({rate(name + '_bucket')}))",
+             f"p{int(q * 100)} replica {{{{replica}}}}") for q in qs]
+
+
+def busy_share(running):
+    """Share of wall time with at least one request running (0-100 %), next to the mean in flight."""
+    return timeseries("Busy share (at least one request running)", [
+        (f"clamp(avg_over_time(({by_replica('sum', f'{running}{{{SEL}}}')} > bool 0)[$__rate_interval:]), 0, 1)",
+         "replica {{replica}}")], unit="percentunit",
+        description="the share of samples in which the replica had a request running: 0-100 %")
+
+
+def in_flight():
+    return timeseries("Mean generate calls in flight", [
+        ("sum by (lane) (rate(rl_insight_state_seconds_total{" + RUN + ',lane=~"replica_.*"}' + RATE + "))",
+         "{{lane}}")], description="seconds of generate calls per second: the mean number in flight, can exceed 1")
+
+
+def vllm_rows(layout):
+    layout.row("vLLM engines (per replica)")
+    layout.add(timeseries("Token throughput", [
+        (by_replica("sum", rate("vllm:generation_tokens_total")), "generated replica {{replica}}"),
+        (by_replica("sum", rate("vllm:prompt_tokens_total")), "prompt replica {{replica}}")], unit="tokens/s"))
+    layout.add(timeseries("Running / waiting requests", [
+        (by_replica("sum", f"vllm:num_requests_running{{{SEL}}}"), "running replica {{replica}}"),
+        (by_replica("sum", f"vllm:num_requests_waiting{{{SEL}}}"), "waiting replica {{replica}}")]))
+    layout.add(busy_share("vllm:num_requests_running"), w=8)
+    layout.add(in_flight(), w=8)
+    layout.add(timeseries("KV cache usage", [(by_replica("max", f"vllm:kv_cache_usage_perc{{{SEL}}}"),
+                                              "replica {{replica}}")], unit="percentunit"), w=8)
+    hits, queries = (by_replica("sum", rate(f"vllm:prefix_cache_{kind}_total")) for kind in ("hits", "queries"))
+    layout.add(timeseries("Prefix cache hit rate", [(f"clamp({hits} / {queries}, 0, 1)", "replica {{replica}}")],
+                          unit="percentunit"), w=8)
+    layout.add(timeseries("Preemptions", [(by_replica("sum", rate("vllm:num_preemptions_total")),
+                                           "replica {{replica}}")], unit="ops"), w=8)
+    layout.add(timeseries("Finished requests by reason", [
+        (f"sum by (finished_reason) ({rate('vllm:request_success_total')})", "{{finished_reason}}")],
+        unit="reqps", stack=True), w=8)
+    for title, name in (("Time to first token", "vllm:time_to_first_token_seconds"),
+                        ("Inter-token latency", "vllm:inter_token_latency_seconds"),
+                        ("End-to-end request latency", "vllm:e2e_request_latency_seconds"),
+                        ("Queue time", "vllm:request_queue_time_seconds"),
+                        ("Prefill time", "vllm:request_prefill_time_seconds"),
+                        ("Decode time", "vllm:request_decode_time_seconds")):
+        layout.add(timeseries(title, quantiles(name), unit="s"), w=8)
+    layout.add(heatmap("Time to first token (heatmap)",
+                       f"sum by (le) ({rate('vllm:time_to_first_token_seconds_bucket')})", "s"), w=12)
+    layout.add(heatmap("End-to-end latency (heatmap)",
+                       f"sum by (le) ({rate('vllm:e2e_request_latency_seconds_bucket')})", "s"), w=12)
+    accepted, drafted = (by_replica("sum", rate(f"vllm:spec_decode_num_{kind}_tokens_total"))
+                         for kind in ("accepted", "draft"))
+    layout.add(timeseries("Speculative decoding acceptance", [(f"clamp({accepted} / {drafted}, 0, 1)",
+                                                               "replica {{replica}}")], unit="percentunit",
+                          description="accepted draft tokens / drafted tokens (empty without speculative decoding)"),
+               w=8)
+    layout.add(timeseries("Prompt length per request", quantiles("vllm:request_prompt_tokens", (0.5, 0.99))), w=8)
+    layout.add(timeseries("Generated length per request", quantiles("vllm:request_generation_tokens", (0.5, 0.99))),
+               w=8)
+
+
+def sglang_rows(layout):
+    layout.row("SGLang engines (per replica)")
+    layout.add(timeseries("Generation throughput", [
+        (by_replica("sum", f"sglang:gen_throughput{{{SEL}}}"), "reported replica {{replica}}"),
+        (by_replica("sum", rate("sglang:generation_tokens_total")), "generated replica {{replica}}"),
+        (by_replica("sum", rate("sglang:prompt_tokens_total")), "prompt replica {{replica}}")], unit="tokens/s"))
+    layout.add(timeseries("Running / queued requests", [
+        (by_replica("sum", f"sglang:num_running_reqs{{{SEL}}}"), "running replica {{replica}}"),
+        (by_replica("sum", f"sglang:num_queue_reqs{{{SEL}}}"), "queued replica {{replica}}")]))
+    layout.add(busy_share("sglang:num_running_reqs"), w=8)
+    layout.add(in_flight(), w=8)
+    layout.add(timeseries("KV cache (token) usage", [(by_replica("max", f"sglang:token_usage{{{SEL}}}"),
+                                                      "replica {{replica}}")], unit="percentunit"), w=8)
+    layout.add(timeseries("Prefix cache hit rate", [(by_replica("max", f"sglang:cache_hit_rate{{{SEL}}}"),
+                                                     "replica {{replica}}")], unit="percentunit"), w=8)
+    layout.add(timeseries("Requests finished", [(by_replica("sum", rate("sglang:num_requests_total")),
+                                                 "replica {{replica}}")], unit="reqps"), w=8)
+    layout.add(timeseries("Speculative decoding accept length", [
+        (by_replica("avg", f"sglang:spec_accept_length{{{SEL}}}"), "replica {{replica}}")],
+        description="accepted tokens per verification step (empty without speculative decoding)"), w=8)
+    for title, name in (("Time to first token", "sglang:time_to_first_token_seconds"),
+                        ("Inter-token latency", "sglang:inter_token_latency_seconds"),
+                        ("End-to-end request latency", "sglang:e2e_request_latency_seconds"),
+                        ("Queue time", "sglang:queue_time_seconds")):
+        layout.add(timeseries(title, quantiles(name), unit="s"), w=12)
+    layout.add(heatmap("Time to first token (heatmap)",
+                       f"sum by (le) ({rate('sglang:time_to_first_token_seconds_bucket')})", "s"), w=12)
+    layout.add(heatmap("End-to-end latency (heatmap)",
+                       f"sum by (le) ({rate('sglang:e2e_request_latency_seconds_bucket')})", "s"), w=12)
+
+
+ROWS = {"vllm": vllm_rows, "sglang": sglang_rows}
+RUNNING = {"vllm": "vllm:num_requests_running", "sglang": "sglang:num_running_reqs"}
