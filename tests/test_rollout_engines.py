@@ -117,7 +117,7 @@ def test_agent_loop_manager_of_verl_0_6_shape_registers_replicas(hub_server, mon
     config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "sglang", "disable_log_stats": False}}})
     AgentLoopManager(config)._initialize_llm_servers()
     registered = wait_for(lambda: server.api.targets.list(), 10, what="targets")
-    assert {(t["address"], t["labels"]["replica"], t["labels"]["engine"]) for t in registered} == {
+    assert {(t["address"], t["labels"]["replica"], t["job"]) for t in registered} == {
         ("127.0.0.1:8001", "0", "sglang"), ("127.0.0.1:8002", "1", "sglang")}
     runtime.shutdown()
     assert server.api.targets.list() == []

@@ -21,30 +21,26 @@ class CliError(Exception):
 
 
 def positive_int(text):
-    return _positive(text, int, "a whole number above 0")
+    return _number(text, int, 0, 1e9, "must be a whole number above 0, got {text!r}")
 
 
 def positive_float(text):
-    return _positive(text, float, "a number of seconds above 0")
-
-
-def _positive(text, kind, what):
-    try:
-        value = kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
-    if not 0 < value < 1e9:
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-    return value
+    return _number(text, float, 0, 1e9, "must be a number of seconds above 0, got {text!r}")
 
 
 def port(text):
+    return _number(text, int, 0, 65536, "port {text} is out of range (1-65535)", "must be a port number (1-65535)")
+
+
+def _number(text, kind, low, high, out_of_range, not_a_number=None):
+    """``text`` as a ``kind`` strictly between ``low`` and ``high``, or argparse's one-line error."""
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number (1-65535), got {text!r}") from None
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"port {value} is out of range (1-65535)")
+        message = f"{not_a_number}, got {text!r}" if not_a_number else out_of_range.format(text=text)
+        raise argparse.ArgumentTypeError(message) from None
+    if not low < value < high:
+        raise argparse.ArgumentTypeError(out_of_range.format(text=text))
     return value
 
 

@@ -34,18 +34,24 @@ def in_flight():
          "{{lane}}")], description="seconds of generate calls per second: the mean number in flight, can exceed 1")
 
 
+def load_panels(layout, running, waiting, waiting_word, usage_title, usage):
+    """How loaded each replica is: requests running and waiting, busy share, calls in flight, KV cache."""
+    layout.add(timeseries(f"Running / {waiting_word} requests", [
+        (by_replica("sum", f"{running}{{{SEL}}}"), "running replica {{replica}}"),
+        (by_replica("sum", f"{waiting}{{{SEL}}}"), f"{waiting_word} replica {{{{replica}}}}")]))
+    layout.add(busy_share(running), w=8)
+    layout.add(in_flight(), w=8)
+    layout.add(timeseries(usage_title, [(by_replica("max", f"{usage}{{{SEL}}}"), "replica {{replica}}")],
+                          unit="percentunit"), w=8)
+
+
 def vllm_rows(layout):
     layout.row("vLLM engines (per replica)")
     layout.add(timeseries("Token throughput", [
         (by_replica("sum", rate("vllm:generation_tokens_total")), "generated replica {{replica}}"),
         (by_replica("sum", rate("vllm:prompt_tokens_total")), "prompt replica {{replica}}")], unit="tokens/s"))
-    layout.add(timeseries("Running / waiting requests", [
-        (by_replica("sum", f"vllm:num_requests_running{{{SEL}}}"), "running replica {{replica}}"),
-        (by_replica("sum", f"vllm:num_requests_waiting{{{SEL}}}"), "waiting replica {{replica}}")]))
-    layout.add(busy_share("vllm:num_requests_running"), w=8)
-    layout.add(in_flight(), w=8)
-    layout.add(timeseries("KV cache usage", [(by_replica("max", f"vllm:kv_cache_usage_perc{{{SEL}}}"),
-                                              "replica {{replica}}")], unit="percentunit"), w=8)
+    load_panels(layout, "vllm:num_requests_running", "vllm:num_requests_waiting", "waiting",
+                "KV cache usage", "vllm:kv_cache_usage_perc")
     hits, queries = (by_replica("sum", rate(f"vllm:prefix_cache_{kind}_total")) for kind in ("hits", "queries"))
     layout.add(timeseries("Prefix cache hit rate", [(f"clamp({hits} / {queries}, 0, 1)", "replica {{replica}}")],
                           unit="percentunit"), w=8)
@@ -82,13 +88,8 @@ def sglang_rows(layout):
         (by_replica("sum", f"sglang:gen_throughput{{{SEL}}}"), "reported replica {{replica}}"),
         (by_replica("sum", rate("sglang:generation_tokens_total")), "generated replica {{replica}}"),
         (by_replica("sum", rate("sglang:prompt_tokens_total")), "prompt replica {{replica}}")], unit="tokens/s"))
-    layout.add(timeseries("Running / queued requests", [
-        (by_replica("sum", f"sglang:num_running_reqs{{{SEL}}}"), "running replica {{replica}}"),
-        (by_replica("sum", f"sglang:num_queue_reqs{{{SEL}}}"), "queued replica {{replica}}")]))
-    layout.add(busy_share("sglang:num_running_reqs"), w=8)
-    layout.add(in_flight(), w=8)
-    layout.add(timeseries("KV cache (token) usage", [(by_replica("max", f"sglang:token_usage{{{SEL}}}"),
-                                                      "replica {{replica}}")], unit="percentunit"), w=8)
+    load_panels(layout, "sglang:num_running_reqs", "sglang:num_queue_reqs", "queued",
+                "KV cache (token) usage", "sglang:token_usage")
     layout.add(timeseries("Prefix cache hit rate", [(by_replica("max", f"sglang:cache_hit_rate{{{SEL}}}"),
                                                      "replica {{replica}}")], unit="percentunit"), w=8)
     layout.add(timeseries("Requests finished", [(by_replica("sum", rate("sglang:num_requests_total")),

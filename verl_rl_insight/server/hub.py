@@ -191,7 +191,6 @@ class MetricHub:
         self.scraper_ttl_s = scraper_ttl_s
         self.state_path = state_path
         self.clock = clock
-        self.started_at = clock()
         self.instance = uuid.uuid4().hex[:16]   # a new one per start: senders resend when it changes
         self.stats = collections.Counter()
         self._lock = threading.Lock()
