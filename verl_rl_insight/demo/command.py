@@ -48,7 +48,8 @@ def where_to_look(state, experiment, engine, out):
     print("\nThis was a SIMULATION (no model was trained). Where to look:", file=out)
     if "grafana" in state["services"]:
         print(f"  Grafana     {urls['grafana']}/d/verl_trainer_v1_with_{engine}_engine?var-project={PROJECT}"
-              f"&var-experiment_name={experiment}", file=out)
+              f"&var-experiment_name={experiment}   (login {state['grafana_admin_user']}, password: "
+              "rl-insight server status --secrets)", file=out)
     if "prometheus" in state["services"]:
         print(f"  Prometheus  {urls['prometheus']}/graph?g0.expr=rl_insight_monitor_critic_score_mean{query}", file=out)
         print(f"              {urls['prometheus']}/alerts", file=out)
