@@ -33,6 +33,8 @@ CASES = [
     ("scrape interval 0", ["server", "start", "--scrape-interval", "0"], {}, 2, "must be a number of seconds above 0"),
     ("scrape interval -5", ["server", "start", "--scrape-interval", "-5"], {}, 2, "must be a number of seconds above 0"),
     ("port 0", ["server", "start", "--port", "0"], {}, 2, "port 0 is out of range"),
+    ("a data dir that cannot be made", ["server", "start", "--data-dir", "{tmp}/a-file/data"], {}, 2,
+     "cannot create"),
     ("an unknown service", ["server", "install", "tempo", "nginx"], {}, 2, "unknown service 'nginx'"),
     ("a checksum that is not one", ["server", "install", "tempo", "--sha256", "tempo=abc"], {}, 2,
      "--sha256 takes NAME=<64 hex digits>"),

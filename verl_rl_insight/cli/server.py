@@ -4,6 +4,7 @@ import os
 
 import yaml
 
+from . import checks
 from .checks import PROBLEMS, CliError
 
 
@@ -29,6 +30,7 @@ def start(args):
     disabled = [name for name in ("prometheus", "tempo", "grafana") if getattr(args, f"no_{name}")]
     settings = load_settings(args.config, bind=args.bind, port=args.port, prometheus_port=args.prometheus_port,
                              data_dir=args.data_dir, scrape_interval_s=args.scrape_interval, disable=disabled)
+    checks.writable_folder(settings.data_path)
     return control.start(settings, detach=args.detach)
 
 
@@ -80,8 +82,6 @@ def install(args):
 
 
 def add_parsers(sub):
-    from . import checks
-
     server = sub.add_parser("server", help="the monitoring server (metric hub, Prometheus, Tempo, Grafana)")
     server_sub = server.add_subparsers(dest="server_command", metavar="COMMAND", required=True)
     begin = server_sub.add_parser("start", help="start the server and its services")
