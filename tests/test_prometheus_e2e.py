@@ -4,6 +4,8 @@ values read back through Prometheus' HTTP API; and a hub that is down, or restar
 import json
 import time
 
+import pytest
+
 from tests.helpers import Prometheus, free_port, http, require_prometheus, rl_insight, start_hub_process, wait_for
 from verl_rl_insight.plugins import metric_push
 
@@ -57,7 +59,15 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
     assert cli("server", "status", env=env).returncode == 3
 
 
-def test_hub_restarted_mid_run_every_step_arrives_in_prometheus(monkeypatch, tmp_path):
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_hub_restarted_mid_run_every_step_reaches_prometheus_once_in_order_with_its_own_time(monkeypatch, tmp_path,
+                                                                                           how):
+    """The hub stops (or is killed) at step 11 and comes back at step 21, on the same data dir,
+    while a real Prometheus scrapes it as a named scraper: every step is stored once, in order,
+    with the time the trainer logged it, but for the steps the outage held back."""
+    import os
+    import signal
+
     from tests.helpers import stop_group
 
     port = free_port()
@@ -68,14 +78,20 @@ def test_hub_restarted_mid_run_every_step_arrives_in_prometheus(monkeypatch, tmp
         monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"http://127.0.0.1:{port}")
         from verl.utils.tracking import Tracking
 
-        tracking = Tracking("e2e", "restart", default_backend=["rl_insight"])
+        tracking = Tracking("e2e", f"restart-{how}", default_backend=["rl_insight"])
         sender = None
         t0 = time.time()
+        logged = {}
         for step in range(1, 31):
-            if step == 11:
-                stop_group(hub)                       # the server goes away mid-run
+            if step == 11:                            # the server goes away mid-run
+                if how == "SIGKILL":
+                    os.killpg(hub.pid, signal.SIGKILL)
+                    hub.wait(10)
+                else:
+                    stop_group(hub)
             if step == 21:
                 hub = start_hub_process(port, tmp_path)       # and comes back
+            logged[step] = time.time()
             tracking.log({"actor/pg_loss": float(step)}, step=step)
             sender = sender or metric_push.sender()
             time.sleep(0.2)
@@ -84,14 +100,26 @@ def test_hub_restarted_mid_run_every_step_arrives_in_prometheus(monkeypatch, tmp
         assert sender.stats["dropped_batches"] == 0
         tracking.finish()
 
-        def steps_in_prometheus():
-            samples = prometheus.raw_samples('rl_insight_monitor_actor_pg_loss{experiment_name="restart"}',
+        def stored():
+            samples = prometheus.raw_samples(f'rl_insight_monitor_actor_pg_loss{{experiment_name="restart-{how}"}}',
                                              time.time() - t0 + 30)
-            return {int(v) for values in samples.values() for v, _ in values}
+            return sorted((t, int(v)) for values in samples.values() for v, t in values)
 
-        seen = wait_for(lambda: (s := steps_in_prometheus()) >= set(range(1, 31)) and s, 20,
-                        what="every step in prometheus")
-        assert seen == set(range(1, 31))
+        samples = wait_for(lambda: (s := stored()) and {v for _, v in s} >= set(range(1, 31)) and s, 20,
+                           what="every step in prometheus")
+        steps = [v for i, (_, v) in enumerate(samples) if i == 0 or samples[i - 1][1] != v]   # live repeats folded
+        assert steps == list(range(1, 31)), steps
+        first_seen = {}
+        for t, v in samples:
+            first_seen.setdefault(v, t)
+        # a step logged while the hub was up and scraped is stamped with its own time; one the hub
+        # could not expose before it went away (or logged while it was away) is stamped once it is
+        # back: Prometheus has marked the series stale meanwhile and refuses anything older
+        on_time = {step for step in logged if -0.01 <= first_seen[step] - logged[step] <= 1.5}
+        held_back = {step for step in logged if step not in on_time}
+        assert all(first_seen[step] >= logged[21] - 0.5 for step in held_back), {
+            step: round(first_seen[step] - logged[21], 2) for step in held_back}
+        assert set(range(26, 31)) <= on_time, sorted(held_back)
     finally:
         if hub is not None:
             stop_group(hub)
