@@ -49,7 +49,7 @@ def encode(batch):
 
 class BatchSender:
     def __init__(self, url, token=None, queue_batches=1024, spool_batches=20000, max_batches_per_request=200,
-                 max_request_bytes=4 * 1024 * 1024, timeout_s=5.0, retry_max_s=30.0, resend_window_s=30.0,
+                 max_request_bytes=4 * 1024 * 1024, timeout_s=5.0, retry_max_s=5.0, resend_window_s=30.0,
                  linger_s=0.25):
         self.url = url
         self.token = token

@@ -34,7 +34,7 @@ def rl_insight_configure(config):
         spool_batches=settings.get("spool_batches", 20000),
         max_batches_per_request=settings.get("max_batches_per_request", 200),
         timeout_s=settings.get("timeout_s", 5.0),
-        retry_max_s=settings.get("retry_max_s", 30.0),
+        retry_max_s=settings.get("retry_max_s", 5.0),
         resend_window_s=settings.get("resend_window_s", 30.0),
     )
 
