@@ -32,7 +32,7 @@ DEFAULTS = {
             "spool_batches": 20000,    # kept while the server is unreachable, oldest dropped first
             "max_batches_per_request": 200,
             "timeout_s": 5.0,
-            "retry_max_s": 5.0,        # back-off cap: a server back is found within 5 s (its steps keep their time)
+            "retry_max_s": 5.0,        # back-off cap: a server that is back gets the spool within 5 s
             "resend_window_s": 30.0,   # on an outage, batches delivered this recently are sent again
             "flush_timeout_s": 10.0,
         },
