@@ -105,3 +105,58 @@ def test_the_sender_keeps_no_reference_to_what_verl_logged():
     wait_for(lambda: sender.stats["failed_requests"] >= 1, 5, what="a first attempt")
     gc.collect()
     assert alive() is None and sender.pending() == 1 and sender.stats["skipped_values"] == 1
+
+
+class ClosesKeptAliveConnections:
+    """STAND-IN for a server whose keep-alive timeout fires just as the next request arrives: real
+    HTTP/1.1 on loopback, each connection answers its first request (keep-alive, not announcing a
+    close) and closes on the second without answering, the way uvicorn's idle timer races a client."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.answered = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/api/v1/push"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @staticmethod
+    def _read_request(conn):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return None
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        while len(body) < length:
+            body += conn.recv(65536)
+        return body
+
+    def _serve(self):
+        while True:
+            conn, _ = self.listener.accept()
+            with conn:
+                body = self._read_request(conn)
+                if body is None:
+                    continue
+                self.answered.append(body)
+                answer = b'{"hub": "stand-in"}'
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                             + str(len(answer)).encode() + b"\r\n\r\n" + answer)
+                self._read_request(conn)   # the next request on this connection: closed, unanswered
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_an_outage(caplog):
+    server = ClosesKeptAliveConnections()
+    sender = BatchSender(server.url, linger_s=0.01)
+    with caplog.at_level("WARNING", logger="verl_rl_insight"):
+        for step in (1, 2, 3):
+            sender.submit(batch(step))
+            assert sender.flush(5)
+    assert len(server.answered) == 3 and sender.stats["sent_batches"] == 3
+    assert sender.stats["failed_requests"] == 0 and sender.stats["resent_batches"] == 0
+    assert not [r for r in caplog.records if "cannot reach" in r.getMessage()]

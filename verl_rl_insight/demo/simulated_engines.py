@@ -62,10 +62,15 @@ class MetricsEndpoint:
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
         self.address = f"{host}:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
 
     def close(self):
-        self.server.shutdown()
+        import threading
+
+        stopper = threading.Thread(target=self.server.shutdown, daemon=True)   # bounded: never hangs a caller
+        stopper.start()
+        stopper.join(2)
         self.server.server_close()
 
 

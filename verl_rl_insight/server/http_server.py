@@ -182,7 +182,7 @@ class HttpServer:
     """``app`` served on ``host:port`` from a thread; ``start`` returns once it listens (or raises
     OSError, e.g. the port is taken), ``stop`` ends it within a few seconds."""
 
-    def __init__(self, app, host, port, max_connections=2048, backlog=2048, keep_alive_s=5, max_header_bytes=16384,
+    def __init__(self, app, host, port, max_connections=4096, backlog=2048, keep_alive_s=20, max_header_bytes=16384,
                  receive_timeout_s=10.0, send_timeout_s=30.0):
         # connections beyond what the descriptors allow (keeping some for files and services) are closed at once
         max_connections = max(8, min(max_connections, open_files_limit() - 32))
