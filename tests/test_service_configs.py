@@ -27,6 +27,14 @@ def test_prometheus_scrapes_the_hub_and_the_registered_targets(settings):
     assert config["global"]["scrape_interval"] == "5000ms"
 
 
+def test_grafana_reads_spans_from_an_existing_tempo_when_one_is_named(settings):
+    own = yaml.safe_load(grafana.render_datasources(settings))["datasources"][1]
+    assert own["type"] == "tempo" and own["url"] == "http://127.0.0.1:13200"
+    settings.tempo_query_url = "http://tempo-query.cluster:3200"
+    shared = yaml.safe_load(grafana.render_datasources(settings))["datasources"][1]
+    assert shared["url"] == "http://tempo-query.cluster:3200"
+
+
 def test_tempo_receives_otlp_on_the_configured_ports_and_keeps_data_under_the_data_dir(settings):
     config = yaml.safe_load(tempo.render_config(settings))
     otlp = config["distributor"]["receivers"]["otlp"]["protocols"]

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from .client import server_url
@@ -112,6 +113,47 @@ def check_targets(report, prometheus_url):
                        "wait one scrape interval; else check prometheus.yml under the server's data dir")
     elif not down:
         report.ok("Prometheus targets", f"{len(targets)} up")
+
+
+def prom_vector(prometheus_url, promql):
+    """{labels tuple: value} of an instant query, or None when Prometheus does not answer."""
+    status, _, body = fetch(prometheus_url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+    if status != 200:
+        return None
+    return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in json.loads(body)["data"]["result"]}
+
+
+def check_remote_write(report, prometheus_url):
+    """Each remote_write queue of the server's Prometheus (its own figures, scraped as job
+    rl_insight_prometheus): failing, retrying or falling behind is a problem."""
+    from .server.prometheus import public_url
+
+    job = '{job="rl_insight_prometheus"}'
+    sent = prom_vector(prometheus_url, f"max by (remote_name, url) (prometheus_remote_storage_samples_total{job})")
+    if not sent:
+        return   # no remote_write configured (or not scraped yet)
+    failed = prom_vector(prometheus_url, "max by (remote_name, url) (increase("
+                                         f"prometheus_remote_storage_samples_failed_total{job}[5m]))") or {}
+    retried = prom_vector(prometheus_url, "max by (remote_name, url) (increase("
+                                          f"prometheus_remote_storage_samples_retried_total{job}[5m]))") or {}
+    behind = prom_vector(prometheus_url, f"max by (remote_name, url) (prometheus_remote_storage_highest_timestamp_"
+                                         f"in_seconds{job} - ignoring(remote_name, url) group_right prometheus_remote_"
+                                         f"storage_queue_highest_sent_timestamp_seconds{job})") or {}
+    for key, total in sorted(sent.items()):
+        labels = dict(key)
+        what = f"remote write {labels.get('remote_name', '')}".rstrip()
+        where = public_url(labels.get("url", "?"))
+        lag = behind.get(key, 0.0)
+        if failed.get(key, 0) > 0:
+            report.problem(what, f"{failed[key]:.0f} samples to {where} failed in the last 5 min (refused: "
+                           "credentials, URL path or payload)", "see prometheus.log under the server's data dir "
+                           "and the store's own log; check remote_write in the server config")
+        elif retried.get(key, 0) > 0 or lag > 120:
+            report.problem(what, f"{where} is {lag:.0f} s behind, {retried.get(key, 0):.0f} samples retried in the "
+                           "last 5 min (store down or too slow)", "check that the store answers from this machine; "
+                           "Prometheus keeps retrying from its WAL (about 2 h)")
+        else:
+            report.ok(what, f"{where}: {total:.0f} samples sent, {lag:.0f} s behind")
 
 
 def check_provisioning(report, state):
@@ -249,6 +291,7 @@ def run(server=None, project=None, experiment=None, overrides=(), out=sys.stdout
         info = json.loads(body) if status == 200 else {}
         if "prometheus" in info.get("services", ()):
             check_targets(report, info["prometheus"])
+            check_remote_write(report, info["prometheus"])
         check_samples(report, url, project, experiment)
     check_provisioning(report, state)
     check_environment(report, url)

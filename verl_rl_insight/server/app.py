@@ -137,8 +137,9 @@ class Server:
         elif name == "prometheus":
             config_path = s.data_path / "prometheus.yml"
             token_file = credentials.secrets_dir(s.data_path) / credentials.TOKEN_FILE if s.token else None
-            config_path.write_text(prometheus.render_config(s, rule_files=[alert_rules.write(s)],
-                                                            token_file=token_file))
+            # 0600: remote_write entries may carry credentials
+            write_atomically(config_path, prometheus.render_config(s, rule_files=[alert_rules.write(s)],
+                                                                   token_file=token_file), mode=0o600)
         else:
             config_path = s.data_path / "tempo.yaml"
             config_path.write_text(tempo.render_config(s))
@@ -161,7 +162,8 @@ class Server:
     def info(self):
         """What trainers are told: where to send traces, where people look."""
         urls = self.state()["public_urls"]
-        return {"otlp_traces": urls["otlp_http"] + "/v1/traces", "tempo": urls["tempo"],
+        traces = self.settings.otlp_endpoint or urls["otlp_http"] + "/v1/traces"
+        return {"otlp_traces": traces, "tempo": urls["tempo"],
                 "prometheus": urls["prometheus"], "grafana": urls["grafana"],
                 "services": sorted(self.services)}
 
@@ -196,7 +198,8 @@ class Server:
             "grafana_admin_user": s.grafana_admin_user,
             "grafana_anonymous_viewer": s.grafana_anonymous_viewer,
             "settings": dataclasses.asdict(s) | {"token": "***" if s.token else "",
-                                                 "grafana_admin_password": "***"},
+                                                 "grafana_admin_password": "***",
+                                                 "remote_write": prometheus.redacted_remote_write(s.remote_write)},
         }
 
     def stop(self):

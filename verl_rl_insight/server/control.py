@@ -71,6 +71,12 @@ def panel(state, reveal_token=True):
     if "tempo" in services:
         lines.append(f"  Tempo        {urls['tempo']}   (queries)")
         lines.append(f"  OTLP         {urls['otlp_http']}/v1/traces (HTTP), {urls['otlp_grpc']} (gRPC)")
+    settings = state.get("settings", {})
+    if settings.get("otlp_endpoint"):
+        lines.append(f"  spans        {settings['otlp_endpoint']}   (trainers are told to send there)")
+    for entry in settings.get("remote_write") or ():
+        name = f" {entry['name']}" if entry.get("name") else ""
+        lines.append(f"  remote write{name}: {entry['url']}   (every series Prometheus stores goes there too)")
     for name, (what, fix) in state["missing"].items():
         lines.append(f"  {name:<12} NOT RUNNING: {what}" + (f"\n               fix: {fix}" if fix else ""))
     lines.append("  writes       " + (f"need the token (kept in {secrets_dir}, carried by the URL below)"

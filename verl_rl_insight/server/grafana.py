@@ -61,7 +61,7 @@ def render_datasources(settings):
              "url": f"http://{host}:{settings.prometheus_port}", "isDefault": True, "editable": False,
              "jsonData": {"timeInterval": f"{int(settings.scrape_interval_s)}s", "manageAlerts": True}},
             {"name": "RL-Insight Tempo", "uid": TEMPO_UID, "type": "tempo", "access": "proxy",
-             "url": f"http://{host}:{settings.tempo_port}", "editable": False,
+             "url": settings.tempo_query_url or f"http://{host}:{settings.tempo_port}", "editable": False,
              "jsonData": {"nodeGraph": {"enabled": True},
                           "tracesToMetrics": {"datasourceUid": PROMETHEUS_UID}}},
         ],

@@ -1,6 +1,15 @@
 """Prometheus as a service of the rl-insight server: its config and its command line."""
 
+import re
+import urllib.parse
+
 import yaml
+
+from .settings import check_http_url
+
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# remote_write keys whose values are secrets: never in server.json or a log
+SECRET_KEYS = ("basic_auth", "authorization", "bearer_token", "oauth2", "sigv4", "azuread", "headers")
 
 HEALTH_PATH = "/-/ready"
 
@@ -13,6 +22,43 @@ def connect_host(bind):
 def scraper_name(settings):
     """The name this Prometheus gives itself at the hub (``/metrics?scraper=``): one per server."""
     return f"prometheus-{settings.prometheus_port}"
+
+
+def check_remote_write(entries):
+    """Prometheus' remote_write list as given (its own syntax, passed through): a ValueError naming
+    the entry when it is not a list of mappings with an http(s) url."""
+    if not isinstance(entries, list):
+        raise ValueError("remote_write must be a list of {url: ..., ...} entries, as in prometheus.yml")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f"remote_write[{i}] must be a mapping with a url, got {entry!r}")
+        check_http_url(f"remote_write[{i}].url", entry.get("url"))
+
+
+def check_external_labels(labels):
+    if not isinstance(labels, dict):
+        raise ValueError("external_labels must be a mapping of label name to value")
+    for name, value in labels.items():
+        if not isinstance(name, str) or not LABEL_NAME.fullmatch(name) or name.startswith("__"):
+            raise ValueError(f"external_labels: {name!r} is not a Prometheus label name")
+        if not isinstance(value, str):
+            raise ValueError(f"external_labels.{name} must be a string, got {value!r}")
+
+
+def public_url(url):
+    """A URL with any user:password@ taken out, for status and logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=host))
+
+
+def redacted_remote_write(entries):
+    """What may be shown of remote_write: each entry's url (without credentials) and name."""
+    return [{"url": public_url(e["url"]), **({"name": e["name"]} if "name" in e else {}),
+             **({"secrets": sorted(k for k in e if k in SECRET_KEYS)} if any(k in e for k in SECRET_KEYS) else {})}
+            for e in entries]
 
 
 def render_config(settings, rule_files=(), token_file=None):
@@ -41,6 +87,17 @@ def render_config(settings, rule_files=(), token_file=None):
             },
         ],
     }
+    if settings.external_labels:
+        config["global"]["external_labels"] = dict(settings.external_labels)
+    if settings.remote_write:
+        config["remote_write"] = [dict(entry) for entry in settings.remote_write]
+        # Prometheus' own remote-write figures, for `rl-insight doctor` here and the store's users there
+        config["scrape_configs"].append({
+            "job_name": "rl_insight_prometheus",
+            "static_configs": [{"targets": [f"{connect_host(settings.bind)}:{settings.prometheus_port}"]}],
+            "metric_relabel_configs": [{"source_labels": ["__name__"], "regex": "prometheus_remote_storage_.*",
+                                        "action": "keep"}],
+        })
     if rule_files:
         config["rule_files"] = [str(p) for p in rule_files]
     return yaml.safe_dump(config, sort_keys=False)

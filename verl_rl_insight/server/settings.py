@@ -9,6 +9,7 @@ import dataclasses
 import ipaddress
 import os
 import socket
+import urllib.parse
 from pathlib import Path
 
 import yaml
@@ -27,6 +28,15 @@ def _is_address(host):
         return True
     except (socket.gaierror, UnicodeError):
         return False
+
+
+def check_http_url(name, value):
+    """'' or an http(s) URL with a host; a ValueError naming the setting otherwise."""
+    if value == "":
+        return
+    parts = urllib.parse.urlsplit(value) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{name} must be an http:// or https:// URL with a host, got {value!r}")
 
 
 def default_home():
@@ -56,6 +66,12 @@ class ServerSettings:
     history_s: float = 600.0        # history every scraper has seen is dropped after this
     max_body_mb: float = 8          # one push request
     services: dict = dataclasses.field(default_factory=dict)
+    # past one node: Prometheus' own remote_write entries ({url: ..., basic_auth: ..., ...}), passed
+    # through, and labels that tell this monitor server's series apart in the shared store
+    remote_write: list = dataclasses.field(default_factory=list)
+    external_labels: dict = dataclasses.field(default_factory=dict)
+    otlp_endpoint: str = ""         # spans to an existing collector / distributed Tempo, announced to trainers
+    tempo_query_url: str = ""       # that Tempo's query API, for Grafana's Tempo datasource
     alerts: dict = dataclasses.field(default_factory=dict)   # alert thresholds (server/alert_rules.py)
 
     def __post_init__(self):
@@ -78,6 +94,12 @@ class ServerSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
+        from .prometheus import check_external_labels, check_remote_write
+
+        check_remote_write(self.remote_write)
+        check_external_labels(self.external_labels)
+        for name in ("otlp_endpoint", "tempo_query_url"):
+            check_http_url(name, getattr(self, name))
         ports = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.endswith("port")}
         for name, value in ports.items():
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
