@@ -68,7 +68,8 @@ def monitoring_server(tmp_path):
     hub, prom = free_port(), free_port()
     started = rl_insight("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub),
                          "--prometheus-port", str(prom), "--scrape-interval", "1",
-                         "--data-dir", str(tmp_path / "data"), "--no-tempo", "--no-grafana")
+                         "--data-dir", str(tmp_path / "data"), "--no-tempo", "--no-grafana",
+                         "--no-alertmanager")
     assert started.returncode == 0, started.stdout + started.stderr
     yield f"http://127.0.0.1:{hub}", f"http://127.0.0.1:{prom}"
     rl_insight("server", "stop")

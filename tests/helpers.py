@@ -191,7 +191,7 @@ def rl_insight(*args, env=None, timeout=300):
 
 
 SERVER_PORTS = ("port", "prometheus_port", "tempo_port", "tempo_grpc_port", "otlp_http_port", "otlp_grpc_port",
-                "grafana_port")
+                "grafana_port", "alertmanager_port")
 
 
 def write_server_config(folder, **settings):
@@ -216,7 +216,7 @@ def start_hub_process(port, tmp_path, open_files=None, **settings):
     import resource
 
     settings = {"bind": "127.0.0.1", "port": port, "data_dir": str(tmp_path / "data"),
-                "services": {name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")}, **settings}
+                "services": {name: {"enabled": False} for name in ("prometheus", "alertmanager", "tempo", "grafana")}, **settings}
     limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))) if open_files else None
     process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app"], stdin=subprocess.PIPE,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,

@@ -84,7 +84,7 @@ def test_dashboards_export_refuses_to_overwrite_unless_forced(tmp_path):
 
 def test_targets_are_listed_with_a_header_and_changed_with_plain_sentences(tmp_path):
     path, config = write_server_config(tmp_path, services={name: {"enabled": False}
-                                                           for name in ("prometheus", "tempo", "grafana")})
+                                                           for name in ("prometheus", "alertmanager", "tempo", "grafana")})
     assert run("server", "start", "--detach", "--config", str(path))[0] == 0
     try:
         code, out = run("targets", "list")
@@ -109,7 +109,7 @@ def test_targets_are_listed_with_a_header_and_changed_with_plain_sentences(tmp_p
 
 def test_a_failed_start_shows_this_attempts_lines_only(tmp_path):
     path, config = write_server_config(tmp_path, grafana_admin_password="admin",
-                                       services={name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")})
+                                       services={name: {"enabled": False} for name in ("prometheus", "alertmanager", "tempo", "grafana")})
     first = run("server", "start", "--detach", "--config", str(path))
     second = run("server", "start", "--detach", "--config", str(path))
     for code, out in (first, second):

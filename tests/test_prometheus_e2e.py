@@ -21,7 +21,7 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
     env = dict(os.environ)
     started = cli("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port),
                   "--prometheus-port", str(prom_port), "--scrape-interval", "1", "--data-dir", str(tmp_path / "data"),
-                  "--no-tempo", "--no-grafana",
+                  "--no-tempo", "--no-grafana", "--no-alertmanager",
                   env=env)
     try:
         assert started.returncode == 0, started.stdout + started.stderr

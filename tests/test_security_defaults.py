@@ -185,11 +185,17 @@ def test_beyond_loopback_strangers_cannot_write_and_prometheus_cannot_be_stopped
             ("POST", prom + "/-/reload", None, {}),
             ("POST", prom + "/api/v1/admin/tsdb/delete_series?match[]=up", None, {}),
             ("GET", prom + "/-/ready", None, {}),
+            ("POST", hub + "/api/v1/silences", json.dumps({"project": "p", "experiment_name": "e",
+                                                            "duration_s": 3600}), {}),
+            ("DELETE", hub + "/api/v1/silences?id=0000", None, {}),
+            ("POST", f"http://{here}:{config['alertmanager_port']}/api/v2/silences", "{}", {}),
         ])
         assert statuses[:5] == [401, 401, 401, 401, 401], statuses
         assert statuses[5:8] == [200, 200, 200], statuses
         assert all(isinstance(s, int) and s >= 400 for s in statuses[8:11]), statuses
         assert statuses[11] == 200, "Prometheus must still run"
+        assert statuses[12:14] == [401, 401], statuses
+        assert not isinstance(statuses[14], int), "Alertmanager must listen on loopback only"
         assert json.loads(http("GET", f"http://{here}:{config['port']}/api/v1/targets")[1])["targets"] == []
     finally:
         rl_insight("server", "stop")

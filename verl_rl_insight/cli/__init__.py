@@ -10,7 +10,7 @@ import os
 import sys
 
 from .. import __version__
-from . import job, server, targets
+from . import alerts, job, server, targets
 from .checks import PROBLEMS, REFUSED, CliError
 
 
@@ -28,6 +28,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
     server.add_parsers(sub)
     targets.add_parsers(sub)
+    alerts.add_parsers(sub)
     job.add_parsers(sub)
     return parser
 

@@ -27,7 +27,9 @@ def load_settings(config, **overrides):
 def start(args):
     from ..server import control
 
-    disabled = [name for name in ("prometheus", "tempo", "grafana") if getattr(args, f"no_{name}")]
+    from ..server.settings import SERVICE_NAMES
+
+    disabled = [name for name in SERVICE_NAMES if getattr(args, f"no_{name}")]
     settings = load_settings(args.config, bind=args.bind, port=args.port, prometheus_port=args.prometheus_port,
                              data_dir=args.data_dir, scrape_interval_s=args.scrape_interval, disable=disabled)
     checks.writable_folder(settings.data_path)
@@ -82,7 +84,8 @@ def install(args):
 
 
 def add_parsers(sub):
-    server = sub.add_parser("server", help="the monitoring server (metric hub, Prometheus, Tempo, Grafana)")
+    server = sub.add_parser("server", help="the monitoring server (metric hub, Prometheus, Alertmanager, Tempo, "
+                                                 "Grafana)")
     server_sub = server.add_subparsers(dest="server_command", metavar="COMMAND", required=True)
     begin = server_sub.add_parser("start", help="start the server and its services")
     begin.add_argument("--detach", action="store_true", help="return once everything is ready")
@@ -93,16 +96,17 @@ def add_parsers(sub):
     begin.add_argument("--prometheus-port", type=checks.port, help="Prometheus port (default 9090)")
     begin.add_argument("--scrape-interval", type=checks.positive_float,
                        help="Prometheus scrape interval in seconds (default 5)")
-    for name in ("prometheus", "tempo", "grafana"):
+    for name in ("prometheus", "alertmanager", "tempo", "grafana"):
         begin.add_argument(f"--no-{name}", action="store_true", help=f"do not run {name}")
     begin.set_defaults(func=start)
     server_sub.add_parser("stop", help="stop the server and every service it started").set_defaults(func=stop)
     state = server_sub.add_parser("status", help="every service: pid, health, restarts, version, data size")
     state.add_argument("--secrets", action="store_true", help="also show the write token and the Grafana password")
     state.set_defaults(func=status)
-    setup = server_sub.add_parser("install", help="install Prometheus, Tempo, Grafana (verified sha256); "
+    setup = server_sub.add_parser("install", help="install Prometheus, Alertmanager, Tempo, Grafana (verified "
+                                                  "sha256); "
                                                   "what is installed or on the machine is skipped")
-    setup.add_argument("services", nargs="*", metavar="SERVICE", help="prometheus, tempo, grafana (default: all)")
+    setup.add_argument("services", nargs="*", metavar="SERVICE", help="prometheus, alertmanager, tempo, grafana (default: all)")
     setup.add_argument("--local-archive", metavar="DIR",
                        help="take the release archives (and their checksum files) from DIR: offline")
     setup.add_argument("--mirror", metavar="URL",

@@ -6,6 +6,8 @@ log-prob mismatch alerts hold only when every step in the window is above the th
 steps happened in it, so one noisy step does not page anyone.
 """
 
+import urllib.parse
+
 import yaml
 
 DEFAULTS = {
@@ -53,7 +55,26 @@ def _probs_diff(t, level, threshold):
     }
 
 
-def render(overrides=None):
+TRAINER_DASHBOARD = "verl_trainer_v1_with_vllm_engine"
+HARDWARE_DASHBOARD = "rl_insight_hardware"
+
+
+def _links(rule, urls):
+    """What a person acts on: the value and the run in the description, a link to the run's
+    dashboard (its project / experiment variables set) and to the expression in Prometheus."""
+    annotations = rule.setdefault("annotations", {})
+    annotations.setdefault("description", annotations["summary"])
+    annotations["value"] = "{{ $value }}"
+    annotations["run"] = "{{ $labels.project }}/{{ $labels.experiment_name }}"
+    if urls:
+        board = HARDWARE_DASHBOARD if "DCGM" in rule["expr"] else TRAINER_DASHBOARD
+        annotations["dashboard"] = (f"{urls['grafana']}/d/{board}?var-project={{{{ $labels.project | urlquery }}}}"
+                                    "&var-experiment_name={{ $labels.experiment_name | urlquery }}")
+        annotations["graph"] = f"{urls['prometheus']}/graph?g0.tab=0&g0.expr={urllib.parse.quote(rule['expr'])}"
+    return rule
+
+
+def render(overrides=None, links_to=None):
     t = thresholds(overrides)
     grad = "rl_insight_monitor_actor_grad_norm"
     throughput = "rl_insight_monitor_perf_throughput"
@@ -84,12 +105,14 @@ def render(overrides=None):
          "for": t["throughput_for"], "labels": {"severity": "warning"},
          "annotations": {"summary": "throughput of {{ $labels.experiment_name }} fell to {{ $value }}"}},
     ]
+    rules = [_links(rule, links_to) for rule in rules]
     return yaml.safe_dump({"groups": [{"name": "rl-insight", "rules": rules}]}, sort_keys=False)
 
 
-def write(settings):
-    """Render the rule file under the data dir; returns its path."""
+def write(settings, links_to=None):
+    """Render the rule file under the data dir; returns its path. ``links_to``: the public URLs
+    of Grafana and Prometheus, for the links in each alert."""
     path = settings.data_path / "rules" / "rl-insight.rules.yml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(settings.alerts))
+    path.write_text(render(settings.alerts, links_to))
     return path

@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 
-from . import alert_rules, credentials, grafana, installer, prometheus, tempo
+from . import alert_rules, alertmanager, credentials, grafana, installer, prometheus, tempo
+from .alerting import Alerting
 from .files import write_atomically
 from .http_api import Api
 from .http_server import HttpServer
@@ -28,7 +29,7 @@ from .targets import TargetRegistry
 
 logger = logging.getLogger("verl_rl_insight.server")
 
-MODULES = {"prometheus": prometheus, "tempo": tempo, "grafana": grafana}
+MODULES = {"prometheus": prometheus, "alertmanager": alertmanager, "tempo": tempo, "grafana": grafana}
 
 
 class PortInUse(RuntimeError):
@@ -75,6 +76,7 @@ def check_port_free(bind, port, service):
 def service_ports(settings, name):
     return {
         "prometheus": [(settings.prometheus_port, "Prometheus")],
+        "alertmanager": [(settings.alertmanager_port, "Alertmanager")],
         "tempo": [(settings.tempo_port, "Tempo HTTP"), (settings.tempo_grpc_port, "Tempo gRPC"),
                   (settings.otlp_http_port, "OTLP/HTTP"), (settings.otlp_grpc_port, "OTLP/gRPC")],
         "grafana": [(settings.grafana_port, "Grafana")],
@@ -82,8 +84,9 @@ def service_ports(settings, name):
 
 
 def fix_command(name):
-    if name == "prometheus":
-        return "rl-insight server install prometheus   (or: apt-get install -y prometheus)"
+    if name in ("prometheus", "alertmanager"):
+        package = "prometheus" if name == "prometheus" else "prometheus-alertmanager"
+        return f"rl-insight server install {name}   (or: apt-get install -y {package})"
     return f"rl-insight server install {name}   (offline: --local-archive DIR)"
 
 
@@ -98,6 +101,7 @@ class Server:
         self.services = {}
         self.missing = {}   # service -> [what is missing, the command that fixes it]
         self.supervisor = None
+        self.alerting = None
         self.on_change = None
 
     def start(self):
@@ -109,8 +113,10 @@ class Server:
             if s.enabled(name):
                 for port, what in service_ports(s, name):
                     check_port_free(s.bind, port, what)
+        if s.enabled("alertmanager"):
+            self.alerting = Alerting(alertmanager.url(s), s.data_path / "silences.json")
         self.api = Api(self.hub, targets=self.targets, token=s.token, max_body_bytes=int(s.max_body_mb * 2**20),
-                       services=self.service_status, info=self.info)
+                       services=self.service_status, info=self.info, alerting=self.alerting)
         self.http = HttpServer(self.api, s.bind, s.port)
         try:
             self.http.start()
@@ -119,9 +125,15 @@ class Server:
         for name in SERVICE_NAMES:
             if s.enabled(name):
                 self._start_service(name)
-        self.supervisor = Supervisor(self.services, on_restart=lambda service: self.on_change and self.on_change())
+        self.supervisor = Supervisor(self.services, on_restart=self._restarted)
         self.supervisor.start()
         return self
+
+    def _restarted(self, service):
+        if service.name == "alertmanager" and self.alerting is not None:
+            self.alerting.restore_when_ready()
+        if self.on_change:
+            self.on_change()
 
     def _start_service(self, name):
         s = self.settings
@@ -138,14 +150,20 @@ class Server:
             config_path = s.data_path / "prometheus.yml"
             token_file = credentials.secrets_dir(s.data_path) / credentials.TOKEN_FILE if s.token else None
             # 0600: remote_write entries may carry credentials
-            write_atomically(config_path, prometheus.render_config(s, rule_files=[alert_rules.write(s)],
-                                                                   token_file=token_file), mode=0o600)
+            alertmanager_url = alertmanager.url(s) if s.enabled("alertmanager") else None
+            write_atomically(config_path, prometheus.render_config(
+                s, rule_files=[alert_rules.write(s, links_to=self.state()["public_urls"])], token_file=token_file,
+                alertmanager=alertmanager_url), mode=0o600)
+        elif name == "alertmanager":   # 0600: receivers hold webhook URLs and passwords
+            config_path = s.data_path / "alertmanager.yml"
+            write_atomically(config_path, alertmanager.render_config(s), mode=0o600)
         else:
             config_path = s.data_path / "tempo.yaml"
             config_path.write_text(tempo.render_config(s))
         host = prometheus.connect_host(s.bind)
-        port = {"prometheus": s.prometheus_port, "tempo": s.tempo_port, "grafana": s.grafana_port}[name]
-        url = f"http://{host}:{port}"
+        port = {"prometheus": s.prometheus_port, "tempo": s.tempo_port, "grafana": s.grafana_port,
+                "alertmanager": s.alertmanager_port}[name]
+        url = alertmanager.url(s) if name == "alertmanager" else f"http://{host}:{port}"
         service = Service(name, module.command(found["binary"], s, config_path), s.data_path / "logs" / f"{name}.log",
                           ready_url=url + module.HEALTH_PATH, url=url, version=found.get("version"),
                           binary=found["binary"], data_dir=s.data_path / name, cwd=str(s.data_path))
@@ -189,7 +207,9 @@ class Server:
                 "otlp_http": f"http://{ip}:{s.otlp_http_port}",
                 "otlp_grpc": f"{ip}:{s.otlp_grpc_port}",
                 "grafana": f"http://{ip}:{s.grafana_port}",
+                "alertmanager": alertmanager.url(s),
             },
+            "alert_receivers": alertmanager.receiver_names(s),
             "services": {name: {"pid": svc.pid, "binary": svc.binary, "url": svc.url, "version": svc.version}
                          for name, svc in self.services.items()},
             "missing": self.missing,
@@ -199,7 +219,8 @@ class Server:
             "grafana_anonymous_viewer": s.grafana_anonymous_viewer,
             "settings": dataclasses.asdict(s) | {"token": "***" if s.token else "",
                                                  "grafana_admin_password": "***",
-                                                 "remote_write": prometheus.redacted_remote_write(s.remote_write)},
+                                                 "remote_write": prometheus.redacted_remote_write(s.remote_write),
+                                                 "alertmanager": {"receivers": alertmanager.receiver_names(s)}},
         }
 
     def stop(self):

@@ -68,6 +68,10 @@ def panel(state, reveal_token=True):
                      f"rl-insight server status --secrets{anonymous}; folder RL-Insight)")
     if "prometheus" in services:
         lines.append(f"  Prometheus   {urls['prometheus']}")
+    if "alertmanager" in services:
+        receivers = state.get("alert_receivers") or []
+        sent = f"notifies {', '.join(receivers)}" if receivers else "no receivers: alerts are shown, not sent"
+        lines.append(f"  Alertmanager {urls['alertmanager']}   (this machine only; {sent}; rl-insight alerts)")
     if "tempo" in services:
         lines.append(f"  Tempo        {urls['tempo']}   (queries)")
         lines.append(f"  OTLP         {urls['otlp_http']}/v1/traces (HTTP), {urls['otlp_grpc']} (gRPC)")

@@ -37,6 +37,7 @@ import time
 import urllib.parse
 
 from . import exposition, openapi
+from .alerting import AlertingError
 from .hub import ScrapeBusy, check_scraper_name
 from .http_server import response_written
 from .push_schema import MAX_BATCHES, PushError
@@ -86,13 +87,14 @@ class Request:
 
 class Api:
     def __init__(self, hub, targets=None, token=None, max_body_bytes=MAX_BODY_BYTES, services=None, info=None,
-                 workers=4, body_budget_bytes=64 * 1024 * 1024, save_every_s=1.0):
+                 alerting=None, workers=4, body_budget_bytes=64 * 1024 * 1024, save_every_s=1.0):
         self.hub = hub
         self.targets = targets if targets is not None else TargetRegistry()
         self.token = token or None
         self.max_body_bytes = max_body_bytes
         self.services = services
         self.info = info
+        self.alerting = alerting
         self.save_every_s = save_every_s
         self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api")
@@ -118,6 +120,10 @@ class Api:
             ("GET", "/api/v1/services"): (
                 lambda r: self._json_from(r, lambda: {"services": services() if services else {}}), False),
             ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
+            ("GET", "/api/v1/alerts"): (lambda r: self._alerting(r, "firing"), False),
+            ("GET", "/api/v1/silences"): (lambda r: self._alerting(r, "silences"), False),
+            ("POST", "/api/v1/silences"): (self.post_silence, True),
+            ("DELETE", "/api/v1/silences"): (lambda r: self._alerting(r, "unsilence", r.param("id") or ""), True),
         }
 
     # -- ASGI ------------------------------------------------------------------------------
@@ -244,6 +250,25 @@ class Api:
         if not self.targets.remove(address, job):
             raise ApiError(404, f"no target {job[:80]!r} {address[:80]!r}")
         await self._send_json(request.send, 200, {"removed": {"job": job, "address": address}})
+
+    async def post_silence(self, request):
+        async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
+            item = body
+        try:
+            item = _parse_json(item)
+        except PushError as exc:
+            raise ApiError(400, str(exc)) from None
+        await self._alerting(request, "silence", item)
+
+    async def _alerting(self, request, action, *args):
+        if self.alerting is None:
+            raise ApiError(404, "alerting is off on this server: it runs no Alertmanager (installed? "
+                                "services.alertmanager.enabled?)")
+        try:
+            result = await self._in_thread(getattr(self.alerting, action), *args)
+        except AlertingError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        await self._send_json(request.send, 200, result)
 
     async def _json_from(self, request, produce):
         await self._send_json(request.send, 200, await self._in_thread(produce))

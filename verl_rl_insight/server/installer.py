@@ -1,8 +1,9 @@
-"""``rl-insight server install``: pinned, verified, atomic installs of Prometheus, Tempo, Grafana.
+"""``rl-insight server install``: pinned, verified, atomic installs of Prometheus, Alertmanager,
+Tempo, Grafana.
 
 Order of preference per service: an explicit binary in the server config, an earlier install
 under ``~/.rl-insight/services``, a compatible binary already on the machine (PATH, the Debian
-``prometheus`` package, ``/usr/share/grafana``), then a download (or ``--local-archive DIR``).
+``prometheus`` and ``prometheus-alertmanager`` packages, ``/usr/share/grafana``), then a download (or ``--local-archive DIR``).
 Nothing is extracted before its sha256 matches; nothing counts as installed before the
 manifest ``services/<name>.json`` is written, the last step.
 """
@@ -26,6 +27,7 @@ from .settings import default_home
 
 SYSTEM_CANDIDATES = {
     "prometheus": ["prometheus"],
+    "alertmanager": ["alertmanager", "prometheus-alertmanager"],   # Debian: prometheus-alertmanager
     "tempo": ["tempo"],
     "grafana": ["/usr/share/grafana/bin/grafana", "grafana", "grafana-server"],
 }

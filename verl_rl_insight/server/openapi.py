@@ -6,6 +6,7 @@ that generates requests from it, see exactly what the server accepts.
 """
 
 from .. import __version__
+from .alerting import MAX_SILENCE_S
 from .push_schema import (MAX_BATCHES, MAX_EXTRA_LABELS, MAX_LABEL_VALUE, MAX_METRICS_PER_BATCH, MAX_NAME,
                           MAX_TIME, RESERVED_PREFIX)
 
@@ -78,6 +79,18 @@ def document():
                 "ttl_s": {"type": "number", "minimum": 0, "maximum": 604800},
             },
         },
+        "Silence": {
+            "type": "object", "additionalProperties": False, "required": ["project", "experiment_name", "duration_s"],
+            "properties": {
+                "project": {"type": "string", "minLength": 1, "maxLength": 256},
+                "experiment_name": {"type": "string", "minLength": 1, "maxLength": 256},
+                "alertname": {"type": "string", "pattern": r"^[a-zA-Z_][a-zA-Z0-9_]{0,127}$",
+                              "description": "only this alert (default: every alert of the run)"},
+                "duration_s": {"type": "number", "minimum": 60, "maximum": MAX_SILENCE_S},
+                "comment": {"type": "string", "minLength": 1, "maxLength": 500},
+                "created_by": {"type": "string", "minLength": 1, "maxLength": 100},
+            },
+        },
     }
     scraper = _query("scraper", {"type": "string", "pattern": r"^[a-zA-Z0-9_.:\-]{1,64}$"}, False,
                      "a named scraper also gets the history it has not been sent (needs the token when one is set)")
@@ -101,6 +114,14 @@ def document():
         "/api/v1/sd": {"get": _get("the targets in Prometheus http_sd format")},
         "/api/v1/services": {"get": _get("every service: pid, health, restarts, version, data size")},
         "/api/v1/info": {"get": _get("the endpoints the server announces")},
+        "/api/v1/alerts": {"get": _get("alerts firing now (from the server's Alertmanager)", errors=(404, 503))},
+        "/api/v1/silences": {
+            "get": _get("silences not yet expired", errors=(404, 503)),
+            "post": _write("silence a run's alerts for a while", {"$ref": "#/components/schemas/Silence"},
+                           errors=(400, 401, 404, 413, 503)),
+            "delete": _write("end a silence", parameters=[
+                _query("id", {"type": "string"}, True, "the silence's ID")], errors=(400, 401, 404, 503)),
+        },
     }
     return {
         "openapi": "3.0.3",

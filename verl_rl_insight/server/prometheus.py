@@ -61,7 +61,7 @@ def redacted_remote_write(entries):
             for e in entries]
 
 
-def render_config(settings, rule_files=(), token_file=None):
+def render_config(settings, rule_files=(), token_file=None, alertmanager=None):
     """prometheus.yml: the hub (keeping its labels and timestamps, as a named scraper, with the
     token read from ``token_file``) and every registered target through http_sd, so a Prometheus
     of your own can use the same two jobs."""
@@ -98,6 +98,9 @@ def render_config(settings, rule_files=(), token_file=None):
             "metric_relabel_configs": [{"source_labels": ["__name__"], "regex": "prometheus_remote_storage_.*",
                                         "action": "keep"}],
         })
+    if alertmanager:
+        host = urllib.parse.urlsplit(alertmanager).netloc
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [host]}]}]}
     if rule_files:
         config["rule_files"] = [str(p) for p in rule_files]
     return yaml.safe_dump(config, sort_keys=False)

@@ -3,6 +3,8 @@
 Pins (why these):
 - Prometheus 2.53.4: the 2.53 long-term-support line; >= 2.30 for http_sd and the features
   the rules use; 2.x keeps the flags and API the Debian package (2.42) has, so both behave alike.
+- Alertmanager 0.27.0: >= 0.25 (the Debian package of bookworm) for the v2 silences API and
+  the flags the server passes; 0.27 is the line Prometheus 2.53 was released with.
 - Tempo 2.6.1: the Tempo 2.x line the official RL-Insight installer uses, so archives people
   already mirror for it fit here too (same file names).
 - Grafana 11.2.0 (OSS): Grafana >= 11 for the Tempo and Prometheus datasource features the
@@ -32,6 +34,17 @@ RELEASES = {
             "arm64": "ec7236ecea7154d0bfe142921708b1ae7b5e921e100e0ee85ab92b7c444357e0",
         },
         "minimum": "2.30.0",
+        "version_args": ["--version"],
+    },
+    "alertmanager": {
+        "version": "0.27.0",
+        "file": "alertmanager-{version}.linux-{arch}.tar.gz",
+        "url": "https://github.com/prometheus/alertmanager/releases/download/v{version}/{file}",
+        "binary": "alertmanager-{version}.linux-{arch}/alertmanager",
+        "checksums": "sha256sums.txt",
+        "checksums_url": "https://github.com/prometheus/alertmanager/releases/download/v{version}/{checksums}",
+        "sha256": {"amd64": None, "arm64": None},
+        "minimum": "0.25.0",
         "version_args": ["--version"],
     },
     "tempo": {

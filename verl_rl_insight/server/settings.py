@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-SERVICE_NAMES = ("prometheus", "tempo", "grafana")
+SERVICE_NAMES = ("prometheus", "alertmanager", "tempo", "grafana")
 
 
 def _is_address(host):
@@ -54,6 +54,7 @@ class ServerSettings:
     otlp_http_port: int = 4318      # OTLP/HTTP traces into Tempo
     otlp_grpc_port: int = 4317      # OTLP/gRPC traces into Tempo
     grafana_port: int = 3000
+    alertmanager_port: int = 9093   # on loopback only; elsewhere through the hub's API
     scrape_interval_s: float = 5.0
     retention: str = "30d"          # Prometheus and Tempo
     data_dir: str = ""
@@ -72,6 +73,7 @@ class ServerSettings:
     external_labels: dict = dataclasses.field(default_factory=dict)
     otlp_endpoint: str = ""         # spans to an existing collector / distributed Tempo, announced to trainers
     tempo_query_url: str = ""       # that Tempo's query API, for Grafana's Tempo datasource
+    alertmanager: dict = dataclasses.field(default_factory=dict)   # receivers, route, ...: Alertmanager's syntax
     alerts: dict = dataclasses.field(default_factory=dict)   # alert thresholds (server/alert_rules.py)
 
     def __post_init__(self):
@@ -96,6 +98,9 @@ class ServerSettings:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
         from .prometheus import check_external_labels, check_remote_write
 
+        from .alertmanager import check_settings
+
+        check_settings(self.alertmanager)
         check_remote_write(self.remote_write)
         check_external_labels(self.external_labels)
         for name in ("otlp_endpoint", "tempo_query_url"):
