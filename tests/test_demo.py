@@ -28,17 +28,68 @@ def demo_run(request, tmp_path_factory):
                         env=env, timeout=600)
     try:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        yield result.stdout, f"http://127.0.0.1:{config['prometheus_port']}", engine
+        yield result.stdout, f"http://127.0.0.1:{config['prometheus_port']}", engine, env, result.stderr
     finally:
         rl_insight("server", "stop", env=env, timeout=60)
 
 
 def test_demo_says_it_is_a_simulation_and_where_to_look(demo_run):
-    out, prom, engine = demo_run
+    out, prom, engine, _, err = demo_run
     assert f"2 simulated {engine} replicas" in out
     assert "SIMULATED verl run" in out and "This was a SIMULATION" in out
     assert f"{prom}/graph?g0.expr=rl_insight_monitor_critic_score_mean" in out
     assert "SIMULATED step 8/8 [##############################]" in out
+    # not a terminal here: a progress line per quarter of the run, not one per step
+    assert len(re.findall(r"SIMULATED step \d+/8 ", out)) <= 5
+    assert f"rl-insight watch --project rl-insight-demo --experiment {EXPERIMENT}" in out
+    assert f"rl-insight timeline export --project rl-insight-demo --experiment {EXPERIMENT} -o trace.json" in out
+    # no Tempo here: spans go to the server, and no exporter error is printed per batch
+    assert "Failed to export" not in out + err and "cannot send timeline spans" not in out + err
+
+
+PHASES = ("step", "gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
+          "update_weights")
+
+
+def test_the_timeline_of_a_demo_without_tempo_exports_as_a_chrome_trace(demo_run, tmp_path):
+    out, _, engine, env, _ = demo_run
+    path = tmp_path / "trace.json"
+    exported = rl_insight("timeline", "export", "--project", "rl-insight-demo", "--experiment", EXPERIMENT,
+                          "-o", str(path), env=env)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    assert "open it in https://ui.perfetto.dev" in exported.stdout
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    for event in events:   # the trace-event format: what Perfetto and chrome://tracing need of each event
+        assert event["ph"] in ("X", "M") and isinstance(event["name"], str)
+        assert isinstance(event["pid"], int) and isinstance(event["tid"], int)
+        if event["ph"] == "X":
+            assert event["ts"] >= 0 and event["dur"] >= 0
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    spans = [e for e in events if e["ph"] == "X"]
+    trainer = [e for e in spans if tracks[e["tid"]] == "trainer"]
+    for step in range(1, 9):   # every trainer phase of every step, with its step
+        assert {e["args"]["state_name"] for e in trainer if e["args"].get("step") == step} >= set(PHASES), step
+    replicas = {tracks[e["tid"]].split(" #")[0] for e in spans if e["name"] == "rollout generate"
+                and tracks[e["tid"]] != "trainer"}
+    assert replicas == {"replica_0", "replica_1"}
+    for tid in tracks:   # events of one track nest: each starts after the last one ended or ends inside it
+        open_ends = []
+        for e in sorted((e for e in spans if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"])):
+            while open_ends and open_ends[-1] <= e["ts"]:
+                open_ends.pop()
+            assert not open_ends or e["ts"] + e["dur"] <= open_ends[-1] + 1e-3, (tracks[tid], e)
+            open_ends.append(e["ts"] + e["dur"])
+    steps = [e for e in trainer if e["args"]["state_name"] == "step"]
+    for phase in (e for e in trainer if e["args"]["state_name"] == "gen"):   # phases inside their step
+        [parent] = [s for s in steps if s["args"]["step"] == phase["args"]["step"]]
+        assert parent["ts"] <= phase["ts"] and phase["ts"] + phase["dur"] <= parent["ts"] + parent["dur"] + 1e-3
+
+    only = tmp_path / "steps.json"
+    assert rl_insight("timeline", "export", "--project", "rl-insight-demo", "--experiment", EXPERIMENT,
+                      "--steps", "3:4", "-o", str(only), env=env).returncode == 0
+    kept = {e["args"].get("step") for e in json.loads(only.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert kept == {3, 4}
 
 
 def fill(expr):
@@ -93,7 +144,7 @@ def panels_to_check(engine):
 
 
 def test_every_dashboard_query_returns_data_after_the_demo(demo_run):
-    out, prom, engine = demo_run
+    out, prom, engine, _, _ = demo_run
     # the demo lingers 3 s after its last step with its replicas still registered: look 2 s in
     at = demo_window(out)[1]
     empty = []
@@ -120,7 +171,7 @@ def test_every_dashboard_query_returns_data_after_the_demo(demo_run):
 def test_percent_panels_stay_within_0_and_100_percent_over_the_whole_demo(demo_run):
     """Every value a percent panel shows stays in range, and so does what a clamp() would hide:
     a clamped query is checked without its clamp."""
-    out, prom, engine = demo_run
+    out, prom, engine, _, _ = demo_run
     start, end = demo_window(out)
     checked = 0
     for file, panel in panels_to_check(engine):
@@ -140,7 +191,7 @@ def test_percent_panels_stay_within_0_and_100_percent_over_the_whole_demo(demo_r
 
 
 def test_every_key_the_run_logged_and_every_transfer_queue_family_is_on_a_panel(demo_run):
-    out, prom, engine = demo_run
+    out, prom, engine, _, _ = demo_run
     names = json.loads(http("GET", prom + "/api/v1/label/__name__/values")[1])["data"]
     logged = [n for n in names if n.startswith("rl_insight_monitor_") and
               query(prom, f'count({n}{{experiment_name="{EXPERIMENT}"}})', demo_window(out)[1])]

@@ -10,7 +10,7 @@ import os
 import sys
 
 from .. import __version__
-from . import alerts, job, server, targets
+from . import alerts, job, server, targets, timeline
 from .checks import PROBLEMS, REFUSED, CliError
 
 
@@ -29,6 +29,7 @@ def build_parser():
     server.add_parsers(sub)
     targets.add_parsers(sub)
     alerts.add_parsers(sub)
+    timeline.add_parsers(sub)
     job.add_parsers(sub)
     return parser
 

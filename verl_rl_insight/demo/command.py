@@ -29,7 +29,7 @@ def compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, t
     config_dir = os.path.join(os.path.dirname(main_ppo.__file__), "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         return hydra_compose(config_name="ppo_trainer", overrides=[
-            "trainer.logger=[console,rl_insight]", f"trainer.project_name={PROJECT}",
+            "trainer.logger=[rl_insight]", f"trainer.project_name={PROJECT}",
             f"trainer.experiment_name={experiment}", f"trainer.total_training_steps={steps}",
             "actor_rollout_ref.rollout.disable_log_stats=False", f"actor_rollout_ref.rollout.name={engine}",
             f"transfer_queue.metrics.enabled={transfer_queue}", "++ray_kwargs.ray_init.num_cpus=8",
@@ -40,6 +40,59 @@ def compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, t
             f"+rl_insight.plugins.hardware.simulate_gpus={gpus}", "+rl_insight.plugins.hardware.interval_s=1",
             "+rl_insight.collect_interval_s=2",
         ])
+
+
+class Progress:
+    """The run's progress as the hub sees it (the step it was last pushed), drawn by this process:
+    one line redrawn in place on a terminal, a line per quarter of the run otherwise (a log)."""
+
+    def __init__(self, hub_url, experiment, steps, out, interval_s=0.5):
+        import threading
+
+        self.hub_url, self.experiment, self.steps, self.out = hub_url, experiment, steps, out
+        self.interval_s = interval_s
+        self.in_place = hasattr(out, "isatty") and out.isatty()
+        self.shown = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-progress", daemon=True)
+        self._thread.start()
+
+    def _step(self):
+        import json
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.hub_url + "/api/v1/streams", timeout=2) as response:
+                streams = json.loads(response.read())["streams"]
+        except (OSError, ValueError, KeyError):
+            return None
+        steps = [s.get("step") or 0 for s in streams
+                 if s["labels"].get("project") == PROJECT and s["labels"].get("experiment_name") == self.experiment]
+        return max(steps, default=None)
+
+    def _draw(self, step):
+        done = int(30 * step / max(self.steps, 1))
+        line = f"[demo] SIMULATED step {step}/{self.steps} [{'#' * done}{'.' * (30 - done)}] {time.strftime('%H:%M:%S')}"
+        if self.in_place:
+            print("\r" + line, end="", file=self.out, flush=True)
+        elif not self.shown or step == self.steps or step * 4 // max(self.steps, 1) > self.shown * 4 // max(self.steps, 1):
+            print(line, file=self.out, flush=True)
+        self.shown = step
+
+    def _run(self):
+        while not self._stop.wait(self.interval_s):
+            step = self._step()
+            if step is not None and step != self.shown:
+                self._draw(step)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)
+        step = self._step()
+        if step is not None and step != self.shown:
+            self._draw(step)
+        if self.in_place and self.shown:
+            print(file=self.out, flush=True)
 
 
 def where_to_look(state, experiment, engine, out):
@@ -56,6 +109,10 @@ def where_to_look(state, experiment, engine, out):
     if "tempo" in state["services"]:
         print(f"  Tempo       {urls['tempo']} (TraceQL: {{ span.experiment_name = \"{experiment}\" }})", file=out)
     print(f"  metric hub  {state['hub_url']}/metrics", file=out)
+    run = f"--project {PROJECT} --experiment {experiment}"
+    print(f"  terminal    rl-insight watch {run}", file=out)
+    print(f"  timeline    rl-insight timeline export {run} -o trace.json   (Perfetto UI, chrome://tracing)",
+          file=out)
     for name, (what, fix) in state["missing"].items():
         print(f"  {name:<11} not running: {what}" + (f"; fix: {fix}" if fix else ""), file=out)
 
@@ -91,6 +148,10 @@ def run(steps=20, step_seconds=2.0, engine="vllm", replicas=2, experiment=None, 
     from .simulation import SimulatedTaskRunner
 
     config = compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, transfer_queue)
-    run_ppo(config, task_runner_class=SimulatedTaskRunner)
+    progress = Progress(state["local_hub_url"], experiment, steps, out)
+    try:
+        run_ppo(config, task_runner_class=SimulatedTaskRunner)
+    finally:
+        progress.stop()
     where_to_look(state, experiment, engine, out)
     return 0

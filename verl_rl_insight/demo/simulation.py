@@ -9,7 +9,6 @@ Metric curves look like a PPO/GRPO run: score rising, entropy falling, a slowly 
 import asyncio
 import math
 import random
-import sys
 import threading
 import time
 
@@ -229,9 +228,6 @@ class SimulatedTaskRunner:
                     simulated_nvml.load_level[0] = 0.3
                     time.sleep(step_s * 0.05)
             tracking.log(curves(step, total, rng, timing, batch), step=step)
-            done = int(30 * step / total)
-            print(f"[demo] SIMULATED step {step}/{total} [{'#' * done}{'.' * (30 - done)}] "
-                  f"{time.strftime('%H:%M:%S')}", flush=True, file=sys.stdout)
         time.sleep(float(demo.linger_s))   # let Prometheus scrape the replicas once more
         tracking.finish()
         if tq is not None:

@@ -61,6 +61,11 @@ def explicit_endpoint(config, environ=None):
     return None
 
 
+def _origin(url):
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+
+
 def otlp_endpoint(config, environ=None):
     """Where spans go; for a server URL alone, the default that ``AnnouncedEndpointExporter`` refines."""
     explicit = explicit_endpoint(config, environ)
@@ -191,18 +196,19 @@ def rl_insight_configure(config):
         return
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    # The exporter logs every failed attempt; this plugin warns once per outage itself.
-    logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter").setLevel(logging.ERROR)
+    # The exporter logs an error for every failed batch; this plugin warns once itself and counts.
+    logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter").setLevel(logging.CRITICAL + 1)
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
 
     settings = plugin_settings(config, "state_timeline")
     provider = TracerProvider(resource=Resource.create({"service.name": "verl", "host.name": _host,
                                                         "process.pid": os.getpid()}))
-    headers = {"Authorization": f"Bearer {config.token}"} if config.get("token") else None
-
     def make_exporter(url):
-        return OTLPSpanExporter(endpoint=url, timeout=5, headers=headers)
+        # the token only goes to the rl-insight server itself, never to a collector elsewhere
+        ours = config.get("token") and config.get("server_url") and _origin(url) == _origin(str(config.server_url))
+        return OTLPSpanExporter(endpoint=url, timeout=5,
+                                headers={"Authorization": f"Bearer {config.token}"} if ours else None)
 
     exporter = make_exporter(endpoint) if explicit_endpoint(config) is not None else \
         AnnouncedEndpointExporter(str(config.server_url), endpoint, make_exporter)

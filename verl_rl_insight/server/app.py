@@ -25,6 +25,7 @@ from .http_server import HttpServer
 from .hub import MetricHub
 from .services import Service, Supervisor
 from .settings import SERVICE_NAMES, ServerSettings, default_home
+from .spans import SpanStore
 from .targets import TargetRegistry
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -102,6 +103,7 @@ class Server:
         self.missing = {}   # service -> [what is missing, the command that fixes it]
         self.supervisor = None
         self.alerting = None
+        self.spans = None
         self.on_change = None
 
     def start(self):
@@ -125,6 +127,8 @@ class Server:
         for name in SERVICE_NAMES:
             if s.enabled(name):
                 self._start_service(name)
+        if "tempo" not in self.services and not s.otlp_endpoint:   # no Tempo: the hub keeps the spans
+            self.spans = self.api.spans = SpanStore(s.data_path / "spans")
         self.supervisor = Supervisor(self.services, on_restart=self._restarted)
         self.supervisor.start()
         return self
@@ -179,9 +183,15 @@ class Server:
 
     def info(self):
         """What trainers are told: where to send traces, where people look."""
-        urls = self.state()["public_urls"]
-        traces = self.settings.otlp_endpoint or urls["otlp_http"] + "/v1/traces"
-        return {"otlp_traces": traces, "tempo": urls["tempo"],
+        state = self.state()
+        urls = state["public_urls"]
+        if self.settings.otlp_endpoint:
+            traces = self.settings.otlp_endpoint
+        elif self.spans is not None:
+            traces = state["hub_url"] + "/v1/traces"
+        else:
+            traces = urls["otlp_http"] + "/v1/traces"
+        return {"otlp_traces": traces, "spans_kept_by_hub": self.spans is not None, "tempo": urls["tempo"],
                 "prometheus": urls["prometheus"], "grafana": urls["grafana"],
                 "services": sorted(self.services)}
 

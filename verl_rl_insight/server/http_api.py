@@ -38,6 +38,8 @@ import urllib.parse
 
 from . import exposition, openapi
 from .alerting import AlertingError
+from .spans import SpanError
+from .spans import decode as decode_spans
 from .hub import ScrapeBusy, check_scraper_name
 from .http_server import response_written
 from .push_schema import MAX_BATCHES, PushError
@@ -87,7 +89,7 @@ class Request:
 
 class Api:
     def __init__(self, hub, targets=None, token=None, max_body_bytes=MAX_BODY_BYTES, services=None, info=None,
-                 alerting=None, workers=4, body_budget_bytes=64 * 1024 * 1024, save_every_s=1.0):
+                 alerting=None, spans=None, workers=4, body_budget_bytes=64 * 1024 * 1024, save_every_s=1.0):
         self.hub = hub
         self.targets = targets if targets is not None else TargetRegistry()
         self.token = token or None
@@ -95,6 +97,7 @@ class Api:
         self.services = services
         self.info = info
         self.alerting = alerting
+        self.spans = spans
         self.save_every_s = save_every_s
         self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api")
@@ -120,6 +123,10 @@ class Api:
             ("GET", "/api/v1/services"): (
                 lambda r: self._json_from(r, lambda: {"services": services() if services else {}}), False),
             ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
+            ("POST", "/v1/traces"): (self.post_traces, True),
+            ("GET", "/api/v1/spans"): (self.get_spans, False),
+            ("GET", "/api/v1/spans/runs"): (lambda r: self._json_from(r, lambda: {"runs": self._span_store().runs()}),
+                                            False),
             ("GET", "/api/v1/alerts"): (lambda r: self._alerting(r, "firing"), False),
             ("GET", "/api/v1/silences"): (lambda r: self._alerting(r, "silences"), False),
             ("POST", "/api/v1/silences"): (self.post_silence, True),
@@ -250,6 +257,40 @@ class Api:
         if not self.targets.remove(address, job):
             raise ApiError(404, f"no target {job[:80]!r} {address[:80]!r}")
         await self._send_json(request.send, 200, {"removed": {"job": job, "address": address}})
+
+    def _span_store(self):
+        if self.spans is None:
+            raise ApiError(404, "this server keeps no spans: they go to its Tempo (or the otlp_endpoint set)")
+        return self.spans
+
+    async def post_traces(self, request):
+        """OTLP/HTTP (protobuf), what Tempo's receiver takes: kept per run when Tempo is not running."""
+        store = self._span_store()
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/x-protobuf":
+            raise ApiError(415, f"Content-Type {kind[:60]!r}: OTLP/HTTP here is application/x-protobuf")
+        encoding = request.headers.get("content-encoding")
+        async with self._body(request, self.max_body_bytes) as body:
+            try:
+                otlp = await self._in_thread(decode_spans, body, encoding, self.max_body_bytes)
+                await self._in_thread(store.add, otlp)
+            except SpanError as exc:
+                raise ApiError(exc.status, str(exc)) from None
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        await self._send_body(request.send, 200, "application/x-protobuf", ExportTraceServiceResponse()
+                              .SerializeToString())
+
+    async def get_spans(self, request):
+        store = self._span_store()
+        project, experiment = request.param("project"), request.param("experiment_name")
+        if not project or not experiment:
+            raise ApiError(400, "give ?project=P&experiment_name=E")
+        body = await self._in_thread(store.read, project, experiment)
+        if body is None:
+            raise ApiError(404, f"no spans of {project[:100]!r} / {experiment[:100]!r} here "
+                                "(GET /api/v1/spans/runs lists the runs that have some)")
+        await self._send_body(request.send, 200, "application/x-ndjson", body)
 
     async def post_silence(self, request):
         async with self._body(request, MAX_TARGET_BODY_BYTES) as body:

@@ -114,6 +114,19 @@ def document():
         "/api/v1/sd": {"get": _get("the targets in Prometheus http_sd format")},
         "/api/v1/services": {"get": _get("every service: pid, health, restarts, version, data size")},
         "/api/v1/info": {"get": _get("the endpoints the server announces")},
+        "/v1/traces": {"post": {
+            "summary": "OTLP/HTTP spans (protobuf ExportTraceServiceRequest), kept per run when Tempo is not running",
+            "security": [{"token": []}, {"basic": []}],
+            "requestBody": {"required": True, "content": {"application/x-protobuf": {
+                "schema": {"type": "string", "format": "binary"}}}},
+            "responses": {"200": {"description": "ExportTraceServiceResponse", "content": {
+                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
+                **_errors(400, 401, 404, 413, 415)}}},
+        "/api/v1/spans": {"get": _get("a run's kept spans, one JSON object a line", {
+            "description": "ok", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}, [
+                _query("project", {"type": "string"}, True, "the run's project"),
+                _query("experiment_name", {"type": "string"}, True, "the run's experiment_name")], (400, 404))},
+        "/api/v1/spans/runs": {"get": _get("the runs whose spans this server keeps", errors=(404,))},
         "/api/v1/alerts": {"get": _get("alerts firing now (from the server's Alertmanager)", errors=(404, 503))},
         "/api/v1/silences": {
             "get": _get("silences not yet expired", errors=(404, 503)),

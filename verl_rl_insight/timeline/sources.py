@@ -1,0 +1,83 @@
+"""Where a run's spans are read from: the rl-insight server that kept them (no Tempo), or Tempo's
+HTTP API (``/api/search`` by the run's attributes, then ``/api/traces/<id>``, OTLP JSON)."""
+
+import base64
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+
+MAX_TRACES = 100_000
+
+
+class SourceError(Exception):
+    pass
+
+
+def _get(url, headers=None, timeout=30):
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.read()
+    except urllib.error.HTTPError as exc:
+        try:
+            reason = json.loads(exc.read() or b"{}").get("error", exc.reason)
+        except ValueError:
+            reason = exc.reason
+        raise SourceError(f"{url.split('?')[0]} answered {exc.code}: {reason}") from None
+    except OSError as exc:
+        raise SourceError(f"cannot reach {url.split('?')[0]}: {getattr(exc, 'reason', exc)}") from None
+
+
+def from_server(base, project, experiment, token=None):
+    """The spans the server kept for the run (JSON lines)."""
+    query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
+    body = _get(f"{base}/api/v1/spans?{query}", {"Authorization": f"Bearer {token}"} if token else None)
+    return [json.loads(line) for line in body.splitlines() if line.strip()]
+
+
+def _hex(value):
+    """Tempo writes IDs in base64 (its JSON) or hex (OTLP JSON); both -> hex."""
+    if not value:
+        return ""
+    if len(value) in (16, 32) and all(c in "0123456789abcdefABCDEF" for c in value):
+        return value.lower()
+    return base64.b64decode(value).hex()
+
+
+def _otlp_value(value):
+    for kind in ("stringValue", "boolValue", "doubleValue"):
+        if kind in value:
+            return value[kind]
+    if "intValue" in value:
+        return int(value["intValue"])
+    return None
+
+
+def _spans_of(trace):
+    """Spans of one trace in Tempo's JSON (``batches`` in Tempo 2.x, ``resourceSpans`` in OTLP JSON)."""
+    for batch in trace.get("batches") or trace.get("resourceSpans") or []:
+        resource = {a["key"]: _otlp_value(a.get("value", {})) for a in batch.get("resource", {}).get("attributes", [])}
+        for scope in batch.get("scopeSpans") or batch.get("instrumentationLibrarySpans") or []:
+            for span in scope.get("spans", []):
+                attrs = {a["key"]: _otlp_value(a.get("value", {})) for a in span.get("attributes", [])}
+                if "host.name" in resource:
+                    attrs.setdefault("node", resource["host.name"])
+                yield {"trace_id": _hex(span.get("traceId")), "span_id": _hex(span.get("spanId")),
+                       "parent_span_id": _hex(span.get("parentSpanId")), "name": span.get("name", ""),
+                       "start_ns": int(span.get("startTimeUnixNano", 0)), "end_ns": int(span.get("endTimeUnixNano", 0)),
+                       "attributes": attrs}
+
+
+def from_tempo(tempo, project, experiment, start_s=None, end_s=None):
+    """The run's spans from Tempo: traces found by the spans' project / experiment_name attributes."""
+    params = {"tags": f'project="{project}" experiment_name="{experiment}"', "limit": str(MAX_TRACES)}
+    if start_s and end_s:
+        params.update(start=str(int(start_s)), end=str(int(end_s) + 1))
+    found = json.loads(_get(f"{tempo}/api/search?{urllib.parse.urlencode(params)}"))
+    spans = []
+    for trace in found.get("traces") or []:
+        body = json.loads(_get(f"{tempo}/api/traces/{trace['traceID']}"))
+        spans += [s for s in _spans_of(body) if s["attributes"].pop("project", project) == project
+                  and s["attributes"].pop("experiment_name", experiment) == experiment]
+    return spans
