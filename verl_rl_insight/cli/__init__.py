@@ -10,7 +10,7 @@ import os
 import sys
 
 from .. import __version__
-from . import alerts, job, server, targets, timeline
+from . import alerts, job, server, targets, timeline, watch
 from .checks import PROBLEMS, REFUSED, CliError
 
 
@@ -30,6 +30,7 @@ def build_parser():
     targets.add_parsers(sub)
     alerts.add_parsers(sub)
     timeline.add_parsers(sub)
+    watch.add_parsers(sub)
     job.add_parsers(sub)
     return parser
 
