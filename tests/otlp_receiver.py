@@ -18,11 +18,13 @@ class OtlpReceiver:
     def __init__(self):
         self.spans = []
         self.requests = 0
+        self.authorizations = []   # the Authorization header of each request (None: none sent)
         self.lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
+                receiver.authorizations.append(self.headers.get("Authorization"))
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
