@@ -20,12 +20,20 @@ GOOD = {"batches": [{"project": "fuzz", "experiment_name": "good-run", "step": 1
 # generated requests per operation and phase; operations without inputs are called once per phase
 BUDGET = {   # generating a push body costs ~150 ms, a target or a query ~10 ms: the bulk goes where it is cheap
     "positive": {("POST", "/api/v1/push"): 400, ("POST", "/api/v1/targets"): 1500,
-                 ("DELETE", "/api/v1/targets"): 1500, ("GET", "/metrics"): 1500},
+                 ("DELETE", "/api/v1/targets"): 1500, ("GET", "/metrics"): 1500, ("POST", "/v1/traces"): 300,
+                 ("POST", "/api/v1/silences"): 100},
     "negative": {("POST", "/api/v1/push"): 300, ("POST", "/api/v1/targets"): 1200,
-                 ("DELETE", "/api/v1/targets"): 1500, ("GET", "/metrics"): 1500},
+                 ("DELETE", "/api/v1/targets"): 1500, ("GET", "/metrics"): 1500, ("POST", "/v1/traces"): 300,
+                 ("POST", "/api/v1/silences"): 100},
     "no-token": {("POST", "/api/v1/push"): 100, ("POST", "/api/v1/targets"): 200,
                  ("DELETE", "/api/v1/targets"): 200, ("GET", "/metrics"): 200},
 }
+
+
+@schemathesis.serializer("application/x-protobuf")
+def protobuf_bytes(ctx, value):
+    """OTLP bodies (POST /v1/traces) as generated: bytes, or a string's UTF-8 bytes."""
+    return value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogatepass")
 
 
 def responses(url):
