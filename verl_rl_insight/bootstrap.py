@@ -15,6 +15,7 @@ ENV_AUTOLOAD = "VERL_RL_INSIGHT_AUTOLOAD"
 # (verl module, the hooks module that patches it)
 TARGETS = [
     ("verl.utils.tracking", "verl_rl_insight.hooks.tracking"),
+    ("verl.utils.rollout_trace", "verl_rl_insight.hooks.rollout_trace"),
     ("verl.trainer.main_ppo", "verl_rl_insight.hooks.main_ppo"),
     ("verl.single_controller.base.worker", "verl_rl_insight.hooks.workers"),
     ("verl.workers.rollout.llm_server", "verl_rl_insight.hooks.server_managers"),

@@ -47,6 +47,7 @@ DEFAULTS = {
         "rollout_engines": {"enabled": True, "target_ttl_s": 90.0},
         "transfer_queue": {"enabled": True},
         "probs_diff": {"enabled": True},
+        "agent_loop": {"enabled": True},   # rl_insight_agent_* from rollout_trace (trace.backend=rl_insight)
         "hardware": {"enabled": True, "interval_s": 5.0, "gpu": True, "host": True, "lock_dir": None,
                      "simulate_gpus": 0},   # the demo's simulated GPUs, only where there is none
     },

@@ -48,6 +48,14 @@ def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes):
 
 
 @hookspec
+def rl_insight_trajectory(run, trajectory):
+    """A finished agent-loop trajectory traced through verl's rollout_trace (backend rl_insight):
+    ``{"start_ns", "end_ns", "attributes": {sample_index, step, rollout_n, validate, ...},
+    "ops": [{"name", "kind", "span_name", "start_ns", "end_ns", "attributes", "error"?}],
+    "ops_dropped", "error"?}``."""
+
+
+@hookspec
 def rl_insight_train_batch(run, batch, step):
     """The step's batch (a verl DataProto) on its way into advantage estimation; read it, never change it."""
 

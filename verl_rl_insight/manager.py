@@ -28,6 +28,7 @@ DEFAULT_PLUGINS = (
     "verl_rl_insight.plugins.rollout_engines",
     "verl_rl_insight.plugins.transfer_queue",
     "verl_rl_insight.plugins.probs_diff",
+    "verl_rl_insight.plugins.agent_loop",
     "verl_rl_insight.plugins.hardware",
 )
 

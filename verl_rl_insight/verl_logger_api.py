@@ -84,3 +84,36 @@ def update_prometheus_config(server_addresses, job_name=None, labels=None):
 @_never_raises
 def finish():
     runtime.shutdown()
+
+
+class AgentLoopSession:
+    """What verl's ``RLInsightLogger.agent_loop_session`` returns: the session's identity, and
+    ``finish(**outcome)``, which puts the session on the timeline (lane agent_loop) with it."""
+
+    def __init__(self, identity):
+        self.identity = identity
+        self.start_ns = time.time_ns()
+        self.finished = False
+
+    @_never_raises
+    def finish(self, **outcome):
+        if self.finished:
+            return
+        self.finished = True
+        attributes = {k: v for k, v in self.identity.items() if v not in ("", None)}
+        attributes.update({f"outcome.{k}": v if isinstance(v, (bool, int, float, str)) else str(v)
+                           for k, v in outcome.items()})
+        if isinstance(self.identity.get("global_steps"), int):
+            attributes["step"] = self.identity["global_steps"]
+        attributes["state_lane_id"] = "agent_loop"
+        trace_span("agent session", self.start_ns, time.time_ns(), attributes)
+
+
+def agent_loop_session(project, experiment_name, sample, session, traj=0, uid=None, global_steps=None,
+                       session_id=None):
+    return AgentLoopSession({
+        "project": project or "default", "experiment_name": experiment_name, "sample": str(sample),
+        "session": str(session), "traj": str(traj),
+        "state_lane_id": f"experiment={experiment_name}/sample={sample}/session={session}/traj={traj}",
+        "uid": uid or "", "global_steps": global_steps if global_steps is not None else "",
+        "session_id": session_id or ""})

@@ -1,6 +1,7 @@
 """verl.utils.tracking: accept ``rl_insight`` as a backend on every verl, and route verl
 0.9's own ``RLInsightLogger`` into this package."""
 
+import importlib.util
 import logging
 
 import wrapt
@@ -47,6 +48,28 @@ def _tracking_init(wrapped, instance, args, kwargs):
     return result
 
 
+def _agent_loop_session(wrapped, instance, args, kwargs):
+    """verl 0.9 imports ``rl_insight.agent_loop`` (the separate package) and falls back to an
+    inert object without it: this package answers instead, unless that package is installed."""
+    try:
+        official = importlib.util.find_spec("rl_insight.agent_loop") is not None
+    except (ImportError, ValueError):
+        official = False
+    if official:
+        return wrapped(*args, **kwargs)
+    try:
+        from verl.utils.rollout_trace import RolloutTraceConfig
+
+        config = RolloutTraceConfig.get_instance()
+        names = ("sample", "session", "traj", "uid", "global_steps", "session_id")
+        return verl_logger_api.agent_loop_session(
+            project=config.project_name, experiment_name=kwargs.get("experiment_name") or config.experiment_name
+            or "default", **{k: kwargs[k] for k in names if k in kwargs})
+    except Exception:   # verl's own fallback rather than a broken rollout
+        logger.exception("rl-insight: agent_loop_session failed; verl's fallback is used")
+        return wrapped(*args, **kwargs)
+
+
 def install(module):
     if getattr(module, "_rl_insight_installed", False):
         return
@@ -59,6 +82,8 @@ def install(module):
     if legacy is not None and hasattr(legacy, "_rl_insight_module"):
         module._rl_insight_previous_api = legacy._rl_insight_module
         legacy._rl_insight_module = verl_logger_api
+        if "agent_loop_session" in vars(legacy):
+            wrapt.wrap_function_wrapper(legacy, "agent_loop_session", _agent_loop_session)
     module._rl_insight_installed = True
 
 
@@ -72,4 +97,5 @@ def uninstall(module):
     legacy = getattr(module, "RLInsightLogger", None)
     if legacy is not None and hasattr(module, "_rl_insight_previous_api"):
         legacy._rl_insight_module = module._rl_insight_previous_api
+        unwrap(legacy, "agent_loop_session")
     module._rl_insight_installed = False

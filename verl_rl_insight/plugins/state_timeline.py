@@ -314,3 +314,28 @@ def rl_insight_shutdown(timeout_s):
 def processor():
     """The span processor (for stats and tests); None when no endpoint is configured."""
     return _processor
+
+
+@hookimpl
+def rl_insight_trajectory(run, trajectory):
+    """An agent-loop trajectory: one span on lane agent_loop, its traced ops as children."""
+    if _tracer is None:
+        return
+    from opentelemetry import context, trace
+    from opentelemetry.trace import Status, StatusCode
+
+    attributes = dict(trajectory["attributes"], ops=len(trajectory["ops"]), ops_dropped=trajectory["ops_dropped"])
+    span = _tracer.start_span("agent trajectory", context=context.Context(), start_time=trajectory["start_ns"],
+                              attributes=_attributes(run, "agent_trajectory", "agent_loop", attributes))
+    if trajectory.get("error"):
+        span.set_status(Status(StatusCode.ERROR, trajectory["error"]))
+    parent = trace.set_span_in_context(span)
+    for op in trajectory["ops"]:
+        extra = dict(op["attributes"], op=op["name"], step=trajectory["attributes"].get("step"),
+                     sample_index=trajectory["attributes"].get("sample_index"))
+        child = _tracer.start_span(op["span_name"], context=parent, start_time=op["start_ns"],
+                                   attributes=_attributes(run, f"agent_{op['kind']}", "agent_loop", extra))
+        if op.get("error"):
+            child.set_status(Status(StatusCode.ERROR, op["error"]))
+        child.end(end_time=op["end_ns"])
+    span.end(end_time=trajectory["end_ns"])

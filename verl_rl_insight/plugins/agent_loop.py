@@ -1,0 +1,67 @@
+"""Agent-loop counts and latencies as metrics (``rl_insight_agent_*``), from the trajectories
+verl's rollout_trace reports with backend rl_insight (hooks/rollout_trace.py).
+
+Per worker process (label ``worker``) and ``validate``: trajectories, generate turns, tool calls,
+tool seconds, failed ops and trajectories as totals; for the newest step a worker saw, turns and
+tool calls per trajectory and the mean tool latency.
+"""
+
+import collections
+import os
+import socket
+import threading
+import time
+
+from ..client.metric_batch import MetricBatch
+from ..hookspecs import hookimpl
+
+_lock = threading.Lock()
+_totals = collections.defaultdict(collections.Counter)   # validate -> counter
+_steps = collections.defaultdict(collections.Counter)    # step -> counter (training trajectories only)
+_worker = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@hookimpl
+def rl_insight_trajectory(run, trajectory):
+    ops = trajectory["ops"]
+    tools = [op for op in ops if op["kind"] == "tool"]
+    figures = collections.Counter(
+        trajectories=1, turns=sum(op["kind"] == "generate" for op in ops), tool_calls=len(tools),
+        tool_seconds=sum(op["end_ns"] - op["start_ns"] for op in tools) / 1e9,
+        failed_ops=sum("error" in op for op in ops), failed_trajectories=int("error" in trajectory))
+    validate = bool(trajectory["attributes"].get("validate"))
+    step = trajectory["attributes"].get("step")
+    with _lock:
+        _totals[validate].update(figures)
+        if not validate and isinstance(step, int) and step >= 0:
+            _steps[step].update(figures)
+            for old in sorted(_steps)[:-4]:   # a few steps in flight at most
+                del _steps[old]
+
+
+@hookimpl
+def rl_insight_collect(run):
+    now = time.time()
+    with _lock:
+        totals = {v: dict(c) for v, c in _totals.items()}
+        newest = max(_steps, default=None)
+        step = dict(_steps[newest]) if newest is not None else None
+    batches = [MetricBatch(run.project, run.experiment_name, None, now, {
+        "rl_insight_agent_trajectories_total": c.get("trajectories", 0),
+        "rl_insight_agent_turns_total": c.get("turns", 0),
+        "rl_insight_agent_tool_calls_total": c.get("tool_calls", 0),
+        "rl_insight_agent_tool_seconds_total": c.get("tool_seconds", 0.0),
+        "rl_insight_agent_failed_ops_total": c.get("failed_ops", 0),
+        "rl_insight_agent_failed_trajectories_total": c.get("failed_trajectories", 0),
+    }, labels={"worker": _worker, "validate": str(validate).lower()}) for validate, c in totals.items()]
+    if step:
+        n = max(step.get("trajectories", 0), 1)
+        batches.append(MetricBatch(run.project, run.experiment_name, None, now, {
+            "rl_insight_agent_step": newest,
+            "rl_insight_agent_step_trajectories": step.get("trajectories", 0),
+            "rl_insight_agent_turns_per_trajectory": step.get("turns", 0) / n,
+            "rl_insight_agent_tool_calls_per_trajectory": step.get("tool_calls", 0) / n,
+            "rl_insight_agent_tool_latency_seconds": (step.get("tool_seconds", 0.0) / step["tool_calls"]
+                                                      if step.get("tool_calls") else 0.0),
+        }, labels={"worker": _worker}))
+    return batches or None
