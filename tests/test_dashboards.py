@@ -19,7 +19,7 @@ def test_committed_dashboards_are_current_and_their_queries_check_out():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in DASHBOARDS_DIR.glob("*.json")) == [
-        "rl_insight_hardware.json", "verl_trainer_v1_with_sglang_engine.json",
+        "rl_insight_compare_runs.json", "rl_insight_hardware.json", "verl_trainer_v1_with_sglang_engine.json",
         "verl_trainer_v1_with_vllm_engine.json"]
 
 

@@ -10,7 +10,7 @@ import os
 import sys
 
 from .. import __version__
-from . import alerts, job, server, targets, timeline, watch
+from . import alerts, job, runs, server, targets, timeline, watch
 from .checks import PROBLEMS, REFUSED, CliError
 
 
@@ -31,6 +31,7 @@ def build_parser():
     alerts.add_parsers(sub)
     timeline.add_parsers(sub)
     watch.add_parsers(sub)
+    runs.add_parsers(sub)
     job.add_parsers(sub)
     return parser
 

@@ -5,7 +5,7 @@ Every PromQL query filters on ``project`` and ``experiment_name`` (regex matcher
 are multi-select); every TraceQL query constrains both too.
 """
 
-from . import engines, training
+from . import compare, engines, training
 from .panels import RUN, Layout, spans_table, timeseries, trace_view, variables
 
 RATE = "[$__rate_interval]"
@@ -118,6 +118,31 @@ def hardware_rows(layout):
         (f"rl_insight_host_disk_written_bytes_per_second{{{node}}}", "write {{node}}")], unit="Bps"))
 
 
+AGENT_LOOP_ROW = "Agent loop (actor_rollout_ref.rollout.trace.backend=rl_insight)"
+
+
+def agent_loop_rows(layout):
+    """rl_insight_agent_* from the trajectories verl's rollout_trace reports; returns {row: condition}."""
+    layout.row(AGENT_LOOP_ROW, collapsed=True)
+    total = lambda name: f'sum by (validate) (rate(rl_insight_agent_{name}_total{{{RUN}}}{RATE}))'  # noqa: E731
+    layout.add(timeseries("Trajectories traced", [(total("trajectories"), "validate={{validate}}")], unit="ops"),
+               w=8, h=7)
+    layout.add(timeseries("Turns and tool calls per trajectory", [
+        (f"avg(rl_insight_agent_turns_per_trajectory{{{RUN}}})", "turns"),
+        (f"avg(rl_insight_agent_tool_calls_per_trajectory{{{RUN}}})", "tool calls")],
+        description="per worker for the newest step it traced, averaged over workers"), w=8, h=7)
+    layout.add(timeseries("Tool latency", [
+        (f"sum(rate(rl_insight_agent_tool_seconds_total{{{RUN}}}{RATE})) / "
+         f"sum(rate(rl_insight_agent_tool_calls_total{{{RUN}}}{RATE}))", "mean")], unit="s"), w=8, h=7)
+    layout.add(timeseries("Failed ops and trajectories", [
+        (total("failed_ops"), "ops validate={{validate}}"),
+        (total("failed_trajectories"), "trajectories validate={{validate}}")], unit="ops"), w=12, h=7)
+    layout.add(timeseries("Tool calls and turns", [(total("tool_calls"), "tool calls validate={{validate}}"),
+                                                   (total("turns"), "turns validate={{validate}}")], unit="ops"),
+               w=12, h=7)
+    return {AGENT_LOOP_ROW: "actor_rollout_ref.rollout.trace.backend=rl_insight"}
+
+
 def dashboard(uid, title, layout, engine_metric):
     return {"uid": uid, "title": title, "tags": ["rl-insight", "verl"], "timezone": "browser", "schemaVersion": 39,
             "refresh": "10s", "time": {"from": "now-1h", "to": "now"}, "editable": False,
@@ -138,12 +163,16 @@ def build(conditional=None):
         rows_logged_sometimes.update(training.key_rows(layout))
         transfer_queue_rows(layout)
         rows_logged_sometimes.update(transfer_queue_probe_rows(layout))
+        rows_logged_sometimes.update(agent_loop_rows(layout))
         hardware_rows(layout)
         uid = f"verl_trainer_v1_with_{engine}_engine"
         out[f"{uid}.json"] = dashboard(uid, f"verl trainer v1 with {engine} engine", layout, ENGINES[engine])
     layout = Layout()
     hardware_rows(layout)
     out["rl_insight_hardware.json"] = dashboard("rl_insight_hardware", "RL-Insight hardware", layout, None)
+    run_variables = [dict(v, includeAll=v["name"] == "experiment_name") for v in variables(None)
+                     if v["name"] in ("project", "experiment_name")]
+    out["rl_insight_compare_runs.json"] = compare.build(run_variables)
     if conditional is not None:
         conditional.update(rows_logged_sometimes)
     return out

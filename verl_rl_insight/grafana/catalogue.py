@@ -24,6 +24,11 @@ PRODUCED = {
     "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_XID_ERRORS",
     "up",
+    "rl_insight_agent_trajectories_total", "rl_insight_agent_turns_total", "rl_insight_agent_tool_calls_total",
+    "rl_insight_agent_tool_seconds_total", "rl_insight_agent_failed_ops_total",
+    "rl_insight_agent_failed_trajectories_total", "rl_insight_agent_step", "rl_insight_agent_step_trajectories",
+    "rl_insight_agent_turns_per_trajectory", "rl_insight_agent_tool_calls_per_trajectory",
+    "rl_insight_agent_tool_latency_seconds",
 }
 
 

@@ -118,7 +118,8 @@ class Server:
         if s.enabled("alertmanager"):
             self.alerting = Alerting(alertmanager.url(s), s.data_path / "silences.json")
         self.api = Api(self.hub, targets=self.targets, token=s.token, max_body_bytes=int(s.max_body_mb * 2**20),
-                       services=self.service_status, info=self.info, alerting=self.alerting)
+                       services=self.service_status, info=self.info, alerting=self.alerting,
+                       delete_series=self.delete_series)
         self.http = HttpServer(self.api, s.bind, s.port)
         try:
             self.http.start()
@@ -132,6 +133,26 @@ class Server:
         self.supervisor = Supervisor(self.services, on_restart=self._restarted)
         self.supervisor.start()
         return self
+
+    def delete_series(self, project, experiment):
+        """Delete a run's series in this server's Prometheus (admin API: loopback only); says what happened."""
+        service = self.services.get("prometheus")
+        if service is None:
+            return "no Prometheus runs here"
+        if not prometheus.admin_api(self.settings):
+            return ("kept: Prometheus listens beyond loopback, where its admin API stays off (series age out "
+                    f"after the retention, {self.settings.retention})")
+        import urllib.parse
+        import urllib.request
+
+        query = urllib.parse.urlencode({"match[]": prometheus.run_selector(project, experiment)})
+        try:
+            with urllib.request.urlopen(urllib.request.Request(
+                    f"{service.url}/api/v1/admin/tsdb/delete_series?{query}", method="POST"), timeout=30):
+                pass
+        except OSError as exc:
+            return f"not deleted: Prometheus answered {exc}"
+        return "deleted"
 
     def _restarted(self, service):
         if service.name == "alertmanager" and self.alerting is not None:

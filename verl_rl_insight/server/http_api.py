@@ -89,7 +89,7 @@ class Request:
 
 class Api:
     def __init__(self, hub, targets=None, token=None, max_body_bytes=MAX_BODY_BYTES, services=None, info=None,
-                 alerting=None, spans=None, workers=4, body_budget_bytes=64 * 1024 * 1024, save_every_s=1.0):
+                 alerting=None, spans=None, delete_series=None, workers=4, body_budget_bytes=64 * 1024 * 1024, save_every_s=1.0):
         self.hub = hub
         self.targets = targets if targets is not None else TargetRegistry()
         self.token = token or None
@@ -98,6 +98,7 @@ class Api:
         self.info = info
         self.alerting = alerting
         self.spans = spans
+        self.delete_series = delete_series   # (project, experiment) -> what Prometheus said
         self.save_every_s = save_every_s
         self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api")
@@ -123,6 +124,7 @@ class Api:
             ("GET", "/api/v1/services"): (
                 lambda r: self._json_from(r, lambda: {"services": services() if services else {}}), False),
             ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
+            ("DELETE", "/api/v1/runs"): (self.delete_run, True),
             ("POST", "/v1/traces"): (self.post_traces, True),
             ("GET", "/api/v1/spans"): (self.get_spans, False),
             ("GET", "/api/v1/spans/runs"): (lambda r: self._json_from(r, lambda: {"runs": self._span_store().runs()}),
@@ -257,6 +259,21 @@ class Api:
         if not self.targets.remove(address, job):
             raise ApiError(404, f"no target {job[:80]!r} {address[:80]!r}")
         await self._send_json(request.send, 200, {"removed": {"job": job, "address": address}})
+
+    async def delete_run(self, request):
+        project, experiment = request.param("project"), request.param("experiment_name")
+        if not project or not experiment:
+            raise ApiError(400, "give ?project=P&experiment_name=E")
+
+        def delete():
+            streams, series = self.hub.delete_run(project, experiment)
+            spans = self.spans.delete(project, experiment) if self.spans is not None else False
+            prometheus = self.delete_series(project, experiment) if self.delete_series else "no Prometheus here"
+            return {"project": project, "experiment_name": experiment, "hub_streams": streams, "hub_series": series,
+                    "spans": spans, "prometheus": prometheus}
+        result = await self._in_thread(delete)
+        self._save_soon()
+        await self._send_json(request.send, 200, result)
 
     def _span_store(self):
         if self.spans is None:

@@ -324,18 +324,31 @@ class MetricHub:
             del self._scrapers[name]
             self._state_dirty = True
         for key in [k for k, s in self._streams.items() if now - s.updated > self.stream_ttl_s]:
-            stream = self._streams.pop(key)
-            self._series -= len(stream.latest)
-            self._bytes -= STREAM_BYTES + SERIES_BYTES * len(stream.latest) + sum(s.nbytes for s in stream.history)
-            for scraper in self._scrapers.values():
-                scraper.marks.pop(key, None)
-            self._version += 1
+            self._forget(key)
         horizon = now - self.history_s
         for stream in self._streams.values():
             history = stream.history
             while history and history[0].received < horizon and all(
                     scraper.sent(stream.key, history[0]) for scraper in self._scrapers.values()):
                 self._drop_oldest(stream)
+
+    def _forget(self, key):
+        stream = self._streams.pop(key)
+        self._series -= len(stream.latest)
+        self._bytes -= STREAM_BYTES + SERIES_BYTES * len(stream.latest) + sum(s.nbytes for s in stream.history)
+        for scraper in self._scrapers.values():
+            scraper.marks.pop(key, None)
+        self._version += 1
+        return len(stream.latest)
+
+    def delete_run(self, project, experiment):
+        """Forget every stream of a run (its values and history); returns (streams, series) removed."""
+        with self._lock:
+            keys = [k for k in self._streams if dict(k).get("project") == project
+                    and dict(k).get("experiment_name") == experiment]
+            series = sum(self._forget(key) for key in keys)
+            self._state_dirty = self._state_dirty or bool(keys)
+        return len(keys), series
 
     # -- scrapes ---------------------------------------------------------------------------
     def expose(self, scraper=None, arrival=None):

@@ -114,6 +114,10 @@ def document():
         "/api/v1/sd": {"get": _get("the targets in Prometheus http_sd format")},
         "/api/v1/services": {"get": _get("every service: pid, health, restarts, version, data size")},
         "/api/v1/info": {"get": _get("the endpoints the server announces")},
+        "/api/v1/runs": {"delete": _write("forget a run: its hub streams, its spans, its series in Prometheus "
+                                          "(where Prometheus listens on loopback)", parameters=[
+            _query("project", {"type": "string"}, True, "the run's project"),
+            _query("experiment_name", {"type": "string"}, True, "the run's experiment_name")], errors=(400, 401))},
         "/v1/traces": {"post": {
             "summary": "OTLP/HTTP spans (protobuf ExportTraceServiceRequest), kept per run when Tempo is not running",
             "security": [{"token": []}, {"basic": []}],

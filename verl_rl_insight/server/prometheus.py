@@ -5,6 +5,7 @@ import urllib.parse
 
 import yaml
 
+from .credentials import is_loopback
 from .settings import check_http_url
 
 LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -114,5 +115,21 @@ def command(binary, settings, config_path):
         f"--storage.tsdb.path={data}",
         f"--storage.tsdb.retention.time={settings.retention}",
         f"--web.listen-address={settings.bind}:{settings.prometheus_port}",
-        # no --web.enable-lifecycle / --web.enable-admin-api: nobody can /-/quit or delete series
+        # no --web.enable-lifecycle: nobody can /-/quit; the admin API (deleting a run's series) only
+        # where Prometheus listens on loopback, so that nobody elsewhere can delete series
+        *(["--web.enable-admin-api"] if admin_api(settings) else []),
     ]
+
+
+def admin_api(settings):
+    return is_loopback(settings.bind)
+
+
+def run_selector(project, experiment):
+    """``{project="...",experiment_name="..."}`` (experiment None: the project alone) with the values
+    escaped as PromQL strings."""
+    def quote(value):
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    if experiment is None:
+        return f'{{project="{quote(project)}"}}'
+    return f'{{project="{quote(project)}",experiment_name="{quote(experiment)}"}}'

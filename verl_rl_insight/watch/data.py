@@ -6,6 +6,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ..server.prometheus import run_selector
+
 PREFIX = "rl_insight_monitor_"
 STEP = PREFIX + "training_global_step"
 # (label, logged key, thresholds drawn under the curve)
@@ -62,6 +64,10 @@ class Prometheus:
         result = self.query(promql_range)
         return {float(t): float(v) for t, v in result[0]["values"]} if result else {}
 
+    def names(self, match, start):
+        """Metric names of the series matching ``match`` since ``start`` (seconds)."""
+        return self._get("/api/v1/label/__name__/values", {"match[]": match, "start": str(start)})
+
     def alerts(self):
         return self._get("/api/v1/alerts", {})["alerts"]
 
@@ -96,7 +102,7 @@ def by_step(prom, key_metric, selector, window_s, steps):
 
 def snapshot(prom, project, experiment, window_s=3600):
     """Everything one frame shows, as plain data."""
-    selector = f'{{project="{project}",experiment_name="{experiment}"}}'
+    selector = run_selector(project, experiment)
     step = prom.scalar(f"{STEP}{selector}")
     if step is None:
         raise DataError(f"run {project}/{experiment} has no global step in Prometheus yet")
