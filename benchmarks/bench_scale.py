@@ -359,9 +359,9 @@ def ceiling(args):
                 cpu0 = proc_figures(hub.pid)[0]
                 time.sleep(4 * args.interval)
                 stop.set()
+                elapsed = time.time() - window_started   # the pushes due in this window; a pusher may sleep on
                 for thread in threads:
                     thread.join()
-                elapsed = time.time() - window_started
                 figures = get_json(f"http://127.0.0.1:{port}/api/v1/hub")
                 due = nodes * elapsed / args.interval
                 row = {"nodes": nodes, "gpus": nodes * GPUS_PER_NODE, "series": figures["series"],

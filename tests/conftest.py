@@ -53,6 +53,17 @@ def hub_server():
         server.close()
 
 
+@pytest.fixture
+def receiver(monkeypatch):
+    """A real OTLP/HTTP receiver on loopback that the trainer side sends its spans to."""
+    from tests.otlp_receiver import OtlpReceiver
+
+    receiver = OtlpReceiver()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.url)
+    yield receiver
+    receiver.close()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def activated():
     """The .pth file activates every interpreter; say so explicitly for this one too."""

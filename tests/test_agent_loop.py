@@ -10,15 +10,6 @@ import time
 import pytest
 
 from tests.helpers import http, wait_for
-from tests.otlp_receiver import OtlpReceiver
-
-
-@pytest.fixture
-def receiver(monkeypatch):
-    receiver = OtlpReceiver()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.url)
-    yield receiver
-    receiver.close()
 
 
 @pytest.fixture

@@ -26,14 +26,6 @@ TRAINER_MODULES = {
 }
 
 
-@pytest.fixture
-def receiver(monkeypatch):
-    receiver = OtlpReceiver()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.url)
-    yield receiver
-    receiver.close()
-
-
 def one_training_step(marked_timer, step):
     """The shape of verl's fit loop: phases timed with the trainer module's own marked_timer."""
 

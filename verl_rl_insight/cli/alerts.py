@@ -11,7 +11,7 @@ import re
 import time
 import urllib.parse
 
-from .api import call, common_options, server
+from .api import call, common_options, server, show_list
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -34,12 +34,6 @@ def _ago(iso):
     return f"{text} ago"
 
 
-def _table(rows):
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
-
-
 def _value(text):
     try:
         return f"{float(text):.4g}"
@@ -50,23 +44,18 @@ def _value(text):
 def show(args):
     base, token = server(args)
     alerts = call("GET", base + "/api/v1/alerts", token)["alerts"]
-    alerts = [a for a in alerts if (not args.project or a["labels"].get("project") == args.project)
-              and (not args.experiment or a["labels"].get("experiment_name") == args.experiment)]
-    if args.json:
-        print(json.dumps(alerts))
-        return 0
-    if not alerts:
-        print("no alerts firing" + (" for this run" if args.project or args.experiment else ""))
-        return 0
-    rows = [("ALERT", "SEVERITY", "RUN", "SINCE", "VALUE", "STATE")]
-    for a in sorted(alerts, key=lambda a: a.get("since") or ""):
+    alerts = sorted((a for a in alerts if (not args.project or a["labels"].get("project") == args.project)
+                     and (not args.experiment or a["labels"].get("experiment_name") == args.experiment)),
+                    key=lambda a: a.get("since") or "")
+
+    def row(a):
         labels = a["labels"]
         run = f"{labels.get('project', '-')}/{labels.get('experiment_name', '-')}"
         state = "silenced" if a.get("silenced_by") else (a.get("state") or "firing").replace("active", "firing")
-        rows.append((a["alertname"] or "?", labels.get("severity", "-"), run, _ago(a.get("since")),
-                     _value(a["annotations"].get("value")), state))
-    _table(rows)
-    return 0
+        return (a["alertname"] or "?", labels.get("severity", "-"), run, _ago(a.get("since")),
+                _value(a["annotations"].get("value")), state)
+    empty = "no alerts firing" + (" for this run" if args.project or args.experiment else "")
+    return show_list(args, alerts, empty, ("ALERT", "SEVERITY", "RUN", "SINCE", "VALUE", "STATE"), row)
 
 
 def silence(args):
@@ -88,19 +77,12 @@ def silence(args):
 
 def silences(args):
     base, token = server(args)
-    found = call("GET", base + "/api/v1/silences", token)["silences"]
-    if args.json:
-        print(json.dumps(found))
-        return 0
-    if not found:
-        print("no silences")
-        return 0
-    rows = [("ID", "MATCHES", "UNTIL", "BY", "COMMENT")]
-    for s in found:
+
+    def row(s):
         matches = ",".join(f"{m['name']}={m['value']}" for m in s.get("matchers", []))
-        rows.append((s["id"], matches, s.get("endsAt", "?"), s.get("createdBy", "-"), s.get("comment", "")))
-    _table(rows)
-    return 0
+        return (s["id"], matches, s.get("endsAt", "?"), s.get("createdBy", "-"), s.get("comment", ""))
+    return show_list(args, call("GET", base + "/api/v1/silences", token)["silences"], "no silences",
+                     ("ID", "MATCHES", "UNTIL", "BY", "COMMENT"), row)
 
 
 def unsilence(args):

@@ -56,3 +56,21 @@ def call(method, url, token, body=None):
     except (OSError, ValueError) as exc:
         raise CliError(f"cannot reach the server at {url.rsplit('/api/', 1)[0]}: {getattr(exc, 'reason', exc)}",
                        code=PROBLEMS) from None
+
+
+def print_table(rows):
+    """Rows of strings as aligned columns (the first row the header); the last column is not padded."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+
+
+def show_list(args, items, empty, header, row):
+    """A list command's output: JSON for --json, ``empty`` for none, else a table of ``row(item)``."""
+    if args.json:
+        print(json.dumps(items))
+    elif not items:
+        print(empty)
+    else:
+        print_table([header, *(row(item) for item in items)])
+    return 0

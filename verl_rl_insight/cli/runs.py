@@ -10,7 +10,7 @@ import urllib.parse
 
 from ..server.prometheus import run_selector
 from ..watch.data import PREFIX, STEP, DataError, Prometheus
-from .api import call, common_options, server
+from .api import call, common_options, print_table, server
 from .checks import PROBLEMS, REFUSED, CliError
 
 
@@ -88,9 +88,7 @@ def show(args):
                                                     (run["last_push_s"] or 0) < 600 else "idle")
         rows.append((project, experiment, "-" if run["step"] is None else str(run["step"]), _ago(run["last_push_s"]),
                      "-" if run["series"] is None else str(run["series"]), state))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[5])
+    print_table(rows)
     return 0
 
 

@@ -5,6 +5,7 @@ import urllib.parse
 
 from .api import call as _call
 from .api import server as _server
+from .api import show_list
 from .checks import CliError
 
 
@@ -47,22 +48,12 @@ def remove(args):
 
 def show(args):
     url, token = _endpoint(args)
-    targets = _call("GET", url, token)["targets"]
-    if args.json:
-        print(json.dumps(targets))
-        return 0
-    if not targets:
-        print("no targets (rl-insight targets add HOST:PORT --job NAME adds one)")
-        return 0
-    rows = [("JOB", "ADDRESS", "LABELS", "EXPIRES")]
-    for t in targets:
+
+    def row(t):
         labels = ",".join(f"{k}={v}" for k, v in sorted(t["labels"].items())) or "-"
-        rows.append((t["job"], t["address"], labels,
-                     "never" if t["expires_in_s"] is None else f"in {t['expires_in_s']:.0f} s"))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3])
-    return 0
+        return (t["job"], t["address"], labels, "never" if t["expires_in_s"] is None else f"in {t['expires_in_s']:.0f} s")
+    return show_list(args, _call("GET", url, token)["targets"], "no targets (rl-insight targets add HOST:PORT --job "
+                     "NAME adds one)", ("JOB", "ADDRESS", "LABELS", "EXPIRES"), row)
 
 
 def add_parsers(sub):
