@@ -70,12 +70,13 @@ def test_spans_are_kept_per_run_and_hostile_bodies_get_a_4xx(hub):
         got, answer = http("POST", hub + "/v1/traces", payload, headers)
         assert got == status and words in answer.decode(), (headers, got, answer)
     assert http("POST", hub + "/v1/traces", gzip.compress(body), dict(PROTOBUF, **{"Content-Encoding": "gzip"}))[0] == 200
-    status, kept = http("GET", hub + "/api/v1/spans?project=p&experiment_name=e")
+    assert http("GET", hub + "/api/v1/spans?project=p&experiment_name=e")[0] == 401   # prompts, with token2text
+    status, kept = http("GET", hub + "/api/v1/spans?project=p&experiment_name=e", headers=PROTOBUF)
     spans = [json.loads(line) for line in kept.splitlines()]
     assert status == 200 and [s["name"] for s in spans] == [s[0] for s in STEP_SPANS]
     assert spans[1]["parent_span_id"] == spans[0]["span_id"] and spans[1]["attributes"]["verl.step"] == 1
     assert json.loads(http("GET", hub + "/api/v1/spans/runs")[1])["runs"][0]["spans"] == 5
-    status, answer = http("GET", hub + "/api/v1/spans?project=p&experiment_name=other")
+    status, answer = http("GET", hub + "/api/v1/spans?project=p&experiment_name=other", headers=PROTOBUF)
     assert status == 404 and "no spans of 'p' / 'other'" in answer.decode()
     assert http("GET", hub + "/metrics")[0] == 200
 
@@ -101,7 +102,8 @@ def test_the_trainer_sends_its_token_to_the_server_and_not_to_another_collector(
     with verl_rl_insight.state("gen", lane="trainer"):
         pass
     verl_rl_insight.finish()
-    wait_for(lambda: http("GET", hub + "/api/v1/spans?project=p&experiment_name=to-the-hub")[0] == 200, 15,
+    wait_for(lambda: http("GET", hub + "/api/v1/spans?project=p&experiment_name=to-the-hub",
+                          headers=PROTOBUF)[0] == 200, 15,
              what="spans kept by the hub (sent with the token)")
 
     collector = OtlpReceiver()

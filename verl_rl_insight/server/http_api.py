@@ -126,7 +126,7 @@ class Api:
             ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
             ("DELETE", "/api/v1/runs"): (self.delete_run, True),
             ("POST", "/v1/traces"): (self.post_traces, True),
-            ("GET", "/api/v1/spans"): (self.get_spans, False),
+            ("GET", "/api/v1/spans"): (self.get_spans, True),   # token2text spans carry prompts: token rules
             ("GET", "/api/v1/spans/runs"): (lambda r: self._json_from(r, lambda: {"runs": self._span_store().runs()}),
                                             False),
             ("GET", "/api/v1/alerts"): (lambda r: self._alerting(r, "firing"), False),

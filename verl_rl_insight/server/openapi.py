@@ -126,10 +126,12 @@ def document():
             "responses": {"200": {"description": "ExportTraceServiceResponse", "content": {
                 "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
                 **_errors(400, 401, 404, 413, 415)}}},
-        "/api/v1/spans": {"get": _get("a run's kept spans, one JSON object a line", {
+        "/api/v1/spans": {"get": {**_get("a run's kept spans, one JSON object a line (needs the token when one is "
+                                         "set: with token2text they carry prompts)", {
             "description": "ok", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}, [
                 _query("project", {"type": "string"}, True, "the run's project"),
-                _query("experiment_name", {"type": "string"}, True, "the run's experiment_name")], (400, 404))},
+                _query("experiment_name", {"type": "string"}, True, "the run's experiment_name")], (400, 401, 404)),
+            "security": [{"token": []}, {"basic": []}]}},
         "/api/v1/spans/runs": {"get": _get("the runs whose spans this server keeps", errors=(404,))},
         "/api/v1/alerts": {"get": _get("alerts firing now (from the server's Alertmanager)", errors=(404, 503))},
         "/api/v1/silences": {
