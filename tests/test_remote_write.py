@@ -72,7 +72,7 @@ def test_every_series_reaches_victoriametrics_and_doctor_names_the_refused_queue
         remote_write=[{"url": write, "name": "central", "basic_auth": {"username": "central", "password": password}},
                       {"url": write, "name": "wrong", "basic_auth": {"username": "central", "password": "not-it"},
                        "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms"}}],
-        otlp_endpoint="http://collector.example:4318/v1/traces")
+        otlp_endpoint=f"http://127.0.0.1:{free_port()}/v1/traces")
     env = {"RL_INSIGHT_SERVER_URL": None, "RL_INSIGHT_TOKEN": None}
     started = rl_insight("server", "start", "--detach", "--config", str(path), env=env)
     hub = f"http://127.0.0.1:{config['port']}"

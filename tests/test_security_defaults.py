@@ -169,14 +169,14 @@ def test_beyond_loopback_strangers_cannot_write_and_prometheus_cannot_be_stopped
         hub, prom = f"http://{here}:{config['port']}", f"http://{here}:{config['prometheus_port']}"
         assert f"export RL_INSIGHT_SERVER_URL=http://rl-insight:{token}@{here}:{config['port']}" in started.stdout
         batch = json.dumps({"batches": [{"project": "p", "experiment_name": "stranger", "metrics": {"m": 1}}]})
-        target = json.dumps({"address": "169.254.169.254:80", "job": "ssrf"})
+        target = json.dumps({"address": "127.0.0.1:80", "job": "ssrf"})
         bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         basic = {"Authorization": "Basic " + base64.b64encode(f"rl-insight:{token}".encode()).decode()}
         statuses = from_other_host(ns, [
             ("POST", hub + "/api/v1/push", batch, {"Content-Type": "application/json"}),
             ("POST", hub + "/api/v1/push", batch, {"Authorization": "Bearer wrong"}),
             ("POST", hub + "/api/v1/targets", target, {}),
-            ("DELETE", hub + "/api/v1/targets?job=x&address=h:1", None, {}),
+            ("DELETE", hub + "/api/v1/targets?job=x&address=127.0.0.1:1", None, {}),
             ("GET", hub + "/metrics?scraper=stolen-cursor", None, {}),
             ("GET", hub + "/metrics", None, {}),
             ("POST", hub + "/api/v1/push", batch, bearer),

@@ -203,17 +203,17 @@ def test_a_full_span_queue_drops_and_counts_never_blocks(monkeypatch):
 def test_otlp_endpoint_resolution_order(monkeypatch):
     from verl_rl_insight.config import load_config
 
-    config = load_config({"rl_insight": {"server_url": "http://10.1.2.3:18080"}}, environ={})
-    assert state_timeline.otlp_endpoint(config, environ={}) == "http://10.1.2.3:4318/v1/traces"
-    assert state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://t:4318/"}) \
-        == "http://t:4318/v1/traces"
-    assert state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://t:1",
-                                                         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://x/v1/traces"}) \
-        == "http://x/v1/traces"
-    config = load_config({"rl_insight": {"plugins": {"state_timeline": {"otlp_endpoint": "http://o/v1/traces"}}}},
+    config = load_config({"rl_insight": {"server_url": "http://127.0.0.1:18080"}}, environ={})
+    assert state_timeline.otlp_endpoint(config, environ={}) == "http://127.0.0.1:4318/v1/traces"
+    assert state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4319/"}) \
+        == "http://127.0.0.1:4319/v1/traces"
+    assert state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
+                                                         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4320/v1/traces"}) \
+        == "http://127.0.0.1:4320/v1/traces"
+    config = load_config({"rl_insight": {"plugins": {"state_timeline": {"otlp_endpoint": "http://127.0.0.1:4321/v1/traces"}}}},
                          environ={})
-    assert state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://t:1"}) \
-        == "http://o/v1/traces"
+    assert state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}) \
+        == "http://127.0.0.1:4321/v1/traces"
 
 
 def test_spans_go_to_the_otlp_endpoint_the_server_announces(hub_server, monkeypatch):
