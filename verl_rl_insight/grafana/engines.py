@@ -60,17 +60,9 @@ def vllm_rows(layout):
     layout.add(timeseries("Finished requests by reason", [
         (f"sum by (finished_reason) ({rate('vllm:request_success_total')})", "{{finished_reason}}")],
         unit="reqps", stack=True), w=8)
-    for title, name in (("Time to first token", "vllm:time_to_first_token_seconds"),
-                        ("Inter-token latency", "vllm:inter_token_latency_seconds"),
-                        ("End-to-end request latency", "vllm:e2e_request_latency_seconds"),
-                        ("Queue time", "vllm:request_queue_time_seconds"),
-                        ("Prefill time", "vllm:request_prefill_time_seconds"),
-                        ("Decode time", "vllm:request_decode_time_seconds")):
-        layout.add(timeseries(title, quantiles(name), unit="s"), w=8)
-    layout.add(heatmap("Time to first token (heatmap)",
-                       f"sum by (le) ({rate('vllm:time_to_first_token_seconds_bucket')})", "s"), w=12)
-    layout.add(heatmap("End-to-end latency (heatmap)",
-                       f"sum by (le) ({rate('vllm:e2e_request_latency_seconds_bucket')})", "s"), w=12)
+    latency_panels(layout, "vllm", (("Queue time", "request_queue_time_seconds"),
+                                    ("Prefill time", "request_prefill_time_seconds"),
+                                    ("Decode time", "request_decode_time_seconds")), w=8)
     accepted, drafted = (by_replica("sum", rate(f"vllm:spec_decode_num_{kind}_tokens_total"))
                          for kind in ("accepted", "draft"))
     layout.add(timeseries("Speculative decoding acceptance", [(f"clamp({accepted} / {drafted}, 0, 1)",
@@ -80,6 +72,19 @@ def vllm_rows(layout):
     layout.add(timeseries("Prompt length per request", quantiles("vllm:request_prompt_tokens", (0.5, 0.99))), w=8)
     layout.add(timeseries("Generated length per request", quantiles("vllm:request_generation_tokens", (0.5, 0.99))),
                w=8)
+
+
+def latency_panels(layout, engine, own, w):
+    """The latency histograms both engines serve under the same names (time to first token,
+    inter-token, end to end), then ``own`` ((title, name) pairs), as p50 / p99 panels ``w`` wide,
+    and the two heatmaps."""
+    shared = (("Time to first token", "time_to_first_token_seconds"), ("Inter-token latency",
+              "inter_token_latency_seconds"), ("End-to-end request latency", "e2e_request_latency_seconds"))
+    for title, name in (*shared, *own):
+        layout.add(timeseries(title, quantiles(f"{engine}:{name}"), unit="s"), w=w)
+    for title, name in (("Time to first token (heatmap)", "time_to_first_token_seconds"),
+                        ("End-to-end latency (heatmap)", "e2e_request_latency_seconds")):
+        layout.add(heatmap(title, f"sum by (le) ({rate(f'{engine}:{name}_bucket')})", "s"), w=12)
 
 
 def sglang_rows(layout):
@@ -97,15 +102,7 @@ def sglang_rows(layout):
     layout.add(timeseries("Speculative decoding accept length", [
         (by_replica("avg", f"sglang:spec_accept_length{{{SEL}}}"), "replica {{replica}}")],
         description="accepted tokens per verification step (empty without speculative decoding)"), w=8)
-    for title, name in (("Time to first token", "sglang:time_to_first_token_seconds"),
-                        ("Inter-token latency", "sglang:inter_token_latency_seconds"),
-                        ("End-to-end request latency", "sglang:e2e_request_latency_seconds"),
-                        ("Queue time", "sglang:queue_time_seconds")):
-        layout.add(timeseries(title, quantiles(name), unit="s"), w=12)
-    layout.add(heatmap("Time to first token (heatmap)",
-                       f"sum by (le) ({rate('sglang:time_to_first_token_seconds_bucket')})", "s"), w=12)
-    layout.add(heatmap("End-to-end latency (heatmap)",
-                       f"sum by (le) ({rate('sglang:e2e_request_latency_seconds_bucket')})", "s"), w=12)
+    latency_panels(layout, "sglang", (("Queue time", "queue_time_seconds"),), w=12)
 
 
 ROWS = {"vllm": vllm_rows, "sglang": sglang_rows}
