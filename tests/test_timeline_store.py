@@ -94,6 +94,40 @@ def test_a_run_over_its_bound_drops_and_counts_and_the_oldest_run_goes_first(tmp
     assert SpanStore(tmp_path).runs() == store.runs()   # the index survives a restart
 
 
+def test_a_span_file_cut_mid_write_is_repaired_on_restart(tmp_path):
+    store = SpanStore(tmp_path)
+    store.add(otlp(STEP_SPANS))
+    [path] = tmp_path.glob("*.jsonl")
+    with open(path, "ab") as f:   # the process killed in the middle of appending a line
+        f.write(b'{"trace_id":"0a0a","span_id":"0b')
+    store = SpanStore(tmp_path)
+    store.add(otlp(STEP_SPANS[:2]))
+    lines = store.read("p", "e").splitlines()
+    assert [json.loads(line)["name"] for line in lines] == [s[0] for s in STEP_SPANS] + ["step", "gen"]
+    assert store.runs()[0]["bytes"] == path.stat().st_size
+
+
+def test_many_exporters_at_once_lose_no_span(hub):
+    bodies = [otlp(STEP_SPANS, experiment=f"run-{i % 4}").SerializeToString() for i in range(8)]
+    failures = []
+
+    def exporter(body):
+        for _ in range(25):
+            status = http("POST", hub + "/v1/traces", body, PROTOBUF)[0]
+            if status != 200:
+                failures.append(status)
+
+    threads = [threading.Thread(target=exporter, args=(body,)) for body in bodies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    for i in range(4):   # 2 exporters x 25 requests x 5 spans a run, every line whole
+        status, kept = http("GET", hub + f"/api/v1/spans?project=p&experiment_name=run-{i}", headers=PROTOBUF)
+        assert status == 200 and len([json.loads(line) for line in kept.splitlines()]) == 2 * 25 * len(STEP_SPANS)
+
+
 def test_the_trainer_sends_its_token_to_the_server_and_not_to_another_collector(hub, monkeypatch):
     import verl_rl_insight
 

@@ -79,6 +79,28 @@ def records(request):
                     "attributes": dict(list(attrs.items())[:MAX_ATTRIBUTES])}
 
 
+def _whole_lines(path):
+    """Cut a span file back to its last whole line (a process killed mid-append leaves a part of
+    one, which later appends would glue to a whole line); returns its size."""
+    try:
+        with open(path, "r+b") as f:
+            size = f.seek(0, 2)
+            end = size
+            while end > 0:
+                start = max(0, end - 65536)
+                f.seek(start)
+                cut = f.read(end - start).rfind(b"\n")
+                if cut >= 0:
+                    end = start + cut + 1
+                    break
+                end = start
+            if end != size:
+                f.truncate(end)
+            return end
+    except FileNotFoundError:
+        return 0
+
+
 def run_key(project, experiment):
     return hashlib.sha256(f"{project}\0{experiment}".encode()).hexdigest()[:24]
 
@@ -95,6 +117,8 @@ class SpanStore:
             self._runs = json.loads((folder / "runs.json").read_text())
         except (OSError, ValueError):
             self._runs = {}
+        for key, run in self._runs.items():
+            run["bytes"] = _whole_lines(folder / f"{key}.jsonl")
 
     def add(self, request):
         """Keep the spans of one OTLP request; returns how many were kept."""
