@@ -176,3 +176,35 @@ def test_notification_silence_and_a_killed_alertmanager(tmp_path):
         trainer.stop.set()
         stopped = rl_insight("server", "stop")
     assert stopped.returncode == 0, stopped.stdout
+
+
+@pytest.mark.parametrize("body, field", [
+    ([], "body must be an object"),
+    ({"project": "p", "experiment_name": "e", "duration_s": 3600, "matchers": []}, "unknown field 'matchers'"),
+    ({"experiment_name": "e", "duration_s": 3600}, "project must be"),
+    ({"project": "p\n", "experiment_name": "e", "duration_s": 3600}, "project must be"),
+    ({"project": "p", "experiment_name": "e" * 300, "duration_s": 3600}, "experiment_name must be"),
+    ({"project": "p", "experiment_name": "e", "duration_s": 3600, "alertname": ".*"}, "alertname must be"),
+    ({"project": "p", "experiment_name": "e", "duration_s": 10}, "duration_s must be"),
+    ({"project": "p", "experiment_name": "e", "duration_s": float("nan")}, "duration_s must be"),
+    ({"project": "p", "experiment_name": "e", "duration_s": True}, "duration_s must be"),
+    ({"project": "p", "experiment_name": "e", "duration_s": 1e12}, "duration_s must be"),
+    ({"project": "p", "experiment_name": "e", "duration_s": 3600, "comment": 5}, "comment must be"),
+])
+def test_a_bad_silence_is_a_400_naming_the_field(body, field):
+    """Never reaches Alertmanager: a regex, a control character or an endless silence is refused."""
+    from verl_rl_insight.server.alerting import AlertingError, silence_request
+
+    with pytest.raises(AlertingError) as refused:
+        silence_request(body)
+    assert refused.value.status == 400 and field in str(refused.value)
+
+
+def test_unsilence_takes_only_a_silence_id(tmp_path):
+    from verl_rl_insight.server.alerting import Alerting, AlertingError
+
+    alerting = Alerting("http://127.0.0.1:9", tmp_path / "silences.json")
+    for bad in ("../../api/v2/status", "", "a" * 65, "id with space"):
+        with pytest.raises(AlertingError) as refused:
+            alerting.unsilence(bad)
+        assert refused.value.status == 400 and "silence ID" in str(refused.value)
