@@ -15,9 +15,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from verl_rl_insight.demo.simulated_nvml import make_nvml  # noqa: E402
-from verl_rl_insight.plugins.hardware import HardwareSampler  # noqa: E402
-from verl_rl_insight.runtime import RunInfo  # noqa: E402
+from verl_rl_insight.trainer.samplers.simulated_nvml import make_nvml
+from verl_rl_insight.trainer.plugins.hardware import HardwareSampler
+from verl_rl_insight.trainer.runtime import RunInfo
 
 
 def main():

@@ -25,7 +25,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hub_process import free_port, start_hub  # noqa: E402
 
-from verl_rl_insight.server.hub import MetricHub  # noqa: E402
+from verl_rl_insight.server.metrics.hub import MetricHub
 
 
 def push_body(streams, series, step, prefix="rl_insight_monitor_metric_"):

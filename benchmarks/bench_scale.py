@@ -64,9 +64,9 @@ def prom_query(prom, promql, at=None):
 # -- the roles, each in a process of its own ------------------------------------------------
 def node_batches(node, run):
     """One node's hardware batches, as the real sampler makes them (simulated NVML, real host sampler)."""
-    from verl_rl_insight.client.metric_batch import MetricBatch
-    from verl_rl_insight.demo import simulated_nvml
-    from verl_rl_insight.hardware_samplers import GpuSampler, HostSampler
+    from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+    from verl_rl_insight.trainer.samplers import simulated_nvml
+    from verl_rl_insight.trainer.samplers.hardware import GpuSampler, HostSampler
 
     gpu = GpuSampler(simulated_nvml.make_nvml(gpus=GPUS_PER_NODE, load=lambda: 0.8))
     host = HostSampler()
@@ -79,7 +79,7 @@ def node_batches(node, run):
 
 def role_nodes(args):
     """``--nodes`` hardware samplers pushing through their own BatchSender every ``--interval``."""
-    from verl_rl_insight.client.sender import BatchSender
+    from verl_rl_insight.trainer.client.sender import BatchSender
 
     latencies = []
 
@@ -118,8 +118,8 @@ def role_replicas(args):
     """``--replicas`` simulated vLLM replicas: registered with TTL heartbeats, generating, their generate
     calls reported as spans on lanes replica_<n>."""
     import verl_rl_insight as rli
-    from verl_rl_insight.client.target_announcer import TargetAnnouncer
-    from verl_rl_insight.demo.simulated_engines import EngineSimulator
+    from verl_rl_insight.trainer.client.target_announcer import TargetAnnouncer
+    from verl_rl_insight.commands.demo.simulated_engines import EngineSimulator
 
     rli.init(PROJECT, args.experiment, config={"plugins": {"hardware": {"enabled": False}}})
     engines = [EngineSimulator("vllm", rank) for rank in range(args.replicas)]

@@ -42,7 +42,8 @@ def main():
     args = parser.parse_args()
     pause = args.pause_ms / 1000
 
-    from verl_rl_insight import bootstrap, runtime
+    from verl_rl_insight.trainer.activation import bootstrap
+    from verl_rl_insight.trainer import runtime
 
     bootstrap.activate()
     from verl.utils.tracking import Tracking
@@ -64,7 +65,7 @@ def main():
             for r in range(args.rounds):  # interleaved: both see the same machine state
                 file_samples += timed_logs(file_tracking, per_round, r * per_round, pause)
                 our_samples += timed_logs(ours, per_round, r * per_round, pause)
-            from verl_rl_insight.plugins import metric_push
+            from verl_rl_insight.trainer.plugins import metric_push
 
             sender = metric_push.sender()
             delivered = sender.flush(30) if scenario == "server up" else None

@@ -18,8 +18,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from verl_rl_insight.plugins.hardware import HardwareSampler, load_nvml  # noqa: E402
-from verl_rl_insight.runtime import RunInfo  # noqa: E402
+from verl_rl_insight.trainer.plugins.hardware import HardwareSampler, load_nvml
+from verl_rl_insight.trainer.runtime import RunInfo
 
 
 CORE_FIELDS = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",

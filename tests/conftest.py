@@ -4,10 +4,10 @@ import os
 import pytest
 
 from tests.helpers import free_port, require_prometheus, rl_insight
-from verl_rl_insight import runtime
-from verl_rl_insight.server.http_api import Api
-from verl_rl_insight.server.http_server import HttpServer
-from verl_rl_insight.server.hub import MetricHub
+from verl_rl_insight.trainer import runtime
+from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.api.http_server import HttpServer
+from verl_rl_insight.server.metrics.hub import MetricHub
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +67,7 @@ def receiver(monkeypatch):
 @pytest.fixture(autouse=True, scope="session")
 def activated():
     """The .pth file activates every interpreter; say so explicitly for this one too."""
-    from verl_rl_insight import bootstrap
+    from verl_rl_insight.trainer.activation import bootstrap
 
     bootstrap.activate()
 

@@ -23,7 +23,7 @@ def test_pth_file_activates_a_plain_python_and_autoload_0_turns_it_off():
 def test_verl_use_external_modules_activates_when_autoload_is_off():
     target = old_verl("0.8.0")
     result = run_python(PATCHED_0_8, pythonpath=target, env={"VERL_RL_INSIGHT_AUTOLOAD": "0",
-                                                            "VERL_USE_EXTERNAL_MODULES": "verl_rl_insight.activate"})
+                                                            "VERL_USE_EXTERNAL_MODULES": "verl_rl_insight.trainer.activation.activate"})
     assert result.stdout.strip() == "PATCHED", result.stderr
 
 
@@ -36,7 +36,7 @@ def test_rl_insight_run_activates_the_command_it_starts():
 
 
 def test_verl_0_9_loads_the_verl_plugins_entry_point_on_import_verl():
-    code = "import sys, verl; print('verl_rl_insight.verl_plugin' in sys.modules)"
+    code = "import sys, verl; print('verl_rl_insight.trainer.activation.verl_plugin' in sys.modules)"
     assert run_python(code).stdout.strip() == "True"
     assert run_python(code, env={"VERL_USE_EXTERNAL_PLUGINS": "none"}).stdout.strip() == "False"
 
@@ -51,7 +51,7 @@ def test_instrumentor_patches_and_unpatches():
     code = """
 import verl.utils.tracking as t
 from verl_rl_insight import bootstrap
-from verl_rl_insight.instrumentor import VerlInstrumentor
+from verl_rl_insight.trainer.activation.instrumentor import VerlInstrumentor
 bootstrap.deactivate()
 print("rl_insight" in t.Tracking.supported_backend, hasattr(t.Tracking.__init__, "__wrapped__"))
 VerlInstrumentor().instrument()
@@ -68,7 +68,7 @@ MAIN_PPO = """
 import os, verl
 import verl.trainer.main_ppo as main_ppo
 from omegaconf import OmegaConf
-from verl_rl_insight.propagation import prepare_driver_environment
+from verl_rl_insight.trainer.verl_api.propagation import prepare_driver_environment
 env = main_ppo.get_ppo_ray_runtime_env()["env_vars"]
 print(verl.__version__, env.get("RL_INSIGHT_SERVER_URL"), env.get("RL_INSIGHT_TOKEN"))
 prepare_driver_environment(OmegaConf.create({"trainer": {"logger": ["console", "rl_insight"]},
@@ -98,7 +98,7 @@ def test_the_wheel_ships_the_pth_file_at_the_root_and_the_run_sitecustomize(tmp_
     [wheel] = tmp_path.glob("verl_rl_insight-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "verl_rl_insight_autoload.pth" in names            # site-packages root: read at start-up
-    assert "verl_rl_insight/sitecustomize_dir/sitecustomize.py" in names
+    assert "verl_rl_insight/trainer/activation/sitecustomize_dir/sitecustomize.py" in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "rl_insight = verl_rl_insight.verl_plugin" in entry_points
-    assert "verl = verl_rl_insight.instrumentor:VerlInstrumentor" in entry_points
+    assert "rl_insight = verl_rl_insight.trainer.activation.verl_plugin" in entry_points
+    assert "verl = verl_rl_insight.trainer.activation.instrumentor:VerlInstrumentor" in entry_points

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.helpers import Prometheus, push, wait_for
-from verl_rl_insight.server import alert_rules
+from verl_rl_insight.server.managed import alert_rules
 from verl_rl_insight.server.settings import ServerSettings
 
 

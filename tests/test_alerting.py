@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.helpers import http, push, require_prometheus, rl_insight, wait_for, write_server_config
-from verl_rl_insight.server import alertmanager
+from verl_rl_insight.server.managed import alertmanager
 from verl_rl_insight.server.settings import ServerSettings
 
 ALERT = "RLInsightRolloutProbsDiffCritical"
@@ -193,7 +193,7 @@ def test_notification_silence_and_a_killed_alertmanager(tmp_path):
 ])
 def test_a_bad_silence_is_a_400_naming_the_field(body, field):
     """Never reaches Alertmanager: a regex, a control character or an endless silence is refused."""
-    from verl_rl_insight.server.alerting import AlertingError, silence_request
+    from verl_rl_insight.server.stores.silences import AlertingError, silence_request
 
     with pytest.raises(AlertingError) as refused:
         silence_request(body)
@@ -201,7 +201,7 @@ def test_a_bad_silence_is_a_400_naming_the_field(body, field):
 
 
 def test_unsilence_takes_only_a_silence_id(tmp_path):
-    from verl_rl_insight.server.alerting import Alerting, AlertingError
+    from verl_rl_insight.server.stores.silences import Alerting, AlertingError
 
     alerting = Alerting("http://127.0.0.1:9", tmp_path / "silences.json")
     for bad in ("../../api/v2/status", "", "a" * 65, "id with space"):

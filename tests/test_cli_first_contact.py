@@ -119,7 +119,7 @@ def test_a_failed_start_shows_this_attempts_lines_only(tmp_path):
 
 
 def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(monkeypatch, capsys):
-    from verl_rl_insight import cli
+    from verl_rl_insight import commands as cli
 
     def broken(args):
         raise RuntimeError("a bug")

@@ -7,15 +7,15 @@ import sys
 
 import pytest
 
-from verl_rl_insight.grafana import DASHBOARDS_DIR
-from verl_rl_insight.grafana import generate
-from verl_rl_insight.grafana.build import build
-from verl_rl_insight.grafana.catalogue import known_names
-from verl_rl_insight.grafana.panels import every_panel
+from verl_rl_insight.dashboards import DASHBOARDS_DIR
+from verl_rl_insight.dashboards import generate
+from verl_rl_insight.dashboards.build import build
+from verl_rl_insight.dashboards.catalogue import known_names
+from verl_rl_insight.dashboards.panels import every_panel
 
 
 def test_committed_dashboards_are_current_and_their_queries_check_out():
-    result = subprocess.run([sys.executable, "-m", "verl_rl_insight.grafana.generate", "--check"],
+    result = subprocess.run([sys.executable, "-m", "verl_rl_insight.dashboards.generate", "--check"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in DASHBOARDS_DIR.glob("*.json")) == [
@@ -83,8 +83,8 @@ def verl_ppo_step_keys():
 
     from verl.trainer.ppo import metric_utils, rollout_corr_helper
 
-    from verl_rl_insight.demo.simulation import batch_for
-    from verl_rl_insight.grafana import keys
+    from verl_rl_insight.commands.demo.simulation import batch_for
+    from verl_rl_insight.dashboards import keys
 
     batch = batch_for(3, random.Random(0))
     timing = {name: 0.1 for name in ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
@@ -105,7 +105,7 @@ def verl_ppo_step_keys():
 
 def test_every_key_a_verl_ppo_step_logs_has_a_panel_of_its_own():
     from tests.test_demo import dashboard_shows
-    from verl_rl_insight.client.metric_batch import metric_name
+    from verl_rl_insight.contract.naming import metric_name
 
     step_keys = verl_ppo_step_keys()
     assert len(step_keys) > 100
@@ -118,7 +118,7 @@ def test_every_key_a_verl_ppo_step_logs_has_a_panel_of_its_own():
 def test_the_catch_all_panel_shows_a_key_no_panel_shows_and_nothing_else():
     import re
 
-    from verl_rl_insight.grafana import training
+    from verl_rl_insight.dashboards import training
 
     catch_all = first(build(), "verl_trainer_v1_with_vllm_engine.json", "Every other key the trainer logs")
     expr = catch_all["targets"][0]["expr"]

@@ -10,8 +10,8 @@ import urllib.parse
 import pytest
 
 from tests.helpers import http, require_prometheus, rl_insight, write_server_config
-from verl_rl_insight.grafana import generate
-from verl_rl_insight.grafana.build import build
+from verl_rl_insight.dashboards import generate
+from verl_rl_insight.dashboards.build import build
 
 EXPERIMENT = "demo-test"
 
@@ -204,7 +204,7 @@ def test_every_key_the_run_logged_and_every_transfer_queue_family_is_on_a_panel(
 
 def dashboard_shows(dashboard, name):
     """Whether a panel other than the catch-all for keys without a panel shows metric ``name``."""
-    from verl_rl_insight.grafana.panels import every_panel
+    from verl_rl_insight.dashboards.panels import every_panel
 
     family = re.sub(r"_(bucket|sum|count)$", "", name)
     for panel in every_panel(dashboard):

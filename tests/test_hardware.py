@@ -8,10 +8,10 @@ import os
 import pytest
 
 from tests.helpers import http, wait_for
-from verl_rl_insight.demo.simulated_nvml import make_nvml
-from verl_rl_insight.hardware_samplers import GpuSampler, HostSampler
-from verl_rl_insight.plugins import hardware
-from verl_rl_insight.runtime import RunInfo
+from verl_rl_insight.trainer.samplers.simulated_nvml import make_nvml
+from verl_rl_insight.trainer.samplers.hardware import GpuSampler, HostSampler
+from verl_rl_insight.trainer.plugins import hardware
+from verl_rl_insight.trainer.runtime import RunInfo
 
 SAMPLER_NVML_NAMES = [
     "nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUUID",
@@ -144,7 +144,7 @@ def test_hardware_plugin_switched_off_by_override(hub_server, monkeypatch):
     monkeypatch.delenv("VERL_RL_INSIGHT_CONFIG")
     import verl_rl_insight
 
-    from verl_rl_insight import runtime
+    from verl_rl_insight.trainer import runtime
 
     verl_rl_insight.init("proj", "hw-off", config={"plugins": {"hardware": {"enabled": False}}})
     assert "hardware" not in dict(runtime.get_runtime().pm.list_name_plugin())
@@ -156,7 +156,7 @@ def test_hardware_plugin_switched_off_by_override(hub_server, monkeypatch):
 def test_verl_workers_start_monitoring_when_the_run_enables_it(monkeypatch):
     from verl.single_controller.base.worker import Worker
 
-    from verl_rl_insight import runtime
+    from verl_rl_insight.trainer import runtime
 
     assert runtime.get_runtime() is None
     monkeypatch.setenv("VERL_RL_INSIGHT_ENABLE", "1")

@@ -9,7 +9,7 @@ import tracemalloc
 import pytest
 
 from tests.helpers import free_port, http, process_figures, push, start_hub_process, stop_group
-from verl_rl_insight.server.hub import MetricHub
+from verl_rl_insight.server.metrics.hub import MetricHub
 
 
 def pushes(streams, series, count, start=1.7e9):

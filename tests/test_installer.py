@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, require_prometheus, write_server_config
-from verl_rl_insight.server import installer
-from verl_rl_insight.server.releases import machine_arch, release
+from verl_rl_insight.commands.server import installer
+from verl_rl_insight.server.managed.releases import machine_arch, release
 
 VERSION = "2.53.4"
 ARCH = machine_arch()

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from tests.helpers import REPO, run_python
-from verl_rl_insight import hookspecs
-from verl_rl_insight.config import ConfigError, load_config
+from verl_rl_insight.trainer import hookspecs
+from verl_rl_insight.trainer.config import ConfigError, load_config
 
 
 def test_every_hook_is_documented_in_the_readme_with_its_signature():
@@ -123,7 +123,7 @@ def test_third_party_plugin_is_called_then_disabled_through_config(example_plugi
 
 
 def test_plugins_command_lists_builtin_and_third_party(example_plugin_dir):
-    result = run_python("from verl_rl_insight.cli import main; main(['plugins', '--json'])", pythonpath=example_plugin_dir)
+    result = run_python("from verl_rl_insight.commands import main; main(['plugins', '--json'])", pythonpath=example_plugin_dir)
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert rows["trainer_metrics"]["source"] == "built-in"
     assert rows["example_jsonl"] == {"name": "example_jsonl", "source": "entry point", "enabled": True}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.helpers import http
-from verl_rl_insight.plugins.probs_diff import mismatch_metrics
+from verl_rl_insight.trainer.plugins.probs_diff import mismatch_metrics
 
 P = "training/"
 
@@ -52,7 +52,7 @@ def random_batch(seed=0, batch=4, length=16):
 def test_equal_to_real_verl_calculate_debug_metrics():
     from verl.utils.debug.metrics import calculate_debug_metrics
 
-    from verl_rl_insight.plugins.probs_diff import batch_metrics
+    from verl_rl_insight.trainer.plugins.probs_diff import batch_metrics
 
     data = random_batch()
     theirs = calculate_debug_metrics(data)

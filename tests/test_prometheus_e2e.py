@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.helpers import Prometheus, free_port, http, require_prometheus, rl_insight, start_hub_process, wait_for
-from verl_rl_insight.plugins import metric_push
+from verl_rl_insight.trainer.plugins import metric_push
 
 
 cli = rl_insight

@@ -93,7 +93,8 @@ def test_agent_loop_manager_of_verl_0_6_shape_registers_replicas(hub_server, mon
     """verl 0.6/0.7 start replicas from AgentLoopManager (a sync method). verl 0.6's agent_loop
     module does not import beside the transformers that verl 0.9 needs, so a STAND-IN module of
     the same path and shape is put in sys.modules."""
-    from verl_rl_insight import bootstrap, runtime
+    from verl_rl_insight.trainer.activation import bootstrap
+    from verl_rl_insight.trainer import runtime
 
     server = hub_server()
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
@@ -128,7 +129,7 @@ def test_sglang_metrics_are_switched_on_where_verl_before_0_9_would_not(monkeypa
     module path with a ServerArgs dataclass used by name, as the real module does."""
     import dataclasses
 
-    from verl_rl_insight import bootstrap
+    from verl_rl_insight.trainer.activation import bootstrap
 
     module = types.ModuleType("verl.workers.rollout.sglang_rollout.async_sglang_server")
 
@@ -154,8 +155,8 @@ def test_monitoring_that_fails_inside_verl_calls_never_changes_their_result(monk
     start-up): when monitoring itself fails there, verl's result is returned untouched."""
     import asyncio
 
-    from verl_rl_insight import runtime
-    from verl_rl_insight.hooks import rollout_servers, server_managers
+    from verl_rl_insight.trainer import runtime
+    from verl_rl_insight.trainer.patches import rollout_servers, server_managers
 
     def broken_start(*args, **kwargs):
         raise RuntimeError("monitoring is broken")

@@ -11,10 +11,10 @@ import urllib.parse
 import pytest
 
 from tests.helpers import http, push, rl_insight, wait_for
-from verl_rl_insight.grafana.build import build
-from verl_rl_insight.grafana.compare import CURVES
-from verl_rl_insight.grafana.training import metric
-from verl_rl_insight.grafana.panels import every_panel
+from verl_rl_insight.dashboards.build import build
+from verl_rl_insight.dashboards.compare import CURVES
+from verl_rl_insight.dashboards.training import metric
+from verl_rl_insight.dashboards.panels import every_panel
 
 PROJECT = "runs"
 STEPS = 10

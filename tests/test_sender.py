@@ -7,8 +7,8 @@ import time
 import numpy as np
 
 from tests.helpers import http, wait_for
-from verl_rl_insight.client.metric_batch import MetricBatch
-from verl_rl_insight.client.sender import BatchSender
+from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+from verl_rl_insight.trainer.client.sender import BatchSender
 
 
 def batch(step, run="e", labels=None):

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from tests.helpers import REPO, free_port, http, require_prometheus, rl_insight, wait_for, write_server_config
-from verl_rl_insight.demo.simulated_engines import MetricsEndpoint
-from verl_rl_insight.server.services import pid_alive
+from verl_rl_insight.commands.demo.simulated_engines import MetricsEndpoint
+from verl_rl_insight.server.managed.supervisor import pid_alive
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")
 
@@ -160,7 +160,7 @@ def test_token_guards_target_writes_reads_stay_open(hub_server):
 
 
 def test_targets_expire_after_their_ttl_and_bad_ones_are_refused(hub_server):
-    from verl_rl_insight.server.targets import TargetRegistry
+    from verl_rl_insight.server.stores.targets import TargetRegistry
 
     clock = [0.0]
     registry = TargetRegistry(clock=lambda: clock[0])

@@ -6,8 +6,8 @@ import configparser
 import pytest
 import yaml
 
-from verl_rl_insight.grafana import DASHBOARDS_DIR
-from verl_rl_insight.server import grafana, prometheus, tempo
+from verl_rl_insight.dashboards import DASHBOARDS_DIR
+from verl_rl_insight.server.managed import grafana, prometheus, tempo
 from verl_rl_insight.server.settings import ServerSettings
 
 

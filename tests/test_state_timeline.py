@@ -10,8 +10,8 @@ import pytest
 
 from tests.helpers import old_verl, run_python, wait_for
 from tests.otlp_receiver import OtlpReceiver
-from verl_rl_insight import runtime
-from verl_rl_insight.plugins import state_timeline
+from verl_rl_insight.trainer import runtime
+from verl_rl_insight.trainer.plugins import state_timeline
 
 TRAINER_MODULES = {
     "verl.trainer.ppo.ray_trainer": "trainer",
@@ -166,7 +166,7 @@ def vllm_server_module_of_0_8_shape():
 def test_generate_calls_on_verl_before_0_9_become_replica_lane_spans(receiver, monkeypatch):
     import asyncio
 
-    from verl_rl_insight import bootstrap
+    from verl_rl_insight.trainer.activation import bootstrap
 
     module = vllm_server_module_of_0_8_shape()
     monkeypatch.setitem(sys.modules, module.__name__, module)
@@ -201,7 +201,7 @@ def test_a_full_span_queue_drops_and_counts_never_blocks(monkeypatch):
 
 
 def test_otlp_endpoint_resolution_order(monkeypatch):
-    from verl_rl_insight.config import load_config
+    from verl_rl_insight.trainer.config import load_config
 
     config = load_config({"rl_insight": {"server_url": "http://127.0.0.1:18080"}}, environ={})
     assert state_timeline.otlp_endpoint(config, environ={}) == "http://127.0.0.1:4318/v1/traces"

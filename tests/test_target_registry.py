@@ -4,7 +4,7 @@
 import json
 import threading
 
-from verl_rl_insight.server.targets import TargetRegistry
+from verl_rl_insight.server.stores.targets import TargetRegistry
 
 
 def test_2000_static_registrations_cost_a_few_atomic_writes_and_all_survive_a_restart(tmp_path):

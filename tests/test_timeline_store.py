@@ -16,7 +16,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from tests.helpers import free_port, http, rl_insight, start_hub_process, stop_group, wait_for
 from tests.otlp_receiver import OtlpReceiver
-from verl_rl_insight.server.spans import SpanStore
+from verl_rl_insight.server.stores.spans import SpanStore
 
 TOKEN = "timeline-token"
 PROTOBUF = {"Content-Type": "application/x-protobuf", "Authorization": f"Bearer {TOKEN}"}

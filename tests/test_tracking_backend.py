@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tests.helpers import http, old_verl, run_python, wait_for
-from verl_rl_insight.plugins import metric_push
+from verl_rl_insight.trainer.plugins import metric_push
 
 
 def series(server):
@@ -62,8 +62,8 @@ def test_verl_0_9_rl_insight_logger_is_routed_here_without_the_rl_insight_packag
     assert importlib.util.find_spec("rl_insight") is None, "this test needs the separate rl_insight package absent"
     monkeypatch.setenv("VERL_RL_INSIGHT_ENABLE", "1")
     from verl.utils.tracking import RLInsightLogger
-    from verl_rl_insight import runtime
-    from verl_rl_insight.hookspecs import hookimpl
+    from verl_rl_insight.trainer import runtime
+    from verl_rl_insight.trainer.hookspecs import hookimpl
 
     seen = []
 
@@ -125,8 +125,8 @@ def test_a_failing_plugin_does_not_reach_the_training_loop(hub_server, monkeypat
     server = hub_server()
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
     from verl.utils.tracking import Tracking
-    from verl_rl_insight import runtime
-    from verl_rl_insight.hookspecs import hookimpl
+    from verl_rl_insight.trainer import runtime
+    from verl_rl_insight.trainer.hookspecs import hookimpl
 
     class Broken:
         @hookimpl
@@ -156,7 +156,7 @@ def test_streams_endpoint_lists_what_the_hub_holds(hub_server, monkeypatch):
 
 def test_monitoring_that_cannot_start_does_not_stop_tracking(monkeypatch, caplog):
     from verl.utils.tracking import Tracking
-    from verl_rl_insight import runtime
+    from verl_rl_insight.trainer import runtime
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
@@ -173,7 +173,7 @@ def test_a_tracking_keyword_this_package_does_not_know_reaches_verl_untouched(hu
     """A newer verl may add keywords to Tracking; the wrapper must pass them on, with or without rl_insight."""
     server = hub_server()
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
-    from verl_rl_insight.hooks.tracking import _tracking_init
+    from verl_rl_insight.trainer.patches.tracking import _tracking_init
 
     calls = []
 

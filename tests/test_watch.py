@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from tests.helpers import REPO, http, push, rl_insight, wait_for
-from verl_rl_insight.demo.simulated_engines import EngineSimulator
+from verl_rl_insight.commands.demo.simulated_engines import EngineSimulator
 
 PROJECT, EXPERIMENT = "watch", "run-a"
 

@@ -12,10 +12,33 @@ The small public API, for code that is not verl's ``Tracking``::
 
 import contextlib
 import time
+from typing import TYPE_CHECKING, Any
+
+from verl_rl_insight import _old_paths
+
+if TYPE_CHECKING:
+    from verl_rl_insight.trainer.config import plugin_settings
+    from verl_rl_insight.trainer.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
-__all__ = ["init", "log", "state", "register_target", "finish", "__version__"]
+__all__ = ["init", "log", "state", "register_target", "finish", "hookimpl", "plugin_settings", "__version__"]
+
+_old_paths.install()
+
+
+def __getattr__(name: str) -> Any:
+    """``hookimpl`` and ``plugin_settings`` for plugins, imported when first asked for: this module
+    is imported at every Python start (the ``.pth`` file), which must stay cheap."""
+    if name == "hookimpl":
+        from verl_rl_insight.trainer.hookspecs import hookimpl
+
+        return hookimpl
+    if name == "plugin_settings":
+        from verl_rl_insight.trainer.config import plugin_settings
+
+        return plugin_settings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _run = None
 
@@ -23,10 +46,10 @@ _run = None
 def init(project=None, experiment_name=None, config=None):
     """Start monitoring in this process. ``config``: a dict like the Hydra ``rl_insight`` block.
 
-    Raises ``verl_rl_insight.config.ConfigError`` on a bad config (the training hooks log it instead).
+    Raises ``verl_rl_insight.trainer.config.ConfigError`` on a bad config (the training hooks log it instead).
     """
     global _run
-    from . import runtime
+    from verl_rl_insight.trainer import runtime
 
     rt = runtime.start(trainer_config={"rl_insight": config} if config else None, strict=True)
     _run = rt.run(project, experiment_name)
@@ -34,7 +57,7 @@ def init(project=None, experiment_name=None, config=None):
 
 
 def _current():
-    from . import runtime
+    from verl_rl_insight.trainer import runtime
 
     rt = runtime.start()
     return rt, (_run or rt.current_run())
@@ -67,7 +90,7 @@ def register_target(address, job, labels=None):
 def finish(timeout_s=None):
     """Flush (bounded) and stop; safe to call more than once."""
     global _run
-    from . import runtime
+    from verl_rl_insight.trainer import runtime
 
     runtime.shutdown(timeout_s)
     _run = None

@@ -1,3 +1,3 @@
-from .cli import main
+from verl_rl_insight.commands import main
 
 raise SystemExit(main())

@@ -7,8 +7,7 @@ Configure with ``+rl_insight.plugins.example_jsonl.path=/tmp/metrics.jsonl``; sw
 import json
 import os
 
-from verl_rl_insight.config import plugin_settings
-from verl_rl_insight.hookspecs import hookimpl
+from verl_rl_insight import hookimpl, plugin_settings
 
 _path = None
 

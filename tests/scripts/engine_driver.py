@@ -7,7 +7,7 @@ import sys
 
 from omegaconf import OmegaConf
 
-from verl_rl_insight.demo.simulated_engines import EngineSimulator
+from verl_rl_insight.commands.demo.simulated_engines import EngineSimulator
 
 engine, replicas, project, experiment, disable = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 

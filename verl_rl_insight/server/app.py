@@ -17,16 +17,18 @@ import sys
 import threading
 import time
 
-from . import alert_rules, alertmanager, credentials, grafana, installer, prometheus, tempo
-from .alerting import Alerting
-from .files import write_atomically
-from .http_api import Api
-from .http_server import HttpServer
-from .hub import MetricHub
-from .services import Service, Supervisor
-from .settings import SERVICE_NAMES, ServerSettings, default_home
-from .spans import SpanStore
-from .targets import TargetRegistry
+from verl_rl_insight.contract.promql import run_selector
+from verl_rl_insight.server.managed import alert_rules, alertmanager, binaries, grafana, prometheus, tempo
+from verl_rl_insight.server.stores import credentials
+from verl_rl_insight.server.stores.silences import Alerting
+from verl_rl_insight.server.stores.files import write_atomically
+from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.api.http_server import HttpServer
+from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.server.managed.supervisor import Service, Supervisor
+from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings, default_home
+from verl_rl_insight.server.stores.spans import SpanStore
+from verl_rl_insight.server.stores.targets import TargetRegistry
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -145,7 +147,7 @@ class Server:
         import urllib.parse
         import urllib.request
 
-        query = urllib.parse.urlencode({"match[]": prometheus.run_selector(project, experiment)})
+        query = urllib.parse.urlencode({"match[]": run_selector(project, experiment)})
         try:
             with urllib.request.urlopen(urllib.request.Request(
                     f"{service.url}/api/v1/admin/tsdb/delete_series?{query}", method="POST"), timeout=30):
@@ -162,7 +164,7 @@ class Server:
 
     def _start_service(self, name):
         s = self.settings
-        found = installer.resolve(name, s.service(name).get("binary"))
+        found = binaries.resolve(name, s.service(name).get("binary"))
         if found is None:
             configured = s.service(name).get("binary")
             what = f"configured binary {configured} is not executable" if configured else f"{name} is not installed"

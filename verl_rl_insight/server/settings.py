@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from verl_rl_insight.contract.naming import is_label_name
+
 SERVICE_NAMES = ("prometheus", "alertmanager", "tempo", "grafana")
 
 
@@ -37,6 +39,27 @@ def check_http_url(name, value):
     parts = urllib.parse.urlsplit(value) if isinstance(value, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{name} must be an http:// or https:// URL with a host, got {value!r}")
+
+
+def check_remote_write(entries):
+    """Prometheus' remote_write list as given (its own syntax, passed through): a ValueError naming
+    the entry when it is not a list of mappings with an http(s) url."""
+    if not isinstance(entries, list):
+        raise ValueError("remote_write must be a list of {url: ..., ...} entries, as in prometheus.yml")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f"remote_write[{i}] must be a mapping with a url, got {entry!r}")
+        check_http_url(f"remote_write[{i}].url", entry.get("url"))
+
+
+def check_external_labels(labels):
+    if not isinstance(labels, dict):
+        raise ValueError("external_labels must be a mapping of label name to value")
+    for name, value in labels.items():
+        if not is_label_name(name):
+            raise ValueError(f"external_labels: {name!r} is not a Prometheus label name")
+        if not isinstance(value, str):
+            raise ValueError(f"external_labels.{name} must be a string, got {value!r}")
 
 
 def default_home():
@@ -81,7 +104,7 @@ class ServerSettings:
             self.data_dir = str(default_home() / "data")
         if not self.token:
             self.token = os.environ.get("RL_INSIGHT_TOKEN", "")
-        from .alert_rules import thresholds
+        from verl_rl_insight.server.managed.alert_rules import thresholds
 
         thresholds(self.alerts)   # unknown keys are an error now, not at the first alert
         if not isinstance(self.services, dict):
@@ -96,9 +119,8 @@ class ServerSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
-        from .prometheus import check_external_labels, check_remote_write
 
-        from .alertmanager import check_settings
+        from verl_rl_insight.server.managed.alertmanager import check_settings
 
         check_settings(self.alertmanager)
         check_remote_write(self.remote_write)

@@ -1,0 +1,58 @@
+"""The ``rl-insight`` command.
+
+Every error is one line, and a second with the fix where there is one; never a traceback
+(``--debug`` or ``RL_INSIGHT_DEBUG=1`` shows it, for bug reports). Exit codes: 0 ok, 1 ran with
+problems, 2 refused (bad usage or config), 3 ``server status``: not running, 130 interrupted.
+"""
+
+import argparse
+import os
+import sys
+
+from verl_rl_insight import __version__
+from verl_rl_insight.commands import alerts, job, runs, targets
+from verl_rl_insight.commands.server import command as server
+from verl_rl_insight.commands.timeline import command as timeline
+from verl_rl_insight.commands.watch import command as watch
+from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line and where to read more: no usage block."""
+
+    def error(self, message):
+        self.exit(REFUSED, f"{self.prog}: {message}\n  fix: see `{self.prog} --help`\n")
+
+
+def build_parser():
+    parser = Parser(prog="rl-insight", description="Real-time monitoring for verl RL training.")
+    parser.add_argument("--version", action="version", version=f"rl-insight {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
+    server.add_parsers(sub)
+    targets.add_parsers(sub)
+    alerts.add_parsers(sub)
+    timeline.add_parsers(sub)
+    watch.add_parsers(sub)
+    runs.add_parsers(sub)
+    job.add_parsers(sub)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get("RL_INSIGHT_DEBUG", "") not in ("", "0")
+    try:
+        return args.func(args) or 0
+    except CliError as exc:
+        print(f"rl-insight: {exc}" + (f"\n  fix: {exc.fix}" if exc.fix else ""), file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("rl-insight: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        print(f"rl-insight: unexpected error: {type(exc).__name__}: {str(exc)[:300]}\n"
+              "  fix: run it again with --debug (or RL_INSIGHT_DEBUG=1) and report the traceback", file=sys.stderr)
+        return PROBLEMS

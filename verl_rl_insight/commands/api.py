@@ -1,0 +1,76 @@
+"""How the commands reach the server's API: which server, its token, one-line errors."""
+
+import argparse
+import json
+import os
+import urllib.error
+import urllib.request
+
+from verl_rl_insight.commands.checks import PROBLEMS, CliError, check_server_url
+
+
+def common_options(parser, top=False):
+    """--server and --json, on the command and on each subcommand."""
+    parser.add_argument("--server", default=None if top else argparse.SUPPRESS,
+                        help="server URL (default: RL_INSIGHT_SERVER_URL, else the server running here)")
+    parser.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS,
+                        help="print JSON for scripts")
+
+
+def server(args):
+    """(server URL without credentials, token or None): --server, else RL_INSIGHT_SERVER_URL, else
+    the server running here (whose token this user can read)."""
+    from verl_rl_insight.contract import server_url
+    from verl_rl_insight.trainer.config import ENV_SERVER_URL, ENV_TOKEN
+    from verl_rl_insight.commands.server import control
+
+    if args.server:
+        base = check_server_url(args.server, "--server")
+    elif os.environ.get(ENV_SERVER_URL):
+        base = check_server_url(os.environ[ENV_SERVER_URL], ENV_SERVER_URL)
+    else:
+        state = control.read_state()
+        if state is None:
+            raise CliError("no server: none runs here and RL_INSIGHT_SERVER_URL is not set",
+                           fix="rl-insight server start --detach, or give --server URL")
+        base = control.trainer_url(state, local=True)
+    base, token = server_url.split(base.rstrip("/"))
+    return base, os.environ.get(ENV_TOKEN) or token
+
+
+def call(method, url, token, body=None):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            reason = json.loads(exc.read() or b"{}").get("error", exc.reason)
+        except ValueError:
+            reason = exc.reason
+        fix = "export the RL_INSIGHT_SERVER_URL line the server printed" if exc.code == 401 else None
+        raise CliError(f"the server refused ({exc.code}): {reason}", fix=fix, code=PROBLEMS) from None
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot reach the server at {url.rsplit('/api/', 1)[0]}: {getattr(exc, 'reason', exc)}",
+                       code=PROBLEMS) from None
+
+
+def print_table(rows):
+    """Rows of strings as aligned columns (the first row the header); the last column is not padded."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+
+
+def show_list(args, items, empty, header, row):
+    """A list command's output: JSON for --json, ``empty`` for none, else a table of ``row(item)``."""
+    if args.json:
+        print(json.dumps(items))
+    elif not items:
+        print(empty)
+    else:
+        print_table([header, *(row(item) for item in items)])
+    return 0

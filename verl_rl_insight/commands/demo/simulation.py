@@ -1,0 +1,237 @@
+"""The SIMULATED training run of ``rl-insight demo``: a task runner for verl's real ``run_ppo``
+that does no training but goes through the real patched paths every step: ``Tracking``,
+``marked_timer`` phases, a real ``DataProto`` into the real ``compute_advantage`` (log-prob
+mismatch metrics), replicas started through the real ``LLMServerManager`` (simulated
+engines), TransferQueue's real exporter when it starts, and simulated GPUs where there are none.
+Metric curves look like a PPO/GRPO run: score rising, entropy falling, a slowly drifting mismatch.
+"""
+
+import asyncio
+import math
+import random
+import threading
+import time
+
+import ray
+
+from verl_rl_insight.trainer.samplers import simulated_nvml
+
+
+class SimulatedReplica:
+    """Stands in for vLLMReplica / SGLangReplica (same constructor and init_standalone contract)."""
+
+    engine = "vllm"
+
+    def __init__(self, replica_rank, config, model_config, gpus_per_node, **kwargs):
+        self.replica_rank = replica_rank
+
+    async def init_standalone(self):
+        from verl_rl_insight.commands.demo.simulated_engines import EngineSimulator
+
+        self.simulator = EngineSimulator(self.engine, self.replica_rank)
+        self._server_address = self.simulator.address
+        self._server_handle = None
+
+
+def start_replicas(engine, replicas):
+    """verl's real LLMServerManager._initialize_llm_servers, with simulated replicas."""
+    from omegaconf import OmegaConf
+
+    from verl.workers.rollout.llm_server import LLMServerManager
+
+    replica_class = type("SimulatedReplica", (SimulatedReplica,), {"engine": engine})
+    manager = LLMServerManager.__new__(LLMServerManager)
+    manager.rollout_config = OmegaConf.create({
+        "name": engine, "disable_log_stats": False, "tensor_model_parallel_size": 1, "data_parallel_size": 1,
+        "pipeline_model_parallel_size": 1, "n_gpus_per_node": replicas, "nnodes": 1, "prometheus": {"enable": False}})
+    manager.model_config = None
+    manager.worker_group = None
+    manager.rollout_replica_class = replica_class
+    manager.start_rank = 0
+    asyncio.run(manager._initialize_llm_servers())
+    return [r.simulator for r in manager.rollout_replicas]
+
+
+def start_transfer_queue(timeout_s=60):
+    """The real transferqueue with its metrics exporter, or None (not installed, or it did not start)."""
+    result = {}
+
+    def init():
+        try:
+            import transfer_queue as tq
+
+            tq.init({"metrics": {"enabled": True}, "backend": {"SimpleStorage": {"num_data_storage_units": 1}}})
+            result["tq"] = tq
+        except Exception as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=init, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if "tq" not in result:
+        print(f"[demo] TransferQueue not simulated ({result.get('error', 'did not start in time')})", flush=True)
+    return result.get("tq")
+
+
+def exchange_through(tq, step):
+    """Put and get one sample: TransferQueue's controller counts real requests; the partition
+    keeps its samples (as a step's batch lives on) so its progress is reported."""
+    import torch
+
+    try:
+        tq.kv_put(key=f"sample_{step}", partition_id="demo", fields={"tokens": torch.ones(1, 8)})
+        tq.kv_batch_get(keys=[f"sample_{step}"], partition_id="demo")
+    except Exception as exc:
+        if step == 1:
+            print(f"[demo] TransferQueue exchange failed ({exc}); its request panels stay empty", flush=True)
+
+
+def batch_for(step, rng, batch=8, length=64, prompt_length=32):
+    """A DataProto like a rollout's: prompts and responses, rewards, critic values, and log probs of
+    rollout and actor with a mismatch that drifts."""
+    import numpy as np
+    import torch
+
+    from verl import DataProto
+
+    g = torch.Generator().manual_seed(step)
+    rollout = torch.log(torch.rand(batch, length, generator=g) * 0.9 + 0.05)
+    drift = 0.004 + 0.002 * math.sin(step / 5) + (0.01 if rng.random() < 0.05 else 0.0)
+    actor = rollout + torch.randn(batch, length, generator=g) * drift
+    lengths = torch.randint(length // 4, length + 1, (batch,), generator=g)
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
+    prompt_lengths = torch.randint(prompt_length // 2, prompt_length + 1, (batch,), generator=g)
+    prompt_mask = (torch.arange(prompt_length)[None, :] >= prompt_length - prompt_lengths[:, None]).long()
+    rewards = torch.zeros(batch, length)
+    rewards[torch.arange(batch), lengths - 1] = (torch.rand(batch, generator=g) < 0.3 + step / 100).float()
+    return DataProto.from_dict(
+        tensors={"responses": torch.randint(0, 1000, (batch, length), generator=g), "rollout_log_probs": rollout,
+                 "old_log_probs": actor, "response_mask": mask, "token_level_rewards": rewards,
+                 "token_level_scores": rewards.clone(), "prompts": torch.randint(0, 1000, (batch, prompt_length)),
+                 "attention_mask": torch.cat([prompt_mask, mask], dim=1),
+                 "values": torch.randn(batch, length, generator=g) * 0.1 + 0.3},
+        non_tensors={"uid": np.array([f"q{i // 4}" for i in range(batch)], dtype=object)},
+        meta_info={"global_token_num": (prompt_lengths + lengths).tolist()})
+
+
+def verl_metrics(batch, timing):
+    """What verl's own trainer computes from a step's batch and timings: data, timing, throughput
+    and rollout-correction metrics, by verl's own functions."""
+    from verl.trainer.ppo import metric_utils, rollout_corr_helper
+
+    metrics = dict(metric_utils.compute_data_metrics(batch, use_critic=True))
+    metrics.update(metric_utils.compute_timing_metrics(batch, timing))
+    metrics.update(metric_utils.compute_throughout_metrics(batch, timing, n_gpus=8))
+    metrics.update(rollout_corr_helper.compute_rollout_corr_metrics_from_logprobs(
+        batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"]))
+    return metrics
+
+
+def curves(step, total, rng, timing, batch):
+    """The step's metrics: verl's own where verl computes them from the batch, PPO-shaped curves
+    for what its workers report (score rising, entropy falling), and a plausible value for every
+    other key verl logs in every PPO step, so that every panel of the dashboards has data."""
+    from verl_rl_insight.dashboards import keys
+
+    progress = step / max(total, 1)
+    noise = lambda scale: rng.gauss(0, scale)  # noqa: E731
+    metrics = verl_metrics(batch, timing)
+    score = 0.25 + 0.55 * (1 - math.exp(-3 * progress)) + noise(0.03)
+    metrics.update({
+        "critic/score/mean": score, "critic/rewards/mean": score - 0.01 * progress,
+        "actor/pg_loss": -0.02 * (1 - progress) + noise(0.01), "actor/entropy": 1.2 * math.exp(-progress) + noise(0.02),
+        "actor/grad_norm": 0.8 + 0.3 * math.exp(-4 * progress) + abs(noise(0.1)),
+        "actor/kl_loss": 0.002 + 0.01 * progress + abs(noise(0.001)), "actor/kl_coef": 0.001,
+        "actor/ppo_kl": abs(noise(0.002)), "actor/lr": 1e-6, "actor/entropy_loss": 1.2 * math.exp(-progress),
+        "actor/pg_clipfrac": min(1.0, abs(0.03 + noise(0.01))), "actor/pg_clipfrac_lower": abs(noise(0.002)),
+        "actor/reward_kl_penalty": 0.001 + 0.01 * progress, "actor/reward_kl_penalty_coeff": 0.001,
+        "critic/vf_loss": 0.5 * math.exp(-2 * progress) + abs(noise(0.02)), "critic/lr": 1e-5,
+        "critic/grad_norm": 1.5 + abs(noise(0.2)), "critic/vf_clipfrac": min(1.0, abs(0.05 + noise(0.01))),
+        "critic/vpred_mean": 0.3 + noise(0.05),
+        "perf/mfu/actor": 0.35 + noise(0.02), "perf/mfu/critic": 0.3 + noise(0.02),
+        "perf/mfu/actor_infer": 0.25 + noise(0.02), "perf/max_memory_allocated_gb": 62 + noise(1),
+        "perf/max_memory_reserved_gb": 70 + noise(1), "perf/cpu_memory_used_gb": 120 + noise(2),
+        "training/epoch": 0,
+    })
+    for key in sorted(keys.trainer_keys()):   # every other key of an every-step group
+        group = keys.group_of(key)
+        if key not in metrics and keys.GROUPS[group][1] is None and not key.startswith("training/rollout_"):
+            metrics[key] = abs(rng.gauss(0.05, 0.02)) if keys.is_fraction(key) else abs(rng.gauss(1.0, 0.1))
+    return metrics
+
+
+def generate_on(engines, seconds):
+    """Each replica generates for ``seconds``, reported on its timeline lane through verl's own
+    RLInsightLogger.trace_state, as verl's vLLM / SGLang servers report every generate call."""
+    from verl.utils.tracking import RLInsightLogger
+
+    def replica(engine):
+        with RLInsightLogger.trace_state(f"{engine.engine}_generate", state_lane_id=f"replica_{engine.replica_rank}"):
+            engine.simulate_generate(requests=16, response_tokens=400)
+            time.sleep(seconds)
+
+    threads = [threading.Thread(target=replica, args=(engine,)) for engine in engines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+@ray.remote(num_cpus=0)
+class SimulatedTaskRunner:
+    """verl's TaskRunner replaced by the simulation; ``run(config)`` as run_ppo calls it."""
+
+    def run(self, config):
+        from omegaconf import OmegaConf
+
+        from verl.trainer.ppo import ray_trainer
+        from verl.trainer.ppo.core_algos import AdvantageEstimator
+        from verl.utils.tracking import Tracking
+
+        demo = config.rl_insight_demo
+        rng = random.Random(0)
+        simulated_nvml.load_level[0] = 0.05
+        engines = start_replicas(demo.engine, int(demo.replicas))
+        tq = start_transfer_queue() if demo.transfer_queue else None
+        tracking = Tracking(config.trainer.project_name, config.trainer.experiment_name,
+                            default_backend=list(config.trainer.logger), config=OmegaConf.to_container(config))
+        total = int(config.trainer.total_training_steps)
+        step_s = float(demo.step_seconds)
+        marked_timer = ray_trainer.marked_timer
+        for step in range(1, total + 1):
+            self.global_steps = step            # what the patches read, as in verl's trainers
+            timing = {}
+            with marked_timer("step", timing):
+                with marked_timer("gen", timing):
+                    simulated_nvml.load_level[0] = 0.85
+                    generate_on(engines, step_s * 0.4)
+                    if tq is not None:
+                        exchange_through(tq, step)
+                    time.sleep(step_s * 0.05)
+                batch = batch_for(step, rng)
+                with marked_timer("reward", timing):
+                    time.sleep(step_s * 0.05)
+                with marked_timer("old_log_prob", timing):
+                    time.sleep(step_s * 0.1)
+                with marked_timer("ref", timing):
+                    time.sleep(step_s * 0.05)
+                with marked_timer("values", timing):
+                    time.sleep(step_s * 0.05)
+                with marked_timer("adv", timing):
+                    batch = ray_trainer.compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO)
+                with marked_timer("update_critic", timing):
+                    time.sleep(step_s * 0.05)
+                with marked_timer("update_actor", timing):
+                    simulated_nvml.load_level[0] = 0.95
+                    time.sleep(step_s * 0.25)
+                with marked_timer("update_weights", timing):
+                    simulated_nvml.load_level[0] = 0.3
+                    time.sleep(step_s * 0.05)
+            tracking.log(curves(step, total, rng, timing, batch), step=step)
+        time.sleep(float(demo.linger_s))   # let Prometheus scrape the replicas once more
+        tracking.finish()
+        if tq is not None:
+            tq.close()
+        for engine in engines:
+            engine.close()
+        return total

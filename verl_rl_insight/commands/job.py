@@ -1,0 +1,134 @@
+"""The training job's side: ``rl-insight run``, ``demo``, ``doctor``, ``config``, ``plugins``, ``dashboards``."""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from verl_rl_insight.commands.checks import CliError, check_server_url, writable_folder
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def run(args):
+    """Exec CMD with activation guaranteed, also where the .pth file is not read."""
+    from verl_rl_insight.trainer.activation import bootstrap
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise CliError("give a command to run", fix="rl-insight run -- python3 -m verl.trainer.main_ppo ...")
+    env = dict(os.environ)
+    env[bootstrap.ENV_AUTOLOAD] = "1"
+    site_dir = PACKAGE / "trainer" / "activation" / "sitecustomize_dir"
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (site_dir, PACKAGE.parent, env.get("PYTHONPATH")) if p)
+    modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m]
+    if "verl_rl_insight.trainer.activation.activate" not in modules:
+        env["VERL_USE_EXTERNAL_MODULES"] = ",".join(modules + ["verl_rl_insight.trainer.activation.activate"])
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as exc:
+        print(f"rl-insight run: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        return 127
+
+
+def plugins(args):
+    from verl_rl_insight.trainer.config import load_config, plugin_settings
+    from verl_rl_insight.trainer.manager import DEFAULT_PLUGINS, discover
+
+    config = load_config()
+    rows = []
+    for name in discover():
+        source = "built-in" if any(p.endswith("." + name) for p in DEFAULT_PLUGINS) else "entry point"
+        enabled = plugin_settings(config, name).get("enabled", True)
+        rows.append({"name": name, "source": source, "enabled": bool(enabled)})
+    if args.json:
+        print(json.dumps(rows))
+    else:
+        for row in rows:
+            print(f"{row['name']:<24} {row['source']:<12} {'enabled' if row['enabled'] else 'disabled'}")
+    return 0
+
+
+def config(args):
+    from omegaconf import OmegaConf
+
+    from verl_rl_insight.trainer.config import load_config
+
+    print(OmegaConf.to_yaml(load_config()))
+    return 0
+
+
+def dashboards_export(args):
+    from verl_rl_insight.dashboards import DASHBOARDS_DIR
+
+    out = writable_folder(args.dir)
+    files = sorted(DASHBOARDS_DIR.glob("*.json"))
+    existing = [p.name for p in files if (out / p.name).exists()]
+    if existing and not args.force:
+        raise CliError(f"{out / existing[0]} exists ({len(existing)} of the dashboards are there already)",
+                       fix="add --force to overwrite them, or give another folder")
+    for path in files:
+        shutil.copyfile(path, out / path.name)
+    print(f"wrote {len(files)} dashboards to {out}; they use the datasource uids rl-insight-prometheus and "
+          "rl-insight-tempo: create those (or edit the uids) in your Grafana")
+    return 0
+
+
+def demo(args):
+    from verl_rl_insight.commands.demo import command
+
+    return command.run(steps=args.steps, step_seconds=args.step_seconds, engine=args.engine,
+                       replicas=args.replicas, experiment=args.experiment, server_config=args.config,
+                       transfer_queue=not args.no_transfer_queue)
+
+
+def doctor(args):
+    from verl_rl_insight.commands import doctor as checklist
+
+    if args.server:
+        check_server_url(args.server, "--server")
+    elif os.environ.get("RL_INSIGHT_SERVER_URL"):
+        check_server_url(os.environ["RL_INSIGHT_SERVER_URL"], "RL_INSIGHT_SERVER_URL")
+    overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
+    return checklist.run(server=args.server, project=args.project, experiment=args.experiment, overrides=overrides)
+
+
+def add_parsers(sub):
+    import argparse
+
+    from verl_rl_insight.commands import checks
+
+    runner = sub.add_parser("run", help="run a command with monitoring activated: rl-insight run -- CMD ...")
+    runner.add_argument("command", nargs=argparse.REMAINDER)
+    runner.set_defaults(func=run)
+
+    listing = sub.add_parser("plugins", help="list plugins and whether they are enabled")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=plugins)
+
+    sub.add_parser("config", help="print the merged trainer-side config").set_defaults(func=config)
+
+    simulation = sub.add_parser("demo", help="server stack + a SIMULATED verl run through the real patches")
+    simulation.add_argument("--steps", type=checks.positive_int, default=20)
+    simulation.add_argument("--step-seconds", type=checks.positive_float, default=2.0)
+    simulation.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
+    simulation.add_argument("--replicas", type=checks.positive_int, default=2)
+    simulation.add_argument("--experiment", help="experiment_name (default: simulated-<time>)")
+    simulation.add_argument("--config", help="server config, when the demo starts the server")
+    simulation.add_argument("--no-transfer-queue", action="store_true", help="skip the TransferQueue part")
+    simulation.set_defaults(func=demo)
+
+    checking = sub.add_parser("doctor", help='the "dashboard shows no data" checklist: ok / problem / fix')
+    checking.add_argument("--server", help="server URL (default: RL_INSIGHT_SERVER_URL, else the local server)")
+    checking.add_argument("--project")
+    checking.add_argument("--experiment")
+    checking.add_argument("overrides", nargs=argparse.REMAINDER, help="-- the job's Hydra overrides")
+    checking.set_defaults(func=doctor)
+
+    dashboards = sub.add_parser("dashboards", help="the Grafana dashboards")
+    dashboards_sub = dashboards.add_subparsers(dest="dashboards_command", metavar="COMMAND", required=True)
+    export = dashboards_sub.add_parser("export", help="write the dashboards' JSON for an existing Grafana")
+    export.add_argument("dir", metavar="DIR")
+    export.add_argument("--force", action="store_true", help="overwrite dashboards already in DIR")
+    export.set_defaults(func=dashboards_export)

@@ -1,0 +1,210 @@
+"""``rl-insight server start|stop|status``: one server per RL_INSIGHT_HOME, found through its state file."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from verl_rl_insight.contract import server_url
+from verl_rl_insight.server import app
+from verl_rl_insight.server.stores import credentials
+from verl_rl_insight.server.managed.supervisor import http_ok, pid_alive, pid_runs, stop_process_group
+from verl_rl_insight.server.settings import default_home
+
+START_TIMEOUT_S = 180
+
+
+def read_state(out=sys.stderr):
+    """The running server's state, or None. A state file left by a crashed server is cleaned up:
+    services it had started and that still run are ended, then the file is removed."""
+    path = app.state_path()
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if pid_alive(state.get("pid", -1)):
+        return state
+    print(f"rl-insight: the server (pid {state.get('pid')}) is gone; cleaning up its state file {path}", file=out)
+    _stop_orphans(state, out)
+    path.unlink(missing_ok=True)
+    return None
+
+
+def _stop_orphans(state, out):
+    for name, svc in (state.get("services") or {}).items():
+        if pid_runs(svc.get("pid"), svc.get("binary", "")):
+            print(f"rl-insight: stopping {name} (pid {svc['pid']}) left running by the crashed server", file=out)
+            stop_process_group(svc["pid"])
+
+
+def state_secret(state, name):
+    """A secret of the running server (this user can read its 0600 files), or None."""
+    return credentials.read_secret(state["settings"]["data_dir"], name) if state.get("settings") else None
+
+
+def trainer_url(state, reveal=True, local=False):
+    """RL_INSIGHT_SERVER_URL for trainers (``local``: on this machine): the hub's URL, carrying the
+    token when one is required."""
+    url = state["local_hub_url" if local else "hub_url"]
+    if not state.get("token"):
+        return url
+    token = state_secret(state, credentials.TOKEN_FILE) if reveal else "***"
+    return server_url.with_token(url, token) if token else url
+
+
+def panel(state, reveal_token=True):
+    urls = state["public_urls"]
+    services = state["services"]
+    secrets_dir = state.get("secrets_dir", "<data dir>/secrets")
+    lines = [f"rl-insight server running (pid {state['pid']})",
+             f"  server IP    {state['server_ip']}",
+             f"  metric hub   {state['hub_url']}/metrics   (trainers push to {state['hub_url']}/api/v1/push)"]
+    if "grafana" in services:
+        anonymous = "; anonymous viewers allowed" if state.get("grafana_anonymous_viewer") else ""
+        lines.append(f"  Grafana      {urls['grafana']}   (login {state['grafana_admin_user']}, password: "
+                     f"rl-insight server status --secrets{anonymous}; folder RL-Insight)")
+    if "prometheus" in services:
+        lines.append(f"  Prometheus   {urls['prometheus']}")
+    if "alertmanager" in services:
+        receivers = state.get("alert_receivers") or []
+        sent = f"notifies {', '.join(receivers)}" if receivers else "no receivers: alerts are shown, not sent"
+        lines.append(f"  Alertmanager {urls['alertmanager']}   (this machine only; {sent}; rl-insight alerts)")
+    if "tempo" in services:
+        lines.append(f"  Tempo        {urls['tempo']}   (queries)")
+        lines.append(f"  OTLP         {urls['otlp_http']}/v1/traces (HTTP), {urls['otlp_grpc']} (gRPC)")
+    settings = state.get("settings", {})
+    if settings.get("otlp_endpoint"):
+        lines.append(f"  spans        {settings['otlp_endpoint']}   (trainers are told to send there)")
+    for entry in settings.get("remote_write") or ():
+        name = f" {entry['name']}" if entry.get("name") else ""
+        lines.append(f"  remote write{name}: {entry['url']}   (every series Prometheus stores goes there too)")
+    for name, (what, fix) in state["missing"].items():
+        lines.append(f"  {name:<12} NOT RUNNING: {what}" + (f"\n               fix: {fix}" if fix else ""))
+    lines.append("  writes       " + (f"need the token (kept in {secrets_dir}, carried by the URL below)"
+                                       if state["token"] else "open to local users only (listening on loopback)"))
+    lines += ["", "On every training node:", f"  export RL_INSIGHT_SERVER_URL={trainer_url(state, reveal_token)}"]
+    return "\n".join(lines)
+
+
+def start(settings, detach=False, out=sys.stdout):
+    """Exit code: 0 all running, 1 running but a service is missing, 2 not started."""
+    state = read_state()
+    if state is not None:
+        print(f"rl-insight server already running (pid {state['pid']}) at {state['hub_url']}; "
+              "`rl-insight server stop` first", file=out)
+        return 2
+    if not detach:
+        result = {}
+
+        def on_ready(state):
+            result["missing"] = bool(state["missing"])
+            print(panel(state) + "\n\nCtrl+C stops the server and every service.", file=out, flush=True)
+        try:
+            app.run(settings, on_ready=on_ready)
+        except (app.PortInUse, credentials.CredentialError) as exc:
+            print(f"rl-insight server: {exc}", file=out)
+            return 2
+        return 1 if result.get("missing") else 0
+    log_path = settings.data_path / "logs" / "server.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_start = log_path.stat().st_size if log_path.exists() else 0   # this attempt's lines begin here
+    with open(log_path, "ab") as log:
+        # settings through a pipe: they may hold the token and a password (/proc/<pid>/cmdline is public)
+        process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app"], stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.PIPE, start_new_session=True)
+    process.stdin.write(json.dumps(dataclasses.asdict(settings)).encode())
+    process.stdin.close()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            print(f"rl-insight server failed to start (exit {process.returncode}; the full log: {log_path}):\n"
+                  + _tail(log_path, log_start), file=out)
+            return 2
+        try:
+            state = json.loads(app.state_path().read_text())
+        except (OSError, ValueError):
+            state = None
+        if state is not None and state.get("pid") == process.pid and http_ok(state["local_hub_url"] + "/-/ready"):
+            print(panel(state), file=out)
+            return 1 if state["missing"] else 0
+        time.sleep(0.1)
+    print(f"rl-insight server did not become ready within {START_TIMEOUT_S} s; see {log_path}", file=out)
+    return 2
+
+
+def stop(out=sys.stdout, timeout_s=20.0):
+    state = read_state()
+    if state is None:
+        print("rl-insight server is not running", file=out)
+        return 0
+    try:
+        os.kill(state["pid"], signal.SIGTERM)  # the server stops its services itself
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and pid_alive(state["pid"]):
+        time.sleep(0.1)
+    if pid_alive(state["pid"]):
+        print(f"rl-insight server (pid {state['pid']}) did not stop in {timeout_s:.0f} s; killing it", file=out)
+        stop_process_group(state["pgid"], 1.0)
+    try:  # services restarted after the state was read have new pids: read again
+        state = json.loads(app.state_path().read_text()) if app.state_path().exists() else state
+    except (OSError, ValueError):
+        pass
+    _stop_orphans(state, out)
+    app.state_path().unlink(missing_ok=True)
+    print(f"rl-insight server (pid {state['pid']}) stopped", file=out)
+    return 0
+
+
+def status(out=sys.stdout, show_secrets=False):
+    state = read_state()
+    if state is None:
+        print(f"rl-insight server is not running (no state in {default_home()})", file=out)
+        return 3
+    print(panel(state, reveal_token=show_secrets), file=out)
+    if show_secrets:
+        password = state_secret(state, credentials.GRAFANA_PASSWORD_FILE)
+        token = state_secret(state, credentials.TOKEN_FILE) if state["token"] else None
+        print(f"\n  token              {token or '(none: writes are open on loopback)'}", file=out)
+        print(f"  Grafana password   {password or '(none)'}   (user {state['grafana_admin_user']})", file=out)
+    else:
+        print("  (rl-insight server status --secrets shows the token and the Grafana password)", file=out)
+    try:
+        with urllib.request.urlopen(state["local_hub_url"] + "/api/v1/services", timeout=5) as response:
+            services = json.loads(response.read())["services"]
+        with urllib.request.urlopen(state["local_hub_url"] + "/api/v1/hub", timeout=5) as response:
+            hub = json.loads(response.read())
+    except Exception as exc:
+        print(f"\n  (cannot ask the server for service details: {exc})", file=out)
+        return 1
+    print(f"\n  metric hub   {hub['series']:,} series in {hub['streams']:,} streams; memory "
+          f"{hub['memory_bytes'] / 2**20:,.1f} of {hub['memory_limit_bytes'] / 2**20:,.0f} MiB; history "
+          f"{hub['history_snapshots']:,} snapshots ({hub['history_evicted_unsent_total']:,} dropped unsent); "
+          f"scrapers: {', '.join(hub['scraper_names']) or 'none yet'}", file=out)
+    print("\n  service      pid      health    restarts  version   data", file=out)
+    unhealthy = False
+    for name, svc in services.items():
+        if "missing" in svc and not svc.get("pid"):
+            print(f"  {name:<12} -        missing   -         -         -", file=out)
+            unhealthy = True
+            continue
+        unhealthy |= not svc["healthy"]
+        size = "-" if svc.get("data_bytes") is None else f"{svc['data_bytes'] / 2**20:.1f} MiB"
+        print(f"  {name:<12} {svc['pid']:<8} {'healthy' if svc['healthy'] else 'DOWN':<9} {svc['restarts']:<9} "
+              f"{svc.get('version') or '?':<9} {size}", file=out)
+    return 1 if unhealthy else 0
+
+
+def _tail(path, start=0, lines=20):
+    """The last ``lines`` lines written to ``path`` after byte ``start``."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            return "\n".join(f.read().decode(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

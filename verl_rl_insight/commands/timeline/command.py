@@ -1,0 +1,90 @@
+"""``rl-insight timeline export``: a run's timeline as a Chrome trace-event file (Perfetto UI,
+chrome://tracing), from the server that kept the spans or from its Tempo: one command for both."""
+
+import argparse
+import json
+import os
+
+from verl_rl_insight.commands.api import call, common_options, server
+from verl_rl_insight.commands.checks import PROBLEMS, CliError
+
+
+def steps_range(text):
+    """'A:B', 'A:', ':B' or 'A' -> (first, last), None where open (argparse type)."""
+    first, sep, last = text.partition(":")
+    try:
+        first = int(first) if first.strip() else None
+        last = (int(last) if last.strip() else None) if sep else first
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step range (A:B, A:, :B or A)") from None
+    if first is not None and last is not None and last < first:
+        raise argparse.ArgumentTypeError(f"{text!r}: the last step is before the first")
+    return first, last
+
+
+def read_spans(base, token, project, experiment):
+    """(spans, where from)."""
+    from verl_rl_insight.commands.timeline import sources
+
+    info = call("GET", base + "/api/v1/info", token)
+    if info.get("spans_kept_by_hub"):
+        try:
+            return sources.from_server(base, project, experiment, token), "the rl-insight server"
+        except sources.SourceError as exc:
+            runs = call("GET", base + "/api/v1/spans/runs", token)["runs"]
+            known = ", ".join(f"{r['project']}/{r['experiment_name']}" for r in runs[:10]) or "none yet"
+            raise CliError(f"no spans of {project}/{experiment}: {exc}", fix=f"runs with spans: {known}",
+                           code=PROBLEMS) from None
+    if "tempo" in info.get("services", ()):
+        try:
+            return sources.from_tempo(info["tempo"], project, experiment), f"Tempo at {info['tempo']}"
+        except sources.SourceError as exc:
+            raise CliError(f"cannot read the run from Tempo: {exc}", code=PROBLEMS) from None
+    raise CliError(f"this server keeps no spans: trainers send them to {info.get('otlp_traces')}",
+                   fix="read them there (Tempo: --tempo URL)", code=PROBLEMS)
+
+
+def export(args):
+    from verl_rl_insight.commands.timeline import chrome_trace, sources
+
+    if args.tempo:
+        try:
+            spans, origin = sources.from_tempo(args.tempo.rstrip("/"), args.project, args.experiment), args.tempo
+        except sources.SourceError as exc:
+            raise CliError(str(exc), code=PROBLEMS) from None
+    else:
+        base, token = server(args)
+        spans, origin = read_spans(base, token, args.project, args.experiment)
+    if args.steps:
+        spans = chrome_trace.select_steps(spans, *args.steps)
+    if not spans:
+        raise CliError(f"no spans of {args.project}/{args.experiment}" + (" in those steps" if args.steps else "")
+                       + f" at {origin}", code=PROBLEMS)
+    document = chrome_trace.to_chrome_trace(spans, f"{args.project}/{args.experiment}")
+    tmp = f"{args.output}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(document, f)
+    os.replace(tmp, args.output)
+    tracks = [e["args"]["name"] for e in document["traceEvents"] if e["name"] == "thread_name"]
+    steps = sorted(chrome_trace.step_windows(spans))
+    span_steps = f", steps {steps[0]}-{steps[-1]}" if steps else ""
+    if args.json:
+        print(json.dumps({"output": args.output, "spans": len(spans), "tracks": tracks, "from": origin}))
+    else:
+        shown = ", ".join(tracks[:6]) + (f", ... ({len(tracks)} in all)" if len(tracks) > 6 else "")
+        print(f"wrote {args.output}: {len(spans)} spans from {origin}{span_steps}; tracks: {shown}\n"
+              "  open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing")
+    return 0
+
+
+def add_parsers(sub):
+    timeline = sub.add_parser("timeline", help="a run's RL state timeline as a file (Perfetto, chrome://tracing)")
+    timeline_sub = timeline.add_subparsers(dest="timeline_command", metavar="COMMAND", required=True)
+    out = timeline_sub.add_parser("export", help="write the run's timeline as Chrome trace-event JSON")
+    out.add_argument("--project", required=True)
+    out.add_argument("--experiment", required=True, help="the experiment_name")
+    out.add_argument("--steps", type=steps_range, help="only these trainer steps: A:B, A:, :B or A")
+    out.add_argument("-o", "--output", required=True, help="the file to write (trace.json)")
+    out.add_argument("--tempo", help="read from this Tempo (its HTTP API URL) instead of asking the server")
+    common_options(out, top=True)
+    out.set_defaults(func=export)

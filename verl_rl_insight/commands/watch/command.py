@@ -1,0 +1,103 @@
+"""``rl-insight watch [--project P] [--experiment E] [--server URL] [--once]``: one run, live."""
+
+import contextlib
+import os
+import select
+import sys
+import time
+
+from verl_rl_insight.commands.api import call, server
+from verl_rl_insight.commands.checks import PROBLEMS, CliError, positive_float
+
+
+def _sources(args):
+    """(Prometheus URL, a function giving the hub's runs by recency: (project, experiment, idle s))."""
+    if args.prometheus:
+        return args.prometheus, lambda: ()
+    base, token = server(args)
+    info = call("GET", base + "/api/v1/info", token)
+    if not info.get("prometheus") or "prometheus" not in info.get("services", ("prometheus",)):
+        raise CliError(f"the server at {base} runs no Prometheus", fix="give --prometheus URL", code=PROBLEMS)
+
+    def recent():
+        try:
+            streams = call("GET", base + "/api/v1/streams", token)["streams"]
+        except CliError:
+            return ()
+        return [(s["labels"].get("project"), s["labels"].get("experiment_name"), s.get("idle_s", 0))
+                for s in streams if s.get("step") is not None and "project" in s["labels"]]
+    return info["prometheus"], recent
+
+
+@contextlib.contextmanager
+def _keys():
+    """A function returning the key pressed since the last call ('' for none), in cbreak mode
+    on a terminal (restored on the way out)."""
+    if not sys.stdin.isatty():
+        yield lambda timeout: (time.sleep(timeout), "")[1]
+        return
+    import termios
+    import tty
+
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+    try:
+        def read(timeout):
+            ready, _, _ = select.select([fd], [], [], timeout)
+            return os.read(fd, 16).decode(errors="replace") if ready else ""
+        yield read
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def watch(args):
+    from rich.console import Console, Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from verl_rl_insight.commands.watch import data, view
+
+    prom_url, recent = _sources(args)
+    prom = data.Prometheus(prom_url)
+    console = Console()
+
+    def render():
+        try:
+            project, experiment = data.pick_run(prom, args.project, args.experiment, recent())
+            return view.frame(data.snapshot(prom, project, experiment), console.width, console.height), None
+        except data.DataError as exc:
+            return Text(f"rl-insight watch: {exc}"), exc
+
+    if args.once:
+        shown, problem = render()
+        if problem is not None:
+            raise CliError(str(problem), code=PROBLEMS)
+        console.print(shown)
+        return 0
+    footer = Text(f"\nrefresh every {args.interval:g} s; q or Ctrl+C quits", style="dim")
+    try:
+        with _keys() as key, Live(Text("reading Prometheus ..."), console=console, screen=console.is_terminal,
+                                  auto_refresh=False) as live:
+            while True:
+                shown, _ = render()
+                live.update(Group(shown, footer), refresh=True)
+                deadline = time.monotonic() + args.interval
+                while time.monotonic() < deadline:
+                    if "q" in key(min(0.2, max(0.0, deadline - time.monotonic()))).lower():
+                        return 0
+    except KeyboardInterrupt:   # Ctrl+C is how a person leaves a live view: no error
+        return 0
+
+
+def add_parsers(sub):
+    from verl_rl_insight.commands.api import common_options
+
+    parser = sub.add_parser("watch", help="one run live in the terminal: step, curves, replicas, GPUs, alerts")
+    parser.add_argument("--project", help="the run's project (default: the newest run)")
+    parser.add_argument("--experiment", help="the run's experiment_name (default: the newest run)")
+    parser.add_argument("--prometheus", help="read this Prometheus instead of the server's")
+    parser.add_argument("--interval", type=positive_float, default=5.0, help="seconds between refreshes (default 5)")
+    parser.add_argument("--once", action="store_true", help="print one frame and exit (scripts, CI logs)")
+    common_options(parser, top=True)
+    parser.set_defaults(func=watch)

@@ -1,0 +1,138 @@
+"""What the terminal view shows, read from Prometheus' HTTP API: the run, its step, the key
+curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from verl_rl_insight.contract.naming import metric_name
+from verl_rl_insight.contract.promql import run_selector
+
+PREFIX = "rl_insight_monitor_"
+STEP = PREFIX + "training_global_step"
+# (label, logged key, thresholds drawn under the curve)
+CURVES = (
+    ("score", "critic/score/mean", ()),
+    ("entropy", "actor/entropy", ()),
+    ("KL", "actor/kl_loss", ()),
+    ("grad norm", "actor/grad_norm", ()),
+    ("response len", "response_length/mean", ()),
+    ("logp mismatch", "training/rollout_probs_diff_mean", (0.005, 0.01)),
+)
+ENGINES = {   # running, waiting, KV cache share
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
+}
+
+
+class DataError(Exception):
+    """A condition the view states in one line (server down, no run yet, unknown run)."""
+
+
+def metric(key: str) -> str:
+    """The series name the hub makes of a verl key (the trainer side's own rule)."""
+    return metric_name(PREFIX, key)
+
+
+class Prometheus:
+    def __init__(self, url, timeout=5):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _get(self, path, params):
+        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+                body = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise DataError(f"Prometheus at {self.url} refused a query ({exc.code})") from None
+        except (OSError, ValueError) as exc:
+            raise DataError(f"Prometheus at {self.url} does not answer ({getattr(exc, 'reason', exc)})") from None
+        return body["data"]
+
+    def query(self, promql):
+        return self._get("/api/v1/query", {"query": promql})["result"]
+
+    def scalar(self, promql):
+        result = self.query(promql)
+        return float(result[0]["value"][1]) if result else None
+
+    def by(self, promql, label):
+        return {r["metric"].get(label, ""): float(r["value"][1]) for r in self.query(promql)}
+
+    def samples(self, promql_range):
+        """{timestamp: value} of the one series a range-vector query returns."""
+        result = self.query(promql_range)
+        return {float(t): float(v) for t, v in result[0]["values"]} if result else {}
+
+    def names(self, match, start):
+        """Metric names of the series matching ``match`` since ``start`` (seconds)."""
+        return self._get("/api/v1/label/__name__/values", {"match[]": match, "start": str(start)})
+
+    def alerts(self):
+        return self._get("/api/v1/alerts", {})["alerts"]
+
+
+def runs(prom):
+    """(project, experiment_name, last seen) of every run, newest first."""
+    found = prom.query(f"max by (project, experiment_name) (timestamp({STEP}))")
+    return sorted(((r["metric"].get("project", ""), r["metric"].get("experiment_name", ""), float(r["value"][1]))
+                   for r in found), key=lambda run: -run[2])
+
+
+def pick_run(prom, project=None, experiment=None, recent=()):
+    """The named run, else the newest: ``recent`` (project, experiment_name, seconds since its last
+    step) from the hub comes first, since Prometheus stamps every run's live value at each scrape."""
+    known = [(p, e, -idle) for p, e, idle in sorted(recent, key=lambda r: r[2])] + runs(prom)
+    if not known:
+        raise DataError("no run has logged a step yet (trainer.logger needs rl_insight; `rl-insight doctor` checks)")
+    chosen = [r for r in known if (project is None or r[0] == project) and (experiment is None or r[1] == experiment)]
+    if not chosen:
+        names = ", ".join(dict.fromkeys(f"{p}/{e}" for p, e, _ in known[:10]))
+        raise DataError(f"no run {project or '*'}/{experiment or '*'} (known: {names})")
+    return chosen[0][:2]
+
+
+def by_step(prom, key_metric, selector, window_s, steps):
+    """[(global step, value)] of the run's last ``window_s``: the hub stamps a step's values and its
+    global step with the same time, so each stored sample is matched to its own step."""
+    values = prom.samples(f"{key_metric}{selector}[{int(window_s)}s]")
+    by = {int(steps[t]): v for t, v in sorted(values.items()) if t in steps}   # a step scraped again: once
+    return sorted(by.items())
+
+
+def snapshot(prom, project, experiment, window_s=3600):
+    """Everything one frame shows, as plain data."""
+    selector = run_selector(project, experiment)
+    step = prom.scalar(f"{STEP}{selector}")
+    if step is None:
+        raise DataError(f"run {project}/{experiment} has no global step in Prometheus yet")
+    steps = prom.samples(f"{STEP}{selector}[{int(window_s)}s]")
+    curves = [(label, by_step(prom, metric(key), selector, window_s, steps), thresholds)
+              for label, key, thresholds in CURVES]
+    engines = {}
+    for name, (running, waiting, cache) in ENGINES.items():
+        rows = {}
+        for column, name_ in (("running", running), ("waiting", waiting), ("kv_cache", cache)):
+            for replica, value in prom.by(f'sum by (replica) ({name_}{selector})', "replica").items():
+                rows.setdefault(replica, {})[column] = value
+        if rows:
+            engines[name] = rows
+    util = prom.scalar(f"avg(DCGM_FI_DEV_GPU_UTIL{selector})")
+    used = prom.scalar(f"sum(DCGM_FI_DEV_FB_USED{selector})")
+    free = prom.scalar(f"sum(DCGM_FI_DEV_FB_FREE{selector})")
+    gpus = prom.scalar(f"count(DCGM_FI_DEV_GPU_UTIL{selector})")
+    firing = [a for a in prom.alerts() if a.get("state") == "firing"
+              and a["labels"].get("project", project) == project
+              and a["labels"].get("experiment_name", experiment) == experiment]
+    return {
+        "project": project, "experiment": experiment, "step": int(step),
+        "step_time_s": prom.scalar(f"{metric('timing_s/step')}{selector}"),
+        "throughput": prom.scalar(f"{metric('perf/throughput')}{selector}"),
+        "finished": prom.scalar(f"rl_insight_run_finished{selector}") == 1,
+        "curves": curves, "engines": engines,
+        "gpus": None if gpus is None else {"count": int(gpus), "util": util,
+                                           "memory": used / (used + free) if used is not None and free else None},
+        "alerts": [(a["labels"].get("alertname", "?"), a["labels"].get("severity", ""), a.get("value")) for a in firing],
+    }

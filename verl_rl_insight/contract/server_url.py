@@ -1,0 +1,50 @@
+"""RL_INSIGHT_SERVER_URL as trainers get it: ``http://rl-insight:<token>@host:18080`` carries the
+write token, so one variable is all a training node needs. Nothing logs the token: every URL
+that reaches a log line goes through ``redact``."""
+
+import urllib.parse
+
+TOKEN_USER = "rl-insight"
+
+
+def with_token(url, token):
+    """``url`` with ``token`` as its password (unchanged when ``token`` is empty)."""
+    if not token:
+        return url
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{TOKEN_USER}:{urllib.parse.quote(token, safe='')}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def split(url):
+    """(url without credentials, token or None): the token is the URL's password."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    bare = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    token = urllib.parse.unquote(parts.password) if parts.password else None
+    return bare, token
+
+
+def without_credentials(url):
+    """``url`` with any user:password@ taken out, for status and logs."""
+    return split(url)[0]
+
+
+def redact(url):
+    """``url`` with any password replaced by ``***``: what log lines and reports show."""
+    try:
+        bare, token = split(str(url))
+    except ValueError:
+        return "<unparsable URL>"
+    if token is None:
+        return bare
+    scheme, _, rest = bare.partition("://")
+    return f"{scheme}://{TOKEN_USER}:***@{rest}"

@@ -1,0 +1,141 @@
+"""The trainer's metric keys, grouped the way the dashboards show them.
+
+Where the keys come from: string literals shaped ``group/name`` in the installed verl's source
+(the groups below only: the rest of those literals are paths and model names), the keys verl
+builds at run time and never spells out (``RUNTIME_KEYS``: ``rename_dict(output, "actor/")``,
+f-strings), and this package's own log-prob mismatch keys. Families whose member names are
+made at run time (one per phase, per data source, per correction mode) are matched by pattern.
+"""
+
+import re
+from pathlib import Path
+
+# key prefix (one or two segments; the longest that matches wins) -> (row title, when it is
+# logged: None = every PPO step, else the condition)
+GROUPS = {
+    "actor": ("Actor", None),
+    "critic": ("Critic, rewards and advantages", None),
+    "perf": ("Performance", None),
+    "timing_s": ("Time per phase", None),
+    "timing_per_token_ms": ("Time per token", None),
+    "response_length": ("Lengths", None), "response_length_non_aborted": ("Lengths", None),
+    "prompt_length": ("Lengths", None), "global_seqlen": ("Lengths", None), "response": ("Lengths", None),
+    "training": ("Log-prob mismatch", None),
+    "training/filter_groups": ("Dynamic sampling (filter groups)", "with dynamic sampling (filter_groups) on"),
+    "training/off_policy": ("Off-policy samples", "in off-policy / async trainers"),
+    "training/rollout_failure": ("Off-policy samples", "in off-policy / async trainers"),
+    "training/num_turns": ("Multi-turn and tools", "in multi-turn / tool-calling rollouts"),
+    "rollout_corr": ("Rollout correction", "with algorithm.rollout_correction on"),
+    "num_turns": ("Multi-turn and tools", "in multi-turn / tool-calling rollouts"),
+    "tool_call_counts": ("Multi-turn and tools", "in multi-turn / tool-calling rollouts"),
+    "timing_s/agent_loop": ("Agent loop", "with the agent loop rollout"),
+    "agent_loop": ("Agent loop", "with the agent loop rollout"),
+    "val-core": ("Validation", "at validation steps, every trainer.test_freq"),
+    "val-aux": ("Validation", "at validation steps, every trainer.test_freq"),
+    "validation": ("Validation", "at validation steps, every trainer.test_freq"),
+    "rollout": ("Rollout (MoE routing, speculative decoding)", "with MoE routing replay or speculative decoding"),
+    "fully_async": ("Fully async trainer", "in the fully async trainer"),
+    "separate_async": ("Separate async trainer", "in the separate async trainer"),
+    "dynamic_resource": ("Dynamic resources", "with dynamic resource allocation"),
+    "checkpoint_engine": ("Checkpoint engine", "with the checkpoint engine for weight sync"),
+    "distillation": ("Distillation", "in distillation runs"),
+    "variance_proxy": ("Variance proxy", "with the variance proxy metrics on"),
+}
+# Literal in verl's source, never logged under that name (renamed first: perf/mfu/actor, ...).
+NOT_LOGGED = {"actor/mfu", "critic/mfu", "training/global_step"}
+# Keys verl builds at run time (a prefix joined to a worker's metric name): not literal in its source.
+RUNTIME_KEYS = {
+    "actor/lr", "actor/kl_loss", "actor/kl_coef", "critic/lr", "critic/grad_norm",
+}
+# Families whose members are named at run time: (group, title, regex of the key, unit)
+PATTERN_FAMILIES = [
+    ("timing_s", "Time per phase", r"timing_s/[A-Za-z0-9_]+", "s"),
+    ("timing_per_token_ms", "Time per token per phase", r"timing_per_token_ms/[A-Za-z0-9_]+", "ms"),
+    ("rollout_corr", "Perplexities (training vs rollout)", r"rollout_corr/(training|rollout)_(log_)?ppl", "short"),
+    ("rollout_corr", "Perplexity difference and ratio", r"rollout_corr/(log_ppl_[a-z_]+|ppl_ratio)", "short"),
+    ("rollout_corr", "KL and chi-square (rollout vs training)", r"rollout_corr/(kl|k3_kl|chi2_[a-z]+)", "short"),
+    ("rollout_corr", "Importance-sampling weights", r"rollout_corr/rollout_is_[A-Za-z0-9_]+", "short"),
+    ("rollout_corr", "Rejection sampling", r"rollout_corr/rollout_rs_[A-Za-z0-9_]+", "short"),
+    ("val-core", "Validation scores (per data source)", r"val-core/.+", "short"),
+    ("val-aux", "Validation, auxiliary", r"val-aux/.+", "short"),
+]
+STATS = {"mean", "max", "min", "std", "minmax_diff"}
+FAMILIES = [(re.compile(r"perf/mfu/.+"), "perf/mfu"),
+            (re.compile(r"perf/(max_memory_\w+|cpu_memory_used_gb)"), "perf/memory")]
+FRACTION = re.compile(r"(clipfrac|clip_ratio|aborted_ratio|_fraction|fraction_|frac_gt|mfu|idle_ratio|"
+                      r"utilization|partial_ratio|overlap_ratio|changed_ratio|accept_rate)")
+KEY = re.compile(r"[\"']([a-zA-Z_][\w\-]*(?:/[\w\-@.]+)+)[\"']")
+
+
+def _verl_sources():
+    import verl
+
+    return [path.read_text(errors="replace") for path in Path(verl.__file__).parent.rglob("*.py")]
+
+
+def verl_literals():
+    """Every string literal shaped like ``group/name`` in the installed verl's source."""
+    found = set()
+    for text in _verl_sources():
+        found.update(KEY.findall(text))
+    return found
+
+
+def families_in_verl():
+    """The PATTERN_FAMILIES whose group verl's source names (``f"rollout_corr/{key}"``, ``"val-core"``):
+    their members are named at run time, so only the group can be checked."""
+    texts = _verl_sources()
+    return [family for family in PATTERN_FAMILIES
+            if any(f'"{family[0]}' in text or f"'{family[0]}" in text for text in texts)]
+
+
+def own_keys():
+    """The keys this package's plugins add (the log-prob mismatch extras)."""
+    from verl_rl_insight.trainer.plugins import probs_diff
+
+    return set(probs_diff.KEYS)
+
+
+def group_of(key):
+    """The GROUPS prefix ``key`` belongs to (two segments before one), or None."""
+    parts = key.split("/")
+    for prefix in ("/".join(parts[:2]), parts[0]):
+        if prefix in GROUPS and prefix != key:
+            return prefix
+    return None
+
+
+def trainer_keys():
+    """The keys the dashboards give a panel of their own: verl's, by group, and this package's."""
+    keys = {k for k in verl_literals() | own_keys() | RUNTIME_KEYS if group_of(k) and k not in NOT_LOGGED}
+    patterns = [re.compile(regex) for _, _, regex, _ in PATTERN_FAMILIES]
+    return {k for k in keys if not any(p.fullmatch(k) for p in patterns)}
+
+
+def family_of(key):
+    """``critic/score/mean`` -> ``critic/score``; ``perf/mfu/actor`` -> ``perf/mfu``; a key whose
+    last part is no statistic is a family of its own."""
+    for pattern, family in FAMILIES:
+        if pattern.fullmatch(key):
+            return family
+    head, _, last = key.rpartition("/")
+    return head if head and last in STATS else key
+
+
+def unit_of(key):
+    if key.startswith("timing_s/") or key in ("perf/time_per_step",) or key.endswith(("_time", "time_s",
+                                                                                       "_seconds")):
+        return "s"
+    if key.startswith("timing_per_token_ms/"):
+        return "ms"
+    if key.endswith("_gb"):
+        return "decgbytes"
+    if key == "perf/throughput":
+        return "tokens/s"
+    if FRACTION.search(key):
+        return "percentunit"
+    return "short"
+
+
+def is_fraction(key):
+    return unit_of(key) == "percentunit"

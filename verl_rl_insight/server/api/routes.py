@@ -1,0 +1,419 @@
+"""The server's HTTP API, an ASGI application (served by http_server.HttpServer; documented for
+clients and fuzzers at ``GET /openapi.json``, see server/openapi.py).
+
+GET  /metrics[?scraper=NAME]  the hub's exposition: live values; a named scraper also gets the
+                              history it has not been sent (moved on once the response is written)
+GET  /-/healthy, /-/ready     liveness / readiness
+GET  /api/v1/streams          what the hub holds, per project / experiment
+GET  /api/v1/hub              the hub's own figures: memory, series, history, scrapers
+POST /api/v1/push             {"batches": [...]} from trainers
+GET  /api/v1/targets          registered scrape targets
+POST /api/v1/targets          {"address", "job", "labels", "ttl_s"}: register or heartbeat
+DELETE /api/v1/targets?job=J&address=A
+GET  /api/v1/sd               the targets in Prometheus http_sd format
+GET  /api/v1/services         every service: pid, health, restarts, version, data size
+GET  /api/v1/info             the endpoints the server announces (OTLP for traces, Grafana, ...)
+
+With a token set, every write (POST, DELETE) and every named scrape needs it, as
+``Authorization: Bearer <token>`` or HTTP Basic with the token as password (else 401, before
+any body is read). Every error is a JSON ``{"error": "..."}`` that names the field.
+
+Bodies: the size is checked before a byte is read (413); the bytes of all bodies being received
+count against one budget (``body_budget_bytes``: beyond it a request waits, then gets 503), and
+bodies are parsed one at a time off the event loop, so a burst of large pushes costs at most
+one parse's memory beyond the budget.
+"""
+
+import asyncio
+import base64
+import binascii
+import collections
+import concurrent.futures
+import contextlib
+import hmac
+import json
+import logging
+import time
+import urllib.parse
+
+from verl_rl_insight.server.metrics import exposition
+from verl_rl_insight.server.api import openapi
+from verl_rl_insight.server.stores.silences import AlertingError
+from verl_rl_insight.server.stores.spans import SpanError
+from verl_rl_insight.server.stores.spans import decode as decode_spans
+from verl_rl_insight.server.metrics.hub import ScrapeBusy, check_scraper_name
+from verl_rl_insight.server.api.http_server import response_written
+from verl_rl_insight.contract.wire import HUB_HEADER, MAX_BATCHES, PushError
+from verl_rl_insight.server.stores.targets import TargetError, TargetRegistry
+
+logger = logging.getLogger("verl_rl_insight.server")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_TARGET_BODY_BYTES = 64 * 1024
+MAX_CONTAINERS = 2 + 3 * MAX_BATCHES     # JSON objects and arrays a valid push can hold
+CHUNK_BYTES = 256 * 1024                 # responses go out in pieces: a slow reader holds one, not the body
+
+
+class ApiError(Exception):
+    """An answer before, or instead of, reading the body: the connection stays open and the server
+    reads what the client still sends and drops it, so that the client gets to read the answer
+    (closing with unread data would reset the connection under it)."""
+
+    def __init__(self, status, message, headers=(), **extra):
+        super().__init__(message)
+        self.status = status
+        self.headers = list(headers)
+        self.extra = extra
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request was read."""
+
+
+class Request:
+    __slots__ = ("scope", "receive", "send", "headers", "query")
+
+    def __init__(self, scope, receive, send):
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.headers = {}
+        for name, value in scope["headers"]:
+            self.headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+        self.query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+
+    def param(self, name):
+        values = self.query.get(name)
+        return values[-1] if values else None
+
+
+class Api:
+    def __init__(self, hub, targets=None, token=None, max_body_bytes=MAX_BODY_BYTES, services=None, info=None,
+                 alerting=None, spans=None, delete_series=None, workers=4, body_budget_bytes=64 * 1024 * 1024, save_every_s=1.0):
+        self.hub = hub
+        self.targets = targets if targets is not None else TargetRegistry()
+        self.token = token or None
+        self.max_body_bytes = max_body_bytes
+        self.services = services
+        self.info = info
+        self.alerting = alerting
+        self.spans = spans
+        self.delete_series = delete_series   # (project, experiment) -> what Prometheus said
+        self.save_every_s = save_every_s
+        self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api")
+        self._budget = asyncio.Condition()
+        self._in_flight = 0            # bytes of request bodies received and not yet done with
+        self._parse = asyncio.Semaphore(1)
+        self._last_save = 0.0
+        self._openapi = json.dumps(openapi.document()).encode()
+        self.responses = collections.Counter()   # by status class: "2xx", "4xx", ...
+        self.routes = {
+            ("GET", "/metrics"): (self.get_metrics, False),
+            ("GET", "/-/healthy"): (lambda r: self._text(r, b"ok\n"), False),
+            ("GET", "/-/ready"): (lambda r: self._text(r, b"ready\n"), False),
+            ("GET", "/openapi.json"): (self.get_openapi, False),
+            ("GET", "/api/v1/streams"): (lambda r: self._json_from(r, lambda: {"streams": hub.streams()}), False),
+            ("GET", "/api/v1/hub"): (
+                lambda r: self._json_from(r, lambda: {**hub.summary(), "http_responses": dict(self.responses)}), False),
+            ("POST", "/api/v1/push"): (self.post_push, True),
+            ("GET", "/api/v1/targets"): (lambda r: self._json_from(r, lambda: {"targets": self.targets.list()}), False),
+            ("POST", "/api/v1/targets"): (self.post_target, True),
+            ("DELETE", "/api/v1/targets"): (self.delete_target, True),
+            ("GET", "/api/v1/sd"): (lambda r: self._json_from(r, self.targets.http_sd), False),
+            ("GET", "/api/v1/services"): (
+                lambda r: self._json_from(r, lambda: {"services": services() if services else {}}), False),
+            ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
+            ("DELETE", "/api/v1/runs"): (self.delete_run, True),
+            ("POST", "/v1/traces"): (self.post_traces, True),
+            ("GET", "/api/v1/spans"): (self.get_spans, True),   # token2text spans carry prompts: token rules
+            ("GET", "/api/v1/spans/runs"): (lambda r: self._json_from(r, lambda: {"runs": self._span_store().runs()}),
+                                            False),
+            ("GET", "/api/v1/alerts"): (lambda r: self._alerting(r, "firing"), False),
+            ("GET", "/api/v1/silences"): (lambda r: self._alerting(r, "silences"), False),
+            ("POST", "/api/v1/silences"): (self.post_silence, True),
+            ("DELETE", "/api/v1/silences"): (lambda r: self._alerting(r, "unsilence", r.param("id") or ""), True),
+        }
+
+    # -- ASGI ------------------------------------------------------------------------------
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive, send)
+        method = "GET" if scope["method"] == "HEAD" else scope["method"]
+        try:
+            entry = self.routes.get((method, scope["path"]))
+            if entry is None:
+                raise self._no_route(scope["method"], scope["path"])
+            handler, write = entry
+            if write:
+                self._authorize(request)
+            await handler(request)
+        except ApiError as exc:
+            await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
+        except ClientGone:
+            return
+        except Exception:
+            logger.exception("error while serving %s %s", scope["method"], scope["path"])
+            await self._send_json(send, 500, {"error": "internal error, see the server log"})
+
+    def _no_route(self, method, path):
+        known = sorted({p for _, p in self.routes})
+        if path in known:
+            allowed = sorted(m for m, p in self.routes if p == path)
+            return ApiError(405, f"method {method} not allowed on {path} (allowed: {', '.join(allowed)})",
+                            headers=[(b"allow", ", ".join(allowed).encode())])
+        return ApiError(404, f"no such endpoint {path[:100]!r}", endpoints=known)
+
+    def _authorize(self, request):
+        if self.token is None:
+            return
+        scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+        given = None
+        if scheme.lower() == "bearer":
+            given = credentials.strip()
+        elif scheme.lower() == "basic":
+            try:
+                given = base64.b64decode(credentials.strip(), validate=True).decode("utf-8").partition(":")[2]
+            except (binascii.Error, UnicodeDecodeError):
+                given = None
+        if given is None or not hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode()):
+            raise ApiError(401, "missing or wrong token (Authorization: Bearer <token>; the URL that "
+                                "`rl-insight server start` prints carries it)",
+                           headers=[(b"www-authenticate", b'Bearer realm="rl-insight"')])
+
+    async def _in_thread(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # -- handlers --------------------------------------------------------------------------
+    async def get_metrics(self, request):
+        arrival = time.time()
+        name = request.param("scraper")
+        if name is None:
+            body = await self._in_thread(self.hub.live_body)
+            await self._send_body(request.send, 200, exposition.CONTENT_TYPE, body)
+            return
+        try:
+            check_scraper_name(name)
+        except PushError as exc:
+            raise ApiError(400, f"scraper: {exc}") from None
+        self._authorize(request)
+        try:
+            exposure = await self._in_thread(self.hub.expose, name, arrival)
+        except ScrapeBusy as exc:
+            raise ApiError(429, str(exc)) from None
+        except PushError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        written = False
+        try:
+            body = await self._in_thread(exposure.body)
+            await self._send_body(request.send, 200, exposition.CONTENT_TYPE, body)
+            written = await response_written()
+        finally:
+            exposure.commit(written)
+            self._save_soon()
+
+    async def get_openapi(self, request):
+        await self._send_body(request.send, 200, "application/json", self._openapi)
+
+    async def post_push(self, request):
+        expected = request.headers.get(HUB_HEADER.lower())
+        if expected is not None and expected != self.hub.instance:
+            # the sender's batches before this one went to a hub that is gone: it resends them first
+            raise ApiError(409, f"this hub restarted (instance {self.hub.instance}, the push expects "
+                                f"{expected[:40]!r}); send the recent batches again")
+        async with self._body(request, self.max_body_bytes) as body, self._parse:
+            try:
+                result = await self._in_thread(self._push, body)
+            except PushError as exc:
+                self.hub.stats["rejected"] += 1
+                raise ApiError(exc.status, str(exc)) from None
+        await self._send_json(request.send, 200, result)
+
+    def _push(self, body):
+        if body.count(b"{") + body.count(b"[") > MAX_CONTAINERS:
+            raise PushError(f"body holds more than {MAX_CONTAINERS} JSON objects and arrays; "
+                            f"a push is {{\"batches\": [...]}} of at most {MAX_BATCHES} batches")
+        return self.hub.push(_parse_json(body))
+
+    async def post_target(self, request):
+        async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
+            item = body
+        try:
+            item = _parse_json(item)
+            if not isinstance(item, dict):
+                raise TargetError('body must be an object {"address", "job", "labels", "ttl_s"}')
+            unknown = sorted(set(item) - {"address", "job", "labels", "ttl_s"})
+            if unknown:
+                raise TargetError(f"unknown field {unknown[0][:40]!r} (known: address, job, labels, ttl_s)")
+            record = self.targets.register(item.get("address"), item.get("job"), item.get("labels") or {},
+                                           item.get("ttl_s", 90.0))
+        except (PushError, TargetError) as exc:
+            raise ApiError(400, str(exc)) from None
+        await self._send_json(request.send, 200, record)
+
+    async def delete_target(self, request):
+        job, address = request.param("job"), request.param("address")
+        if not job or not address:
+            raise ApiError(400, "give ?job=JOB&address=HOST:PORT")
+        if not self.targets.remove(address, job):
+            raise ApiError(404, f"no target {job[:80]!r} {address[:80]!r}")
+        await self._send_json(request.send, 200, {"removed": {"job": job, "address": address}})
+
+    async def delete_run(self, request):
+        project, experiment = request.param("project"), request.param("experiment_name")
+        if not project or not experiment:
+            raise ApiError(400, "give ?project=P&experiment_name=E")
+
+        def delete():
+            streams, series = self.hub.delete_run(project, experiment)
+            spans = self.spans.delete(project, experiment) if self.spans is not None else False
+            prometheus = self.delete_series(project, experiment) if self.delete_series else "no Prometheus here"
+            return {"project": project, "experiment_name": experiment, "hub_streams": streams, "hub_series": series,
+                    "spans": spans, "prometheus": prometheus}
+        result = await self._in_thread(delete)
+        self._save_soon()
+        await self._send_json(request.send, 200, result)
+
+    def _span_store(self):
+        if self.spans is None:
+            raise ApiError(404, "this server keeps no spans: they go to its Tempo (or the otlp_endpoint set)")
+        return self.spans
+
+    async def post_traces(self, request):
+        """OTLP/HTTP (protobuf), what Tempo's receiver takes: kept per run when Tempo is not running."""
+        store = self._span_store()
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind != "application/x-protobuf":
+            raise ApiError(415, f"Content-Type {kind[:60]!r}: OTLP/HTTP here is application/x-protobuf")
+        encoding = request.headers.get("content-encoding")
+        async with self._body(request, self.max_body_bytes) as body:
+            try:
+                otlp = await self._in_thread(decode_spans, body, encoding, self.max_body_bytes)
+                await self._in_thread(store.add, otlp)
+            except SpanError as exc:
+                raise ApiError(exc.status, str(exc)) from None
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        await self._send_body(request.send, 200, "application/x-protobuf", ExportTraceServiceResponse()
+                              .SerializeToString())
+
+    async def get_spans(self, request):
+        store = self._span_store()
+        project, experiment = request.param("project"), request.param("experiment_name")
+        if not project or not experiment:
+            raise ApiError(400, "give ?project=P&experiment_name=E")
+        body = await self._in_thread(store.read, project, experiment)
+        if body is None:
+            raise ApiError(404, f"no spans of {project[:100]!r} / {experiment[:100]!r} here "
+                                "(GET /api/v1/spans/runs lists the runs that have some)")
+        await self._send_body(request.send, 200, "application/x-ndjson", body)
+
+    async def post_silence(self, request):
+        async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
+            item = body
+        try:
+            item = _parse_json(item)
+        except PushError as exc:
+            raise ApiError(400, str(exc)) from None
+        await self._alerting(request, "silence", item)
+
+    async def _alerting(self, request, action, *args):
+        if self.alerting is None:
+            raise ApiError(404, "alerting is off on this server: it runs no Alertmanager (installed? "
+                                "services.alertmanager.enabled?)")
+        try:
+            result = await self._in_thread(getattr(self.alerting, action), *args)
+        except AlertingError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        await self._send_json(request.send, 200, result)
+
+    async def _json_from(self, request, produce):
+        await self._send_json(request.send, 200, await self._in_thread(produce))
+
+    async def _text(self, request, body):
+        await self._send_body(request.send, 200, "text/plain; charset=utf-8", body)
+
+    # -- bodies ----------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _body(self, request, limit):
+        """The request body; its bytes count against ``body_budget_bytes`` until the block ends."""
+        length = request.headers.get("content-length")
+        if length is not None and int(length) > limit:   # h11 has checked it is a number
+            self.hub.stats["rejected"] += 1
+            raise ApiError(413, f"body of {length} bytes is over the limit of {limit} bytes; send smaller batches")
+        held = [0]
+        try:
+            yield await self._read_body(request, limit, held)
+        finally:
+            if held[0]:
+                async with self._budget:
+                    self._in_flight -= held[0]
+                    self._budget.notify_all()
+
+    async def _read_body(self, request, limit, held):
+        deadline = asyncio.get_running_loop().time() + 5.0
+        body = bytearray()
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone()
+            chunk = message.get("body", b"")
+            if chunk:
+                await self._reserve(len(chunk), deadline)
+                held[0] += len(chunk)
+                body += chunk
+            if len(body) > limit:
+                self.hub.stats["rejected"] += 1
+                raise ApiError(413, f"body is over the limit of {limit} bytes; send smaller batches")
+            if not message.get("more_body", False):
+                return bytes(body)
+
+    async def _reserve(self, size, deadline):
+        """Wait until ``size`` more bytes of bodies fit in the budget; 503 after the deadline."""
+        loop = asyncio.get_running_loop()
+        async with self._budget:
+            while self._in_flight and self._in_flight + size > self.body_budget_bytes:
+                remaining = deadline - loop.time()
+                try:
+                    await asyncio.wait_for(self._budget.wait(), max(remaining, 0.001))
+                except asyncio.TimeoutError:
+                    raise ApiError(503, "the server is receiving too many request bodies at once; retry shortly"
+                                   ) from None
+            self._in_flight += size
+
+    def _save_soon(self):
+        now = time.monotonic()
+        if now - self._last_save >= self.save_every_s:
+            self._last_save = now
+            self._executor.submit(self._save)
+
+    def _save(self):
+        try:
+            self.hub.save_state()
+        except OSError as exc:
+            logger.warning("metric hub: cannot save the scrapers' state: %s", exc)
+
+    async def _send_body(self, send, status, content_type, body, headers=()):
+        self.responses[f"{status // 100}xx"] += 1
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", content_type.encode()),
+                                (b"content-length", str(len(body)).encode()), *headers]})
+        view = memoryview(body)
+        for start in range(0, max(len(body), 1), CHUNK_BYTES):
+            await send({"type": "http.response.body", "body": bytes(view[start:start + CHUNK_BYTES]),
+                        "more_body": start + CHUNK_BYTES < len(body)})
+
+    async def _send_json(self, send, status, obj, headers=()):
+        await self._send_body(send, status, "application/json", json.dumps(obj).encode(), headers)
+
+    def close(self):
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._save()
+
+
+def _parse_json(body):
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise PushError(f"body is not valid JSON: {str(exc)[:200]}") from None

@@ -1,0 +1,100 @@
+"""Grafana as a service of the rl-insight server: grafana.ini and provisioning.
+
+Datasources have fixed uids so dashboards can name them: ``rl-insight-prometheus`` and
+``rl-insight-tempo``. Dashboards are provisioned from the package (folder "RL-Insight"), so
+an upgrade of verl-rl-insight brings its dashboards along.
+"""
+
+import configparser
+import io
+import os
+from pathlib import Path
+
+import yaml
+
+from verl_rl_insight.dashboards import DASHBOARDS_DIR
+from verl_rl_insight.server.managed.prometheus import connect_host
+
+HEALTH_PATH = "/api/health"
+PROMETHEUS_UID = "rl-insight-prometheus"
+TEMPO_UID = "rl-insight-tempo"
+FOLDER = "RL-Insight"
+
+
+def home_path(binary):
+    """Grafana's --homepath for a binary: <home>/bin/grafana, or Debian's /usr/share/grafana."""
+    binary = Path(binary).resolve()
+    home = binary.parent.parent
+    if (home / "conf" / "defaults.ini").exists():
+        return home
+    return Path("/usr/share/grafana")
+
+
+def render_ini(settings):
+    data = settings.data_path / "grafana"
+    ini = configparser.ConfigParser(interpolation=None)
+    ini["server"] = {"http_addr": settings.bind, "http_port": str(settings.grafana_port)}
+    ini["paths"] = {
+        "data": str(data),
+        "logs": str(settings.data_path / "logs" / "grafana"),
+        "plugins": str(data / "plugins"),
+        "provisioning": str(data / "provisioning"),
+    }
+    ini["security"] = {"admin_user": settings.grafana_admin_user,
+                       "admin_password": settings.grafana_admin_password}
+    ini["auth.anonymous"] = {"enabled": "true" if settings.grafana_anonymous_viewer else "false",
+                             "org_role": "Viewer"}
+    ini["analytics"] = {"reporting_enabled": "false", "check_for_updates": "false",
+                        "check_for_plugin_updates": "false"}
+    ini["dashboards"] = {"default_home_dashboard_path": ""}
+    out = io.StringIO()
+    ini.write(out)
+    return out.getvalue()
+
+
+def render_datasources(settings):
+    host = connect_host(settings.bind)
+    return yaml.safe_dump({
+        "apiVersion": 1,
+        "datasources": [
+            {"name": "RL-Insight Prometheus", "uid": PROMETHEUS_UID, "type": "prometheus", "access": "proxy",
+             "url": f"http://{host}:{settings.prometheus_port}", "isDefault": True, "editable": False,
+             "jsonData": {"timeInterval": f"{int(settings.scrape_interval_s)}s", "manageAlerts": True}},
+            {"name": "RL-Insight Tempo", "uid": TEMPO_UID, "type": "tempo", "access": "proxy",
+             "url": settings.tempo_query_url or f"http://{host}:{settings.tempo_port}", "editable": False,
+             "jsonData": {"nodeGraph": {"enabled": True},
+                          "tracesToMetrics": {"datasourceUid": PROMETHEUS_UID}}},
+        ],
+    }, sort_keys=False)
+
+
+def render_dashboard_provider(dashboards_dir=DASHBOARDS_DIR):
+    return yaml.safe_dump({
+        "apiVersion": 1,
+        "providers": [{"name": "rl-insight", "folder": FOLDER, "type": "file", "disableDeletion": True,
+                       "allowUiUpdates": False, "updateIntervalSeconds": 30,
+                       "options": {"path": str(dashboards_dir)}}],
+    }, sort_keys=False)
+
+
+def write_files(settings):
+    """Render grafana.ini and the provisioning tree under the data dir; returns the ini path."""
+    data = settings.data_path / "grafana"
+    for sub in ("provisioning/datasources", "provisioning/dashboards", "provisioning/plugins",
+                "provisioning/alerting", "plugins"):
+        (data / sub).mkdir(parents=True, exist_ok=True)
+    (settings.data_path / "logs" / "grafana").mkdir(parents=True, exist_ok=True)
+    (data / "provisioning" / "datasources" / "rl-insight.yaml").write_text(render_datasources(settings))
+    (data / "provisioning" / "dashboards" / "rl-insight.yaml").write_text(render_dashboard_provider())
+    ini_path = settings.data_path / "grafana.ini"
+    ini_path.write_text(render_ini(settings))
+    os.chmod(ini_path, 0o600)  # holds the admin password
+    return ini_path
+
+
+def command(binary, settings, config_path):
+    home = home_path(binary)
+    name = Path(binary).name
+    if name == "grafana":
+        return [binary, "server", f"--homepath={home}", f"--config={config_path}"]
+    return [binary, f"--homepath={home}", f"--config={config_path}"]  # grafana-server

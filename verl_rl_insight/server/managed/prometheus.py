@@ -1,0 +1,93 @@
+"""Prometheus as a service of the rl-insight server: its config and its command line."""
+
+import urllib.parse
+
+import yaml
+
+from verl_rl_insight.contract import server_url
+from verl_rl_insight.server.stores.credentials import is_loopback
+
+# remote_write keys whose values are secrets: never in server.json or a log
+SECRET_KEYS = ("basic_auth", "authorization", "bearer_token", "oauth2", "sigv4", "azuread", "headers")
+
+HEALTH_PATH = "/-/ready"
+
+
+def connect_host(bind):
+    """Where a local client reaches a service that listens on ``bind``."""
+    return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
+
+
+def scraper_name(settings):
+    """The name this Prometheus gives itself at the hub (``/metrics?scraper=``): one per server."""
+    return f"prometheus-{settings.prometheus_port}"
+
+
+def redacted_remote_write(entries):
+    """What may be shown of remote_write: each entry's url (without credentials) and name."""
+    return [{"url": server_url.without_credentials(e["url"]), **({"name": e["name"]} if "name" in e else {}),
+             **({"secrets": sorted(k for k in e if k in SECRET_KEYS)} if any(k in e for k in SECRET_KEYS) else {})}
+            for e in entries]
+
+
+def render_config(settings, rule_files=(), token_file=None, alertmanager=None):
+    """prometheus.yml: the hub (keeping its labels and timestamps, as a named scraper, with the
+    token read from ``token_file``) and every registered target through http_sd, so a Prometheus
+    of your own can use the same two jobs."""
+    interval = f"{int(settings.scrape_interval_s * 1000)}ms"
+    hub = f"{connect_host(settings.bind)}:{settings.port}"
+    hub_job = {
+        "job_name": "rl_insight_hub",
+        "honor_labels": True,
+        "honor_timestamps": True,
+        "params": {"scraper": [scraper_name(settings)]},
+        "static_configs": [{"targets": [hub]}],
+    }
+    if token_file is not None:
+        hub_job["authorization"] = {"type": "Bearer", "credentials_file": str(token_file)}
+    config = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "scrape_configs": [
+            hub_job,
+            {
+                # job, replica, node, project, ... come from the registry as target labels
+                "job_name": "rl_insight_targets",
+                "http_sd_configs": [{"url": f"http://{hub}/api/v1/sd", "refresh_interval": interval}],
+            },
+        ],
+    }
+    if settings.external_labels:
+        config["global"]["external_labels"] = dict(settings.external_labels)
+    if settings.remote_write:
+        config["remote_write"] = [dict(entry) for entry in settings.remote_write]
+        # Prometheus' own remote-write figures, for `rl-insight doctor` here and the store's users there
+        config["scrape_configs"].append({
+            "job_name": "rl_insight_prometheus",
+            "static_configs": [{"targets": [f"{connect_host(settings.bind)}:{settings.prometheus_port}"]}],
+            "metric_relabel_configs": [{"source_labels": ["__name__"], "regex": "prometheus_remote_storage_.*",
+                                        "action": "keep"}],
+        })
+    if alertmanager:
+        host = urllib.parse.urlsplit(alertmanager).netloc
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [host]}]}]}
+    if rule_files:
+        config["rule_files"] = [str(p) for p in rule_files]
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def command(binary, settings, config_path):
+    data = settings.data_path / "prometheus"
+    return [
+        binary,
+        f"--config.file={config_path}",
+        f"--storage.tsdb.path={data}",
+        f"--storage.tsdb.retention.time={settings.retention}",
+        f"--web.listen-address={settings.bind}:{settings.prometheus_port}",
+        # no --web.enable-lifecycle: nobody can /-/quit; the admin API (deleting a run's series) only
+        # where Prometheus listens on loopback, so that nobody elsewhere can delete series
+        *(["--web.enable-admin-api"] if admin_api(settings) else []),
+    ]
+
+
+def admin_api(settings):
+    return is_loopback(settings.bind)

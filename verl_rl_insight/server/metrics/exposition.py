@@ -1,0 +1,57 @@
+"""The Prometheus text exposition format (version 0.0.4): values, label sets, whole bodies.
+
+Only names and label values that push_schema accepted reach here, so a line can never break
+the body: names are full-match checked, label values are escaped.
+"""
+
+import math
+import time
+
+from verl_rl_insight.contract.naming import escape_label_value
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def format_value(value):
+    if value != value:
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def label_text(labels):
+    """``k="v",...`` for sorted (name, value) pairs."""
+    return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels)
+
+
+def series_lines(labels, names, values, timestamp_ms=None):
+    """(name, line) for each sample of one label set, with an optional timestamp."""
+    stamp = "" if timestamp_ms is None else f" {timestamp_ms}"
+    return [(name, f"{name}{{{labels}}} {format_value(value)}{stamp}") for name, value in zip(names, values)]
+
+
+def body(families, trailer=()):
+    """One exposition: ``families`` maps a metric name to its lines (grouped under one TYPE line,
+    in order); ``trailer`` lines (already typed) come last. Encoded family by family, letting
+    other threads run in between (see ``pause``)."""
+    chunks = []
+    for name in sorted(families):
+        chunks.append(f"# TYPE {name} gauge\n".encode())
+        chunks.append(("\n".join(families[name]) + "\n").encode())
+        pause()
+    chunks.append(("\n".join(trailer) + "\n").encode() if trailer else b"")
+    return b"".join(chunks)
+
+
+_last_pause = [0.0]
+
+
+def pause(every_s=0.002):
+    """Let other threads take the GIL when this thread has had it for ``every_s``: a long rendering
+    otherwise holds it for whole switch intervals (5 ms) at a time, and a push that needs it
+    several times over waits them all out."""
+    now = time.perf_counter()
+    if now - _last_pause[0] >= every_s:
+        time.sleep(0)
+        _last_pause[0] = time.perf_counter()

@@ -1,0 +1,489 @@
+"""MetricHub: holds what trainers push and exposes it to Prometheus, each step exactly once.
+
+What a user can rely on:
+- every stream (project, experiment_name, extra labels) exposes the latest value of each of its
+  series without a timestamp, so it stays queryable however long a step takes;
+- a push is applied whole under one lock and numbered there (``seq``): a scrape never sees the
+  global-step gauge of one step beside the values of another, and order is the order applied;
+- a *named* scraper (``GET /metrics?scraper=NAME``; the server's own Prometheus names itself in
+  the config the server renders) also gets every snapshot it has not seen yet, in order, each
+  stamped with the trainer's own time (moved later only where Prometheus would refuse it: not
+  before this scraper's previous visit). What it has seen moves on only once its response was
+  written (``commit``) and is kept on disk, so a restarted hub sends no step twice;
+- an unnamed client gets the live values only, from one shared rendering: it cannot make the
+  hub do more work than one scrape;
+- memory (latest values, history, caches) is accounted and kept under ``memory_limit_bytes``:
+  history every named scraper has seen is dropped after ``history_s``; under pressure the oldest
+  history goes first and is counted; a push that needs more room than history can free is refused.
+- rendering formats outside the push lock: a push waits for a render only while references are
+  taken (O(streams)), never for the formatting of every series.
+"""
+
+import array
+import collections
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+
+from verl_rl_insight.server.metrics import exposition
+from verl_rl_insight.server.stores.files import write_atomically
+from verl_rl_insight.contract.wire import PushError, validate_push
+
+logger = logging.getLogger("verl_rl_insight.server")
+
+# Estimated bytes, checked against tracemalloc by tests/test_hub_memory.py.
+SERIES_BYTES = 560        # a latest value, its dict slot, its cached line in the stream and in the shared body
+SNAPSHOT_BYTES = 420      # a snapshot, its value array, its identity in the stream's set of seen ones
+VALUE_BYTES = 16          # a value in a snapshot, and its share of a names tuple
+STREAM_BYTES = 4096       # a stream's own objects
+LIVE_MARGIN_MS = 50       # history is stamped this far before the scrape's own time, at the latest
+MAX_SCRAPERS = 16
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
+
+
+class ScrapeBusy(RuntimeError):
+    """A scrape by the same named scraper is still being served."""
+
+
+def check_scraper_name(name):
+    """A scraper name as ``?scraper=`` gives it; raises PushError when it is not one."""
+    if not isinstance(name, str) or not 0 < len(name) <= 64 or not set(name) <= NAME_CHARS:
+        raise PushError("scraper must be 1 to 64 characters of [a-zA-Z0-9_.:-]")
+    return name
+
+
+class Snapshot:
+    """One applied batch: what a step logged, as it arrived."""
+
+    __slots__ = ("seq", "step", "time", "received", "names", "values")
+
+    def __init__(self, seq, step, time_s, received, names, values):
+        self.seq = seq
+        self.step = step
+        self.time = time_s
+        self.received = received
+        self.names = names
+        self.values = values
+
+    @property
+    def nbytes(self):
+        return SNAPSHOT_BYTES + VALUE_BYTES * len(self.values)
+
+
+class Stream:
+    __slots__ = ("key", "labels", "latest", "version", "step", "newest_time", "updated", "history", "seen",
+                 "names", "cache")
+
+    def __init__(self, key):
+        self.key = key
+        self.labels = exposition.label_text(key)
+        self.latest = {}            # replaced, never changed in place, once a render may hold it
+        self.version = 0
+        self.step = None
+        self.newest_time = -math.inf
+        self.updated = 0.0
+        self.history = collections.deque()
+        self.seen = set()           # (step, time) of the timed snapshots held: resent copies are dropped
+        self.names = ()             # the names tuple of the newest snapshot: the next one shares it when equal
+        self.cache = (-1, [])       # (version, [(name, line)]): the live lines of that version
+
+    def live_lines(self, latest, version):
+        cached_version, lines = self.cache
+        if cached_version != version:
+            lines = exposition.series_lines(self.labels, latest.keys(), latest.values())
+            if version >= self.cache[0]:
+                self.cache = (version, lines)
+        return lines
+
+
+class Scraper:
+    __slots__ = ("name", "last_ms", "marks", "seen_at", "busy")
+
+    def __init__(self, name, last_ms=None, marks=None, seen_at=0.0):
+        self.name = name
+        self.last_ms = last_ms      # the arrival time (ms) of its last scrape: history goes after it
+        self.marks = marks or {}    # stream key -> (seq or None after a restart, trainer time) last sent
+        self.seen_at = seen_at
+        self.busy = threading.Lock()
+
+    def sent(self, key, snapshot):
+        mark = self.marks.get(key)
+        if mark is None:
+            return False
+        return snapshot.seq <= mark[0] if mark[0] is not None else snapshot.time <= mark[1]
+
+
+class Exposure:
+    """What one scrape exposes: references taken under the hub lock, formatted outside it."""
+
+    def __init__(self, hub, scraper, arrival_ms, entries, stats):
+        self.hub = hub
+        self.scraper = scraper
+        self.arrival_ms = arrival_ms
+        self.entries = entries      # [(stream, latest, version, [(snapshot, ts_ms)], history or None)]
+        self.stats = stats
+        self.marks = {}
+        self.settled = False
+
+    def body(self):
+        families = collections.defaultdict(list)
+        for stream, latest, version, sent, history in self.entries:
+            for snapshot, ts_ms in sent:
+                for name, line in exposition.series_lines(stream.labels, snapshot.names, snapshot.values, ts_ms):
+                    families[name].append(line)
+            if sent:
+                self.marks[stream.key] = (sent[-1][0].seq, sent[-1][0].time)
+            if history is None:
+                lines = stream.live_lines(latest, version)
+            else:
+                values = _values_at(latest, history, sent[-1][0] if sent else None)
+                lines = exposition.series_lines(stream.labels, values.keys(), values.values())
+            for name, line in lines:
+                families[name].append(line)
+            exposition.pause()
+        return exposition.body(families, _stats_lines(self.stats))
+
+    def commit(self, written=True):
+        """The response was written (or, ``written=False``, could not be): move this scraper on."""
+        if self.scraper is not None and not self.settled:
+            self.settled = True
+            self.hub._settle(self, written)
+
+
+def _values_at(latest, history, last_sent):
+    """The live values as of ``last_sent`` (None: before the first of ``history`` that is pending):
+    the series that later snapshots change take their value from the newest snapshot up to it."""
+    index = history.index(last_sent) + 1 if last_sent is not None else 0
+    later = set()
+    for snapshot in history[index:]:
+        later.update(snapshot.names)
+    values = {name: value for name, value in latest.items() if name not in later}
+    missing = set(later)
+    for snapshot in reversed(history[:index]):
+        for name, value in zip(snapshot.names, snapshot.values):
+            if name in missing:
+                values[name] = value
+                missing.discard(name)
+        if not missing:
+            break
+    return values   # a series whose value at that point is no longer held is left out of this scrape
+
+
+def _stats_lines(stats):
+    lines = []
+    for name, kind, value in stats:
+        lines.append(f"# TYPE {name} {kind}")
+        lines.append(f"{name} {value}")
+    return lines
+
+
+class MetricHub:
+    def __init__(self, max_series=500_000, memory_limit_bytes=1 << 30, history_s=600.0, new_scraper_history_s=600.0,
+                 stream_ttl_s=86_400.0, scraper_ttl_s=3600.0, state_path=None, clock=time.time):
+        self.max_series = max_series
+        self.memory_limit_bytes = int(memory_limit_bytes)
+        self.history_s = history_s
+        self.new_scraper_history_s = new_scraper_history_s
+        self.stream_ttl_s = stream_ttl_s
+        self.scraper_ttl_s = scraper_ttl_s
+        self.state_path = state_path
+        self.clock = clock
+        self.instance = uuid.uuid4().hex[:16]   # a new one per start: senders resend when it changes
+        self.stats = collections.Counter()
+        self._lock = threading.Lock()
+        self._streams = {}
+        self._series = 0
+        self._bytes = 0
+        self._seq = 0
+        self._version = 0
+        self._scrapers = {}
+        self._next_sweep = 0.0
+        self._live_lock = threading.Lock()
+        self._live_body = (-1, b"")
+        self._state_lock = threading.Lock()
+        self._state_dirty = False
+        self._load_state()
+
+    # -- pushes ----------------------------------------------------------------------------
+    def push(self, payload):
+        """Validate a whole push body and apply it atomically: {"accepted", "duplicates", "hub"}.
+
+        Raises PushError (nothing applied) when any part of it is invalid or does not fit.
+        """
+        now = self.clock()
+        batches = validate_push(payload, now)
+        with self._lock:
+            self._make_room(batches, now)
+            accepted = duplicates = 0
+            touched = {}
+            for batch in batches:
+                stream = self._streams.get(batch.labels)
+                if stream is None:
+                    stream = self._streams[batch.labels] = Stream(batch.labels)
+                    self._bytes += STREAM_BYTES
+                identity = (batch.step, batch.time)
+                if batch.timed and identity in stream.seen:
+                    duplicates += 1
+                    continue
+                if stream.key not in touched:
+                    touched[stream.key] = dict(stream.latest)   # copy on write: renders keep the old one
+                latest = touched[stream.key]
+                names = tuple(batch.names)
+                if names == stream.names:
+                    names = stream.names
+                self._seq += 1
+                snapshot = Snapshot(self._seq, batch.step, batch.time, now, names, array.array("d", batch.values))
+                stream.history.append(snapshot)
+                self._bytes += snapshot.nbytes
+                if batch.timed:
+                    stream.seen.add(identity)
+                before = len(latest)
+                if batch.time >= stream.newest_time:   # a late copy never turns values back
+                    latest.update(zip(names, batch.values))
+                    stream.newest_time = batch.time
+                    stream.names = names
+                    if batch.step is not None:
+                        stream.step = batch.step
+                else:
+                    for name, value in zip(names, batch.values):
+                        latest.setdefault(name, value)
+                self._series += len(latest) - before
+                self._bytes += SERIES_BYTES * (len(latest) - before)
+                stream.updated = now
+                accepted += 1
+            for key, latest in touched.items():
+                stream = self._streams[key]
+                stream.latest = latest
+                stream.version += 1
+            if touched:
+                self._version += 1
+            self.stats["batches"] += accepted
+            self.stats["duplicates"] += duplicates
+            self.stats["pushes"] += 1
+            self._sweep(now)
+        return {"accepted": accepted, "duplicates": duplicates, "hub": self.instance}
+
+    def _make_room(self, batches, now):
+        """Refuse a push over the series limit; free history for it under the memory bound."""
+        new_names = {}
+        needed = 0
+        for batch in batches:
+            stream = self._streams.get(batch.labels)
+            known = stream.latest if stream is not None else ()
+            fresh = new_names.setdefault(batch.labels, set())
+            fresh.update(name for name in batch.names if name not in known)
+            needed += SNAPSHOT_BYTES + VALUE_BYTES * len(batch.names)
+        new_series = sum(len(names) for names in new_names.values())
+        if self._series + new_series > self.max_series:
+            self.stats["rejected_series_limit"] += 1
+            raise PushError(f"series limit reached ({self.max_series}); raise the hub's max_series", 422)
+        needed += new_series * SERIES_BYTES + STREAM_BYTES * sum(1 for k in new_names if k not in self._streams)
+        if self._bytes + needed > self.memory_limit_bytes:
+            self._evict(self._bytes + needed - self.memory_limit_bytes)
+        if self._bytes + needed > self.memory_limit_bytes:
+            self.stats["rejected_memory"] += 1
+            raise PushError(f"memory bound reached ({self.memory_limit_bytes / 2**20:.0f} MiB of latest values "
+                            "and history); raise the hub's memory_limit_mb or finish old runs", 422)
+
+    def _evict(self, amount):
+        """Drop the oldest history, across streams, until ``amount`` bytes are free (or none is left)."""
+        freed = 0
+        streams = [s for s in self._streams.values() if s.history]
+        while freed < amount and streams:
+            oldest = min(streams, key=lambda s: s.history[0].seq)
+            # evict a run of the oldest stream's snapshots at once: one scan of the streams per run
+            limit = min((s.history[0].seq for s in streams if s is not oldest), default=math.inf)
+            while oldest.history and freed < amount and oldest.history[0].seq <= limit:
+                snapshot = oldest.history[0]
+                freed += self._drop_oldest(oldest)
+                self.stats["history_evicted"] += 1
+                if any(not scraper.sent(oldest.key, snapshot) for scraper in self._scrapers.values()):
+                    self.stats["history_evicted_unsent"] += 1
+            if not oldest.history:
+                streams.remove(oldest)
+        if freed and not self.stats["warned_evicted"]:
+            self.stats["warned_evicted"] = 1
+            logger.warning("metric hub: memory bound of %.0f MiB reached; dropping the oldest history "
+                           "(rl_insight_hub_history_evicted_total)", self.memory_limit_bytes / 2**20)
+
+    def _drop_oldest(self, stream):
+        snapshot = stream.history.popleft()
+        stream.seen.discard((snapshot.step, snapshot.time))
+        self._bytes -= snapshot.nbytes
+        return snapshot.nbytes
+
+    def _sweep(self, now):
+        """At most once a second: forget idle streams and scrapers, drop history everyone has seen."""
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + 1.0
+        for name in [n for n, s in self._scrapers.items() if now - s.seen_at > self.scraper_ttl_s]:
+            del self._scrapers[name]
+            self._state_dirty = True
+        for key in [k for k, s in self._streams.items() if now - s.updated > self.stream_ttl_s]:
+            self._forget(key)
+        horizon = now - self.history_s
+        for stream in self._streams.values():
+            history = stream.history
+            while history and history[0].received < horizon and all(
+                    scraper.sent(stream.key, history[0]) for scraper in self._scrapers.values()):
+                self._drop_oldest(stream)
+
+    def _forget(self, key):
+        stream = self._streams.pop(key)
+        self._series -= len(stream.latest)
+        self._bytes -= STREAM_BYTES + SERIES_BYTES * len(stream.latest) + sum(s.nbytes for s in stream.history)
+        for scraper in self._scrapers.values():
+            scraper.marks.pop(key, None)
+        self._version += 1
+        return len(stream.latest)
+
+    def delete_run(self, project, experiment):
+        """Forget every stream of a run (its values and history); returns (streams, series) removed."""
+        with self._lock:
+            keys = [k for k in self._streams if dict(k).get("project") == project
+                    and dict(k).get("experiment_name") == experiment]
+            series = sum(self._forget(key) for key in keys)
+            self._state_dirty = self._state_dirty or bool(keys)
+        return len(keys), series
+
+    # -- scrapes ---------------------------------------------------------------------------
+    def expose(self, scraper=None, arrival=None):
+        """What one scrape gets. Unnamed: the live values (no ``commit`` needed). Named: also the
+        history it has not been sent; call ``commit()`` on the result once the body was written."""
+        if scraper is None:
+            return None
+        arrival_ms = int((arrival if arrival is not None else self.clock()) * 1000)
+        with self._lock:
+            state = self._scrapers.get(scraper)
+            if state is None:
+                if len(self._scrapers) >= MAX_SCRAPERS:
+                    raise PushError(f"at most {MAX_SCRAPERS} named scrapers; unnamed scrapes get live values", 429)
+                state = self._scrapers[scraper] = Scraper(scraper)
+            if not state.busy.acquire(blocking=False):
+                raise ScrapeBusy(f"a scrape by {scraper} is still being served")
+            state.seen_at = self.clock()
+            floor_ms = arrival_ms - int(self.new_scraper_history_s * 1000)
+            prev_start = state.last_ms if state.last_ms is not None else floor_ms
+            limit_ms = arrival_ms - LIVE_MARGIN_MS
+            entries = []
+            for stream in self._streams.values():
+                pending = []
+                for snapshot in reversed(stream.history):
+                    if state.sent(stream.key, snapshot) or (stream.key not in state.marks
+                                                            and snapshot.received * 1000 <= floor_ms):
+                        break
+                    pending.append(snapshot)
+                pending.reverse()
+                sent = _stamp(pending, prev_start, limit_ms)
+                history = list(stream.history) if len(sent) < len(pending) else None
+                entries.append((stream, stream.latest, stream.version, sent, history))
+            stats = self._stats_locked()
+        return Exposure(self, state, arrival_ms, entries, stats)
+
+    def _settle(self, exposure, written):
+        state = exposure.scraper
+        with self._lock:
+            state.last_ms = max(state.last_ms or 0, exposure.arrival_ms)
+            if written:
+                for key, mark in exposure.marks.items():
+                    if key in self._streams:
+                        state.marks[key] = mark
+            self._state_dirty = True
+        state.busy.release()
+
+    def live_body(self):
+        """The live values of every stream (what an unnamed scrape gets), rendered once per change."""
+        with self._live_lock:
+            with self._lock:
+                version = self._version
+                if self._live_body[0] == version:
+                    return self._live_body[1]
+                entries = [(s, s.latest, s.version, (), None) for s in self._streams.values()]
+                stats = self._stats_locked()
+            body = Exposure(self, None, None, entries, stats).body()
+            self._live_body = (version, body)
+            return body
+
+    # -- reports ---------------------------------------------------------------------------
+    def _stats_locked(self):
+        return (
+            ("rl_insight_hub_streams", "gauge", len(self._streams)),
+            ("rl_insight_hub_series", "gauge", self._series),
+            ("rl_insight_hub_memory_bytes", "gauge", self._bytes),
+            ("rl_insight_hub_memory_limit_bytes", "gauge", self.memory_limit_bytes),
+            ("rl_insight_hub_history_snapshots", "gauge", sum(len(s.history) for s in self._streams.values())),
+            ("rl_insight_hub_scrapers", "gauge", len(self._scrapers)),
+            ("rl_insight_hub_batches_total", "counter", self.stats["batches"]),
+            ("rl_insight_hub_duplicate_batches_total", "counter", self.stats["duplicates"]),
+            ("rl_insight_hub_rejected_pushes_total", "counter", self.stats["rejected"]),
+            ("rl_insight_hub_history_evicted_total", "counter", self.stats["history_evicted"]),
+            ("rl_insight_hub_history_evicted_unsent_total", "counter", self.stats["history_evicted_unsent"]),
+        )
+
+    def summary(self):
+        """The hub's own figures: memory, series, streams, history, scrapers (``GET /api/v1/hub``)."""
+        now = self.clock()
+        with self._lock:
+            figures = {name[len("rl_insight_hub_"):]: value for name, _, value in self._stats_locked()}
+            figures["scraper_names"] = {name: {"last_scrape_s_ago": round(now - s.seen_at, 1), "streams": len(s.marks)}
+                                        for name, s in self._scrapers.items()}
+            figures["instance"] = self.instance
+        return figures
+
+    def streams(self):
+        """A summary per stream: labels, last step, series count, seconds since the last push."""
+        now = self.clock()
+        with self._lock:
+            return [{"labels": dict(s.key), "step": s.step,
+                     "series": len(s.latest), "batches_kept": len(s.history), "idle_s": round(now - s.updated, 3)}
+                    for s in self._streams.values()]
+
+    # -- what survives a restart -------------------------------------------------------------
+    def save_state(self):
+        """Write what each named scraper was sent (atomically); a no-op when nothing changed."""
+        if self.state_path is None:
+            return
+        with self._state_lock:
+            with self._lock:
+                if not self._state_dirty:
+                    return
+                self._state_dirty = False
+                state = {"scrapers": {
+                    name: {"last_ms": s.last_ms, "seen_at": s.seen_at,
+                           "marks": [[[list(pair) for pair in key], mark[1]] for key, mark in s.marks.items()]}
+                    for name, s in self._scrapers.items()}}
+            self.state_path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(self.state_path, json.dumps(state))
+
+    def _load_state(self):
+        if self.state_path is None or not self.state_path.exists():
+            return
+        try:
+            state = json.loads(self.state_path.read_text())
+            for name, saved in state["scrapers"].items():
+                marks = {tuple(tuple(pair) for pair in key): (None, float(t)) for key, t in saved["marks"]}
+                self._scrapers[check_scraper_name(name)] = Scraper(name, int(saved["last_ms"]) if saved["last_ms"]
+                                                                   is not None else None, marks, self.clock())
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("metric hub: cannot read %s (%s); named scrapers start afresh", self.state_path, exc)
+            self._scrapers.clear()
+
+
+def _stamp(pending, prev_ms, limit_ms):
+    """(snapshot, timestamp ms) for the snapshots that fit between ``prev_ms`` and ``limit_ms``, in
+    order: the trainer's own time where it fits, strictly increasing; what does not fit waits."""
+    room = limit_ms - prev_ms
+    if room <= 0:
+        return []
+    pending = pending[:room]
+    n = len(pending)
+    stamped = []
+    for i, snapshot in enumerate(pending):
+        ts = min(max(int(snapshot.time * 1000), prev_ms + 1), limit_ms - (n - i - 1))
+        stamped.append((snapshot, ts))
+        prev_ms = ts
+    return stamped

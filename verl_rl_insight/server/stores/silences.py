@@ -1,0 +1,172 @@
+"""What the hub's API does with alerts: lists what fires and manages silences through the
+Alertmanager it runs (v2 API, on loopback).
+
+Silences made here are also kept in ``<data>/silences.json``: Alertmanager writes its own to
+disk only every minute, so after a crash the hub puts back those still running (under new IDs;
+the ones people were given keep working for ``unsilence``).
+"""
+
+import datetime
+import json
+import logging
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from verl_rl_insight.server.stores.files import write_atomically
+
+logger = logging.getLogger("verl_rl_insight.server")
+
+MAX_SILENCE_S = 30 * 86400
+ALERT_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,127}")
+SILENCE_FIELDS = ("project", "experiment_name", "alertname", "duration_s", "comment", "created_by")
+
+
+class AlertingError(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+def _iso(ts):
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _timestamp(iso):
+    return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _text(item, name, limit, required=False):
+    value = item.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value or len(value) > limit or any(ord(c) < 32 for c in value):
+        raise AlertingError(400, f"{name} must be a non-empty string of at most {limit} printable characters")
+    return value
+
+
+def silence_request(item):
+    """A silence request ({project, experiment_name, alertname?, duration_s, comment?, created_by?})
+    as Alertmanager's matchers, checked field by field."""
+    if not isinstance(item, dict):
+        raise AlertingError(400, "body must be an object {project, experiment_name, duration_s, alertname?, ...}")
+    unknown = sorted(set(item) - set(SILENCE_FIELDS))
+    if unknown:
+        raise AlertingError(400, f"unknown field {str(unknown[0])[:40]!r} (known: {', '.join(SILENCE_FIELDS)})")
+    matchers = [{"name": name, "value": _text(item, name, 256, required=True), "isRegex": False, "isEqual": True}
+                for name in ("project", "experiment_name")]
+    alert = _text(item, "alertname", 128)
+    if alert is not None:
+        if not ALERT_NAME.fullmatch(alert):
+            raise AlertingError(400, "alertname must be an alert's name (letters, digits, _)")
+        matchers.append({"name": "alertname", "value": alert, "isRegex": False, "isEqual": True})
+    duration = item.get("duration_s")
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 60 <= duration <= MAX_SILENCE_S:
+        raise AlertingError(400, f"duration_s must be a number of seconds from 60 to {MAX_SILENCE_S} (30 days)")
+    now = time.time()
+    return {"matchers": matchers, "startsAt": _iso(now), "endsAt": _iso(now + duration),
+            "createdBy": _text(item, "created_by", 100) or "rl-insight",
+            "comment": _text(item, "comment", 500) or "silenced with rl-insight alerts silence"}
+
+
+class Alerting:
+    def __init__(self, url, state_path, timeout_s=5.0):
+        self.url = url.rstrip("/")
+        self.state_path = state_path
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        try:
+            self._kept = json.loads(state_path.read_text())
+        except (OSError, ValueError):
+            self._kept = []
+
+    # -- Alertmanager's API ------------------------------------------------------------------
+    def _call(self, method, path, body=None):
+        request = urllib.request.Request(self.url + path, method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                data = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:300].decode("utf-8", "replace").strip()
+            raise AlertingError(404 if exc.code == 404 else 400, f"Alertmanager refused it: {detail}") from None
+        except OSError as exc:
+            raise AlertingError(503, f"Alertmanager at {self.url} does not answer ({exc}); it is restarted "
+                                     "automatically, try again in a few seconds") from None
+        return json.loads(data) if data else None
+
+    # -- what the API serves -----------------------------------------------------------------
+    def firing(self):
+        alerts = self._call("GET", "/api/v2/alerts?active=true&silenced=true&inhibited=true")
+        return {"alerts": [{"alertname": a["labels"].get("alertname"), "labels": a["labels"],
+                            "annotations": a.get("annotations", {}), "since": a.get("startsAt"),
+                            "state": a.get("status", {}).get("state"),
+                            "silenced_by": a.get("status", {}).get("silencedBy", [])} for a in alerts]}
+
+    def silences(self):
+        return {"silences": [s for s in self._call("GET", "/api/v2/silences")
+                             if s.get("status", {}).get("state") != "expired"]}
+
+    def silence(self, item):
+        request = silence_request(item)
+        created = self._call("POST", "/api/v2/silences", request)
+        with self._lock:
+            self._kept = [k for k in self._kept if _timestamp(k["endsAt"]) > time.time()]
+            self._kept.append({**request, "id": created["silenceID"], "ids": [created["silenceID"]]})
+            self._save()
+        return {"id": created["silenceID"], "ends": request["endsAt"], "matchers": request["matchers"]}
+
+    def unsilence(self, silence_id):
+        if not isinstance(silence_id, str) or not re.fullmatch(r"[0-9a-fA-F-]{1,64}", silence_id):
+            raise AlertingError(400, "id must be a silence ID (as `rl-insight alerts silence` printed it)")
+        with self._lock:
+            kept = next((k for k in self._kept if silence_id in k["ids"]), None)
+            current = kept["id"] if kept else silence_id
+            self._call("DELETE", f"/api/v2/silence/{current}")
+            if kept:
+                self._kept.remove(kept)
+                self._save()
+        return {"expired": silence_id}
+
+    def restore(self):
+        """After Alertmanager restarted: put back the silences made here that it lost."""
+        with self._lock:
+            live = [k for k in self._kept if _timestamp(k["endsAt"]) > time.time() + 1]
+            if not live:
+                return 0
+            known = {s["id"] for s in self._call("GET", "/api/v2/silences")
+                     if s.get("status", {}).get("state") == "active"}
+            restored = 0
+            for kept in live:
+                if kept["id"] in known:
+                    continue
+                request = {k: kept[k] for k in ("matchers", "endsAt", "createdBy", "comment")}
+                created = self._call("POST", "/api/v2/silences", {**request, "startsAt": _iso(time.time())})
+                kept["id"] = created["silenceID"]
+                kept["ids"].append(kept["id"])
+                restored += 1
+            self._kept = live
+            self._save()
+        return restored
+
+    def restore_when_ready(self, timeout_s=60.0):
+        """``restore`` on a thread of its own, once Alertmanager answers again."""
+        def run():
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                try:
+                    restored = self.restore()
+                    if restored:
+                        logger.warning("put back %d silence(s) Alertmanager lost when it restarted", restored)
+                    return
+                except AlertingError:
+                    time.sleep(0.5)
+            logger.warning("Alertmanager did not come back within %.0f s; silences not put back", timeout_s)
+
+        threading.Thread(target=run, name="rl-insight-silences", daemon=True).start()
+
+    def _save(self):
+        write_atomically(self.state_path, json.dumps(self._kept), mode=0o600)

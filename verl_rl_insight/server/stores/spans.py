@@ -1,0 +1,183 @@
+"""The timeline without Tempo: the hub takes OTLP/HTTP spans itself (``POST /v1/traces``) and keeps
+them per run under ``<data>/spans``, bounded, so ``rl-insight timeline export`` has them.
+
+One JSON line per span in ``<run key>.jsonl``; ``runs.json`` indexes the runs. A run keeps at most
+``max_run_bytes`` (later spans are dropped and counted), all runs together ``max_total_bytes``
+(the run written to longest ago goes first).
+"""
+
+import hashlib
+import json
+import threading
+import time
+import zlib
+
+from verl_rl_insight.server.stores.files import write_atomically
+
+MAX_ATTRIBUTES = 32
+MAX_VALUE = 256
+
+
+class SpanError(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+def decode(body, encoding, limit):
+    """ExportTraceServiceRequest from an OTLP/HTTP protobuf body (gzip allowed, inflated to at most
+    ``limit`` bytes: a small bomb cannot become a large body)."""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    if encoding == "gzip":
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            body = inflate.decompress(body, limit + 1)
+        except zlib.error as exc:
+            raise SpanError(400, f"Content-Encoding gzip: the body is not gzip ({exc})") from None
+        if len(body) > limit or inflate.unconsumed_tail:
+            raise SpanError(413, f"the body inflates beyond {limit} bytes")
+    elif encoding not in (None, "", "identity"):
+        raise SpanError(415, f"Content-Encoding {encoding[:40]!r} is not supported (gzip or none)")
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise SpanError(400, f"body is not an OTLP ExportTraceServiceRequest (protobuf): {exc}") from None
+    return request
+
+
+def _value(any_value):
+    kind = any_value.WhichOneof("value")
+    if kind in ("string_value", "bool_value", "int_value", "double_value"):
+        value = getattr(any_value, kind)
+        return value[:MAX_VALUE] if isinstance(value, str) else value
+    return None
+
+
+def records(request):
+    """(project, experiment_name, record) for each span of a request; spans without a run are skipped."""
+    for resource_spans in request.resource_spans:
+        resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                attrs = {}
+                for a in span.attributes[:MAX_ATTRIBUTES + 2]:
+                    value = _value(a.value)
+                    if value is not None:
+                        attrs[a.key[:MAX_VALUE]] = value
+                project, experiment = attrs.pop("project", None), attrs.pop("experiment_name", None)
+                if not isinstance(project, str) or not isinstance(experiment, str):
+                    continue
+                if "host.name" in resource:
+                    attrs.setdefault("node", resource["host.name"])
+                yield project, experiment, {
+                    "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
+                    "parent_span_id": span.parent_span_id.hex(), "name": span.name[:MAX_VALUE],
+                    "start_ns": span.start_time_unix_nano, "end_ns": span.end_time_unix_nano,
+                    "attributes": dict(list(attrs.items())[:MAX_ATTRIBUTES])}
+
+
+def _whole_lines(path):
+    """Cut a span file back to its last whole line (a process killed mid-append leaves a part of
+    one, which later appends would glue to a whole line); returns its size."""
+    try:
+        with open(path, "r+b") as f:
+            size = f.seek(0, 2)
+            end = size
+            while end > 0:
+                start = max(0, end - 65536)
+                f.seek(start)
+                cut = f.read(end - start).rfind(b"\n")
+                if cut >= 0:
+                    end = start + cut + 1
+                    break
+                end = start
+            if end != size:
+                f.truncate(end)
+            return end
+    except FileNotFoundError:
+        return 0
+
+
+def run_key(project, experiment):
+    return hashlib.sha256(f"{project}\0{experiment}".encode()).hexdigest()[:24]
+
+
+class SpanStore:
+    def __init__(self, folder, max_run_bytes=64 * 2**20, max_total_bytes=1024 * 2**20):
+        self.folder = folder
+        self.max_run_bytes = max_run_bytes
+        self.max_total_bytes = max_total_bytes
+        self.stats = {"received": 0, "kept": 0, "dropped": 0, "unlabelled": 0}
+        self._lock = threading.Lock()
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self._runs = json.loads((folder / "runs.json").read_text())
+        except (OSError, ValueError):
+            self._runs = {}
+        for key, run in self._runs.items():
+            run["bytes"] = _whole_lines(folder / f"{key}.jsonl")
+
+    def add(self, request):
+        """Keep the spans of one OTLP request; returns how many were kept."""
+        lines = {}
+        total = 0
+        for project, experiment, record in records(request):
+            total += 1
+            lines.setdefault((project, experiment), []).append(json.dumps(record, separators=(",", ":")) + "\n")
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                self.stats["unlabelled"] += len(scope_spans.spans)
+        self.stats["unlabelled"] -= total
+        kept = 0
+        with self._lock:
+            for (project, experiment), run_lines in lines.items():
+                key = run_key(project, experiment)
+                run = self._runs.setdefault(key, {"project": project, "experiment_name": experiment, "bytes": 0,
+                                                  "spans": 0, "dropped": 0})
+                data = "".join(run_lines).encode()
+                self.stats["received"] += len(run_lines)
+                if run["bytes"] + len(data) > self.max_run_bytes:
+                    run["dropped"] += len(run_lines)
+                    self.stats["dropped"] += len(run_lines)
+                    continue
+                with open(self.folder / f"{key}.jsonl", "ab") as f:
+                    f.write(data)
+                run.update(bytes=run["bytes"] + len(data), spans=run["spans"] + len(run_lines), last=time.time())
+                kept += len(run_lines)
+            self.stats["kept"] += kept
+            self._evict()
+            write_atomically(self.folder / "runs.json", json.dumps(self._runs))
+        return kept
+
+    def _evict(self):
+        while sum(r["bytes"] for r in self._runs.values()) > self.max_total_bytes and len(self._runs) > 1:
+            oldest = min(self._runs, key=lambda k: self._runs[k].get("last", 0))
+            (self.folder / f"{oldest}.jsonl").unlink(missing_ok=True)
+            del self._runs[oldest]
+
+    def runs(self):
+        with self._lock:
+            return [dict(r) for r in self._runs.values()]
+
+    def read(self, project, experiment):
+        """The run's spans as JSON lines (bytes), or None for a run without spans here."""
+        key = run_key(project, experiment)
+        with self._lock:
+            if key not in self._runs:
+                return None
+            try:
+                return (self.folder / f"{key}.jsonl").read_bytes()
+            except FileNotFoundError:
+                return b""
+
+    def delete(self, project, experiment):
+        key = run_key(project, experiment)
+        with self._lock:
+            if self._runs.pop(key, None) is None:
+                return False
+            (self.folder / f"{key}.jsonl").unlink(missing_ok=True)
+            write_atomically(self.folder / "runs.json", json.dumps(self._runs))
+        return True

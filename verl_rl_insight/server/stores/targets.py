@@ -1,0 +1,172 @@
+"""TargetRegistry: scrape targets that trainers and users register, served to Prometheus as http_sd.
+
+A target is (job, address) with labels. Targets registered with a TTL (what trainers do for
+rollout replicas) disappear unless they are registered again within it: targets of a finished
+run leave the list by themselves. ``ttl_s = 0`` targets (``rl-insight targets add``) stay, and
+are kept across server restarts in ``targets.json`` under the data dir: written by a background
+thread at most every ``save_interval_s`` (write to a temporary file, then rename), and at close.
+"""
+
+import json
+import math
+import re
+import threading
+import time
+
+from verl_rl_insight.contract.naming import is_label_name, label_value_problem
+from verl_rl_insight.server.stores.files import write_atomically
+
+JOB_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_.\-]{0,63}")
+HOST_RE = re.compile(r"[a-zA-Z0-9.\-]{1,253}|\[[0-9a-fA-F:]{2,39}\]")
+PORT_RE = re.compile(r"[0-9]{1,5}")
+MAX_TARGETS = 10_000
+MAX_TTL_S = 7 * 86400
+
+
+class TargetError(ValueError):
+    pass
+
+
+def check_address(address):
+    if not isinstance(address, str) or ":" not in address:
+        raise TargetError(f"address must be host:port, got {_show(address)}")
+    host, _, port = address.rpartition(":")
+    if not HOST_RE.fullmatch(host) or not PORT_RE.fullmatch(port):
+        raise TargetError(f"address must be host:port (no scheme or path), got {_show(address)}")
+    if not 0 < int(port) < 65536:
+        raise TargetError(f"address {_show(address)}: port {int(port)} is out of range (1-65535)")
+    return address
+
+
+def _show(value):
+    return repr(value[:80] if isinstance(value, str) else value)[:90]
+
+
+def check_target(address, job, labels, ttl_s):
+    check_address(address)
+    if not isinstance(job, str) or not JOB_RE.fullmatch(job):
+        raise TargetError(f"job must match {JOB_RE.pattern}, got {_show(job)}")
+    if not isinstance(labels, dict) or len(labels) > 16:
+        raise TargetError("labels must be an object of at most 16 labels")
+    clean = {}
+    for name, value in labels.items():
+        if not is_label_name(name) or name == "job":
+            raise TargetError(f"labels: invalid label name {_show(name)}")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise TargetError(f"labels.{name} must be a string")
+        value = value if isinstance(value, str) else str(value)
+        problem = label_value_problem(value)
+        if problem:
+            raise TargetError(f"labels.{name} {problem}")
+        clean[name] = value
+    if (isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or not math.isfinite(ttl_s)
+            or not 0 <= ttl_s <= MAX_TTL_S):
+        raise TargetError(f"ttl_s must be a number of seconds between 0 (no expiry) and {MAX_TTL_S}")
+    return clean
+
+
+class TargetRegistry:
+    def __init__(self, store_path=None, clock=time.monotonic, save_interval_s=0.5):
+        self.store_path = store_path
+        self.clock = clock
+        self.save_interval_s = save_interval_s
+        self.writes = 0
+        self._lock = threading.Lock()
+        self._targets = {}  # (job, address) -> {"labels", "ttl_s", "expires"}
+        self._dirty = False
+        self._wake = threading.Event()
+        self._save_lock = threading.Lock()
+        self._closed = False
+        self._writer = None
+        self._load()
+
+    def register(self, address, job, labels=None, ttl_s=90.0):
+        """Add or refresh a target (a heartbeat is the same call). Returns its record."""
+        labels = check_target(address, job, labels or {}, ttl_s)
+        with self._lock:
+            self._expire()
+            key = (job, address)
+            previous = self._targets.get(key)
+            if previous is None and len(self._targets) >= MAX_TARGETS:
+                raise TargetError(f"at most {MAX_TARGETS} targets")
+            expires = None if not ttl_s else self.clock() + ttl_s
+            self._targets[key] = {"labels": labels, "ttl_s": ttl_s, "expires": expires}
+            if not ttl_s or (previous is not None and not previous["ttl_s"]):
+                self._changed()
+            return self._record(key)
+
+    def remove(self, address, job):
+        with self._lock:
+            removed = self._targets.pop((job, address), None)
+            if removed is not None and not removed["ttl_s"]:
+                self._changed()
+            return removed is not None
+
+    def list(self):
+        with self._lock:
+            self._expire()
+            return [self._record(key) for key in sorted(self._targets)]
+
+    def http_sd(self):
+        """The target groups in Prometheus' http_sd format (``job`` as a target label)."""
+        return [{"targets": [t["address"]], "labels": dict(t["labels"], job=t["job"])} for t in self.list()]
+
+    def close(self):
+        """Write what is pending and stop the writer."""
+        self._closed = True
+        self._wake.set()
+        if self._writer is not None:
+            self._writer.join(5)
+        self._save()
+
+    def _record(self, key):
+        entry = self._targets[key]
+        expires_in = None if entry["expires"] is None else round(entry["expires"] - self.clock(), 1)
+        return {"job": key[0], "address": key[1], "labels": dict(entry["labels"]), "ttl_s": entry["ttl_s"],
+                "expires_in_s": expires_in}
+
+    def _expire(self):
+        now = self.clock()
+        for key in [k for k, e in self._targets.items() if e["expires"] is not None and e["expires"] <= now]:
+            del self._targets[key]
+
+    def _changed(self):
+        if self.store_path is None:
+            return
+        self._dirty = True
+        self._wake.set()
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_loop, name="targets-writer", daemon=True)
+            self._writer.start()
+
+    def _write_loop(self):
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            if self._closed:
+                return
+            self._save()
+            time.sleep(self.save_interval_s)   # changes meanwhile go out in the next write
+
+    def _save(self):
+        if self.store_path is None:
+            return
+        with self._save_lock:
+            with self._lock:
+                if not self._dirty:
+                    return
+                self._dirty = False
+                static = [{"job": j, "address": a, "labels": e["labels"]}
+                          for (j, a), e in sorted(self._targets.items()) if not e["ttl_s"]]
+            write_atomically(self.store_path, json.dumps(static, indent=2))
+            self.writes += 1
+
+    def _load(self):
+        if self.store_path is None or not self.store_path.exists():
+            return
+        try:
+            for item in json.loads(self.store_path.read_text()):
+                labels = check_target(item["address"], item["job"], item.get("labels") or {}, 0)
+                self._targets[(item["job"], item["address"])] = {"labels": labels, "ttl_s": 0, "expires": None}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise TargetError(f"{self.store_path} is damaged ({exc}); fix or remove it") from None

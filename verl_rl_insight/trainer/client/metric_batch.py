@@ -1,0 +1,90 @@
+"""A batch of scalar samples on its way from the trainer to the server, (names: contract.naming.metric_name).
+
+A batch is built on the training thread from a private copy of verl's dict and converted
+lazily (``samples()``), on the sender thread: the training thread pays for a dict copy only.
+"""
+
+import math
+
+from verl_rl_insight.contract.naming import metric_name
+
+def to_number(value):
+    """A float for ints, floats, bools, numpy scalars and one-element tensors; None otherwise."""
+    if isinstance(value, float):
+        return value
+    if isinstance(value, (int, bool)):
+        return float(value)
+    item = getattr(value, "item", None)
+    if item is not None:
+        try:
+            value = item()
+        except Exception:  # a tensor or array with more than one element
+            return None
+        if isinstance(value, (int, float, bool)):
+            return float(value)
+    return None
+
+
+def encode_value(value):
+    """JSON-safe form of a float: NaN and infinities travel as the strings Prometheus prints."""
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "+Inf" if value > 0 else "-Inf"
+
+
+def decode_value(value):
+    """Inverse of encode_value; raises ValueError for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"value must be a number or one of NaN, +Inf, -Inf, got {type(value).__name__}")
+    if isinstance(value, str):
+        if value not in ("NaN", "+Inf", "-Inf"):
+            raise ValueError(f"value must be a number or one of NaN, +Inf, -Inf, got {value!r}")
+        return float(value.replace("Inf", "inf").replace("NaN", "nan"))
+    return float(value)
+
+
+class MetricBatch:
+    """One ``Tracking.log`` call (or one sampler tick) for one run."""
+
+    __slots__ = ("project", "experiment_name", "step", "timestamp", "raw", "prefix", "labels", "_converted")
+
+    def __init__(self, project, experiment_name, step, timestamp, raw, prefix="", labels=None):
+        self.project = project
+        self.experiment_name = experiment_name
+        self.step = step
+        self.timestamp = timestamp
+        self.raw = raw
+        self.prefix = prefix
+        self.labels = labels or {}
+        self._converted = None
+
+    def samples(self):
+        """(metrics, skipped): {prometheus name: float} and the count of non-numeric values left out."""
+        if self._converted is None:
+            metrics, skipped = {}, 0
+            for key, value in self.raw.items():
+                number = to_number(value)
+                if number is None:
+                    skipped += 1
+                else:
+                    metrics[metric_name(self.prefix, key)] = number
+            self._converted = (metrics, skipped)
+            self.raw = None   # verl's values (tensors, arrays) are not kept past the conversion
+        return self._converted
+
+    def to_json(self):
+        """The wire form the server's ``POST /api/v1/push`` accepts (one entry of ``batches``)."""
+        metrics, _ = self.samples()
+        body = {
+            "project": self.project,
+            "experiment_name": self.experiment_name,
+            "time": self.timestamp,
+            "metrics": {name: encode_value(v) for name, v in metrics.items()},
+        }
+        if self.step is not None:
+            body["step"] = self.step
+        if self.labels:
+            body["labels"] = self.labels
+        return body

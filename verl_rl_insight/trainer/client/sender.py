@@ -1,0 +1,303 @@
+"""BatchSender: gets metric batches from the training thread to the server without ever making it wait.
+
+The training thread only calls ``submit`` (an append to a bounded queue). A daemon thread
+encodes each batch to JSON on its own (a batch that cannot be encoded is dropped and counted,
+never blocking the others), keeps the encoded batches in a bounded spool, and POSTs them in
+order, at most ``max_batches_per_request`` and ``max_request_bytes`` per request.
+
+- Unreachable server (no answer, 5xx, 401/403, 408, 429): batches stay in the spool (oldest
+  dropped first when it is full, and counted) and are replayed in order when it answers again.
+  One warning per outage, one on recovery.
+- 4xx for the data itself (400, 413, 422): the request is split in halves until the batches the
+  server refuses are found; those are dropped and counted, the rest is delivered.
+- Delivery is at-least-once: a server that dies loses what it had not yet exposed to a scrape,
+  so after an outage, and when the server answers 409 (a restarted hub: each push names the hub
+  instance it expects), the batches delivered in the last ``resend_window_s`` are sent again
+  first; the hub drops the copies it already holds.
+- After ``os.fork`` the child starts with an empty sender of its own (the parent's batches are
+  the parent's to send).
+"""
+
+import collections
+import json
+import logging
+import operator
+import os
+import threading
+import time
+import weakref
+
+from verl_rl_insight.contract.wire import HUB_HEADER
+from verl_rl_insight.trainer.client.server_client import ServerClient
+
+logger = logging.getLogger("verl_rl_insight")
+
+_STOP = object()
+RETRY_STATUSES = frozenset({401, 403, 408, 409, 429})
+_senders = weakref.WeakSet()
+
+
+def encode(batch):
+    """One batch as the JSON bytes the server's push takes; raises TypeError / ValueError when it
+    cannot be encoded (a step that is not an integer, a label that is not text)."""
+    body = batch.to_json()
+    if "step" in body:
+        body["step"] = operator.index(body["step"])   # numpy integers are integers too
+    body["time"] = float(body["time"])
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+
+
+class BatchSender:
+    def __init__(self, url, token=None, queue_batches=1024, spool_batches=20000, max_batches_per_request=200,
+                 max_request_bytes=4 * 1024 * 1024, timeout_s=5.0, retry_max_s=5.0, resend_window_s=30.0,
+                 linger_s=0.25):
+        self.url = url
+        self.token = token
+        self.timeout_s = timeout_s
+        self.retry_max_s = retry_max_s
+        self.max_batches_per_request = max(1, int(max_batches_per_request))
+        self.max_request_bytes = max(1024, int(max_request_bytes))
+        self.spool_batches = max(1, int(spool_batches))
+        self.queue_batches = max(1, int(queue_batches))
+        self.resend_window_s = resend_window_s
+        self.linger_s = linger_s
+        self._reset()
+        _senders.add(self)
+
+    def _reset(self):
+        """Fresh state (at construction, and in the child after a fork)."""
+        self.stats = collections.Counter()
+        # deque.append/popleft are atomic in CPython: no lock on the training thread's path
+        self._queue = collections.deque()
+        self._spool = collections.deque()          # encoded batches, oldest first
+        self._delivered = collections.deque()      # (monotonic time, encoded batch) of the last resend_window_s
+        self._wake = threading.Event()
+        self._idle = threading.Condition()
+        self._count_lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._down_since = None
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._warned = set()
+        self._outstanding = 0          # submitted, not yet delivered, dropped or refused
+        self._limit = None             # while searching for refused batches: the request size to try
+        self._suspect = 0              # how many batches at the head of the spool that search covers
+        self._hub = None               # the hub instance that accepted our last push
+        self._client = ServerClient(self.token)
+        self._thread = None
+
+    # -- training thread -------------------------------------------------------------------
+    def submit(self, batch):
+        """Hand a batch over; never blocks. Counts (and warns once) when the hand-off queue is full."""
+        if self._thread is None:
+            self._start()
+        if len(self._queue) >= self.queue_batches:
+            self.stats["dropped_batches"] += 1
+            self._warn_once("queue_full", "rl-insight: sender queue full (%d batches); dropping metrics. "
+                            "Raise plugins.metric_push.queue_batches?", self.queue_batches)
+            return
+        with self._count_lock:
+            self._outstanding += 1
+        self._queue.append(batch)
+
+    def flush(self, timeout_s):
+        """Wait up to ``timeout_s`` until everything submitted so far was delivered.
+
+        Returns True when nothing is pending. While the server is down this returns after one
+        more immediate attempt instead of waiting out the timeout.
+        """
+        if self._thread is None:
+            return True
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            self._next_attempt = 0.0
+            failures_at_start = self.stats["failed_requests"]
+            self._wake.set()
+            while self.pending():
+                if self.stats["failed_requests"] > failures_at_start:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._idle.wait(min(remaining, 0.05))
+        return not self.pending()
+
+    def pending(self):
+        """Batches submitted and not yet accepted by the server (nor dropped or refused)."""
+        return self._outstanding
+
+    def close(self, timeout_s):
+        """Flush for at most ``timeout_s``, then stop the thread; logs what could not be delivered."""
+        delivered = self.flush(timeout_s)
+        if not delivered:
+            logger.warning("rl-insight: %d metric batches could not be delivered to %s before exit",
+                           self.pending(), self.url)
+        if self._thread is not None:
+            self._queue.append(_STOP)
+            self._wake.set()
+        return delivered
+
+    # -- sender thread ---------------------------------------------------------------------
+    def _start(self):
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rl-insight-sender", daemon=True)
+                self._thread.start()
+
+    def _settled(self, count):
+        with self._count_lock:
+            self._outstanding -= count
+
+    def _run(self):
+        # Polls every linger_s instead of waking on each submit: a wake-up on put would take
+        # the GIL from the training thread inside its log call.
+        while True:
+            if self._spool:
+                wait = min(self.linger_s, max(0.0, self._next_attempt - time.monotonic()))
+            else:
+                wait = self.linger_s
+            self._wake.wait(wait)
+            self._wake.clear()
+            stop = self._take_queue()
+            while len(self._spool) > self.spool_batches:
+                self._spool.popleft()
+                self._settled(1)
+                self.stats["dropped_batches"] += 1
+                self._warn_once("spool_full", "rl-insight: spool full (%d batches) while the server is "
+                                "unreachable; dropping the oldest", self.spool_batches)
+            while self._spool and time.monotonic() >= self._next_attempt:
+                if not self._send_some():
+                    break
+            with self._idle:
+                self._idle.notify_all()
+            if stop:
+                return
+
+    def _take_queue(self):
+        stop = False
+        while self._queue:
+            item = self._queue.popleft()
+            if item is _STOP:
+                stop = True
+                continue
+            try:
+                skipped = item.samples()[1]  # converts here, off the training thread
+                encoded = encode(item)
+            except Exception as exc:  # one bad batch never blocks the others
+                self._settled(1)
+                self.stats["invalid_batches"] += 1
+                self._warn_once("invalid", "rl-insight: a metric batch (step %r) cannot be sent and is dropped: "
+                                "%s: %s", getattr(item, "step", None), type(exc).__name__, exc)
+                continue
+            if skipped:
+                self.stats["skipped_values"] += skipped
+                self._warn_once("skipped", "rl-insight: non-numeric metric values are skipped and counted (first "
+                                "seen at step %s)", item.step)
+            self._spool.append(encoded)
+        return stop
+
+    def _chunk(self):
+        limit = min(self.max_batches_per_request, self._limit or self.max_batches_per_request, len(self._spool))
+        chunk, size = [], 16
+        for i in range(limit):
+            encoded = self._spool[i]
+            if chunk and size + len(encoded) + 1 > self.max_request_bytes:
+                break
+            chunk.append(encoded)
+            size += len(encoded) + 1
+        return chunk
+
+    def _send_some(self):
+        chunk = self._chunk()
+        status, message, hub = self._post(b'{"batches":[' + b",".join(chunk) + b"]}")
+        if status is not None and status < 300:
+            self._hub = hub or self._hub
+            now = time.monotonic()
+            for _ in chunk:
+                self._delivered.append((now, self._spool.popleft()))
+            self._settled(len(chunk))
+            self._narrowing_passed(len(chunk))
+            while self._delivered and now - self._delivered[0][0] > self.resend_window_s:
+                self._delivered.popleft()
+            self.stats["sent_batches"] += len(chunk)
+            self.stats["requests"] += 1
+            if self._down_since is not None:
+                logger.warning("rl-insight: server %s reachable again after %.0f s; replaying the spooled "
+                               "batches (%d left)", self.url, time.monotonic() - self._down_since, len(self._spool))
+                self._down_since = None
+            self._failures = 0
+            return True
+        if status == 409:   # a restarted hub: what it had not exposed yet is gone, send it again first
+            self._hub = None
+            self._resend_recent()
+            return True
+        if status is not None and 400 <= status < 500 and status not in RETRY_STATUSES:
+            return self._refused(chunk, status, message)
+        self.stats["failed_requests"] += 1
+        self._failures += 1
+        self._next_attempt = time.monotonic() + min(self.retry_max_s, 0.25 * 2 ** min(self._failures, 10))
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            self._hub = None
+            self._resend_recent()
+            logger.warning("rl-insight: cannot reach the monitoring server at %s (%s); training continues, "
+                           "metrics are kept (up to %d batches) and replayed when it is back",
+                           self.url, message, self.spool_batches)
+        return False
+
+    def _refused(self, chunk, status, message):
+        """The server refused the data itself: split the request until the refused batches are found."""
+        if len(chunk) > 1:
+            self._limit = (len(chunk) + 1) // 2
+            self._suspect = max(self._suspect, len(chunk))
+            return True
+        self._spool.popleft()
+        self._settled(1)
+        self._narrowing_passed(1)
+        self.stats["rejected_batches"] += 1
+        self._warn_once(("rejected", status), "rl-insight: server %s refused a metric batch (HTTP %s): %s; it is "
+                        "dropped, the others are delivered", self.url, status, message)
+        return True
+
+    def _narrowing_passed(self, count):
+        if self._suspect:
+            self._suspect -= count
+            if self._suspect <= 0:
+                self._suspect, self._limit = 0, None
+
+    def _resend_recent(self):
+        """Put the batches delivered in the last resend_window_s back at the front of the spool."""
+        self.stats["resent_batches"] += len(self._delivered)
+        with self._count_lock:
+            self._outstanding += len(self._delivered)
+        self._spool.extendleft(encoded for _, encoded in reversed(self._delivered))
+        self._delivered.clear()
+
+    def _post(self, body):
+        headers = {HUB_HEADER: self._hub} if self._hub else None
+        try:
+            response = self._client.request("POST", self.url, body, headers=headers,
+                                            timeout=(min(2.0, self.timeout_s), self.timeout_s))
+        except Exception as exc:  # connection refused, DNS, timeout: all mean "not reachable now"
+            return None, f"{type(exc).__name__}: {exc}", None
+        hub = None
+        if response.status_code < 300:
+            try:
+                hub = response.json().get("hub")
+            except ValueError:
+                pass
+        return response.status_code, response.text[:300], hub
+
+    def _warn_once(self, key, message, *args):
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message, *args)
+
+
+def _after_fork_in_child():
+    for sender in list(_senders):
+        sender._reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

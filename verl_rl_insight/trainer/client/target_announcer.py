@@ -1,0 +1,96 @@
+"""TargetAnnouncer: tells the server which endpoints to scrape, from a background thread.
+
+Every target is registered with a TTL and registered again (a heartbeat) every TTL/3, so the
+server forgets the targets of a run that has ended or crashed; ``close`` removes them at once.
+``announce`` never blocks and never raises: the training job does not wait on the server.
+"""
+
+import json
+import logging
+import threading
+
+from verl_rl_insight.trainer.client.server_client import ServerClient
+
+logger = logging.getLogger("verl_rl_insight")
+
+
+class TargetAnnouncer:
+    def __init__(self, server_url, token=None, ttl_s=90.0, timeout_s=5.0):
+        self.url = server_url.rstrip("/") + "/api/v1/targets"
+        self.ttl_s = float(ttl_s)
+        self.timeout_s = timeout_s
+        self._targets = {}          # (job, address) -> labels
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = None
+        self._client = ServerClient(token)
+        self._warned = False
+        self.stats = {"announced": 0, "failed": 0}
+
+    def announce(self, address, job, labels):
+        key = (job, address)
+        with self._lock:
+            if self._targets.get(key) == labels:
+                return
+            self._targets[key] = dict(labels)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="rl-insight-targets", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def targets(self):
+        with self._lock:
+            return dict(self._targets)
+
+    def _run(self):
+        while not self._stop.is_set():
+            for (job, address), labels in self.targets().items():
+                self._request("POST", {"address": address, "job": job, "labels": labels, "ttl_s": self.ttl_s})
+            self._wake.wait(max(1.0, self.ttl_s / 3))
+            self._wake.clear()
+
+    def close(self, timeout_s=2.0):
+        """Stop the heartbeats and remove every announced target (bounded by ``timeout_s``)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        for job, address in self.targets():
+            self._request("DELETE", None, params={"job": job, "address": address}, timeout_s=min(timeout_s, 2.0))
+
+    def _request(self, method, body, params=None, timeout_s=None):
+        try:
+            response = self._client.request(method, self.url, json.dumps(body) if body else None, params=params,
+                                            timeout=timeout_s or self.timeout_s)
+            ok = response.status_code < 300
+            message = response.text[:300]
+        except Exception as exc:
+            ok, message = False, f"{type(exc).__name__}: {exc}"
+        self.stats["announced" if ok else "failed"] += 1
+        if not ok and not self._warned:
+            self._warned = True
+            logger.warning("rl-insight: cannot register scrape targets with %s (%s); retrying in the background",
+                           self.url, message)
+        return ok
+
+
+_shared = None
+
+
+def shared(config=None):
+    """The process's announcer (created from ``config`` on first use; None without a server URL)."""
+    global _shared
+    if _shared is None and config is not None and config.get("server_url"):
+        from verl_rl_insight.trainer.config import plugin_settings
+
+        ttl = plugin_settings(config, "rollout_engines").get("target_ttl_s", 90.0)
+        _shared = TargetAnnouncer(str(config.server_url), token=config.get("token"), ttl_s=ttl)
+    return _shared
+
+
+def close_shared(timeout_s=2.0):
+    global _shared
+    announcer, _shared = _shared, None
+    if announcer is not None:
+        announcer.close(timeout_s)

@@ -1,0 +1,85 @@
+"""The plugin manager: built-in plugins and third-party ones go through the same door.
+
+Third-party packages declare an entry point in group ``verl_rl_insight``; the environment
+variable ``VERL_RL_INSIGHT_PLUGINS`` is an allow-list of their names (unset: all, ``none``:
+no external plugin). Any plugin, built-in or not, is switched off with
+``plugins.<name>.enabled=false`` in the config.
+"""
+
+import importlib
+import logging
+import os
+from importlib.metadata import entry_points
+
+import pluggy
+
+from verl_rl_insight.trainer import hookspecs
+from verl_rl_insight.trainer.config import check_plugin_names, plugin_settings
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "verl_rl_insight"
+ENV_ALLOW_LIST = "VERL_RL_INSIGHT_PLUGINS"
+
+DEFAULT_PLUGINS = (
+    "verl_rl_insight.trainer.plugins.trainer_metrics",
+    "verl_rl_insight.trainer.plugins.metric_push",
+    "verl_rl_insight.trainer.plugins.state_timeline",
+    "verl_rl_insight.trainer.plugins.rollout_engines",
+    "verl_rl_insight.trainer.plugins.transfer_queue",
+    "verl_rl_insight.trainer.plugins.probs_diff",
+    "verl_rl_insight.trainer.plugins.agent_loop",
+    "verl_rl_insight.trainer.plugins.hardware",
+)
+
+
+def _allowed_external(environ):
+    policy = environ.get(ENV_ALLOW_LIST)
+    if policy is None or policy.strip() == "":
+        return None
+    if policy.strip().lower() == "none":
+        return set()
+    return {name.strip() for name in policy.split(",") if name.strip()}
+
+
+def discover(environ=None):
+    """Every plugin this environment offers: {name: loader}, built-ins first."""
+    environ = os.environ if environ is None else environ
+    found = {path.rsplit(".", 1)[1]: (lambda p=path: importlib.import_module(p)) for path in DEFAULT_PLUGINS}
+    allowed = _allowed_external(environ)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in found:
+            logger.warning("rl-insight: external plugin %r shadows a built-in one and is ignored", ep.name)
+            continue
+        if allowed is not None and ep.name not in allowed:
+            continue
+        found[ep.name] = ep.load
+    return found
+
+
+def build_plugin_manager(config, environ=None, strict=True):
+    """A PluginManager with every enabled plugin registered under its name.
+
+    Unknown plugin names in the config raise ConfigError when ``strict``; otherwise they are
+    logged (once, by the caller's logger) and ignored. A plugin that fails to import is
+    logged and skipped: one broken plugin must not take monitoring down with it.
+    """
+    environ = os.environ if environ is None else environ
+    pm = pluggy.PluginManager("verl_rl_insight")
+    pm.add_hookspecs(hookspecs)
+    available = discover(environ)
+    known = set(available)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):  # filtered out by the allow-list, still known
+        known.add(ep.name)
+    if strict:
+        check_plugin_names(config, known)
+    for name, load in available.items():
+        if not plugin_settings(config, name).get("enabled", True):
+            continue
+        try:
+            plugin = load()
+        except Exception:
+            logger.exception("rl-insight: plugin %r failed to load and is skipped", name)
+            continue
+        pm.register(plugin, name=name)
+    return pm

@@ -1,0 +1,37 @@
+"""verl's ``compute_advantage``: the one call per step that sees the whole batch after the actor
+recomputed ``old_log_probs`` (and the rollout returned ``rollout_log_probs``); the batch goes to
+the plugins (probs_diff) before it. Wrapped where the trainers use it by name."""
+
+import sys
+
+from verl_rl_insight.trainer import runtime
+
+def _wrap(original):
+    def compute_advantage(data, *args, **kwargs):
+        rt = runtime.get_runtime()
+        if rt is not None:
+            caller = sys._getframe(1).f_locals.get("self")
+            step = getattr(caller, "global_steps", None)
+            try:
+                rt.hook.rl_insight_train_batch(run=rt.current_run(), batch=data,
+                                               step=step if isinstance(step, int) else None)
+            except Exception:  # a training step never fails because of monitoring
+                pass
+        return original(data, *args, **kwargs)
+
+    compute_advantage.__wrapped__ = original
+    compute_advantage._rl_insight_advantage = True
+    compute_advantage.__doc__ = original.__doc__
+    return compute_advantage
+
+
+def install(module):
+    original = module.__dict__.get("compute_advantage")
+    if callable(original) and not getattr(original, "_rl_insight_advantage", False):
+        module.compute_advantage = _wrap(original)
+
+
+def uninstall(module):
+    current = module.__dict__.get("compute_advantage")
+    if getattr(current, "_rl_insight_advantage", False):
+        module.compute_advantage = current.__wrapped__

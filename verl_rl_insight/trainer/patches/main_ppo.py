@@ -1,0 +1,45 @@
+"""verl.trainer.main_ppo: enable rl_insight for the run and forward RL_INSIGHT_* variables
+(and the Hydra ``rl_insight`` block) to every Ray worker through verl's runtime_env."""
+
+import logging
+
+import wrapt
+
+from verl_rl_insight.trainer.patches import unwrap
+from verl_rl_insight.trainer.verl_api.propagation import forwarded_environment, prepare_driver_environment
+
+logger = logging.getLogger("verl_rl_insight")
+
+
+def _run_ppo(wrapped, instance, args, kwargs):
+    config = args[0] if args else kwargs.get("config")
+    try:
+        prepare_driver_environment(config)
+    except Exception:
+        logger.exception("rl-insight: could not prepare the worker environment; training goes on")
+    return wrapped(*args, **kwargs)
+
+
+def _runtime_env(wrapped, instance, args, kwargs):
+    runtime_env = wrapped(*args, **kwargs)
+    try:
+        runtime_env.setdefault("env_vars", {}).update(forwarded_environment())
+    except Exception:
+        logger.exception("rl-insight: could not add RL_INSIGHT_* to the Ray runtime_env")
+    return runtime_env
+
+
+def install(module):
+    if getattr(module, "_rl_insight_installed", False):
+        return
+    wrapt.wrap_function_wrapper(module, "run_ppo", _run_ppo)
+    wrapt.wrap_function_wrapper(module, "get_ppo_ray_runtime_env", _runtime_env)
+    module._rl_insight_installed = True
+
+
+def uninstall(module):
+    if not getattr(module, "_rl_insight_installed", False):
+        return
+    for name in ("run_ppo", "get_ppo_ray_runtime_env"):
+        unwrap(module, name)
+    module._rl_insight_installed = False

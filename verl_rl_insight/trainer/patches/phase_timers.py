@@ -1,0 +1,82 @@
+"""verl's phase timers (``marked_timer``, ``_timer``): one RL state per timed phase.
+
+The trainers import the timer by name (``from verl.utils.debug import marked_timer``), so it
+is wrapped where it is used: in every trainer module bootstrap.TARGETS names, and in the
+modules that re-export it (for trainers imported later). The step comes from the calling trainer's ``global_steps``.
+"""
+
+import inspect
+import sys
+import time
+
+from verl_rl_insight.trainer import runtime
+
+TIMER_NAMES = ("marked_timer", "_timer")
+# The modules are listed once, in bootstrap.TARGETS; phases timed here run on lane "trainer"
+# except in these modules.
+LANES = {
+    "verl.experimental.fully_async_policy.fully_async_rollouter": "rollouter",
+    "recipe.fully_async_policy.fully_async_rollouter": "rollouter",
+}
+
+
+class PhaseState:
+    """Wraps the timer's own context manager: verl's timing is untouched, a state spans it."""
+
+    __slots__ = ("inner", "name", "lane", "step")
+
+    def __init__(self, inner, name, lane, step):
+        self.inner, self.name, self.lane, self.step = inner, name, lane, step
+
+    def __enter__(self):
+        result = self.inner.__enter__()
+        _hook("rl_insight_state_enter", name=self.name, lane=self.lane, start_ns=time.time_ns(),
+              attributes={"step": self.step, "role": self.lane})
+        return result
+
+    def __exit__(self, *exc):
+        _hook("rl_insight_state_exit", name=self.name, lane=self.lane, end_ns=time.time_ns(),
+              attributes={"error": True} if exc[0] is not None else None)
+        return self.inner.__exit__(*exc)
+
+
+def _hook(hook_name, **kwargs):
+    rt = runtime.get_runtime()
+    if rt is None:
+        return
+    try:
+        getattr(rt.hook, hook_name)(run=rt.current_run(), **kwargs)
+    except Exception:  # a phase of training is never stopped by monitoring
+        pass
+
+
+def _wrap(original, lane):
+    def timer(name, timing_raw, *args, **kwargs):
+        caller = sys._getframe(1).f_locals.get("self")
+        step = getattr(caller, "global_steps", None)
+        return PhaseState(original(name, timing_raw, *args, **kwargs), str(name), lane,
+                          step if isinstance(step, int) else None)
+
+    timer.__wrapped__ = original
+    timer._rl_insight_phase_timer = True
+    timer.__name__ = getattr(original, "__name__", "marked_timer")
+    timer.__doc__ = original.__doc__
+    return timer
+
+
+def install(module):
+    lane = LANES.get(module.__name__, "trainer")
+    for attr in TIMER_NAMES:
+        original = module.__dict__.get(attr)
+        if getattr(original, "_rl_insight_phase_timer", False):
+            original = original.__wrapped__   # imported already wrapped: re-wrap with this module's lane
+        # a bare generator (verl's inner _timer, used with `yield from`) is no context manager
+        if callable(original) and not inspect.isgeneratorfunction(original):
+            setattr(module, attr, _wrap(original, lane))
+
+
+def uninstall(module):
+    for attr in TIMER_NAMES:
+        current = module.__dict__.get(attr)
+        if getattr(current, "_rl_insight_phase_timer", False):
+            setattr(module, attr, current.__wrapped__)

@@ -1,0 +1,199 @@
+"""verl.utils.rollout_trace: ``actor_rollout_ref.rollout.trace.backend=rl_insight`` (or
+``RolloutTraceConfig.init(..., backend="rl_insight")``) turns each traced agent-loop trajectory
+into spans on the RL timeline and counts.
+
+``rollout_trace_attr`` opens a trajectory (sample_index, step, rollout_n, validate,
+experiment_name); every ``rollout_trace_op`` call inside it (a generate turn, a tool call, tool
+parsing) is recorded with its duration and, with ``token2text``, bounded inputs and outputs;
+when the trajectory ends, plugins get it whole (``rl_insight_trajectory``). verl decides which
+samples are traced (``max_samples_per_step_per_worker``: the others run with ``trace=False``).
+Other backends (weave, mlflow, trackio) go through verl's own code, untouched.
+"""
+
+import contextlib
+import contextvars
+import functools
+import inspect
+import json
+import logging
+import sys
+import time
+
+from verl_rl_insight.trainer import runtime
+
+logger = logging.getLogger("verl_rl_insight")
+
+BACKEND = "rl_insight"
+MAX_TEXT = 1024              # characters of each input / output kept with token2text
+MAX_OPS = 512                # ops kept per trajectory; later ones are counted, not kept
+_trajectory = contextvars.ContextVar("rl_insight_trajectory", default=None)
+_failed = set()
+
+
+def kind_of(qualname):
+    """(kind, span name) of a traced op from its qualified name."""
+    method = qualname.rsplit(".", 1)[-1]
+    if method == "generate":
+        return "generate", "agent generate turn"
+    if method == "execute":
+        return "tool", "agent tool call"
+    if "tool_call" in method or "parse" in method:
+        return "tool_parse", "agent tool parsing"
+    if method == "run":
+        return "agent_loop", "agent loop run"
+    return "op", f"agent op {qualname}"
+
+
+def _bounded(value):
+    try:
+        text = json.dumps(value, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"... ({len(text)} characters)"
+
+
+def _module():
+    return sys.modules.get("verl.utils.rollout_trace")
+
+
+def _ours():
+    module = _module()
+    return module is not None and module.RolloutTraceConfig.get_backend() == BACKEND
+
+
+def _emit(record):
+    try:
+        config = _module().RolloutTraceConfig.get_instance()
+        rt = runtime.start()
+        project, experiment = getattr(config, "project_name", None), getattr(config, "experiment_name", None)
+        run = rt.run(project, experiment) if project and experiment else rt.current_run()
+        rt.hook.rl_insight_trajectory(run=run, trajectory=record)
+    except Exception:   # monitoring never breaks a rollout
+        if "emit" not in _failed:
+            _failed.add("emit")
+            logger.exception("rl-insight: an agent-loop trajectory could not be recorded; rollouts go on")
+
+
+def make_trace_attr(original):
+    @contextlib.contextmanager
+    def rollout_trace_attr(sample_index=None, step=None, rollout_n=None, name="rollout_trace", validate=False,
+                           trace=True):
+        with original(sample_index=sample_index, step=step, rollout_n=rollout_n, name=name, validate=validate,
+                      trace=trace):
+            if not trace or not _ours() or _trajectory.get() is not None:
+                yield
+                return
+            config = _module().RolloutTraceConfig.get_instance()
+            attributes = {"sample_index": sample_index, "step": step, "rollout_n": rollout_n,
+                          "validate": bool(validate), "experiment": getattr(config, "experiment_name", None),
+                          "trace_name": name}
+            record = {"start_ns": time.time_ns(), "attributes": {k: v for k, v in attributes.items() if v is not None},
+                      "ops": [], "ops_dropped": 0}
+            token = _trajectory.set(record)
+            try:
+                yield
+            except BaseException as exc:
+                record["error"] = type(exc).__name__
+                raise
+            finally:
+                _trajectory.reset(token)
+                record["end_ns"] = time.time_ns()
+                _emit(record)
+    rollout_trace_attr.__wrapped_by_rl_insight__ = original
+    return rollout_trace_attr
+
+
+def _begin(func, instance, args, kwargs):
+    kind, span = kind_of(func.__qualname__)
+    op = {"name": func.__qualname__, "kind": kind, "span_name": span, "start_ns": time.time_ns(), "attributes": {}}
+    inputs = None
+    if _module().RolloutTraceConfig.enable_token2text():
+        try:
+            bound = inspect.signature(func).bind(instance, *args, **kwargs)
+            bound.apply_defaults()
+            inputs = {k: v for k, v in bound.arguments.items() if k != "self"}
+        except TypeError:
+            inputs = None
+    return op, inputs
+
+
+def _end(record, op, error=None):
+    op["end_ns"] = time.time_ns()
+    if error is not None:
+        op["error"] = type(error).__name__
+    if len(record["ops"]) < MAX_OPS:
+        record["ops"].append(op)
+    else:
+        record["ops_dropped"] += 1
+
+
+async def _texts(instance, inputs, result):
+    """token2text: prompt and response decoded as verl does it, bounded."""
+    try:
+        decoded = await _module()._add_token2text(instance, inputs, result)
+    except Exception:
+        decoded = result
+    texts = {}
+    if isinstance(decoded, dict):   # the decoded text first: token ids would crowd it out
+        decoded = dict(decoded)
+        texts = {key: _bounded(decoded.pop(key))[1:-1] for key in ("prompt_text", "response_text") if key in decoded}
+    return {**texts, "input": _bounded(inputs), "output": _bounded(decoded)}
+
+
+def make_trace_op(original):
+    def rollout_trace_op(func):
+        traced = original(func)   # verl's own wrapper: what weave, mlflow and trackio get
+
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def async_wrapper(self, *args, **kwargs):
+                record = _trajectory.get()
+                if record is None or not _ours():
+                    return await traced(self, *args, **kwargs)
+                op, inputs = _begin(func, self, args, kwargs)
+                try:
+                    result = await func(self, *args, **kwargs)
+                except BaseException as exc:
+                    _end(record, op, exc)
+                    raise
+                if inputs is not None:
+                    op["attributes"].update(await _texts(self, inputs, result))
+                _end(record, op)
+                return result
+            return async_wrapper
+
+        @functools.wraps(func)
+        def wrapper(self, *args, **kwargs):
+            record = _trajectory.get()
+            if record is None or not _ours():
+                return traced(self, *args, **kwargs)
+            op, inputs = _begin(func, self, args, kwargs)
+            try:
+                result = func(self, *args, **kwargs)
+            except BaseException as exc:
+                _end(record, op, exc)
+                raise
+            if inputs is not None:
+                op["attributes"].update({"input": _bounded(inputs), "output": _bounded(result)})
+            _end(record, op)
+            return result
+        return wrapper
+    rollout_trace_op.__wrapped_by_rl_insight__ = original
+    return rollout_trace_op
+
+
+def install(module):
+    if getattr(module, "_rl_insight_installed", False):
+        return
+    module.rollout_trace_attr = make_trace_attr(module.rollout_trace_attr)
+    module.rollout_trace_op = make_trace_op(module.rollout_trace_op)
+    module._rl_insight_installed = True
+
+
+def uninstall(module):
+    if not getattr(module, "_rl_insight_installed", False):
+        return
+    for name in ("rollout_trace_attr", "rollout_trace_op"):
+        current = getattr(module, name)
+        setattr(module, name, getattr(current, "__wrapped_by_rl_insight__", current))
+    module._rl_insight_installed = False

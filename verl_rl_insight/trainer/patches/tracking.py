@@ -1,0 +1,101 @@
+"""verl.utils.tracking: accept ``rl_insight`` as a backend on every verl, and route verl
+0.9's own ``RLInsightLogger`` into this package."""
+
+import importlib.util
+import logging
+
+import wrapt
+
+from verl_rl_insight.trainer.verl_api import logger_api as verl_logger_api
+from verl_rl_insight.trainer.verl_api.tracking_backend import RLInsightBackend
+from verl_rl_insight.trainer.patches import unwrap
+
+logger = logging.getLogger("verl_rl_insight")
+
+BACKEND = "rl_insight"
+
+
+def _bind(args, kwargs):
+    """(project, experiment, backends, config) as ``Tracking(project_name, experiment_name,
+    default_backend, config, ...)`` takes them; keywords a newer verl adds are verl's business."""
+    names = ("project_name", "experiment_name", "default_backend", "config")
+    bound = dict(zip(names, args))
+    bound.update((k, v) for k, v in kwargs.items() if k in names)
+    backends = bound.get("default_backend", "console")
+    backends = [backends] if isinstance(backends, str) else list(backends or ())
+    return bound.get("project_name"), bound.get("experiment_name"), backends, bound.get("config")
+
+
+def _tracking_init(wrapped, instance, args, kwargs):
+    try:
+        project, experiment, backends, config = _bind(args, kwargs)
+    except TypeError:   # an argument shape verl will judge itself
+        return wrapped(*args, **kwargs)
+    if BACKEND not in backends:
+        return wrapped(*args, **kwargs)
+    # Built before verl's own init so that verl 0.9's RLInsightLogger finds the runtime
+    # configured from the full trainer config.
+    try:
+        backend = RLInsightBackend(project, experiment, config)
+    except Exception:  # monitoring must never stop the training job
+        logger.exception("rl-insight: monitoring could not start; training goes on without it")
+        backend = None
+    result = wrapped(*args, **kwargs)
+    if backend is not None:
+        instance.logger[BACKEND] = backend
+    else:
+        instance.logger.pop(BACKEND, None)
+    return result
+
+
+def _agent_loop_session(wrapped, instance, args, kwargs):
+    """verl 0.9 imports ``rl_insight.agent_loop`` (the separate package) and falls back to an
+    inert object without it: this package answers instead, unless that package is installed."""
+    try:
+        official = importlib.util.find_spec("rl_insight.agent_loop") is not None
+    except (ImportError, ValueError):
+        official = False
+    if official:
+        return wrapped(*args, **kwargs)
+    try:
+        from verl.utils.rollout_trace import RolloutTraceConfig
+
+        config = RolloutTraceConfig.get_instance()
+        names = ("sample", "session", "traj", "uid", "global_steps", "session_id")
+        return verl_logger_api.agent_loop_session(
+            project=config.project_name, experiment_name=kwargs.get("experiment_name") or config.experiment_name
+            or "default", **{k: kwargs[k] for k in names if k in kwargs})
+    except Exception:   # verl's own fallback rather than a broken rollout
+        logger.exception("rl-insight: agent_loop_session failed; verl's fallback is used")
+        return wrapped(*args, **kwargs)
+
+
+def install(module):
+    if getattr(module, "_rl_insight_installed", False):
+        return
+    tracking = module.Tracking
+    module._rl_insight_added_backend = BACKEND not in tracking.supported_backend
+    if module._rl_insight_added_backend:
+        tracking.supported_backend.append(BACKEND)
+    wrapt.wrap_function_wrapper(tracking, "__init__", _tracking_init)
+    legacy = getattr(module, "RLInsightLogger", None)
+    if legacy is not None and hasattr(legacy, "_rl_insight_module"):
+        module._rl_insight_previous_api = legacy._rl_insight_module
+        legacy._rl_insight_module = verl_logger_api
+        if "agent_loop_session" in vars(legacy):
+            wrapt.wrap_function_wrapper(legacy, "agent_loop_session", _agent_loop_session)
+    module._rl_insight_installed = True
+
+
+def uninstall(module):
+    if not getattr(module, "_rl_insight_installed", False):
+        return
+    tracking = module.Tracking
+    unwrap(tracking, "__init__")
+    if module._rl_insight_added_backend and BACKEND in tracking.supported_backend:
+        tracking.supported_backend.remove(BACKEND)
+    legacy = getattr(module, "RLInsightLogger", None)
+    if legacy is not None and hasattr(module, "_rl_insight_previous_api"):
+        legacy._rl_insight_module = module._rl_insight_previous_api
+        unwrap(legacy, "agent_loop_session")
+    module._rl_insight_installed = False

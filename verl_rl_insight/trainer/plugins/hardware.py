@@ -1,0 +1,161 @@
+"""Hardware metrics: NVIDIA GPUs through NVML (``nvidia-ml-py``, extra ``gpu``) and the host,
+sampled every ``interval_s`` (default 5) by one process per node.
+
+Every process that runs the plugin (the trainer and each Ray worker on a node) competes for
+a per-node lock file; the holder samples, the others stay idle and take over if it exits,
+so each GPU is reported once. No GPU, no driver or no nvidia-ml-py: one log line, and the
+GPU part switches itself off; the host part goes on.
+"""
+
+import fcntl
+import functools
+import logging
+import os
+import tempfile
+import threading
+import time
+
+from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.samplers.hardware import HOSTNAME, GpuSampler, HostSampler
+from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+
+logger = logging.getLogger("verl_rl_insight")
+
+_sampler = None
+
+
+def load_nvml():
+    """The NVML binding (module ``pynvml`` of nvidia-ml-py), or None with the reason logged once."""
+    try:
+        import pynvml
+    except ImportError:
+        logger.info("rl-insight: nvidia-ml-py is not installed (pip install 'verl-rl-insight[gpu]'): "
+                    "no GPU metrics from this node")
+        return None
+    return pynvml
+
+
+class NodeLock:
+    """Non-blocking per-node, per-user lock: True for exactly one process of the node at a time."""
+
+    def __init__(self, directory=None):
+        self.path = os.path.join(directory or tempfile.gettempdir(), f"rl-insight-hardware-{os.getuid()}.lock")
+        self.fd = None
+
+    def acquire(self):
+        if self.fd is not None:
+            return True
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self.fd = fd
+        return True
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)   # closing drops the flock
+            self.fd = None
+
+
+class HardwareSampler:
+    def __init__(self, export, current_run, interval_s=5.0, gpu=True, host=True, lock_dir=None, nvml_loader=None):
+        self.export = export
+        self.current_run = current_run
+        self.interval_s = float(interval_s)
+        self.want_gpu, self.want_host = gpu, host
+        self.lock = NodeLock(lock_dir)
+        self.nvml_loader = nvml_loader
+        self.gpu = None
+        self.host = HostSampler() if host else None
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rl-insight-hardware", daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def _open_gpu(self):
+        nvml = (self.nvml_loader or load_nvml)() if self.want_gpu else None
+        if nvml is None:
+            return
+        try:
+            self.gpu = GpuSampler(nvml)
+        except Exception as exc:   # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            logger.info("rl-insight: no GPU metrics from this node (%s: %s)", type(exc).__name__, exc)
+            self.want_gpu = False
+
+    def _run(self):
+        while not self._stop.is_set():
+            if self.lock.acquire():
+                if self.gpu is None and self.want_gpu:
+                    self._open_gpu()
+                try:
+                    self.sample_once()
+                except Exception:
+                    logger.exception("rl-insight: hardware sampling failed; it goes on")
+            self._stop.wait(self.interval_s)
+
+    def sample_once(self):
+        """Sample and export; returns the batches (for tests and the benchmark)."""
+        run = self.current_run()
+        now = time.time()
+        batches = []
+        if self.gpu is not None:
+            for labels, values in self.gpu.sample():
+                batches.append(MetricBatch(run.project, run.experiment_name, None, now, values, labels=labels))
+        if self.host is not None:
+            batches.append(MetricBatch(run.project, run.experiment_name, None, now, self.host.sample(),
+                                       labels={"node": HOSTNAME}))
+        for batch in batches:
+            self.export(batch=batch)
+        self.samples += 1
+        return batches
+
+    def close(self):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2)
+        if self.gpu is not None:
+            self.gpu.close()
+        self.lock.release()
+
+
+@hookimpl
+def rl_insight_configure(config, pm):
+    global _sampler
+    settings = plugin_settings(config, "hardware")
+    from verl_rl_insight.trainer import runtime
+
+    def current_run():
+        rt = runtime.get_runtime()
+        return rt.current_run() if rt is not None else runtime.RunInfo("default", "default")
+
+    simulated = int(settings.get("simulate_gpus", 0) or 0)
+    loader = None
+    if simulated:   # rl-insight demo on a machine without GPUs: SIMULATED GPUs, labelled so
+        from verl_rl_insight.trainer.samplers import simulated_nvml
+
+        loader = functools.partial(simulated_nvml.make_nvml, gpus=simulated,
+                                   load=lambda: simulated_nvml.load_level[0])
+
+    _sampler = HardwareSampler(pm.hook.rl_insight_export_batch, current_run,
+                               interval_s=settings.get("interval_s", 5.0), gpu=settings.get("gpu", True),
+                               host=settings.get("host", True), lock_dir=settings.get("lock_dir"),
+                               nvml_loader=loader).start()
+
+
+@hookimpl
+def rl_insight_shutdown(timeout_s):
+    global _sampler
+    if _sampler is not None:
+        _sampler.close()
+        _sampler = None
+
+
+def sampler():
+    return _sampler

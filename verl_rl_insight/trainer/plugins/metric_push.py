@@ -1,0 +1,59 @@
+"""Prometheus push exporter: sends every metric batch to the rl-insight server's metric hub
+(``POST <server_url>/api/v1/push``), from a background thread, spooling while it is down."""
+
+import logging
+
+from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.client.sender import BatchSender
+
+logger = logging.getLogger("verl_rl_insight")
+
+PUSH_PATH = "/api/v1/push"
+
+_sender = None
+
+
+@hookimpl
+def rl_insight_configure(config):
+    global _sender
+    _sender = None
+    url = config.get("server_url")
+    if not url:
+        logger.warning("rl-insight: RL_INSIGHT_SERVER_URL is not set, so metrics are not sent anywhere; "
+                       "run `rl-insight server start` and export the line it prints")
+        return
+    if not str(url).startswith(("http://", "https://")):
+        logger.error("rl-insight: server_url %r must start with http:// or https://; metrics are not sent", url)
+        return
+    settings = plugin_settings(config, "metric_push")
+    _sender = BatchSender(
+        str(url) + PUSH_PATH,
+        token=config.get("token"),
+        queue_batches=settings.get("queue_batches", 1024),
+        spool_batches=settings.get("spool_batches", 20000),
+        max_batches_per_request=settings.get("max_batches_per_request", 200),
+        timeout_s=settings.get("timeout_s", 5.0),
+        retry_max_s=settings.get("retry_max_s", 5.0),
+        resend_window_s=settings.get("resend_window_s", 30.0),
+    )
+
+
+@hookimpl
+def rl_insight_export_batch(batch):
+    if _sender is not None:
+        _sender.submit(batch)
+
+
+@hookimpl
+def rl_insight_shutdown(timeout_s):
+    if _sender is not None:
+        _sender.close(timeout_s)
+        stats = dict(_sender.stats)
+        if stats.get("dropped_batches") or stats.get("rejected_batches") or stats.get("skipped_values"):
+            logger.warning("rl-insight: metric push summary: %s", stats)
+
+
+def sender():
+    """The active BatchSender (None when no server is configured): for stats and tests."""
+    return _sender

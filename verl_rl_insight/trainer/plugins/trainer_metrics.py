@@ -1,0 +1,43 @@
+"""Trainer scalar metrics: every ``Tracking.log`` call becomes one batch named after the
+RL-Insight catalogue (``rl_insight_monitor_<key with / as _>``); the hub adds the global-step
+gauge (``rl_insight_monitor_training_global_step``) from the batch's step.
+
+``rl_insight_run_finished`` is 0 from a run's first log and 1 after ``finish()``, so that alerts
+can tell a finished run from a stalled one.
+"""
+
+import time
+
+from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+
+FINISHED = "rl_insight_run_finished"
+
+_prefix = "rl_insight_monitor_"
+_export = None
+_runs = set()
+
+
+@hookimpl
+def rl_insight_configure(config, pm):
+    global _prefix, _export
+    _prefix = plugin_settings(config, "trainer_metrics").get("prefix", _prefix)
+    _export = pm.hook.rl_insight_export_batch
+    _runs.clear()
+
+
+@hookimpl
+def rl_insight_log_metrics(run, metrics, step, timestamp):
+    # Runs on the training thread: build the batch, convert nothing (the sender thread does).
+    if run not in _runs:
+        _runs.add(run)
+        _export(batch=MetricBatch(run.project, run.experiment_name, None, timestamp, {FINISHED: 0}))
+    _export(batch=MetricBatch(run.project, run.experiment_name, step, timestamp, metrics, _prefix))
+
+
+@hookimpl(tryfirst=True)   # before the exporters close
+def rl_insight_shutdown(timeout_s):
+    for run in list(_runs):
+        _export(batch=MetricBatch(run.project, run.experiment_name, None, time.time(), {FINISHED: 1}))
+    _runs.clear()

@@ -1,0 +1,56 @@
+"""TransferQueue metrics: with ``transfer_queue.metrics.enabled=True``, the endpoint that
+``transfer_queue.get_metrics_endpoint()`` returns becomes a scrape target (job ``transfer_queue``)."""
+
+import logging
+import threading
+
+from verl_rl_insight.trainer.client import target_announcer
+from verl_rl_insight.trainer.hookspecs import hookimpl
+
+logger = logging.getLogger("verl_rl_insight")
+
+JOB = "transfer_queue"
+
+
+def metrics_enabled(trainer_config):
+    try:
+        return bool(((trainer_config or {}).get("transfer_queue") or {}).get("metrics", {}).get("enabled", False))
+    except AttributeError:
+        return False
+
+
+@hookimpl
+def rl_insight_configure(config):
+    target_announcer.shared(config)
+
+
+@hookimpl
+def rl_insight_run_start(run, trainer_config):
+    if metrics_enabled(trainer_config):
+        # get_metrics_endpoint() asks a Ray actor: not on the training thread.
+        threading.Thread(target=_register, args=(run,), name="rl-insight-tq", daemon=True).start()
+
+
+def _register(run):
+    try:
+        import transfer_queue
+
+        endpoint = transfer_queue.get_metrics_endpoint()
+    except Exception as exc:
+        logger.warning("rl-insight: transfer_queue.metrics.enabled=True but its metrics endpoint is unknown (%s)", exc)
+        return
+    if endpoint:
+        rl_insight_register_target(run, endpoint, JOB, {})
+
+
+@hookimpl
+def rl_insight_register_target(run, address, job, labels):
+    announcer = target_announcer.shared()
+    if job != JOB or announcer is None:
+        return
+    announcer.announce(address, JOB, {"project": run.project, "experiment_name": run.experiment_name, **labels})
+
+
+@hookimpl
+def rl_insight_shutdown(timeout_s):
+    target_announcer.close_shared(min(timeout_s, 2.0))
