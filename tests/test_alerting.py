@@ -193,18 +193,20 @@ def test_notification_silence_and_a_killed_alertmanager(tmp_path):
 ])
 def test_a_bad_silence_is_a_400_naming_the_field(body, field):
     """Never reaches Alertmanager: a regex, a control character or an endless silence is refused."""
+    from verl_rl_insight.server.api.errors import http_status
     from verl_rl_insight.server.stores.silences import AlertingError, silence_request
 
     with pytest.raises(AlertingError) as refused:
         silence_request(body)
-    assert refused.value.status == 400 and field in str(refused.value)
+    assert http_status(refused.value) == 400 and field in str(refused.value)
 
 
 def test_unsilence_takes_only_a_silence_id(tmp_path):
+    from verl_rl_insight.server.api.errors import http_status
     from verl_rl_insight.server.stores.silences import Alerting, AlertingError
 
     alerting = Alerting("http://127.0.0.1:9", tmp_path / "silences.json")
     for bad in ("../../api/v2/status", "", "a" * 65, "id with space"):
         with pytest.raises(AlertingError) as refused:
             alerting.unsilence(bad)
-        assert refused.value.status == 400 and "silence ID" in str(refused.value)
+        assert http_status(refused.value) == 400 and "silence ID" in str(refused.value)

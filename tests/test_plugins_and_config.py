@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import time
+
 import pytest
 
 from tests.helpers import REPO, run_python
@@ -127,3 +129,51 @@ def test_plugins_command_lists_builtin_and_third_party(example_plugin_dir):
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert rows["trainer_metrics"]["source"] == "built-in"
     assert rows["example_jsonl"] == {"name": "example_jsonl", "source": "entry point", "enabled": True}
+
+
+@pytest.mark.parametrize("block, key, known", [
+    ({"plugins": {"metric_push": {"queue_batchez": 10}}}, "plugins.metric_push.queue_batchez", "queue_batches"),
+    ({"plugins": {"hardware": {"intervals": 2}}}, "plugins.hardware.intervals", "interval_s"),
+    ({"server_ulr": "http://127.0.0.1:1"}, "server_ulr", "server_url"),
+])
+def test_a_typo_in_a_trainer_side_key_is_refused_naming_the_known_keys(block, key, known):
+    import verl_rl_insight
+
+    with pytest.raises(ConfigError) as err:
+        verl_rl_insight.init("p", "e", config=block)
+    assert repr(key) in str(err.value) and known in str(err.value)
+
+
+def test_a_value_of_the_wrong_type_is_refused_naming_the_key():
+    import verl_rl_insight
+
+    with pytest.raises(ConfigError) as err:
+        verl_rl_insight.init("p", "e", config={"plugins": {"metric_push": {"timeout_s": "soon"}}})
+    assert "plugins.metric_push.timeout_s" in str(err.value)
+
+
+def test_max_request_bytes_changes_how_the_sender_splits_requests(hub_server, monkeypatch):
+    """The README's metric_push.max_request_bytes is read: no push body the hub receives is larger."""
+    import verl_rl_insight
+    from verl_rl_insight.trainer.plugins import metric_push
+
+    server = hub_server()
+    sizes = []
+    push = server.api._push
+
+    def slow_first_push(body):   # the batches logged meanwhile queue up: the next request could take them all
+        if not sizes:
+            time.sleep(0.5)
+        sizes.append(len(body))
+        return push(body)
+
+    monkeypatch.setattr(server.api, "_push", slow_first_push)
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    verl_rl_insight.init("p", "small", config={"plugins": {"metric_push": {"max_request_bytes": 4096}}})
+    assert metric_push.sender().max_request_bytes == 4096
+    for step in range(1, 41):
+        verl_rl_insight.log({f"metric_{i}": float(i) for i in range(20)}, step=step)
+    verl_rl_insight.finish(timeout_s=20)
+    assert server.hub.streams()[0]["step"] == 40
+    assert max(sizes) <= 4096, sizes
+    assert len(sizes) >= 39 * 700 // 4096             # a batch of 20 metrics is about 700 bytes

@@ -11,10 +11,11 @@ import sys
 
 from verl_rl_insight import __version__
 from verl_rl_insight.commands import alerts, job, runs, targets
+from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.server import command as server
 from verl_rl_insight.commands.timeline import command as timeline
 from verl_rl_insight.commands.watch import command as watch
-from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
+from verl_rl_insight.contract import environment
 
 
 class Parser(argparse.ArgumentParser):
@@ -41,7 +42,7 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    debug = args.debug or os.environ.get("RL_INSIGHT_DEBUG", "") not in ("", "0")
+    debug = args.debug or os.environ.get(environment.DEBUG, "") not in ("", "0")
     try:
         return args.func(args) or 0
     except CliError as exc:

@@ -20,9 +20,9 @@ def common_options(parser, top=False):
 def server(args):
     """(server URL without credentials, token or None): --server, else RL_INSIGHT_SERVER_URL, else
     the server running here (whose token this user can read)."""
+    from verl_rl_insight.commands.server import control
     from verl_rl_insight.contract import server_url
     from verl_rl_insight.trainer.config import ENV_SERVER_URL, ENV_TOKEN
-    from verl_rl_insight.commands.server import control
 
     if args.server:
         base = check_server_url(args.server, "--server")

@@ -7,11 +7,13 @@ import socket
 import urllib.parse
 from pathlib import Path
 
+from verl_rl_insight.contract.errors import RLInsightError
+
 # Exit codes (README "Exit codes"): 0 ok, 1 ran with problems, 2 refused (bad usage or config).
 OK, PROBLEMS, REFUSED = 0, 1, 2
 
 
-class CliError(Exception):
+class CliError(RLInsightError):
     """What the user must change: one line, and a second with the fix when there is one."""
 
     def __init__(self, message, fix=None, code=REFUSED):

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract import environment, server_url
 
 SUPPORTED_VERL = ((0, 6), (0, 10))   # 0.6 <= verl < 0.10
 
@@ -183,8 +183,8 @@ def check_provisioning(report, state):
 
 
 def check_environment(report, url):
-    if os.environ.get("RL_INSIGHT_SERVER_URL"):
-        report.ok("RL_INSIGHT_SERVER_URL", server_url.redact(os.environ["RL_INSIGHT_SERVER_URL"]))
+    if os.environ.get(environment.SERVER_URL):
+        report.ok("RL_INSIGHT_SERVER_URL", server_url.redact(os.environ[environment.SERVER_URL]))
     else:
         report.problem("RL_INSIGHT_SERVER_URL", "not set in this shell: trainers would send nothing",
                        f"export RL_INSIGHT_SERVER_URL={url or 'http://<server-ip>:18080'}")
@@ -212,10 +212,10 @@ def check_environment(report, url):
     except Exception as exc:
         report.skip("Ray workers", f"verl.trainer.main_ppo does not import here ({exc})")
         return
-    if os.environ.get("RL_INSIGHT_SERVER_URL") and env.get("RL_INSIGHT_SERVER_URL") == os.environ[
-            "RL_INSIGHT_SERVER_URL"]:
+    if os.environ.get(environment.SERVER_URL) and env.get(environment.SERVER_URL) == os.environ[
+            environment.SERVER_URL]:
         report.ok("Ray workers", "RL_INSIGHT_* reach them through verl's runtime_env")
-    elif os.environ.get("RL_INSIGHT_SERVER_URL"):
+    elif os.environ.get(environment.SERVER_URL):
         report.problem("Ray workers", "RL_INSIGHT_SERVER_URL would not reach them",
                        "check that verl.trainer.main_ppo is patched (patches active above)")
 
@@ -224,9 +224,8 @@ def check_overrides(report, overrides):
     if not overrides:
         report.skip("trainer config", "no Hydra overrides given (rl-insight doctor -- <your overrides>)")
         return
-    from hydra import compose, initialize_config_dir
-
     import verl.trainer.main_ppo as main_ppo
+    from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=os.path.join(os.path.dirname(main_ppo.__file__), "config"),
                                version_base=None):
@@ -277,11 +276,11 @@ def run(server=None, project=None, experiment=None, overrides=(), out=sys.stdout
 
     report = Report(out)
     state = control.read_state(out=out)
-    raw = server or os.environ.get("RL_INSIGHT_SERVER_URL") or ""
+    raw = server or os.environ.get(environment.SERVER_URL) or ""
     if not raw and state:
         raw = control.trainer_url(state, local=True)
     url, url_token = server_url.split(raw.rstrip("/")) if raw else ("", None)
-    token = os.environ.get("RL_INSIGHT_TOKEN") or url_token
+    token = os.environ.get(environment.TOKEN) or url_token
     reachable = bool(url) and check_server(report, url, token)
     if not url:
         report.problem("server reachable", "no server: RL_INSIGHT_SERVER_URL is unset and none runs here",

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from verl_rl_insight.commands.checks import CliError, check_server_url, writable_folder
+from verl_rl_insight.contract import environment
 
 PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -88,8 +89,8 @@ def doctor(args):
 
     if args.server:
         check_server_url(args.server, "--server")
-    elif os.environ.get("RL_INSIGHT_SERVER_URL"):
-        check_server_url(os.environ["RL_INSIGHT_SERVER_URL"], "RL_INSIGHT_SERVER_URL")
+    elif os.environ.get(environment.SERVER_URL):
+        check_server_url(os.environ[environment.SERVER_URL], environment.SERVER_URL)
     overrides = args.overrides[1:] if args.overrides[:1] == ["--"] else args.overrides
     return checklist.run(server=args.server, project=args.project, experiment=args.experiment, overrides=overrides)
 

@@ -8,10 +8,10 @@ import sys
 import time
 import urllib.parse
 
-from verl_rl_insight.contract.promql import run_selector
-from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
 from verl_rl_insight.commands.api import call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
+from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
+from verl_rl_insight.contract.promql import run_selector
 
 
 def _prometheus(base, token):

@@ -8,7 +8,13 @@ document (server/openapi.py), which the fuzz test generates requests from.
 import math
 import sys
 
-from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, is_label_name, is_metric_name, label_value_problem
+from verl_rl_insight.contract.errors import BadInput, TooLarge
+from verl_rl_insight.contract.naming import (
+    GLOBAL_STEP_METRIC,
+    is_label_name,
+    is_metric_name,
+    label_value_problem,
+)
 
 HUB_HEADER = "X-RL-Insight-Hub"   # the hub instance a sender expects; a restarted hub answers 409
 RESERVED_LABELS = frozenset({"project", "experiment_name", "job", "instance"})
@@ -24,12 +30,12 @@ BATCH_FIELDS = frozenset({"project", "experiment_name", "step", "time", "metrics
 SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
 
 
-class PushError(ValueError):
-    """Bad push input; ``status`` is the HTTP status to answer with."""
+class PushError(BadInput):
+    """Bad push input; the message names the field."""
 
-    def __init__(self, message, status=400):
-        super().__init__(message)
-        self.status = status
+
+class PushTooLarge(PushError, TooLarge):
+    """A push over a count limit."""
 
 
 class Batch:
@@ -103,7 +109,7 @@ def validate_batch(i, batch, now):
     if not isinstance(metrics, dict):
         raise PushError(f"{where}.metrics must be an object of name: value")
     if len(metrics) > MAX_METRICS_PER_BATCH:
-        raise PushError(f"{where}.metrics has more than {MAX_METRICS_PER_BATCH} entries", 413)
+        raise PushTooLarge(f"{where}.metrics has more than {MAX_METRICS_PER_BATCH} entries")
     names, values = [], []
     for name, value in metrics.items():
         if not is_metric_name(name) or len(name) > MAX_NAME:
@@ -128,5 +134,5 @@ def validate_push(payload, now):
         raise PushError(f"unknown field {_show(unknown[0], 40)} (the body is {{\"batches\": [...]}})")
     batches = payload["batches"]
     if len(batches) > MAX_BATCHES:
-        raise PushError(f"batches: at most {MAX_BATCHES} per push", 413)
+        raise PushTooLarge(f"batches: at most {MAX_BATCHES} per push")
     return [validate_batch(i, b, now) for i, b in enumerate(batches)]

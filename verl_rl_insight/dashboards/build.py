@@ -6,7 +6,14 @@ are multi-select); every TraceQL query constrains both too.
 """
 
 from verl_rl_insight.dashboards import compare, engines, training
-from verl_rl_insight.dashboards.panels import RUN, Layout, spans_table, timeseries, trace_view, variables
+from verl_rl_insight.dashboards.panels import (
+    RUN,
+    Layout,
+    spans_table,
+    timeseries,
+    trace_view,
+    variables,
+)
 
 RATE = "[$__rate_interval]"
 ENGINES = engines.RUNNING

@@ -5,8 +5,8 @@ verl's own scalar keys are not listed: they are read from the installed verl's s
 the dashboards use must appear as a string literal in verl), so the check follows verl.
 """
 
-from verl_rl_insight.trainer.samplers.hardware import HostSampler
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
+from verl_rl_insight.trainer.samplers.hardware import HostSampler
 
 # What the hub, the trainer-side plugins and the hardware sampler push.
 PRODUCED = {

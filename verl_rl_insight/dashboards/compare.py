@@ -7,7 +7,7 @@ as tables, merges them on time and run, splits the result per experiment, and pl
 against value: an XY chart whose series are named by experiment.
 """
 
-from verl_rl_insight.dashboards.panels import PROM, RUN, M, Layout, target, timeseries
+from verl_rl_insight.dashboards.panels import PROM, RUN, Layout, M, target, timeseries
 from verl_rl_insight.dashboards.training import EXP, metric
 
 CURVES = (

@@ -9,7 +9,7 @@ import re
 from collections import defaultdict
 
 from verl_rl_insight.dashboards import keys as catalogue
-from verl_rl_insight.dashboards.panels import M, RUN, step_axis, timeseries
+from verl_rl_insight.dashboards.panels import RUN, M, step_axis, timeseries
 
 EXP = "{{experiment_name}}"
 

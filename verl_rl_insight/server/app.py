@@ -17,16 +17,25 @@ import sys
 import threading
 import time
 
+from verl_rl_insight.contract import environment
+from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.promql import run_selector
-from verl_rl_insight.server.managed import alert_rules, alertmanager, binaries, grafana, prometheus, tempo
-from verl_rl_insight.server.stores import credentials
-from verl_rl_insight.server.stores.silences import Alerting
-from verl_rl_insight.server.stores.files import write_atomically
-from verl_rl_insight.server.api.routes import Api
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.managed import (
+    alert_rules,
+    alertmanager,
+    binaries,
+    grafana,
+    prometheus,
+    tempo,
+)
 from verl_rl_insight.server.managed.supervisor import Service, Supervisor
+from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings, default_home
+from verl_rl_insight.server.stores import credentials
+from verl_rl_insight.server.stores.files import write_atomically
+from verl_rl_insight.server.stores.silences import Alerting
 from verl_rl_insight.server.stores.spans import SpanStore
 from verl_rl_insight.server.stores.targets import TargetRegistry
 
@@ -35,8 +44,8 @@ logger = logging.getLogger("verl_rl_insight.server")
 MODULES = {"prometheus": prometheus, "alertmanager": alertmanager, "tempo": tempo, "grafana": grafana}
 
 
-class PortInUse(RuntimeError):
-    pass
+class PortInUse(RLInsightError):
+    """A port the server needs is taken by another process."""
 
 
 def state_path():
@@ -47,8 +56,8 @@ def advertise_ip(settings):
     """The address trainers should use: configured, else the bind address, else this host's."""
     if settings.advertise_host:
         return settings.advertise_host
-    if os.environ.get("RL_INSIGHT_ADVERTISE_IP"):
-        return os.environ["RL_INSIGHT_ADVERTISE_IP"]
+    if os.environ.get(environment.ADVERTISE_IP):
+        return os.environ[environment.ADVERTISE_IP]
     if settings.bind not in ("", "0.0.0.0", "::"):
         return settings.bind
     try:

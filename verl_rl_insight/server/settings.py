@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.naming import is_label_name
 
 SERVICE_NAMES = ("prometheus", "alertmanager", "tempo", "grafana")
@@ -63,7 +64,7 @@ def check_external_labels(labels):
 
 
 def default_home():
-    return Path(os.environ.get("RL_INSIGHT_HOME", Path.home() / ".rl-insight"))
+    return Path(os.environ.get(environment.HOME, Path.home() / ".rl-insight"))
 
 
 @dataclasses.dataclass
@@ -103,7 +104,7 @@ class ServerSettings:
         if not self.data_dir:
             self.data_dir = str(default_home() / "data")
         if not self.token:
-            self.token = os.environ.get("RL_INSIGHT_TOKEN", "")
+            self.token = os.environ.get(environment.TOKEN, "")
         from verl_rl_insight.server.managed.alert_rules import thresholds
 
         thresholds(self.alerts)   # unknown keys are an error now, not at the first alert

@@ -1,81 +1,154 @@
-"""Configuration: OmegaConf defaults < config file < the verl Hydra ``rl_insight`` block < environment.
+"""Configuration: typed defaults < config file < the verl Hydra ``rl_insight`` block < environment.
 
-The Hydra block is read from both ``+rl_insight.x=...`` (top level) and verl 0.9's
-``+trainer.rl_insight.x=...``; the top-level one wins where both set a key.
+The defaults are dataclasses read through OmegaConf's structured configs: a value of the wrong
+type, or a key that no dataclass declares, is a ConfigError naming the key and the known ones.
+Third-party plugins keep free-form blocks (``plugins.<their name>.<anything>``); the built-in
+plugins' blocks are typed. The Hydra block is read from both ``+rl_insight.x=...`` (top level)
+and verl 0.9's ``+trainer.rl_insight.x=...``; the top-level one wins where both set a key.
 """
+
+from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    OmegaConfBaseException,
+)
 
-from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract import environment, server_url
+from verl_rl_insight.contract.errors import ConfigError
 
-# Environment variables that configure this package. Everything starting with one of the
-# prefixes is forwarded to Ray workers (see hooks/main_ppo.py).
-ENV_PREFIXES = ("RL_INSIGHT_", "VERL_RL_INSIGHT_")
-ENV_SERVER_URL = "RL_INSIGHT_SERVER_URL"
-ENV_TOKEN = "RL_INSIGHT_TOKEN"
-ENV_CONFIG_FILE = "RL_INSIGHT_CONFIG_FILE"
-# The Hydra block as JSON, set by hooks/main_ppo.py so that workers see the same config.
-ENV_CONFIG_JSON = "VERL_RL_INSIGHT_CONFIG"
-
-DEFAULTS = {
-    "server_url": None,
-    "token": None,
-    "collect_interval_s": 5.0,
-    "plugins": {
-        "trainer_metrics": {"enabled": True, "prefix": "rl_insight_monitor_"},
-        "metric_push": {
-            "enabled": True,
-            "queue_batches": 1024,     # hand-off queue between training thread and sender
-            "spool_batches": 20000,    # kept while the server is unreachable, oldest dropped first
-            "max_batches_per_request": 200,
-            "timeout_s": 5.0,
-            "retry_max_s": 5.0,        # back-off cap: a server that is back gets the spool within 5 s
-            "resend_window_s": 30.0,   # on an outage, batches delivered this recently are sent again
-            "flush_timeout_s": 10.0,
-        },
-        "state_timeline": {
-            "enabled": True,
-            "otlp_endpoint": None,     # default: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, else server host:otlp_port
-            "otlp_port": 4318,
-            "max_queue_spans": 8192,   # spans waiting for export; beyond, new ones are dropped and counted
-            "batch_spans": 512,
-            "export_interval_s": 1.0,
-        },
-        "rollout_engines": {"enabled": True, "target_ttl_s": 90.0},
-        "transfer_queue": {"enabled": True},
-        "probs_diff": {"enabled": True},
-        "agent_loop": {"enabled": True},   # rl_insight_agent_* from rollout_trace (trace.backend=rl_insight)
-        "hardware": {"enabled": True, "interval_s": 5.0, "gpu": True, "host": True, "lock_dir": None,
-                     "simulate_gpus": 0},   # the demo's simulated GPUs, only where there is none
-    },
-}
+# kept importable from here: plugins and older code read these names from this module
+ENV_PREFIXES = environment.FORWARDED_PREFIXES
+ENV_SERVER_URL = environment.SERVER_URL
+ENV_TOKEN = environment.TOKEN
+ENV_CONFIG_FILE = environment.CONFIG_FILE
+ENV_CONFIG_JSON = environment.CONFIG_JSON
 
 
-class ConfigError(ValueError):
-    """A configuration the user must fix; the message says how."""
+@dataclass
+class TrainerMetricsSettings:
+    enabled: bool = True
+    prefix: str = "rl_insight_monitor_"
 
 
-def hydra_block(trainer_config):
+@dataclass
+class MetricPushSettings:
+    enabled: bool = True
+    queue_batches: int = 1024            # hand-off queue between training thread and sender
+    spool_batches: int = 20000           # kept while the server is unreachable, oldest dropped first
+    max_batches_per_request: int = 200
+    max_request_bytes: int = 4 * 1024 * 1024   # a request stays under the server's body limit
+    timeout_s: float = 5.0
+    retry_max_s: float = 5.0             # back-off cap: a server that is back gets the spool within 5 s
+    resend_window_s: float = 30.0        # on an outage, batches delivered this recently are sent again
+    flush_timeout_s: float = 10.0
+
+
+@dataclass
+class StateTimelineSettings:
+    enabled: bool = True
+    otlp_endpoint: str | None = None     # default: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, else the server's
+    otlp_port: int = 4318
+    max_queue_spans: int = 8192          # spans waiting for export; beyond, new ones are dropped and counted
+    batch_spans: int = 512
+    export_interval_s: float = 1.0
+
+
+@dataclass
+class RolloutEnginesSettings:
+    enabled: bool = True
+    target_ttl_s: float = 90.0
+
+
+@dataclass
+class SwitchSettings:
+    enabled: bool = True
+
+
+@dataclass
+class HardwareSettings:
+    enabled: bool = True
+    interval_s: float = 5.0
+    gpu: bool = True
+    host: bool = True
+    lock_dir: str | None = None
+    simulate_gpus: int = 0               # the demo's simulated GPUs, only where there is none
+
+
+@dataclass
+class BuiltinPlugins:
+    trainer_metrics: TrainerMetricsSettings = field(default_factory=TrainerMetricsSettings)
+    metric_push: MetricPushSettings = field(default_factory=MetricPushSettings)
+    state_timeline: StateTimelineSettings = field(default_factory=StateTimelineSettings)
+    rollout_engines: RolloutEnginesSettings = field(default_factory=RolloutEnginesSettings)
+    transfer_queue: SwitchSettings = field(default_factory=SwitchSettings)
+    probs_diff: SwitchSettings = field(default_factory=SwitchSettings)
+    agent_loop: SwitchSettings = field(default_factory=SwitchSettings)   # rl_insight_agent_* (trace.backend)
+    hardware: HardwareSettings = field(default_factory=HardwareSettings)
+
+
+@dataclass
+class RLInsightConfig:
+    server_url: str | None = None
+    token: str | None = None
+    collect_interval_s: float = 5.0
+    plugins: BuiltinPlugins = field(default_factory=BuiltinPlugins)
+
+
+BUILTIN_PLUGINS = tuple(f.name for f in fields(BuiltinPlugins))
+
+
+def _defaults() -> DictConfig:
+    """The typed defaults: closed at the top and in each built-in plugin's block, open for other
+    plugins' names under ``plugins``."""
+    config = OmegaConf.structured(RLInsightConfig)
+    OmegaConf.set_struct(config, True)
+    OmegaConf.set_struct(config.plugins, False)
+    for name in BUILTIN_PLUGINS:
+        OmegaConf.set_struct(config.plugins[name], True)
+    return config
+
+
+def _known_keys(config: DictConfig, full_key: str) -> list[str]:
+    """The keys of the block that ``full_key`` (``plugins.metric_push.x``) points into."""
+    node: Any = config
+    for part in full_key.split(".")[:-1]:
+        if not isinstance(node, DictConfig) or part not in node:
+            break
+        node = node[part]
+    return sorted(str(k) for k in node.keys()) if isinstance(node, DictConfig) else []
+
+
+def hydra_block(trainer_config: Any) -> dict[str, Any]:
     """The ``rl_insight`` settings inside a verl trainer config (dict or DictConfig), merged."""
     if not isinstance(trainer_config, (dict, DictConfig)):
         return {}
     trainer = trainer_config.get("trainer")
-    blocks = [trainer.get("rl_insight") if isinstance(trainer, (dict, DictConfig)) else None,
-              trainer_config.get("rl_insight")]
-    blocks = [OmegaConf.create(b) for b in blocks if isinstance(b, (dict, DictConfig))]
-    return OmegaConf.to_container(OmegaConf.merge(*blocks), resolve=True) if blocks else {}
+    found = [trainer.get("rl_insight") if isinstance(trainer, (dict, DictConfig)) else None,
+             trainer_config.get("rl_insight")]
+    blocks = [OmegaConf.create(b) for b in found if isinstance(b, (dict, DictConfig))]
+    if not blocks:
+        return {}
+    merged = OmegaConf.to_container(OmegaConf.merge(*blocks), resolve=True)
+    return merged if isinstance(merged, dict) else {}
 
 
-def _env_layer(environ):
-    layer = {}
+def _env_layer(environ: Any) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
     if environ.get(ENV_CONFIG_JSON):
         try:
             layer = json.loads(environ[ENV_CONFIG_JSON])
         except ValueError as exc:
             raise ConfigError(f"{ENV_CONFIG_JSON} is not valid JSON: {exc}") from None
+        if not isinstance(layer, dict):
+            raise ConfigError(f"{ENV_CONFIG_JSON} must be a JSON object like the rl_insight block")
     if environ.get(ENV_SERVER_URL):
         layer["server_url"] = environ[ENV_SERVER_URL]
     if environ.get(ENV_TOKEN):
@@ -83,22 +156,36 @@ def _env_layer(environ):
     return layer
 
 
-def load_config(trainer_config=None, config_file=None, environ=None):
+def _merge(layers: list[tuple[str, Any]]) -> DictConfig:
+    config = _defaults()
+    for source, layer in layers:
+        try:
+            config = OmegaConf.merge(config, layer)
+        except (ConfigKeyError, ConfigAttributeError) as exc:
+            key = exc.full_key or str(exc.key)
+            raise ConfigError(f"unknown rl-insight setting {key!r} (from {source}); known here: "
+                              f"{', '.join(_known_keys(config, key))}") from None
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", None) or "?"
+            raise ConfigError(f"rl-insight setting {key!r} (from {source}): {exc.msg if hasattr(exc, 'msg') else exc}"
+                              .splitlines()[0]) from None
+    assert isinstance(config, DictConfig)
+    return config
+
+
+def load_config(trainer_config: Any = None, config_file: str | None = None, environ: Any = None) -> DictConfig:
     """Merge every layer and return a read-only DictConfig. Raises ConfigError on bad input."""
     environ = os.environ if environ is None else environ
-    layers = [OmegaConf.create(DEFAULTS)]
+    layers: list[tuple[str, Any]] = []
     config_file = config_file or environ.get(ENV_CONFIG_FILE)
     if config_file:
         try:
-            layers.append(OmegaConf.load(config_file))
+            layers.append((str(config_file), OmegaConf.load(config_file)))
         except Exception as exc:  # OmegaConf raises several types for a bad file
             raise ConfigError(f"cannot read rl-insight config file {config_file}: {exc}") from None
-    layers.append(OmegaConf.create(hydra_block(trainer_config)))
-    layers.append(OmegaConf.create(_env_layer(environ)))
-    try:
-        config = OmegaConf.merge(*layers)
-    except Exception as exc:
-        raise ConfigError(f"invalid rl-insight config: {exc}") from None
+    layers.append(("the rl_insight block of the trainer config", OmegaConf.create(hydra_block(trainer_config))))
+    layers.append(("the environment", OmegaConf.create(_env_layer(environ))))
+    config = _merge(layers)
     if config.server_url:
         # the URL `rl-insight server start` prints carries the token: split it off, so that no
         # URL with a secret in it travels further (into requests, log lines, reports)
@@ -113,13 +200,14 @@ def load_config(trainer_config=None, config_file=None, environ=None):
     return config
 
 
-def plugin_settings(config, name):
-    """The settings of plugin ``name`` (an empty DictConfig when the config has none)."""
+def plugin_settings(config: Any, name: str) -> Any:
+    """The settings of plugin ``name`` (an empty DictConfig when the config has none); for the
+    built-in plugins a typed block with every key present."""
     plugins = config.get("plugins") or {}
     return plugins.get(name) or OmegaConf.create({})
 
 
-def check_plugin_names(config, known):
+def check_plugin_names(config: Any, known: Any) -> None:
     """Raise ConfigError naming every configured plugin that is not registered."""
     unknown = sorted(set((config.get("plugins") or {}).keys()) - set(known))
     if unknown:

@@ -13,13 +13,14 @@ from importlib.metadata import entry_points
 
 import pluggy
 
+from verl_rl_insight.contract import environment
 from verl_rl_insight.trainer import hookspecs
 from verl_rl_insight.trainer.config import check_plugin_names, plugin_settings
 
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "verl_rl_insight"
-ENV_ALLOW_LIST = "VERL_RL_INSIGHT_PLUGINS"
+ENV_ALLOW_LIST = environment.PLUGINS
 
 DEFAULT_PLUGINS = (
     "verl_rl_insight.trainer.plugins.trainer_metrics",

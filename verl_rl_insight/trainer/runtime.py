@@ -11,14 +11,20 @@ import os
 import threading
 from typing import NamedTuple
 
-from verl_rl_insight.trainer.config import ENV_SERVER_URL, ENV_TOKEN, ConfigError, load_config
+from verl_rl_insight.contract import environment
+from verl_rl_insight.trainer.config import (
+    ENV_SERVER_URL,
+    ENV_TOKEN,
+    ConfigError,
+    load_config,
+)
 from verl_rl_insight.trainer.manager import build_plugin_manager
 
 logger = logging.getLogger("verl_rl_insight")
 
 # Set by hooks/main_ppo.py from the trainer config, for processes that have no Tracking.
-ENV_PROJECT = "VERL_RL_INSIGHT_PROJECT"
-ENV_EXPERIMENT = "VERL_RL_INSIGHT_EXPERIMENT"
+ENV_PROJECT = environment.PROJECT
+ENV_EXPERIMENT = environment.EXPERIMENT
 
 
 class RunInfo(NamedTuple):
@@ -76,7 +82,7 @@ class Runtime:
         self._closed = True
         self._stop.set()
         if timeout_s is None:
-            timeout_s = float(self.config.plugins.metric_push.get("flush_timeout_s", 10.0))
+            timeout_s = self.config.plugins.metric_push.flush_timeout_s
         if self._collector is not None:
             self.collect()   # the last counters of a short run
         try:

@@ -5,6 +5,8 @@ import os
 import sys
 import time
 
+from verl_rl_insight.contract import environment
+
 PROJECT = "rl-insight-demo"
 
 
@@ -21,10 +23,9 @@ def has_gpu():
 
 
 def compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, transfer_queue):
+    import verl.trainer.main_ppo as main_ppo
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-
-    import verl.trainer.main_ppo as main_ppo
 
     config_dir = os.path.join(os.path.dirname(main_ppo.__file__), "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
@@ -136,7 +137,7 @@ def run(steps=20, step_seconds=2.0, engine="vllm", replicas=2, experiment=None, 
     else:
         print(control.panel(state), file=out)
     experiment = experiment or time.strftime("simulated-%Y%m%d-%H%M%S")
-    os.environ["RL_INSIGHT_SERVER_URL"] = control.trainer_url(state, local=True)
+    os.environ[environment.SERVER_URL] = control.trainer_url(state, local=True)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # a single-node demo: loopback
     os.environ.setdefault("TQ_METRICS_COLLECT_INTERVAL", "1")   # a short run: TransferQueue's partition figures each second
     gpus = 0 if has_gpu() else 8

@@ -3,8 +3,13 @@ HTTP servers exposing ``/metrics`` through prometheus_client, as the engines do,
 engines' real metric names and label names (vllm/v1/metrics/loggers.py;
 sglang/srt/metrics/collector.py)."""
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 # name -> kind; counters are named without _total (prometheus_client adds it), as in the engines
 ENGINE_METRICS = {

@@ -36,7 +36,6 @@ class SimulatedReplica:
 def start_replicas(engine, replicas):
     """verl's real LLMServerManager._initialize_llm_servers, with simulated replicas."""
     from omegaconf import OmegaConf
-
     from verl.workers.rollout.llm_server import LLMServerManager
 
     replica_class = type("SimulatedReplica", (SimulatedReplica,), {"engine": engine})
@@ -91,7 +90,6 @@ def batch_for(step, rng, batch=8, length=64, prompt_length=32):
     rollout and actor with a mismatch that drifts."""
     import numpy as np
     import torch
-
     from verl import DataProto
 
     g = torch.Generator().manual_seed(step)
@@ -183,7 +181,6 @@ class SimulatedTaskRunner:
 
     def run(self, config):
         from omegaconf import OmegaConf
-
         from verl.trainer.ppo import ray_trainer
         from verl.trainer.ppo.core_algos import AdvantageEstimator
         from verl.utils.tracking import Tracking

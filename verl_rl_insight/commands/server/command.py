@@ -6,6 +6,7 @@ import yaml
 
 from verl_rl_insight.commands import checks
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
+from verl_rl_insight.contract import environment
 
 
 def load_settings(config, **overrides):
@@ -26,7 +27,6 @@ def load_settings(config, **overrides):
 
 def start(args):
     from verl_rl_insight.commands.server import control
-
     from verl_rl_insight.server.settings import SERVICE_NAMES
 
     disabled = [name for name in SERVICE_NAMES if getattr(args, f"no_{name}")]
@@ -65,7 +65,7 @@ def install(args):
         checksums[name] = value
     if args.local_archive and not os.path.isdir(args.local_archive):
         raise CliError(f"--local-archive {args.local_archive} is not a folder")
-    mirror = args.mirror or os.environ.get("RL_INSIGHT_MIRROR")
+    mirror = args.mirror or os.environ.get(environment.MIRROR)
     failed = 0
     for name in names:
         try:

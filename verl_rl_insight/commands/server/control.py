@@ -11,9 +11,14 @@ import urllib.request
 
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.server import app
-from verl_rl_insight.server.stores import credentials
-from verl_rl_insight.server.managed.supervisor import http_ok, pid_alive, pid_runs, stop_process_group
+from verl_rl_insight.server.managed.supervisor import (
+    http_ok,
+    pid_alive,
+    pid_runs,
+    stop_process_group,
+)
 from verl_rl_insight.server.settings import default_home
+from verl_rl_insight.server.stores import credentials
 
 START_TIMEOUT_S = 180
 

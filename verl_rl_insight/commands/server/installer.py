@@ -20,11 +20,17 @@ import time
 import urllib.request
 from pathlib import Path, PurePosixPath
 
+from verl_rl_insight.contract.errors import RLInsightError
+from verl_rl_insight.server.managed.binaries import (
+    installed,
+    services_dir,
+    system_binary,
+)
 from verl_rl_insight.server.managed.releases import release
 from verl_rl_insight.server.stores.files import write_atomically
-from verl_rl_insight.server.managed.binaries import installed, services_dir, system_binary
 
-class InstallError(RuntimeError):
+
+class InstallError(RLInsightError):
     """An install that did not happen; the message says why and what to do."""
 
 

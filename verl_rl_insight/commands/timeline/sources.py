@@ -7,11 +7,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from verl_rl_insight.contract.errors import RLInsightError
+
 MAX_TRACES = 100_000
 
 
-class SourceError(Exception):
-    pass
+class SourceError(RLInsightError):
+    """Spans that cannot be read from the server or Tempo; the message says why."""
 
 
 def _get(url, headers=None, timeout=30):

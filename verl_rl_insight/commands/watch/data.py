@@ -6,6 +6,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.contract.promql import run_selector
 
@@ -26,7 +27,7 @@ ENGINES = {   # running, waiting, KV cache share
 }
 
 
-class DataError(Exception):
+class DataError(RLInsightError):
     """A condition the view states in one line (server down, no run yet, unknown run)."""
 
 

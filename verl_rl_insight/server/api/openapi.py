@@ -6,8 +6,16 @@ that generates requests from it, see exactly what the server accepts.
 """
 
 from verl_rl_insight import __version__
+from verl_rl_insight.contract.wire import (
+    MAX_BATCHES,
+    MAX_EXTRA_LABELS,
+    MAX_LABEL_VALUE,
+    MAX_METRICS_PER_BATCH,
+    MAX_NAME,
+    MAX_TIME,
+    RESERVED_PREFIX,
+)
 from verl_rl_insight.server.stores.silences import MAX_SILENCE_S
-from verl_rl_insight.contract.wire import MAX_BATCHES, MAX_EXTRA_LABELS, MAX_LABEL_VALUE, MAX_METRICS_PER_BATCH, MAX_NAME, MAX_TIME, RESERVED_PREFIX
 
 LABEL_VALUE = {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_VALUE, "pattern": r"^[^\x00-\x1f\x7f-\x9f]*$"}
 ERROR = {"description": "what is wrong, naming the field",

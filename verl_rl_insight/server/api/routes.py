@@ -36,14 +36,14 @@ import logging
 import time
 import urllib.parse
 
-from verl_rl_insight.server.metrics import exposition
-from verl_rl_insight.server.api import openapi
-from verl_rl_insight.server.stores.silences import AlertingError
-from verl_rl_insight.server.stores.spans import SpanError
-from verl_rl_insight.server.stores.spans import decode as decode_spans
-from verl_rl_insight.server.metrics.hub import ScrapeBusy, check_scraper_name
-from verl_rl_insight.server.api.http_server import response_written
+from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.wire import HUB_HEADER, MAX_BATCHES, PushError
+from verl_rl_insight.server.api import openapi
+from verl_rl_insight.server.api.errors import http_status
+from verl_rl_insight.server.api.http_server import response_written
+from verl_rl_insight.server.metrics import exposition
+from verl_rl_insight.server.metrics.hub import check_scraper_name
+from verl_rl_insight.server.stores.spans import decode as decode_spans
 from verl_rl_insight.server.stores.targets import TargetError, TargetRegistry
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -151,6 +151,8 @@ class Api:
             await handler(request)
         except ApiError as exc:
             await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
+        except RLInsightError as exc:   # what the hub and the stores refuse, each kind to its status
+            await self._send_json(send, http_status(exc), {"error": str(exc)})
         except ClientGone:
             return
         except Exception:
@@ -196,14 +198,9 @@ class Api:
         try:
             check_scraper_name(name)
         except PushError as exc:
-            raise ApiError(400, f"scraper: {exc}") from None
+            raise PushError(f"scraper: {exc}") from None
         self._authorize(request)
-        try:
-            exposure = await self._in_thread(self.hub.expose, name, arrival)
-        except ScrapeBusy as exc:
-            raise ApiError(429, str(exc)) from None
-        except PushError as exc:
-            raise ApiError(exc.status, str(exc)) from None
+        exposure = await self._in_thread(self.hub.expose, name, arrival)
         written = False
         try:
             body = await self._in_thread(exposure.body)
@@ -225,9 +222,9 @@ class Api:
         async with self._body(request, self.max_body_bytes) as body, self._parse:
             try:
                 result = await self._in_thread(self._push, body)
-            except PushError as exc:
+            except RLInsightError:
                 self.hub.stats["rejected"] += 1
-                raise ApiError(exc.status, str(exc)) from None
+                raise
         await self._send_json(request.send, 200, result)
 
     def _push(self, body):
@@ -239,17 +236,14 @@ class Api:
     async def post_target(self, request):
         async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
             item = body
-        try:
-            item = _parse_json(item)
-            if not isinstance(item, dict):
-                raise TargetError('body must be an object {"address", "job", "labels", "ttl_s"}')
-            unknown = sorted(set(item) - {"address", "job", "labels", "ttl_s"})
-            if unknown:
-                raise TargetError(f"unknown field {unknown[0][:40]!r} (known: address, job, labels, ttl_s)")
-            record = self.targets.register(item.get("address"), item.get("job"), item.get("labels") or {},
-                                           item.get("ttl_s", 90.0))
-        except (PushError, TargetError) as exc:
-            raise ApiError(400, str(exc)) from None
+        item = _parse_json(item)
+        if not isinstance(item, dict):
+            raise TargetError('body must be an object {"address", "job", "labels", "ttl_s"}')
+        unknown = sorted(set(item) - {"address", "job", "labels", "ttl_s"})
+        if unknown:
+            raise TargetError(f"unknown field {unknown[0][:40]!r} (known: address, job, labels, ttl_s)")
+        record = self.targets.register(item.get("address"), item.get("job"), item.get("labels") or {},
+                                       item.get("ttl_s", 90.0))
         await self._send_json(request.send, 200, record)
 
     async def delete_target(self, request):
@@ -288,12 +282,11 @@ class Api:
             raise ApiError(415, f"Content-Type {kind[:60]!r}: OTLP/HTTP here is application/x-protobuf")
         encoding = request.headers.get("content-encoding")
         async with self._body(request, self.max_body_bytes) as body:
-            try:
-                otlp = await self._in_thread(decode_spans, body, encoding, self.max_body_bytes)
-                await self._in_thread(store.add, otlp)
-            except SpanError as exc:
-                raise ApiError(exc.status, str(exc)) from None
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+            otlp = await self._in_thread(decode_spans, body, encoding, self.max_body_bytes)
+            await self._in_thread(store.add, otlp)
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceResponse,
+        )
 
         await self._send_body(request.send, 200, "application/x-protobuf", ExportTraceServiceResponse()
                               .SerializeToString())
@@ -312,20 +305,13 @@ class Api:
     async def post_silence(self, request):
         async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
             item = body
-        try:
-            item = _parse_json(item)
-        except PushError as exc:
-            raise ApiError(400, str(exc)) from None
-        await self._alerting(request, "silence", item)
+        await self._alerting(request, "silence", _parse_json(item))
 
     async def _alerting(self, request, action, *args):
         if self.alerting is None:
             raise ApiError(404, "alerting is off on this server: it runs no Alertmanager (installed? "
                                 "services.alertmanager.enabled?)")
-        try:
-            result = await self._in_thread(getattr(self.alerting, action), *args)
-        except AlertingError as exc:
-            raise ApiError(exc.status, str(exc)) from None
+        result = await self._in_thread(getattr(self.alerting, action), *args)
         await self._send_json(request.send, 200, result)
 
     async def _json_from(self, request, produce):

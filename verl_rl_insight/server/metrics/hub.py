@@ -28,9 +28,10 @@ import threading
 import time
 import uuid
 
+from verl_rl_insight.contract.errors import Busy, OverCapacity
+from verl_rl_insight.contract.wire import PushError, validate_push
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.stores.files import write_atomically
-from verl_rl_insight.contract.wire import PushError, validate_push
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -44,7 +45,7 @@ MAX_SCRAPERS = 16
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 
 
-class ScrapeBusy(RuntimeError):
+class ScrapeBusy(Busy):
     """A scrape by the same named scraper is still being served."""
 
 
@@ -279,14 +280,14 @@ class MetricHub:
         new_series = sum(len(names) for names in new_names.values())
         if self._series + new_series > self.max_series:
             self.stats["rejected_series_limit"] += 1
-            raise PushError(f"series limit reached ({self.max_series}); raise the hub's max_series", 422)
+            raise OverCapacity(f"series limit reached ({self.max_series}); raise the hub's max_series")
         needed += new_series * SERIES_BYTES + STREAM_BYTES * sum(1 for k in new_names if k not in self._streams)
         if self._bytes + needed > self.memory_limit_bytes:
             self._evict(self._bytes + needed - self.memory_limit_bytes)
         if self._bytes + needed > self.memory_limit_bytes:
             self.stats["rejected_memory"] += 1
-            raise PushError(f"memory bound reached ({self.memory_limit_bytes / 2**20:.0f} MiB of latest values "
-                            "and history); raise the hub's memory_limit_mb or finish old runs", 422)
+            raise OverCapacity(f"memory bound reached ({self.memory_limit_bytes / 2**20:.0f} MiB of latest values "
+                            "and history); raise the hub's memory_limit_mb or finish old runs")
 
     def _evict(self, amount):
         """Drop the oldest history, across streams, until ``amount`` bytes are free (or none is left)."""
@@ -361,7 +362,7 @@ class MetricHub:
             state = self._scrapers.get(scraper)
             if state is None:
                 if len(self._scrapers) >= MAX_SCRAPERS:
-                    raise PushError(f"at most {MAX_SCRAPERS} named scrapers; unnamed scrapes get live values", 429)
+                    raise Busy(f"at most {MAX_SCRAPERS} named scrapers; unnamed scrapes get live values")
                 state = self._scrapers[scraper] = Scraper(scraper)
             if not state.busy.acquire(blocking=False):
                 raise ScrapeBusy(f"a scrape by {scraper} is still being served")

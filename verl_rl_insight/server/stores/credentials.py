@@ -13,14 +13,15 @@ import os
 import secrets
 from pathlib import Path
 
+from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.server.stores.files import write_atomically
 
 TOKEN_FILE = "hub-token"
 GRAFANA_PASSWORD_FILE = "grafana-admin-password"
 
 
-class CredentialError(ValueError):
-    pass
+class CredentialError(ConfigError):
+    """A credential setting that cannot be used (a token file others can read, say)."""
 
 
 def is_loopback(bind):

@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 
+from verl_rl_insight.contract.errors import BadInput, NotFound, Unavailable
 from verl_rl_insight.server.stores.files import write_atomically
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -24,10 +25,16 @@ ALERT_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,127}")
 SILENCE_FIELDS = ("project", "experiment_name", "alertname", "duration_s", "comment", "created_by")
 
 
-class AlertingError(Exception):
-    def __init__(self, status, message):
-        super().__init__(message)
-        self.status = status
+class AlertingError(BadInput):
+    """A silence request or ID that breaks a rule, or that Alertmanager refused."""
+
+
+class SilenceNotFound(AlertingError, NotFound):
+    """No silence with that ID."""
+
+
+class AlertmanagerDown(Unavailable):
+    """The server's Alertmanager does not answer."""
 
 
 def _iso(ts):
@@ -43,7 +50,7 @@ def _text(item, name, limit, required=False):
     if value is None and not required:
         return None
     if not isinstance(value, str) or not value or len(value) > limit or any(ord(c) < 32 for c in value):
-        raise AlertingError(400, f"{name} must be a non-empty string of at most {limit} printable characters")
+        raise AlertingError(f"{name} must be a non-empty string of at most {limit} printable characters")
     return value
 
 
@@ -51,20 +58,20 @@ def silence_request(item):
     """A silence request ({project, experiment_name, alertname?, duration_s, comment?, created_by?})
     as Alertmanager's matchers, checked field by field."""
     if not isinstance(item, dict):
-        raise AlertingError(400, "body must be an object {project, experiment_name, duration_s, alertname?, ...}")
+        raise AlertingError("body must be an object {project, experiment_name, duration_s, alertname?, ...}")
     unknown = sorted(set(item) - set(SILENCE_FIELDS))
     if unknown:
-        raise AlertingError(400, f"unknown field {str(unknown[0])[:40]!r} (known: {', '.join(SILENCE_FIELDS)})")
+        raise AlertingError(f"unknown field {str(unknown[0])[:40]!r} (known: {', '.join(SILENCE_FIELDS)})")
     matchers = [{"name": name, "value": _text(item, name, 256, required=True), "isRegex": False, "isEqual": True}
                 for name in ("project", "experiment_name")]
     alert = _text(item, "alertname", 128)
     if alert is not None:
         if not ALERT_NAME.fullmatch(alert):
-            raise AlertingError(400, "alertname must be an alert's name (letters, digits, _)")
+            raise AlertingError("alertname must be an alert's name (letters, digits, _)")
         matchers.append({"name": "alertname", "value": alert, "isRegex": False, "isEqual": True})
     duration = item.get("duration_s")
     if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 60 <= duration <= MAX_SILENCE_S:
-        raise AlertingError(400, f"duration_s must be a number of seconds from 60 to {MAX_SILENCE_S} (30 days)")
+        raise AlertingError(f"duration_s must be a number of seconds from 60 to {MAX_SILENCE_S} (30 days)")
     now = time.time()
     return {"matchers": matchers, "startsAt": _iso(now), "endsAt": _iso(now + duration),
             "createdBy": _text(item, "created_by", 100) or "rl-insight",
@@ -92,9 +99,9 @@ class Alerting:
                 data = response.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:300].decode("utf-8", "replace").strip()
-            raise AlertingError(404 if exc.code == 404 else 400, f"Alertmanager refused it: {detail}") from None
+            raise (SilenceNotFound if exc.code == 404 else AlertingError)(f"Alertmanager refused it: {detail}") from None
         except OSError as exc:
-            raise AlertingError(503, f"Alertmanager at {self.url} does not answer ({exc}); it is restarted "
+            raise AlertmanagerDown(f"Alertmanager at {self.url} does not answer ({exc}); it is restarted "
                                      "automatically, try again in a few seconds") from None
         return json.loads(data) if data else None
 
@@ -121,7 +128,7 @@ class Alerting:
 
     def unsilence(self, silence_id):
         if not isinstance(silence_id, str) or not re.fullmatch(r"[0-9a-fA-F-]{1,64}", silence_id):
-            raise AlertingError(400, "id must be a silence ID (as `rl-insight alerts silence` printed it)")
+            raise AlertingError("id must be a silence ID (as `rl-insight alerts silence` printed it)")
         with self._lock:
             kept = next((k for k in self._kept if silence_id in k["ids"]), None)
             current = kept["id"] if kept else silence_id
@@ -162,7 +169,7 @@ class Alerting:
                     if restored:
                         logger.warning("put back %d silence(s) Alertmanager lost when it restarted", restored)
                     return
-                except AlertingError:
+                except (AlertingError, AlertmanagerDown):
                     time.sleep(0.5)
             logger.warning("Alertmanager did not come back within %.0f s; silences not put back", timeout_s)
 

@@ -12,39 +12,48 @@ import threading
 import time
 import zlib
 
+from verl_rl_insight.contract.errors import BadInput, TooLarge, UnsupportedEncoding
 from verl_rl_insight.server.stores.files import write_atomically
 
 MAX_ATTRIBUTES = 32
 MAX_VALUE = 256
 
 
-class SpanError(Exception):
-    def __init__(self, status, message):
-        super().__init__(message)
-        self.status = status
+class SpanError(BadInput):
+    """An OTLP body that cannot be read."""
+
+
+class SpanTooLarge(SpanError, TooLarge):
+    """A body that inflates beyond the limit."""
+
+
+class SpanEncoding(SpanError, UnsupportedEncoding):
+    """A Content-Encoding other than gzip or none."""
 
 
 def decode(body, encoding, limit):
     """ExportTraceServiceRequest from an OTLP/HTTP protobuf body (gzip allowed, inflated to at most
     ``limit`` bytes: a small bomb cannot become a large body)."""
     from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
 
     if encoding == "gzip":
         inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
             body = inflate.decompress(body, limit + 1)
         except zlib.error as exc:
-            raise SpanError(400, f"Content-Encoding gzip: the body is not gzip ({exc})") from None
+            raise SpanError(f"Content-Encoding gzip: the body is not gzip ({exc})") from None
         if len(body) > limit or inflate.unconsumed_tail:
-            raise SpanError(413, f"the body inflates beyond {limit} bytes")
+            raise SpanTooLarge(f"the body inflates beyond {limit} bytes")
     elif encoding not in (None, "", "identity"):
-        raise SpanError(415, f"Content-Encoding {encoding[:40]!r} is not supported (gzip or none)")
+        raise SpanEncoding(f"Content-Encoding {encoding[:40]!r} is not supported (gzip or none)")
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)
     except (DecodeError, RuntimeError, ValueError) as exc:
-        raise SpanError(400, f"body is not an OTLP ExportTraceServiceRequest (protobuf): {exc}") from None
+        raise SpanError(f"body is not an OTLP ExportTraceServiceRequest (protobuf): {exc}") from None
     return request
 
 

@@ -13,6 +13,7 @@ import re
 import threading
 import time
 
+from verl_rl_insight.contract.errors import BadInput
 from verl_rl_insight.contract.naming import is_label_name, label_value_problem
 from verl_rl_insight.server.stores.files import write_atomically
 
@@ -23,8 +24,8 @@ MAX_TARGETS = 10_000
 MAX_TTL_S = 7 * 86400
 
 
-class TargetError(ValueError):
-    pass
+class TargetError(BadInput):
+    """A target that breaks a rule; the message names the field."""
 
 
 def check_address(address):

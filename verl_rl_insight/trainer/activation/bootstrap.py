@@ -10,7 +10,9 @@ verl >= 0.9's ``verl.plugins`` entry point, ``VERL_USE_EXTERNAL_MODULES=verl_rl_
 import importlib
 import os
 
-ENV_AUTOLOAD = "VERL_RL_INSIGHT_AUTOLOAD"
+from verl_rl_insight.contract import environment
+
+ENV_AUTOLOAD = environment.AUTOLOAD
 
 # (verl module, the hooks module that patches it)
 TARGETS = [

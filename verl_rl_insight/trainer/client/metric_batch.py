@@ -8,6 +8,7 @@ import math
 
 from verl_rl_insight.contract.naming import metric_name
 
+
 def to_number(value):
     """A float for ints, floats, bools, numpy scalars and one-element tensors; None otherwise."""
     if isinstance(value, float):

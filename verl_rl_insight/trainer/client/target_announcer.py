@@ -84,7 +84,7 @@ def shared(config=None):
     if _shared is None and config is not None and config.get("server_url"):
         from verl_rl_insight.trainer.config import plugin_settings
 
-        ttl = plugin_settings(config, "rollout_engines").get("target_ttl_s", 90.0)
+        ttl = plugin_settings(config, "rollout_engines").target_ttl_s
         _shared = TargetAnnouncer(str(config.server_url), token=config.get("token"), ttl_s=ttl)
     return _shared
 

@@ -6,6 +6,7 @@ import sys
 
 from verl_rl_insight.trainer import runtime
 
+
 def _wrap(original):
     def compute_advantage(data, *args, **kwargs):
         rt = runtime.get_runtime()

@@ -6,7 +6,10 @@ import logging
 import wrapt
 
 from verl_rl_insight.trainer.patches import unwrap
-from verl_rl_insight.trainer.verl_api.propagation import forwarded_environment, prepare_driver_environment
+from verl_rl_insight.trainer.verl_api.propagation import (
+    forwarded_environment,
+    prepare_driver_environment,
+)
 
 logger = logging.getLogger("verl_rl_insight")
 

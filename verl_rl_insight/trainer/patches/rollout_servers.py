@@ -11,8 +11,8 @@ import time
 import wrapt
 
 from verl_rl_insight.trainer import runtime
-from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
 from verl_rl_insight.trainer.patches import unwrap
+from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
 
 # module -> (server classes, state name)
 SERVERS = {

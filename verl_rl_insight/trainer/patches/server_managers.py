@@ -9,8 +9,8 @@ import os
 import wrapt
 
 from verl_rl_insight.trainer import runtime
-from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
 from verl_rl_insight.trainer.patches import unwrap
+from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
 
 MANAGERS = {
     "verl.workers.rollout.llm_server": "LLMServerManager",

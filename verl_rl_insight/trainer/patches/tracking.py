@@ -6,9 +6,9 @@ import logging
 
 import wrapt
 
+from verl_rl_insight.trainer.patches import unwrap
 from verl_rl_insight.trainer.verl_api import logger_api as verl_logger_api
 from verl_rl_insight.trainer.verl_api.tracking_backend import RLInsightBackend
-from verl_rl_insight.trainer.patches import unwrap
 
 logger = logging.getLogger("verl_rl_insight")
 

@@ -15,10 +15,10 @@ import tempfile
 import threading
 import time
 
-from verl_rl_insight.trainer.config import plugin_settings
-from verl_rl_insight.trainer.samplers.hardware import HOSTNAME, GpuSampler, HostSampler
-from verl_rl_insight.trainer.hookspecs import hookimpl
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.samplers.hardware import HOSTNAME, GpuSampler, HostSampler
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -135,7 +135,7 @@ def rl_insight_configure(config, pm):
         rt = runtime.get_runtime()
         return rt.current_run() if rt is not None else runtime.RunInfo("default", "default")
 
-    simulated = int(settings.get("simulate_gpus", 0) or 0)
+    simulated = settings.simulate_gpus
     loader = None
     if simulated:   # rl-insight demo on a machine without GPUs: SIMULATED GPUs, labelled so
         from verl_rl_insight.trainer.samplers import simulated_nvml
@@ -144,8 +144,8 @@ def rl_insight_configure(config, pm):
                                    load=lambda: simulated_nvml.load_level[0])
 
     _sampler = HardwareSampler(pm.hook.rl_insight_export_batch, current_run,
-                               interval_s=settings.get("interval_s", 5.0), gpu=settings.get("gpu", True),
-                               host=settings.get("host", True), lock_dir=settings.get("lock_dir"),
+                               interval_s=settings.interval_s, gpu=settings.gpu,
+                               host=settings.host, lock_dir=settings.lock_dir,
                                nvml_loader=loader).start()
 
 

@@ -3,9 +3,9 @@
 
 import logging
 
+from verl_rl_insight.trainer.client.sender import BatchSender
 from verl_rl_insight.trainer.config import plugin_settings
 from verl_rl_insight.trainer.hookspecs import hookimpl
-from verl_rl_insight.trainer.client.sender import BatchSender
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -30,12 +30,13 @@ def rl_insight_configure(config):
     _sender = BatchSender(
         str(url) + PUSH_PATH,
         token=config.get("token"),
-        queue_batches=settings.get("queue_batches", 1024),
-        spool_batches=settings.get("spool_batches", 20000),
-        max_batches_per_request=settings.get("max_batches_per_request", 200),
-        timeout_s=settings.get("timeout_s", 5.0),
-        retry_max_s=settings.get("retry_max_s", 5.0),
-        resend_window_s=settings.get("resend_window_s", 30.0),
+        queue_batches=settings.queue_batches,
+        spool_batches=settings.spool_batches,
+        max_batches_per_request=settings.max_batches_per_request,
+        max_request_bytes=settings.max_request_bytes,
+        timeout_s=settings.timeout_s,
+        retry_max_s=settings.retry_max_s,
+        resend_window_s=settings.resend_window_s,
     )
 
 

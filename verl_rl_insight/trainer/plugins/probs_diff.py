@@ -15,7 +15,6 @@ verl already computed are kept and only what is missing is added. An empty mask 
 
 import threading
 
-
 from verl_rl_insight.trainer.hookspecs import hookimpl
 
 PREFIX = "training/"

@@ -18,9 +18,9 @@ import urllib.parse
 
 from opentelemetry.sdk.trace import SpanProcessor
 
+from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
 from verl_rl_insight.trainer.hookspecs import hookimpl
-from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -71,7 +71,7 @@ def otlp_endpoint(config, environ=None):
     explicit = explicit_endpoint(config, environ)
     if explicit is None and config.get("server_url"):
         host = urllib.parse.urlsplit(str(config.server_url)).hostname
-        port = int(plugin_settings(config, "state_timeline").get("otlp_port", 4318))
+        port = plugin_settings(config, "state_timeline").otlp_port
         return f"http://{host}:{port}/v1/traces"
     return explicit
 
@@ -213,9 +213,9 @@ def rl_insight_configure(config):
     exporter = make_exporter(endpoint) if explicit_endpoint(config) is not None else \
         AnnouncedEndpointExporter(str(config.server_url), endpoint, make_exporter)
     _processor = CountingSpanProcessor(exporter,
-                                       max_queue=int(settings.get("max_queue_spans", 8192)),
-                                       batch_size=int(settings.get("batch_spans", 512)),
-                                       interval_s=float(settings.get("export_interval_s", 1.0)))
+                                       max_queue=settings.max_queue_spans,
+                                       batch_size=settings.batch_spans,
+                                       interval_s=settings.export_interval_s)
     provider.add_span_processor(_processor)
     _tracer = provider.get_tracer("verl_rl_insight")   # this provider only: the user's global one is untouched
 

@@ -8,9 +8,9 @@ can tell a finished run from a stalled one.
 
 import time
 
+from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
 from verl_rl_insight.trainer.hookspecs import hookimpl
-from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 
 FINISHED = "rl_insight_run_finished"
 
@@ -22,7 +22,7 @@ _runs = set()
 @hookimpl
 def rl_insight_configure(config, pm):
     global _prefix, _export
-    _prefix = plugin_settings(config, "trainer_metrics").get("prefix", _prefix)
+    _prefix = plugin_settings(config, "trainer_metrics").prefix
     _export = pm.hook.rl_insight_export_batch
     _runs.clear()
 

@@ -8,11 +8,12 @@ import logging
 import os
 import time
 
+from verl_rl_insight.contract import environment
 from verl_rl_insight.trainer import runtime
 
 logger = logging.getLogger("verl_rl_insight")
 
-ENV_VERL_ENABLE = "VERL_RL_INSIGHT_ENABLE"
+ENV_VERL_ENABLE = environment.VERL_ENABLE
 
 
 class RLInsightBackend:
