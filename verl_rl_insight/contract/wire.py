@@ -1,24 +1,35 @@
-"""What ``POST /api/v1/push`` accepts, checked field by field before anything is applied.
+"""The wire schema: every body a client sends the server, and its limits, defined once.
 
-A bad field is a PushError whose message names it (``batches[3].metrics.loss: ...``) and whose
-``status`` is the HTTP status to answer with. Every rule here is mirrored in the OpenAPI
-document (server/openapi.py), which the fuzz test generates requests from.
+Each body is a msgspec Struct; decoding bytes into it checks every type, bound and unknown field
+in one pass in C, and the OpenAPI document (``server/api/openapi.py``) is generated from these
+same Structs. Two rules are checked beside the decode, from the constants below:
+
+- metric names against ``METRIC_NAME_PATTERN``, with a bounded cache of names already accepted:
+  a regular expression per key would cost more than the whole decode, and a run pushes the same
+  few hundred names every step;
+- the names reserved for the hub (``RESERVED_PREFIX``, the global-step series) and for the
+  server (``RESERVED_LABELS``), so that a refusal says which rule it broke.
+
+A bad body is a PushError (or PushTooLarge) whose message names the field:
+``batches[3].metrics.loss: ...``.
 """
 
+from __future__ import annotations
+
+import json
 import math
+import re
 import sys
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
 
 from verl_rl_insight.contract.errors import BadInput, TooLarge
-from verl_rl_insight.contract.naming import (
-    GLOBAL_STEP_METRIC,
-    is_label_name,
-    is_metric_name,
-    label_value_problem,
-)
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 
 HUB_HEADER = "X-RL-Insight-Hub"   # the hub instance a sender expects; a restarted hub answers 409
-RESERVED_LABELS = frozenset({"project", "experiment_name", "job", "instance"})
-RESERVED_PREFIX = "rl_insight_hub_"   # the hub's own series
+
 MAX_NAME = 200
 MAX_LABEL_VALUE = 256
 MAX_BATCHES = 10_000
@@ -26,8 +37,78 @@ MAX_METRICS_PER_BATCH = 10_000
 MAX_EXTRA_LABELS = 16
 MAX_STEP = 2**63 - 1
 MAX_TIME = 1e11                       # seconds since the epoch (year 5138): timestamps fit in int64 ms
-BATCH_FIELDS = frozenset({"project", "experiment_name", "step", "time", "metrics", "labels"})
+MAX_TARGET_LABELS = 16
+MAX_TTL_S = 7 * 86400
+MAX_SILENCE_S = 30 * 86400
+MIN_SILENCE_S = 60
+
+# Whole-string patterns, read the same by Python (msgspec searches with them) and by JSON Schema
+# tools: ``(?!\n)$`` because Python's ``$`` also matches before a final newline ("evil\n").
+METRIC_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?!\n)$"
+LABEL_NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]*(?!\n)$"
+LABEL_VALUE_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*(?!\n)$"
+HOST_PATTERN = r"^(?:[a-zA-Z0-9.\-]{1,253}|\[[0-9a-fA-F:]{2,39}\])(?!\n)$"
+PORT_PATTERN = r"^(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])(?!\n)$"
+ADDRESS_PATTERN = HOST_PATTERN.removesuffix("(?!\\n)$") + ":" + PORT_PATTERN.removeprefix("^")
+JOB_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_.\-]{0,63}(?!\n)$"
+ALERT_NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]{0,127}(?!\n)$"
+RESERVED_LABELS = frozenset({"project", "experiment_name", "job", "instance"})
+RESERVED_PREFIX = "rl_insight_hub_"   # the hub's own series
 SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
+
+LabelValue = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_VALUE, pattern=LABEL_VALUE_PATTERN)]
+LabelName = Annotated[str, Meta(max_length=MAX_NAME, pattern=LABEL_NAME_PATTERN)]
+SampleValue = float | Literal["NaN", "+Inf", "-Inf"]
+Metrics = Annotated[dict[str, SampleValue], Meta(
+    max_length=MAX_METRICS_PER_BATCH,
+    description=f"metric name: value; names starting with {RESERVED_PREFIX} and {GLOBAL_STEP_METRIC} are the hub's own",
+    extra_json_schema={"propertyNames": {"pattern": METRIC_NAME_PATTERN, "maxLength": MAX_NAME}})]
+
+
+class BatchBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """One trainer log call: a stream's samples at one step."""
+
+    project: LabelValue
+    experiment_name: LabelValue
+    metrics: Metrics
+    step: Annotated[int, Meta(ge=0, le=MAX_STEP)] | None = None
+    time: Annotated[float, Meta(ge=0, le=MAX_TIME, description="the trainer's time, seconds since the epoch")] | None = None
+    labels: Annotated[dict[LabelName, LabelValue], Meta(
+        max_length=MAX_EXTRA_LABELS,
+        description="extra labels; project, experiment_name, job and instance are reserved")] | None = None
+
+
+class PushBody(Struct, forbid_unknown_fields=True):
+    """``POST /api/v1/push``."""
+
+    batches: Annotated[list[BatchBody], Meta(max_length=MAX_BATCHES)]
+
+
+class TargetBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST /api/v1/targets``: a scrape target, or the renewal of its TTL."""
+
+    address: Annotated[str, Meta(pattern=ADDRESS_PATTERN, description="host:port, port 1 to 65535")]
+    job: Annotated[str, Meta(pattern=JOB_PATTERN)]
+    labels: Annotated[dict[LabelName, LabelValue], Meta(max_length=MAX_TARGET_LABELS)] = {}
+    ttl_s: Annotated[float, Meta(ge=0, le=MAX_TTL_S, description="0: no expiry")] = 90.0
+
+
+class SilenceBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``POST /api/v1/silences``: silence a run's alerts for a while."""
+
+    project: Annotated[str, Meta(min_length=1, max_length=256, pattern=LABEL_VALUE_PATTERN)]
+    experiment_name: Annotated[str, Meta(min_length=1, max_length=256, pattern=LABEL_VALUE_PATTERN)]
+    duration_s: Annotated[float, Meta(ge=MIN_SILENCE_S, le=MAX_SILENCE_S)]
+    alertname: Annotated[str, Meta(pattern=ALERT_NAME_PATTERN,
+                                   description="only this alert (default: every alert of the run)")] | None = None
+    comment: Annotated[str, Meta(min_length=1, max_length=500, pattern=LABEL_VALUE_PATTERN)] | None = None
+    created_by: Annotated[str, Meta(min_length=1, max_length=100, pattern=LABEL_VALUE_PATTERN)] | None = None
+
+
+class ErrorBody(Struct):
+    """Every 4xx and 5xx answer: what is wrong, naming the field."""
+
+    error: str
 
 
 class PushError(BadInput):
@@ -41,98 +122,198 @@ class PushTooLarge(PushError, TooLarge):
 class Batch:
     """One validated batch: the stream's labels (sorted pairs), step, trainer time, names, values."""
 
-    __slots__ = ("labels", "step", "time", "timed", "names", "values")
+    __slots__ = ("labels", "step", "time", "timed", "names", "values", "metrics")
 
-    def __init__(self, labels, step, time_s, timed, names, values):
+    def __init__(self, labels: tuple[tuple[str, str], ...], step: int | None, time_s: float, timed: bool,
+                 metrics: dict[str, float]) -> None:
         self.labels = labels
         self.step = step
         self.time = time_s
         self.timed = timed      # the trainer gave its own time (a resent copy can be recognised)
-        self.names = names
-        self.values = values
+        self.metrics = metrics  # name: value, the global step included
+        self.names = tuple(metrics)
+        self.values = tuple(metrics.values())   # the float objects the decode made: no copy, no boxing
 
 
-def _show(text, limit=60):
+_METRIC_NAME = re.compile(METRIC_NAME_PATTERN)
+_known_names: set[str] = set()
+_MAX_KNOWN_NAMES = 200_000
+_push_decoder = msgspec.json.Decoder(PushBody)
+
+
+def _show(text: object, limit: int = 60) -> str:
     """A bounded, printable rendering of what the client sent, for error messages."""
     return repr(text[:limit] if isinstance(text, str) else text)[: limit + 2]
 
 
-def _label_value(where, value):
-    problem = label_value_problem(value, MAX_LABEL_VALUE)
-    if problem:
-        raise PushError(f"{where} {problem}")
-    return value
+def check_metric_names(where: str, metrics: dict[str, Any]) -> None:
+    """Every key a metric name, none of the hub's own; names seen before cost a set look-up."""
+    if _known_names.issuperset(metrics):
+        return
+    for name in metrics:
+        if name in _known_names:
+            continue
+        if len(name) > MAX_NAME or _METRIC_NAME.search(name) is None:
+            raise PushError(f"{where}.metrics: invalid metric name {_show(name, MAX_NAME)} "
+                            f"(must match [a-zA-Z_:][a-zA-Z0-9_:]*, at most {MAX_NAME} characters)")
+        if name.startswith(RESERVED_PREFIX) or name == GLOBAL_STEP_METRIC:
+            raise PushError(f"{where}.metrics.{name}: {name} and names starting with {RESERVED_PREFIX} "
+                            "are the hub's own")
+        if len(_known_names) < _MAX_KNOWN_NAMES:
+            _known_names.add(sys.intern(name))
 
 
-def _number(where, value):
-    if isinstance(value, str):
-        if value in SPECIAL_VALUES:
-            return SPECIAL_VALUES[value]
-        raise PushError(f"{where} must be a number or one of NaN, +Inf, -Inf, got {_show(value, 40)}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PushError(f"{where} must be a number or one of NaN, +Inf, -Inf, got {type(value).__name__}")
+def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
+    """The values as floats: NaN, +Inf and -Inf travel as strings (JSON has no such numbers)."""
     try:
-        return float(value)
-    except OverflowError:
-        raise PushError(f"{where} is too large for a 64-bit float") from None
+        sum(metrics.values())   # a loop in C over floats; a string in it raises
+    except TypeError:
+        return {name: SPECIAL_VALUES[v] if isinstance(v, str) else v for name, v in metrics.items()}
+    return metrics
 
 
-def validate_batch(i, batch, now):
+def _batch(i: int, body: BatchBody, now: float) -> Batch:
     where = f"batches[{i}]"
-    if not isinstance(batch, dict):
-        raise PushError(f"{where} must be an object")
-    unknown = sorted(set(batch) - BATCH_FIELDS, key=str)
-    if unknown:
-        raise PushError(f"{where}: unknown field {_show(unknown[0], 40)} (known: {', '.join(sorted(BATCH_FIELDS))})")
-    labels = [("project", _label_value(f"{where}.project", batch.get("project"))),
-              ("experiment_name", _label_value(f"{where}.experiment_name", batch.get("experiment_name")))]
-    extra = batch.get("labels")
-    if extra is not None:
-        if not isinstance(extra, dict) or len(extra) > MAX_EXTRA_LABELS:
-            raise PushError(f"{where}.labels must be an object of at most {MAX_EXTRA_LABELS} labels")
-        for name, value in extra.items():
-            if not is_label_name(name):
+    check_metric_names(where, body.metrics)
+    labels = [("experiment_name", body.experiment_name), ("project", body.project)]
+    if body.labels:
+        for name in body.labels:
+            if name.startswith("__"):
                 raise PushError(f"{where}.labels: invalid label name {_show(name, 40)} (must match "
                                 "[a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
             if name in RESERVED_LABELS:
                 raise PushError(f"{where}.labels.{name}: label {name!r} is reserved")
-            labels.append((name, _label_value(f"{where}.labels.{name}", value)))
-    step = batch.get("step")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP):
-        raise PushError(f"{where}.step must be an integer from 0 to 2^63-1")
-    timed = "time" in batch
-    trainer_time = batch.get("time", now)
-    if (isinstance(trainer_time, bool) or not isinstance(trainer_time, (int, float))
-            or not 0 <= trainer_time <= MAX_TIME):
-        raise PushError(f"{where}.time must be a number of seconds since the epoch (0 to 1e11)")
-    metrics = batch.get("metrics")
-    if not isinstance(metrics, dict):
-        raise PushError(f"{where}.metrics must be an object of name: value")
-    if len(metrics) > MAX_METRICS_PER_BATCH:
-        raise PushTooLarge(f"{where}.metrics has more than {MAX_METRICS_PER_BATCH} entries")
-    names, values = [], []
-    for name, value in metrics.items():
-        if not is_metric_name(name) or len(name) > MAX_NAME:
-            raise PushError(f"{where}.metrics: invalid metric name {_show(name, MAX_NAME)} "
-                            f"(must match [a-zA-Z_:][a-zA-Z0-9_:]*, at most {MAX_NAME} characters)")
-        if name.startswith(RESERVED_PREFIX):
-            raise PushError(f"{where}.metrics.{name}: names starting with {RESERVED_PREFIX} are the hub's own")
-        names.append(sys.intern(name))
-        values.append(_number(f"{where}.metrics.{name}", value))
-    if step is not None:
-        names.append(GLOBAL_STEP_METRIC)
-        values.append(float(step))
-    return Batch(tuple(sorted(labels)), step, float(trainer_time), timed, names, values)
+        labels.extend(body.labels.items())
+        labels.sort()
+    metrics = _numbers(body.metrics)
+    if body.step is not None:
+        metrics[GLOBAL_STEP_METRIC] = float(body.step)
+    timed = body.time is not None
+    return Batch(tuple(labels), body.step, float(body.time) if timed else now, timed, metrics)
 
 
-def validate_push(payload, now):
+def decode_push(body: bytes, now: float) -> list[Batch]:
     """The batches of a push body, every field checked; raises PushError naming the first bad one."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("batches"), list):
-        raise PushError('body must be a JSON object {"batches": [...]}')
-    unknown = sorted(set(payload) - {"batches"}, key=str)
+    try:
+        push = _push_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise _explain(exc, body) from None
+    except msgspec.DecodeError as exc:
+        raise PushError(_explain_malformed(exc, body)) from None
+    return [_batch(i, b, now) for i, b in enumerate(push.batches)]
+
+
+def validate_push(payload: Any, now: float) -> list[Batch]:
+    """``decode_push`` for a body already parsed (the Python API and the tests)."""
+    try:
+        body = json.dumps(payload, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise PushError(f"body is not JSON-serialisable: {exc}") from None
+    return decode_push(body, now)
+
+
+_AT = re.compile(r"^(?P<message>.*?)(?: - at `(?P<key>key` in `)?\$(?P<path>[^`]*)`)?$", re.S)
+_KEY_MESSAGES = {
+    "metrics": f"invalid metric name (must match [a-zA-Z_:][a-zA-Z0-9_:]*, at most {MAX_NAME} characters)",
+    "labels": "invalid label name (must match [a-zA-Z_][a-zA-Z0-9_]*, not starting with __)",
+}
+
+
+def _explain(exc: msgspec.ValidationError, body: bytes) -> PushError:
+    """msgspec's message in this API's words: ``batches[3].metrics.loss: what is wrong``."""
+    match = _AT.match(str(exc))
+    assert match is not None   # the pattern matches any text
+    message, path = match["message"], (match["path"] or "").lstrip(".")
+    unknown = re.match(r"Object contains unknown field `(.*)`", message)
     if unknown:
-        raise PushError(f"unknown field {_show(unknown[0], 40)} (the body is {{\"batches\": [...]}})")
-    batches = payload["batches"]
-    if len(batches) > MAX_BATCHES:
-        raise PushTooLarge(f"batches: at most {MAX_BATCHES} per push")
-    return [validate_batch(i, b, now) for i, b in enumerate(batches)]
+        known = ", ".join(sorted(BatchBody.__struct_fields__ if path else PushBody.__struct_fields__))
+        return PushError(f"{path + ': ' if path else ''}unknown field {_show(unknown[1], 40)} (known: {known})")
+    if not path:
+        return PushError(f'body must be a JSON object {{"batches": [...]}}: {message}')
+    if match["key"]:
+        return PushError(f"{path}: {_KEY_MESSAGES.get(path.rpartition('.')[2], message)}")
+    if path.endswith(".metrics[...]"):
+        where = _name_dict_key(path, body) or path
+        if message.startswith("Number out of range"):
+            return PushError(f"{where} is too large for a 64-bit float")
+        return PushError(f"{where} must be a number or one of NaN, +Inf, -Inf ({message})")
+    if "[...]" in path:
+        path = _name_dict_key(path, body) or path
+    if repr(LABEL_VALUE_PATTERN) in message:
+        return PushError(f"{path} contains control characters")
+    if message.startswith("Expected `str` of length >= 1"):
+        return PushError(f"{path} must be a non-empty string")
+    if message.startswith(("Expected `array` of length <=", "Expected `object` of length <=")):
+        return PushTooLarge(f"{path}: {message}")
+    return PushError(f"{path}: {message}")
+
+
+def _name_dict_key(path: str, body: bytes) -> str | None:
+    """For ``batches[3].metrics[...]``: the key whose value broke the rule (read on the error path only)."""
+    head = path.partition("[...]")[0]
+    try:
+        node: Any = json.loads(body)
+        for part in re.findall(r"[^.\[\]]+|\[\d+\]", head):
+            node = node[int(part[1:-1])] if part.startswith("[") else node[part]
+        items = list(node.items())
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError, AttributeError):
+        return None
+    for key, value in items:
+        if isinstance(value, str):
+            bad = value not in SPECIAL_VALUES and not re.match(LABEL_VALUE_PATTERN, value)
+            bad = bad or head.endswith("metrics") and value not in SPECIAL_VALUES
+        else:
+            try:
+                bad = isinstance(value, bool) or not math.isfinite(float(value))
+            except (TypeError, ValueError, OverflowError):
+                bad = True
+        if bad:
+            return f"{head}.{key}"
+    return None
+
+
+def field_problem(exc: msgspec.ValidationError, what: str) -> str:
+    """A msgspec refusal of a small body (target, silence) as ``field must be ...``."""
+    match = _AT.match(str(exc))
+    assert match is not None
+    message, path = match["message"], (match["path"] or "").lstrip(".")
+    unknown = re.match(r"Object contains unknown field `(.*)`", message)
+    if unknown:
+        return f"unknown field {_show(unknown[1], 40)} (the fields of {what})"
+    missing = re.match(r"Object missing required field `(.*)`", message)
+    if missing:
+        return f"{missing[1]} must be given"
+    if not path:
+        return f"body must be an object: {what}"
+    if match["key"]:
+        return f"{path}: invalid label name (must match [a-zA-Z_][a-zA-Z0-9_]*)"
+    if repr(LABEL_VALUE_PATTERN) in message:
+        return f"{path} must be printable text (no control characters)"
+    return f"{path} must be {message.removeprefix('Expected ')}"
+
+
+def _explain_malformed(exc: msgspec.DecodeError, body: bytes) -> str:
+    """Malformed JSON; where Python's parser reads it, name the string msgspec refused (a lone surrogate)."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return f"body is not valid JSON: {str(exc)[:200]}"
+    found = _find_bad_text(parsed, "")
+    return f"{found}: not valid Unicode text (lone surrogate)" if found else f"body is not valid JSON: {str(exc)[:200]}"
+
+
+def _find_bad_text(node: Any, path: str, depth: int = 0) -> str | None:
+    if depth > 8:
+        return None
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        where = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
+        for text in ((key,) if isinstance(key, str) else ()) + ((value,) if isinstance(value, str) else ()):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                return where
+        found = _find_bad_text(value, where, depth + 1)
+        if found:
+            return found
+    return None

@@ -1,23 +1,18 @@
-"""The OpenAPI 3.0 document of the HTTP API, served at ``GET /openapi.json``.
+"""The OpenAPI 3.1 document of the HTTP API, served at ``GET /openapi.json``.
 
-Written by hand from the rules in push_schema.py and targets.py (a test checks that every
-route of the API is documented here and nothing else is), so that clients, and the fuzz test
-that generates requests from it, see exactly what the server accepts.
+The bodies' schemas are generated from the wire schema (``contract/wire.py``), the very types the
+server decodes with; the routes are listed here (a test checks that every route of the API is
+documented and nothing else is), so that clients, and the fuzz test that generates requests from
+it, see exactly what the server accepts.
 """
 
-from verl_rl_insight import __version__
-from verl_rl_insight.contract.wire import (
-    MAX_BATCHES,
-    MAX_EXTRA_LABELS,
-    MAX_LABEL_VALUE,
-    MAX_METRICS_PER_BATCH,
-    MAX_NAME,
-    MAX_TIME,
-    RESERVED_PREFIX,
-)
-from verl_rl_insight.server.stores.silences import MAX_SILENCE_S
+from typing import Any
 
-LABEL_VALUE = {"type": "string", "minLength": 1, "maxLength": MAX_LABEL_VALUE, "pattern": r"^[^\x00-\x1f\x7f-\x9f]*$"}
+import msgspec
+
+from verl_rl_insight import __version__
+from verl_rl_insight.contract.wire import ErrorBody, PushBody, SilenceBody, TargetBody
+
 ERROR = {"description": "what is wrong, naming the field",
          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 JSON_OK = {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}
@@ -49,56 +44,16 @@ def _query(name, schema, required, description):
     return {"name": name, "in": "query", "required": required, "description": description, "schema": schema}
 
 
-def document():
-    schemas = {
-        "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
-        "LabelValue": LABEL_VALUE,
-        "Batch": {
-            "type": "object", "additionalProperties": False, "required": ["project", "experiment_name", "metrics"],
-            "properties": {
-                "project": {"$ref": "#/components/schemas/LabelValue"},
-                "experiment_name": {"$ref": "#/components/schemas/LabelValue"},
-                "step": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
-                "time": {"type": "number", "minimum": 0, "maximum": MAX_TIME,
-                         "description": "the trainer's time, seconds since the epoch"},
-                "metrics": {
-                    "type": "object", "maxProperties": MAX_METRICS_PER_BATCH, "additionalProperties": False,
-                    "description": f"metric name: value; names starting with {RESERVED_PREFIX} are the hub's own",
-                    "patternProperties": {f"^[a-zA-Z_:][a-zA-Z0-9_:]{{0,{MAX_NAME - 1}}}$": {
-                        "oneOf": [{"type": "number"}, {"type": "string", "enum": ["NaN", "+Inf", "-Inf"]}]}}},
-                "labels": {
-                    "type": "object", "maxProperties": MAX_EXTRA_LABELS, "additionalProperties": False,
-                    "description": "extra labels; project, experiment_name, job and instance are reserved",
-                    "patternProperties": {r"^[a-zA-Z_][a-zA-Z0-9_]*$": {"$ref": "#/components/schemas/LabelValue"}}},
-            },
-        },
-        "Push": {"type": "object", "additionalProperties": False, "required": ["batches"],
-                 "properties": {"batches": {"type": "array", "maxItems": MAX_BATCHES,
-                                            "items": {"$ref": "#/components/schemas/Batch"}}}},
-        "Target": {
-            "type": "object", "additionalProperties": False, "required": ["address", "job"],
-            "properties": {
-                "address": {"type": "string", "pattern": r"^[a-zA-Z0-9.\-]{1,253}:[1-9][0-9]{0,4}$",
-                            "description": "host:port, port 1 to 65535"},
-                "job": {"type": "string", "pattern": r"^[a-zA-Z_][a-zA-Z0-9_.\-]{0,63}$"},
-                "labels": {"type": "object", "maxProperties": 16, "additionalProperties": False,
-                           "patternProperties": {r"^[a-zA-Z_][a-zA-Z0-9_]*$": {"$ref": "#/components/schemas/LabelValue"}}},
-                "ttl_s": {"type": "number", "minimum": 0, "maximum": 604800},
-            },
-        },
-        "Silence": {
-            "type": "object", "additionalProperties": False, "required": ["project", "experiment_name", "duration_s"],
-            "properties": {
-                "project": {"type": "string", "minLength": 1, "maxLength": 256},
-                "experiment_name": {"type": "string", "minLength": 1, "maxLength": 256},
-                "alertname": {"type": "string", "pattern": r"^[a-zA-Z_][a-zA-Z0-9_]{0,127}$",
-                              "description": "only this alert (default: every alert of the run)"},
-                "duration_s": {"type": "number", "minimum": 60, "maximum": MAX_SILENCE_S},
-                "comment": {"type": "string", "minLength": 1, "maxLength": 500},
-                "created_by": {"type": "string", "minLength": 1, "maxLength": 100},
-            },
-        },
-    }
+def schemas() -> dict[str, Any]:
+    """The request and error bodies, generated from the wire schema's msgspec Structs."""
+    _, components = msgspec.json.schema_components((PushBody, TargetBody, SilenceBody, ErrorBody),
+                                                   ref_template="#/components/schemas/{name}")
+    components["Error"] = components.pop("ErrorBody")
+    return components
+
+
+def document() -> dict[str, Any]:
+    schemas_ = schemas()
     scraper = _query("scraper", {"type": "string", "pattern": r"^[a-zA-Z0-9_.:\-]{1,64}$"}, False,
                      "a named scraper also gets the history it has not been sent (needs the token when one is set)")
     paths = {
@@ -108,11 +63,11 @@ def document():
         "/openapi.json": {"get": _get("this document")},
         "/api/v1/streams": {"get": _get("what the hub holds, per project / experiment")},
         "/api/v1/hub": {"get": _get("the hub's own figures: memory, series, history, scrapers")},
-        "/api/v1/push": {"post": _write("metric batches from trainers", {"$ref": "#/components/schemas/Push"},
+        "/api/v1/push": {"post": _write("metric batches from trainers", {"$ref": "#/components/schemas/PushBody"},
                                         errors=(400, 401, 413, 422))},
         "/api/v1/targets": {
             "get": _get("registered scrape targets"),
-            "post": _write("register a scrape target, or renew its TTL", {"$ref": "#/components/schemas/Target"},
+            "post": _write("register a scrape target, or renew its TTL", {"$ref": "#/components/schemas/TargetBody"},
                            errors=(400, 401, 413)),
             "delete": _write("remove a scrape target", parameters=[
                 _query("job", {"type": "string"}, True, "the target's job"),
@@ -143,17 +98,17 @@ def document():
         "/api/v1/alerts": {"get": _get("alerts firing now (from the server's Alertmanager)", errors=(404, 503))},
         "/api/v1/silences": {
             "get": _get("silences not yet expired", errors=(404, 503)),
-            "post": _write("silence a run's alerts for a while", {"$ref": "#/components/schemas/Silence"},
+            "post": _write("silence a run's alerts for a while", {"$ref": "#/components/schemas/SilenceBody"},
                            errors=(400, 401, 404, 413, 503)),
             "delete": _write("end a silence", parameters=[
                 _query("id", {"type": "string"}, True, "the silence's ID")], errors=(400, 401, 404, 503)),
         },
     }
     return {
-        "openapi": "3.0.3",
+        "openapi": "3.1.0",
         "info": {"title": "rl-insight server", "version": __version__},
         "paths": paths,
-        "components": {"schemas": schemas,
+        "components": {"schemas": schemas_,
                        "securitySchemes": {"token": {"type": "http", "scheme": "bearer"},
                                            "basic": {"type": "http", "scheme": "basic"}}},
     }

@@ -37,7 +37,7 @@ import time
 import urllib.parse
 
 from verl_rl_insight.contract.errors import RLInsightError
-from verl_rl_insight.contract.wire import HUB_HEADER, MAX_BATCHES, PushError
+from verl_rl_insight.contract.wire import HUB_HEADER, PushError
 from verl_rl_insight.server.api import openapi
 from verl_rl_insight.server.api.errors import http_status
 from verl_rl_insight.server.api.http_server import response_written
@@ -50,7 +50,6 @@ logger = logging.getLogger("verl_rl_insight.server")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_TARGET_BODY_BYTES = 64 * 1024
-MAX_CONTAINERS = 2 + 3 * MAX_BATCHES     # JSON objects and arrays a valid push can hold
 CHUNK_BYTES = 256 * 1024                 # responses go out in pieces: a slow reader holds one, not the body
 
 
@@ -228,10 +227,9 @@ class Api:
         await self._send_json(request.send, 200, result)
 
     def _push(self, body):
-        if body.count(b"{") + body.count(b"[") > MAX_CONTAINERS:
-            raise PushError(f"body holds more than {MAX_CONTAINERS} JSON objects and arrays; "
-                            f"a push is {{\"batches\": [...]}} of at most {MAX_BATCHES} batches")
-        return self.hub.push(_parse_json(body))
+        # msgspec decodes into the schema's types as it reads: a body of nested brackets is refused
+        # at its first level, with no recursion and no object built for it
+        return self.hub.push_body(body)
 
     async def post_target(self, request):
         async with self._body(request, MAX_TARGET_BODY_BYTES) as body:

@@ -19,7 +19,6 @@ What a user can rely on:
   taken (O(streams)), never for the formatting of every series.
 """
 
-import array
 import collections
 import json
 import logging
@@ -29,7 +28,7 @@ import time
 import uuid
 
 from verl_rl_insight.contract.errors import Busy, OverCapacity
-from verl_rl_insight.contract.wire import PushError, validate_push
+from verl_rl_insight.contract.wire import PushError, decode_push, validate_push
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.stores.files import write_atomically
 
@@ -37,8 +36,8 @@ logger = logging.getLogger("verl_rl_insight.server")
 
 # Estimated bytes, checked against tracemalloc by tests/test_hub_memory.py.
 SERIES_BYTES = 560        # a latest value, its dict slot, its cached line in the stream and in the shared body
-SNAPSHOT_BYTES = 420      # a snapshot, its value array, its identity in the stream's set of seen ones
-VALUE_BYTES = 16          # a value in a snapshot, and its share of a names tuple
+SNAPSHOT_BYTES = 420      # a snapshot, its values tuple, its identity in the stream's set of seen ones
+VALUE_BYTES = 40          # a value in a snapshot (a tuple slot and its float), and its share of a names tuple
 STREAM_BYTES = 4096       # a stream's own objects
 LIVE_MARGIN_MS = 50       # history is stamped this far before the scrape's own time, at the latest
 MAX_SCRAPERS = 16
@@ -210,12 +209,19 @@ class MetricHub:
 
     # -- pushes ----------------------------------------------------------------------------
     def push(self, payload):
-        """Validate a whole push body and apply it atomically: {"accepted", "duplicates", "hub"}.
+        """Validate a whole push (already parsed) and apply it atomically: {"accepted", "duplicates", "hub"}.
 
         Raises PushError (nothing applied) when any part of it is invalid or does not fit.
         """
         now = self.clock()
-        batches = validate_push(payload, now)
+        return self._apply(validate_push(payload, now), now)
+
+    def push_body(self, body):
+        """``push`` for the bytes of a push body: decoded and validated in one pass."""
+        now = self.clock()
+        return self._apply(decode_push(body, now), now)
+
+    def _apply(self, batches, now):
         with self._lock:
             self._make_room(batches, now)
             accepted = duplicates = 0
@@ -232,24 +238,24 @@ class MetricHub:
                 if stream.key not in touched:
                     touched[stream.key] = dict(stream.latest)   # copy on write: renders keep the old one
                 latest = touched[stream.key]
-                names = tuple(batch.names)
+                names = batch.names
                 if names == stream.names:
                     names = stream.names
                 self._seq += 1
-                snapshot = Snapshot(self._seq, batch.step, batch.time, now, names, array.array("d", batch.values))
+                snapshot = Snapshot(self._seq, batch.step, batch.time, now, names, batch.values)
                 stream.history.append(snapshot)
                 self._bytes += snapshot.nbytes
                 if batch.timed:
                     stream.seen.add(identity)
                 before = len(latest)
                 if batch.time >= stream.newest_time:   # a late copy never turns values back
-                    latest.update(zip(names, batch.values))
+                    latest.update(batch.metrics)
                     stream.newest_time = batch.time
                     stream.names = names
                     if batch.step is not None:
                         stream.step = batch.step
                 else:
-                    for name, value in zip(names, batch.values):
+                    for name, value in batch.metrics.items():
                         latest.setdefault(name, value)
                 self._series += len(latest) - before
                 self._bytes += SERIES_BYTES * (len(latest) - before)
@@ -273,9 +279,11 @@ class MetricHub:
         needed = 0
         for batch in batches:
             stream = self._streams.get(batch.labels)
-            known = stream.latest if stream is not None else ()
             fresh = new_names.setdefault(batch.labels, set())
-            fresh.update(name for name in batch.names if name not in known)
+            if stream is None:
+                fresh.update(batch.metrics)
+            elif not batch.metrics.keys() <= stream.latest.keys():
+                fresh.update(batch.metrics.keys() - stream.latest.keys())
             needed += SNAPSHOT_BYTES + VALUE_BYTES * len(batch.names)
         new_series = sum(len(names) for names in new_names.values())
         if self._series + new_series > self.max_series:

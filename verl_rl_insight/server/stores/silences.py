@@ -15,14 +15,14 @@ import time
 import urllib.error
 import urllib.request
 
+import msgspec
+
 from verl_rl_insight.contract.errors import BadInput, NotFound, Unavailable
+from verl_rl_insight.contract.wire import SilenceBody, field_problem
 from verl_rl_insight.server.stores.files import write_atomically
 
 logger = logging.getLogger("verl_rl_insight.server")
 
-MAX_SILENCE_S = 30 * 86400
-ALERT_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,127}")
-SILENCE_FIELDS = ("project", "experiment_name", "alertname", "duration_s", "comment", "created_by")
 
 
 class AlertingError(BadInput):
@@ -45,37 +45,22 @@ def _timestamp(iso):
     return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def _text(item, name, limit, required=False):
-    value = item.get(name)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value or len(value) > limit or any(ord(c) < 32 for c in value):
-        raise AlertingError(f"{name} must be a non-empty string of at most {limit} printable characters")
-    return value
-
-
 def silence_request(item):
     """A silence request ({project, experiment_name, alertname?, duration_s, comment?, created_by?})
-    as Alertmanager's matchers, checked field by field."""
-    if not isinstance(item, dict):
-        raise AlertingError("body must be an object {project, experiment_name, duration_s, alertname?, ...}")
-    unknown = sorted(set(item) - set(SILENCE_FIELDS))
-    if unknown:
-        raise AlertingError(f"unknown field {str(unknown[0])[:40]!r} (known: {', '.join(SILENCE_FIELDS)})")
-    matchers = [{"name": name, "value": _text(item, name, 256, required=True), "isRegex": False, "isEqual": True}
-                for name in ("project", "experiment_name")]
-    alert = _text(item, "alertname", 128)
-    if alert is not None:
-        if not ALERT_NAME.fullmatch(alert):
-            raise AlertingError("alertname must be an alert's name (letters, digits, _)")
-        matchers.append({"name": "alertname", "value": alert, "isRegex": False, "isEqual": True})
-    duration = item.get("duration_s")
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 60 <= duration <= MAX_SILENCE_S:
-        raise AlertingError(f"duration_s must be a number of seconds from 60 to {MAX_SILENCE_S} (30 days)")
+    as Alertmanager's matchers, checked against the wire schema's SilenceBody."""
+    try:
+        body = msgspec.convert(item, SilenceBody)
+    except msgspec.ValidationError as exc:
+        raise AlertingError(field_problem(exc, "{project, experiment_name, duration_s, alertname?, comment?, "
+                                               "created_by?}")) from None
+    matchers = [{"name": name, "value": value, "isRegex": False, "isEqual": True}
+                for name, value in (("project", body.project), ("experiment_name", body.experiment_name))]
+    if body.alertname is not None:
+        matchers.append({"name": "alertname", "value": body.alertname, "isRegex": False, "isEqual": True})
     now = time.time()
-    return {"matchers": matchers, "startsAt": _iso(now), "endsAt": _iso(now + duration),
-            "createdBy": _text(item, "created_by", 100) or "rl-insight",
-            "comment": _text(item, "comment", 500) or "silenced with rl-insight alerts silence"}
+    return {"matchers": matchers, "startsAt": _iso(now), "endsAt": _iso(now + body.duration_s),
+            "createdBy": body.created_by or "rl-insight",
+            "comment": body.comment or "silenced with rl-insight alerts silence"}
 
 
 class Alerting:

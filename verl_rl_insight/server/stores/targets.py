@@ -14,14 +14,14 @@ import threading
 import time
 
 from verl_rl_insight.contract.errors import BadInput
+from verl_rl_insight.contract.wire import HOST_PATTERN, JOB_PATTERN, MAX_TARGET_LABELS, MAX_TTL_S
 from verl_rl_insight.contract.naming import is_label_name, label_value_problem
 from verl_rl_insight.server.stores.files import write_atomically
 
-JOB_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_.\-]{0,63}")
-HOST_RE = re.compile(r"[a-zA-Z0-9.\-]{1,253}|\[[0-9a-fA-F:]{2,39}\]")
+JOB_RE = re.compile(JOB_PATTERN)
+HOST_RE = re.compile(HOST_PATTERN)
 PORT_RE = re.compile(r"[0-9]{1,5}")
 MAX_TARGETS = 10_000
-MAX_TTL_S = 7 * 86400
 
 
 class TargetError(BadInput):
@@ -32,7 +32,7 @@ def check_address(address):
     if not isinstance(address, str) or ":" not in address:
         raise TargetError(f"address must be host:port, got {_show(address)}")
     host, _, port = address.rpartition(":")
-    if not HOST_RE.fullmatch(host) or not PORT_RE.fullmatch(port):
+    if not HOST_RE.search(host) or not PORT_RE.fullmatch(port):
         raise TargetError(f"address must be host:port (no scheme or path), got {_show(address)}")
     if not 0 < int(port) < 65536:
         raise TargetError(f"address {_show(address)}: port {int(port)} is out of range (1-65535)")
@@ -45,10 +45,10 @@ def _show(value):
 
 def check_target(address, job, labels, ttl_s):
     check_address(address)
-    if not isinstance(job, str) or not JOB_RE.fullmatch(job):
-        raise TargetError(f"job must match {JOB_RE.pattern}, got {_show(job)}")
-    if not isinstance(labels, dict) or len(labels) > 16:
-        raise TargetError("labels must be an object of at most 16 labels")
+    if not isinstance(job, str) or not JOB_RE.search(job):
+        raise TargetError(f"job must match {JOB_PATTERN}, got {_show(job)}")
+    if not isinstance(labels, dict) or len(labels) > MAX_TARGET_LABELS:
+        raise TargetError(f"labels must be an object of at most {MAX_TARGET_LABELS} labels")
     clean = {}
     for name, value in labels.items():
         if not is_label_name(name) or name == "job":
