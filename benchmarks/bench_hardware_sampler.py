@@ -15,9 +15,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from verl_rl_insight.trainer.samplers.simulated_nvml import make_nvml
 from verl_rl_insight.trainer.plugins.hardware import HardwareSampler
 from verl_rl_insight.trainer.runtime import RunInfo
+from verl_rl_insight.trainer.samplers.simulated_nvml import make_nvml
 
 
 def main():
@@ -26,20 +26,34 @@ def main():
     parser.add_argument("--gpus", type=int, default=8)
     args = parser.parse_args()
     batches = []
-    sampler = HardwareSampler(lambda batch: batches.append(batch), lambda: RunInfo("bench", "hw"), interval_s=1.0,
-                              lock_dir=tempfile.mkdtemp(), nvml_loader=lambda: make_nvml(gpus=args.gpus))
+    sampler = HardwareSampler(
+        lambda batch: batches.append(batch),
+        lambda: RunInfo("bench", "hw"),
+        interval_s=1.0,
+        lock_dir=tempfile.mkdtemp(),
+        nvml_loader=lambda: make_nvml(gpus=args.gpus),
+    )
     sampler._open_gpu()
     costs = []
     for _ in range(args.samples):
         started = time.thread_time()
         for batch in sampler.sample_once():
-            batch.samples()        # the conversion the sender thread does, counted here too
+            batch.samples()  # the conversion the sender thread does, counted here too
         costs.append(time.thread_time() - started)
         batches.clear()
     median = statistics.median(costs)
-    print(json.dumps({"gpus": args.gpus, "samples": args.samples, "median_cpu_ms_per_sample": round(median * 1e3, 3),
-                      "share_of_one_core_at_1hz_percent": round(median * 100, 3),
-                      "p99_cpu_ms": round(sorted(costs)[int(len(costs) * 0.99)] * 1e3, 3)}, indent=2))
+    print(
+        json.dumps(
+            {
+                "gpus": args.gpus,
+                "samples": args.samples,
+                "median_cpu_ms_per_sample": round(median * 1e3, 3),
+                "share_of_one_core_at_1hz_percent": round(median * 100, 3),
+                "p99_cpu_ms": round(sorted(costs)[int(len(costs) * 0.99)] * 1e3, 3),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -23,16 +23,26 @@ from pathlib import Path
 import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hub_process import free_port, start_hub  # noqa: E402
+from hub_process import free_port, start_hub
 
 from verl_rl_insight.server.metrics.hub import MetricHub
 
 
 def push_body(streams, series, step, prefix="rl_insight_monitor_metric_"):
-    return json.dumps({"batches": [{"project": "bench", "experiment_name": f"run-{s}", "step": step,
-                                    "time": 1.7e9 + step, "metrics": {f"{prefix}{i}": step + i / 7
-                                                                      for i in range(series)}}
-                                   for s in range(streams)]}).encode()
+    return json.dumps(
+        {
+            "batches": [
+                {
+                    "project": "bench",
+                    "experiment_name": f"run-{s}",
+                    "step": step,
+                    "time": 1.7e9 + step,
+                    "metrics": {f"{prefix}{i}": step + i / 7 for i in range(series)},
+                }
+                for s in range(streams)
+            ]
+        }
+    ).encode()
 
 
 def ingest(rounds):
@@ -57,8 +67,11 @@ def ingest(rounds):
         finally:
             hub.terminate()
             hub.wait()
-    return {"hub_samples_per_s": statistics.median(served), "json_loads_samples_per_s": statistics.median(parse),
-            "ratio_hub_to_json_loads": statistics.median(served) / statistics.median(parse)}
+    return {
+        "hub_samples_per_s": statistics.median(served),
+        "json_loads_samples_per_s": statistics.median(parse),
+        "ratio_hub_to_json_loads": statistics.median(served) / statistics.median(parse),
+    }
 
 
 def render(series_counts, rounds):
@@ -70,28 +83,34 @@ def render(series_counts, rounds):
         per_stream = total // streams
         hub = MetricHub(memory_limit_bytes=1 << 40, max_series=2 * total)
         registry = CollectorRegistry()
-        gauges = [Gauge(f"rl_insight_monitor_metric_{i}", "", ["project", "experiment_name"], registry=registry)
-                  for i in range(per_stream)]
+        gauges = [
+            Gauge(f"rl_insight_monitor_metric_{i}", "", ["project", "experiment_name"], registry=registry)
+            for i in range(per_stream)
+        ]
         for s in range(streams):
             for i, gauge in enumerate(gauges):
                 gauge.labels("bench", f"run-{s}").set(1 + i / 7)
         ours, theirs, unchanged = [], [], []
         for r in range(rounds):
-            hub.push(json.loads(push_body(streams, per_stream, r + 1)))   # every series changes
+            hub.push(json.loads(push_body(streams, per_stream, r + 1)))  # every series changes
             t0 = time.perf_counter()
             body = hub.live_body()
             ours.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            hub._version += 1          # a new rendering with nothing changed: the per-stream lines are reused
+            hub._version += 1  # a new rendering with nothing changed: the per-stream lines are reused
             hub.live_body()
             unchanged.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             reference = generate_latest(registry)
             theirs.append(time.perf_counter() - t0)
-        out[total] = {"hub_s": statistics.median(ours), "hub_nothing_changed_s": statistics.median(unchanged),
-                      "generate_latest_s": statistics.median(theirs),
-                      "ratio_hub_to_generate_latest": statistics.median(ours) / statistics.median(theirs),
-                      "body_mb": len(body) / 2**20, "generate_latest_mb": len(reference) / 2**20}
+        out[total] = {
+            "hub_s": statistics.median(ours),
+            "hub_nothing_changed_s": statistics.median(unchanged),
+            "generate_latest_s": statistics.median(theirs),
+            "ratio_hub_to_generate_latest": statistics.median(ours) / statistics.median(theirs),
+            "body_mb": len(body) / 2**20,
+            "generate_latest_mb": len(reference) / 2**20,
+        }
     return out
 
 
@@ -117,7 +136,7 @@ def push_latency(series, seconds):
                 scraper = requests.Session()
                 while not stop.is_set():
                     t0 = time.perf_counter()
-                    scraper.get(base + "/metrics").content
+                    _ = scraper.get(base + "/metrics").content
                     renders.append(time.perf_counter() - t0)
 
             thread = threading.Thread(target=scrape) if series else None
@@ -125,12 +144,14 @@ def push_latency(series, seconds):
                 thread.start()
                 time.sleep(0.5)
             latencies = []
-            small = {"batches": [{"project": "bench", "experiment_name": "trainer", "step": 1, "metrics": {"loss": 1.0}}]}
+            small = {
+                "batches": [{"project": "bench", "experiment_name": "trainer", "step": 1, "metrics": {"loss": 1.0}}]
+            }
             end = time.monotonic() + seconds
             step = 0
             while time.monotonic() < end:
                 step += 1
-                small["batches"][0]["step"] = step   # every push changes the hub: each scrape renders anew
+                small["batches"][0]["step"] = step  # every push changes the hub: each scrape renders anew
                 t0 = time.perf_counter()
                 assert session.post(base + "/api/v1/push", json=small).status_code == 200
                 latencies.append(time.perf_counter() - t0)
@@ -142,9 +163,13 @@ def push_latency(series, seconds):
             hub.terminate()
             hub.wait()
     latencies.sort()
-    return {"pushes": len(latencies), "p50_ms": 1000 * latencies[len(latencies) // 2],
-            "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
-            "render_median_s": statistics.median(renders) if renders else None, "renders": len(renders)}
+    return {
+        "pushes": len(latencies),
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
+        "render_median_s": statistics.median(renders) if renders else None,
+        "renders": len(renders),
+    }
 
 
 def main():
@@ -157,7 +182,7 @@ def main():
     result = {"ingest": ingest(args.rounds), "render": render(sizes, args.rounds)}
     idle = push_latency(0, seconds)
     result["push_latency"] = {"idle": idle, **{f"rendering_{n}": push_latency(n, seconds) for n in (10_000, sizes[-1])}}
-    for name, figures in result["push_latency"].items():
+    for figures in result["push_latency"].values():
         figures["p99_ratio_to_idle"] = figures["p99_ms"] / idle["p99_ms"]
     print(json.dumps(result, indent=2))
 

@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hub_process import free_port, start_hub  # noqa: E402
+from hub_process import free_port, start_hub
 
 PROJECT = "bench-scale"
 GPUS_PER_NODE = 8
@@ -73,8 +73,10 @@ def node_batches(node, run):
     host.sample()
     batches = [(dict(labels, Hostname=f"node-{node}"), values) for labels, values in gpu.sample()]
     batches.append(({"node": f"node-{node}"}, host.sample()))
-    return [lambda now, labels=labels, values=values: MetricBatch(run[0], run[1], None, now, values, labels=labels)
-            for labels, values in batches]
+    return [
+        lambda now, labels=labels, values=values: MetricBatch(run[0], run[1], None, now, values, labels=labels)
+        for labels, values in batches
+    ]
 
 
 def role_nodes(args):
@@ -92,13 +94,14 @@ def role_nodes(args):
                 latencies.append(time.perf_counter() - started)
 
     run = (PROJECT, args.experiment)
-    nodes = [(TimedSender(args.hub + "/api/v1/push", token=args.token), node_batches(i, run))
-             for i in range(args.nodes)]
+    nodes = [
+        (TimedSender(args.hub + "/api/v1/push", token=args.token), node_batches(i, run)) for i in range(args.nodes)
+    ]
     end = time.time() + args.duration
     tick = 0
     while time.time() < end:
         started = time.time()
-        for i, (sender, makers) in enumerate(nodes):   # spread over the interval, as real nodes are
+        for i, (sender, makers) in enumerate(nodes):  # spread over the interval, as real nodes are
             target = started + args.interval * i / len(nodes)
             time.sleep(max(0.0, target - time.time()))
             for make in makers:
@@ -107,26 +110,47 @@ def role_nodes(args):
         time.sleep(max(0.0, started + args.interval - time.time()))
     for sender, _ in nodes:
         sender.close(10)
-    stats = {k: sum(s.stats[k] for s, _ in nodes) for k in ("sent_batches", "dropped_batches", "failed_requests",
-                                                              "rejected_batches")}
-    push_ms = [1000 * x for x in latencies]   # a summary: a long list would fill the pipe before it is read
-    print(json.dumps({"push_ms": {"p50": round(percentile(push_ms, 0.5), 2), "p99": round(percentile(push_ms, 0.99), 2),
-                                  "requests": len(push_ms)}, "rounds": tick, **stats}))
+    stats = {
+        k: sum(s.stats[k] for s, _ in nodes)
+        for k in ("sent_batches", "dropped_batches", "failed_requests", "rejected_batches")
+    }
+    push_ms = [1000 * x for x in latencies]  # a summary: a long list would fill the pipe before it is read
+    print(
+        json.dumps(
+            {
+                "push_ms": {
+                    "p50": round(percentile(push_ms, 0.5), 2),
+                    "p99": round(percentile(push_ms, 0.99), 2),
+                    "requests": len(push_ms),
+                },
+                "rounds": tick,
+                **stats,
+            }
+        )
+    )
 
 
 def role_replicas(args):
     """``--replicas`` simulated vLLM replicas: registered with TTL heartbeats, generating, their generate
     calls reported as spans on lanes replica_<n>."""
     import verl_rl_insight as rli
-    from verl_rl_insight.trainer.client.target_announcer import TargetAnnouncer
     from verl_rl_insight.commands.demo.simulated_engines import EngineSimulator
+    from verl_rl_insight.trainer.client.target_announcer import TargetAnnouncer
 
     rli.init(PROJECT, args.experiment, config={"plugins": {"hardware": {"enabled": False}}})
     engines = [EngineSimulator("vllm", rank) for rank in range(args.replicas)]
-    announcer = TargetAnnouncer(args.hub, token=args.token, ttl_s=15)   # a heartbeat every 5 s
+    announcer = TargetAnnouncer(args.hub, token=args.token, ttl_s=15)  # a heartbeat every 5 s
     for engine in engines:
-        announcer.announce(engine.address, "vllm", {"replica": str(engine.replica_rank), "project": PROJECT,
-                                                    "experiment_name": args.experiment, "node": "127.0.0.1"})
+        announcer.announce(
+            engine.address,
+            "vllm",
+            {
+                "replica": str(engine.replica_rank),
+                "project": PROJECT,
+                "experiment_name": args.experiment,
+                "node": "127.0.0.1",
+            },
+        )
     end = time.time() + args.duration
 
     def replica(engine):
@@ -150,13 +174,21 @@ def role_replicas(args):
 
 def role_trainer(args):
     """One trainer: phases as spans, then ``Tracking.log`` of 300 scalars, every ``--step-seconds``."""
-    import verl_rl_insight as rli
     from verl.utils.tracking import Tracking
 
-    tracking = Tracking(PROJECT, args.experiment, default_backend=["rl_insight"],
-                        config={"rl_insight": {"plugins": {"hardware": {"enabled": False}}}})
-    keys = [f"{group}/metric_{i}" for group in ("actor", "critic", "perf", "timing_s", "response_length",
-                                                "training") for i in range(50)]
+    import verl_rl_insight as rli
+
+    tracking = Tracking(
+        PROJECT,
+        args.experiment,
+        default_backend=["rl_insight"],
+        config={"rl_insight": {"plugins": {"hardware": {"enabled": False}}}},
+    )
+    keys = [
+        f"{group}/metric_{i}"
+        for group in ("actor", "critic", "perf", "timing_s", "response_length", "training")
+        for i in range(50)
+    ]
     logged = {}
     phases = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
     step = 0
@@ -173,18 +205,40 @@ def role_trainer(args):
         tracking.log(values, step=step)
         time.sleep(max(0.0, started + args.step_seconds - time.time()))
     tracking.finish()
-    print(json.dumps({"logged": logged}))   # a few hundred steps at most: fits the pipe
+    print(json.dumps({"logged": logged}))  # a few hundred steps at most: fits the pipe
 
 
 ROLES = {"nodes": role_nodes, "replicas": role_replicas, "trainer": role_trainer}
 
 
 def spawn(role, args, **extra):
-    argv = [sys.executable, __file__, "--role", role, "--hub", args.hub, "--experiment", args.experiment,
-            "--duration", str(args.duration), "--nodes", str(args.nodes), "--interval", str(args.interval),
-            "--replicas", str(args.replicas), "--step-seconds", str(args.step_seconds)]
-    env = dict(os.environ, RL_INSIGHT_SERVER_URL=args.hub, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=args.otlp,
-               **({"RL_INSIGHT_TOKEN": args.token} if args.token else {}), **extra)
+    argv = [
+        sys.executable,
+        __file__,
+        "--role",
+        role,
+        "--hub",
+        args.hub,
+        "--experiment",
+        args.experiment,
+        "--duration",
+        str(args.duration),
+        "--nodes",
+        str(args.nodes),
+        "--interval",
+        str(args.interval),
+        "--replicas",
+        str(args.replicas),
+        "--step-seconds",
+        str(args.step_seconds),
+    ]
+    env = dict(
+        os.environ,
+        RL_INSIGHT_SERVER_URL=args.hub,
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=args.otlp,
+        **({"RL_INSIGHT_TOKEN": args.token} if args.token else {}),
+        **extra,
+    )
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
 
 
@@ -220,17 +274,40 @@ def simulate(args):
 
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
-        ports = {name: free_port() for name in ("port", "prometheus_port", "tempo_port", "tempo_grpc_port",
-                                                "otlp_http_port", "otlp_grpc_port", "grafana_port",
-                                                "alertmanager_port")}
+        ports = {
+            name: free_port()
+            for name in (
+                "port",
+                "prometheus_port",
+                "tempo_port",
+                "tempo_grpc_port",
+                "otlp_http_port",
+                "otlp_grpc_port",
+                "grafana_port",
+                "alertmanager_port",
+            )
+        }
         config = Path(tmp) / "server.yaml"
-        config.write_text(yaml.safe_dump({"bind": "127.0.0.1", **ports, "scrape_interval_s": args.scrape_interval,
-                                          "data_dir": str(Path(tmp) / "data"),
-                                          "services": {"tempo": {"enabled": False}, "grafana": {"enabled": False}}}))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "bind": "127.0.0.1",
+                    **ports,
+                    "scrape_interval_s": args.scrape_interval,
+                    "data_dir": str(Path(tmp) / "data"),
+                    "services": {"tempo": {"enabled": False}, "grafana": {"enabled": False}},
+                }
+            )
+        )
         env = dict(os.environ, RL_INSIGHT_HOME=str(home))
         cli = [sys.executable, "-m", "verl_rl_insight"]
-        started = subprocess.run(cli + ["server", "start", "--detach", "--config", str(config)], env=env,
-                                 capture_output=True, text=True, timeout=120)
+        started = subprocess.run(
+            cli + ["server", "start", "--detach", "--config", str(config)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if started.returncode != 0:
             raise SystemExit(f"the server did not start:\n{started.stdout}{started.stderr}")
         state = json.loads((home / "server.json").read_text())
@@ -244,7 +321,7 @@ def simulate(args):
             t0 = time.time()
             seen, stop = {}, threading.Event()
 
-            def watch():   # when each step becomes queryable in Prometheus (every stored sample, not the latest)
+            def watch():  # when each step becomes queryable in Prometheus (every stored sample, not the latest)
                 selector = f'rl_insight_monitor_training_global_step{{experiment_name="{args.experiment}"}}[2m]'
                 while not stop.is_set():
                     for result in prom_query(prom, selector):
@@ -267,30 +344,51 @@ def simulate(args):
             stop.set()
             logged = {int(k): v for k, v in results["trainer"]["logged"].items()}
             window = int(time.time() - t0 + 60)
-            samples = prom_query(prom, f'rl_insight_monitor_training_global_step{{experiment_name="{args.experiment}"}}'
-                                       f"[{window}s]")
+            samples = prom_query(
+                prom, f'rl_insight_monitor_training_global_step{{experiment_name="{args.experiment}"}}[{window}s]'
+            )
             stored = {int(float(v)) for r in samples for _, v in r["values"]}
             lags = [seen[s] - logged[s] for s in logged if s in seen]
             scrape = prom_query(prom, f'max_over_time(scrape_duration_seconds{{job="rl_insight_hub"}}[{window}s])')
             scrape_avg = prom_query(prom, f'avg_over_time(scrape_duration_seconds{{job="rl_insight_hub"}}[{window}s])')
-            spans = {name: sum(float(r["value"][1]) for r in prom_query(prom, f"{name}{{project=\"{PROJECT}\"}}"))
-                     for name in ("rl_insight_timeline_exported_spans_total", "rl_insight_timeline_dropped_spans_total")}
+            spans = {
+                name: sum(float(r["value"][1]) for r in prom_query(prom, f'{name}{{project="{PROJECT}"}}'))
+                for name in ("rl_insight_timeline_exported_spans_total", "rl_insight_timeline_dropped_spans_total")
+            }
             hub_figures = get_json(hub + "/api/v1/hub")
             return {
-                "job": {"nodes": args.nodes, "gpus": args.nodes * GPUS_PER_NODE, "sampler_interval_s": args.interval,
-                        "replicas": args.replicas, "trainer_step_s": args.step_seconds, "scrape_interval_s":
-                        args.scrape_interval, "seconds": round(elapsed, 1), "series_at_hub": hub_figures["series"]},
+                "job": {
+                    "nodes": args.nodes,
+                    "gpus": args.nodes * GPUS_PER_NODE,
+                    "sampler_interval_s": args.interval,
+                    "replicas": args.replicas,
+                    "trainer_step_s": args.step_seconds,
+                    "scrape_interval_s": args.scrape_interval,
+                    "seconds": round(elapsed, 1),
+                    "series_at_hub": hub_figures["series"],
+                },
                 "hub_cpu_share_of_one_core": round((cpu1 - cpu0) / elapsed, 3),
-                "hub_rss_mb": round(rss_hub / 2**20, 1), "prometheus_rss_mb": round(rss_prom / 2**20, 1),
+                "hub_rss_mb": round(rss_hub / 2**20, 1),
+                "prometheus_rss_mb": round(rss_prom / 2**20, 1),
                 "push_ms": results["nodes"]["push_ms"],
-                "hub_scrape_s": {"max": float(scrape[0]["value"][1]) if scrape else None,
-                                 "avg": round(float(scrape_avg[0]["value"][1]), 4) if scrape_avg else None},
-                "lag_log_to_queryable_s": {"p50": round(statistics.median(lags), 2) if lags else None,
-                                           "p99": round(percentile(lags, 0.99), 2) if lags else None},
-                "spans": {"exported": spans["rl_insight_timeline_exported_spans_total"],
-                          "dropped": spans["rl_insight_timeline_dropped_spans_total"], "received": sink.spans},
-                "steps": {"logged": len(logged), "in_prometheus": len(stored & set(logged)),
-                          "lost": len(set(logged) - stored)},
+                "hub_scrape_s": {
+                    "max": float(scrape[0]["value"][1]) if scrape else None,
+                    "avg": round(float(scrape_avg[0]["value"][1]), 4) if scrape_avg else None,
+                },
+                "lag_log_to_queryable_s": {
+                    "p50": round(statistics.median(lags), 2) if lags else None,
+                    "p99": round(percentile(lags, 0.99), 2) if lags else None,
+                },
+                "spans": {
+                    "exported": spans["rl_insight_timeline_exported_spans_total"],
+                    "dropped": spans["rl_insight_timeline_dropped_spans_total"],
+                    "received": sink.spans,
+                },
+                "steps": {
+                    "logged": len(logged),
+                    "in_prometheus": len(stored & set(logged)),
+                    "lost": len(set(logged) - stored),
+                },
                 "senders": {k: v for k, v in results["nodes"].items() if k != "push_ms"},
                 "targets": results["replicas"],
             }
@@ -317,12 +415,16 @@ def ceiling(args):
                 for node in range(nodes):
                     if node not in template:
                         batches = [make(0.0).to_json() for make in node_batches(node, run)]
-                        template[node] = json.dumps({"batches": batches}).replace('"time":0.0', '"time":TIME') \
-                            .replace('"time": 0.0', '"time": TIME').encode()
+                        template[node] = (
+                            json.dumps({"batches": batches})
+                            .replace('"time":0.0', '"time":TIME')
+                            .replace('"time": 0.0', '"time": TIME')
+                            .encode()
+                        )
                 push_s, scrape_s, stop = [], [], threading.Event()
                 window_started = time.time()
 
-                def pusher(part, parts):
+                def pusher(part, parts, nodes=nodes, stop=stop, push_s=push_s):  # this level's
                     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
                     mine = [n for n in range(nodes) if n % parts == part]
                     while not stop.is_set():
@@ -336,18 +438,19 @@ def ceiling(args):
                             try:
                                 conn.request("POST", "/api/v1/push", body, {"Content-Type": "application/json"})
                                 conn.getresponse().read()
-                            except (OSError, http.client.HTTPException):   # a kept-alive connection closed
+                            except (OSError, http.client.HTTPException):  # a kept-alive connection closed
                                 conn.close()
                                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
                                 continue
                             push_s.append(time.perf_counter() - started)
                         time.sleep(max(0.0, tick + args.interval - time.time()))
 
-                def scraper():
+                def scraper(stop=stop, scrape_s=scrape_s):
                     while not stop.is_set():
                         tick = time.time()
-                        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics?scraper=ceiling",
-                                                    timeout=120) as response:
+                        with urllib.request.urlopen(
+                            f"http://127.0.0.1:{port}/metrics?scraper=ceiling", timeout=120
+                        ) as response:
                             response.read()
                         scrape_s.append(time.time() - tick)
                         time.sleep(max(0.0, tick + args.interval - time.time()))
@@ -359,22 +462,29 @@ def ceiling(args):
                 cpu0 = proc_figures(hub.pid)[0]
                 time.sleep(4 * args.interval)
                 stop.set()
-                elapsed = time.time() - window_started   # the pushes due in this window; a pusher may sleep on
+                elapsed = time.time() - window_started  # the pushes due in this window; a pusher may sleep on
                 for thread in threads:
                     thread.join()
                 figures = get_json(f"http://127.0.0.1:{port}/api/v1/hub")
                 due = nodes * elapsed / args.interval
-                row = {"nodes": nodes, "gpus": nodes * GPUS_PER_NODE, "series": figures["series"],
-                       "pushes_done_share": round(len(push_s) / due, 3),
-                       "push_p50_ms": round(1000 * percentile(push_s, 0.5), 1),
-                       "push_p99_ms": round(1000 * percentile(push_s, 0.99), 1),
-                       "scrape_max_s": round(max(scrape_s), 3) if scrape_s else None,
-                       "hub_cpu_share": round((proc_figures(hub.pid)[0] - cpu0) / elapsed, 2),
-                       "hub_rss_mb": round(proc_figures(hub.pid)[1] / 2**20)}
+                row = {
+                    "nodes": nodes,
+                    "gpus": nodes * GPUS_PER_NODE,
+                    "series": figures["series"],
+                    "pushes_done_share": round(len(push_s) / due, 3),
+                    "push_p50_ms": round(1000 * percentile(push_s, 0.5), 1),
+                    "push_p99_ms": round(1000 * percentile(push_s, 0.99), 1),
+                    "scrape_max_s": round(max(scrape_s), 3) if scrape_s else None,
+                    "hub_cpu_share": round((proc_figures(hub.pid)[0] - cpu0) / elapsed, 2),
+                    "hub_rss_mb": round(proc_figures(hub.pid)[1] / 2**20),
+                }
                 # held: every due push made (99 %), pushes answered within a second, and a scrape
                 # within half the interval (headroom under Prometheus' scrape timeout)
-                row["holds"] = (row["pushes_done_share"] >= 0.99 and row["push_p99_ms"] < 1000
-                                and (row["scrape_max_s"] or 0) < args.interval / 2)
+                row["holds"] = (
+                    row["pushes_done_share"] >= 0.99
+                    and row["push_p99_ms"] < 1000
+                    and (row["scrape_max_s"] or 0) < args.interval / 2
+                )
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 if not row["holds"]:
@@ -384,8 +494,7 @@ def ceiling(args):
             hub.terminate()
             hub.wait()
     held = [r for r in rows if r["holds"]]
-    return {"interval_s": args.interval, "levels": rows,
-            "largest_job_held_gpus": held[-1]["gpus"] if held else 0}
+    return {"interval_s": args.interval, "levels": rows, "largest_job_held_gpus": held[-1]["gpus"] if held else 0}
 
 
 def main():

@@ -18,8 +18,11 @@ import time
 
 from hub_process import free_port, start_hub
 
-KEYS = [f"{group}/{name}" for group in ("actor", "critic", "timing_s", "perf", "response_length", "training")
-        for name in (f"metric_{i}" for i in range(25))]
+KEYS = [
+    f"{group}/{name}"
+    for group in ("actor", "critic", "timing_s", "perf", "response_length", "training")
+    for name in (f"metric_{i}" for i in range(25))
+]
 
 
 def timed_logs(tracking, steps, start_step, pause_s):
@@ -42,8 +45,8 @@ def main():
     args = parser.parse_args()
     pause = args.pause_ms / 1000
 
-    from verl_rl_insight.trainer.activation import bootstrap
     from verl_rl_insight.trainer import runtime
+    from verl_rl_insight.trainer.activation import bootstrap
 
     bootstrap.activate()
     from verl.utils.tracking import Tracking
@@ -54,9 +57,12 @@ def main():
     hub = start_hub(port, workdir)
     results = {}
     real_stdout = sys.stdout
-    sys.stdout = sys.stderr   # verl's backends print; keep stdout for the JSON
+    sys.stdout = sys.stderr  # verl's backends print; keep stdout for the JSON
     try:
-        for scenario, url in (("server up", f"http://127.0.0.1:{port}"), ("server down", f"http://127.0.0.1:{free_port()}")):
+        for scenario, url in (
+            ("server up", f"http://127.0.0.1:{port}"),
+            ("server down", f"http://127.0.0.1:{free_port()}"),
+        ):
             os.environ["RL_INSIGHT_SERVER_URL"] = url
             file_tracking = Tracking("bench", "file", default_backend=["file"])
             ours = Tracking("bench", scenario.replace(" ", "-"), default_backend=["rl_insight"])
@@ -74,11 +80,14 @@ def main():
             runtime.shutdown(timeout_s=0.5)
             file_median, our_median = statistics.median(file_samples), statistics.median(our_samples)
             results[scenario] = {
-                "file_median_us": round(file_median, 2), "rl_insight_median_us": round(our_median, 2),
+                "file_median_us": round(file_median, 2),
+                "rl_insight_median_us": round(our_median, 2),
                 "ratio_rl_insight_over_file": round(our_median / file_median, 3),
                 "rl_insight_p99_us": round(sorted(our_samples)[int(len(our_samples) * 0.99)], 2),
                 "file_p99_us": round(sorted(file_samples)[int(len(file_samples) * 0.99)], 2),
-                "steps": len(our_samples), "all_delivered": delivered, "sender_stats": stats,
+                "steps": len(our_samples),
+                "all_delivered": delivered,
+                "sender_stats": stats,
             }
     finally:
         sys.stdout = real_stdout

@@ -16,10 +16,20 @@ def free_port():
 
 def start_hub(port, data_dir, **settings):
     """Start it (settings through stdin, as ``rl-insight server start --detach`` does); wait until ready."""
-    settings = {"bind": "127.0.0.1", "port": port, "data_dir": data_dir,
-                "services": {name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")}, **settings}
-    process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app"], stdin=subprocess.PIPE,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    settings = {
+        "bind": "127.0.0.1",
+        "port": port,
+        "data_dir": data_dir,
+        "services": {name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")},
+        **settings,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "verl_rl_insight.server.app"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     process.stdin.write(json.dumps(settings).encode())
     process.stdin.close()
     for _ in range(400):

@@ -21,9 +21,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from verl_rl_insight.trainer.plugins.hardware import HardwareSampler, load_nvml
 from verl_rl_insight.trainer.runtime import RunInfo
 
-
-CORE_FIELDS = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",
-               "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK"}
+CORE_FIELDS = {
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_SM_CLOCK",
+}
 
 
 def sample_for(sampler, seconds):
@@ -40,8 +45,13 @@ def main():
     parser.add_argument("--expect-total-gib", type=float, default=141.0)
     parser.add_argument("--seconds", type=float, default=6.0)
     args = parser.parse_args()
-    sampler = HardwareSampler(lambda batch: None, lambda: RunInfo("gpu-check", "h200"), host=False,
-                              lock_dir=tempfile.mkdtemp(), nvml_loader=load_nvml)
+    sampler = HardwareSampler(
+        lambda batch: None,
+        lambda: RunInfo("gpu-check", "h200"),
+        host=False,
+        lock_dir=tempfile.mkdtemp(),
+        nvml_loader=load_nvml,
+    )
     sampler._open_gpu()
     if sampler.gpu is None or not sampler.gpu.gpus:
         print(json.dumps({"result": "no GPU here: nothing checked"}))
@@ -71,17 +81,20 @@ def main():
 
     first = busy[-1]["0"]
     report = {
-        "fields": sorted(first), "labels": sampler.gpu.gpus[0][2], "nvml_errors": sampler.gpu.errors,
+        "fields": sorted(first),
+        "labels": sampler.gpu.gpus[0][2],
+        "nvml_errors": sampler.gpu.errors,
         "total_gib": first["DCGM_FI_DEV_FB_TOTAL"] / 1024,
-        "util_idle": median(idle, "DCGM_FI_DEV_GPU_UTIL"), "util_busy": median(busy, "DCGM_FI_DEV_GPU_UTIL"),
+        "util_idle": median(idle, "DCGM_FI_DEV_GPU_UTIL"),
+        "util_busy": median(busy, "DCGM_FI_DEV_GPU_UTIL"),
         "power_idle_w": median(idle, "DCGM_FI_DEV_POWER_USAGE"),
         "power_busy_w": median(busy, "DCGM_FI_DEV_POWER_USAGE"),
         "fb_used_idle_mib": median(idle, "DCGM_FI_DEV_FB_USED"),
         "fb_used_busy_mib": median(busy, "DCGM_FI_DEV_FB_USED"),
     }
     checks = {
-        "total memory near the expected size":
-            abs(report["total_gib"] - args.expect_total_gib) < 0.05 * args.expect_total_gib,
+        "total memory near the expected size": abs(report["total_gib"] - args.expect_total_gib)
+        < 0.05 * args.expect_total_gib,
         "utilisation rises under load": report["util_busy"] > report["util_idle"] + 20,
         "power rises under load": report["power_busy_w"] > report["power_idle_w"],
         "memory use rises under load": report["fb_used_busy_mib"] > report["fb_used_idle_mib"],

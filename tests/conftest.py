@@ -4,10 +4,10 @@ import os
 import pytest
 
 from tests.helpers import free_port, require_prometheus, rl_insight
-from verl_rl_insight.trainer import runtime
-from verl_rl_insight.server.api.routes import Api
 from verl_rl_insight.server.api.http_server import HttpServer
+from verl_rl_insight.server.api.routes import Api
 from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.trainer import runtime
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,9 @@ class HubUnderTest:
 
     def __init__(self, token=None, info=None, max_body_bytes=None, port=0, **hub_kwargs):
         self.hub = MetricHub(**hub_kwargs)
-        self.api = Api(self.hub, token=token, info=info, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
+        self.api = Api(
+            self.hub, token=token, info=info, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {})
+        )
         self.server = HttpServer(self.api, "127.0.0.1", port).start()
         self.port = self.server.port
         self.url = f"http://127.0.0.1:{self.port}"
@@ -77,10 +79,24 @@ def monitoring_server(tmp_path):
     """`rl-insight server start --detach`: the hub and a real Prometheus scraping every second."""
     require_prometheus()
     hub, prom = free_port(), free_port()
-    started = rl_insight("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub),
-                         "--prometheus-port", str(prom), "--scrape-interval", "1",
-                         "--data-dir", str(tmp_path / "data"), "--no-tempo", "--no-grafana",
-                         "--no-alertmanager")
+    started = rl_insight(
+        "server",
+        "start",
+        "--detach",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(hub),
+        "--prometheus-port",
+        str(prom),
+        "--scrape-interval",
+        "1",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--no-tempo",
+        "--no-grafana",
+        "--no-alertmanager",
+    )
     assert started.returncode == 0, started.stdout + started.stderr
     yield f"http://127.0.0.1:{hub}", f"http://127.0.0.1:{prom}"
     rl_insight("server", "stop")

@@ -70,17 +70,34 @@ class Prometheus:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp_path / "prometheus-test.yml"
-        config.write_text(json.dumps({  # JSON is YAML
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": "hub", "honor_labels": True, "params": {"scraper": ["test-prometheus"]},
-                                "static_configs": [{"targets": list(targets)}]}],
-            "rule_files": [str(p) for p in rule_files],
-        }))
+        config.write_text(
+            json.dumps(
+                {  # JSON is YAML
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "scrape_configs": [
+                        {
+                            "job_name": "hub",
+                            "honor_labels": True,
+                            "params": {"scraper": ["test-prometheus"]},
+                            "static_configs": [{"targets": list(targets)}],
+                        }
+                    ],
+                    "rule_files": [str(p) for p in rule_files],
+                }
+            )
+        )
         self.log = open(tmp_path / "prometheus-test.log", "wb")
         self.process = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_for(lambda: http("GET", self.url + "/-/ready")[0] == 200, 30, what="prometheus ready")
 
     def query(self, promql, at=None):
@@ -128,6 +145,7 @@ def stop_group(process, timeout=10):
 
 def kill_session(sid, timeout=15):
     """End every process of the session ``sid`` (a session we created with setsid)."""
+
     def members():
         pids = []
         for entry in os.listdir("/proc"):
@@ -158,10 +176,12 @@ def run_python(code, env=None, pythonpath=None, timeout=120, cwd=None):
     full_env = {k: v for k, v in os.environ.items()}
     full_env.update(env or {})
     if pythonpath:
-        full_env["PYTHONPATH"] = os.pathsep.join([str(pythonpath)] + ([full_env["PYTHONPATH"]]
-                                                                      if full_env.get("PYTHONPATH") else []))
-    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd or "/")
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            [str(pythonpath)] + ([full_env["PYTHONPATH"]] if full_env.get("PYTHONPATH") else [])
+        )
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=timeout, cwd=cwd or "/"
+    )
 
 
 def old_verl(version):
@@ -169,12 +189,15 @@ def old_verl(version):
     root = Path(os.environ.get("RL_INSIGHT_TEST_CACHE", Path.home() / ".cache" / "rl-insight-tests"))
     target = root / f"verl-{version}"
     if not (target / "verl" / "utils" / "tracking.py").exists():
-        result = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                                 f"verl=={version}"], capture_output=True, text=True, timeout=600)
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), f"verl=={version}"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if result.returncode != 0:
             pytest.fail(f"could not install verl=={version} for the version matrix: {result.stderr[-2000:]}")
     return target
-
 
 
 def rl_insight(*args, env=None, timeout=300):
@@ -186,12 +209,21 @@ def rl_insight(*args, env=None, timeout=300):
             full.pop(key, None)
         else:
             full[key] = value
-    return subprocess.run([sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full)
+    return subprocess.run(
+        [sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True, timeout=timeout, env=full
+    )
 
 
-SERVER_PORTS = ("port", "prometheus_port", "tempo_port", "tempo_grpc_port", "otlp_http_port", "otlp_grpc_port",
-                "grafana_port", "alertmanager_port")
+SERVER_PORTS = (
+    "port",
+    "prometheus_port",
+    "tempo_port",
+    "tempo_grpc_port",
+    "otlp_http_port",
+    "otlp_grpc_port",
+    "grafana_port",
+    "alertmanager_port",
+)
 
 
 def write_server_config(folder, **settings):
@@ -202,8 +234,13 @@ def write_server_config(folder, **settings):
     ports = set()
     while len(ports) < len(SERVER_PORTS):
         ports.add(free_port())
-    config = {"bind": "127.0.0.1", **dict(zip(SERVER_PORTS, ports, strict=True)), "scrape_interval_s": 1,
-              "data_dir": str(folder / "data"), **settings}
+    config = {
+        "bind": "127.0.0.1",
+        **dict(zip(SERVER_PORTS, ports, strict=True)),
+        "scrape_interval_s": 1,
+        "data_dir": str(folder / "data"),
+        **settings,
+    }
     path = folder / "server.yaml"
     path.write_text(yaml.safe_dump(config))
     return path, config
@@ -215,12 +252,22 @@ def start_hub_process(port, tmp_path, open_files=None, **settings):
     ``open_files``: its descriptor limit (soft and hard)."""
     import resource
 
-    settings = {"bind": "127.0.0.1", "port": port, "data_dir": str(tmp_path / "data"),
-                "services": {name: {"enabled": False} for name in ("prometheus", "alertmanager", "tempo", "grafana")}, **settings}
+    settings = {
+        "bind": "127.0.0.1",
+        "port": port,
+        "data_dir": str(tmp_path / "data"),
+        "services": {name: {"enabled": False} for name in ("prometheus", "alertmanager", "tempo", "grafana")},
+        **settings,
+    }
     limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))) if open_files else None
-    process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app"], stdin=subprocess.PIPE,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                               preexec_fn=limit)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "verl_rl_insight.server.app"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=limit,
+    )
     process.stdin.write(json.dumps(settings).encode())
     process.stdin.close()
 

@@ -5,8 +5,10 @@ import gzip
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest, \
-    ExportTraceServiceResponse
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
 
 def any_value(value):
@@ -18,7 +20,7 @@ class OtlpReceiver:
     def __init__(self):
         self.spans = []
         self.requests = 0
-        self.authorizations = []   # the Authorization header of each request (None: none sent)
+        self.authorizations = []  # the Authorization header of each request (None: none sent)
         self.lock = threading.Lock()
         receiver = self
 
@@ -52,12 +54,18 @@ class OtlpReceiver:
                 resource = {a.key: any_value(a.value) for a in resource_spans.resource.attributes}
                 for scope_spans in resource_spans.scope_spans:
                     for span in scope_spans.spans:
-                        self.spans.append({
-                            "name": span.name, "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
-                            "parent_span_id": span.parent_span_id.hex(), "start_ns": span.start_time_unix_nano,
-                            "end_ns": span.end_time_unix_nano, "resource": resource,
-                            "attributes": {a.key: any_value(a.value) for a in span.attributes},
-                        })
+                        self.spans.append(
+                            {
+                                "name": span.name,
+                                "trace_id": span.trace_id.hex(),
+                                "span_id": span.span_id.hex(),
+                                "parent_span_id": span.parent_span_id.hex(),
+                                "start_ns": span.start_time_unix_nano,
+                                "end_ns": span.end_time_unix_nano,
+                                "resource": resource,
+                                "attributes": {a.key: any_value(a.value) for a in span.attributes},
+                            }
+                        )
 
     def by_state(self, state):
         with self.lock:

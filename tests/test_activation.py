@@ -22,16 +22,28 @@ def test_pth_file_activates_a_plain_python_and_autoload_0_turns_it_off():
 
 def test_verl_use_external_modules_activates_when_autoload_is_off():
     target = old_verl("0.8.0")
-    result = run_python(PATCHED_0_8, pythonpath=target, env={"VERL_RL_INSIGHT_AUTOLOAD": "0",
-                                                            "VERL_USE_EXTERNAL_MODULES": "verl_rl_insight.trainer.activation.activate"})
+    result = run_python(
+        PATCHED_0_8,
+        pythonpath=target,
+        env={
+            "VERL_RL_INSIGHT_AUTOLOAD": "0",
+            "VERL_USE_EXTERNAL_MODULES": "verl_rl_insight.trainer.activation.activate",
+        },
+    )
     assert result.stdout.strip() == "PATCHED", result.stderr
 
 
 def test_rl_insight_run_activates_the_command_it_starts():
     target = old_verl("0.8.0")
     env = dict(os.environ, VERL_RL_INSIGHT_AUTOLOAD="0", PYTHONPATH=str(target))
-    result = subprocess.run([sys.executable, "-m", "verl_rl_insight", "run", "--", sys.executable, "-c", PATCHED_0_8],
-                            env=env, capture_output=True, text=True, timeout=120, cwd="/")
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_rl_insight", "run", "--", sys.executable, "-c", PATCHED_0_8],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
     assert result.stdout.strip() == "PATCHED", result.stderr
 
 
@@ -42,8 +54,10 @@ def test_verl_0_9_loads_the_verl_plugins_entry_point_on_import_verl():
 
 
 def test_pth_bootstrap_imports_nothing_heavy():
-    code = ("import sys; heavy = [m for m in ('verl', 'torch', 'requests', 'omegaconf', 'pluggy', "
-            "'opentelemetry') if m in sys.modules]; print(heavy)")
+    code = (
+        "import sys; heavy = [m for m in ('verl', 'torch', 'requests', 'omegaconf', 'pluggy', "
+        "'opentelemetry') if m in sys.modules]; print(heavy)"
+    )
     assert run_python(code).stdout.strip() == "[]"
 
 
@@ -92,12 +106,27 @@ def test_the_wheel_ships_the_pth_file_at_the_root_and_the_run_sitecustomize(tmp_
 
     from tests.helpers import REPO
 
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                             str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     [wheel] = tmp_path.glob("verl_rl_insight-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "verl_rl_insight_autoload.pth" in names            # site-packages root: read at start-up
+    assert "verl_rl_insight_autoload.pth" in names  # site-packages root: read at start-up
     assert "verl_rl_insight/trainer/activation/sitecustomize_dir/sitecustomize.py" in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "rl_insight = verl_rl_insight.trainer.activation.verl_plugin" in entry_points

@@ -56,8 +56,9 @@ def agent_classes(rollout_trace_op):
 
 async def one_trajectory(rollout_trace, sample_index, trace=True, fail_tool=False):
     llm, parser, tool = agent_classes(rollout_trace.rollout_trace_op)
-    with rollout_trace.rollout_trace_attr(sample_index=sample_index, step=7, rollout_n=1, validate=False,
-                                          name="agent_loop", trace=trace):
+    with rollout_trace.rollout_trace_attr(
+        sample_index=sample_index, step=7, rollout_n=1, validate=False, name="agent_loop", trace=trace
+    ):
         for turn in range(2):
             await llm.generate(f"r{turn}", prompt_ids=[1, 2, 3])
             await parser.extract_tool_calls([4, 5])
@@ -67,43 +68,60 @@ async def one_trajectory(rollout_trace, sample_index, trace=True, fail_tool=Fals
                 pass
 
 
-def test_a_traced_trajectory_becomes_a_span_with_its_ops_and_metrics(receiver, rollout_trace, hub_server,
-                                                                      monkeypatch):
+def test_a_traced_trajectory_becomes_a_span_with_its_ops_and_metrics(receiver, rollout_trace, hub_server, monkeypatch):
     server = hub_server()
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
     import verl_rl_insight
 
     verl_rl_insight.init("agents", "agent-run")
-    rollout_trace.RolloutTraceConfig.init("agents", "agent-run", backend="rl_insight", token2text=True,
-                                          max_samples_per_step_per_worker=1)
+    rollout_trace.RolloutTraceConfig.init(
+        "agents", "agent-run", backend="rl_insight", token2text=True, max_samples_per_step_per_worker=1
+    )
 
-    async def step():   # as verl's AgentLoopWorker: one task per sample, only the sampled one traced
-        await asyncio.gather(one_trajectory(rollout_trace, 3, fail_tool=True),
-                             one_trajectory(rollout_trace, 4, trace=False))
+    async def step():  # as verl's AgentLoopWorker: one task per sample, only the sampled one traced
+        await asyncio.gather(
+            one_trajectory(rollout_trace, 3, fail_tool=True), one_trajectory(rollout_trace, 4, trace=False)
+        )
+
     asyncio.run(step())
     verl_rl_insight.finish()
 
-    [trajectory] = wait_for(lambda: [s for s in receiver.spans if s["name"] == "agent trajectory"], 10,
-                            what="the trajectory span")
+    [trajectory] = wait_for(
+        lambda: [s for s in receiver.spans if s["name"] == "agent trajectory"], 10, what="the trajectory span"
+    )
     attrs = trajectory["attributes"]
     assert (attrs["sample_index"], attrs["verl.step"], attrs["rollout_n"], attrs["validate"]) == (3, 7, 1, False)
     assert attrs["experiment_name"] == "agent-run" and attrs["state_lane_id"] == "agent_loop"
     children = [s for s in receiver.spans if s["parent_span_id"] == trajectory["span_id"]]
-    assert [s["name"] for s in sorted(children, key=lambda s: s["start_ns"])] == \
-        ["agent generate turn", "agent tool parsing", "agent tool call"] * 2
+    assert [s["name"] for s in sorted(children, key=lambda s: s["start_ns"])] == [
+        "agent generate turn",
+        "agent tool parsing",
+        "agent tool call",
+    ] * 2
     assert all(trajectory["start_ns"] <= c["start_ns"] <= c["end_ns"] <= trajectory["end_ns"] for c in children)
     generate = next(c for c in children if c["name"] == "agent generate turn")
     assert generate["end_ns"] - generate["start_ns"] >= 30_000_000
     assert generate["attributes"]["verl.step"] == 7 and generate["attributes"]["op"].endswith("LLMClient.generate")
     assert "tok599" not in generate["attributes"]["output"] and len(generate["attributes"]["output"]) < 1100
-    assert generate["attributes"]["response_text"].startswith("tok0 tok1")   # token2text: decoded, bounded
-    assert len(generate["attributes"]["response_text"]) < 1100 and generate["attributes"]["prompt_text"] == "tok1 tok2 tok3"
-    assert [s for s in receiver.spans if s["attributes"].get("sample_index") == 4] == []   # not sampled
+    assert generate["attributes"]["response_text"].startswith("tok0 tok1")  # token2text: decoded, bounded
+    assert (
+        len(generate["attributes"]["response_text"]) < 1100
+        and generate["attributes"]["prompt_text"] == "tok1 tok2 tok3"
+    )
+    assert [s for s in receiver.spans if s["attributes"].get("sample_index") == 4] == []  # not sampled
 
-    text = wait_for(lambda: (lambda t: t if "rl_insight_agent_trajectories_total" in t else None)(
-        http("GET", server.url + "/metrics")[1].decode()), 10, what="agent metrics at the hub")
-    values = {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-              if line.startswith("rl_insight_agent_") and 'experiment_name="agent-run"' in line}
+    text = wait_for(
+        lambda: (lambda t: t if "rl_insight_agent_trajectories_total" in t else None)(
+            http("GET", server.url + "/metrics")[1].decode()
+        ),
+        10,
+        what="agent metrics at the hub",
+    )
+    values = {
+        line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("rl_insight_agent_") and 'experiment_name="agent-run"' in line
+    }
     assert values["rl_insight_agent_trajectories_total"] == 1 and values["rl_insight_agent_turns_total"] == 2
     assert values["rl_insight_agent_tool_calls_total"] == 2 and values["rl_insight_agent_failed_ops_total"] == 1
     assert values["rl_insight_agent_turns_per_trajectory"] == 2 and values["rl_insight_agent_step"] == 7
@@ -123,15 +141,20 @@ def test_the_hydra_override_is_accepted_by_verls_config():
     import verl
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
-
     from verl.utils.config import omega_conf_to_dataclass
 
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
-                               version_base=None):
-        config = compose("ppo_trainer", overrides=["actor_rollout_ref.rollout.name=vllm",
-                                                    "actor_rollout_ref.rollout.trace.backend=rl_insight",
-                                                    "actor_rollout_ref.rollout.trace.token2text=True"])
+    with initialize_config_dir(
+        config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None
+    ):
+        config = compose(
+            "ppo_trainer",
+            overrides=[
+                "actor_rollout_ref.rollout.name=vllm",
+                "actor_rollout_ref.rollout.trace.backend=rl_insight",
+                "actor_rollout_ref.rollout.trace.token2text=True",
+            ],
+        )
     GlobalHydra.instance().clear()
     rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     assert rollout.trace.backend == "rl_insight" and rollout.trace.token2text is True

@@ -17,9 +17,15 @@ def test_promtool_accepts_the_rules_and_thresholds_are_configurable(tmp_path):
     settings = ServerSettings(data_dir=str(tmp_path), alerts={"probs_diff_critical": 0.02, "stalled_for": "30m"})
     path = alert_rules.write(settings)
     rules = {r["alert"]: r for r in yaml.safe_load(path.read_text())["groups"][0]["rules"]}
-    assert set(rules) == {"RLInsightRolloutProbsDiffWarning", "RLInsightRolloutProbsDiffCritical",
-                          "RLInsightGradNormRising", "RLInsightTrainingStalled", "RLInsightRolloutReplicaDown",
-                          "RLInsightGPUMemoryNearlyFull", "RLInsightThroughputCollapse"}
+    assert set(rules) == {
+        "RLInsightRolloutProbsDiffWarning",
+        "RLInsightRolloutProbsDiffCritical",
+        "RLInsightGradNormRising",
+        "RLInsightTrainingStalled",
+        "RLInsightRolloutReplicaDown",
+        "RLInsightGPUMemoryNearlyFull",
+        "RLInsightThroughputCollapse",
+    }
     assert "> 0.02 and" in rules["RLInsightRolloutProbsDiffCritical"]["expr"]
     assert "> 0.005 and" in rules["RLInsightRolloutProbsDiffWarning"]["expr"]
     assert "[30m]" in rules["RLInsightTrainingStalled"]["expr"]
@@ -39,20 +45,28 @@ def test_probs_diff_alert_fires_after_the_threshold_is_crossed_and_not_before(tm
     prometheus = Prometheus(tmp_path, [f"127.0.0.1:{server.port}"], rule_files=[alert_rules.write(settings)])
 
     def log(step, value):
-        batch = {"project": "p", "experiment_name": "drift", "step": step, "time": time.time(),
-                 "metrics": {"rl_insight_monitor_training_rollout_probs_diff_mean": value}}
+        batch = {
+            "project": "p",
+            "experiment_name": "drift",
+            "step": step,
+            "time": time.time(),
+            "metrics": {"rl_insight_monitor_training_rollout_probs_diff_mean": value},
+        }
         assert push(server.url, {"batches": [batch]})[0] == 200
 
     def firing():
-        return {a["labels"]["alertname"] for a in prometheus.alerts()
-                if a["state"] == "firing" and a["labels"]["alertname"].startswith("RLInsightRolloutProbsDiff")}
+        return {
+            a["labels"]["alertname"]
+            for a in prometheus.alerts()
+            if a["state"] == "firing" and a["labels"]["alertname"].startswith("RLInsightRolloutProbsDiff")
+        }
 
     try:
-        for step in range(1, 9):               # normal: 0.003, one step a second, longer than the window
+        for step in range(1, 9):  # normal: 0.003, one step a second, longer than the window
             log(step, 0.003)
             time.sleep(1)
         assert firing() == set()
-        log(9, 0.02)                            # one bad step: the window still holds good ones
+        log(9, 0.02)  # one bad step: the window still holds good ones
         time.sleep(2)
         assert firing() == set()
         for step in range(10, 22):
@@ -60,8 +74,10 @@ def test_probs_diff_alert_fires_after_the_threshold_is_crossed_and_not_before(tm
             time.sleep(1)
             if firing():
                 break
-        assert wait_for(firing, 10, what="probs diff alerts") == {"RLInsightRolloutProbsDiffWarning",
-                                                                    "RLInsightRolloutProbsDiffCritical"}
+        assert wait_for(firing, 10, what="probs diff alerts") == {
+            "RLInsightRolloutProbsDiffWarning",
+            "RLInsightRolloutProbsDiffCritical",
+        }
         [alert] = [a for a in prometheus.alerts() if a["labels"]["alertname"] == "RLInsightRolloutProbsDiffCritical"]
         assert alert["labels"]["experiment_name"] == "drift" and alert["labels"]["severity"] == "critical"
     finally:

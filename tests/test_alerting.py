@@ -65,8 +65,13 @@ class Trainer(threading.Thread):
         step = 0
         while not self.stop.is_set():
             step += 1
-            batch = {"project": self.project, "experiment_name": self.experiment, "step": step, "time": time.time(),
-                     "metrics": {"rl_insight_monitor_training_rollout_probs_diff_mean": 0.05}}
+            batch = {
+                "project": self.project,
+                "experiment_name": self.experiment,
+                "step": step,
+                "time": time.time(),
+                "metrics": {"rl_insight_monitor_training_rollout_probs_diff_mean": 0.05},
+            }
             push(self.hub, {"batches": [batch]})
             self.stop.wait(0.5)
 
@@ -75,14 +80,28 @@ def test_amtool_accepts_the_rendered_config(tmp_path):
     amtool = shutil.which("amtool")
     if amtool is None:
         pytest.skip("amtool not installed (Debian package prometheus-alertmanager has it)")
-    settings = ServerSettings(bind="127.0.0.1", data_dir=str(tmp_path), alertmanager={
-        "global": {"resolve_timeout": "5m"},
-        "receivers": [{"name": "oncall", "webhook_configs": [{"url": "http://127.0.0.1:9/hook"}]},
-                      {"name": "mail", "email_configs": [{"to": "rl@example.org", "from": "am@example.org",
-                                                          "smarthost": "127.0.0.1:587"}]}],
-        "route": {"routes": [{"receiver": "mail", "matchers": ['severity="critical"']}]},
-        "inhibit_rules": [{"source_matchers": ['severity="critical"'], "target_matchers": ['severity="warning"'],
-                           "equal": ["project", "experiment_name"]}]})
+    settings = ServerSettings(
+        bind="127.0.0.1",
+        data_dir=str(tmp_path),
+        alertmanager={
+            "global": {"resolve_timeout": "5m"},
+            "receivers": [
+                {"name": "oncall", "webhook_configs": [{"url": "http://127.0.0.1:9/hook"}]},
+                {
+                    "name": "mail",
+                    "email_configs": [{"to": "rl@example.org", "from": "am@example.org", "smarthost": "127.0.0.1:587"}],
+                },
+            ],
+            "route": {"routes": [{"receiver": "mail", "matchers": ['severity="critical"']}]},
+            "inhibit_rules": [
+                {
+                    "source_matchers": ['severity="critical"'],
+                    "target_matchers": ['severity="warning"'],
+                    "equal": ["project", "experiment_name"],
+                }
+            ],
+        },
+    )
     path = tmp_path / "alertmanager.yml"
     path.write_text(alertmanager.render_config(settings))
     checked = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True)
@@ -92,13 +111,16 @@ def test_amtool_accepts_the_rendered_config(tmp_path):
     assert config["route"]["group_by"] == ["alertname", "project", "experiment_name"]
 
 
-@pytest.mark.parametrize("section, message", [
-    ({"receivers": {"name": "x"}}, "alertmanager.receivers must be a list"),
-    ({"receivers": [{"webhook_configs": []}]}, "alertmanager.receivers[0] needs a name"),
-    ({"receivers": [{"name": "a"}, {"name": "a"}]}, "alertmanager.receivers[1]: the name 'a' is taken twice"),
-    ({"receivers": [{"name": "rl-insight-none"}]}, "is reserved"),
-    ({"routes": []}, "alertmanager: unknown key(s) routes"),
-])
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ({"receivers": {"name": "x"}}, "alertmanager.receivers must be a list"),
+        ({"receivers": [{"webhook_configs": []}]}, "alertmanager.receivers[0] needs a name"),
+        ({"receivers": [{"name": "a"}, {"name": "a"}]}, "alertmanager.receivers[1]: the name 'a' is taken twice"),
+        ({"receivers": [{"name": "rl-insight-none"}]}, "is reserved"),
+        ({"routes": []}, "alertmanager: unknown key(s) routes"),
+    ],
+)
 def test_a_wrong_alertmanager_section_is_named(section, message):
     with pytest.raises(ValueError) as caught:
         ServerSettings(bind="127.0.0.1", data_dir="/tmp/unused", alertmanager=section)
@@ -110,10 +132,14 @@ def test_notification_silence_and_a_killed_alertmanager(tmp_path):
     require_alertmanager()
     hook = Webhook()
     path, config = write_server_config(
-        tmp_path, services={"tempo": {"enabled": False}, "grafana": {"enabled": False}},
+        tmp_path,
+        services={"tempo": {"enabled": False}, "grafana": {"enabled": False}},
         alerts={"probs_diff_window": "10s", "probs_diff_min_steps": 2},
-        alertmanager={"receivers": [{"name": "oncall", "webhook_configs": [{"url": hook.url}]}],
-                      "route": {"group_wait": "1s", "group_interval": "1s", "repeat_interval": "2s"}})
+        alertmanager={
+            "receivers": [{"name": "oncall", "webhook_configs": [{"url": hook.url}]}],
+            "route": {"group_wait": "1s", "group_interval": "1s", "repeat_interval": "2s"},
+        },
+    )
     started = rl_insight("server", "start", "--detach", "--config", str(path))
     hub = f"http://127.0.0.1:{config['port']}"
     trainer = Trainer(hub, "alerting", "mismatch run")
@@ -123,13 +149,18 @@ def test_notification_silence_and_a_killed_alertmanager(tmp_path):
         trainer.start()
 
         # the notification: which alert, which run, and a link to the run's dashboard
-        [alert, *_] = wait_for(lambda: [a for a in hook.alerts() if a["labels"]["alertname"] == ALERT], 60,
-                               what="the critical mismatch alert at the webhook")
+        [alert, *_] = wait_for(
+            lambda: [a for a in hook.alerts() if a["labels"]["alertname"] == ALERT],
+            60,
+            what="the critical mismatch alert at the webhook",
+        )
         assert alert["labels"]["project"] == "alerting" and alert["labels"]["experiment_name"] == "mismatch run"
         link = alert["annotations"]["dashboard"]
         assert link.startswith(f"http://127.0.0.1:{config['grafana_port']}/d/verl_trainer_v1_with_vllm_engine?")
         assert urllib.parse.parse_qs(urllib.parse.urlsplit(link).query) == {
-            "var-project": ["alerting"], "var-experiment_name": ["mismatch run"]}
+            "var-project": ["alerting"],
+            "var-experiment_name": ["mismatch run"],
+        }
         assert float(alert["annotations"]["value"]) == 0.05
         assert "/graph?" in alert["annotations"]["graph"]
 
@@ -139,12 +170,22 @@ def test_notification_silence_and_a_killed_alertmanager(tmp_path):
         assert "alerting/mismatch run" in row and "0.05" in row and row.rstrip().endswith("firing")
 
         # silenced: nothing more reaches the receiver
-        silenced = rl_insight("alerts", "silence", "--project", "alerting", "--experiment", "mismatch run",
-                              "--for", "2h", "--comment", "debugging the engine dtype")
+        silenced = rl_insight(
+            "alerts",
+            "silence",
+            "--project",
+            "alerting",
+            "--experiment",
+            "mismatch run",
+            "--for",
+            "2h",
+            "--comment",
+            "debugging the engine dtype",
+        )
         assert silenced.returncode == 0, silenced.stderr
         silence_id = silenced.stdout.split("(id ")[1].split(")")[0]
-        quiet_from = time.time() + 2          # a notification already on its way may still land
-        time.sleep(8)                         # four repeat intervals
+        quiet_from = time.time() + 2  # a notification already on its way may still land
+        time.sleep(8)  # four repeat intervals
         assert hook.alerts(since=quiet_from) == []
         wait_for(lambda: "silenced" in rl_insight("alerts").stdout, 20, what="the alert shown as silenced")
 
@@ -154,23 +195,39 @@ def test_notification_silence_and_a_killed_alertmanager(tmp_path):
         wait_for(lambda: hook.alerts(since=loud_from), 30, what="notifications after unsilence")
 
         # Alertmanager killed: restarted by the server, with the silence made through the hub
-        again = rl_insight("alerts", "silence", "--project", "alerting", "--experiment", "mismatch run",
-                           "--for", "1h", "--alert", ALERT)
+        again = rl_insight(
+            "alerts",
+            "silence",
+            "--project",
+            "alerting",
+            "--experiment",
+            "mismatch run",
+            "--for",
+            "1h",
+            "--alert",
+            ALERT,
+        )
         assert again.returncode == 0, again.stderr
         second_id = again.stdout.split("(id ")[1].split(")")[0]
         services = lambda: json.loads(http("GET", hub + "/api/v1/services")[1])["services"]  # noqa: E731
         old_pid = services()["alertmanager"]["pid"]
         os.kill(old_pid, signal.SIGKILL)
-        wait_for(lambda: services()["alertmanager"]["pid"] != old_pid and services()["alertmanager"]["healthy"],
-                 30, what="Alertmanager restarted")
+        wait_for(
+            lambda: services()["alertmanager"]["pid"] != old_pid and services()["alertmanager"]["healthy"],
+            30,
+            what="Alertmanager restarted",
+        )
 
         def restored():
             shown = rl_insight("alerts", "silences", "--json")
-            return shown.returncode == 0 and [s for s in json.loads(shown.stdout)
-                                              if {"name": "alertname", "value": ALERT, "isRegex": False,
-                                                  "isEqual": True} in s["matchers"]]
+            return shown.returncode == 0 and [
+                s
+                for s in json.loads(shown.stdout)
+                if {"name": "alertname", "value": ALERT, "isRegex": False, "isEqual": True} in s["matchers"]
+            ]
+
         wait_for(restored, 30, what="the silence put back after the restart")
-        assert rl_insight("alerts", "unsilence", second_id).returncode == 0   # the ID people were given
+        assert rl_insight("alerts", "unsilence", second_id).returncode == 0  # the ID people were given
         assert not restored()
     finally:
         trainer.stop.set()
@@ -178,19 +235,22 @@ def test_notification_silence_and_a_killed_alertmanager(tmp_path):
     assert stopped.returncode == 0, stopped.stdout
 
 
-@pytest.mark.parametrize("body, field", [
-    ([], "body must be an object"),
-    ({"project": "p", "experiment_name": "e", "duration_s": 3600, "matchers": []}, "unknown field 'matchers'"),
-    ({"experiment_name": "e", "duration_s": 3600}, "project must be"),
-    ({"project": "p\n", "experiment_name": "e", "duration_s": 3600}, "project must be"),
-    ({"project": "p", "experiment_name": "e" * 300, "duration_s": 3600}, "experiment_name must be"),
-    ({"project": "p", "experiment_name": "e", "duration_s": 3600, "alertname": ".*"}, "alertname must be"),
-    ({"project": "p", "experiment_name": "e", "duration_s": 10}, "duration_s must be"),
-    ({"project": "p", "experiment_name": "e", "duration_s": float("nan")}, "duration_s must be"),
-    ({"project": "p", "experiment_name": "e", "duration_s": True}, "duration_s must be"),
-    ({"project": "p", "experiment_name": "e", "duration_s": 1e12}, "duration_s must be"),
-    ({"project": "p", "experiment_name": "e", "duration_s": 3600, "comment": 5}, "comment must be"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ([], "body must be an object"),
+        ({"project": "p", "experiment_name": "e", "duration_s": 3600, "matchers": []}, "unknown field 'matchers'"),
+        ({"experiment_name": "e", "duration_s": 3600}, "project must be"),
+        ({"project": "p\n", "experiment_name": "e", "duration_s": 3600}, "project must be"),
+        ({"project": "p", "experiment_name": "e" * 300, "duration_s": 3600}, "experiment_name must be"),
+        ({"project": "p", "experiment_name": "e", "duration_s": 3600, "alertname": ".*"}, "alertname must be"),
+        ({"project": "p", "experiment_name": "e", "duration_s": 10}, "duration_s must be"),
+        ({"project": "p", "experiment_name": "e", "duration_s": float("nan")}, "duration_s must be"),
+        ({"project": "p", "experiment_name": "e", "duration_s": True}, "duration_s must be"),
+        ({"project": "p", "experiment_name": "e", "duration_s": 1e12}, "duration_s must be"),
+        ({"project": "p", "experiment_name": "e", "duration_s": 3600, "comment": 5}, "comment must be"),
+    ],
+)
 def test_a_bad_silence_is_a_400_naming_the_field(body, field):
     """Never reaches Alertmanager: a regex, a control character or an endless silence is refused."""
     from verl_rl_insight.server.api.errors import http_status

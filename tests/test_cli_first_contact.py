@@ -23,32 +23,82 @@ def files(tmp_path):
 
 CASES = [
     # (what, arguments, environment, exit code, what the message must say)
-    ("config that is not YAML", ["server", "start", "--config", "{tmp}/bad.yaml"], {}, 2,
-     "is not valid YAML (line 2, column 5)"),
+    (
+        "config that is not YAML",
+        ["server", "start", "--config", "{tmp}/bad.yaml"],
+        {},
+        2,
+        "is not valid YAML (line 2, column 5)",
+    ),
     ("config that does not exist", ["server", "start", "--config", "{tmp}/none.yaml"], {}, 2, "does not exist"),
-    ("config with a port out of range", ["server", "start", "--config", "{tmp}/huge-port.yaml"], {}, 2,
-     "port must be a port number"),
-    ("bind that is not an address", ["server", "start", "--bind", "not-an-ip"], {}, 2,
-     "'not-an-ip' is not an IP address"),
+    (
+        "config with a port out of range",
+        ["server", "start", "--config", "{tmp}/huge-port.yaml"],
+        {},
+        2,
+        "port must be a port number",
+    ),
+    (
+        "bind that is not an address",
+        ["server", "start", "--bind", "not-an-ip"],
+        {},
+        2,
+        "'not-an-ip' is not an IP address",
+    ),
     ("scrape interval 0", ["server", "start", "--scrape-interval", "0"], {}, 2, "must be a number of seconds above 0"),
-    ("scrape interval -5", ["server", "start", "--scrape-interval", "-5"], {}, 2, "must be a number of seconds above 0"),
+    (
+        "scrape interval -5",
+        ["server", "start", "--scrape-interval", "-5"],
+        {},
+        2,
+        "must be a number of seconds above 0",
+    ),
     ("port 0", ["server", "start", "--port", "0"], {}, 2, "port 0 is out of range"),
-    ("a data dir that cannot be made", ["server", "start", "--data-dir", "{tmp}/a-file/data"], {}, 2,
-     "cannot create"),
+    ("a data dir that cannot be made", ["server", "start", "--data-dir", "{tmp}/a-file/data"], {}, 2, "cannot create"),
     ("an unknown service", ["server", "install", "tempo", "nginx"], {}, 2, "unknown service 'nginx'"),
-    ("a checksum that is not one", ["server", "install", "tempo", "--sha256", "tempo=abc"], {}, 2,
-     "--sha256 takes NAME=<64 hex digits>"),
-    ("--server that is not a URL", ["targets", "--server", "not-a-url", "list"], {}, 2,
-     "--server is not a server URL"),
-    ("--server after the subcommand", ["targets", "list", "--server", "ftp://x"], {}, 2, "--server is not a server URL"),
-    ("RL_INSIGHT_SERVER_URL that is not a URL", ["targets", "list"], {"RL_INSIGHT_SERVER_URL": "127.0.0.1"}, 2,
-     "RL_INSIGHT_SERVER_URL is not a server URL"),
-    ("doctor with a port out of range", ["doctor"], {"RL_INSIGHT_SERVER_URL": "http://127.0.0.1:99999"}, 2,
-     "RL_INSIGHT_SERVER_URL is not a server URL"),
-    ("a target port out of range", ["targets", "add", "127.0.0.1:99999", "--job", "node"], {}, 2,
-     "port 99999 is out of range"),
-    ("a label without =", ["targets", "add", "127.0.0.1:9100", "--job", "node", "--label", "x"], {}, 2,
-     "--label takes KEY=VALUE"),
+    (
+        "a checksum that is not one",
+        ["server", "install", "tempo", "--sha256", "tempo=abc"],
+        {},
+        2,
+        "--sha256 takes NAME=<64 hex digits>",
+    ),
+    ("--server that is not a URL", ["targets", "--server", "not-a-url", "list"], {}, 2, "--server is not a server URL"),
+    (
+        "--server after the subcommand",
+        ["targets", "list", "--server", "ftp://x"],
+        {},
+        2,
+        "--server is not a server URL",
+    ),
+    (
+        "RL_INSIGHT_SERVER_URL that is not a URL",
+        ["targets", "list"],
+        {"RL_INSIGHT_SERVER_URL": "127.0.0.1"},
+        2,
+        "RL_INSIGHT_SERVER_URL is not a server URL",
+    ),
+    (
+        "doctor with a port out of range",
+        ["doctor"],
+        {"RL_INSIGHT_SERVER_URL": "http://127.0.0.1:99999"},
+        2,
+        "RL_INSIGHT_SERVER_URL is not a server URL",
+    ),
+    (
+        "a target port out of range",
+        ["targets", "add", "127.0.0.1:99999", "--job", "node"],
+        {},
+        2,
+        "port 99999 is out of range",
+    ),
+    (
+        "a label without =",
+        ["targets", "add", "127.0.0.1:9100", "--job", "node", "--label", "x"],
+        {},
+        2,
+        "--label takes KEY=VALUE",
+    ),
     ("dashboards onto a file", ["dashboards", "export", "{tmp}/a-file"], {}, 2, "is a file, not a folder"),
     ("dashboards where no folder can be made", ["dashboards", "export", "{tmp}/a-file/sub"], {}, 2, "cannot create"),
     ("demo with -1 seconds a step", ["demo", "--step-seconds", "-1"], {}, 2, "must be a number of seconds above 0"),
@@ -83,8 +133,9 @@ def test_dashboards_export_refuses_to_overwrite_unless_forced(tmp_path):
 
 
 def test_targets_are_listed_with_a_header_and_changed_with_plain_sentences(tmp_path):
-    path, config = write_server_config(tmp_path, services={name: {"enabled": False}
-                                                           for name in ("prometheus", "alertmanager", "tempo", "grafana")})
+    path, config = write_server_config(
+        tmp_path, services={name: {"enabled": False} for name in ("prometheus", "alertmanager", "tempo", "grafana")}
+    )
     assert run("server", "start", "--detach", "--config", str(path))[0] == 0
     try:
         code, out = run("targets", "list")
@@ -108,8 +159,11 @@ def test_targets_are_listed_with_a_header_and_changed_with_plain_sentences(tmp_p
 
 
 def test_a_failed_start_shows_this_attempts_lines_only(tmp_path):
-    path, config = write_server_config(tmp_path, grafana_admin_password="admin",
-                                       services={name: {"enabled": False} for name in ("prometheus", "alertmanager", "tempo", "grafana")})
+    path, config = write_server_config(
+        tmp_path,
+        grafana_admin_password="admin",
+        services={name: {"enabled": False} for name in ("prometheus", "alertmanager", "tempo", "grafana")},
+    )
     first = run("server", "start", "--detach", "--config", str(path))
     second = run("server", "start", "--detach", "--config", str(path))
     for code, out in (first, second):

@@ -7,20 +7,26 @@ import sys
 
 import pytest
 
-from verl_rl_insight.dashboards import DASHBOARDS_DIR
-from verl_rl_insight.dashboards import generate
+from verl_rl_insight.dashboards import DASHBOARDS_DIR, generate
 from verl_rl_insight.dashboards.build import build
 from verl_rl_insight.dashboards.catalogue import known_names
 from verl_rl_insight.dashboards.panels import every_panel
 
 
 def test_committed_dashboards_are_current_and_their_queries_check_out():
-    result = subprocess.run([sys.executable, "-m", "verl_rl_insight.dashboards.generate", "--check"],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_rl_insight.dashboards.generate", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in DASHBOARDS_DIR.glob("*.json")) == [
-        "rl_insight_compare_runs.json", "rl_insight_hardware.json", "verl_trainer_v1_with_sglang_engine.json",
-        "verl_trainer_v1_with_vllm_engine.json"]
+        "rl_insight_compare_runs.json",
+        "rl_insight_hardware.json",
+        "verl_trainer_v1_with_sglang_engine.json",
+        "verl_trainer_v1_with_vllm_engine.json",
+    ]
 
 
 def first(dashboards, file, title):
@@ -38,26 +44,38 @@ def test_check_fails_on_a_stale_file_and_on_a_metric_nothing_produces(tmp_path):
     run = 'project=~"$project",experiment_name=~"$experiment_name"'
     panel["targets"][0]["expr"] = f"DCGM_FI_DEV_POWER_USAGES{{{run}}}"
     found = generate.problems(dashboards, known_names(), generate.verl_keys())
-    assert found == [f"rl_insight_hardware.json: DCGM_FI_DEV_POWER_USAGES is produced by nothing: "
-                     f"{panel['targets'][0]['expr']}"]
+    assert found == [
+        f"rl_insight_hardware.json: DCGM_FI_DEV_POWER_USAGES is produced by nothing: {panel['targets'][0]['expr']}"
+    ]
     panel["targets"][0]["expr"] = f"rl_insight_monitor_actor_grad_normz{{{run}}}"
     [problem] = generate.problems(dashboards, known_names(), generate.verl_keys())
-    assert "rl_insight_monitor_actor_grad_normz is produced by nothing" in problem   # not a key verl logs
+    assert "rl_insight_monitor_actor_grad_normz is produced by nothing" in problem  # not a key verl logs
     panel["targets"][0]["expr"] = "DCGM_FI_DEV_POWER_USAGE"
-    assert "does not filter on project and experiment_name" in generate.problems(
-        dashboards, known_names(), generate.verl_keys())[0]
+    assert (
+        "does not filter on project and experiment_name"
+        in generate.problems(dashboards, known_names(), generate.verl_keys())[0]
+    )
 
 
 RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
 
 
-@pytest.mark.parametrize("title, expr, why", [
-    ("KV cache usage", f"sum by (replica) (vllm:kv_cache_usage_perc{{{RUN}}})",
-     "not of a form that stays in range"),      # a sum of fractions passes 100 %
-    ("KV cache usage", f"max by (replica) (vllm:num_requests_running{{{RUN}}})",
-     "vllm:num_requests_running is not declared a percentunit metric"),
-    ("Prefix cache hit rate", f"clamp(vllm:prefix_cache_hits_total{{{RUN}}}, 0, 100)", "clamped to 100, not 1"),
-])
+@pytest.mark.parametrize(
+    "title, expr, why",
+    [
+        (
+            "KV cache usage",
+            f"sum by (replica) (vllm:kv_cache_usage_perc{{{RUN}}})",
+            "not of a form that stays in range",
+        ),  # a sum of fractions passes 100 %
+        (
+            "KV cache usage",
+            f"max by (replica) (vllm:num_requests_running{{{RUN}}})",
+            "vllm:num_requests_running is not declared a percentunit metric",
+        ),
+        ("Prefix cache hit rate", f"clamp(vllm:prefix_cache_hits_total{{{RUN}}}, 0, 100)", "clamped to 100, not 1"),
+    ],
+)
 def test_check_fails_on_a_percent_panel_that_could_pass_100_percent(title, expr, why):
     dashboards = build()
     first(dashboards, "verl_trainer_v1_with_vllm_engine.json", title)["targets"][0]["expr"] = expr
@@ -69,7 +87,7 @@ def test_check_fails_on_a_traces_panel_fed_by_a_search():
     dashboards = build()
     trace = first(dashboards, "verl_trainer_v1_with_vllm_engine.json", "Selected trace")
     table = first(dashboards, "verl_trainer_v1_with_vllm_engine.json", "Trainer phases")
-    assert table["type"] == "table" and table["targets"][0]["tableType"] == "spans"   # searches go to tables
+    assert table["type"] == "table" and table["targets"][0]["tableType"] == "spans"  # searches go to tables
     trace["targets"][0]["query"] = table["targets"][0]["query"]
     [problem] = generate.problems(dashboards, known_names(), generate.verl_keys())
     assert "traces panel 'Selected trace' is fed by a search" in problem
@@ -87,8 +105,22 @@ def verl_ppo_step_keys():
     from verl_rl_insight.dashboards import keys
 
     batch = batch_for(3, random.Random(0))
-    timing = {name: 0.1 for name in ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
-                                     "update_actor", "update_weights", "testing", "save_checkpoint")}
+    timing = {
+        name: 0.1
+        for name in (
+            "gen",
+            "reward",
+            "old_log_prob",
+            "ref",
+            "values",
+            "adv",
+            "update_critic",
+            "update_actor",
+            "update_weights",
+            "testing",
+            "save_checkpoint",
+        )
+    }
     timing["step"] = 2.0
     batch.batch["advantages"] = batch.batch["returns"] = batch.batch["token_level_rewards"]
     found = set(metric_utils.compute_data_metrics(batch, use_critic=True))
@@ -97,8 +129,11 @@ def verl_ppo_step_keys():
     old, rollout, mask = batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"]
     found |= set(rollout_corr_helper.compute_rollout_corr_metrics_from_logprobs(old, rollout, mask))
     for mode in ("token", "sequence"):
-        found |= set(rollout_corr_helper.compute_rollout_correction_and_rejection_mask(
-            old, rollout, mask, rollout_is=mode, rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0")[2])
+        found |= set(
+            rollout_corr_helper.compute_rollout_correction_and_rejection_mask(
+                old, rollout, mask, rollout_is=mode, rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0"
+            )[2]
+        )
     workers = {k for k in keys.verl_literals() if k.split("/")[0] in ("actor", "critic", "perf")}
     return found | (workers - keys.NOT_LOGGED) | keys.RUNTIME_KEYS | set(keys.own_keys())
 
@@ -138,15 +173,26 @@ def test_dashboards_have_the_rows_variables_and_datasources_users_look_for():
     assert vllm["uid"] == "verl_trainer_v1_with_vllm_engine"
     variables = {v["name"]: v for v in vllm["templating"]["list"]}
     assert list(variables) == ["project", "experiment_name", "replica", "node", "gpu", "trace_id"]
-    assert variables["project"]["multi"] and variables["experiment_name"]["multi"]      # compare runs
+    assert variables["project"]["multi"] and variables["experiment_name"]["multi"]  # compare runs
     rows = [p["title"] for p in vllm["panels"] if p["type"] == "row"]
     assert rows[:3] == ["Training: what to check first", "RL state timeline", "vLLM engines (per replica)"]
-    for row in ("Actor", "Critic, rewards and advantages", "Performance", "Time per phase", "Lengths",
-                "Rollout correction (with algorithm.rollout_correction on)", "TransferQueue", "Hardware"):
+    for row in (
+        "Actor",
+        "Critic, rewards and advantages",
+        "Performance",
+        "Time per phase",
+        "Lengths",
+        "Rollout correction (with algorithm.rollout_correction on)",
+        "TransferQueue",
+        "Hardware",
+    ):
         assert row in rows, row
     panels = list(every_panel(vllm))
-    assert {p["datasource"]["uid"] for p in panels if "datasource" in p} == {"rl-insight-prometheus", "rl-insight-tempo"}
-    assert any(p["type"] == "xychart" for p in panels)           # the training-step x axis
+    assert {p["datasource"]["uid"] for p in panels if "datasource" in p} == {
+        "rl-insight-prometheus",
+        "rl-insight-tempo",
+    }
+    assert any(p["type"] == "xychart" for p in panels)  # the training-step x axis
     assert not [p["title"] for p in panels if p["type"] == "timeseries" and not p["fieldConfig"]["defaults"]["unit"]]
     sglang_text = json.dumps(dashboards["verl_trainer_v1_with_sglang_engine.json"])
     assert "sglang:num_running_reqs" in sglang_text and "vllm:" not in sglang_text
@@ -154,13 +200,20 @@ def test_dashboards_have_the_rows_variables_and_datasources_users_look_for():
     assert len(ids) == len(set(ids))
     # per replica: an engine index inside a replica never splits a line
     engine_row = [p for p in panels if "vllm:" in json.dumps(p.get("targets", []))]
-    assert all("by (replica)" in t["expr"] or "by (le" in t["expr"] or "by (finished_reason)" in t["expr"]
-               for p in engine_row for t in p["targets"]), [p["title"] for p in engine_row]
+    assert all(
+        "by (replica)" in t["expr"] or "by (le" in t["expr"] or "by (finished_reason)" in t["expr"]
+        for p in engine_row
+        for t in p["targets"]
+    ), [p["title"] for p in engine_row]
 
 
 def test_dashboards_export_writes_them_for_an_existing_grafana(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "verl_rl_insight", "dashboards", "export", str(tmp_path / "out")],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_rl_insight", "dashboards", "export", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     written = sorted(p.name for p in (tmp_path / "out").glob("*.json"))
     assert written == sorted(p.name for p in DASHBOARDS_DIR.glob("*.json"))

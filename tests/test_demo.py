@@ -22,10 +22,23 @@ def demo_run(request, tmp_path_factory):
     require_prometheus()
     tmp = tmp_path_factory.mktemp("demo")
     path, config = write_server_config(tmp, services={"tempo": {"enabled": False}, "grafana": {"enabled": False}})
-    env = {"VERL_RL_INSIGHT_CONFIG": None, "RL_INSIGHT_HOME": str(tmp / "home")}   # the demo's hardware stays on
-    result = rl_insight("demo", "--steps", "8", "--step-seconds", "1", "--config", str(path), "--experiment",
-                        EXPERIMENT, "--engine", engine, *(["--no-transfer-queue"] if engine == "sglang" else []),
-                        env=env, timeout=600)
+    env = {"VERL_RL_INSIGHT_CONFIG": None, "RL_INSIGHT_HOME": str(tmp / "home")}  # the demo's hardware stays on
+    result = rl_insight(
+        "demo",
+        "--steps",
+        "8",
+        "--step-seconds",
+        "1",
+        "--config",
+        str(path),
+        "--experiment",
+        EXPERIMENT,
+        "--engine",
+        engine,
+        *(["--no-transfer-queue"] if engine == "sglang" else []),
+        env=env,
+        timeout=600,
+    )
     try:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         yield result.stdout, f"http://127.0.0.1:{config['prometheus_port']}", engine, env, result.stderr
@@ -47,20 +60,31 @@ def test_demo_says_it_is_a_simulation_and_where_to_look(demo_run):
     assert "Failed to export" not in out + err and "cannot send timeline spans" not in out + err
 
 
-PHASES = ("step", "gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
-          "update_weights")
+PHASES = (
+    "step",
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "update_weights",
+)
 
 
 def test_the_timeline_of_a_demo_without_tempo_exports_as_a_chrome_trace(demo_run, tmp_path):
     out, _, engine, env, _ = demo_run
     path = tmp_path / "trace.json"
-    exported = rl_insight("timeline", "export", "--project", "rl-insight-demo", "--experiment", EXPERIMENT,
-                          "-o", str(path), env=env)
+    exported = rl_insight(
+        "timeline", "export", "--project", "rl-insight-demo", "--experiment", EXPERIMENT, "-o", str(path), env=env
+    )
     assert exported.returncode == 0, exported.stdout + exported.stderr
     assert "open it in https://ui.perfetto.dev" in exported.stdout
     trace = json.loads(path.read_text())
     events = trace["traceEvents"]
-    for event in events:   # the trace-event format: what Perfetto and chrome://tracing need of each event
+    for event in events:  # the trace-event format: what Perfetto and chrome://tracing need of each event
         assert event["ph"] in ("X", "M") and isinstance(event["name"], str)
         assert isinstance(event["pid"], int) and isinstance(event["tid"], int)
         if event["ph"] == "X":
@@ -68,12 +92,15 @@ def test_the_timeline_of_a_demo_without_tempo_exports_as_a_chrome_trace(demo_run
     tracks = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
     spans = [e for e in events if e["ph"] == "X"]
     trainer = [e for e in spans if tracks[e["tid"]] == "trainer"]
-    for step in range(1, 9):   # every trainer phase of every step, with its step
+    for step in range(1, 9):  # every trainer phase of every step, with its step
         assert {e["args"]["state_name"] for e in trainer if e["args"].get("step") == step} >= set(PHASES), step
-    replicas = {tracks[e["tid"]].split(" #")[0] for e in spans if e["name"] == "rollout generate"
-                and tracks[e["tid"]] != "trainer"}
+    replicas = {
+        tracks[e["tid"]].split(" #")[0]
+        for e in spans
+        if e["name"] == "rollout generate" and tracks[e["tid"]] != "trainer"
+    }
     assert replicas == {"replica_0", "replica_1"}
-    for tid in tracks:   # events of one track nest: each starts after the last one ended or ends inside it
+    for tid in tracks:  # events of one track nest: each starts after the last one ended or ends inside it
         open_ends = []
         for e in sorted((e for e in spans if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"])):
             while open_ends and open_ends[-1] <= e["ts"]:
@@ -81,20 +108,40 @@ def test_the_timeline_of_a_demo_without_tempo_exports_as_a_chrome_trace(demo_run
             assert not open_ends or e["ts"] + e["dur"] <= open_ends[-1] + 1e-3, (tracks[tid], e)
             open_ends.append(e["ts"] + e["dur"])
     steps = [e for e in trainer if e["args"]["state_name"] == "step"]
-    for phase in (e for e in trainer if e["args"]["state_name"] == "gen"):   # phases inside their step
+    for phase in (e for e in trainer if e["args"]["state_name"] == "gen"):  # phases inside their step
         [parent] = [s for s in steps if s["args"]["step"] == phase["args"]["step"]]
         assert parent["ts"] <= phase["ts"] and phase["ts"] + phase["dur"] <= parent["ts"] + parent["dur"] + 1e-3
 
     only = tmp_path / "steps.json"
-    assert rl_insight("timeline", "export", "--project", "rl-insight-demo", "--experiment", EXPERIMENT,
-                      "--steps", "3:4", "-o", str(only), env=env).returncode == 0
+    assert (
+        rl_insight(
+            "timeline",
+            "export",
+            "--project",
+            "rl-insight-demo",
+            "--experiment",
+            EXPERIMENT,
+            "--steps",
+            "3:4",
+            "-o",
+            str(only),
+            env=env,
+        ).returncode
+        == 0
+    )
     kept = {e["args"].get("step") for e in json.loads(only.read_text())["traceEvents"] if e["ph"] == "X"}
     assert kept == {3, 4}
 
 
 def fill(expr):
-    for name, value in (("$project", "rl-insight-demo"), ("$experiment_name", EXPERIMENT), ("$replica", ".*"),
-                        ("$node", ".*"), ("$gpu", ".*"), ("$__rate_interval", "20s")):
+    for name, value in (
+        ("$project", "rl-insight-demo"),
+        ("$experiment_name", EXPERIMENT),
+        ("$replica", ".*"),
+        ("$node", ".*"),
+        ("$gpu", ".*"),
+        ("$__rate_interval", "20s"),
+    ):
         expr = expr.replace(name, value)
     return expr
 
@@ -116,8 +163,9 @@ def demo_window(out):
     """(start, end) of the run: the first and the last step's clock time, plus the linger."""
     stamps = re.findall(r"SIMULATED step \d+/\d+ \[[#.]+\] (\d\d:\d\d:\d\d)", out)
     day = datetime.date.today()
-    first, last = (datetime.datetime.combine(day, datetime.time.fromisoformat(t)).timestamp() for t in
-                   (stamps[0], stamps[-1]))
+    first, last = (
+        datetime.datetime.combine(day, datetime.time.fromisoformat(t)).timestamp() for t in (stamps[0], stamps[-1])
+    )
     return first - 2, last + 2
 
 
@@ -152,7 +200,7 @@ def test_every_dashboard_query_returns_data_after_the_demo(demo_run):
     for file, panel in panels_to_check(engine):
         for t in panel.get("targets", []):
             if "expr" not in t:
-                continue    # TraceQL: no Tempo here; test_dashboards covers what they constrain
+                continue  # TraceQL: no Tempo here; test_dashboards covers what they constrain
             checked += 1
             if not query(prom, fill(t["expr"]), at):
                 empty.append(f"{file}: {panel['title']}: {t['expr']}")
@@ -174,7 +222,7 @@ def test_percent_panels_stay_within_0_and_100_percent_over_the_whole_demo(demo_r
     out, prom, engine, _, _ = demo_run
     start, end = demo_window(out)
     checked = 0
-    for file, panel in panels_to_check(engine):
+    for _file, panel in panels_to_check(engine):
         unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
         if unit not in ("percentunit", "percent"):
             continue
@@ -186,15 +234,20 @@ def test_percent_panels_stay_within_0_and_100_percent_over_the_whole_demo(demo_r
             checked += 1
             assert values, f"{panel['title']}: no data for {expr}"
             assert all(-1e-9 <= v <= top + 1e-9 for v in values if v == v), (
-                f"{panel['title']}: {min(values)} .. {max(values)} for {expr}")
+                f"{panel['title']}: {min(values)} .. {max(values)} for {expr}"
+            )
     assert checked >= 10
 
 
 def test_every_key_the_run_logged_and_every_transfer_queue_family_is_on_a_panel(demo_run):
     out, prom, engine, _, _ = demo_run
     names = json.loads(http("GET", prom + "/api/v1/label/__name__/values")[1])["data"]
-    logged = [n for n in names if n.startswith("rl_insight_monitor_") and
-              query(prom, f'count({n}{{experiment_name="{EXPERIMENT}"}})', demo_window(out)[1])]
+    logged = [
+        n
+        for n in names
+        if n.startswith("rl_insight_monitor_")
+        and query(prom, f'count({n}{{experiment_name="{EXPERIMENT}"}})', demo_window(out)[1])
+    ]
     served = [n for n in names if n.startswith("tq_") and not n.endswith("_created")] if engine == "vllm" else []
     assert len(logged) > 80 and (engine == "sglang" or len(served) > 15)
     dashboard = build()[f"verl_trainer_v1_with_{engine}_engine.json"]
@@ -212,8 +265,9 @@ def dashboard_shows(dashboard, name):
             continue
         for t in panel.get("targets", []):
             text = t.get("expr", "")
-            if re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", text) or \
-                    re.search(rf"(?<![\w:]){re.escape(family)}_(bucket|sum|count)(?![\w:])", text):
+            if re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", text) or re.search(
+                rf"(?<![\w:]){re.escape(family)}_(bucket|sum|count)(?![\w:])", text
+            ):
                 return True
             if any(op == "=~" and re.fullmatch(regex, name) for op, regex in generate.NAME_MATCHER.findall(text)):
                 return True

@@ -17,8 +17,9 @@ cli = rl_insight
 @pytest.fixture
 def server(tmp_path):
     require_prometheus()
-    path, config = write_server_config(tmp_path, token="s3cret",
-                                       services={"tempo": {"binary": STAND_IN}, "grafana": {"binary": STAND_IN}})
+    path, config = write_server_config(
+        tmp_path, token="s3cret", services={"tempo": {"binary": STAND_IN}, "grafana": {"binary": STAND_IN}}
+    )
     started = cli("server", "start", "--detach", "--config", str(path))
     assert started.returncode == 0, started.stdout + started.stderr
     yield config
@@ -35,24 +36,57 @@ def test_healthy_setup_every_check_is_ok(server, monkeypatch):
     tracking.log({"actor/pg_loss": 0.1}, step=1)
     tracking.finish()
     prom = f"http://127.0.0.1:{server['prometheus_port']}"
-    wait_for(lambda: json.loads(http("GET", prom + "/api/v1/targets")[1] or b'{"data":{"activeTargets":[]}}')
-             ["data"]["activeTargets"] and all(t["health"] == "up" for t in json.loads(
-                 http("GET", prom + "/api/v1/targets")[1])["data"]["activeTargets"]), 30, what="hub scraped")
+    wait_for(
+        lambda: (
+            json.loads(http("GET", prom + "/api/v1/targets")[1] or b'{"data":{"activeTargets":[]}}')["data"][
+                "activeTargets"
+            ]
+            and all(
+                t["health"] == "up"
+                for t in json.loads(http("GET", prom + "/api/v1/targets")[1])["data"]["activeTargets"]
+            )
+        ),
+        30,
+        what="hub scraped",
+    )
     result = cli("doctor", "--project", "doc", "--experiment", "healthy", "--", *RIGHT)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [x for x in result.stdout.splitlines() if x.strip()]
     assert lines[-1] == "all checks passed"
-    for check in ("server reachable", "token", "clock skew", "service prometheus", "service tempo", "service grafana",
-                  "Prometheus targets", "recent samples", "datasources", "dashboards", "RL_INSIGHT_SERVER_URL",
-                  "verl version", "patches active", "Ray workers", "trainer.logger", "disable_log_stats"):
+    for check in (
+        "server reachable",
+        "token",
+        "clock skew",
+        "service prometheus",
+        "service tempo",
+        "service grafana",
+        "Prometheus targets",
+        "recent samples",
+        "datasources",
+        "dashboards",
+        "RL_INSIGHT_SERVER_URL",
+        "verl version",
+        "patches active",
+        "Ray workers",
+        "trainer.logger",
+        "disable_log_stats",
+    ):
         assert any(x.startswith(f"ok       {check}") for x in lines), f"no ok line for {check}:\n{result.stdout}"
 
 
 def test_broken_setups_say_what_to_fix(server):
     url = f"http://127.0.0.1:{server['port']}"
-    wrong = cli("doctor", "--project", "doc", "--experiment", "none-yet", "--",
-                "trainer.logger=[console]", "actor_rollout_ref.rollout.disable_log_stats=True",
-                env={"RL_INSIGHT_SERVER_URL": url, "RL_INSIGHT_TOKEN": "wrong"})
+    wrong = cli(
+        "doctor",
+        "--project",
+        "doc",
+        "--experiment",
+        "none-yet",
+        "--",
+        "trainer.logger=[console]",
+        "actor_rollout_ref.rollout.disable_log_stats=True",
+        env={"RL_INSIGHT_SERVER_URL": url, "RL_INSIGHT_TOKEN": "wrong"},
+    )
     assert wrong.returncode == 1
     out = wrong.stdout
     assert "PROBLEM  token: the server requires a token and the one given is wrong" in out

@@ -18,15 +18,29 @@ TOKEN = "fuzz-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 GOOD = {"batches": [{"project": "fuzz", "experiment_name": "good-run", "step": 1, "metrics": {"loss": 0.25}}]}
 # generated requests per operation and phase; operations without inputs are called once per phase
-BUDGET = {   # generating a push body costs ~150 ms, a target or a query ~10 ms: the bulk goes where it is cheap
-    "positive": {("POST", "/api/v1/push"): 400, ("POST", "/api/v1/targets"): 1500,
-                 ("DELETE", "/api/v1/targets"): 1500, ("GET", "/metrics"): 1500, ("POST", "/v1/traces"): 300,
-                 ("POST", "/api/v1/silences"): 100},
-    "negative": {("POST", "/api/v1/push"): 300, ("POST", "/api/v1/targets"): 1200,
-                 ("DELETE", "/api/v1/targets"): 1500, ("GET", "/metrics"): 1500, ("POST", "/v1/traces"): 300,
-                 ("POST", "/api/v1/silences"): 100},
-    "no-token": {("POST", "/api/v1/push"): 100, ("POST", "/api/v1/targets"): 200,
-                 ("DELETE", "/api/v1/targets"): 200, ("GET", "/metrics"): 200},
+BUDGET = {  # generating a push body costs ~150 ms, a target or a query ~10 ms: the bulk goes where it is cheap
+    "positive": {
+        ("POST", "/api/v1/push"): 400,
+        ("POST", "/api/v1/targets"): 1500,
+        ("DELETE", "/api/v1/targets"): 1500,
+        ("GET", "/metrics"): 1500,
+        ("POST", "/v1/traces"): 300,
+        ("POST", "/api/v1/silences"): 100,
+    },
+    "negative": {
+        ("POST", "/api/v1/push"): 300,
+        ("POST", "/api/v1/targets"): 1200,
+        ("DELETE", "/api/v1/targets"): 1500,
+        ("GET", "/metrics"): 1500,
+        ("POST", "/v1/traces"): 300,
+        ("POST", "/api/v1/silences"): 100,
+    },
+    "no-token": {
+        ("POST", "/api/v1/push"): 100,
+        ("POST", "/api/v1/targets"): 200,
+        ("DELETE", "/api/v1/targets"): 200,
+        ("GET", "/metrics"): 200,
+    },
 }
 
 
@@ -61,8 +75,9 @@ def run_phase(url, phase):
         operation = result.ok()
         budget = BUDGET[phase].get((operation.method.upper(), operation.path), 1)
 
-        @settings(max_examples=budget, database=None, deadline=None, suppress_health_check=list(HealthCheck),
-                  derandomize=True)
+        @settings(
+            max_examples=budget, database=None, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+        )
         @given(operation.as_strategy(generation_mode=mode))
         def call(case):
             response = case.call(base_url=url, session=session, headers=headers, timeout=30)
@@ -71,7 +86,7 @@ def run_phase(url, phase):
 
         try:
             call()
-        except Exception as exc:   # an operation without inputs has no invalid form to generate
+        except Exception as exc:  # an operation without inputs has no invalid form to generate
             if "Unable to satisfy assumptions" not in str(exc):
                 raise
     return server_errors
@@ -86,11 +101,34 @@ def test_over_10000_generated_requests_never_get_a_5xx_and_leave_the_metrics_who
         for phase in BUDGET:
             assert not (errors := run_phase(url, phase)), (phase, errors[:3])
             still_whole(url, process)
-        result = subprocess.run(   # schemathesis' own boundary values and examples, through its CLI
-            ["schemathesis", "run", url + "/openapi.json", "--checks", "not_a_server_error", "--phases",
-             "examples,coverage", "--mode", "all", "--suppress-health-check", "all", "--generation-database",
-             "none", "--seed", "1", "-H", f"Authorization: Bearer {TOKEN}", "--no-color", "-w", "1"],
-            capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        result = subprocess.run(  # schemathesis' own boundary values and examples, through its CLI
+            [
+                "schemathesis",
+                "run",
+                url + "/openapi.json",
+                "--checks",
+                "not_a_server_error",
+                "--phases",
+                "examples,coverage",
+                "--mode",
+                "all",
+                "--suppress-health-check",
+                "all",
+                "--generation-database",
+                "none",
+                "--seed",
+                "1",
+                "-H",
+                f"Authorization: Bearer {TOKEN}",
+                "--no-color",
+                "-w",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stdout[-3000:]
         still_whole(url, process)
         counts = responses(url)

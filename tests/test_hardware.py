@@ -8,21 +8,44 @@ import os
 import pytest
 
 from tests.helpers import http, wait_for
-from verl_rl_insight.trainer.samplers.simulated_nvml import make_nvml
-from verl_rl_insight.trainer.samplers.hardware import GpuSampler, HostSampler
 from verl_rl_insight.trainer.plugins import hardware
 from verl_rl_insight.trainer.runtime import RunInfo
+from verl_rl_insight.trainer.samplers.hardware import GpuSampler, HostSampler
+from verl_rl_insight.trainer.samplers.simulated_nvml import make_nvml
 
 SAMPLER_NVML_NAMES = [
-    "nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUUID",
-    "nvmlDeviceGetMinorNumber", "nvmlDeviceGetName", "nvmlEventSetCreate", "nvmlDeviceRegisterEvents",
-    "nvmlEventTypeXidCriticalError", "nvmlEventSetWait", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetTemperature",
-    "NVML_TEMPERATURE_GPU", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM", "NVML_CLOCK_MEM",
-    "nvmlDeviceGetPcieThroughput", "NVML_PCIE_UTIL_TX_BYTES", "NVML_PCIE_UTIL_RX_BYTES",
-    "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTotalEccErrors", "NVML_MEMORY_ERROR_TYPE_CORRECTED",
-    "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "NVML_VOLATILE_ECC", "NVMLError", "NVML_ERROR_NOT_SUPPORTED",
-    "NVML_ERROR_TIMEOUT"]
+    "nvmlInit",
+    "nvmlShutdown",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetMinorNumber",
+    "nvmlDeviceGetName",
+    "nvmlEventSetCreate",
+    "nvmlDeviceRegisterEvents",
+    "nvmlEventTypeXidCriticalError",
+    "nvmlEventSetWait",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetTotalEnergyConsumption",
+    "nvmlDeviceGetTemperature",
+    "NVML_TEMPERATURE_GPU",
+    "nvmlDeviceGetClockInfo",
+    "NVML_CLOCK_SM",
+    "NVML_CLOCK_MEM",
+    "nvmlDeviceGetPcieThroughput",
+    "NVML_PCIE_UTIL_TX_BYTES",
+    "NVML_PCIE_UTIL_RX_BYTES",
+    "nvmlDeviceGetCurrentClocksThrottleReasons",
+    "nvmlDeviceGetTotalEccErrors",
+    "NVML_MEMORY_ERROR_TYPE_CORRECTED",
+    "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
+    "NVML_VOLATILE_ECC",
+    "NVMLError",
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NVML_ERROR_TIMEOUT",
+]
 
 
 def test_the_stand_in_uses_only_names_the_real_nvidia_ml_py_has():
@@ -36,33 +59,56 @@ def test_the_stand_in_uses_only_names_the_real_nvidia_ml_py_has():
 
 def test_every_field_with_dcgm_names_units_and_labels():
     [(labels0, gpu0), (labels1, gpu1)] = GpuSampler(make_nvml(gpus=2, xid=79)).sample()
-    assert labels0 == {"gpu": "0", "UUID": "GPU-00000000-stand-in", "device": "nvidia0", "modelName": "NVIDIA H200",
-                       "Hostname": labels0["Hostname"]} and labels0["Hostname"]
+    assert (
+        labels0
+        == {
+            "gpu": "0",
+            "UUID": "GPU-00000000-stand-in",
+            "device": "nvidia0",
+            "modelName": "NVIDIA H200",
+            "Hostname": labels0["Hostname"],
+        }
+        and labels0["Hostname"]
+    )
     assert gpu0 == {
-        "DCGM_FI_DEV_GPU_UTIL": 50.0, "DCGM_FI_DEV_MEM_COPY_UTIL": 20.0,
-        "DCGM_FI_DEV_FB_USED": 1000.0, "DCGM_FI_DEV_FB_FREE": 142771.0, "DCGM_FI_DEV_FB_TOTAL": 143771.0,   # MiB
-        "DCGM_FI_DEV_POWER_USAGE": 350.0, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 9_000_000.0,               # W, mJ
-        "DCGM_FI_DEV_GPU_TEMP": 60.0, "DCGM_FI_DEV_SM_CLOCK": 1980.0, "DCGM_FI_DEV_MEM_CLOCK": 2619.0,
-        "DCGM_FI_PROF_PCIE_TX_BYTES": 1000 * 1024.0, "DCGM_FI_PROF_PCIE_RX_BYTES": 2000 * 1024.0,            # B/s
-        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 4.0, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 7.0,
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0, "DCGM_FI_DEV_XID_ERRORS": 79.0}
+        "DCGM_FI_DEV_GPU_UTIL": 50.0,
+        "DCGM_FI_DEV_MEM_COPY_UTIL": 20.0,
+        "DCGM_FI_DEV_FB_USED": 1000.0,
+        "DCGM_FI_DEV_FB_FREE": 142771.0,
+        "DCGM_FI_DEV_FB_TOTAL": 143771.0,  # MiB
+        "DCGM_FI_DEV_POWER_USAGE": 350.0,
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 9_000_000.0,  # W, mJ
+        "DCGM_FI_DEV_GPU_TEMP": 60.0,
+        "DCGM_FI_DEV_SM_CLOCK": 1980.0,
+        "DCGM_FI_DEV_MEM_CLOCK": 2619.0,
+        "DCGM_FI_PROF_PCIE_TX_BYTES": 1000 * 1024.0,
+        "DCGM_FI_PROF_PCIE_RX_BYTES": 2000 * 1024.0,  # B/s
+        "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 4.0,
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 7.0,
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0.0,
+        "DCGM_FI_DEV_XID_ERRORS": 79.0,
+    }
     assert labels1["gpu"] == "1" and gpu1["DCGM_FI_DEV_GPU_UTIL"] == 51.0
 
 
 def test_one_failing_field_or_gpu_does_not_stop_the_others():
-    nvml = make_nvml(gpus=3, broken_handles={2}, failures={
-        (0, "nvmlDeviceGetPowerUsage"): 3,            # NOT_SUPPORTED on GPU 0: never asked again
-        (1, "nvmlDeviceGetTemperature"): 999,         # a passing error on GPU 1: asked again next time
-    })
+    nvml = make_nvml(
+        gpus=3,
+        broken_handles={2},
+        failures={
+            (0, "nvmlDeviceGetPowerUsage"): 3,  # NOT_SUPPORTED on GPU 0: never asked again
+            (1, "nvmlDeviceGetTemperature"): 999,  # a passing error on GPU 1: asked again next time
+        },
+    )
     sampler = GpuSampler(nvml)
-    assert [labels["gpu"] for _, _, labels, _ in sampler.gpus] == ["0", "1"]     # GPU 2 skipped
+    assert [labels["gpu"] for _, _, labels, _ in sampler.gpus] == ["0", "1"]  # GPU 2 skipped
     for _ in range(3):
         (l0, g0), (l1, g1) = sampler.sample()
     assert "DCGM_FI_DEV_POWER_USAGE" not in g0 and g0["DCGM_FI_DEV_GPU_UTIL"] == 50.0
     assert "DCGM_FI_DEV_GPU_TEMP" not in g1 and g1["DCGM_FI_DEV_POWER_USAGE"] == 350.001
     assert nvml.calls[(0, "nvmlDeviceGetPowerUsage")] == 1
     assert nvml.calls[(1, "nvmlDeviceGetTemperature")] == 3
-    assert "DCGM_FI_DEV_XID_ERRORS" not in g0          # no XID event: nothing reported
+    assert "DCGM_FI_DEV_XID_ERRORS" not in g0  # no XID event: nothing reported
     assert sampler.errors == 1 + 1 + 3
 
 
@@ -72,15 +118,21 @@ def test_no_gpu_no_driver_or_no_binding_logs_one_line_and_host_goes_on(caplog, t
     run = RunInfo("p", "e")
     pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is in the test extra")
     # the real binding on a machine without a driver: nvmlInit raises NVMLError_LibraryNotFound
-    sampler = hardware.HardwareSampler(lambda batch: exported.append(batch), lambda: run, interval_s=60,
-                                       lock_dir=str(tmp_path), nvml_loader=lambda: pynvml)
+    sampler = hardware.HardwareSampler(
+        lambda batch: exported.append(batch),
+        lambda: run,
+        interval_s=60,
+        lock_dir=str(tmp_path),
+        nvml_loader=lambda: pynvml,
+    )
     sampler._open_gpu()
     assert sampler.gpu is None and not sampler.want_gpu
     assert caplog.text.count("no GPU metrics from this node") == 1
     batches = sampler.sample_once()
-    assert [b.labels for b in batches] == [{"node": batches[0].labels["node"]}]      # host only
-    missing = hardware.HardwareSampler(lambda batch: None, lambda: run, lock_dir=str(tmp_path),
-                                       nvml_loader=lambda: None)
+    assert [b.labels for b in batches] == [{"node": batches[0].labels["node"]}]  # host only
+    missing = hardware.HardwareSampler(
+        lambda batch: None, lambda: run, lock_dir=str(tmp_path), nvml_loader=lambda: None
+    )
     missing._open_gpu()
     assert missing.gpu is None
 
@@ -88,7 +140,7 @@ def test_no_gpu_no_driver_or_no_binding_logs_one_line_and_host_goes_on(caplog, t
 def test_host_sampling_for_real():
     sampler = HostSampler()
     first = sampler.sample()
-    sum(i * i for i in range(200_000))       # some CPU work between the samples
+    sum(i * i for i in range(200_000))  # some CPU work between the samples
     second = sampler.sample()
     with open("/proc/meminfo") as f:
         total = float(f.readline().split()[1]) * 1024
@@ -99,21 +151,23 @@ def test_host_sampling_for_real():
     for key in ("network_receive", "network_transmit", "disk_read", "disk_written"):
         name = [k for k in second if key in k][0]
         assert second[name] >= 0
-    assert "rl_insight_host_cpu_utilization_percent" not in first    # a rate needs two samples
+    assert "rl_insight_host_cpu_utilization_percent" not in first  # a rate needs two samples
 
 
 def test_one_sampler_per_node_and_takeover(tmp_path):
     run = RunInfo("p", "e")
-    a = hardware.HardwareSampler(lambda batch: None, lambda: run, interval_s=0.05, lock_dir=str(tmp_path),
-                                 nvml_loader=lambda: make_nvml(gpus=1)).start()
+    a = hardware.HardwareSampler(
+        lambda batch: None, lambda: run, interval_s=0.05, lock_dir=str(tmp_path), nvml_loader=lambda: make_nvml(gpus=1)
+    ).start()
     wait_for(lambda: a.samples >= 2, 10, what="first sampler")
-    b = hardware.HardwareSampler(lambda batch: None, lambda: run, interval_s=0.05, lock_dir=str(tmp_path),
-                                 nvml_loader=lambda: make_nvml(gpus=1)).start()
+    b = hardware.HardwareSampler(
+        lambda batch: None, lambda: run, interval_s=0.05, lock_dir=str(tmp_path), nvml_loader=lambda: make_nvml(gpus=1)
+    ).start()
     try:
         import time
 
         time.sleep(0.5)
-        assert b.samples == 0                  # the node's GPUs are reported once
+        assert b.samples == 0  # the node's GPUs are reported once
         a.close()
         wait_for(lambda: b.samples >= 2, 10, what="takeover after the first one stops")
     finally:
@@ -134,8 +188,9 @@ def test_gpu_and_host_series_reach_the_hub_with_run_labels(hub_server, monkeypat
     text = http("GET", server.url + "/metrics")[1].decode()
     util = [x for x in text.splitlines() if x.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'gpu="1"' in x][-1]
     assert 'experiment_name="hw"' in util and 'project="proj"' in util and 'UUID="GPU-00000001-stand-in"' in util
-    assert any(x.startswith("rl_insight_host_memory_total_bytes{") and 'experiment_name="hw"' in x
-               for x in text.splitlines())
+    assert any(
+        x.startswith("rl_insight_host_memory_total_bytes{") and 'experiment_name="hw"' in x for x in text.splitlines()
+    )
 
 
 def test_hardware_plugin_switched_off_by_override(hub_server, monkeypatch):
@@ -143,7 +198,6 @@ def test_hardware_plugin_switched_off_by_override(hub_server, monkeypatch):
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
     monkeypatch.delenv("VERL_RL_INSIGHT_CONFIG")
     import verl_rl_insight
-
     from verl_rl_insight.trainer import runtime
 
     verl_rl_insight.init("proj", "hw-off", config={"plugins": {"hardware": {"enabled": False}}})
@@ -165,4 +219,4 @@ def test_verl_workers_start_monitoring_when_the_run_enables_it(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29500")
     Worker()
-    assert runtime.get_runtime() is not None     # the hardware sampler of this node can run here
+    assert runtime.get_runtime() is not None  # the hardware sampler of this node can run here

@@ -7,8 +7,13 @@ from tests.helpers import http, push
 
 
 def batch(**overrides):
-    body = {"project": "p", "experiment_name": "e", "step": 1, "time": 1700000000.0,
-            "metrics": {"rl_insight_monitor_actor_pg_loss": 0.5}}
+    body = {
+        "project": "p",
+        "experiment_name": "e",
+        "step": 1,
+        "time": 1700000000.0,
+        "metrics": {"rl_insight_monitor_actor_pg_loss": 0.5},
+    }
     body.update(overrides)
     return body
 
@@ -41,8 +46,11 @@ def test_malformed_pushes_get_4xx_with_a_message_and_the_hub_keeps_serving(hub_s
         "metric name with space": ({"batches": [batch(metrics={"actor pg loss": 1})]}, 400, "invalid metric name"),
         "metric name with brace": ({"batches": [batch(metrics={'m{x="1"}': 1})]}, 400, "invalid metric name"),
         "metric name too long": ({"batches": [batch(metrics={"m" * 300: 1})]}, 400, "invalid metric name"),
-        "label injection newline": ({"batches": [batch(experiment_name='e"} 1\nevil_metric 666\n#')]}, 400,
-                                    "control characters"),
+        "label injection newline": (
+            {"batches": [batch(experiment_name='e"} 1\nevil_metric 666\n#')]},
+            400,
+            "control characters",
+        ),
         "reserved label": ({"batches": [batch(labels={"job": "x"})]}, 400, "reserved"),
         "bad label name": ({"batches": [batch(labels={"bad-name": "x"})]}, 400, "invalid label name"),
         "empty project": ({"batches": [batch(project="")]}, 400, "project"),
@@ -98,14 +106,18 @@ def scrape(server, name="test-prometheus"):
 def test_steps_pushed_between_two_scrapes_reach_a_named_scraper_in_order_with_their_own_time(hub_server):
     server = hub_server()
     scrape(server)  # the first visit
-    logged = [time.time() + 0.1 * s for s in (1, 2, 3)]   # three steps logged after it
+    logged = [time.time() + 0.1 * s for s in (1, 2, 3)]  # three steps logged after it
     time.sleep(0.5)
     batches = [batch(step=s, time=t, metrics={"m": float(s)}) for s, t in zip((1, 2, 3), logged)]
     assert push(server.url, {"batches": batches})[0] == 200
     lines = scrape(server)
     # every step with the trainer's own time (ms), in order, then the live value (no timestamp)
-    assert lines == [("1.0", int(logged[0] * 1000)), ("2.0", int(logged[1] * 1000)), ("3.0", int(logged[2] * 1000)),
-                     ("3.0", None)]
+    assert lines == [
+        ("1.0", int(logged[0] * 1000)),
+        ("2.0", int(logged[1] * 1000)),
+        ("3.0", int(logged[2] * 1000)),
+        ("3.0", None),
+    ]
     # the next scrape repeats only the live value
     assert scrape(server) == [("3.0", None)]
 
@@ -132,8 +144,10 @@ def test_batches_sent_twice_after_an_outage_are_kept_once(hub_server):
 
 def test_two_step_less_batches_of_one_stream_in_one_push_are_both_applied(hub_server):
     server = hub_server()
-    untimed = [{"project": "p", "experiment_name": "e", "metrics": {"a": 1.0}},
-               {"project": "p", "experiment_name": "e", "metrics": {"b": 2.0}}]
+    untimed = [
+        {"project": "p", "experiment_name": "e", "metrics": {"a": 1.0}},
+        {"project": "p", "experiment_name": "e", "metrics": {"b": 2.0}},
+    ]
     status, body = push(server.url, {"batches": untimed})
     assert status == 200 and json.loads(body)["accepted"] == 2
     text = exposition(server)

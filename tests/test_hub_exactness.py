@@ -16,7 +16,9 @@ import pytest
 
 from tests.helpers import http, push
 
-LINE = re.compile(r'^rl_insight_monitor_training_global_step\{experiment_name="([^"]+)",project="race"\} (\S+)(?: (\d+))?$')
+LINE = re.compile(
+    r'^rl_insight_monitor_training_global_step\{experiment_name="([^"]+)",project="race"\} (\S+)(?: (\d+))?$'
+)
 
 
 def scrape_loop(url, name, stop, record, hz=5.0):
@@ -44,23 +46,26 @@ def replay(record):
             if ts <= last_ts.get(run, -1):
                 if stamp:
                     refused.append((run, value, ts))
-                continue      # a live repeat older than the history just sent: refused, and harmless
+                continue  # a live repeat older than the history just sent: refused, and harmless
             last_ts[run] = ts
             if not stored[run] or stored[run][-1][0] != value:
                 stored[run].append((value, ts))
     return stored, refused
 
 
-@pytest.mark.parametrize("runs, steps_per_push", [(64, None), (40, 200)], ids=["64-pushers-small-pushes",
-                                                                               "40-pushes-of-200-steps"])
-def test_concurrent_pushers_and_two_named_scrapers_see_every_step_exactly_once_in_order(hub_server, runs,
-                                                                                      steps_per_push):
+@pytest.mark.parametrize(
+    "runs, steps_per_push", [(64, None), (40, 200)], ids=["64-pushers-small-pushes", "40-pushes-of-200-steps"]
+)
+def test_concurrent_pushers_and_two_named_scrapers_see_every_step_exactly_once_in_order(
+    hub_server, runs, steps_per_push
+):
     server = hub_server()
     steps = 200
     stop = threading.Event()
     records = {"prometheus-a": [], "prometheus-b": []}
-    scrapers = [threading.Thread(target=scrape_loop, args=(server.url, name, stop, record))
-                for name, record in records.items()]
+    scrapers = [
+        threading.Thread(target=scrape_loop, args=(server.url, name, stop, record)) for name, record in records.items()
+    ]
     for thread in scrapers:
         thread.start()
     errors = []
@@ -70,8 +75,16 @@ def test_concurrent_pushers_and_two_named_scrapers_see_every_step_exactly_once_i
         step = 1
         while step <= steps:
             size = steps_per_push or rng.randint(1, 20)
-            batches = [{"project": "race", "experiment_name": f"run-{run}", "step": s, "time": time.time(),
-                        "metrics": {f"m{k}": float(s) for k in range(20)}} for s in range(step, min(steps, step + size - 1) + 1)]
+            batches = [
+                {
+                    "project": "race",
+                    "experiment_name": f"run-{run}",
+                    "step": s,
+                    "time": time.time(),
+                    "metrics": {f"m{k}": float(s) for k in range(20)},
+                }
+                for s in range(step, min(steps, step + size - 1) + 1)
+            ]
             status, body = push(server.url, {"batches": batches})
             if status != 200:
                 errors.append((run, status, body[:200]))
@@ -84,7 +97,7 @@ def test_concurrent_pushers_and_two_named_scrapers_see_every_step_exactly_once_i
         thread.start()
     for thread in pushers:
         thread.join(120)
-    time.sleep(1.5)       # a few more scrapes take what is left
+    time.sleep(1.5)  # a few more scrapes take what is left
     stop.set()
     for thread in scrapers:
         thread.join(30)
@@ -97,7 +110,8 @@ def test_concurrent_pushers_and_two_named_scrapers_see_every_step_exactly_once_i
             got = [value for value, _ in stored[f"run-{run}"]]
             assert got == list(range(1, steps + 1)), (
                 f"{name}, run-{run}: {len(set(range(1, steps + 1)) - set(got))} steps missing, "
-                f"{len(got) - len(set(got))} repeated, first values {got[:10]}")
+                f"{len(got) - len(set(got))} repeated, first values {got[:10]}"
+            )
 
 
 def test_a_scrape_cut_off_mid_response_loses_nothing(hub_server):
@@ -105,8 +119,16 @@ def test_a_scrape_cut_off_mid_response_loses_nothing(hub_server):
     assert http("GET", server.url + "/metrics?scraper=cut")[0] == 200
     time.sleep(0.2)
     now = time.time()
-    batches = [{"project": "race", "experiment_name": "cut", "step": s, "time": now + s * 0.001,
-                "metrics": {f"m{k}": float(s) for k in range(2000)}} for s in range(1, 51)]
+    batches = [
+        {
+            "project": "race",
+            "experiment_name": "cut",
+            "step": s,
+            "time": now + s * 0.001,
+            "metrics": {f"m{k}": float(s) for k in range(2000)},
+        }
+        for s in range(1, 51)
+    ]
     assert push(server.url, {"batches": batches})[0] == 200
     time.sleep(0.2)
     # A client that reads the status line, then resets the connection: the body was not written.

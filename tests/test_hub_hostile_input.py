@@ -26,19 +26,22 @@ def batch(**overrides):
     return {**GOOD, "experiment_name": "bad", **overrides}
 
 
-@pytest.mark.parametrize("what, payload, field", [
-    ("metric name ending in a newline", {"batches": [batch(metrics={"evil\n": 1})]}, "invalid metric name"),
-    ("metric name with a newline inside", {"batches": [batch(metrics={"a\nb": 1})]}, "invalid metric name"),
-    ("label name ending in a newline", {"batches": [batch(labels={"evil\n": "x"})]}, "invalid label name"),
-    ("label value with a lone surrogate", {"batches": [batch(labels={"node": "\ud800"})]}, "labels.node"),
-    ("experiment with a C1 control", {"batches": [batch(experiment_name="a\x85b")]}, "experiment_name"),
-    ("the hub's own metric name", {"batches": [batch(metrics={"rl_insight_hub_series": 1})]}, "hub's own"),
-    ("a 400-digit step", {"batches": [batch(step=10**400)]}, "step"),
-    ("a value too large for a float", {"batches": [batch(metrics={"loss": 10**400})]}, "metrics.loss"),
-    ("a time in the far future", {"batches": [batch(time=1e300)]}, "time"),
-    ("an unknown field", {"batches": [batch(metric={"loss": 1})]}, "unknown field 'metric'"),
-    ("an unknown top-level field", {"batches": [], "extra": 1}, "unknown field 'extra'"),
-])
+@pytest.mark.parametrize(
+    "what, payload, field",
+    [
+        ("metric name ending in a newline", {"batches": [batch(metrics={"evil\n": 1})]}, "invalid metric name"),
+        ("metric name with a newline inside", {"batches": [batch(metrics={"a\nb": 1})]}, "invalid metric name"),
+        ("label name ending in a newline", {"batches": [batch(labels={"evil\n": "x"})]}, "invalid label name"),
+        ("label value with a lone surrogate", {"batches": [batch(labels={"node": "\ud800"})]}, "labels.node"),
+        ("experiment with a C1 control", {"batches": [batch(experiment_name="a\x85b")]}, "experiment_name"),
+        ("the hub's own metric name", {"batches": [batch(metrics={"rl_insight_hub_series": 1})]}, "hub's own"),
+        ("a 400-digit step", {"batches": [batch(step=10**400)]}, "step"),
+        ("a value too large for a float", {"batches": [batch(metrics={"loss": 10**400})]}, "metrics.loss"),
+        ("a time in the far future", {"batches": [batch(time=1e300)]}, "time"),
+        ("an unknown field", {"batches": [batch(metric={"loss": 1})]}, "unknown field 'metric'"),
+        ("an unknown top-level field", {"batches": [], "extra": 1}, "unknown field 'extra'"),
+    ],
+)
 def test_hostile_pushes_are_refused_naming_the_field_and_every_scrape_still_parses(hub_server, what, payload, field):
     server = hub_server()
     assert push(server.url, {"batches": [GOOD]})[0] == 200
@@ -48,12 +51,15 @@ def test_hostile_pushes_are_refused_naming_the_field_and_every_scrape_still_pars
     assert "bad" not in good_run_still_scrapes(server)
 
 
-@pytest.mark.parametrize("what, raw", [
-    ("5,000 nested brackets", b"[" * 5000 + b"]" * 5000),
-    ("5,000 nested objects", b'{"a":' * 5000 + b"1" + b"}" * 5000),
-    ("more containers than any valid push", b'{"batches": [' + b"[]," * 40000 + b"[]]}"),
-    ("invalid UTF-8", b'{"batches": [{"project": "\xff"}]}'),
-])
+@pytest.mark.parametrize(
+    "what, raw",
+    [
+        ("5,000 nested brackets", b"[" * 5000 + b"]" * 5000),
+        ("5,000 nested objects", b'{"a":' * 5000 + b"1" + b"}" * 5000),
+        ("more containers than any valid push", b'{"batches": [' + b"[]," * 40000 + b"[]]}"),
+        ("invalid UTF-8", b'{"batches": [{"project": "\xff"}]}'),
+    ],
+)
 def test_malformed_bodies_are_400_not_500(hub_server, what, raw):
     server = hub_server()
     assert push(server.url, {"batches": [GOOD]})[0] == 200
@@ -71,22 +77,26 @@ def raw_request(port, data, timeout=5):
 def test_a_content_length_that_is_not_a_number_is_400(hub_server):
     server = hub_server()
     for length in ("\u00b2".encode(), b"-1", b"1e3", b"99999999999999999999999"):
-        answer = raw_request(server.port, b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: " + length +
-                             b"\r\n\r\n{}")
+        answer = raw_request(
+            server.port, b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n{}"
+        )
         assert answer.startswith(("HTTP/1.1 400", "HTTP/1.1 413")), (length, answer[:100])
     assert http("GET", server.url + "/-/healthy")[0] == 200
 
 
-@pytest.mark.parametrize("what, target, message", [
-    ("job ending in a newline", {"address": "127.0.0.1:9100", "job": "node\n"}, "job must match"),
-    ("host ending in a newline", {"address": "evil\n:9100", "job": "node"}, "host:port"),
-    ("port out of range", {"address": "127.0.0.1:99999", "job": "node"}, "out of range"),
-    ("port in superscript digits", {"address": "127.0.0.1:\u00b2", "job": "node"}, "host:port"),
-    ("a TTL that never expires", {"address": "127.0.0.1:9100", "job": "node", "ttl_s": math.nan}, "ttl_s"),
-    ("an infinite TTL", {"address": "127.0.0.1:9100", "job": "node", "ttl_s": math.inf}, "ttl_s"),
-    ("label name ending in a newline", {"address": "127.0.0.1:9100", "job": "n", "labels": {"a\n": "x"}}, "label"),
-    ("an unknown field", {"address": "127.0.0.1:9100", "job": "n", "ttl": 5}, "unknown field 'ttl'"),
-])
+@pytest.mark.parametrize(
+    "what, target, message",
+    [
+        ("job ending in a newline", {"address": "127.0.0.1:9100", "job": "node\n"}, "job must match"),
+        ("host ending in a newline", {"address": "evil\n:9100", "job": "node"}, "host:port"),
+        ("port out of range", {"address": "127.0.0.1:99999", "job": "node"}, "out of range"),
+        ("port in superscript digits", {"address": "127.0.0.1:\u00b2", "job": "node"}, "host:port"),
+        ("a TTL that never expires", {"address": "127.0.0.1:9100", "job": "node", "ttl_s": math.nan}, "ttl_s"),
+        ("an infinite TTL", {"address": "127.0.0.1:9100", "job": "node", "ttl_s": math.inf}, "ttl_s"),
+        ("label name ending in a newline", {"address": "127.0.0.1:9100", "job": "n", "labels": {"a\n": "x"}}, "label"),
+        ("an unknown field", {"address": "127.0.0.1:9100", "job": "n", "ttl": 5}, "unknown field 'ttl'"),
+    ],
+)
 def test_hostile_targets_are_refused_and_service_discovery_stays_valid(hub_server, what, target, message):
     server = hub_server()
     status, body = http("POST", server.url + "/api/v1/targets", json.dumps(target).encode())

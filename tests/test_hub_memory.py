@@ -14,9 +14,18 @@ from verl_rl_insight.server.metrics.hub import MetricHub
 
 def pushes(streams, series, count, start=1.7e9):
     for p in range(count):
-        yield {"batches": [{"project": "mem", "experiment_name": f"run-{s}", "step": p, "time": start + p,
-                            "metrics": {f"rl_insight_monitor_metric_{i}": p + i / 7 for i in range(series)}}
-                           for s in range(streams)]}
+        yield {
+            "batches": [
+                {
+                    "project": "mem",
+                    "experiment_name": f"run-{s}",
+                    "step": p,
+                    "time": start + p,
+                    "metrics": {f"rl_insight_monitor_metric_{i}": p + i / 7 for i in range(series)},
+                }
+                for s in range(streams)
+            ]
+        }
 
 
 @pytest.mark.parametrize("streams, series, count", [(100, 300, 10), (500, 10, 20), (1000, 1, 20), (2, 5000, 10)])
@@ -44,7 +53,7 @@ def test_a_server_pushed_far_past_its_memory_bound_stays_under_it(tmp_path):
     url = f"http://127.0.0.1:{port}"
     try:
         assert push(url, next(pushes(50, 200, 1)))[0] == 200
-        assert http("GET", url + "/metrics?scraper=slow-prometheus")[0] == 200   # a scraper that falls behind
+        assert http("GET", url + "/metrics?scraper=slow-prometheus")[0] == 200  # a scraper that falls behind
         _, rss_before = process_figures(hub.pid)
         start = time.time() - 3600
         # 50 runs x 200 series x 400 steps: 4 million values, several times the bound
@@ -56,15 +65,23 @@ def test_a_server_pushed_far_past_its_memory_bound_stays_under_it(tmp_path):
         assert figures["memory_bytes"] <= limit_mb * 2**20
         assert figures["history_evicted_total"] > 0 and figures["history_evicted_unsent_total"] > 0
         assert rss_after - rss_before < limit_mb * 2**20, (
-            f"RSS grew by {(rss_after - rss_before) / 2**20:.0f} MiB under a bound of {limit_mb} MiB")
+            f"RSS grew by {(rss_after - rss_before) / 2**20:.0f} MiB under a bound of {limit_mb} MiB"
+        )
         # the hub says what it dropped, at /metrics and in the live values every series still has
         status, body = http("GET", url + "/metrics")
         assert b"rl_insight_hub_history_evicted_unsent_total" in body
         assert body.count(b"rl_insight_monitor_metric_7{") == 50
         # more series than the bound can hold at all: refused, naming the setting
-        status, body = push(url, next(pushes(1, 9000, 1)) | {"batches": [
-            {"project": "mem", "experiment_name": f"huge-{i}", "metrics": {f"m{j}": 1.0 for j in range(9000)}}
-            for i in range(8)]})
+        status, body = push(
+            url,
+            next(pushes(1, 9000, 1))
+            | {
+                "batches": [
+                    {"project": "mem", "experiment_name": f"huge-{i}", "metrics": {f"m{j}": 1.0 for j in range(9000)}}
+                    for i in range(8)
+                ]
+            },
+        )
         assert status == 422 and "memory_limit_mb" in json.loads(body)["error"]
     finally:
         stop_group(hub)

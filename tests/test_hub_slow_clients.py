@@ -6,8 +6,7 @@ import resource
 import socket
 import time
 
-from tests.helpers import (cpu_seconds, free_port, http, process_figures, push, start_hub_process, stop_group,
-                           wait_for)
+from tests.helpers import cpu_seconds, free_port, http, process_figures, push, start_hub_process, stop_group, wait_for
 
 PUSH = {"batches": [{"project": "p", "experiment_name": "e", "step": 1, "metrics": {"loss": 1.0}}]}
 
@@ -23,9 +22,11 @@ def test_500_idle_and_half_sent_connections_leave_push_and_scrape_working(tmp_pa
         threads_before, rss_before = process_figures(hub.pid)
         for i in range(500):
             s = socket.create_connection(("127.0.0.1", port), timeout=5)
-            if i % 3 == 1:    # headers, then half of the promised body
-                s.sendall(b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: 100000\r\n\r\n" + b'{"batches": [' + b" " * 50000)
+            if i % 3 == 1:  # headers, then half of the promised body
+                s.sendall(
+                    b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 100000\r\n\r\n" + b'{"batches": [' + b" " * 50000
+                )
             elif i % 3 == 2:  # half of the headers
                 s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
             clients.append(s)  # i % 3 == 0: connected, silent
@@ -39,7 +40,7 @@ def test_500_idle_and_half_sent_connections_leave_push_and_scrape_working(tmp_pa
         assert status == 200 and b'loss{experiment_name="e",project="p"} 1.0' in body
         assert push_s < 1.0 and scrape_s < 1.0, (push_s, scrape_s)
         threads, rss = process_figures(hub.pid)
-        assert threads <= threads_before + 4, (threads_before, threads)       # no thread per connection
+        assert threads <= threads_before + 4, (threads_before, threads)  # no thread per connection
         assert rss - rss_before < 64 * 2**20, (rss_before, rss)
 
         # the server answers every one of them itself, with 408, and closes them
@@ -51,7 +52,7 @@ def test_500_idle_and_half_sent_connections_leave_push_and_scrape_working(tmp_pa
                     s.settimeout(0.01)
                     try:
                         got[i] = s.recv(4096)
-                    except socket.timeout:
+                    except TimeoutError:
                         pass
                     except ConnectionError:
                         got[i] = b""
@@ -75,7 +76,9 @@ def read_response(s):
             return data
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    length = int(
+        next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    )
     while len(body) < length:
         chunk = s.recv(65536)
         if not chunk:
@@ -89,12 +92,12 @@ def test_an_oversized_body_is_refused_before_it_is_sent(tmp_path):
     hub = start_hub_process(port, tmp_path, max_body_mb=1)
     try:
         threads_before, rss_before = process_figures(hub.pid)
-        for _ in range(20):   # each announces 32 MiB and sends none of it
+        for _ in range(20):  # each announces 32 MiB and sends none of it
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
                 s.sendall(b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\n")
                 answer = read_response(s)
                 assert answer.startswith(b"HTTP/1.1 413") and b"over the limit" in answer, answer[:200]
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:   # chunked: counted as it comes
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:  # chunked: counted as it comes
             s.sendall(b"POST /api/v1/push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
             chunk = b" " * 65536
             try:
@@ -114,7 +117,7 @@ def test_out_of_descriptors_the_server_idles_and_serves_again_once_they_are_back
     hub = start_hub_process(port, tmp_path, open_files=64)
     clients = []
     try:
-        for _ in range(120):   # more connections than the server has descriptors for
+        for _ in range(120):  # more connections than the server has descriptors for
             try:
                 clients.append(socket.create_connection(("127.0.0.1", port), timeout=2))
             except OSError:
@@ -126,8 +129,11 @@ def test_out_of_descriptors_the_server_idles_and_serves_again_once_they_are_back
         for s in clients:
             s.close()
         clients.clear()
-        assert wait_for(lambda: http("GET", f"http://127.0.0.1:{port}/-/healthy", timeout=2)[0] == 200, 15,
-                        what="service once descriptors are free")
+        assert wait_for(
+            lambda: http("GET", f"http://127.0.0.1:{port}/-/healthy", timeout=2)[0] == 200,
+            15,
+            what="service once descriptors are free",
+        )
         assert push(f"http://127.0.0.1:{port}", PUSH)[0] == 200
     finally:
         for s in clients:

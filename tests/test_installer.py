@@ -76,8 +76,12 @@ def release_server(tmp_path):
 
 
 def run_install(*args):
-    return subprocess.run([sys.executable, "-m", "verl_rl_insight", "server", "install", *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "verl_rl_insight", "server", "install", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def nothing_installed():
@@ -91,7 +95,7 @@ def test_download_verify_extract_and_the_binary_runs(release_server, prometheus_
     sha = build_archive(root / FILE, [(f"{TOP}/prometheus", prometheus_binary), (f"{TOP}/LICENSE", b"Apache")])
     result = run_install("prometheus", "--force", "--mirror", url, "--sha256", f"prometheus={sha}")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "%" in result.stderr                                  # the progress bar
+    assert "%" in result.stderr  # the progress bar
     record = installer.installed("prometheus")
     assert record["version"] == VERSION and record["sha256"] == sha and record["source"] == "download"
     version = subprocess.run([record["binary"], "--version"], capture_output=True, text=True)
@@ -117,12 +121,16 @@ def test_pinned_checksum_is_used_by_default(release_server, prometheus_binary):
     assert nothing_installed()[0]
 
 
-@pytest.mark.parametrize("evil", [
-    [(f"{TOP}/prometheus", b"x"), ("../../escaped", b"x")],
-    [(f"{TOP}/prometheus", b"x"), ("/tmp/absolute-escape", b"x")],
-    [(f"{TOP}/prometheus", b"x"), (f"{TOP}/link", ("symlink", "../../../etc/passwd"))],
-    [(f"{TOP}/prometheus", b"x"), (f"{TOP}/abs-link", ("symlink", "/etc/passwd"))],
-], ids=["dot-dot", "absolute", "relative-link-out", "absolute-link"])
+@pytest.mark.parametrize(
+    "evil",
+    [
+        [(f"{TOP}/prometheus", b"x"), ("../../escaped", b"x")],
+        [(f"{TOP}/prometheus", b"x"), ("/tmp/absolute-escape", b"x")],
+        [(f"{TOP}/prometheus", b"x"), (f"{TOP}/link", ("symlink", "../../../etc/passwd"))],
+        [(f"{TOP}/prometheus", b"x"), (f"{TOP}/abs-link", ("symlink", "/etc/passwd"))],
+    ],
+    ids=["dot-dot", "absolute", "relative-link-out", "absolute-link"],
+)
 def test_archives_writing_or_linking_outside_are_refused(release_server, tmp_path, evil):
     root, url, _ = release_server
     sha = build_archive(root / FILE, evil)
@@ -142,14 +150,16 @@ def test_interrupted_download_leaves_no_half_install_and_keeps_the_old_one(relea
     result = run_install("prometheus", "--force", "--mirror", url, "--sha256", f"prometheus={sha}")
     assert result.returncode == 1
     assert "nothing was installed" in result.stdout
-    assert installer.installed("prometheus") == good                  # the earlier install is intact
+    assert installer.installed("prometheus") == good  # the earlier install is intact
     assert sorted(p.name for p in installer.services_dir().iterdir()) == [f"prometheus-{VERSION}", "prometheus.json"]
 
 
 def test_local_archive_happy_path_and_missing_file_message(tmp_path, prometheus_binary):
     archives = tmp_path / "archives"
     archives.mkdir()
-    missing = run_install("prometheus", "--force", "--local-archive", str(archives), "--sha256", "prometheus=" + "a" * 64)
+    missing = run_install(
+        "prometheus", "--force", "--local-archive", str(archives), "--sha256", "prometheus=" + "a" * 64
+    )
     assert missing.returncode == 1
     assert f"{archives / FILE} not found" in missing.stdout and "expects the release file" in missing.stdout
     sha = build_archive(archives / FILE, [(f"{TOP}/prometheus", prometheus_binary)])
@@ -160,7 +170,7 @@ def test_local_archive_happy_path_and_missing_file_message(tmp_path, prometheus_
 
 def test_compatible_binary_on_the_machine_is_used_instead_of_downloading():
     require_prometheus()
-    result = run_install("prometheus", "--mirror", "http://127.0.0.1:9")   # nothing listens there
+    result = run_install("prometheus", "--mirror", "http://127.0.0.1:9")  # nothing listens there
     assert result.returncode == 0, result.stdout
     assert "already on this machine" in result.stdout
     record = json.loads((installer.services_dir() / "prometheus.json").read_text())
@@ -175,9 +185,11 @@ GRAFANA = release("grafana")
 def tempo_release(folder, sums=None):
     """Tempo's release layout: the archive (a STAND-IN binary inside) and SHA256SUMS beside it."""
     sha = build_archive(folder / TEMPO["file"], [("tempo", STAND_IN), ("LICENSE", b"AGPL")])
-    (folder / "SHA256SUMS").write_text(sums if sums is not None else
-                                       f"{'1' * 64}  tempo_{TEMPO['version']}_linux_other.tar.gz\n"
-                                       f"{sha}  {TEMPO['file']}\n")
+    (folder / "SHA256SUMS").write_text(
+        sums
+        if sums is not None
+        else f"{'1' * 64}  tempo_{TEMPO['version']}_linux_other.tar.gz\n{sha}  {TEMPO['file']}\n"
+    )
     return sha
 
 
@@ -191,11 +203,15 @@ def test_tempo_installs_against_the_checksum_file_of_its_release(release_server)
     assert record["sha256"] == sha and record["checksum_source"] == f"{url}/SHA256SUMS"
 
 
-@pytest.mark.parametrize("sums, message", [
-    (f"{'0' * 64}  {TEMPO['file']}\n", "checksum mismatch"),
-    (f"{'0' * 64}  tempo_other.tar.gz\n", f"has no sha256 for {TEMPO['file']}"),
-    (None, "cannot read"),
-], ids=["tampered", "no-entry", "missing"])
+@pytest.mark.parametrize(
+    "sums, message",
+    [
+        (f"{'0' * 64}  {TEMPO['file']}\n", "checksum mismatch"),
+        (f"{'0' * 64}  tempo_other.tar.gz\n", f"has no sha256 for {TEMPO['file']}"),
+        (None, "cannot read"),
+    ],
+    ids=["tampered", "no-entry", "missing"],
+)
 def test_a_tampered_or_missing_checksum_file_refuses_and_installs_nothing(release_server, sums, message):
     root, url, _ = release_server
     tempo_release(root, sums=sums or "")
@@ -225,7 +241,7 @@ def test_grafana_checksum_file_of_one_line_is_read_too(release_server):
     sha = build_archive(root / GRAFANA["file"], [(GRAFANA["binary"], STAND_IN)])
     (root / f"{GRAFANA['file']}.sha256").write_text(sha + "\n")
     result = run_install("grafana", "--force", "--mirror", url, "--config", "/dev/null")
-    assert result.returncode == 1 and f"expected {GRAFANA['sha256']}" in result.stdout   # the pin comes first
+    assert result.returncode == 1 and f"expected {GRAFANA['sha256']}" in result.stdout  # the pin comes first
     assert installer.checksum_for(sha + "\n", GRAFANA["file"]) == sha
     assert installer.checksum_for(f"{sha}  *{GRAFANA['file']}\n", GRAFANA["file"]) == sha
 
@@ -241,14 +257,23 @@ def test_the_readme_quickstart_installs_and_starts(release_server, tmp_path):
     (root / f"{GRAFANA['file']}.sha256").write_text(sha + "\n")
     # the config only names the STAND-IN Grafana archive's checksum (the pinned one is the real release's)
     config, _ = write_server_config(tmp_path, services={"grafana": {"sha256": sha}})
-    install = subprocess.run([sys.executable, "-m", "verl_rl_insight", "server", "install", "--config", str(config)],
-                             capture_output=True, text=True, timeout=300, env=dict(os.environ, RL_INSIGHT_MIRROR=url))
+    install = subprocess.run(
+        [sys.executable, "-m", "verl_rl_insight", "server", "install", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, RL_INSIGHT_MIRROR=url),
+    )
     assert install.returncode == 0, install.stdout + install.stderr
-    assert "already on this machine" in install.stdout                  # Prometheus: the Debian package
-    assert f"verified against {url}/SHA256SUMS" in install.stdout       # Tempo: its release's checksum file
+    assert "already on this machine" in install.stdout  # Prometheus: the Debian package
+    assert f"verified against {url}/SHA256SUMS" in install.stdout  # Tempo: its release's checksum file
     assert "verified against services.grafana.sha256 of the server config" in install.stdout
-    start = subprocess.run([sys.executable, "-m", "verl_rl_insight", "server", "start", "--detach", "--config",
-                            str(config)], capture_output=True, text=True, timeout=300)
+    start = subprocess.run(
+        [sys.executable, "-m", "verl_rl_insight", "server", "start", "--detach", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     try:
         assert start.returncode == 0, start.stdout + start.stderr
         assert "NOT RUNNING" not in start.stdout and "export RL_INSIGHT_SERVER_URL=" in start.stdout
@@ -257,7 +282,8 @@ def test_the_readme_quickstart_installs_and_starts(release_server, tmp_path):
 
 
 def test_link_chains_and_hard_links_out_of_the_folder_are_refused_and_nothing_is_written_outside(
-        release_server, tmp_path):
+    release_server, tmp_path
+):
     """The archives that defeated the old pre-scan: a symlink chain (a -> ., a/b -> ..) whose
     second link resolves outside, then a file or a hard link written through it."""
     root, url, _ = release_server
@@ -265,13 +291,24 @@ def test_link_chains_and_hard_links_out_of_the_folder_are_refused_and_nothing_is
     victim.parent.mkdir(parents=True, exist_ok=True)
     victim.write_text("untouched")
     chains = {
-        "symlink-chain-then-file": [(f"{TOP}/prometheus", b"x"), (f"{TOP}/a", ("symlink", ".")),
-                                    (f"{TOP}/a/b", ("symlink", "..")), (f"{TOP}/a/b/b/escaped", b"x")],
-        "symlink-chain-then-hardlink": [(f"{TOP}/prometheus", b"x"), (f"{TOP}/a", ("symlink", ".")),
-                                        (f"{TOP}/a/b", ("symlink", "..")),
-                                        (f"{TOP}/h", ("hardlink", f"{TOP}/a/b/b/b/b/victim.txt"))],
-        "link-through-a-link": [(f"{TOP}/prometheus", b"x"), (f"{TOP}/s", ("symlink", ".")),
-                                (f"{TOP}/up", ("symlink", "s/../..")), (f"{TOP}/up/escaped", b"x")],
+        "symlink-chain-then-file": [
+            (f"{TOP}/prometheus", b"x"),
+            (f"{TOP}/a", ("symlink", ".")),
+            (f"{TOP}/a/b", ("symlink", "..")),
+            (f"{TOP}/a/b/b/escaped", b"x"),
+        ],
+        "symlink-chain-then-hardlink": [
+            (f"{TOP}/prometheus", b"x"),
+            (f"{TOP}/a", ("symlink", ".")),
+            (f"{TOP}/a/b", ("symlink", "..")),
+            (f"{TOP}/h", ("hardlink", f"{TOP}/a/b/b/b/b/victim.txt")),
+        ],
+        "link-through-a-link": [
+            (f"{TOP}/prometheus", b"x"),
+            (f"{TOP}/s", ("symlink", ".")),
+            (f"{TOP}/up", ("symlink", "s/../..")),
+            (f"{TOP}/up/escaped", b"x"),
+        ],
         "hardlink-to-outside": [(f"{TOP}/prometheus", b"x"), (f"{TOP}/h", ("hardlink", "../../victim.txt"))],
     }
     for what, members in chains.items():
@@ -286,10 +323,16 @@ def test_link_chains_and_hard_links_out_of_the_folder_are_refused_and_nothing_is
 
 def test_a_link_to_a_link_inside_the_folder_is_fine(release_server, prometheus_binary):
     root, url, _ = release_server
-    sha = build_archive(root / FILE, [(f"{TOP}/prometheus", prometheus_binary), (f"{TOP}/lib/a.so.1.2", b"so"),
-                                      (f"{TOP}/lib/a.so.1", ("symlink", "a.so.1.2")),
-                                      (f"{TOP}/lib/a.so", ("symlink", "a.so.1")),
-                                      (f"{TOP}/LICENSE.copy", ("hardlink", f"{TOP}/lib/a.so.1.2"))])
+    sha = build_archive(
+        root / FILE,
+        [
+            (f"{TOP}/prometheus", prometheus_binary),
+            (f"{TOP}/lib/a.so.1.2", b"so"),
+            (f"{TOP}/lib/a.so.1", ("symlink", "a.so.1.2")),
+            (f"{TOP}/lib/a.so", ("symlink", "a.so.1")),
+            (f"{TOP}/LICENSE.copy", ("hardlink", f"{TOP}/lib/a.so.1.2")),
+        ],
+    )
     result = run_install("prometheus", "--force", "--mirror", url, "--sha256", f"prometheus={sha}")
     assert result.returncode == 0, result.stdout + result.stderr
     installed = Path(installer.installed("prometheus")["binary"]).parent

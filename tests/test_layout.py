@@ -16,9 +16,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 def lint_imports(cwd):
     env = {**os.environ, "PYTHONPATH": str(cwd)}
-    return subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
-                           "sys.exit(lint_imports_command())"], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())",
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_layers_hold_and_a_lower_room_importing_a_higher_one_breaks_them(tmp_path):
@@ -26,8 +35,9 @@ def test_the_layers_hold_and_a_lower_room_importing_a_higher_one_breaks_them(tmp
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
     # positive control: the same contracts on a copy where the shared contract imports a command
-    shutil.copytree(REPO / "verl_rl_insight", tmp_path / "verl_rl_insight",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.json"))
+    shutil.copytree(
+        REPO / "verl_rl_insight", tmp_path / "verl_rl_insight", ignore=shutil.ignore_patterns("__pycache__", "*.json")
+    )
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     naming = tmp_path / "verl_rl_insight" / "contract" / "naming.py"
     naming.write_text(naming.read_text() + "\nfrom verl_rl_insight.commands import doctor  # noqa\n")
@@ -40,14 +50,15 @@ def test_the_layers_hold_and_a_lower_room_importing_a_higher_one_breaks_them(tmp
 @pytest.mark.parametrize("old", sorted(OLD_PATHS))
 def test_every_old_module_path_is_the_module_at_its_new_path(old):
     assert importlib.import_module(f"verl_rl_insight.{old}") is importlib.import_module(
-        f"verl_rl_insight.{OLD_PATHS[old]}")
+        f"verl_rl_insight.{OLD_PATHS[old]}"
+    )
 
 
 def test_old_paths_in_use_config_hub_plugin_api_and_dashboard_check(tmp_path):
     from verl_rl_insight import hookimpl, plugin_settings
-    from verl_rl_insight.config import ConfigError, load_config          # old path
-    from verl_rl_insight.hookspecs import hookimpl as old_hookimpl       # old path
-    from verl_rl_insight.server.hub import MetricHub                     # old path
+    from verl_rl_insight.config import ConfigError, load_config  # old path
+    from verl_rl_insight.hookspecs import hookimpl as old_hookimpl  # old path
+    from verl_rl_insight.server.hub import MetricHub  # old path
 
     assert hookimpl is old_hookimpl
     config = load_config({"rl_insight": {"plugins": {"hardware": {"interval_s": 2}}}}, environ={})
@@ -57,14 +68,21 @@ def test_old_paths_in_use_config_hub_plugin_api_and_dashboard_check(tmp_path):
     hub = MetricHub()
     hub.push({"batches": [{"project": "p", "experiment_name": "e", "step": 1, "metrics": {"m": 1.0}}]})
     assert 'm{experiment_name="e",project="p"} 1.0' in hub.live_body().decode()
-    result = subprocess.run([sys.executable, "-m", "verl_rl_insight.grafana.generate", "--check"], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_rl_insight.grafana.generate", "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
 
 
 def test_verl_use_external_modules_with_the_old_activate_path_activates():
-    code = ("import importlib, sys; importlib.import_module('verl_rl_insight.activate'); "
-            "from verl_rl_insight.trainer.activation import bootstrap; sys.exit(0 if bootstrap.active() else 3)")
+    code = (
+        "import importlib, sys; importlib.import_module('verl_rl_insight.activate'); "
+        "from verl_rl_insight.trainer.activation import bootstrap; sys.exit(0 if bootstrap.active() else 3)"
+    )
     env = {**os.environ, "VERL_RL_INSIGHT_AUTOLOAD": "0"}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

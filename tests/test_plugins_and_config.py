@@ -4,7 +4,6 @@ import inspect
 import json
 import subprocess
 import sys
-
 import time
 
 import pytest
@@ -37,8 +36,12 @@ def test_unknown_plugin_name_in_a_training_run_is_logged_and_training_goes_on(hu
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
     from verl.utils.tracking import Tracking
 
-    tracking = Tracking("p", "typo", default_backend=["rl_insight"],
-                        config={"rl_insight": {"plugins": {"hardwear": {"enabled": False}}}})
+    tracking = Tracking(
+        "p",
+        "typo",
+        default_backend=["rl_insight"],
+        config={"rl_insight": {"plugins": {"hardwear": {"enabled": False}}}},
+    )
     tracking.log({"x": 1.0}, step=1)
     tracking.finish()
     assert "unknown rl-insight plugin(s) in config: hardwear" in caplog.text
@@ -61,18 +64,23 @@ def test_hydra_override_switches_a_plugin_off(hub_server, monkeypatch, where):
 
 def test_config_layers_defaults_file_hydra_env(tmp_path):
     config_file = tmp_path / "rl.yaml"
-    config_file.write_text("server_url: http://from-file:1\ncollect_interval_s: 7\n"
-                           "plugins:\n  metric_push:\n    timeout_s: 1\n")
-    trainer_config = {"trainer": {"rl_insight": {"collect_interval_s": 8, "plugins": {"metric_push": {"timeout_s": 2}}}},
-                      "rl_insight": {"plugins": {"metric_push": {"timeout_s": 3}}}}
+    config_file.write_text(
+        "server_url: http://from-file:1\ncollect_interval_s: 7\nplugins:\n  metric_push:\n    timeout_s: 1\n"
+    )
+    trainer_config = {
+        "trainer": {"rl_insight": {"collect_interval_s": 8, "plugins": {"metric_push": {"timeout_s": 2}}}},
+        "rl_insight": {"plugins": {"metric_push": {"timeout_s": 3}}},
+    }
     config = load_config(trainer_config, environ={"RL_INSIGHT_CONFIG_FILE": str(config_file)})
     assert config.server_url == "http://from-file:1"
-    assert config.collect_interval_s == 8               # Hydra beats the file
-    assert config.plugins.metric_push.timeout_s == 3    # top-level beats trainer.rl_insight
+    assert config.collect_interval_s == 8  # Hydra beats the file
+    assert config.plugins.metric_push.timeout_s == 3  # top-level beats trainer.rl_insight
     assert config.plugins.metric_push.queue_batches == 1024  # defaults stay
-    config = load_config(trainer_config, environ={"RL_INSIGHT_CONFIG_FILE": str(config_file),
-                                                  "RL_INSIGHT_SERVER_URL": "http://from-env:2/"})
-    assert config.server_url == "http://from-env:2"     # env beats everything
+    config = load_config(
+        trainer_config,
+        environ={"RL_INSIGHT_CONFIG_FILE": str(config_file), "RL_INSIGHT_SERVER_URL": "http://from-env:2/"},
+    )
+    assert config.server_url == "http://from-env:2"  # env beats everything
 
 
 def test_bad_config_file_is_named_in_the_error(tmp_path):
@@ -86,9 +94,23 @@ def test_bad_config_file_is_named_in_the_error(tmp_path):
 def example_plugin_dir(tmp_path_factory):
     """The example plugin package, really pip-installed (into a folder put on PYTHONPATH)."""
     target = tmp_path_factory.mktemp("example-plugin")
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                             "--target", str(target), str(REPO / "examples" / "rl-insight-example-plugin")],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(REPO / "examples" / "rl-insight-example-plugin"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return target
 
@@ -115,27 +137,35 @@ def run_with_plugin(plugin_dir, out, config=None, extra_env=None):
 def test_third_party_plugin_is_called_then_disabled_through_config(example_plugin_dir, tmp_path):
     out = tmp_path / "calls.jsonl"
     [call] = run_with_plugin(example_plugin_dir, out)
-    assert call == {"project": "p", "experiment_name": "plugin-run", "step": 1,
-                    "keys": ["actor/pg_loss"]}
+    assert call == {"project": "p", "experiment_name": "plugin-run", "step": 1, "keys": ["actor/pg_loss"]}
     out.unlink()
-    assert run_with_plugin(example_plugin_dir, out,
-                           config={"rl_insight": {"plugins": {"example_jsonl": {"enabled": False}}}}) == []
+    assert (
+        run_with_plugin(
+            example_plugin_dir, out, config={"rl_insight": {"plugins": {"example_jsonl": {"enabled": False}}}}
+        )
+        == []
+    )
     assert run_with_plugin(example_plugin_dir, out, extra_env={"VERL_RL_INSIGHT_PLUGINS": "none"}) == []
     assert len(run_with_plugin(example_plugin_dir, out, extra_env={"VERL_RL_INSIGHT_PLUGINS": "example_jsonl"})) == 1
 
 
 def test_plugins_command_lists_builtin_and_third_party(example_plugin_dir):
-    result = run_python("from verl_rl_insight.commands import main; main(['plugins', '--json'])", pythonpath=example_plugin_dir)
+    result = run_python(
+        "from verl_rl_insight.commands import main; main(['plugins', '--json'])", pythonpath=example_plugin_dir
+    )
     rows = {row["name"]: row for row in json.loads(result.stdout)}
     assert rows["trainer_metrics"]["source"] == "built-in"
     assert rows["example_jsonl"] == {"name": "example_jsonl", "source": "entry point", "enabled": True}
 
 
-@pytest.mark.parametrize("block, key, known", [
-    ({"plugins": {"metric_push": {"queue_batchez": 10}}}, "plugins.metric_push.queue_batchez", "queue_batches"),
-    ({"plugins": {"hardware": {"intervals": 2}}}, "plugins.hardware.intervals", "interval_s"),
-    ({"server_ulr": "http://127.0.0.1:1"}, "server_ulr", "server_url"),
-])
+@pytest.mark.parametrize(
+    "block, key, known",
+    [
+        ({"plugins": {"metric_push": {"queue_batchez": 10}}}, "plugins.metric_push.queue_batchez", "queue_batches"),
+        ({"plugins": {"hardware": {"intervals": 2}}}, "plugins.hardware.intervals", "interval_s"),
+        ({"server_ulr": "http://127.0.0.1:1"}, "server_ulr", "server_url"),
+    ],
+)
 def test_a_typo_in_a_trainer_side_key_is_refused_naming_the_known_keys(block, key, known):
     import verl_rl_insight
 
@@ -161,7 +191,7 @@ def test_max_request_bytes_changes_how_the_sender_splits_requests(hub_server, mo
     sizes = []
     push = server.api._push
 
-    def slow_first_push(body):   # the batches logged meanwhile queue up: the next request could take them all
+    def slow_first_push(body):  # the batches logged meanwhile queue up: the next request could take them all
         if not sizes:
             time.sleep(0.5)
         sizes.append(len(body))
@@ -176,4 +206,4 @@ def test_max_request_bytes_changes_how_the_sender_splits_requests(hub_server, mo
     verl_rl_insight.finish(timeout_s=20)
     assert server.hub.streams()[0]["step"] == 40
     assert max(sizes) <= 4096, sizes
-    assert len(sizes) >= 39 * 700 // 4096             # a batch of 20 metrics is about 700 bytes
+    assert len(sizes) >= 39 * 700 // 4096  # a batch of 20 metrics is about 700 bytes

@@ -9,7 +9,6 @@ import pytest
 from tests.helpers import Prometheus, free_port, http, require_prometheus, rl_insight, start_hub_process, wait_for
 from verl_rl_insight.trainer.plugins import metric_push
 
-
 cli = rl_insight
 
 
@@ -19,10 +18,25 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
 
     hub_port, prom_port = free_port(), free_port()
     env = dict(os.environ)
-    started = cli("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port),
-                  "--prometheus-port", str(prom_port), "--scrape-interval", "1", "--data-dir", str(tmp_path / "data"),
-                  "--no-tempo", "--no-grafana", "--no-alertmanager",
-                  env=env)
+    started = cli(
+        "server",
+        "start",
+        "--detach",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(hub_port),
+        "--prometheus-port",
+        str(prom_port),
+        "--scrape-interval",
+        "1",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--no-tempo",
+        "--no-grafana",
+        "--no-alertmanager",
+        env=env,
+    )
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         assert f"export RL_INSIGHT_SERVER_URL=http://127.0.0.1:{hub_port}" in started.stdout
@@ -60,8 +74,9 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
-def test_hub_restarted_mid_run_every_step_reaches_prometheus_once_in_order_with_its_own_time(monkeypatch, tmp_path,
-                                                                                           how):
+def test_hub_restarted_mid_run_every_step_reaches_prometheus_once_in_order_with_its_own_time(
+    monkeypatch, tmp_path, how
+):
     """The hub stops (or is killed) at step 11 and comes back at step 21, on the same data dir,
     while a real Prometheus scrapes it as a named scraper: every step is stored once, in order,
     with the time the trainer logged it, but for the steps the outage held back."""
@@ -83,31 +98,35 @@ def test_hub_restarted_mid_run_every_step_reaches_prometheus_once_in_order_with_
         t0 = time.time()
         logged = {}
         for step in range(1, 31):
-            if step == 11:                            # the server goes away mid-run
+            if step == 11:  # the server goes away mid-run
                 if how == "SIGKILL":
                     os.killpg(hub.pid, signal.SIGKILL)
                     hub.wait(10)
                 else:
                     stop_group(hub)
             if step == 21:
-                hub = start_hub_process(port, tmp_path)       # and comes back
+                hub = start_hub_process(port, tmp_path)  # and comes back
             logged[step] = time.time()
             tracking.log({"actor/pg_loss": float(step)}, step=step)
             sender = sender or metric_push.sender()
             time.sleep(0.2)
-        assert sender.stats["failed_requests"] >= 1   # the outage was noticed...
-        assert sender.flush(15)                       # ...and the spool replayed
+        assert sender.stats["failed_requests"] >= 1  # the outage was noticed...
+        assert sender.flush(15)  # ...and the spool replayed
         assert sender.stats["dropped_batches"] == 0
         tracking.finish()
 
         def stored():
-            samples = prometheus.raw_samples(f'rl_insight_monitor_actor_pg_loss{{experiment_name="restart-{how}"}}',
-                                             time.time() - t0 + 30)
+            samples = prometheus.raw_samples(
+                f'rl_insight_monitor_actor_pg_loss{{experiment_name="restart-{how}"}}', time.time() - t0 + 30
+            )
             return sorted((t, int(v)) for values in samples.values() for v, t in values)
 
-        samples = wait_for(lambda: (s := stored()) and {v for _, v in s} >= set(range(1, 31)) and s, 20,
-                           what="every step in prometheus")
-        steps = [v for i, (_, v) in enumerate(samples) if i == 0 or samples[i - 1][1] != v]   # live repeats folded
+        samples = wait_for(
+            lambda: (s := stored()) and {v for _, v in s} >= set(range(1, 31)) and s,
+            20,
+            what="every step in prometheus",
+        )
+        steps = [v for i, (_, v) in enumerate(samples) if i == 0 or samples[i - 1][1] != v]  # live repeats folded
         assert steps == list(range(1, 31)), steps
         first_seen = {}
         for t, v in samples:
@@ -118,7 +137,8 @@ def test_hub_restarted_mid_run_every_step_reaches_prometheus_once_in_order_with_
         on_time = {step for step in logged if -0.01 <= first_seen[step] - logged[step] <= 1.5}
         held_back = {step for step in logged if step not in on_time}
         assert all(first_seen[step] >= logged[21] - 0.5 for step in held_back), {
-            step: round(first_seen[step] - logged[21], 2) for step in held_back}
+            step: round(first_seen[step] - logged[21], 2) for step in held_back
+        }
         assert set(range(26, 31)) <= on_time, sorted(held_back)
     finally:
         if hub is not None:

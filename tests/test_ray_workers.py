@@ -27,12 +27,30 @@ def ray_cluster():
     env.update(RAY_ENV)
     temp_dir = tempfile.mkdtemp(prefix="rlray")
     log = open(os.path.join(temp_dir, "ray-start.log"), "wb")
-    process = subprocess.Popen(["ray", "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
-                                "--num-cpus=2", "--include-dashboard=false", f"--temp-dir={temp_dir}"],
-                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    process = subprocess.Popen(
+        [
+            "ray",
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            f"--temp-dir={temp_dir}",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
-        wait_for(lambda: b"block forever" in open(log.name, "rb").read() or process.poll() is not None, 90,
-                 interval=0.5, what="ray head")
+        wait_for(
+            lambda: b"block forever" in open(log.name, "rb").read() or process.poll() is not None,
+            90,
+            interval=0.5,
+            what="ray head",
+        )
         assert process.poll() is None, open(log.name, "rb").read()[-3000:].decode(errors="replace")
         yield f"127.0.0.1:{port}"
     finally:
@@ -43,9 +61,22 @@ def ray_cluster():
 def test_worker_logs_reach_the_hub_with_env_from_the_driver_only(ray_cluster, hub_server):
     server = hub_server()
     env = dict(os.environ, RL_INSIGHT_SERVER_URL=server.url, **RAY_ENV)
-    result = subprocess.run([sys.executable, str(REPO / "tests" / "scripts" / "ray_driver.py"), ray_cluster,
-                             "ray-proj", "ray-exp", "3", "+rl_insight.plugins.metric_push.max_batches_per_request=1"],
-                            env=env, capture_output=True, text=True, timeout=300, cwd=str(REPO))
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests" / "scripts" / "ray_driver.py"),
+            ray_cluster,
+            "ray-proj",
+            "ray-exp",
+            "3",
+            "+rl_insight.plugins.metric_push.max_batches_per_request=1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(REPO),
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     driver_pid = int(result.stdout.split("DRIVER_PID")[1].split()[0])
     [stream] = wait_for(lambda: server.hub.streams(), 10, what="data from the worker")

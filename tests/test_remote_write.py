@@ -14,8 +14,16 @@ import urllib.parse
 
 import pytest
 
-from tests.helpers import (free_port, http, push, require_prometheus, rl_insight, stop_group, wait_for,
-                           write_server_config)
+from tests.helpers import (
+    free_port,
+    http,
+    push,
+    require_prometheus,
+    rl_insight,
+    stop_group,
+    wait_for,
+    write_server_config,
+)
 from verl_rl_insight.server.settings import ServerSettings
 
 
@@ -28,10 +36,19 @@ class VictoriaMetrics:
         self.auth = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
         self.log = open(folder / "victoria-metrics.log", "wb")
         self.process = subprocess.Popen(
-            [binary, f"-storageDataPath={folder / 'vm-data'}", f"-httpListenAddr={self.url[7:]}",
-             f"-httpAuth.username={username}", f"-httpAuth.password={password}",
-             "-search.latencyOffset=0s", "-search.disableCache"],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                binary,
+                f"-storageDataPath={folder / 'vm-data'}",
+                f"-httpListenAddr={self.url[7:]}",
+                f"-httpAuth.username={username}",
+                f"-httpAuth.password={password}",
+                "-search.latencyOffset=0s",
+                "-search.disableCache",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_for(lambda: self.get("/health")[0] == 200, 20, what="VictoriaMetrics ready")
 
     def get(self, path):
@@ -46,15 +63,18 @@ class VictoriaMetrics:
         self.log.close()
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"remote_write": {"url": "http://x/api/v1/write"}}, "remote_write must be a list"),
-    ({"remote_write": ["http://x/api/v1/write"]}, "remote_write[0] must be a mapping"),
-    ({"remote_write": [{"name": "central"}]}, "remote_write[0].url must be an http:// or https:// URL"),
-    ({"remote_write": [{"url": "ftp://x/write"}]}, "remote_write[0].url must be an http:// or https:// URL"),
-    ({"external_labels": {"__name__": "x"}}, "external_labels: '__name__' is not a Prometheus label name"),
-    ({"external_labels": {"monitor": 3}}, "external_labels.monitor must be a string"),
-    ({"otlp_endpoint": "collector:4318"}, "otlp_endpoint must be an http:// or https:// URL"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"remote_write": {"url": "http://x/api/v1/write"}}, "remote_write must be a list"),
+        ({"remote_write": ["http://x/api/v1/write"]}, "remote_write[0] must be a mapping"),
+        ({"remote_write": [{"name": "central"}]}, "remote_write[0].url must be an http:// or https:// URL"),
+        ({"remote_write": [{"url": "ftp://x/write"}]}, "remote_write[0].url must be an http:// or https:// URL"),
+        ({"external_labels": {"__name__": "x"}}, "external_labels: '__name__' is not a Prometheus label name"),
+        ({"external_labels": {"monitor": 3}}, "external_labels.monitor must be a string"),
+        ({"otlp_endpoint": "collector:4318"}, "otlp_endpoint must be an http:// or https:// URL"),
+    ],
+)
 def test_a_wrong_remote_write_or_otlp_setting_is_named(settings, message):
     with pytest.raises(ValueError) as caught:
         ServerSettings(bind="127.0.0.1", data_dir="/tmp/unused", **settings)
@@ -67,19 +87,32 @@ def test_every_series_reaches_victoriametrics_and_doctor_names_the_refused_queue
     store = VictoriaMetrics(tmp_path, "central", password)
     write = f"{store.url}/api/v1/write"
     path, config = write_server_config(
-        tmp_path, services={"tempo": {"enabled": False}, "grafana": {"enabled": False}},
+        tmp_path,
+        services={"tempo": {"enabled": False}, "grafana": {"enabled": False}},
         external_labels={"monitor": "node-a"},
-        remote_write=[{"url": write, "name": "central", "basic_auth": {"username": "central", "password": password}},
-                      {"url": write, "name": "wrong", "basic_auth": {"username": "central", "password": "not-it"},
-                       "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms"}}],
-        otlp_endpoint=f"http://127.0.0.1:{free_port()}/v1/traces")
+        remote_write=[
+            {"url": write, "name": "central", "basic_auth": {"username": "central", "password": password}},
+            {
+                "url": write,
+                "name": "wrong",
+                "basic_auth": {"username": "central", "password": "not-it"},
+                "queue_config": {"batch_send_deadline": "1s", "min_backoff": "100ms"},
+            },
+        ],
+        otlp_endpoint=f"http://127.0.0.1:{free_port()}/v1/traces",
+    )
     env = {"RL_INSIGHT_SERVER_URL": None, "RL_INSIGHT_TOKEN": None}
     started = rl_insight("server", "start", "--detach", "--config", str(path), env=env)
     hub = f"http://127.0.0.1:{config['port']}"
     try:
         assert started.returncode == 0, started.stdout + started.stderr
-        batch = {"project": "far", "experiment_name": "rw-run", "step": 7, "time": time.time(),
-                 "metrics": {"rl_insight_monitor_actor_entropy": 0.625}}
+        batch = {
+            "project": "far",
+            "experiment_name": "rw-run",
+            "step": 7,
+            "time": time.time(),
+            "metrics": {"rl_insight_monitor_actor_entropy": 0.625},
+        }
         assert push(hub, {"batches": [batch]})[0] == 200
 
         # what a user of the central store sees: the value, the run's labels, which monitor sent it
@@ -99,21 +132,37 @@ def test_every_series_reaches_victoriametrics_and_doctor_names_the_refused_queue
         shown = status.stdout + json.dumps(json.loads(http("GET", hub + "/api/v1/services")[1]))
         shown += "".join(p.read_text(errors="replace") for p in (data / "logs").glob("*.log"))
         shown += (tmp_path / "home" / "server.json").read_text() if (tmp_path / "home").exists() else ""
-        shown += " ".join(open(f"/proc/{pid}/cmdline").read() for pid in os.listdir("/proc") if pid.isdigit()
-                          and os.path.exists(f"/proc/{pid}/cmdline") and "prometheus" in
-                          open(f"/proc/{pid}/cmdline").read())
+        shown += " ".join(
+            open(f"/proc/{pid}/cmdline").read()
+            for pid in os.listdir("/proc")
+            if pid.isdigit()
+            and os.path.exists(f"/proc/{pid}/cmdline")
+            and "prometheus" in open(f"/proc/{pid}/cmdline").read()
+        )
         assert password not in shown and "not-it" not in shown
-        assert write in status.stdout     # status names where the series go
+        assert write in status.stdout  # status names where the series go
 
         prom = f"http://127.0.0.1:{config['prometheus_port']}"
-        wait_for(lambda: json.loads(http("GET", prom + "/api/v1/query?query=" + urllib.parse.quote(
-            'increase(prometheus_remote_storage_samples_failed_total{remote_name="wrong"}[5m]) > 0'))[1])
-            ["data"]["result"], 60, what="the refused queue counted")
+        wait_for(
+            lambda: json.loads(
+                http(
+                    "GET",
+                    prom
+                    + "/api/v1/query?query="
+                    + urllib.parse.quote(
+                        'increase(prometheus_remote_storage_samples_failed_total{remote_name="wrong"}[5m]) > 0'
+                    ),
+                )[1]
+            )["data"]["result"],
+            60,
+            what="the refused queue counted",
+        )
         doctor = rl_insight("doctor", "--server", hub, env=env)
         lines = doctor.stdout.splitlines()
         assert any(line.startswith("ok       remote write central: " + write) for line in lines), doctor.stdout
-        assert any(line.startswith("PROBLEM  remote write wrong: ") and "failed" in line for line in lines), \
+        assert any(line.startswith("PROBLEM  remote write wrong: ") and "failed" in line for line in lines), (
             doctor.stdout
+        )
         assert doctor.returncode == 1
     finally:
         stopped = rl_insight("server", "stop", env=env)

@@ -18,10 +18,23 @@ def start_driver(engine, replicas, experiment, hub_url, disable_log_stats=False,
     env = dict(os.environ, RL_INSIGHT_SERVER_URL=hub_url)
     if pythonpath:
         env["PYTHONPATH"] = str(pythonpath)
-    process = subprocess.Popen([sys.executable, str(REPO / "tests" / "scripts" / "engine_driver.py"), engine,
-                                str(replicas), "engines", experiment, "1" if disable_log_stats else "0"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env, cwd=str(REPO))
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "tests" / "scripts" / "engine_driver.py"),
+            engine,
+            str(replicas),
+            "engines",
+            experiment,
+            "1" if disable_log_stats else "0",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(REPO),
+    )
     for line in process.stdout:
         if line.startswith("READY"):
             return process, line.split()
@@ -39,27 +52,42 @@ def prom_query(prom_url, promql):
     return json.loads(body)["data"]["result"] if status == 200 else []
 
 
-@pytest.mark.parametrize("engine,metric,verl_version", [
-    ("vllm", "vllm:num_requests_running", "0.9.1"),
-    ("sglang", "sglang:num_running_reqs", "0.9.1"),
-    ("vllm", "vllm:kv_cache_usage_perc", "0.8.0"),
-])
-def test_every_replica_is_scraped_with_job_replica_node_labels_and_its_own_labels(monitoring_server, engine, metric, verl_version):
+@pytest.mark.parametrize(
+    "engine,metric,verl_version",
+    [
+        ("vllm", "vllm:num_requests_running", "0.9.1"),
+        ("sglang", "sglang:num_running_reqs", "0.9.1"),
+        ("vllm", "vllm:kv_cache_usage_perc", "0.8.0"),
+    ],
+)
+def test_every_replica_is_scraped_with_job_replica_node_labels_and_its_own_labels(
+    monitoring_server, engine, metric, verl_version
+):
     hub_url, prom_url = monitoring_server
     pythonpath = old_verl(verl_version) if verl_version != "0.9.1" else None
     process, ready = start_driver(engine, 2, f"{engine}-{verl_version}", hub_url, pythonpath=pythonpath)
     try:
         assert ready[1] == verl_version
         addresses = set(ready[2:])
-        registered = wait_for(lambda: (t := [x for x in targets(hub_url) if x["job"] == engine]) and len(t) == 2 and t,
-                              15, what="two replicas registered")
+        registered = wait_for(
+            lambda: (t := [x for x in targets(hub_url) if x["job"] == engine]) and len(t) == 2 and t,
+            15,
+            what="two replicas registered",
+        )
         assert {t["address"] for t in registered} == addresses
         for t in registered:
             assert t["job"] == engine and t["labels"]["node"] == "127.0.0.1" and "engine" not in t["labels"]
             assert t["labels"]["project"] == "engines" and t["labels"]["experiment_name"] == f"{engine}-{verl_version}"
-            assert t["expires_in_s"] is not None          # heartbeated, not static
-        results = wait_for(lambda: (r := prom_query(prom_url, f'{metric}{{experiment_name="{engine}-{verl_version}"}}'))
-                           and len(r) == 2 and r, 30, what=f"{metric} of both replicas in Prometheus")
+            assert t["expires_in_s"] is not None  # heartbeated, not static
+        results = wait_for(
+            lambda: (
+                (r := prom_query(prom_url, f'{metric}{{experiment_name="{engine}-{verl_version}"}}'))
+                and len(r) == 2
+                and r
+            ),
+            30,
+            what=f"{metric} of both replicas in Prometheus",
+        )
         by_replica = {r["metric"]["replica"]: r for r in results}
         assert set(by_replica) == {"0", "1"}
         for replica, result in by_replica.items():
@@ -67,14 +95,14 @@ def test_every_replica_is_scraped_with_job_replica_node_labels_and_its_own_label
             assert labels["job"] == engine and labels["project"] == "engines"
             assert labels["model_name"] == "Qwen2.5-0.5B-Instruct" and "exported_engine" not in labels
             if engine == "vllm":
-                assert labels["engine"] == "0"       # vLLM's own engine index, not shadowed
+                assert labels["engine"] == "0"  # vLLM's own engine index, not shadowed
             expected = (int(replica) + 2) / 10 if "kv_cache" in metric else int(replica)
             assert float(result["value"][1]) == pytest.approx(expected)
     finally:
         process.stdin.write("\n")
         process.stdin.flush()
         assert process.wait(60) == 0, process.stderr.read()[-3000:]
-    assert not [t for t in targets(hub_url) if t["job"] == engine]     # the run ended: its replicas left
+    assert not [t for t in targets(hub_url) if t["job"] == engine]  # the run ended: its replicas left
 
 
 def test_disable_log_stats_warns_with_the_override_and_does_not_crash(monitoring_server):
@@ -93,8 +121,8 @@ def test_agent_loop_manager_of_verl_0_6_shape_registers_replicas(hub_server, mon
     """verl 0.6/0.7 start replicas from AgentLoopManager (a sync method). verl 0.6's agent_loop
     module does not import beside the transformers that verl 0.9 needs, so a STAND-IN module of
     the same path and shape is put in sys.modules."""
-    from verl_rl_insight.trainer.activation import bootstrap
     from verl_rl_insight.trainer import runtime
+    from verl_rl_insight.trainer.activation import bootstrap
 
     server = hub_server()
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
@@ -119,7 +147,9 @@ def test_agent_loop_manager_of_verl_0_6_shape_registers_replicas(hub_server, mon
     AgentLoopManager(config)._initialize_llm_servers()
     registered = wait_for(lambda: server.api.targets.list(), 10, what="targets")
     assert {(t["address"], t["labels"]["replica"], t["job"]) for t in registered} == {
-        ("127.0.0.1:8001", "0", "sglang"), ("127.0.0.1:8002", "1", "sglang")}
+        ("127.0.0.1:8001", "0", "sglang"),
+        ("127.0.0.1:8002", "1", "sglang"),
+    }
     runtime.shutdown()
     assert server.api.targets.list() == []
 
@@ -170,7 +200,7 @@ def test_monitoring_that_fails_inside_verl_calls_never_changes_their_result(monk
 
     assert asyncio.run(rollout_servers._timed(generate(), object(), "vllm_generate")) == "tokens"
 
-    class ManagerOfAnUnknownShape:   # no rollout_config, no config
+    class ManagerOfAnUnknownShape:  # no rollout_config, no config
         pass
 
     assert server_managers._initialize(lambda: "servers", ManagerOfAnUnknownShape(), (), {}) == "servers"

@@ -13,8 +13,8 @@ import pytest
 from tests.helpers import http, push, rl_insight, wait_for
 from verl_rl_insight.dashboards.build import build
 from verl_rl_insight.dashboards.compare import CURVES
-from verl_rl_insight.dashboards.training import metric
 from verl_rl_insight.dashboards.panels import every_panel
+from verl_rl_insight.dashboards.training import metric
 
 PROJECT = "runs"
 STEPS = 10
@@ -27,15 +27,22 @@ def value(run, key, step):
 
 def log(hub, run):
     for step in range(1, STEPS + 1):
-        metrics = {"rl_insight_monitor_critic_score_mean": value(run, "score", step),
-                   "rl_insight_monitor_actor_entropy": value(run, "entropy", step)}
-        for _, key, _ in CURVES[1:]:   # every other curve the compare dashboard draws
+        metrics = {
+            "rl_insight_monitor_critic_score_mean": value(run, "score", step),
+            "rl_insight_monitor_actor_entropy": value(run, "entropy", step),
+        }
+        for _, key, _ in CURVES[1:]:  # every other curve the compare dashboard draws
             if key not in ("actor/entropy", "perf/throughput"):
                 metrics[metric(key)] = step / 10
-        if step % 2 == 0:   # logged every other step only: an empty cell elsewhere
+        if step % 2 == 0:  # logged every other step only: an empty cell elsewhere
             metrics["rl_insight_monitor_perf_throughput"] = 1000.0 + step
-        batch = {"project": PROJECT, "experiment_name": f"run-{run}", "step": step,
-                 "time": time.time() - 60 + step, "metrics": metrics}
+        batch = {
+            "project": PROJECT,
+            "experiment_name": f"run-{run}",
+            "step": step,
+            "time": time.time() - 60 + step,
+            "metrics": metrics,
+        }
         assert push(hub, {"batches": [batch]})[0] == 200
 
 
@@ -50,9 +57,17 @@ def two_runs(monitoring_server):
     hub, prom = monitoring_server
     log(hub, "a")
     log(hub, "b")
-    wait_for(lambda: len(query(prom, f'rl_insight_monitor_training_global_step{{project="{PROJECT}"}}')) == 2
-             and all(float(r["value"][1]) == STEPS for r in query(
-                 prom, f'rl_insight_monitor_training_global_step{{project="{PROJECT}"}}')), 30, what="both runs")
+    wait_for(
+        lambda: (
+            len(query(prom, f'rl_insight_monitor_training_global_step{{project="{PROJECT}"}}')) == 2
+            and all(
+                float(r["value"][1]) == STEPS
+                for r in query(prom, f'rl_insight_monitor_training_global_step{{project="{PROJECT}"}}')
+            )
+        ),
+        30,
+        what="both runs",
+    )
     return hub, prom
 
 
@@ -62,26 +77,39 @@ def test_list_export_and_delete(two_runs, tmp_path):
     assert listed.returncode == 0, listed.stderr
     rows = [line.split() for line in listed.stdout.splitlines()[1:]]
     assert sorted(r[1] for r in rows) == ["run-a", "run-b"] and all(r[2] == str(STEPS) for r in rows)
-    assert all(r[-1] == "running" for r in rows) and all(r[4] == "ago" for r in rows)   # "12s ago"
+    assert all(r[-1] == "running" for r in rows) and all(r[4] == "ago" for r in rows)  # "12s ago"
 
     out = tmp_path / "a.csv"
-    exported = rl_insight("runs", "export", "--server", hub, "--project", PROJECT, "--experiment", "run-a",
-                          "-o", str(out))
+    exported = rl_insight(
+        "runs", "export", "--server", hub, "--project", PROJECT, "--experiment", "run-a", "-o", str(out)
+    )
     assert exported.returncode == 0, exported.stderr
     table = list(csv.DictReader(out.open()))
     assert [int(r["step"]) for r in table] == list(range(1, STEPS + 1))
     for r in table:
         step = int(r["step"])
-        assert float(r["critic_score_mean"]) == value("a", "score", step)     # exactly as logged
+        assert float(r["critic_score_mean"]) == value("a", "score", step)  # exactly as logged
         assert float(r["actor_entropy"]) == value("a", "entropy", step)
         assert r["perf_throughput"] == ("" if step % 2 else repr(1000.0 + step))
 
     parquet = tmp_path / "a.parquet"
-    as_parquet = rl_insight("runs", "export", "--server", hub, "--project", PROJECT, "--experiment", "run-a",
-                            "--format", "parquet", "-o", str(parquet))
+    as_parquet = rl_insight(
+        "runs",
+        "export",
+        "--server",
+        hub,
+        "--project",
+        PROJECT,
+        "--experiment",
+        "run-a",
+        "--format",
+        "parquet",
+        "-o",
+        str(parquet),
+    )
     try:
         import pyarrow.parquet as pq
-    except ImportError:   # the optional extra: without it, one line naming it
+    except ImportError:  # the optional extra: without it, one line naming it
         assert as_parquet.returncode == 2 and "pip install 'verl-rl-insight[export]'" in as_parquet.stderr
     else:
         assert as_parquet.returncode == 0, as_parquet.stderr
@@ -90,7 +118,7 @@ def test_list_export_and_delete(two_runs, tmp_path):
         assert columns["critic_score_mean"] == [value("a", "score", s) for s in range(1, STEPS + 1)]
 
     refused = rl_insight("runs", "delete", "--server", hub, "--project", PROJECT, "--experiment", "run-a")
-    assert refused.returncode == 2 and "--yes" in refused.stderr          # no terminal to ask in
+    assert refused.returncode == 2 and "--yes" in refused.stderr  # no terminal to ask in
     deleted = rl_insight("runs", "delete", "--server", hub, "--project", PROJECT, "--experiment", "run-a", "--yes")
     assert deleted.returncode == 0, deleted.stdout + deleted.stderr
     assert "Prometheus: deleted" in deleted.stdout
@@ -98,7 +126,7 @@ def test_list_export_and_delete(two_runs, tmp_path):
     assert len(query(prom, f'rl_insight_monitor_critic_score_mean{{project="{PROJECT}",experiment_name="run-b"}}')) == 1
     streams = json.loads(http("GET", hub + "/api/v1/streams")[1])["streams"]
     assert [s["labels"]["experiment_name"] for s in streams if s["labels"].get("project") == PROJECT] == ["run-b"]
-    time.sleep(2.5)   # scrapes after the delete do not bring the run back
+    time.sleep(2.5)  # scrapes after the delete do not bring the run back
     assert query(prom, f'{{project="{PROJECT}",experiment_name="run-a"}}') == []
     again = rl_insight("runs", "list", "--server", hub, "--project", PROJECT)
     assert "run-a" not in again.stdout and "run-b" in again.stdout

@@ -38,14 +38,19 @@ def session_processes(sids):
 def secret_files(data_dir):
     """(token, Grafana password) as the server keeps them; None where it keeps none."""
     secrets = data_dir / "secrets"
-    return tuple((secrets / name).read_text() if (secrets / name).exists() else None
-                 for name in ("hub-token", "grafana-admin-password"))
+    return tuple(
+        (secrets / name).read_text() if (secrets / name).exists() else None
+        for name in ("hub-token", "grafana-admin-password")
+    )
 
 
 def test_no_secret_on_any_command_line_or_in_any_log(tmp_path):
     require_prometheus()
-    path, config = write_server_config(tmp_path, token="t0ken-from-the-config-file",
-                                       services={"tempo": {"binary": STAND_IN}, "grafana": {"binary": STAND_IN}})
+    path, config = write_server_config(
+        tmp_path,
+        token="t0ken-from-the-config-file",
+        services={"tempo": {"binary": STAND_IN}, "grafana": {"binary": STAND_IN}},
+    )
     started = rl_insight("server", "start", "--detach", "--config", str(path))
     try:
         assert started.returncode == 0, started.stdout + started.stderr
@@ -55,14 +60,16 @@ def test_no_secret_on_any_command_line_or_in_any_log(tmp_path):
         # the server's session and each service's own (every service runs in a session of its own)
         processes = session_processes({state["pid"], *(svc["pid"] for svc in state["services"].values())})
         names = {os.path.basename(argv[0]) for argv in processes.values()} | {
-            os.path.basename(argv[1]) for argv in processes.values() if len(argv) > 1}
-        assert {"prometheus", "stand-in-service"} <= names, processes   # the server and every service it runs
+            os.path.basename(argv[1]) for argv in processes.values() if len(argv) > 1
+        }
+        assert {"prometheus", "stand-in-service"} <= names, processes  # the server and every service it runs
         for pid, argv in processes.items():
             line = " ".join(argv)
             assert token not in line and password not in line, f"pid {pid}: {line}"
         assert token not in app.state_path().read_text() and password not in app.state_path().read_text()
         # Prometheus reads the token from its 0600 file and scrapes the hub as a named scraper
         prom = f"http://127.0.0.1:{config['prometheus_port']}"
+
         def hub_up():
             result = json.loads(http("GET", prom + "/api/v1/query?query=up{job='rl_insight_hub'}")[1])["data"]["result"]
             return result and result[0]["value"][1] == "1"
@@ -82,8 +89,10 @@ def test_no_secret_on_any_command_line_or_in_any_log(tmp_path):
 
 
 def test_grafana_gets_a_generated_password_shown_only_on_request_and_no_anonymous_viewers(tmp_path):
-    path, config = write_server_config(tmp_path, services={"prometheus": {"enabled": False}, "tempo": {"enabled": False},
-                                                           "grafana": {"binary": STAND_IN}})
+    path, config = write_server_config(
+        tmp_path,
+        services={"prometheus": {"enabled": False}, "tempo": {"enabled": False}, "grafana": {"binary": STAND_IN}},
+    )
     started = rl_insight("server", "start", "--detach", "--config", str(path))
     try:
         assert started.returncode == 0, started.stdout + started.stderr
@@ -98,7 +107,7 @@ def test_grafana_gets_a_generated_password_shown_only_on_request_and_no_anonymou
         assert f"Grafana password   {password}" in shown.stdout
     finally:
         rl_insight("server", "stop")
-    again = rl_insight("server", "start", "--detach", "--config", str(path))   # the same password next time
+    again = rl_insight("server", "start", "--detach", "--config", str(path))  # the same password next time
     rl_insight("server", "stop")
     assert again.returncode == 0 and secret_files(tmp_path / "data")[1] == password
     config["grafana_admin_password"] = "admin"
@@ -160,8 +169,9 @@ def from_other_host(ns, requests):
 def test_beyond_loopback_strangers_cannot_write_and_prometheus_cannot_be_stopped(tmp_path, other_host):
     require_prometheus()
     ns, here, there = other_host
-    path, config = write_server_config(tmp_path, bind=here, services={"tempo": {"enabled": False},
-                                                                      "grafana": {"enabled": False}})
+    path, config = write_server_config(
+        tmp_path, bind=here, services={"tempo": {"enabled": False}, "grafana": {"enabled": False}}
+    )
     started = rl_insight("server", "start", "--detach", "--config", str(path))
     try:
         assert started.returncode == 0, started.stdout + started.stderr
@@ -172,24 +182,31 @@ def test_beyond_loopback_strangers_cannot_write_and_prometheus_cannot_be_stopped
         target = json.dumps({"address": "127.0.0.1:80", "job": "ssrf"})
         bearer = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         basic = {"Authorization": "Basic " + base64.b64encode(f"rl-insight:{token}".encode()).decode()}
-        statuses = from_other_host(ns, [
-            ("POST", hub + "/api/v1/push", batch, {"Content-Type": "application/json"}),
-            ("POST", hub + "/api/v1/push", batch, {"Authorization": "Bearer wrong"}),
-            ("POST", hub + "/api/v1/targets", target, {}),
-            ("DELETE", hub + "/api/v1/targets?job=x&address=127.0.0.1:1", None, {}),
-            ("GET", hub + "/metrics?scraper=stolen-cursor", None, {}),
-            ("GET", hub + "/metrics", None, {}),
-            ("POST", hub + "/api/v1/push", batch, bearer),
-            ("POST", hub + "/api/v1/push", batch, basic),
-            ("POST", prom + "/-/quit", None, {}),
-            ("POST", prom + "/-/reload", None, {}),
-            ("POST", prom + "/api/v1/admin/tsdb/delete_series?match[]=up", None, {}),
-            ("GET", prom + "/-/ready", None, {}),
-            ("POST", hub + "/api/v1/silences", json.dumps({"project": "p", "experiment_name": "e",
-                                                            "duration_s": 3600}), {}),
-            ("DELETE", hub + "/api/v1/silences?id=0000", None, {}),
-            ("POST", f"http://{here}:{config['alertmanager_port']}/api/v2/silences", "{}", {}),
-        ])
+        statuses = from_other_host(
+            ns,
+            [
+                ("POST", hub + "/api/v1/push", batch, {"Content-Type": "application/json"}),
+                ("POST", hub + "/api/v1/push", batch, {"Authorization": "Bearer wrong"}),
+                ("POST", hub + "/api/v1/targets", target, {}),
+                ("DELETE", hub + "/api/v1/targets?job=x&address=127.0.0.1:1", None, {}),
+                ("GET", hub + "/metrics?scraper=stolen-cursor", None, {}),
+                ("GET", hub + "/metrics", None, {}),
+                ("POST", hub + "/api/v1/push", batch, bearer),
+                ("POST", hub + "/api/v1/push", batch, basic),
+                ("POST", prom + "/-/quit", None, {}),
+                ("POST", prom + "/-/reload", None, {}),
+                ("POST", prom + "/api/v1/admin/tsdb/delete_series?match[]=up", None, {}),
+                ("GET", prom + "/-/ready", None, {}),
+                (
+                    "POST",
+                    hub + "/api/v1/silences",
+                    json.dumps({"project": "p", "experiment_name": "e", "duration_s": 3600}),
+                    {},
+                ),
+                ("DELETE", hub + "/api/v1/silences?id=0000", None, {}),
+                ("POST", f"http://{here}:{config['alertmanager_port']}/api/v2/silences", "{}", {}),
+            ],
+        )
         assert statuses[:5] == [401, 401, 401, 401, 401], statuses
         assert statuses[5:8] == [200, 200, 200], statuses
         assert all(isinstance(s, int) and s >= 400 for s in statuses[8:11]), statuses

@@ -18,20 +18,23 @@ def batch(step, run="e", labels=None):
 def steps_at(server, scraper="test"):
     """The global steps a named scraper gets, in order (history, then the live value)."""
     body = http("GET", server.url + f"/metrics?scraper={scraper}")[1].decode()
-    return [int(float(line.split()[1])) for line in body.splitlines()
-            if line.startswith("rl_insight_monitor_training_global_step{")]
+    return [
+        int(float(line.split()[1]))
+        for line in body.splitlines()
+        if line.startswith("rl_insight_monitor_training_global_step{")
+    ]
 
 
 def test_a_batch_that_cannot_be_encoded_is_dropped_and_the_others_are_delivered(hub_server):
     server = hub_server()
     sender = BatchSender(server.url + "/api/v1/push", linger_s=0.01)
     sender.submit(batch(1))
-    sender.submit(batch(object()))            # not an integer step: can never be sent
-    sender.submit(batch(np.int64(3)))         # a numpy integer step is an integer
+    sender.submit(batch(object()))  # not an integer step: can never be sent
+    sender.submit(batch(np.int64(3)))  # a numpy integer step is an integer
     sender.submit(batch(4))
     assert sender.flush(5)
     assert sender.stats["invalid_batches"] == 1 and sender.stats["sent_batches"] == 3
-    assert sender.stats["failed_requests"] == 0        # never mistaken for an unreachable server
+    assert sender.stats["failed_requests"] == 0  # never mistaken for an unreachable server
     [stream] = server.hub.streams()
     assert stream["step"] == 4 and stream["batches_kept"] == 3
 
@@ -57,7 +60,7 @@ def test_a_hub_restarted_between_two_pushes_gets_the_recent_batches_again_first(
     for step in (1, 2, 3):
         sender.submit(batch(step))
     assert sender.flush(5)
-    first.close()                                   # a restart that no push noticed: no failed request
+    first.close()  # a restart that no push noticed: no failed request
     second = hub_server(port=port)
     steps_at(second)
     time.sleep(0.1)
@@ -73,9 +76,9 @@ def test_after_fork_the_child_sends_its_own_batches_once(hub_server):
     sender = BatchSender(server.url + "/api/v1/push", linger_s=0.01)
     sender.submit(batch(1, run="parent"))
     assert sender.flush(5)
-    sender.submit(batch(2, run="parent"))          # pending in the parent at the fork
+    sender.submit(batch(2, run="parent"))  # pending in the parent at the fork
     pid = os.fork()
-    if pid == 0:                                    # the child: a sender of its own, started afresh
+    if pid == 0:  # the child: a sender of its own, started afresh
         try:
             sender.submit(batch(1, run="child"))
             os._exit(0 if sender.flush(5) and sender.stats["sent_batches"] == 1 else 1)
@@ -97,8 +100,8 @@ def test_the_sender_keeps_no_reference_to_what_verl_logged():
 
     from tests.helpers import free_port
 
-    sender = BatchSender(f"http://127.0.0.1:{free_port()}/api/v1/push", linger_s=0.01)   # nobody listens
-    big = np.zeros(1_000_000)                  # not a scalar: skipped, and must not be kept alive
+    sender = BatchSender(f"http://127.0.0.1:{free_port()}/api/v1/push", linger_s=0.01)  # nobody listens
+    big = np.zeros(1_000_000)  # not a scalar: skipped, and must not be kept alive
     alive = weakref.ref(big)
     sender.submit(MetricBatch("p", "e", 1, time.time(), {"loss": 0.5, "logits": big}, prefix="m_"))
     del big
@@ -130,8 +133,9 @@ class ClosesKeptAliveConnections:
                 return None
             data += chunk
         head, body = data.split(b"\r\n\r\n", 1)
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
+        length = next(
+            int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
         while len(body) < length:
             body += conn.recv(65536)
         return body
@@ -145,9 +149,13 @@ class ClosesKeptAliveConnections:
                     continue
                 self.answered.append(body)
                 answer = b'{"hub": "stand-in"}'
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                             + str(len(answer)).encode() + b"\r\n\r\n" + answer)
-                self._read_request(conn)   # the next request on this connection: closed, unanswered
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(answer)).encode()
+                    + b"\r\n\r\n"
+                    + answer
+                )
+                self._read_request(conn)  # the next request on this connection: closed, unanswered
 
 
 def test_a_connection_the_server_closed_while_idle_is_not_an_outage(caplog):

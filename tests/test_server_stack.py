@@ -76,15 +76,21 @@ def test_start_supervise_discover_and_stop(server_config):
         # Prometheus killed: the server restarts it, counts it, and it scrapes again
         before = services(config)["prometheus"]
         os.kill(before["pid"], signal.SIGKILL)
-        after = wait_for(lambda: (s := services(config)["prometheus"])["restarts"] == 1 and s["healthy"] and s,
-                         30, what="prometheus restarted")
+        after = wait_for(
+            lambda: (s := services(config)["prometheus"])["restarts"] == 1 and s["healthy"] and s,
+            30,
+            what="prometheus restarted",
+        )
         assert after["pid"] != before["pid"]
         assert wait_for(node_load, 30, what="scraping again after the restart")
         # the Tempo stand-in is supervised the same way
         tempo_before = services(config)["tempo"]
         os.kill(tempo_before["pid"], signal.SIGKILL)
-        wait_for(lambda: (s := services(config)["tempo"])["restarts"] == 1 and s["healthy"], 30,
-                 what="tempo stand-in restarted")
+        wait_for(
+            lambda: (s := services(config)["tempo"])["restarts"] == 1 and s["healthy"],
+            30,
+            what="tempo stand-in restarted",
+        )
         assert "restarted" in (path.parent / "data" / "logs" / "server.log").read_text()
         pids = [svc["pid"] for svc in services(config).values()]
         assert all(pid_alive(pid) for pid in pids)
@@ -106,7 +112,7 @@ def test_a_missing_service_does_not_stop_the_others_and_the_exit_code_says_so(se
         assert started.returncode == 1, started.stdout
         assert "grafana      NOT RUNNING: configured binary" in started.stdout
         assert "fix: rl-insight server install grafana" in started.stdout
-        assert services(config)["tempo"]["healthy"]          # the others run
+        assert services(config)["tempo"]["healthy"]  # the others run
         assert http("GET", f"http://127.0.0.1:{config['port']}/-/ready")[0] == 200
     finally:
         cli("server", "stop")
@@ -124,15 +130,18 @@ def test_port_in_use_is_a_clear_error_naming_the_port(server_config):
 
 def test_stale_state_file_of_a_crashed_server_is_cleaned_up(server_config):
     path, config = server_config
-    config["services"] = {"prometheus": {"enabled": False}, "tempo": {"enabled": False},
-                          "grafana": {"enabled": False}}
+    config["services"] = {"prometheus": {"enabled": False}, "tempo": {"enabled": False}, "grafana": {"enabled": False}}
     path.write_text(yaml.safe_dump(config))
     (path.parent / "orphan.ini").write_text(f"[server]\nhttp_addr = 127.0.0.1\nhttp_port = {free_port()}\n")
     orphan = subprocess.Popen([STAND_IN, f"--config={path.parent / 'orphan.ini'}"], start_new_session=True)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    state = {"pid": dead.pid, "pgid": dead.pid, "hub_url": "http://127.0.0.1:1",
-             "services": {"grafana": {"pid": orphan.pid, "binary": STAND_IN}}}
+    state = {
+        "pid": dead.pid,
+        "pgid": dead.pid,
+        "hub_url": "http://127.0.0.1:1",
+        "services": {"grafana": {"pid": orphan.pid, "binary": STAND_IN}},
+    }
     from verl_rl_insight.server import app
 
     app.state_path().parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +150,7 @@ def test_stale_state_file_of_a_crashed_server_is_cleaned_up(server_config):
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         assert "is gone; cleaning up its state file" in started.stderr
-        assert "stopping grafana" in started.stderr       # what the crashed server left running
+        assert "stopping grafana" in started.stderr  # what the crashed server left running
         orphan.wait(10)
     finally:
         cli("server", "stop")
@@ -167,15 +176,19 @@ def test_targets_expire_after_their_ttl_and_bad_ones_are_refused(hub_server):
     registry.register("127.0.0.1:8000", "vllm", {"replica": "0"}, ttl_s=30)
     registry.register("127.0.0.1:9100", "node-exporter", {}, ttl_s=0)
     clock[0] = 29
-    registry.register("127.0.0.1:8000", "vllm", {"replica": "0"}, ttl_s=30)   # heartbeat
+    registry.register("127.0.0.1:8000", "vllm", {"replica": "0"}, ttl_s=30)  # heartbeat
     clock[0] = 50
     assert [t["job"] for t in registry.list()] == ["node-exporter", "vllm"]
     clock[0] = 60
     assert registry.http_sd() == [{"targets": ["127.0.0.1:9100"], "labels": {"job": "node-exporter"}}]
     server = hub_server()
-    for bad in ({"address": "http://x:1/metrics", "job": "a"}, {"address": "x:99999", "job": "a"},
-                {"address": "x:1", "job": "bad job"}, {"address": "x:1", "job": "a", "labels": {"__x": "1"}},
-                {"address": "x:1", "job": "a", "ttl_s": -1}):
+    for bad in (
+        {"address": "http://x:1/metrics", "job": "a"},
+        {"address": "x:99999", "job": "a"},
+        {"address": "x:1", "job": "bad job"},
+        {"address": "x:1", "job": "a", "labels": {"__x": "1"}},
+        {"address": "x:1", "job": "a", "ttl_s": -1},
+    ):
         status, answer = http("POST", server.url + "/api/v1/targets", json.dumps(bad).encode())
         assert status == 400 and json.loads(answer)["error"], bad
 
@@ -184,8 +197,13 @@ def test_foreground_server_stops_everything_on_ctrl_c(server_config):
     path, config = server_config
     config["services"]["prometheus"] = {"enabled": False}
     path.write_text(yaml.safe_dump(config))
-    process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight", "server", "start", "--config", str(path)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "verl_rl_insight", "server", "start", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         lines = []
         for line in process.stdout:
@@ -194,7 +212,7 @@ def test_foreground_server_stops_everything_on_ctrl_c(server_config):
                 break
         assert any("Grafana" in line for line in lines), "".join(lines)
         pids = [svc["pid"] for svc in services(config).values()]
-        os.killpg(process.pid, signal.SIGINT)      # what Ctrl+C in the terminal does
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl+C in the terminal does
         assert process.wait(30) == 0
         wait_for(lambda: not any(pid_alive(pid) for pid in pids), 20, what="services ended")
     finally:
@@ -216,7 +234,12 @@ def test_prometheus_data_survives_a_server_restart(server_config):
 
     assert cli("server", "start", "--detach", "--config", str(path)).returncode == 0
     try:
-        batch = {"project": "p", "experiment_name": "persist", "step": 1, "metrics": {"rl_insight_monitor_persisted": 7}}
+        batch = {
+            "project": "p",
+            "experiment_name": "persist",
+            "step": 1,
+            "metrics": {"rl_insight_monitor_persisted": 7},
+        }
         assert http("POST", hub + "/api/v1/push", json.dumps({"batches": [batch]}).encode())[0] == 200
         wait_for(stored, 20, what="first scrape")
     finally:

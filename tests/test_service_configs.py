@@ -13,9 +13,18 @@ from verl_rl_insight.server.settings import ServerSettings
 
 @pytest.fixture
 def settings(tmp_path):
-    return ServerSettings(bind="127.0.0.1", port=18181, prometheus_port=19191, tempo_port=13200,
-                          otlp_http_port=14318, otlp_grpc_port=14317, grafana_port=13000, retention="2w",
-                          data_dir=str(tmp_path / "data"), grafana_admin_password="pw")
+    return ServerSettings(
+        bind="127.0.0.1",
+        port=18181,
+        prometheus_port=19191,
+        tempo_port=13200,
+        otlp_http_port=14318,
+        otlp_grpc_port=14317,
+        grafana_port=13000,
+        retention="2w",
+        data_dir=str(tmp_path / "data"),
+        grafana_admin_password="pw",
+    )
 
 
 def test_prometheus_scrapes_the_hub_and_the_registered_targets(settings):

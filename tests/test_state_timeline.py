@@ -54,7 +54,7 @@ def test_trainer_phases_become_nested_spans_with_step_and_labels(receiver, hub_s
     started = time.time_ns()
     timing = one_training_step(ray_trainer.marked_timer, step=7)
     ended = time.time_ns()
-    assert set(timing) == {"step", "gen", "update_actor"} and timing["gen"] >= 0.05   # verl's timing intact
+    assert set(timing) == {"step", "gen", "update_actor"} and timing["gen"] >= 0.05  # verl's timing intact
     tracking.finish()
     step = wait_for(lambda: receiver.by_state("step"), 10, what="step span")[0]
     gen = receiver.by_state("gen")[0]
@@ -62,7 +62,9 @@ def test_trainer_phases_become_nested_spans_with_step_and_labels(receiver, hub_s
     assert (step["name"], gen["name"], update["name"]) == ("trainer step", "rollout generate", "actor update")
     assert gen["parent_span_id"] == step["span_id"] and update["parent_span_id"] == step["span_id"]
     assert gen["trace_id"] == step["trace_id"] and step["parent_span_id"] == ""
-    assert started <= step["start_ns"] <= gen["start_ns"] < gen["end_ns"] <= update["start_ns"] < step["end_ns"] <= ended
+    assert (
+        started <= step["start_ns"] <= gen["start_ns"] < gen["end_ns"] <= update["start_ns"] < step["end_ns"] <= ended
+    )
     assert gen["end_ns"] - gen["start_ns"] >= 50_000_000
     for span in (step, gen, update):
         attrs = span["attributes"]
@@ -100,8 +102,9 @@ def test_verl_0_9_trace_state_and_dist_profiler_roles_come_through(receiver, mon
         time.sleep(0.01)
 
     class Worker:
-        profiler = types.SimpleNamespace(rank=2, check_enable=lambda: False, check_this_step=lambda: False,
-                                         check_this_rank=lambda: False)
+        profiler = types.SimpleNamespace(
+            rank=2, check_enable=lambda: False, check_this_step=lambda: False, check_this_rank=lambda: False
+        )
 
         @DistProfiler.annotate(role="actor_update")
         def update_actor(self):
@@ -135,8 +138,12 @@ tracking.logger["rl_insight"].finish()
 
 
 def test_verl_0_8_legacy_trainer_phases_become_spans(receiver):
-    result = run_python(OLD_VERL_TIMELINE, pythonpath=old_verl("0.8.0"),
-                        env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url}, timeout=300)
+    result = run_python(
+        OLD_VERL_TIMELINE,
+        pythonpath=old_verl("0.8.0"),
+        env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.url},
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "['reward', 'step']" in result.stdout
     reward = wait_for(lambda: receiver.by_state("reward"), 10, what="reward span")[0]
@@ -171,7 +178,7 @@ def test_generate_calls_on_verl_before_0_9_become_replica_lane_spans(receiver, m
     module = vllm_server_module_of_0_8_shape()
     monkeypatch.setitem(sys.modules, module.__name__, module)
     bootstrap.deactivate()
-    bootstrap.activate()          # patches what is imported already, as on a real import
+    bootstrap.activate()  # patches what is imported already, as on a real import
     runtime.start().run("proj", "generate")
     server = module.vLLMHttpServer(replica_rank=3)
     assert asyncio.run(server.generate([1], {}, "r1")) == {"token_ids": [1, 2, 3]}
@@ -185,18 +192,29 @@ def test_a_full_span_queue_drops_and_counts_never_blocks(monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9/v1/traces")
     import verl_rl_insight
 
-    verl_rl_insight.init("proj", "overload", config={"plugins": {"state_timeline": {
-        "max_queue_spans": 3, "export_interval_s": 600, "batch_spans": 100}}})
+    verl_rl_insight.init(
+        "proj",
+        "overload",
+        config={"plugins": {"state_timeline": {"max_queue_spans": 3, "export_interval_s": 600, "batch_spans": 100}}},
+    )
     for _ in range(10):
         with verl_rl_insight.state("gen", lane="trainer"):
             pass
     processor = state_timeline.processor()
     assert processor.stats["dropped"] == 7
-    [counters] = [b for b in runtime.get_runtime().hook.rl_insight_collect(run=runtime.get_runtime().current_run())
-                  for b in b if "rl_insight_timeline_dropped_spans_total" in b.raw]
+    [counters] = [
+        b
+        for b in runtime.get_runtime().hook.rl_insight_collect(run=runtime.get_runtime().current_run())
+        for b in b
+        if "rl_insight_timeline_dropped_spans_total" in b.raw
+    ]
     assert counters.raw["rl_insight_timeline_dropped_spans_total"] == 7
-    durations = [b for batches in runtime.get_runtime().hook.rl_insight_collect(run=runtime.get_runtime().current_run())
-                 for b in batches if b.labels.get("state") == "gen"]
+    durations = [
+        b
+        for batches in runtime.get_runtime().hook.rl_insight_collect(run=runtime.get_runtime().current_run())
+        for b in batches
+        if b.labels.get("state") == "gen"
+    ]
     assert durations[0].raw["rl_insight_state_count_total"] == 10
 
 
@@ -205,22 +223,35 @@ def test_otlp_endpoint_resolution_order(monkeypatch):
 
     config = load_config({"rl_insight": {"server_url": "http://127.0.0.1:18080"}}, environ={})
     assert state_timeline.otlp_endpoint(config, environ={}) == "http://127.0.0.1:4318/v1/traces"
-    assert state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4319/"}) \
+    assert (
+        state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4319/"})
         == "http://127.0.0.1:4319/v1/traces"
-    assert state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
-                                                         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4320/v1/traces"}) \
+    )
+    assert (
+        state_timeline.otlp_endpoint(
+            config,
+            environ={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4320/v1/traces",
+            },
+        )
         == "http://127.0.0.1:4320/v1/traces"
-    config = load_config({"rl_insight": {"plugins": {"state_timeline": {"otlp_endpoint": "http://127.0.0.1:4321/v1/traces"}}}},
-                         environ={})
-    assert state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}) \
+    )
+    config = load_config(
+        {"rl_insight": {"plugins": {"state_timeline": {"otlp_endpoint": "http://127.0.0.1:4321/v1/traces"}}}},
+        environ={},
+    )
+    assert (
+        state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"})
         == "http://127.0.0.1:4321/v1/traces"
+    )
 
 
 def test_spans_go_to_the_otlp_endpoint_the_server_announces(hub_server, monkeypatch):
     receiver = OtlpReceiver()
     try:
         server = hub_server(info=lambda: {"otlp_traces": receiver.url})
-        monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)   # no OTEL_* variable, no otlp_endpoint
+        monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)  # no OTEL_* variable, no otlp_endpoint
         import verl_rl_insight
 
         verl_rl_insight.init("proj", "announced")

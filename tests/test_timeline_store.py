@@ -24,25 +24,40 @@ PROTOBUF = {"Content-Type": "application/x-protobuf", "Authorization": f"Bearer 
 
 def otlp(spans, project="p", experiment="e"):
     """An ExportTraceServiceRequest of (name, lane, step, start_ns, end_ns, span id, parent id)."""
+
     def attr(key, value):
         kind = {str: "string_value", int: "int_value"}[type(value)]
         return KeyValue(key=key, value=AnyValue(**{kind: value}))
 
     made = []
     for name, lane, step, start, end, span_id, parent in spans:
-        attrs = [attr("project", project), attr("experiment_name", experiment), attr("state_lane_id", lane),
-                 attr("state_name", name)] + ([attr("verl.step", step)] if step is not None else [])
-        made.append(Span(trace_id=bytes(16 * [step or 9]), span_id=bytes(8 * [span_id]),
-                         parent_span_id=bytes(8 * [parent]) if parent else b"", name=name,
-                         start_time_unix_nano=start, end_time_unix_nano=end, attributes=attrs))
+        attrs = [
+            attr("project", project),
+            attr("experiment_name", experiment),
+            attr("state_lane_id", lane),
+            attr("state_name", name),
+        ] + ([attr("verl.step", step)] if step is not None else [])
+        made.append(
+            Span(
+                trace_id=bytes(16 * [step or 9]),
+                span_id=bytes(8 * [span_id]),
+                parent_span_id=bytes(8 * [parent]) if parent else b"",
+                name=name,
+                start_time_unix_nano=start,
+                end_time_unix_nano=end,
+                attributes=attrs,
+            )
+        )
     return ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=made)])])
 
 
-STEP_SPANS = [("step", "trainer", 1, 1_000_000_000, 2_000_000_000, 1, 0),
-              ("gen", "trainer", 1, 1_100_000_000, 1_500_000_000, 2, 1),
-              ("rollout generate", "replica_0", None, 1_150_000_000, 1_450_000_000, 3, 0),
-              ("rollout generate", "replica_0", None, 1_200_000_000, 1_480_000_000, 4, 0),   # overlaps, not nested
-              ("step", "trainer", 2, 2_100_000_000, 3_000_000_000, 5, 0)]
+STEP_SPANS = [
+    ("step", "trainer", 1, 1_000_000_000, 2_000_000_000, 1, 0),
+    ("gen", "trainer", 1, 1_100_000_000, 1_500_000_000, 2, 1),
+    ("rollout generate", "replica_0", None, 1_150_000_000, 1_450_000_000, 3, 0),
+    ("rollout generate", "replica_0", None, 1_200_000_000, 1_480_000_000, 4, 0),  # overlaps, not nested
+    ("step", "trainer", 2, 2_100_000_000, 3_000_000_000, 5, 0),
+]
 
 
 @pytest.fixture
@@ -57,7 +72,7 @@ def test_spans_are_kept_per_run_and_hostile_bodies_get_a_4xx(hub):
     info = json.loads(http("GET", hub + "/api/v1/info")[1])
     assert info["otlp_traces"] == hub + "/v1/traces" and info["spans_kept_by_hub"] is True
     body = otlp(STEP_SPANS).SerializeToString()
-    bomb = gzip.compress(b"\0" * (8 * 2**20))   # 8 KiB that inflate to 8 MiB: over the 1 MiB a request may be
+    bomb = gzip.compress(b"\0" * (8 * 2**20))  # 8 KiB that inflate to 8 MiB: over the 1 MiB a request may be
     cases = [
         ({"Content-Type": "application/x-protobuf"}, body, 401, "token"),
         (dict(PROTOBUF, **{"Content-Type": "application/json"}), b"{}", 415, "application/x-protobuf"),
@@ -69,8 +84,10 @@ def test_spans_are_kept_per_run_and_hostile_bodies_get_a_4xx(hub):
     for headers, payload, status, words in cases:
         got, answer = http("POST", hub + "/v1/traces", payload, headers)
         assert got == status and words in answer.decode(), (headers, got, answer)
-    assert http("POST", hub + "/v1/traces", gzip.compress(body), dict(PROTOBUF, **{"Content-Encoding": "gzip"}))[0] == 200
-    assert http("GET", hub + "/api/v1/spans?project=p&experiment_name=e")[0] == 401   # prompts, with token2text
+    assert (
+        http("POST", hub + "/v1/traces", gzip.compress(body), dict(PROTOBUF, **{"Content-Encoding": "gzip"}))[0] == 200
+    )
+    assert http("GET", hub + "/api/v1/spans?project=p&experiment_name=e")[0] == 401  # prompts, with token2text
     status, kept = http("GET", hub + "/api/v1/spans?project=p&experiment_name=e", headers=PROTOBUF)
     spans = [json.loads(line) for line in kept.splitlines()]
     assert status == 200 and [s["name"] for s in spans] == [s[0] for s in STEP_SPANS]
@@ -82,7 +99,7 @@ def test_spans_are_kept_per_run_and_hostile_bodies_get_a_4xx(hub):
 
 
 def test_a_run_over_its_bound_drops_and_counts_and_the_oldest_run_goes_first(tmp_path):
-    store = SpanStore(tmp_path, max_run_bytes=1500, max_total_bytes=2000)   # a batch of two: 470 bytes
+    store = SpanStore(tmp_path, max_run_bytes=1500, max_total_bytes=2000)  # a batch of two: 470 bytes
     for _ in range(4):
         store.add(otlp(STEP_SPANS[:2], experiment="first"))
     first = next(r for r in store.runs() if r["experiment_name"] == "first")
@@ -91,14 +108,14 @@ def test_a_run_over_its_bound_drops_and_counts_and_the_oldest_run_goes_first(tmp
     store.add(otlp(STEP_SPANS[:2], experiment="third"))
     assert sum(r["bytes"] for r in store.runs()) <= 2000
     assert "first" not in {r["experiment_name"] for r in store.runs()} and store.read("p", "first") is None
-    assert SpanStore(tmp_path).runs() == store.runs()   # the index survives a restart
+    assert SpanStore(tmp_path).runs() == store.runs()  # the index survives a restart
 
 
 def test_a_span_file_cut_mid_write_is_repaired_on_restart(tmp_path):
     store = SpanStore(tmp_path)
     store.add(otlp(STEP_SPANS))
     [path] = tmp_path.glob("*.jsonl")
-    with open(path, "ab") as f:   # the process killed in the middle of appending a line
+    with open(path, "ab") as f:  # the process killed in the middle of appending a line
         f.write(b'{"trace_id":"0a0a","span_id":"0b')
     store = SpanStore(tmp_path)
     store.add(otlp(STEP_SPANS[:2]))
@@ -123,7 +140,7 @@ def test_many_exporters_at_once_lose_no_span(hub):
     for thread in threads:
         thread.join()
     assert failures == []
-    for i in range(4):   # 2 exporters x 25 requests x 5 spans a run, every line whole
+    for i in range(4):  # 2 exporters x 25 requests x 5 spans a run, every line whole
         status, kept = http("GET", hub + f"/api/v1/spans?project=p&experiment_name=run-{i}", headers=PROTOBUF)
         assert status == 200 and len([json.loads(line) for line in kept.splitlines()]) == 2 * 25 * len(STEP_SPANS)
 
@@ -136,9 +153,11 @@ def test_the_trainer_sends_its_token_to_the_server_and_not_to_another_collector(
     with verl_rl_insight.state("gen", lane="trainer"):
         pass
     verl_rl_insight.finish()
-    wait_for(lambda: http("GET", hub + "/api/v1/spans?project=p&experiment_name=to-the-hub",
-                          headers=PROTOBUF)[0] == 200, 15,
-             what="spans kept by the hub (sent with the token)")
+    wait_for(
+        lambda: http("GET", hub + "/api/v1/spans?project=p&experiment_name=to-the-hub", headers=PROTOBUF)[0] == 200,
+        15,
+        what="spans kept by the hub (sent with the token)",
+    )
 
     collector = OtlpReceiver()
     try:
@@ -168,8 +187,7 @@ class TempoStandIn:
 
         def value(v):
             kind = v.WhichOneof("value")
-            return {"string_value": {"stringValue": v.string_value},
-                    "int_value": {"intValue": str(v.int_value)}}[kind]
+            return {"string_value": {"stringValue": v.string_value}, "int_value": {"intValue": str(v.int_value)}}[kind]
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
@@ -178,15 +196,31 @@ class TempoStandIn:
                     body = {"traces": [{"traceID": t, "rootServiceName": "verl"} for t in traces]}
                 else:
                     spans = traces[self.path.rsplit("/", 1)[1]]
-                    body = {"batches": [{"resource": {"attributes": [
-                        {"key": "host.name", "value": {"stringValue": "node-1"}}]}, "scopeSpans": [{"spans": [{
-                            "traceId": base64.b64encode(s.trace_id).decode(),
-                            "spanId": base64.b64encode(s.span_id).decode(),
-                            "parentSpanId": base64.b64encode(s.parent_span_id).decode(), "name": s.name,
-                            "startTimeUnixNano": str(s.start_time_unix_nano),
-                            "endTimeUnixNano": str(s.end_time_unix_nano),
-                            "attributes": [{"key": a.key, "value": value(a.value)} for a in s.attributes]}
-                            for s in spans]}]}]}
+                    body = {
+                        "batches": [
+                            {
+                                "resource": {"attributes": [{"key": "host.name", "value": {"stringValue": "node-1"}}]},
+                                "scopeSpans": [
+                                    {
+                                        "spans": [
+                                            {
+                                                "traceId": base64.b64encode(s.trace_id).decode(),
+                                                "spanId": base64.b64encode(s.span_id).decode(),
+                                                "parentSpanId": base64.b64encode(s.parent_span_id).decode(),
+                                                "name": s.name,
+                                                "startTimeUnixNano": str(s.start_time_unix_nano),
+                                                "endTimeUnixNano": str(s.end_time_unix_nano),
+                                                "attributes": [
+                                                    {"key": a.key, "value": value(a.value)} for a in s.attributes
+                                                ],
+                                            }
+                                            for s in spans
+                                        ]
+                                    }
+                                ],
+                            }
+                        ]
+                    }
                 data = json.dumps(body).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -213,5 +247,5 @@ def test_export_reads_the_run_from_tempo(tmp_path):
     assert sorted(tracks.values()) == ["replica_0", "replica_0 #2", "trainer"]
     spans = {e["args"]["span_id"]: e for e in events if e["ph"] == "X"}
     assert len(spans) == 5 and spans["02" * 8]["args"]["step"] == 1 and spans["03" * 8]["args"]["step"] == 1
-    assert spans["03" * 8]["tid"] != spans["04" * 8]["tid"]      # overlapping generate calls: two tracks
+    assert spans["03" * 8]["tid"] != spans["04" * 8]["tid"]  # overlapping generate calls: two tracks
     assert spans["01" * 8]["args"]["node"] == "node-1" and spans["01" * 8]["dur"] == 1_000_000

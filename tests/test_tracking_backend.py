@@ -27,10 +27,12 @@ def test_verl_0_9_tracking_sends_every_scalar_with_project_and_experiment(hub_se
     assert stream["labels"] == {"project": "proj", "experiment_name": "exp-0.9"}
     assert stream["step"] == 3
     text = series(server)
-    for line in ('rl_insight_monitor_actor_pg_loss{experiment_name="exp-0.9",project="proj"} 0.30000000000000004',
-                 'rl_insight_monitor_critic_score_mean{experiment_name="exp-0.9",project="proj"} 3.0',
-                 'rl_insight_monitor_timing_s_gen{experiment_name="exp-0.9",project="proj"} 1.5',
-                 'rl_insight_monitor_training_global_step{experiment_name="exp-0.9",project="proj"} 3.0'):
+    for line in (
+        'rl_insight_monitor_actor_pg_loss{experiment_name="exp-0.9",project="proj"} 0.30000000000000004',
+        'rl_insight_monitor_critic_score_mean{experiment_name="exp-0.9",project="proj"} 3.0',
+        'rl_insight_monitor_timing_s_gen{experiment_name="exp-0.9",project="proj"} 1.5',
+        'rl_insight_monitor_training_global_step{experiment_name="exp-0.9",project="proj"} 3.0',
+    ):
         assert line + "\n" in text
 
 
@@ -39,12 +41,22 @@ def test_non_numeric_values_are_skipped_and_counted_nan_and_inf_are_kept(hub_ser
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
     import numpy as np
     import torch
-
     from verl.utils.tracking import Tracking
 
     tracking = Tracking("proj", "types", default_backend=["rl_insight"])
-    tracking.log({"a/np": np.float32(2.5), "a/tensor": torch.tensor(4.0), "a/int": 7, "a/nan": math.nan,
-                  "a/inf": math.inf, "a/text": "hello", "a/list": [1, 2], "a/vector": torch.ones(3)}, step=1)
+    tracking.log(
+        {
+            "a/np": np.float32(2.5),
+            "a/tensor": torch.tensor(4.0),
+            "a/int": 7,
+            "a/nan": math.nan,
+            "a/inf": math.inf,
+            "a/text": "hello",
+            "a/list": [1, 2],
+            "a/vector": torch.ones(3),
+        },
+        step=1,
+    )
     sender = metric_push.sender()
     assert sender.flush(5)
     assert sender.stats["skipped_values"] == 3
@@ -62,6 +74,7 @@ def test_verl_0_9_rl_insight_logger_is_routed_here_without_the_rl_insight_packag
     assert importlib.util.find_spec("rl_insight") is None, "this test needs the separate rl_insight package absent"
     monkeypatch.setenv("VERL_RL_INSIGHT_ENABLE", "1")
     from verl.utils.tracking import RLInsightLogger
+
     from verl_rl_insight.trainer import runtime
     from verl_rl_insight.trainer.hookspecs import hookimpl
 
@@ -101,15 +114,17 @@ print("LOGGED")
 def test_older_verl_accepts_rl_insight_and_flushes_at_exit(hub_server, version):
     server = hub_server()
     target = old_verl(version)
-    result = run_python(OLD_VERL_SCRIPT.format(version=version), pythonpath=target,
-                        env={"RL_INSIGHT_SERVER_URL": server.url})
+    result = run_python(
+        OLD_VERL_SCRIPT.format(version=version), pythonpath=target, env={"RL_INSIGHT_SERVER_URL": server.url}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "LOGGED" in result.stdout
     [stream] = server.hub.streams()
     assert stream["labels"] == {"project": "proj", "experiment_name": f"exp-{version}"}
     assert stream["step"] == 3
-    assert (f'rl_insight_monitor_actor_pg_loss{{experiment_name="exp-{version}",project="proj"}} '
-            f"{0.5 / 3!r}\n") in series(server)
+    assert (
+        f'rl_insight_monitor_actor_pg_loss{{experiment_name="exp-{version}",project="proj"}} {0.5 / 3!r}\n'
+    ) in series(server)
 
 
 def test_training_goes_on_when_no_server_url_is_set(caplog):
@@ -125,6 +140,7 @@ def test_a_failing_plugin_does_not_reach_the_training_loop(hub_server, monkeypat
     server = hub_server()
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
     from verl.utils.tracking import Tracking
+
     from verl_rl_insight.trainer import runtime
     from verl_rl_insight.trainer.hookspecs import hookimpl
 
@@ -156,6 +172,7 @@ def test_streams_endpoint_lists_what_the_hub_holds(hub_server, monkeypatch):
 
 def test_monitoring_that_cannot_start_does_not_stop_tracking(monkeypatch, caplog):
     from verl.utils.tracking import Tracking
+
     from verl_rl_insight.trainer import runtime
 
     def broken(*args, **kwargs):
@@ -163,7 +180,7 @@ def test_monitoring_that_cannot_start_does_not_stop_tracking(monkeypatch, caplog
 
     monkeypatch.setattr(runtime, "start", broken)
     tracking = Tracking("proj", "broken-start", default_backend=["console", "rl_insight"])
-    tracking.log({"x": 1.0}, step=1)                     # console still logs, nothing raises
+    tracking.log({"x": 1.0}, step=1)  # console still logs, nothing raises
     assert "rl_insight" not in tracking.logger
     assert "monitoring could not start" in caplog.text
     tracking.finish()

@@ -13,9 +13,15 @@ from tests.helpers import REPO, http, wait_for
 def test_transfer_queue_endpoint_is_registered_and_scraped(monitoring_server):
     hub_url, prom_url = monitoring_server
     env = dict(os.environ, RL_INSIGHT_SERVER_URL=hub_url)
-    process = subprocess.Popen([sys.executable, str(REPO / "tests" / "scripts" / "tq_driver.py"), "tq-run"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env, cwd=str(REPO))
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "scripts" / "tq_driver.py"), "tq-run"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(REPO),
+    )
     try:
         ready = next((line.split() for line in process.stdout if line.startswith("READY")), None)
         assert ready, process.stderr.read()[-3000:]
@@ -40,5 +46,6 @@ def test_transfer_queue_endpoint_is_registered_and_scraped(monitoring_server):
         process.stdin.write("\n")
         process.stdin.flush()
         process.wait(60)
-    assert not [t for t in json.loads(http("GET", hub_url + "/api/v1/targets")[1])["targets"]
-                if t["job"] == "transfer_queue"]
+    assert not [
+        t for t in json.loads(http("GET", hub_url + "/api/v1/targets")[1])["targets"] if t["job"] == "transfer_queue"
+    ]

@@ -19,13 +19,21 @@ PROJECT, EXPERIMENT = "watch", "run-a"
 
 def log_run(hub, steps=12, project=PROJECT, experiment=EXPERIMENT):
     for step in range(1, steps + 1):
-        batch = {"project": project, "experiment_name": experiment, "step": step, "time": time.time() - steps + step,
-                 "metrics": {"rl_insight_monitor_critic_score_mean": 0.2 + 0.05 * step,
-                             "rl_insight_monitor_actor_entropy": 1.0 / step,
-                             "rl_insight_monitor_training_rollout_probs_diff_mean": 0.02,
-                             "rl_insight_monitor_timing_s_step": 4.5,
-                             "DCGM_FI_DEV_GPU_UTIL": 87.0, "DCGM_FI_DEV_FB_USED": 60000.0,
-                             "DCGM_FI_DEV_FB_FREE": 20000.0}}
+        batch = {
+            "project": project,
+            "experiment_name": experiment,
+            "step": step,
+            "time": time.time() - steps + step,
+            "metrics": {
+                "rl_insight_monitor_critic_score_mean": 0.2 + 0.05 * step,
+                "rl_insight_monitor_actor_entropy": 1.0 / step,
+                "rl_insight_monitor_training_rollout_probs_diff_mean": 0.02,
+                "rl_insight_monitor_timing_s_step": 4.5,
+                "DCGM_FI_DEV_GPU_UTIL": 87.0,
+                "DCGM_FI_DEV_FB_USED": 60000.0,
+                "DCGM_FI_DEV_FB_FREE": 20000.0,
+            },
+        }
         assert push(hub, {"batches": [batch]})[0] == 200
 
 
@@ -34,14 +42,19 @@ def watched_run(monitoring_server):
     hub, prom = monitoring_server
     engine = EngineSimulator("vllm", 0)
     engine.simulate_generate(requests=4, response_tokens=50)
-    target = {"address": engine.address, "job": "vllm", "ttl_s": 0,
-              "labels": {"replica": "0", "project": PROJECT, "experiment_name": EXPERIMENT}}
+    target = {
+        "address": engine.address,
+        "job": "vllm",
+        "ttl_s": 0,
+        "labels": {"replica": "0", "project": PROJECT, "experiment_name": EXPERIMENT},
+    }
     assert http("POST", hub + "/api/v1/targets", __import__("json").dumps(target).encode())[0] == 200
     log_run(hub, 3, experiment="older-run")
     log_run(hub)
     wait_for(lambda: "12" in rl_insight("watch", "--once", "--server", hub).stdout, 30, what="the run in Prometheus")
-    wait_for(lambda: "vllm replica" in rl_insight("watch", "--once", "--server", hub).stdout, 30,
-             what="the replica scraped")
+    wait_for(
+        lambda: "vllm replica" in rl_insight("watch", "--once", "--server", hub).stdout, 30, what="the replica scraped"
+    )
     yield hub, prom
     engine.close()
 
@@ -53,7 +66,7 @@ def test_once_prints_the_newest_run_its_step_score_replicas_and_gpus(watched_run
     out = shown.stdout
     assert f"{PROJECT}/{EXPERIMENT}" in out and "step 12" in out and "step time 4.5 s" in out
     [score] = [line for line in out.splitlines() if line.startswith("score")]
-    assert score.split()[-1] == "0.8"          # the last logged score, with its sparkline
+    assert score.split()[-1] == "0.8"  # the last logged score, with its sparkline
     assert any(c in score for c in "▁▂▃▄▅▆▇█")
     assert "logp mismatch (0.005/0.01)" in out and "GPUs 1: utilisation 87%, memory 75% used" in out
     assert max(len(line) for line in out.splitlines()) <= 80 and len(out.splitlines()) <= 24
@@ -61,10 +74,13 @@ def test_once_prints_the_newest_run_its_step_score_replicas_and_gpus(watched_run
     assert "watch/older-run" in older.stdout and "step 3" in older.stdout
 
 
-@pytest.mark.parametrize("case, args, message", [
-    ("an unknown experiment", ["--experiment", "nope"], "no run */nope (known: watch/run-a, watch/older-run)"),
-    ("an unknown project", ["--project", "elsewhere"], "no run elsewhere/* (known: watch/run-a, watch/older-run)"),
-])
+@pytest.mark.parametrize(
+    "case, args, message",
+    [
+        ("an unknown experiment", ["--experiment", "nope"], "no run */nope (known: watch/run-a, watch/older-run)"),
+        ("an unknown project", ["--project", "elsewhere"], "no run elsewhere/* (known: watch/run-a, watch/older-run)"),
+    ],
+)
 def test_no_such_run_is_one_line(watched_run, case, args, message):
     hub, _ = watched_run
     shown = rl_insight("watch", "--once", "--server", hub, *args)
@@ -90,12 +106,19 @@ def test_the_live_view_in_a_real_terminal(watched_run, tmp_path, leave):
     hub, _ = watched_run
     session = f"rli-watch-{uuid.uuid4().hex[:8]}"
     done = tmp_path / "exit-code"
-    command = (f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -m verl_rl_insight watch --server "
-               f"{hub} --interval 1; echo $? > {shlex.quote(str(done))}; sleep 30")
+    command = (
+        f"cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -m verl_rl_insight watch --server "
+        f"{hub} --interval 1; echo $? > {shlex.quote(str(done))}; sleep 30"
+    )
     assert tmux("new-session", "-d", "-s", session, "-x", "100", "-y", "30", command).returncode == 0
     try:
-        pane = wait_for(lambda: (lambda text: text if "step 12" in text else None)(
-            tmux("capture-pane", "-p", "-t", session).stdout), 30, what="the frame in the terminal")
+        pane = wait_for(
+            lambda: (lambda text: text if "step 12" in text else None)(
+                tmux("capture-pane", "-p", "-t", session).stdout
+            ),
+            30,
+            what="the frame in the terminal",
+        )
         assert f"{PROJECT}/{EXPERIMENT}" in pane and "q or Ctrl+C quits" in pane and "vllm replica" in pane
         tmux("send-keys", "-t", session, leave)
         wait_for(done.exists, 10, what="watch to exit")

@@ -40,6 +40,7 @@ def __getattr__(name: str) -> Any:
         return plugin_settings
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 _run = None
 
 
@@ -77,8 +78,9 @@ def state(name, lane="trainer", **attributes):
         yield
     finally:
         rt, run = _current()
-        rt.hook.rl_insight_state_span(run=run, name=name, lane=lane, start_ns=start_ns, end_ns=time.time_ns(),
-                                      attributes=attributes)
+        rt.hook.rl_insight_state_span(
+            run=run, name=name, lane=lane, start_ns=start_ns, end_ns=time.time_ns(), attributes=attributes
+        )
 
 
 def register_target(address, job, labels=None):

@@ -133,11 +133,12 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class OldPathFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: object = None, target: object = None
-                  ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith(PACKAGE + "."):
             return None
-        new = OLD_PATHS.get(fullname[len(PACKAGE) + 1:])
+        new = OLD_PATHS.get(fullname[len(PACKAGE) + 1 :])
         if new is None:
             return None
         return importlib.util.spec_from_loader(fullname, _AliasLoader(f"{PACKAGE}.{new}"))

@@ -22,5 +22,14 @@ def rl_insight_configure(config):
 def rl_insight_log_metrics(run, metrics, step, timestamp):
     if _path:
         with open(_path, "a") as f:
-            f.write(json.dumps({"project": run.project, "experiment_name": run.experiment_name, "step": step,
-                                "keys": sorted(metrics)}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "project": run.project,
+                        "experiment_name": run.experiment_name,
+                        "step": step,
+                        "keys": sorted(metrics),
+                    }
+                )
+                + "\n"
+            )

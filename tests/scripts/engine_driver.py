@@ -11,9 +11,9 @@ from verl_rl_insight.commands.demo.simulated_engines import EngineSimulator
 
 engine, replicas, project, experiment, disable = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 
-import verl
-from verl.utils.tracking import Tracking
-from verl.workers.rollout.llm_server import LLMServerManager
+import verl  # noqa: E402
+from verl.utils.tracking import Tracking  # noqa: E402
+from verl.workers.rollout.llm_server import LLMServerManager  # noqa: E402
 
 
 class StandInReplica:
@@ -29,13 +29,25 @@ class StandInReplica:
         self._server_handle = None
 
 
-tracking = Tracking(project, experiment, default_backend=["console", "rl_insight"],
-                    config={"trainer": {"project_name": project, "experiment_name": experiment}})
-manager = LLMServerManager.__new__(LLMServerManager)   # the real class; only its constructor is skipped
-manager.rollout_config = OmegaConf.create({
-    "name": engine, "disable_log_stats": disable == "1", "tensor_model_parallel_size": 1,
-    "data_parallel_size": 1, "pipeline_model_parallel_size": 1, "n_gpus_per_node": replicas, "nnodes": 1,
-    "prometheus": {"enable": False}})
+tracking = Tracking(
+    project,
+    experiment,
+    default_backend=["console", "rl_insight"],
+    config={"trainer": {"project_name": project, "experiment_name": experiment}},
+)
+manager = LLMServerManager.__new__(LLMServerManager)  # the real class; only its constructor is skipped
+manager.rollout_config = OmegaConf.create(
+    {
+        "name": engine,
+        "disable_log_stats": disable == "1",
+        "tensor_model_parallel_size": 1,
+        "data_parallel_size": 1,
+        "pipeline_model_parallel_size": 1,
+        "n_gpus_per_node": replicas,
+        "nnodes": 1,
+        "prometheus": {"enable": False},
+    }
+)
 manager.model_config = None
 manager.worker_group = None
 manager.rollout_replica_class = StandInReplica

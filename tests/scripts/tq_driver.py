@@ -6,16 +6,17 @@ import os
 import sys
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-import ray  # noqa: E402
+import ray
 
 ray.init(num_cpus=8, include_dashboard=False)  # logical CPUs: the TQ actors each ask for one
 import transfer_queue as tq  # noqa: E402
-
 from verl.utils.tracking import Tracking  # noqa: E402
 
 tq.init({"metrics": {"enabled": True}, "backend": {"SimpleStorage": {"num_data_storage_units": 1}}})
-config = {"trainer": {"project_name": "tq", "experiment_name": sys.argv[1]},
-          "transfer_queue": {"enable": True, "metrics": {"enabled": True}}}
+config = {
+    "trainer": {"project_name": "tq", "experiment_name": sys.argv[1]},
+    "transfer_queue": {"enable": True, "metrics": {"enabled": True}},
+}
 tracking = Tracking("tq", sys.argv[1], default_backend=["rl_insight"], config=config)
 print("READY", tq.get_metrics_endpoint(), flush=True)
 sys.stdin.readline()

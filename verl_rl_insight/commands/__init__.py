@@ -54,6 +54,9 @@ def main(argv=None):
     except Exception as exc:
         if debug:
             raise
-        print(f"rl-insight: unexpected error: {type(exc).__name__}: {str(exc)[:300]}\n"
-              "  fix: run it again with --debug (or RL_INSIGHT_DEBUG=1) and report the traceback", file=sys.stderr)
+        print(
+            f"rl-insight: unexpected error: {type(exc).__name__}: {str(exc)[:300]}\n"
+            "  fix: run it again with --debug (or RL_INSIGHT_DEBUG=1) and report the traceback",
+            file=sys.stderr,
+        )
         return PROBLEMS

@@ -44,16 +44,29 @@ def _value(text):
 def show(args):
     base, token = server(args)
     alerts = call("GET", base + "/api/v1/alerts", token)["alerts"]
-    alerts = sorted((a for a in alerts if (not args.project or a["labels"].get("project") == args.project)
-                     and (not args.experiment or a["labels"].get("experiment_name") == args.experiment)),
-                    key=lambda a: a.get("since") or "")
+    alerts = sorted(
+        (
+            a
+            for a in alerts
+            if (not args.project or a["labels"].get("project") == args.project)
+            and (not args.experiment or a["labels"].get("experiment_name") == args.experiment)
+        ),
+        key=lambda a: a.get("since") or "",
+    )
 
     def row(a):
         labels = a["labels"]
         run = f"{labels.get('project', '-')}/{labels.get('experiment_name', '-')}"
         state = "silenced" if a.get("silenced_by") else (a.get("state") or "firing").replace("active", "firing")
-        return (a["alertname"] or "?", labels.get("severity", "-"), run, _ago(a.get("since")),
-                _value(a["annotations"].get("value")), state)
+        return (
+            a["alertname"] or "?",
+            labels.get("severity", "-"),
+            run,
+            _ago(a.get("since")),
+            _value(a["annotations"].get("value")),
+            state,
+        )
+
     empty = "no alerts firing" + (" for this run" if args.project or args.experiment else "")
     return show_list(args, alerts, empty, ("ALERT", "SEVERITY", "RUN", "SINCE", "VALUE", "STATE"), row)
 
@@ -70,8 +83,10 @@ def silence(args):
         print(json.dumps(made))
         return 0
     what = args.alert or "every alert"
-    print(f"silenced {what} of {args.project}/{args.experiment} until {made['ends']} (id {made['id']})\n"
-          f"  end it sooner: rl-insight alerts unsilence {made['id']}")
+    print(
+        f"silenced {what} of {args.project}/{args.experiment} until {made['ends']} (id {made['id']})\n"
+        f"  end it sooner: rl-insight alerts unsilence {made['id']}"
+    )
     return 0
 
 
@@ -81,8 +96,14 @@ def silences(args):
     def row(s):
         matches = ",".join(f"{m['name']}={m['value']}" for m in s.get("matchers", []))
         return (s["id"], matches, s.get("endsAt", "?"), s.get("createdBy", "-"), s.get("comment", ""))
-    return show_list(args, call("GET", base + "/api/v1/silences", token)["silences"], "no silences",
-                     ("ID", "MATCHES", "UNTIL", "BY", "COMMENT"), row)
+
+    return show_list(
+        args,
+        call("GET", base + "/api/v1/silences", token)["silences"],
+        "no silences",
+        ("ID", "MATCHES", "UNTIL", "BY", "COMMENT"),
+        row,
+    )
 
 
 def unsilence(args):
@@ -104,8 +125,14 @@ def add_parsers(sub):
     quiet = alerts_sub.add_parser("silence", help="no notifications for a run's alerts for a while")
     quiet.add_argument("--project", required=True)
     quiet.add_argument("--experiment", required=True, help="the experiment_name")
-    quiet.add_argument("--for", dest="duration", type=duration, required=True, metavar="DURATION",
-                       help="how long: 30m, 2h, 1d (1 minute to 30 days)")
+    quiet.add_argument(
+        "--for",
+        dest="duration",
+        type=duration,
+        required=True,
+        metavar="DURATION",
+        help="how long: 30m, 2h, 1d (1 minute to 30 days)",
+    )
     quiet.add_argument("--alert", help="only this alert (e.g. RLInsightTrainingStalled)")
     quiet.add_argument("--comment", help="why (shown in Alertmanager)")
     quiet.set_defaults(func=silence)

@@ -11,10 +11,14 @@ from verl_rl_insight.commands.checks import PROBLEMS, CliError, check_server_url
 
 def common_options(parser, top=False):
     """--server and --json, on the command and on each subcommand."""
-    parser.add_argument("--server", default=None if top else argparse.SUPPRESS,
-                        help="server URL (default: RL_INSIGHT_SERVER_URL, else the server running here)")
-    parser.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS,
-                        help="print JSON for scripts")
+    parser.add_argument(
+        "--server",
+        default=None if top else argparse.SUPPRESS,
+        help="server URL (default: RL_INSIGHT_SERVER_URL, else the server running here)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", default=False if top else argparse.SUPPRESS, help="print JSON for scripts"
+    )
 
 
 def server(args):
@@ -31,8 +35,10 @@ def server(args):
     else:
         state = control.read_state()
         if state is None:
-            raise CliError("no server: none runs here and RL_INSIGHT_SERVER_URL is not set",
-                           fix="rl-insight server start --detach, or give --server URL")
+            raise CliError(
+                "no server: none runs here and RL_INSIGHT_SERVER_URL is not set",
+                fix="rl-insight server start --detach, or give --server URL",
+            )
         base = control.trainer_url(state, local=True)
     base, token = server_url.split(base.rstrip("/"))
     return base, os.environ.get(ENV_TOKEN) or token
@@ -54,8 +60,9 @@ def call(method, url, token, body=None):
         fix = "export the RL_INSIGHT_SERVER_URL line the server printed" if exc.code == 401 else None
         raise CliError(f"the server refused ({exc.code}): {reason}", fix=fix, code=PROBLEMS) from None
     except (OSError, ValueError) as exc:
-        raise CliError(f"cannot reach the server at {url.rsplit('/api/', 1)[0]}: {getattr(exc, 'reason', exc)}",
-                       code=PROBLEMS) from None
+        raise CliError(
+            f"cannot reach the server at {url.rsplit('/api/', 1)[0]}: {getattr(exc, 'reason', exc)}", code=PROBLEMS
+        ) from None
 
 
 def print_table(rows):

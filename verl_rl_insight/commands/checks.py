@@ -56,8 +56,10 @@ def bind_address(text):
     try:
         socket.getaddrinfo(text, None)
     except (socket.gaierror, UnicodeError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not an IP address or a host name this machine resolves "
-                                         "(0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an IP address or a host name this machine resolves "
+            "(0.0.0.0 listens on every interface, 127.0.0.1 on this machine only)"
+        ) from None
     return text
 
 
@@ -65,12 +67,14 @@ def check_server_url(url, where="--server"):
     """``url`` as the address of an rl-insight server (http or https, a host, a valid port)."""
     try:
         parts = urllib.parse.urlsplit(url)
-        parts.port   # raises for a port that is not a number or out of range
+        _ = parts.port  # raises for a port that is not a number or out of range
     except ValueError as exc:
         raise CliError(f"{where} is not a server URL ({exc}): give http://HOST:PORT") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CliError(f"{where} is not a server URL: give http://HOST:PORT, e.g. http://10.0.0.5:18080",
-                       fix="the line `rl-insight server start` prints has the right value")
+        raise CliError(
+            f"{where} is not a server URL: give http://HOST:PORT, e.g. http://10.0.0.5:18080",
+            fix="the line `rl-insight server start` prints has the right value",
+        )
     return url
 
 

@@ -16,7 +16,7 @@ import urllib.request
 
 from verl_rl_insight.contract import environment, server_url
 
-SUPPORTED_VERL = ((0, 6), (0, 10))   # 0.6 <= verl < 0.10
+SUPPORTED_VERL = ((0, 6), (0, 10))  # 0.6 <= verl < 0.10
 
 
 class Report:
@@ -53,16 +53,21 @@ def fetch(url, method="GET", body=None, token=None, timeout=5):
 def check_server(report, url, token):
     status, headers, body = fetch(url + "/-/ready")
     if status != 200:
-        report.problem("server reachable", f"{url} does not answer ({body if status is None else status})",
-                       "rl-insight server start --detach on the monitor node; check firewalls and the address")
+        report.problem(
+            "server reachable",
+            f"{url} does not answer ({body if status is None else status})",
+            "rl-insight server start --detach on the monitor node; check firewalls and the address",
+        )
         return False
     report.ok("server reachable", url)
     status, _, body = fetch(url + "/api/v1/push", "POST", json.dumps({"batches": []}).encode(), token)
     if status == 401:
-        report.problem("token", "the server requires a token and " + ("the one given is wrong" if token
-                                                                       else "none was given"),
-                       "export the RL_INSIGHT_SERVER_URL line `rl-insight server start` printed (it carries the "
-                       "token; `rl-insight server status --secrets` on the server shows it again)")
+        report.problem(
+            "token",
+            "the server requires a token and " + ("the one given is wrong" if token else "none was given"),
+            "export the RL_INSIGHT_SERVER_URL line `rl-insight server start` printed (it carries the "
+            "token; `rl-insight server status --secrets` on the server shows it again)",
+        )
     elif status == 200:
         report.ok("token", "pushes are accepted" + (" (with the token)" if token else ""))
     else:
@@ -71,8 +76,11 @@ def check_server(report, url, token):
     if server_date:
         skew = time.time() - email.utils.parsedate_to_datetime(server_date).timestamp()
         if abs(skew) > 2.5:
-            report.problem("clock skew", f"this machine is {skew:+.1f} s off the server",
-                           "sync clocks (chrony / ntp): replayed steps carry the trainer's time")
+            report.problem(
+                "clock skew",
+                f"this machine is {skew:+.1f} s off the server",
+                "sync clocks (chrony / ntp): replayed steps carry the trainer's time",
+            )
         else:
             report.ok("clock skew", f"{skew:+.1f} s")
     return True
@@ -86,13 +94,19 @@ def check_services(report, url):
         if svc is None and name == "alertmanager" and services:
             report.skip("service alertmanager", "turned off: alerts fire in Prometheus and reach nobody")
         elif svc is None:
-            report.problem(f"service {name}", "not run by this server", f"rl-insight server install {name}, then "
-                           "restart the server")
+            report.problem(
+                f"service {name}",
+                "not run by this server",
+                f"rl-insight server install {name}, then restart the server",
+            )
         elif svc.get("missing"):
             report.problem(f"service {name}", svc["missing"], svc.get("fix") or "see the server log")
         elif not svc.get("healthy"):
-            report.problem(f"service {name}", f"pid {svc.get('pid')} is not healthy ({svc.get('restarts')} restarts)",
-                           f"see {name}.log under the server's data dir")
+            report.problem(
+                f"service {name}",
+                f"pid {svc.get('pid')} is not healthy ({svc.get('restarts')} restarts)",
+                f"see {name}.log under the server's data dir",
+            )
         else:
             report.ok(f"service {name}", f"{svc.get('url')} (restarts: {svc.get('restarts')})")
     return services
@@ -106,13 +120,18 @@ def check_targets(report, prometheus_url):
     targets = json.loads(body)["data"]["activeTargets"]
     down = [t for t in targets if t["health"] != "up"]
     for t in down:
-        report.problem(f"target {t['labels'].get('job')} {t['labels'].get('instance')}",
-                       f"down: {t.get('lastError') or 'no scrape yet'}",
-                       "is the process running and its port reachable from the server? "
-                       "(vLLM: disable_log_stats=False; SGLang: enable_metrics)")
+        report.problem(
+            f"target {t['labels'].get('job')} {t['labels'].get('instance')}",
+            f"down: {t.get('lastError') or 'no scrape yet'}",
+            "is the process running and its port reachable from the server? "
+            "(vLLM: disable_log_stats=False; SGLang: enable_metrics)",
+        )
     if not targets:
-        report.problem("Prometheus targets", "Prometheus scrapes nothing yet",
-                       "wait one scrape interval; else check prometheus.yml under the server's data dir")
+        report.problem(
+            "Prometheus targets",
+            "Prometheus scrapes nothing yet",
+            "wait one scrape interval; else check prometheus.yml under the server's data dir",
+        )
     elif not down:
         report.ok("Prometheus targets", f"{len(targets)} up")
 
@@ -132,27 +151,50 @@ def check_remote_write(report, prometheus_url):
     job = '{job="rl_insight_prometheus"}'
     sent = prom_vector(prometheus_url, f"max by (remote_name, url) (prometheus_remote_storage_samples_total{job})")
     if not sent:
-        return   # no remote_write configured (or not scraped yet)
-    failed = prom_vector(prometheus_url, "max by (remote_name, url) (increase("
-                                         f"prometheus_remote_storage_samples_failed_total{job}[5m]))") or {}
-    retried = prom_vector(prometheus_url, "max by (remote_name, url) (increase("
-                                          f"prometheus_remote_storage_samples_retried_total{job}[5m]))") or {}
-    behind = prom_vector(prometheus_url, f"max by (remote_name, url) (prometheus_remote_storage_highest_timestamp_"
-                                         f"in_seconds{job} - ignoring(remote_name, url) group_right prometheus_remote_"
-                                         f"storage_queue_highest_sent_timestamp_seconds{job})") or {}
+        return  # no remote_write configured (or not scraped yet)
+    failed = (
+        prom_vector(
+            prometheus_url,
+            f"max by (remote_name, url) (increase(prometheus_remote_storage_samples_failed_total{job}[5m]))",
+        )
+        or {}
+    )
+    retried = (
+        prom_vector(
+            prometheus_url,
+            f"max by (remote_name, url) (increase(prometheus_remote_storage_samples_retried_total{job}[5m]))",
+        )
+        or {}
+    )
+    behind = (
+        prom_vector(
+            prometheus_url,
+            f"max by (remote_name, url) (prometheus_remote_storage_highest_timestamp_"
+            f"in_seconds{job} - ignoring(remote_name, url) group_right prometheus_remote_"
+            f"storage_queue_highest_sent_timestamp_seconds{job})",
+        )
+        or {}
+    )
     for key, total in sorted(sent.items()):
         labels = dict(key)
         what = f"remote write {labels.get('remote_name', '')}".rstrip()
         where = server_url.without_credentials(labels.get("url", "?"))
         lag = behind.get(key, 0.0)
         if failed.get(key, 0) > 0:
-            report.problem(what, f"{failed[key]:.0f} samples to {where} failed in the last 5 min (refused: "
-                           "credentials, URL path or payload)", "see prometheus.log under the server's data dir "
-                           "and the store's own log; check remote_write in the server config")
+            report.problem(
+                what,
+                f"{failed[key]:.0f} samples to {where} failed in the last 5 min (refused: "
+                "credentials, URL path or payload)",
+                "see prometheus.log under the server's data dir "
+                "and the store's own log; check remote_write in the server config",
+            )
         elif retried.get(key, 0) > 0 or lag > 120:
-            report.problem(what, f"{where} is {lag:.0f} s behind, {retried.get(key, 0):.0f} samples retried in the "
-                           "last 5 min (store down or too slow)", "check that the store answers from this machine; "
-                           "Prometheus keeps retrying from its WAL (about 2 h)")
+            report.problem(
+                what,
+                f"{where} is {lag:.0f} s behind, {retried.get(key, 0):.0f} samples retried in the "
+                "last 5 min (store down or too slow)",
+                "check that the store answers from this machine; Prometheus keeps retrying from its WAL (about 2 h)",
+            )
         else:
             report.ok(what, f"{where}: {total:.0f} samples sent, {lag:.0f} s behind")
 
@@ -171,23 +213,32 @@ def check_provisioning(report, state):
     if "rl-insight-prometheus" in text and "rl-insight-tempo" in text:
         report.ok("datasources", f"provisioned in {sources}")
     else:
-        report.problem("datasources", f"{sources} is missing or lacks the rl-insight uids",
-                       "start the server with Grafana installed (rl-insight server install grafana)")
+        report.problem(
+            "datasources",
+            f"{sources} is missing or lacks the rl-insight uids",
+            "start the server with Grafana installed (rl-insight server install grafana)",
+        )
     dashboards = sorted(p.name for p in DASHBOARDS_DIR.glob("*.json"))
     provider = Path(data) / "grafana" / "provisioning" / "dashboards" / "rl-insight.yaml"
     if provider.exists() and dashboards:
         report.ok("dashboards", f"{len(dashboards)} provisioned from {DASHBOARDS_DIR} (folder RL-Insight)")
     else:
-        report.problem("dashboards", "not provisioned", "start the server with Grafana, or rl-insight dashboards "
-                       "export DIR for your own Grafana")
+        report.problem(
+            "dashboards",
+            "not provisioned",
+            "start the server with Grafana, or rl-insight dashboards export DIR for your own Grafana",
+        )
 
 
 def check_environment(report, url):
     if os.environ.get(environment.SERVER_URL):
         report.ok("RL_INSIGHT_SERVER_URL", server_url.redact(os.environ[environment.SERVER_URL]))
     else:
-        report.problem("RL_INSIGHT_SERVER_URL", "not set in this shell: trainers would send nothing",
-                       f"export RL_INSIGHT_SERVER_URL={url or 'http://<server-ip>:18080'}")
+        report.problem(
+            "RL_INSIGHT_SERVER_URL",
+            "not set in this shell: trainers would send nothing",
+            f"export RL_INSIGHT_SERVER_URL={url or 'http://<server-ip>:18080'}",
+        )
     try:
         import verl
     except ImportError:
@@ -203,8 +254,11 @@ def check_environment(report, url):
     if "rl_insight" in tracking.Tracking.supported_backend and hasattr(tracking.Tracking.__init__, "__wrapped__"):
         report.ok("patches active", "Tracking accepts rl_insight in this Python environment")
     else:
-        report.problem("patches active", "verl's Tracking is not patched here",
-                       "unset VERL_RL_INSIGHT_AUTOLOAD=0, or run the job with rl-insight run -- ...")
+        report.problem(
+            "patches active",
+            "verl's Tracking is not patched here",
+            "unset VERL_RL_INSIGHT_AUTOLOAD=0, or run the job with rl-insight run -- ...",
+        )
     try:
         import verl.trainer.main_ppo as main_ppo
 
@@ -212,12 +266,14 @@ def check_environment(report, url):
     except Exception as exc:
         report.skip("Ray workers", f"verl.trainer.main_ppo does not import here ({exc})")
         return
-    if os.environ.get(environment.SERVER_URL) and env.get(environment.SERVER_URL) == os.environ[
-            environment.SERVER_URL]:
+    if os.environ.get(environment.SERVER_URL) and env.get(environment.SERVER_URL) == os.environ[environment.SERVER_URL]:
         report.ok("Ray workers", "RL_INSIGHT_* reach them through verl's runtime_env")
     elif os.environ.get(environment.SERVER_URL):
-        report.problem("Ray workers", "RL_INSIGHT_SERVER_URL would not reach them",
-                       "check that verl.trainer.main_ppo is patched (patches active above)")
+        report.problem(
+            "Ray workers",
+            "RL_INSIGHT_SERVER_URL would not reach them",
+            "check that verl.trainer.main_ppo is patched (patches active above)",
+        )
 
 
 def check_overrides(report, overrides):
@@ -227,25 +283,31 @@ def check_overrides(report, overrides):
     import verl.trainer.main_ppo as main_ppo
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(main_ppo.__file__), "config"),
-                               version_base=None):
+    with initialize_config_dir(
+        config_dir=os.path.join(os.path.dirname(main_ppo.__file__), "config"), version_base=None
+    ):
         config = compose(config_name="ppo_trainer", overrides=list(overrides))
     loggers = config.trainer.logger
     loggers = [loggers] if isinstance(loggers, str) else list(loggers)
     if "rl_insight" in loggers:
         report.ok("trainer.logger", str(loggers))
     else:
-        report.problem("trainer.logger", f"{loggers} has no rl_insight",
-                       "trainer.logger='[\"console\",\"rl_insight\"]'")
+        report.problem("trainer.logger", f"{loggers} has no rl_insight", 'trainer.logger=\'["console","rl_insight"]\'')
     if config.actor_rollout_ref.rollout.disable_log_stats:
-        report.problem("disable_log_stats", "True: vLLM / SGLang serve no engine metrics",
-                       "actor_rollout_ref.rollout.disable_log_stats=False")
+        report.problem(
+            "disable_log_stats",
+            "True: vLLM / SGLang serve no engine metrics",
+            "actor_rollout_ref.rollout.disable_log_stats=False",
+        )
     else:
         report.ok("disable_log_stats", "False: engine metrics are served")
     tq = config.get("transfer_queue") or {}
     if tq.get("enable") and not (tq.get("metrics") or {}).get("enabled"):
-        report.problem("transfer_queue.metrics.enabled", "TransferQueue is on but its metrics are off",
-                       "transfer_queue.metrics.enabled=True")
+        report.problem(
+            "transfer_queue.metrics.enabled",
+            "TransferQueue is on but its metrics are off",
+            "transfer_queue.metrics.enabled=True",
+        )
     else:
         report.ok("transfer_queue.metrics.enabled", str((tq.get("metrics") or {}).get("enabled", False)))
 
@@ -258,17 +320,29 @@ def check_samples(report, url, project, experiment):
         names = sorted({(s["labels"]["project"], s["labels"]["experiment_name"]) for s in runs})
         report.ok("recent samples", f"runs at the hub: {names}" if names else "no run has pushed yet")
         return
-    mine = [s for s in runs if s["labels"].get("project") == project and
-            (experiment is None or s["labels"].get("experiment_name") == experiment)]
+    mine = [
+        s
+        for s in runs
+        if s["labels"].get("project") == project
+        and (experiment is None or s["labels"].get("experiment_name") == experiment)
+    ]
     if not mine:
-        report.problem("recent samples", f"nothing from project={project} experiment_name={experiment} at the hub",
-                       "is the job running with trainer.logger containing rl_insight and RL_INSIGHT_SERVER_URL set?")
+        report.problem(
+            "recent samples",
+            f"nothing from project={project} experiment_name={experiment} at the hub",
+            "is the job running with trainer.logger containing rl_insight and RL_INSIGHT_SERVER_URL set?",
+        )
     elif min(s["idle_s"] for s in mine) > 600:
-        report.problem("recent samples", f"last push {min(s['idle_s'] for s in mine):.0f} s ago",
-                       "the job stalled, finished, or lost its connection to the server")
+        report.problem(
+            "recent samples",
+            f"last push {min(s['idle_s'] for s in mine):.0f} s ago",
+            "the job stalled, finished, or lost its connection to the server",
+        )
     else:
-        report.ok("recent samples", f"step {max(s['step'] for s in mine)}, last push "
-                                    f"{min(s['idle_s'] for s in mine):.0f} s ago")
+        report.ok(
+            "recent samples",
+            f"step {max(s['step'] for s in mine)}, last push {min(s['idle_s'] for s in mine):.0f} s ago",
+        )
 
 
 def run(server=None, project=None, experiment=None, overrides=(), out=sys.stdout):
@@ -283,8 +357,11 @@ def run(server=None, project=None, experiment=None, overrides=(), out=sys.stdout
     token = os.environ.get(environment.TOKEN) or url_token
     reachable = bool(url) and check_server(report, url, token)
     if not url:
-        report.problem("server reachable", "no server: RL_INSIGHT_SERVER_URL is unset and none runs here",
-                       "rl-insight server start --detach, then export the line it prints")
+        report.problem(
+            "server reachable",
+            "no server: RL_INSIGHT_SERVER_URL is unset and none runs here",
+            "rl-insight server start --detach, then export the line it prints",
+        )
     if reachable:
         check_services(report, url)
         status, _, body = fetch(url + "/api/v1/info")

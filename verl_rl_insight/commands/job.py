@@ -67,21 +67,31 @@ def dashboards_export(args):
     files = sorted(DASHBOARDS_DIR.glob("*.json"))
     existing = [p.name for p in files if (out / p.name).exists()]
     if existing and not args.force:
-        raise CliError(f"{out / existing[0]} exists ({len(existing)} of the dashboards are there already)",
-                       fix="add --force to overwrite them, or give another folder")
+        raise CliError(
+            f"{out / existing[0]} exists ({len(existing)} of the dashboards are there already)",
+            fix="add --force to overwrite them, or give another folder",
+        )
     for path in files:
         shutil.copyfile(path, out / path.name)
-    print(f"wrote {len(files)} dashboards to {out}; they use the datasource uids rl-insight-prometheus and "
-          "rl-insight-tempo: create those (or edit the uids) in your Grafana")
+    print(
+        f"wrote {len(files)} dashboards to {out}; they use the datasource uids rl-insight-prometheus and "
+        "rl-insight-tempo: create those (or edit the uids) in your Grafana"
+    )
     return 0
 
 
 def demo(args):
     from verl_rl_insight.commands.demo import command
 
-    return command.run(steps=args.steps, step_seconds=args.step_seconds, engine=args.engine,
-                       replicas=args.replicas, experiment=args.experiment, server_config=args.config,
-                       transfer_queue=not args.no_transfer_queue)
+    return command.run(
+        steps=args.steps,
+        step_seconds=args.step_seconds,
+        engine=args.engine,
+        replicas=args.replicas,
+        experiment=args.experiment,
+        server_config=args.config,
+        transfer_queue=not args.no_transfer_queue,
+    )
 
 
 def doctor(args):

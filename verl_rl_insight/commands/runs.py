@@ -38,8 +38,9 @@ def known_runs(base, token, prom, project=None, since="30d"):
         key = (labels.get("project"), labels.get("experiment_name"))
         if None in key or (project and key[0] != project):
             continue
-        run = runs.setdefault(key, {"step": None, "last_push_s": None, "series": 0, "finished": False,
-                                    "where": {"hub"}})
+        run = runs.setdefault(
+            key, {"step": None, "last_push_s": None, "series": 0, "finished": False, "where": {"hub"}}
+        )
         run["series"] += stream.get("series", 0)
         if stream.get("step") is not None:
             run["step"] = max(run["step"] or 0, stream["step"])
@@ -49,17 +50,20 @@ def known_runs(base, token, prom, project=None, since="30d"):
         selector = run_selector(project, None) if project else ""
         try:
             steps = prom.query(f"max by (project, experiment_name) (last_over_time({STEP}{selector}[{since}]))")
-            seen = prom.query(f"max by (project, experiment_name) (timestamp(last_over_time({STEP}{selector}"
-                              f"[{since}])))")
-            finished = prom.query(f"max by (project, experiment_name) (last_over_time(rl_insight_run_finished"
-                                  f"{selector}[{since}]))")
+            seen = prom.query(
+                f"max by (project, experiment_name) (timestamp(last_over_time({STEP}{selector}[{since}])))"
+            )
+            finished = prom.query(
+                f"max by (project, experiment_name) (last_over_time(rl_insight_run_finished{selector}[{since}]))"
+            )
         except DataError as exc:
             raise CliError(str(exc), code=PROBLEMS) from None
         when = {(r["metric"].get("project"), r["metric"].get("experiment_name")): float(r["value"][1]) for r in seen}
         for r in steps:
             key = (r["metric"].get("project"), r["metric"].get("experiment_name"))
-            run = runs.setdefault(key, {"step": None, "last_push_s": None, "series": None, "finished": False,
-                                        "where": set()})
+            run = runs.setdefault(
+                key, {"step": None, "last_push_s": None, "series": None, "finished": False, "where": set()}
+            )
             run["where"].add("prometheus")
             run["step"] = max(run["step"] or 0, int(float(r["value"][1])))
             if run["last_push_s"] is None and key in when:
@@ -75,19 +79,38 @@ def show(args):
     base, token = server(args)
     runs = known_runs(base, token, _prometheus(base, token), args.project, args.since)
     if args.json:
-        print(json.dumps([{"project": p, "experiment_name": e, **dict(r, where=sorted(r["where"]))}
-                          for (p, e), r in sorted(runs.items())]))
+        print(
+            json.dumps(
+                [
+                    {"project": p, "experiment_name": e, **dict(r, where=sorted(r["where"]))}
+                    for (p, e), r in sorted(runs.items())
+                ]
+            )
+        )
         return 0
     if not runs:
-        print("no runs" + (f" in project {args.project}" if args.project else "") + " (a run appears with its "
-              "first logged step)")
+        print(
+            "no runs" + (f" in project {args.project}" if args.project else "") + " (a run appears with its "
+            "first logged step)"
+        )
         return 0
     rows = [("PROJECT", "EXPERIMENT", "LAST STEP", "LAST PUSH", "SERIES", "STATE")]
     for (project, experiment), run in sorted(runs.items(), key=lambda item: item[1]["last_push_s"] or 1e18):
-        state = "finished" if run["finished"] else ("running" if "hub" in run["where"] and
-                                                    (run["last_push_s"] or 0) < 600 else "idle")
-        rows.append((project, experiment, "-" if run["step"] is None else str(run["step"]), _ago(run["last_push_s"]),
-                     "-" if run["series"] is None else str(run["series"]), state))
+        state = (
+            "finished"
+            if run["finished"]
+            else ("running" if "hub" in run["where"] and (run["last_push_s"] or 0) < 600 else "idle")
+        )
+        rows.append(
+            (
+                project,
+                experiment,
+                "-" if run["step"] is None else str(run["step"]),
+                _ago(run["last_push_s"]),
+                "-" if run["series"] is None else str(run["series"]),
+                state,
+            )
+        )
     print_table(rows)
     return 0
 
@@ -101,11 +124,11 @@ def table(prom, project, experiment, since):
         raise CliError(f"no steps of {project}/{experiment} in Prometheus (the last {since})", code=PROBLEMS)
     columns, values = [], {}
     for name in sorted(n for n in names if n != STEP):
-        column = name[len(PREFIX):]
+        column = name[len(PREFIX) :]
         columns.append(column)
         for t, value in sorted(prom.samples(f"{name}{selector}[{since}]").items()):
             if t in steps:
-                values.setdefault(int(steps[t]), {}).setdefault(column, value)   # a step's first sample
+                values.setdefault(int(steps[t]), {}).setdefault(column, value)  # a step's first sample
     for step in {int(s) for s in steps.values()}:
         values.setdefault(step, {})
     return columns, [(step, [values[step].get(c) for c in columns]) for step in sorted(values)]
@@ -143,8 +166,9 @@ def export(args):
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            raise CliError("--format parquet needs pyarrow", fix="pip install 'verl-rl-insight[export]'",
-                           code=REFUSED) from None
+            raise CliError(
+                "--format parquet needs pyarrow", fix="pip install 'verl-rl-insight[export]'", code=REFUSED
+            ) from None
         data = {"step": [step for step, _ in rows]}
         data.update({c: [values[i] for _, values in rows] for i, c in enumerate(columns)})
         pq.write_table(pa.table(data), tmp)
@@ -155,8 +179,11 @@ def export(args):
             for step, values in rows:
                 writer.writerow([step, *("" if v is None else repr(v) for v in values)])
     os.replace(tmp, args.output)
-    print(json.dumps({"output": args.output, "steps": len(rows), "columns": len(columns)}) if args.json else
-          f"wrote {args.output}: {len(rows)} steps x {len(columns)} scalars of {args.project}/{args.experiment}")
+    print(
+        json.dumps({"output": args.output, "steps": len(rows), "columns": len(columns)})
+        if args.json
+        else f"wrote {args.output}: {len(rows)} steps x {len(columns)} scalars of {args.project}/{args.experiment}"
+    )
     return 0
 
 
@@ -176,8 +203,10 @@ def delete(args):
         print(json.dumps(result))
         return 0
     spans = "its spans deleted" if result["spans"] else "no spans kept here"
-    print(f"deleted {what}: {result['hub_streams']} hub stream(s), {result['hub_series']} series; "
-          f"Prometheus: {result['prometheus']}; {spans}")
+    print(
+        f"deleted {what}: {result['hub_streams']} hub stream(s), {result['hub_series']} series; "
+        f"Prometheus: {result['prometheus']}; {spans}"
+    )
     return 0 if result["prometheus"] in ("deleted", "no Prometheus runs here") else PROBLEMS
 
 

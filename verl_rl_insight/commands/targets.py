@@ -28,8 +28,12 @@ def add(args):
     except TargetError as exc:
         raise CliError(str(exc)) from None
     url, token = _endpoint(args)
-    record = _call("POST", url, token, json.dumps({"address": args.address, "job": args.job, "labels": labels,
-                                                   "ttl_s": args.ttl}).encode())
+    record = _call(
+        "POST",
+        url,
+        token,
+        json.dumps({"address": args.address, "job": args.job, "labels": labels, "ttl_s": args.ttl}).encode(),
+    )
     if args.json:
         print(json.dumps(record))
     else:
@@ -51,9 +55,20 @@ def show(args):
 
     def row(t):
         labels = ",".join(f"{k}={v}" for k, v in sorted(t["labels"].items())) or "-"
-        return (t["job"], t["address"], labels, "never" if t["expires_in_s"] is None else f"in {t['expires_in_s']:.0f} s")
-    return show_list(args, _call("GET", url, token)["targets"], "no targets (rl-insight targets add HOST:PORT --job "
-                     "NAME adds one)", ("JOB", "ADDRESS", "LABELS", "EXPIRES"), row)
+        return (
+            t["job"],
+            t["address"],
+            labels,
+            "never" if t["expires_in_s"] is None else f"in {t['expires_in_s']:.0f} s",
+        )
+
+    return show_list(
+        args,
+        _call("GET", url, token)["targets"],
+        "no targets (rl-insight targets add HOST:PORT --job NAME adds one)",
+        ("JOB", "ADDRESS", "LABELS", "EXPIRES"),
+        row,
+    )
 
 
 def add_parsers(sub):

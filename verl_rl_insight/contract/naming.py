@@ -20,6 +20,8 @@ def metric_name(prefix, key):
         if len(_names) < 100_000:
             _names[cache_key] = name
     return name
+
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 GLOBAL_STEP_METRIC = "rl_insight_monitor_training_global_step"
 

@@ -28,7 +28,7 @@ from msgspec import Meta, Struct
 from verl_rl_insight.contract.errors import BadInput, TooLarge
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 
-HUB_HEADER = "X-RL-Insight-Hub"   # the hub instance a sender expects; a restarted hub answers 409
+HUB_HEADER = "X-RL-Insight-Hub"  # the hub instance a sender expects; a restarted hub answers 409
 
 MAX_NAME = 200
 MAX_LABEL_VALUE = 256
@@ -36,7 +36,7 @@ MAX_BATCHES = 10_000
 MAX_METRICS_PER_BATCH = 10_000
 MAX_EXTRA_LABELS = 16
 MAX_STEP = 2**63 - 1
-MAX_TIME = 1e11                       # seconds since the epoch (year 5138): timestamps fit in int64 ms
+MAX_TIME = 1e11  # seconds since the epoch (year 5138): timestamps fit in int64 ms
 MAX_TARGET_LABELS = 16
 MAX_TTL_S = 7 * 86400
 MAX_SILENCE_S = 30 * 86400
@@ -53,16 +53,21 @@ ADDRESS_PATTERN = HOST_PATTERN.removesuffix("(?!\\n)$") + ":" + PORT_PATTERN.rem
 JOB_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_.\-]{0,63}(?!\n)$"
 ALERT_NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]{0,127}(?!\n)$"
 RESERVED_LABELS = frozenset({"project", "experiment_name", "job", "instance"})
-RESERVED_PREFIX = "rl_insight_hub_"   # the hub's own series
+RESERVED_PREFIX = "rl_insight_hub_"  # the hub's own series
 SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
 
 LabelValue = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_VALUE, pattern=LABEL_VALUE_PATTERN)]
 LabelName = Annotated[str, Meta(max_length=MAX_NAME, pattern=LABEL_NAME_PATTERN)]
 SampleValue = float | Literal["NaN", "+Inf", "-Inf"]
-Metrics = Annotated[dict[str, SampleValue], Meta(
-    max_length=MAX_METRICS_PER_BATCH,
-    description=f"metric name: value; names starting with {RESERVED_PREFIX} and {GLOBAL_STEP_METRIC} are the hub's own",
-    extra_json_schema={"propertyNames": {"pattern": METRIC_NAME_PATTERN, "maxLength": MAX_NAME}})]
+Metrics = Annotated[
+    dict[str, SampleValue],
+    Meta(
+        max_length=MAX_METRICS_PER_BATCH,
+        description=f"metric name: value; names starting with {RESERVED_PREFIX} and {GLOBAL_STEP_METRIC} "
+        "are the hub's own",
+        extra_json_schema={"propertyNames": {"pattern": METRIC_NAME_PATTERN, "maxLength": MAX_NAME}},
+    ),
+]
 
 
 class BatchBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -72,10 +77,19 @@ class BatchBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
     experiment_name: LabelValue
     metrics: Metrics
     step: Annotated[int, Meta(ge=0, le=MAX_STEP)] | None = None
-    time: Annotated[float, Meta(ge=0, le=MAX_TIME, description="the trainer's time, seconds since the epoch")] | None = None
-    labels: Annotated[dict[LabelName, LabelValue], Meta(
-        max_length=MAX_EXTRA_LABELS,
-        description="extra labels; project, experiment_name, job and instance are reserved")] | None = None
+    time: (
+        Annotated[float, Meta(ge=0, le=MAX_TIME, description="the trainer's time, seconds since the epoch")] | None
+    ) = None
+    labels: (
+        Annotated[
+            dict[LabelName, LabelValue],
+            Meta(
+                max_length=MAX_EXTRA_LABELS,
+                description="extra labels; project, experiment_name, job and instance are reserved",
+            ),
+        ]
+        | None
+    ) = None
 
 
 class PushBody(Struct, forbid_unknown_fields=True):
@@ -99,8 +113,12 @@ class SilenceBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
     project: Annotated[str, Meta(min_length=1, max_length=256, pattern=LABEL_VALUE_PATTERN)]
     experiment_name: Annotated[str, Meta(min_length=1, max_length=256, pattern=LABEL_VALUE_PATTERN)]
     duration_s: Annotated[float, Meta(ge=MIN_SILENCE_S, le=MAX_SILENCE_S)]
-    alertname: Annotated[str, Meta(pattern=ALERT_NAME_PATTERN,
-                                   description="only this alert (default: every alert of the run)")] | None = None
+    alertname: (
+        Annotated[
+            str, Meta(pattern=ALERT_NAME_PATTERN, description="only this alert (default: every alert of the run)")
+        ]
+        | None
+    ) = None
     comment: Annotated[str, Meta(min_length=1, max_length=500, pattern=LABEL_VALUE_PATTERN)] | None = None
     created_by: Annotated[str, Meta(min_length=1, max_length=100, pattern=LABEL_VALUE_PATTERN)] | None = None
 
@@ -124,15 +142,21 @@ class Batch:
 
     __slots__ = ("labels", "step", "time", "timed", "names", "values", "metrics")
 
-    def __init__(self, labels: tuple[tuple[str, str], ...], step: int | None, time_s: float, timed: bool,
-                 metrics: dict[str, float]) -> None:
+    def __init__(
+        self,
+        labels: tuple[tuple[str, str], ...],
+        step: int | None,
+        time_s: float,
+        timed: bool,
+        metrics: dict[str, float],
+    ) -> None:
         self.labels = labels
         self.step = step
         self.time = time_s
-        self.timed = timed      # the trainer gave its own time (a resent copy can be recognised)
+        self.timed = timed  # the trainer gave its own time (a resent copy can be recognised)
         self.metrics = metrics  # name: value, the global step included
         self.names = tuple(metrics)
-        self.values = tuple(metrics.values())   # the float objects the decode made: no copy, no boxing
+        self.values = tuple(metrics.values())  # the float objects the decode made: no copy, no boxing
 
 
 _METRIC_NAME = re.compile(METRIC_NAME_PATTERN)
@@ -154,11 +178,14 @@ def check_metric_names(where: str, metrics: dict[str, Any]) -> None:
         if name in _known_names:
             continue
         if len(name) > MAX_NAME or _METRIC_NAME.search(name) is None:
-            raise PushError(f"{where}.metrics: invalid metric name {_show(name, MAX_NAME)} "
-                            f"(must match [a-zA-Z_:][a-zA-Z0-9_:]*, at most {MAX_NAME} characters)")
+            raise PushError(
+                f"{where}.metrics: invalid metric name {_show(name, MAX_NAME)} "
+                f"(must match [a-zA-Z_:][a-zA-Z0-9_:]*, at most {MAX_NAME} characters)"
+            )
         if name.startswith(RESERVED_PREFIX) or name == GLOBAL_STEP_METRIC:
-            raise PushError(f"{where}.metrics.{name}: {name} and names starting with {RESERVED_PREFIX} "
-                            "are the hub's own")
+            raise PushError(
+                f"{where}.metrics.{name}: {name} and names starting with {RESERVED_PREFIX} are the hub's own"
+            )
         if len(_known_names) < _MAX_KNOWN_NAMES:
             _known_names.add(sys.intern(name))
 
@@ -166,7 +193,7 @@ def check_metric_names(where: str, metrics: dict[str, Any]) -> None:
 def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
     """The values as floats: NaN, +Inf and -Inf travel as strings (JSON has no such numbers)."""
     try:
-        sum(metrics.values())   # a loop in C over floats; a string in it raises
+        sum(metrics.values())  # a loop in C over floats; a string in it raises
     except TypeError:
         return {name: SPECIAL_VALUES[v] if isinstance(v, str) else v for name, v in metrics.items()}
     return metrics
@@ -179,8 +206,10 @@ def _batch(i: int, body: BatchBody, now: float) -> Batch:
     if body.labels:
         for name in body.labels:
             if name.startswith("__"):
-                raise PushError(f"{where}.labels: invalid label name {_show(name, 40)} (must match "
-                                "[a-zA-Z_][a-zA-Z0-9_]*, not starting with __)")
+                raise PushError(
+                    f"{where}.labels: invalid label name {_show(name, 40)} (must match "
+                    "[a-zA-Z_][a-zA-Z0-9_]*, not starting with __)"
+                )
             if name in RESERVED_LABELS:
                 raise PushError(f"{where}.labels.{name}: label {name!r} is reserved")
         labels.extend(body.labels.items())
@@ -222,7 +251,7 @@ _KEY_MESSAGES = {
 def _explain(exc: msgspec.ValidationError, body: bytes) -> PushError:
     """msgspec's message in this API's words: ``batches[3].metrics.loss: what is wrong``."""
     match = _AT.match(str(exc))
-    assert match is not None   # the pattern matches any text
+    assert match is not None  # the pattern matches any text
     message, path = match["message"], (match["path"] or "").lstrip(".")
     unknown = re.match(r"Object contains unknown field `(.*)`", message)
     if unknown:

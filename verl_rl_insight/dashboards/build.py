@@ -21,82 +21,235 @@ ENGINES = engines.RUNNING
 
 def timeline_rows(layout):
     layout.row("RL state timeline")
-    layout.add(spans_table("Trainer phases", "trainer|rollouter",
-                           "the newest phases of the trainer (gen, reward, old_log_prob, ... under each step), one "
-                           "row each; a trace ID opens the step as a trace"), w=12, h=10)
-    layout.add(spans_table("Rollout replicas", "replica_.*|rank_.*",
-                           "generate calls per replica lane and worker roles per rank; a trace ID opens the trace"),
-               w=12, h=10)
+    layout.add(
+        spans_table(
+            "Trainer phases",
+            "trainer|rollouter",
+            "the newest phases of the trainer (gen, reward, old_log_prob, ... under each step), one "
+            "row each; a trace ID opens the step as a trace",
+        ),
+        w=12,
+        h=10,
+    )
+    layout.add(
+        spans_table(
+            "Rollout replicas",
+            "replica_.*|rank_.*",
+            "generate calls per replica lane and worker roles per rank; a trace ID opens the trace",
+        ),
+        w=12,
+        h=10,
+    )
     layout.add(trace_view("Selected trace", "the trace whose ID is in the trace_id variable at the top"), w=24, h=12)
-    layout.add(timeseries("Trainer: share of wall time per phase", [
-        (f'clamp(sum by (state) (rate(rl_insight_state_seconds_total{{{RUN},lane="trainer"}}{RATE})), 0, 1)',
-         "{{state}}")], unit="percentunit",
-        description="seconds in each phase per second of wall time; phases of one lane never overlap, and a phase "
-                    "is counted when it ends, so short windows are clamped to 100 %"), w=24)
+    layout.add(
+        timeseries(
+            "Trainer: share of wall time per phase",
+            [
+                (
+                    f'clamp(sum by (state) (rate(rl_insight_state_seconds_total{{{RUN},lane="trainer"}}{RATE})), 0, 1)',
+                    "{{state}}",
+                )
+            ],
+            unit="percentunit",
+            description="seconds in each phase per second of wall time; phases of one lane never overlap, and a phase "
+            "is counted when it ends, so short windows are clamped to 100 %",
+        ),
+        w=24,
+    )
 
 
 def transfer_queue_rows(layout):
     layout.row("TransferQueue")
     requests = f"sum by (op_type) (rate(tq_controller_request_total{{{RUN}}}{RATE}))"
     errors = f"sum by (op_type) (rate(tq_controller_request_errors_total{{{RUN}}}{RATE}))"
-    layout.add(timeseries("Controller requests and errors", [
-        (requests, "{{op_type}}"), (f"{errors} or 0 * {requests}", "errors {{op_type}}")], unit="reqps"), w=8)
-    layout.add(timeseries("Controller request latency", [
-        (f"histogram_quantile({q}, sum by (le, op_type) (rate(tq_controller_request_duration_seconds_bucket"
-         f"{{{RUN}}}{RATE})))", f"p{int(q * 100)} {{{{op_type}}}}") for q in (0.5, 0.99)], unit="s"), w=8)
-    layout.add(timeseries("Samples moved", [
-        (f"sum by (op_type) (rate(tq_controller_request_samples_total{{{RUN}}}{RATE}))", "{{op_type}}")],
-        unit="short", description="samples per second, by operation"), w=8)
-    layout.add(timeseries("Partitions and samples", [(f"tq_partitions_total{{{RUN}}}", "partitions"),
-                                                     (f"tq_partition_samples_total{{{RUN}}}", "samples {{partition_id}}")]),
-               w=8)
-    layout.add(timeseries("Partition production progress", [
-        (f"max by (partition_id, task_name) (tq_partition_production_progress{{{RUN}}})",
-         "{{partition_id}} {{task_name}}")], unit="percentunit"), w=8)
-    layout.add(timeseries("Global indexes", [(f"tq_global_index_allocated_total{{{RUN}}}", "allocated"),
-                                             (f"tq_global_index_reusable_total{{{RUN}}}", "reusable")]), w=8)
-    layout.add(timeseries("Process memory", [(f"tq_controller_memory_rss_bytes{{{RUN}}}", "controller"),
-                                             (f"tq_storage_memory_rss_bytes{{{RUN}}}", "storage {{storage_unit_id}}")],
-                          unit="bytes"), w=8)
+    layout.add(
+        timeseries(
+            "Controller requests and errors",
+            [(requests, "{{op_type}}"), (f"{errors} or 0 * {requests}", "errors {{op_type}}")],
+            unit="reqps",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Controller request latency",
+            [
+                (
+                    f"histogram_quantile({q}, sum by (le, op_type) (rate(tq_controller_request_duration_seconds_bucket"
+                    f"{{{RUN}}}{RATE})))",
+                    f"p{int(q * 100)} {{{{op_type}}}}",
+                )
+                for q in (0.5, 0.99)
+            ],
+            unit="s",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Samples moved",
+            [(f"sum by (op_type) (rate(tq_controller_request_samples_total{{{RUN}}}{RATE}))", "{{op_type}}")],
+            unit="short",
+            description="samples per second, by operation",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Partitions and samples",
+            [
+                (f"tq_partitions_total{{{RUN}}}", "partitions"),
+                (f"tq_partition_samples_total{{{RUN}}}", "samples {{partition_id}}"),
+            ],
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Partition production progress",
+            [
+                (
+                    f"max by (partition_id, task_name) (tq_partition_production_progress{{{RUN}}})",
+                    "{{partition_id}} {{task_name}}",
+                )
+            ],
+            unit="percentunit",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Global indexes",
+            [
+                (f"tq_global_index_allocated_total{{{RUN}}}", "allocated"),
+                (f"tq_global_index_reusable_total{{{RUN}}}", "reusable"),
+            ],
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Process memory",
+            [
+                (f"tq_controller_memory_rss_bytes{{{RUN}}}", "controller"),
+                (f"tq_storage_memory_rss_bytes{{{RUN}}}", "storage {{storage_unit_id}}"),
+            ],
+            unit="bytes",
+        ),
+        w=8,
+    )
     layout.add(timeseries("Controller uptime", [(f"tq_controller_uptime_seconds{{{RUN}}}", "uptime")], unit="s"), w=8)
-    layout.add(timeseries("Storage keys", [(f"tq_storage_active_keys_total{{{RUN}}}", "active {{storage_unit_id}}")]),
-               w=8)
-    layout.add(timeseries("Storage requests: arrived and completed", [
-        (f"sum by (storage_unit_id) (rate(tq_storage_requests_arrived{{{RUN}}}{RATE}))", "arrived {{storage_unit_id}}"),
-        (f"sum by (storage_unit_id) (rate(tq_storage_request_ops{{{RUN}}}{RATE}))", "completed {{storage_unit_id}}"),
-        (f"sum by (op_type) (rate(tq_storage_arrivals_by_op{{{RUN}}}{RATE}))", "arrived {{op_type}}")], unit="reqps",
-        description="a gap between arrived and completed: requests that arrive and do not finish"), w=8)
-    layout.add(timeseries("Storage request latency", [
-        (f"tq_storage_request_latency_{kind}{{{RUN}}}", f"{kind} {{{{op_type}}}}") for kind in ("avg", "p50", "p99")],
-        unit="s"), w=8)
-    layout.add(timeseries("SSD offload", [
-        (f"tq_storage_ssd_active_bytes{{{RUN}}}", "bytes on SSD {{storage_unit_id}}")], unit="bytes"), w=8)
-    layout.add(timeseries("SSD offload values", [
-        (f"tq_storage_ssd_active_values{{{RUN}}}", "on SSD {{storage_unit_id}}"),
-        (f"tq_storage_ssd_fallback_values_total{{{RUN}}}", "kept in memory (no SSD encoding)"),
-        (f"tq_storage_ssd_offload_enabled{{{RUN}}}", "offload enabled")]), w=16)
+    layout.add(
+        timeseries("Storage keys", [(f"tq_storage_active_keys_total{{{RUN}}}", "active {{storage_unit_id}}")]), w=8
+    )
+    layout.add(
+        timeseries(
+            "Storage requests: arrived and completed",
+            [
+                (
+                    f"sum by (storage_unit_id) (rate(tq_storage_requests_arrived{{{RUN}}}{RATE}))",
+                    "arrived {{storage_unit_id}}",
+                ),
+                (
+                    f"sum by (storage_unit_id) (rate(tq_storage_request_ops{{{RUN}}}{RATE}))",
+                    "completed {{storage_unit_id}}",
+                ),
+                (f"sum by (op_type) (rate(tq_storage_arrivals_by_op{{{RUN}}}{RATE}))", "arrived {{op_type}}"),
+            ],
+            unit="reqps",
+            description="a gap between arrived and completed: requests that arrive and do not finish",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Storage request latency",
+            [
+                (f"tq_storage_request_latency_{kind}{{{RUN}}}", f"{kind} {{{{op_type}}}}")
+                for kind in ("avg", "p50", "p99")
+            ],
+            unit="s",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "SSD offload", [(f"tq_storage_ssd_active_bytes{{{RUN}}}", "bytes on SSD {{storage_unit_id}}")], unit="bytes"
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "SSD offload values",
+            [
+                (f"tq_storage_ssd_active_values{{{RUN}}}", "on SSD {{storage_unit_id}}"),
+                (f"tq_storage_ssd_fallback_values_total{{{RUN}}}", "kept in memory (no SSD encoding)"),
+                (f"tq_storage_ssd_offload_enabled{{{RUN}}}", "offload enabled"),
+            ],
+        ),
+        w=16,
+    )
 
 
 def transfer_queue_probe_rows(layout):
     title = "TransferQueue storage capacity and accept queue (with capacity set, or TQ_ACCEPT_PROBE_INTERVAL > 0)"
     layout.row(title, collapsed=True)
-    layout.add(timeseries("Storage utilization", [
-        (f"max by (storage_unit_id) (tq_storage_utilization_ratio{{{RUN}}})", "{{storage_unit_id}}")],
-        unit="percentunit"), w=8)
+    layout.add(
+        timeseries(
+            "Storage utilization",
+            [(f"max by (storage_unit_id) (tq_storage_utilization_ratio{{{RUN}}})", "{{storage_unit_id}}")],
+            unit="percentunit",
+        ),
+        w=8,
+    )
     layout.add(timeseries("Storage capacity", [(f"tq_storage_capacity_total{{{RUN}}}", "{{storage_unit_id}}")]), w=8)
-    layout.add(timeseries("Partition consumption progress", [
-        (f"max by (partition_id, task_name) (tq_partition_consumption_progress{{{RUN}}})",
-         "{{partition_id}} {{task_name}}")], unit="percentunit"), w=8)
-    layout.add(timeseries("Accept queue", [(f"tq_storage_accept_queue_backlog{{{RUN}}}", "backlog {{storage_unit_id}}"),
-                                           (f"tq_storage_accept_queue_peak{{{RUN}}}", "peak {{storage_unit_id}}")]),
-               w=8)
-    layout.add(timeseries("Accept queue peak utilization", [
-        (f"max by (storage_unit_id) (tq_storage_accept_queue_peak_utilization_ratio{{{RUN}}})",
-         "{{storage_unit_id}}")], unit="percentunit"), w=8)
-    layout.add(timeseries("Connection drops", [
-        (f"tq_storage_socket_drops{{{RUN}}}", "socket drops {{storage_unit_id}}"),
-        (f"tq_storage_listen_overflows{{{RUN}}}", "listen overflows {{storage_unit_id}}"),
-        (f"tq_storage_listen_other_drops{{{RUN}}}", "other drops {{storage_unit_id}}")]), w=8)
+    layout.add(
+        timeseries(
+            "Partition consumption progress",
+            [
+                (
+                    f"max by (partition_id, task_name) (tq_partition_consumption_progress{{{RUN}}})",
+                    "{{partition_id}} {{task_name}}",
+                )
+            ],
+            unit="percentunit",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Accept queue",
+            [
+                (f"tq_storage_accept_queue_backlog{{{RUN}}}", "backlog {{storage_unit_id}}"),
+                (f"tq_storage_accept_queue_peak{{{RUN}}}", "peak {{storage_unit_id}}"),
+            ],
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Accept queue peak utilization",
+            [
+                (
+                    f"max by (storage_unit_id) (tq_storage_accept_queue_peak_utilization_ratio{{{RUN}}})",
+                    "{{storage_unit_id}}",
+                )
+            ],
+            unit="percentunit",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Connection drops",
+            [
+                (f"tq_storage_socket_drops{{{RUN}}}", "socket drops {{storage_unit_id}}"),
+                (f"tq_storage_listen_overflows{{{RUN}}}", "listen overflows {{storage_unit_id}}"),
+                (f"tq_storage_listen_other_drops{{{RUN}}}", "other drops {{storage_unit_id}}"),
+            ],
+        ),
+        w=8,
+    )
     return {title: "storage capacity and the accept-queue probe are reported only when configured"}
 
 
@@ -104,25 +257,54 @@ def hardware_rows(layout):
     gpu = f'{RUN},gpu=~"$gpu"'
     node = f'{RUN},node=~"$node"'
     layout.row("Hardware")
-    layout.add(timeseries("GPU utilization", [(f"DCGM_FI_DEV_GPU_UTIL{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")],
-                          unit="percent"))
-    layout.add(timeseries("GPU memory used", [(f"DCGM_FI_DEV_FB_USED{{{gpu}}} / (DCGM_FI_DEV_FB_USED{{{gpu}}} + "
-                                               f"DCGM_FI_DEV_FB_FREE{{{gpu}}})", "{{Hostname}} gpu {{gpu}}")],
-                          unit="percentunit", thresholds=[(0.95, "red")]))
-    layout.add(timeseries("GPU power", [(f"DCGM_FI_DEV_POWER_USAGE{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")],
-                          unit="watt"))
-    layout.add(timeseries("GPU temperature", [(f"DCGM_FI_DEV_GPU_TEMP{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")],
-                          unit="celsius"))
-    layout.add(timeseries("Host CPU", [(f"rl_insight_host_cpu_utilization_percent{{{node}}}", "{{node}}")],
-                          unit="percent"))
-    layout.add(timeseries("Host memory used", [(f"rl_insight_host_memory_used_bytes{{{node}}}", "{{node}}")],
-                          unit="bytes"))
-    layout.add(timeseries("Host network", [
-        (f"rl_insight_host_network_receive_bytes_per_second{{{node}}}", "rx {{node}}"),
-        (f"rl_insight_host_network_transmit_bytes_per_second{{{node}}}", "tx {{node}}")], unit="Bps"))
-    layout.add(timeseries("Host disk", [
-        (f"rl_insight_host_disk_read_bytes_per_second{{{node}}}", "read {{node}}"),
-        (f"rl_insight_host_disk_written_bytes_per_second{{{node}}}", "write {{node}}")], unit="Bps"))
+    layout.add(
+        timeseries("GPU utilization", [(f"DCGM_FI_DEV_GPU_UTIL{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")], unit="percent")
+    )
+    layout.add(
+        timeseries(
+            "GPU memory used",
+            [
+                (
+                    f"DCGM_FI_DEV_FB_USED{{{gpu}}} / (DCGM_FI_DEV_FB_USED{{{gpu}}} + DCGM_FI_DEV_FB_FREE{{{gpu}}})",
+                    "{{Hostname}} gpu {{gpu}}",
+                )
+            ],
+            unit="percentunit",
+            thresholds=[(0.95, "red")],
+        )
+    )
+    layout.add(
+        timeseries("GPU power", [(f"DCGM_FI_DEV_POWER_USAGE{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")], unit="watt")
+    )
+    layout.add(
+        timeseries("GPU temperature", [(f"DCGM_FI_DEV_GPU_TEMP{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")], unit="celsius")
+    )
+    layout.add(
+        timeseries("Host CPU", [(f"rl_insight_host_cpu_utilization_percent{{{node}}}", "{{node}}")], unit="percent")
+    )
+    layout.add(
+        timeseries("Host memory used", [(f"rl_insight_host_memory_used_bytes{{{node}}}", "{{node}}")], unit="bytes")
+    )
+    layout.add(
+        timeseries(
+            "Host network",
+            [
+                (f"rl_insight_host_network_receive_bytes_per_second{{{node}}}", "rx {{node}}"),
+                (f"rl_insight_host_network_transmit_bytes_per_second{{{node}}}", "tx {{node}}"),
+            ],
+            unit="Bps",
+        )
+    )
+    layout.add(
+        timeseries(
+            "Host disk",
+            [
+                (f"rl_insight_host_disk_read_bytes_per_second{{{node}}}", "read {{node}}"),
+                (f"rl_insight_host_disk_written_bytes_per_second{{{node}}}", "write {{node}}"),
+            ],
+            unit="Bps",
+        )
+    )
 
 
 AGENT_LOOP_ROW = "Agent loop (actor_rollout_ref.rollout.trace.backend=rl_insight)"
@@ -131,30 +313,78 @@ AGENT_LOOP_ROW = "Agent loop (actor_rollout_ref.rollout.trace.backend=rl_insight
 def agent_loop_rows(layout):
     """rl_insight_agent_* from the trajectories verl's rollout_trace reports; returns {row: condition}."""
     layout.row(AGENT_LOOP_ROW, collapsed=True)
-    total = lambda name: f'sum by (validate) (rate(rl_insight_agent_{name}_total{{{RUN}}}{RATE}))'  # noqa: E731
-    layout.add(timeseries("Trajectories traced", [(total("trajectories"), "validate={{validate}}")], unit="ops"),
-               w=8, h=7)
-    layout.add(timeseries("Turns and tool calls per trajectory", [
-        (f"avg(rl_insight_agent_turns_per_trajectory{{{RUN}}})", "turns"),
-        (f"avg(rl_insight_agent_tool_calls_per_trajectory{{{RUN}}})", "tool calls")],
-        description="per worker for the newest step it traced, averaged over workers"), w=8, h=7)
-    layout.add(timeseries("Tool latency", [
-        (f"sum(rate(rl_insight_agent_tool_seconds_total{{{RUN}}}{RATE})) / "
-         f"sum(rate(rl_insight_agent_tool_calls_total{{{RUN}}}{RATE}))", "mean")], unit="s"), w=8, h=7)
-    layout.add(timeseries("Failed ops and trajectories", [
-        (total("failed_ops"), "ops validate={{validate}}"),
-        (total("failed_trajectories"), "trajectories validate={{validate}}")], unit="ops"), w=12, h=7)
-    layout.add(timeseries("Tool calls and turns", [(total("tool_calls"), "tool calls validate={{validate}}"),
-                                                   (total("turns"), "turns validate={{validate}}")], unit="ops"),
-               w=12, h=7)
+    total = lambda name: f"sum by (validate) (rate(rl_insight_agent_{name}_total{{{RUN}}}{RATE}))"  # noqa: E731
+    layout.add(
+        timeseries("Trajectories traced", [(total("trajectories"), "validate={{validate}}")], unit="ops"), w=8, h=7
+    )
+    layout.add(
+        timeseries(
+            "Turns and tool calls per trajectory",
+            [
+                (f"avg(rl_insight_agent_turns_per_trajectory{{{RUN}}})", "turns"),
+                (f"avg(rl_insight_agent_tool_calls_per_trajectory{{{RUN}}})", "tool calls"),
+            ],
+            description="per worker for the newest step it traced, averaged over workers",
+        ),
+        w=8,
+        h=7,
+    )
+    layout.add(
+        timeseries(
+            "Tool latency",
+            [
+                (
+                    f"sum(rate(rl_insight_agent_tool_seconds_total{{{RUN}}}{RATE})) / "
+                    f"sum(rate(rl_insight_agent_tool_calls_total{{{RUN}}}{RATE}))",
+                    "mean",
+                )
+            ],
+            unit="s",
+        ),
+        w=8,
+        h=7,
+    )
+    layout.add(
+        timeseries(
+            "Failed ops and trajectories",
+            [
+                (total("failed_ops"), "ops validate={{validate}}"),
+                (total("failed_trajectories"), "trajectories validate={{validate}}"),
+            ],
+            unit="ops",
+        ),
+        w=12,
+        h=7,
+    )
+    layout.add(
+        timeseries(
+            "Tool calls and turns",
+            [
+                (total("tool_calls"), "tool calls validate={{validate}}"),
+                (total("turns"), "turns validate={{validate}}"),
+            ],
+            unit="ops",
+        ),
+        w=12,
+        h=7,
+    )
     return {AGENT_LOOP_ROW: "actor_rollout_ref.rollout.trace.backend=rl_insight"}
 
 
 def dashboard(uid, title, layout, engine_metric):
-    return {"uid": uid, "title": title, "tags": ["rl-insight", "verl"], "timezone": "browser", "schemaVersion": 39,
-            "refresh": "10s", "time": {"from": "now-1h", "to": "now"}, "editable": False,
-            "templating": {"list": variables(engine_metric)}, "panels": layout.panels,
-            "annotations": {"list": []}}
+    return {
+        "uid": uid,
+        "title": title,
+        "tags": ["rl-insight", "verl"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "editable": False,
+        "templating": {"list": variables(engine_metric)},
+        "panels": layout.panels,
+        "annotations": {"list": []},
+    }
 
 
 def build(conditional=None):
@@ -177,8 +407,11 @@ def build(conditional=None):
     layout = Layout()
     hardware_rows(layout)
     out["rl_insight_hardware.json"] = dashboard("rl_insight_hardware", "RL-Insight hardware", layout, None)
-    run_variables = [dict(v, includeAll=v["name"] == "experiment_name") for v in variables(None)
-                     if v["name"] in ("project", "experiment_name")]
+    run_variables = [
+        dict(v, includeAll=v["name"] == "experiment_name")
+        for v in variables(None)
+        if v["name"] in ("project", "experiment_name")
+    ]
     out["rl_insight_compare_runs.json"] = compare.build(run_variables)
     if conditional is not None:
         conditional.update(rows_logged_sometimes)

@@ -11,12 +11,16 @@ from verl_rl_insight.dashboards.panels import PROM, RUN, Layout, M, target, time
 from verl_rl_insight.dashboards.training import EXP, metric
 
 CURVES = (
-    ("Score", "critic/score/mean", "short"), ("Reward", "critic/rewards/mean", "short"),
-    ("Entropy", "actor/entropy", "short"), ("KL loss", "actor/kl_loss", "short"),
-    ("Policy loss", "actor/pg_loss", "short"), ("Grad norm", "actor/grad_norm", "short"),
+    ("Score", "critic/score/mean", "short"),
+    ("Reward", "critic/rewards/mean", "short"),
+    ("Entropy", "actor/entropy", "short"),
+    ("KL loss", "actor/kl_loss", "short"),
+    ("Policy loss", "actor/pg_loss", "short"),
+    ("Grad norm", "actor/grad_norm", "short"),
     ("Response length", "response_length/mean", "short"),
     ("Train / inference log-prob mismatch", "training/rollout_probs_diff_mean", "short"),
-    ("Throughput", "perf/throughput", "tokens/s"), ("Time per step", "perf/time_per_step", "s"),
+    ("Throughput", "perf/throughput", "tokens/s"),
+    ("Time per step", "perf/time_per_step", "s"),
 )
 BY_RUN = "max by (project, experiment_name)"
 
@@ -24,31 +28,58 @@ BY_RUN = "max by (project, experiment_name)"
 def by_step(title, key, unit):
     step = target(f"{BY_RUN} ({M}training_global_step{{{RUN}}})", "step", "A", fmt="table")
     value = target(f"{BY_RUN} ({metric(key)}{{{RUN}}})", key, "B", fmt="table")
-    return {"type": "xychart", "title": f"{title} by training step", "datasource": PROM,
-            "description": f"{key} against the global step, one line per experiment",
-            "targets": [step, value],
-            "transformations": [
-                {"id": "merge", "options": {}},
-                {"id": "organize", "options": {"renameByName": {"Value #A": "step", "Value #B": key}}},
-                {"id": "partitionByValues", "options": {"fields": ["experiment_name"], "keepFields": False,
-                                                        "naming": {"asLabels": False}}},
-            ],
-            "options": {"seriesMapping": "auto", "dims": {"x": "step", "exclude": ["Time", "project"]},
-                        "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True}},
-            "fieldConfig": {"defaults": {"unit": unit, "custom": {"show": "lines"}}, "overrides": []}}
+    return {
+        "type": "xychart",
+        "title": f"{title} by training step",
+        "datasource": PROM,
+        "description": f"{key} against the global step, one line per experiment",
+        "targets": [step, value],
+        "transformations": [
+            {"id": "merge", "options": {}},
+            {"id": "organize", "options": {"renameByName": {"Value #A": "step", "Value #B": key}}},
+            {
+                "id": "partitionByValues",
+                "options": {"fields": ["experiment_name"], "keepFields": False, "naming": {"asLabels": False}},
+            },
+        ],
+        "options": {
+            "seriesMapping": "auto",
+            "dims": {"x": "step", "exclude": ["Time", "project"]},
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+        },
+        "fieldConfig": {"defaults": {"unit": unit, "custom": {"show": "lines"}}, "overrides": []},
+    }
 
 
 def build(variables):
     layout = Layout()
     layout.row("Runs")
-    layout.add({"type": "table", "title": "Runs compared: last step", "datasource": PROM,
-                "targets": [target(f"{BY_RUN} ({M}training_global_step{{{RUN}}})", "", "A", fmt="table")],
-                "options": {"showHeader": True}, "fieldConfig": {"defaults": {}, "overrides": []}}, w=8, h=6)
+    layout.add(
+        {
+            "type": "table",
+            "title": "Runs compared: last step",
+            "datasource": PROM,
+            "targets": [target(f"{BY_RUN} ({M}training_global_step{{{RUN}}})", "", "A", fmt="table")],
+            "options": {"showHeader": True},
+            "fieldConfig": {"defaults": {}, "overrides": []},
+        },
+        w=8,
+        h=6,
+    )
     layout.add(timeseries("Global step over time", [(f"{M}training_global_step{{{RUN}}}", EXP)]), w=16, h=6)
     layout.row("Key curves by training step")
     for title, key, unit in CURVES:
         layout.add(by_step(title, key, unit), w=12, h=8)
-    return {"uid": "rl_insight_compare_runs", "title": "RL-Insight compare runs", "tags": ["rl-insight", "verl"],
-            "timezone": "browser", "schemaVersion": 39, "refresh": "30s", "time": {"from": "now-24h", "to": "now"},
-            "editable": False, "templating": {"list": variables}, "panels": layout.panels,
-            "annotations": {"list": []}}
+    return {
+        "uid": "rl_insight_compare_runs",
+        "title": "RL-Insight compare runs",
+        "tags": ["rl-insight", "verl"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "refresh": "30s",
+        "time": {"from": "now-24h", "to": "now"},
+        "editable": False,
+        "templating": {"list": variables},
+        "panels": layout.panels,
+        "annotations": {"list": []},
+    }

@@ -16,92 +16,195 @@ def rate(name, extra=""):
 
 
 def quantiles(name, qs=(0.5, 0.9, 0.99)):
-    return [(f"histogram_quantile({q}, sum by (le, replica) ({rate(name + '_bucket')}))",
-             f"p{int(q * 100)} replica {{{{replica}}}}") for q in qs]
+    return [
+        (
+            f"histogram_quantile({q}, sum by (le, replica) ({rate(name + '_bucket')}))",
+            f"p{int(q * 100)} replica {{{{replica}}}}",
+        )
+        for q in qs
+    ]
 
 
 def busy_share(running):
     """Share of wall time with at least one request running (0-100 %), next to the mean in flight."""
-    return timeseries("Busy share (at least one request running)", [
-        (f"clamp(avg_over_time(({by_replica('sum', f'{running}{{{SEL}}}')} > bool 0)[$__rate_interval:]), 0, 1)",
-         "replica {{replica}}")], unit="percentunit",
-        description="the share of samples in which the replica had a request running: 0-100 %")
+    return timeseries(
+        "Busy share (at least one request running)",
+        [
+            (
+                f"clamp(avg_over_time(({by_replica('sum', f'{running}{{{SEL}}}')} > bool 0)[$__rate_interval:]), 0, 1)",
+                "replica {{replica}}",
+            )
+        ],
+        unit="percentunit",
+        description="the share of samples in which the replica had a request running: 0-100 %",
+    )
 
 
 def in_flight():
-    return timeseries("Mean generate calls in flight", [
-        ("sum by (lane) (rate(rl_insight_state_seconds_total{" + RUN + ',lane=~"replica_.*"}' + RATE + "))",
-         "{{lane}}")], description="seconds of generate calls per second: the mean number in flight, can exceed 1")
+    return timeseries(
+        "Mean generate calls in flight",
+        [
+            (
+                "sum by (lane) (rate(rl_insight_state_seconds_total{" + RUN + ',lane=~"replica_.*"}' + RATE + "))",
+                "{{lane}}",
+            )
+        ],
+        description="seconds of generate calls per second: the mean number in flight, can exceed 1",
+    )
 
 
 def load_panels(layout, running, waiting, waiting_word, usage_title, usage):
     """How loaded each replica is: requests running and waiting, busy share, calls in flight, KV cache."""
-    layout.add(timeseries(f"Running / {waiting_word} requests", [
-        (by_replica("sum", f"{running}{{{SEL}}}"), "running replica {{replica}}"),
-        (by_replica("sum", f"{waiting}{{{SEL}}}"), f"{waiting_word} replica {{{{replica}}}}")]))
+    layout.add(
+        timeseries(
+            f"Running / {waiting_word} requests",
+            [
+                (by_replica("sum", f"{running}{{{SEL}}}"), "running replica {{replica}}"),
+                (by_replica("sum", f"{waiting}{{{SEL}}}"), f"{waiting_word} replica {{{{replica}}}}"),
+            ],
+        )
+    )
     layout.add(busy_share(running), w=8)
     layout.add(in_flight(), w=8)
-    layout.add(timeseries(usage_title, [(by_replica("max", f"{usage}{{{SEL}}}"), "replica {{replica}}")],
-                          unit="percentunit"), w=8)
+    layout.add(
+        timeseries(usage_title, [(by_replica("max", f"{usage}{{{SEL}}}"), "replica {{replica}}")], unit="percentunit"),
+        w=8,
+    )
 
 
 def vllm_rows(layout):
     layout.row("vLLM engines (per replica)")
-    layout.add(timeseries("Token throughput", [
-        (by_replica("sum", rate("vllm:generation_tokens_total")), "generated replica {{replica}}"),
-        (by_replica("sum", rate("vllm:prompt_tokens_total")), "prompt replica {{replica}}")], unit="tokens/s"))
-    load_panels(layout, "vllm:num_requests_running", "vllm:num_requests_waiting", "waiting",
-                "KV cache usage", "vllm:kv_cache_usage_perc")
+    layout.add(
+        timeseries(
+            "Token throughput",
+            [
+                (by_replica("sum", rate("vllm:generation_tokens_total")), "generated replica {{replica}}"),
+                (by_replica("sum", rate("vllm:prompt_tokens_total")), "prompt replica {{replica}}"),
+            ],
+            unit="tokens/s",
+        )
+    )
+    load_panels(
+        layout,
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "waiting",
+        "KV cache usage",
+        "vllm:kv_cache_usage_perc",
+    )
     hits, queries = (by_replica("sum", rate(f"vllm:prefix_cache_{kind}_total")) for kind in ("hits", "queries"))
-    layout.add(timeseries("Prefix cache hit rate", [(f"clamp({hits} / {queries}, 0, 1)", "replica {{replica}}")],
-                          unit="percentunit"), w=8)
-    layout.add(timeseries("Preemptions", [(by_replica("sum", rate("vllm:num_preemptions_total")),
-                                           "replica {{replica}}")], unit="ops"), w=8)
-    layout.add(timeseries("Finished requests by reason", [
-        (f"sum by (finished_reason) ({rate('vllm:request_success_total')})", "{{finished_reason}}")],
-        unit="reqps", stack=True), w=8)
-    latency_panels(layout, "vllm", (("Queue time", "request_queue_time_seconds"),
-                                    ("Prefill time", "request_prefill_time_seconds"),
-                                    ("Decode time", "request_decode_time_seconds")), w=8)
-    accepted, drafted = (by_replica("sum", rate(f"vllm:spec_decode_num_{kind}_tokens_total"))
-                         for kind in ("accepted", "draft"))
-    layout.add(timeseries("Speculative decoding acceptance", [(f"clamp({accepted} / {drafted}, 0, 1)",
-                                                               "replica {{replica}}")], unit="percentunit",
-                          description="accepted draft tokens / drafted tokens (empty without speculative decoding)"),
-               w=8)
+    layout.add(
+        timeseries(
+            "Prefix cache hit rate", [(f"clamp({hits} / {queries}, 0, 1)", "replica {{replica}}")], unit="percentunit"
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Preemptions", [(by_replica("sum", rate("vllm:num_preemptions_total")), "replica {{replica}}")], unit="ops"
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Finished requests by reason",
+            [(f"sum by (finished_reason) ({rate('vllm:request_success_total')})", "{{finished_reason}}")],
+            unit="reqps",
+            stack=True,
+        ),
+        w=8,
+    )
+    latency_panels(
+        layout,
+        "vllm",
+        (
+            ("Queue time", "request_queue_time_seconds"),
+            ("Prefill time", "request_prefill_time_seconds"),
+            ("Decode time", "request_decode_time_seconds"),
+        ),
+        w=8,
+    )
+    accepted, drafted = (
+        by_replica("sum", rate(f"vllm:spec_decode_num_{kind}_tokens_total")) for kind in ("accepted", "draft")
+    )
+    layout.add(
+        timeseries(
+            "Speculative decoding acceptance",
+            [(f"clamp({accepted} / {drafted}, 0, 1)", "replica {{replica}}")],
+            unit="percentunit",
+            description="accepted draft tokens / drafted tokens (empty without speculative decoding)",
+        ),
+        w=8,
+    )
     layout.add(timeseries("Prompt length per request", quantiles("vllm:request_prompt_tokens", (0.5, 0.99))), w=8)
-    layout.add(timeseries("Generated length per request", quantiles("vllm:request_generation_tokens", (0.5, 0.99))),
-               w=8)
+    layout.add(
+        timeseries("Generated length per request", quantiles("vllm:request_generation_tokens", (0.5, 0.99))), w=8
+    )
 
 
 def latency_panels(layout, engine, own, w):
     """The latency histograms both engines serve under the same names (time to first token,
     inter-token, end to end), then ``own`` ((title, name) pairs), as p50 / p99 panels ``w`` wide,
     and the two heatmaps."""
-    shared = (("Time to first token", "time_to_first_token_seconds"), ("Inter-token latency",
-              "inter_token_latency_seconds"), ("End-to-end request latency", "e2e_request_latency_seconds"))
+    shared = (
+        ("Time to first token", "time_to_first_token_seconds"),
+        ("Inter-token latency", "inter_token_latency_seconds"),
+        ("End-to-end request latency", "e2e_request_latency_seconds"),
+    )
     for title, name in (*shared, *own):
         layout.add(timeseries(title, quantiles(f"{engine}:{name}"), unit="s"), w=w)
-    for title, name in (("Time to first token (heatmap)", "time_to_first_token_seconds"),
-                        ("End-to-end latency (heatmap)", "e2e_request_latency_seconds")):
+    for title, name in (
+        ("Time to first token (heatmap)", "time_to_first_token_seconds"),
+        ("End-to-end latency (heatmap)", "e2e_request_latency_seconds"),
+    ):
         layout.add(heatmap(title, f"sum by (le) ({rate(f'{engine}:{name}_bucket')})", "s"), w=12)
 
 
 def sglang_rows(layout):
     layout.row("SGLang engines (per replica)")
-    layout.add(timeseries("Generation throughput", [
-        (by_replica("sum", f"sglang:gen_throughput{{{SEL}}}"), "reported replica {{replica}}"),
-        (by_replica("sum", rate("sglang:generation_tokens_total")), "generated replica {{replica}}"),
-        (by_replica("sum", rate("sglang:prompt_tokens_total")), "prompt replica {{replica}}")], unit="tokens/s"))
-    load_panels(layout, "sglang:num_running_reqs", "sglang:num_queue_reqs", "queued",
-                "KV cache (token) usage", "sglang:token_usage")
-    layout.add(timeseries("Prefix cache hit rate", [(by_replica("max", f"sglang:cache_hit_rate{{{SEL}}}"),
-                                                     "replica {{replica}}")], unit="percentunit"), w=8)
-    layout.add(timeseries("Requests finished", [(by_replica("sum", rate("sglang:num_requests_total")),
-                                                 "replica {{replica}}")], unit="reqps"), w=8)
-    layout.add(timeseries("Speculative decoding accept length", [
-        (by_replica("avg", f"sglang:spec_accept_length{{{SEL}}}"), "replica {{replica}}")],
-        description="accepted tokens per verification step (empty without speculative decoding)"), w=8)
+    layout.add(
+        timeseries(
+            "Generation throughput",
+            [
+                (by_replica("sum", f"sglang:gen_throughput{{{SEL}}}"), "reported replica {{replica}}"),
+                (by_replica("sum", rate("sglang:generation_tokens_total")), "generated replica {{replica}}"),
+                (by_replica("sum", rate("sglang:prompt_tokens_total")), "prompt replica {{replica}}"),
+            ],
+            unit="tokens/s",
+        )
+    )
+    load_panels(
+        layout,
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "queued",
+        "KV cache (token) usage",
+        "sglang:token_usage",
+    )
+    layout.add(
+        timeseries(
+            "Prefix cache hit rate",
+            [(by_replica("max", f"sglang:cache_hit_rate{{{SEL}}}"), "replica {{replica}}")],
+            unit="percentunit",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Requests finished",
+            [(by_replica("sum", rate("sglang:num_requests_total")), "replica {{replica}}")],
+            unit="reqps",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Speculative decoding accept length",
+            [(by_replica("avg", f"sglang:spec_accept_length{{{SEL}}}"), "replica {{replica}}")],
+            description="accepted tokens per verification step (empty without speculative decoding)",
+        ),
+        w=8,
+    )
     latency_panels(layout, "sglang", (("Queue time", "queue_time_seconds"),), w=12)
 
 

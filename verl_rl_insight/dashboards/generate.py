@@ -29,8 +29,10 @@ A panel in unit percentunit (percent) can only show values in 0-1 (0-100): each 
   3. S1 / (S1 + S2): a part over its whole, S1 and S2 selectors of counts that cannot be negative."""
 
 SELECTOR = r"[a-zA-Z_:][a-zA-Z0-9_:]*\{[^{}]*\}"
-METRIC_TOKEN = re.compile(r"(rl_insight_[a-zA-Z0-9_]+|vllm:[a-zA-Z0-9_:]+|sglang:[a-zA-Z0-9_:]+|tq_[a-zA-Z0-9_]+|"
-                          r"DCGM_[A-Z0-9_]+)")
+METRIC_TOKEN = re.compile(
+    r"(rl_insight_[a-zA-Z0-9_]+|vllm:[a-zA-Z0-9_:]+|sglang:[a-zA-Z0-9_:]+|tq_[a-zA-Z0-9_]+|"
+    r"DCGM_[A-Z0-9_]+)"
+)
 NAME_MATCHER = re.compile(r'__name__(=~|!~)"([^"]*)"')
 TRACE_ID = re.compile(r"\$\{?trace_id\}?|[0-9a-fA-F]{16,32}")
 
@@ -98,12 +100,15 @@ def problems(dashboards, known, trainer_names, families=None):
     for file, dashboard in dashboards.items():
         for kind, text in queries(dashboard):
             if kind == "traceql":
-                if not TRACE_ID.fullmatch(text) and ('span.project =~ "${project:regex}"' not in text or
-                                                     'span.experiment_name =~ "${experiment_name:regex}"' not in text):
+                if not TRACE_ID.fullmatch(text) and (
+                    'span.project =~ "${project:regex}"' not in text
+                    or 'span.experiment_name =~ "${experiment_name:regex}"' not in text
+                ):
                     found.append(f"{file}: TraceQL query does not constrain project and experiment_name: {text}")
                 continue
-            if kind == "promql" and ('project=~"$project"' not in text or
-                                     'experiment_name=~"$experiment_name"' not in text):
+            if kind == "promql" and (
+                'project=~"$project"' not in text or 'experiment_name=~"$experiment_name"' not in text
+            ):
                 found.append(f"{file}: query does not filter on project and experiment_name: {text}")
             for op, regex in NAME_MATCHER.findall(text):
                 if op == "=~" and regex not in families and not any(re.fullmatch(regex, name) for name in pool):
@@ -115,15 +120,16 @@ def problems(dashboards, known, trainer_names, families=None):
             if panel["type"] == "traces":
                 for t in panel.get("targets", []):
                     if not TRACE_ID.fullmatch(t.get("query", "")):
-                        found.append(f"{file}: traces panel {panel['title']!r} is fed by a search "
-                                     f"({t.get('query')}); a Traces panel renders one trace by its ID")
+                        found.append(
+                            f"{file}: traces panel {panel['title']!r} is fed by a search "
+                            f"({t.get('query')}); a Traces panel renders one trace by its ID"
+                        )
             unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
             if unit in PERCENT_UNITS:
                 for t in panel.get("targets", []):
                     why = percent_problem(t["expr"], unit)
                     if why:
-                        found.append(f"{file}: percent panel {panel['title']!r} could pass 100 %: {why}: "
-                                     f"{t['expr']}")
+                        found.append(f"{file}: percent panel {panel['title']!r} could pass 100 %: {why}: {t['expr']}")
     return found
 
 

@@ -18,8 +18,11 @@ GROUPS = {
     "perf": ("Performance", None),
     "timing_s": ("Time per phase", None),
     "timing_per_token_ms": ("Time per token", None),
-    "response_length": ("Lengths", None), "response_length_non_aborted": ("Lengths", None),
-    "prompt_length": ("Lengths", None), "global_seqlen": ("Lengths", None), "response": ("Lengths", None),
+    "response_length": ("Lengths", None),
+    "response_length_non_aborted": ("Lengths", None),
+    "prompt_length": ("Lengths", None),
+    "global_seqlen": ("Lengths", None),
+    "response": ("Lengths", None),
     "training": ("Log-prob mismatch", None),
     "training/filter_groups": ("Dynamic sampling (filter groups)", "with dynamic sampling (filter_groups) on"),
     "training/off_policy": ("Off-policy samples", "in off-policy / async trainers"),
@@ -45,7 +48,11 @@ GROUPS = {
 NOT_LOGGED = {"actor/mfu", "critic/mfu", "training/global_step"}
 # Keys verl builds at run time (a prefix joined to a worker's metric name): not literal in its source.
 RUNTIME_KEYS = {
-    "actor/lr", "actor/kl_loss", "actor/kl_coef", "critic/lr", "critic/grad_norm",
+    "actor/lr",
+    "actor/kl_loss",
+    "actor/kl_coef",
+    "critic/lr",
+    "critic/grad_norm",
 }
 # Families whose members are named at run time: (group, title, regex of the key, unit)
 PATTERN_FAMILIES = [
@@ -60,10 +67,14 @@ PATTERN_FAMILIES = [
     ("val-aux", "Validation, auxiliary", r"val-aux/.+", "short"),
 ]
 STATS = {"mean", "max", "min", "std", "minmax_diff"}
-FAMILIES = [(re.compile(r"perf/mfu/.+"), "perf/mfu"),
-            (re.compile(r"perf/(max_memory_\w+|cpu_memory_used_gb)"), "perf/memory")]
-FRACTION = re.compile(r"(clipfrac|clip_ratio|aborted_ratio|_fraction|fraction_|frac_gt|mfu|idle_ratio|"
-                      r"utilization|partial_ratio|overlap_ratio|changed_ratio|accept_rate)")
+FAMILIES = [
+    (re.compile(r"perf/mfu/.+"), "perf/mfu"),
+    (re.compile(r"perf/(max_memory_\w+|cpu_memory_used_gb)"), "perf/memory"),
+]
+FRACTION = re.compile(
+    r"(clipfrac|clip_ratio|aborted_ratio|_fraction|fraction_|frac_gt|mfu|idle_ratio|"
+    r"utilization|partial_ratio|overlap_ratio|changed_ratio|accept_rate)"
+)
 KEY = re.compile(r"[\"']([a-zA-Z_][\w\-]*(?:/[\w\-@.]+)+)[\"']")
 
 
@@ -85,8 +96,11 @@ def families_in_verl():
     """The PATTERN_FAMILIES whose group verl's source names (``f"rollout_corr/{key}"``, ``"val-core"``):
     their members are named at run time, so only the group can be checked."""
     texts = _verl_sources()
-    return [family for family in PATTERN_FAMILIES
-            if any(f'"{family[0]}' in text or f"'{family[0]}" in text for text in texts)]
+    return [
+        family
+        for family in PATTERN_FAMILIES
+        if any(f'"{family[0]}' in text or f"'{family[0]}" in text for text in texts)
+    ]
 
 
 def own_keys():
@@ -123,8 +137,7 @@ def family_of(key):
 
 
 def unit_of(key):
-    if key.startswith("timing_s/") or key in ("perf/time_per_step",) or key.endswith(("_time", "time_s",
-                                                                                       "_seconds")):
+    if key.startswith("timing_s/") or key in ("perf/time_per_step",) or key.endswith(("_time", "time_s", "_seconds")):
         return "s"
     if key.startswith("timing_per_token_ms/"):
         return "ms"

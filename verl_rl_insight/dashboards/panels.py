@@ -9,7 +9,7 @@ TEMPO = {"type": "tempo", "uid": "rl-insight-tempo"}
 RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
 TRACE_RUN = 'span.project =~ "${project:regex}" && span.experiment_name =~ "${experiment_name:regex}"'
 M = "rl_insight_monitor_"
-PERCENT_UNITS = {"percentunit": 1, "percent": 100}   # unit -> the largest value it can show
+PERCENT_UNITS = {"percentunit": 1, "percent": 100}  # unit -> the largest value it can show
 
 
 class Layout:
@@ -59,65 +59,118 @@ def timeseries(title, targets, unit="short", thresholds=None, description="", st
     defaults = {"unit": unit}
     if unit in PERCENT_UNITS:
         defaults.update(min=0, max=PERCENT_UNITS[unit])
-    panel = {"type": "timeseries", "title": title, "datasource": PROM, "description": description,
-             "targets": [target(e, leg, chr(65 + i)) for i, (e, leg) in enumerate(targets)],
-             "fieldConfig": {"defaults": defaults, "overrides": []},
-             "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-                         "tooltip": {"mode": "multi", "sort": "desc"}}}
+    panel = {
+        "type": "timeseries",
+        "title": title,
+        "datasource": PROM,
+        "description": description,
+        "targets": [target(e, leg, chr(65 + i)) for i, (e, leg) in enumerate(targets)],
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+    }
     if thresholds:
-        defaults["thresholds"] = {"mode": "absolute", "steps": [
-            {"color": "green", "value": None}] + [{"color": c, "value": v} for v, c in thresholds]}
+        defaults["thresholds"] = {
+            "mode": "absolute",
+            "steps": [{"color": "green", "value": None}] + [{"color": c, "value": v} for v, c in thresholds],
+        }
         defaults["custom"] = {"thresholdsStyle": {"mode": "line+area"}}
     if stack:
-        defaults["custom"] = {**defaults.get("custom", {}), "stacking": {"mode": "normal", "group": "A"},
-                              "fillOpacity": 20}
+        defaults["custom"] = {
+            **defaults.get("custom", {}),
+            "stacking": {"mode": "normal", "group": "A"},
+            "fillOpacity": 20,
+        }
     return panel
 
 
 def heatmap(title, expr, unit, description=""):
     """A latency heatmap from histogram buckets (``sum by (le) (rate(..._bucket))``)."""
-    return {"type": "heatmap", "title": title, "datasource": PROM, "description": description,
-            "targets": [target(expr, "{{le}}", fmt="heatmap")],
-            "options": {"calculate": False, "yAxis": {"unit": unit}, "cellGap": 1,
-                        "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64}},
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []}}
+    return {
+        "type": "heatmap",
+        "title": title,
+        "datasource": PROM,
+        "description": description,
+        "targets": [target(expr, "{{le}}", fmt="heatmap")],
+        "options": {
+            "calculate": False,
+            "yAxis": {"unit": unit},
+            "cellGap": 1,
+            "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
+        },
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+    }
 
 
 def step_axis(title, key, unit="short"):
     """A training-step x axis: Prometheus is time-only, so the value and the global step (pushed
     together, same timestamps) are joined and plotted as an XY chart."""
-    return {"type": "xychart", "title": f"{title} by training step", "datasource": PROM,
-            "targets": [target(f"{M}training_global_step{{{RUN}}}", "step", "A"),
-                        target(f"{M}{key}{{{RUN}}}", key, "B")],
-            "transformations": [{"id": "joinByField", "options": {"mode": "inner"}}],
-            "options": {"seriesMapping": "auto", "dims": {"x": "step"}},
-            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []}}
+    return {
+        "type": "xychart",
+        "title": f"{title} by training step",
+        "datasource": PROM,
+        "targets": [target(f"{M}training_global_step{{{RUN}}}", "step", "A"), target(f"{M}{key}{{{RUN}}}", key, "B")],
+        "transformations": [{"id": "joinByField", "options": {"mode": "inner"}}],
+        "options": {"seriesMapping": "auto", "dims": {"x": "step"}},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+    }
 
 
 def spans_table(title, lanes, description):
     """The spans of the lanes matching ``lanes`` (a TraceQL regex), newest first, one row each:
     what a TraceQL search returns, shown the way Grafana shows a search (a table whose trace IDs
     open the trace), never in a Traces panel, which renders one trace by its ID."""
-    query = (f'{{ resource.service.name = "verl" && {TRACE_RUN} && span.state_lane_id =~ "{lanes}" }} '
-             "| select(span.state_name, span.state_lane_id, span.verl.step)")
-    return {"type": "table", "title": title, "datasource": TEMPO, "description": description,
-            "targets": [{"datasource": TEMPO, "queryType": "traceql", "query": query, "refId": "A",
-                         "limit": 100, "spss": 50, "tableType": "spans"}],
-            "options": {"showHeader": True, "sortBy": [{"displayName": "Start time", "desc": True}]},
-            "fieldConfig": {"defaults": {}, "overrides": []}}
+    query = (
+        f'{{ resource.service.name = "verl" && {TRACE_RUN} && span.state_lane_id =~ "{lanes}" }} '
+        "| select(span.state_name, span.state_lane_id, span.verl.step)"
+    )
+    return {
+        "type": "table",
+        "title": title,
+        "datasource": TEMPO,
+        "description": description,
+        "targets": [
+            {
+                "datasource": TEMPO,
+                "queryType": "traceql",
+                "query": query,
+                "refId": "A",
+                "limit": 100,
+                "spss": 50,
+                "tableType": "spans",
+            }
+        ],
+        "options": {"showHeader": True, "sortBy": [{"displayName": "Start time", "desc": True}]},
+        "fieldConfig": {"defaults": {}, "overrides": []},
+    }
 
 
 def trace_view(title, description):
     """One trace, by the ID in the ``trace_id`` variable (copy it from a spans table)."""
-    return {"type": "traces", "title": title, "datasource": TEMPO, "description": description,
-            "targets": [{"datasource": TEMPO, "queryType": "traceql", "query": "${trace_id}", "refId": "A"}]}
+    return {
+        "type": "traces",
+        "title": title,
+        "datasource": TEMPO,
+        "description": description,
+        "targets": [{"datasource": TEMPO, "queryType": "traceql", "query": "${trace_id}", "refId": "A"}],
+    }
 
 
 def variables(engine_metric):
     def query(name, expr, multi=True, include_all=False):
-        return {"name": name, "type": "query", "datasource": PROM, "refresh": 2, "sort": 1,
-                "query": {"query": expr, "refId": name}, "definition": expr, "multi": multi,
-                "includeAll": include_all}
+        return {
+            "name": name,
+            "type": "query",
+            "datasource": PROM,
+            "refresh": 2,
+            "sort": 1,
+            "query": {"query": expr, "refId": name},
+            "definition": expr,
+            "multi": multi,
+            "includeAll": include_all,
+        }
 
     return [
         query("project", f"label_values({M}training_global_step, project)"),
@@ -125,6 +178,11 @@ def variables(engine_metric):
         *([query("replica", f"label_values({engine_metric}{{{RUN}}}, replica)", True, True)] if engine_metric else []),
         query("node", f"label_values(rl_insight_host_load1{{{RUN}}}, node)", True, True),
         query("gpu", f"label_values(DCGM_FI_DEV_GPU_UTIL{{{RUN}}}, gpu)", True, True),
-        {"name": "trace_id", "type": "textbox", "label": "trace ID", "query": "",
-         "description": "a trace ID from a timeline table: the 'Selected trace' panel shows it"},
+        {
+            "name": "trace_id",
+            "type": "textbox",
+            "label": "trace ID",
+            "query": "",
+            "description": "a trace ID from a timeline table: the 'Selected trace' panel shows it",
+        },
     ]

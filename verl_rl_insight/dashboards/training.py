@@ -26,34 +26,75 @@ def series(key, legend=None):
 
 def overview_rows(layout):
     layout.row("Training: what to check first")
-    layout.add(timeseries("Score and reward", [series("critic/score/mean", "score mean"),
-                                               series("critic/rewards/mean", "reward mean")]))
-    layout.add(step_axis("Score", metric("critic/score/mean")[len(M):]))
-    layout.add(timeseries("KL", [series("actor/kl_loss", "KL loss"), series("actor/ppo_kl", "PPO KL (old vs new)"),
-                                 series("actor/reward_kl_penalty", "reward KL penalty")],
-                          description="KL loss (use_kl_loss) or the KL penalty in the reward: whichever the run uses"))
+    layout.add(
+        timeseries(
+            "Score and reward",
+            [series("critic/score/mean", "score mean"), series("critic/rewards/mean", "reward mean")],
+        )
+    )
+    layout.add(step_axis("Score", metric("critic/score/mean")[len(M) :]))
+    layout.add(
+        timeseries(
+            "KL",
+            [
+                series("actor/kl_loss", "KL loss"),
+                series("actor/ppo_kl", "PPO KL (old vs new)"),
+                series("actor/reward_kl_penalty", "reward KL penalty"),
+            ],
+            description="KL loss (use_kl_loss) or the KL penalty in the reward: whichever the run uses",
+        )
+    )
     layout.add(timeseries("Entropy", [series("actor/entropy", "entropy")]))
     layout.add(timeseries("Policy loss", [series("actor/pg_loss", "pg_loss")]), w=8)
-    layout.add(timeseries("Clip fraction", [series("actor/pg_clipfrac", "pg_clipfrac"),
-                                            series("actor/pg_clipfrac_lower", "pg_clipfrac_lower")],
-                          unit="percentunit"), w=8)
-    layout.add(timeseries("Grad norm", [series("actor/grad_norm", "actor"), series("critic/grad_norm", "critic")]),
-               w=8)
-    layout.add(timeseries("Response length", [series("response_length/mean", "mean"),
-                                              series("response_length/max", "max"),
-                                              series("response_length/min", "min")]), w=8)
-    layout.add(timeseries("Response clipped / aborted", [series("response_length/clip_ratio", "clipped at max length"),
-                                                         series("response/aborted_ratio", "aborted")],
-                          unit="percentunit"), w=8)
+    layout.add(
+        timeseries(
+            "Clip fraction",
+            [series("actor/pg_clipfrac", "pg_clipfrac"), series("actor/pg_clipfrac_lower", "pg_clipfrac_lower")],
+            unit="percentunit",
+        ),
+        w=8,
+    )
+    layout.add(timeseries("Grad norm", [series("actor/grad_norm", "actor"), series("critic/grad_norm", "critic")]), w=8)
+    layout.add(
+        timeseries(
+            "Response length",
+            [
+                series("response_length/mean", "mean"),
+                series("response_length/max", "max"),
+                series("response_length/min", "min"),
+            ],
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Response clipped / aborted",
+            [
+                series("response_length/clip_ratio", "clipped at max length"),
+                series("response/aborted_ratio", "aborted"),
+            ],
+            unit="percentunit",
+        ),
+        w=8,
+    )
     layout.add(timeseries("Time per step", [series("perf/time_per_step", "step")], unit="s"), w=8)
     layout.add(timeseries("Throughput", [series("perf/throughput", "tokens/s per GPU")], unit="tokens/s"), w=8)
-    layout.add(timeseries("MFU", [series("perf/mfu/actor", "actor"), series("perf/mfu/critic", "critic")],
-                          unit="percentunit"), w=8)
-    layout.add(timeseries("Train / inference log-prob mismatch",
-                          [series("training/rollout_probs_diff_mean", "probs diff mean"),
-                           series("training/rollout_probs_diff_max", "probs diff max")],
-                          thresholds=[(0.005, "orange"), (0.01, "red")],
-                          description="mean < 0.005 normal; sustained > 0.01: rollout engine precision problem"), w=8)
+    layout.add(
+        timeseries("MFU", [series("perf/mfu/actor", "actor"), series("perf/mfu/critic", "critic")], unit="percentunit"),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Train / inference log-prob mismatch",
+            [
+                series("training/rollout_probs_diff_mean", "probs diff mean"),
+                series("training/rollout_probs_diff_max", "probs diff max"),
+            ],
+            thresholds=[(0.005, "orange"), (0.01, "red")],
+            description="mean < 0.005 normal; sustained > 0.01: rollout engine precision problem",
+        ),
+        w=8,
+    )
 
 
 def family_panels():
@@ -69,14 +110,17 @@ def family_panels():
                 continue
             units = {catalogue.unit_of(k) for k in members}
             unit = units.pop() if len(units) == 1 else "short"
-            legends = [k[len(family) + 1:] if k != family and k.startswith(family + "/") else k.rsplit("/", 1)[-1]
-                       for k in members]
+            legends = [
+                k[len(family) + 1 :] if k != family and k.startswith(family + "/") else k.rsplit("/", 1)[-1]
+                for k in members
+            ]
             rows[title][1].append(timeseries(family, [series(k, leg) for k, leg in zip(members, legends)], unit=unit))
         for pattern_group, name, regex, unit in catalogue.PATTERN_FAMILIES:
             if pattern_group == group:
                 selector = metric_regex(regex)
-                rows[title][1].append(timeseries(name, [(f'{{__name__=~"{selector}",{RUN}}}',
-                                                         "{{__name__}} " + EXP)], unit=unit))
+                rows[title][1].append(
+                    timeseries(name, [(f'{{__name__=~"{selector}",{RUN}}}', "{{__name__}} " + EXP)], unit=unit)
+                )
     return rows
 
 
@@ -99,16 +143,21 @@ def key_rows(layout):
         if condition:
             conditional[row_title] = condition
     layout.row("Keys without a panel of their own", collapsed=True)
-    layout.add(timeseries("Every other key the trainer logs", [(f'{{__name__=~"{M}.+",__name__!~"{shown()}",{RUN}}}',
-                                                                "{{__name__}} " + EXP)],
-                          description="keys no panel above shows (a key a newer verl adds): empty when every key "
-                                      "has its panel"), w=24, h=8)
+    layout.add(
+        timeseries(
+            "Every other key the trainer logs",
+            [(f'{{__name__=~"{M}.+",__name__!~"{shown()}",{RUN}}}', "{{__name__}} " + EXP)],
+            description="keys no panel above shows (a key a newer verl adds): empty when every key has its panel",
+        ),
+        w=24,
+        h=8,
+    )
     conditional["Keys without a panel of their own"] = "only when a key has no panel of its own"
     return conditional
 
 
 def shown():
     """A regex of every metric name the key rows show (for the catch-all panel's exclusion)."""
-    exact = sorted(metric(k)[len(M):] for k in catalogue.trainer_keys())
-    patterns = [metric_regex(regex)[len(M):] for _, _, regex, _ in catalogue.PATTERN_FAMILIES]
+    exact = sorted(metric(k)[len(M) :] for k in catalogue.trainer_keys())
+    patterns = [metric_regex(regex)[len(M) :] for _, _, regex, _ in catalogue.PATTERN_FAMILIES]
     return M + "(" + "|".join([re.escape(e) for e in exact] + patterns + ["training_global_step"]) + ")"

@@ -77,11 +77,15 @@ def check_port_free(bind, port, service):
             s.bind((bind or "0.0.0.0", port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise PortInUse(f"port {port} ({service}) is already in use on {bind}; "
-                                f"stop what uses it or set another port in the server config") from None
+                raise PortInUse(
+                    f"port {port} ({service}) is already in use on {bind}; "
+                    f"stop what uses it or set another port in the server config"
+                ) from None
             if exc.errno == errno.EADDRNOTAVAIL:
-                raise PortInUse(f"cannot listen on {bind}: it is not an address of this machine "
-                                "(bind: 0.0.0.0 listens on every interface)") from None
+                raise PortInUse(
+                    f"cannot listen on {bind}: it is not an address of this machine "
+                    "(bind: 0.0.0.0 listens on every interface)"
+                ) from None
             raise PortInUse(f"cannot listen on {bind}:{port} ({service}): {exc.strerror or exc}") from None
 
 
@@ -89,8 +93,12 @@ def service_ports(settings, name):
     return {
         "prometheus": [(settings.prometheus_port, "Prometheus")],
         "alertmanager": [(settings.alertmanager_port, "Alertmanager")],
-        "tempo": [(settings.tempo_port, "Tempo HTTP"), (settings.tempo_grpc_port, "Tempo gRPC"),
-                  (settings.otlp_http_port, "OTLP/HTTP"), (settings.otlp_grpc_port, "OTLP/gRPC")],
+        "tempo": [
+            (settings.tempo_port, "Tempo HTTP"),
+            (settings.tempo_grpc_port, "Tempo gRPC"),
+            (settings.otlp_http_port, "OTLP/HTTP"),
+            (settings.otlp_grpc_port, "OTLP/gRPC"),
+        ],
         "grafana": [(settings.grafana_port, "Grafana")],
     }[name]
 
@@ -105,13 +113,17 @@ def fix_command(name):
 class Server:
     def __init__(self, settings):
         self.settings = settings
-        self.hub = MetricHub(max_series=int(settings.max_series), memory_limit_bytes=settings.memory_limit_mb * 2**20,
-                             history_s=settings.history_s, state_path=settings.data_path / "hub-state.json")
+        self.hub = MetricHub(
+            max_series=int(settings.max_series),
+            memory_limit_bytes=settings.memory_limit_mb * 2**20,
+            history_s=settings.history_s,
+            state_path=settings.data_path / "hub-state.json",
+        )
         self.targets = TargetRegistry(settings.data_path / "targets.json")
         self.api = None
         self.http = None
         self.services = {}
-        self.missing = {}   # service -> [what is missing, the command that fixes it]
+        self.missing = {}  # service -> [what is missing, the command that fixes it]
         self.supervisor = None
         self.alerting = None
         self.spans = None
@@ -128,9 +140,16 @@ class Server:
                     check_port_free(s.bind, port, what)
         if s.enabled("alertmanager"):
             self.alerting = Alerting(alertmanager.url(s), s.data_path / "silences.json")
-        self.api = Api(self.hub, targets=self.targets, token=s.token, max_body_bytes=int(s.max_body_mb * 2**20),
-                       services=self.service_status, info=self.info, alerting=self.alerting,
-                       delete_series=self.delete_series)
+        self.api = Api(
+            self.hub,
+            targets=self.targets,
+            token=s.token,
+            max_body_bytes=int(s.max_body_mb * 2**20),
+            services=self.service_status,
+            info=self.info,
+            alerting=self.alerting,
+            delete_series=self.delete_series,
+        )
         self.http = HttpServer(self.api, s.bind, s.port)
         try:
             self.http.start()
@@ -139,7 +158,7 @@ class Server:
         for name in SERVICE_NAMES:
             if s.enabled(name):
                 self._start_service(name)
-        if "tempo" not in self.services and not s.otlp_endpoint:   # no Tempo: the hub keeps the spans
+        if "tempo" not in self.services and not s.otlp_endpoint:  # no Tempo: the hub keeps the spans
             self.spans = self.api.spans = SpanStore(s.data_path / "spans")
         self.supervisor = Supervisor(self.services, on_restart=self._restarted)
         self.supervisor.start()
@@ -151,15 +170,19 @@ class Server:
         if service is None:
             return "no Prometheus runs here"
         if not prometheus.admin_api(self.settings):
-            return ("kept: Prometheus listens beyond loopback, where its admin API stays off (series age out "
-                    f"after the retention, {self.settings.retention})")
+            return (
+                "kept: Prometheus listens beyond loopback, where its admin API stays off (series age out "
+                f"after the retention, {self.settings.retention})"
+            )
         import urllib.parse
         import urllib.request
 
         query = urllib.parse.urlencode({"match[]": run_selector(project, experiment)})
         try:
-            with urllib.request.urlopen(urllib.request.Request(
-                    f"{service.url}/api/v1/admin/tsdb/delete_series?{query}", method="POST"), timeout=30):
+            with urllib.request.urlopen(
+                urllib.request.Request(f"{service.url}/api/v1/admin/tsdb/delete_series?{query}", method="POST"),
+                timeout=30,
+            ):
                 pass
         except OSError as exc:
             return f"not deleted: Prometheus answered {exc}"
@@ -187,22 +210,41 @@ class Server:
             token_file = credentials.secrets_dir(s.data_path) / credentials.TOKEN_FILE if s.token else None
             # 0600: remote_write entries may carry credentials
             alertmanager_url = alertmanager.url(s) if s.enabled("alertmanager") else None
-            write_atomically(config_path, prometheus.render_config(
-                s, rule_files=[alert_rules.write(s, links_to=self.state()["public_urls"])], token_file=token_file,
-                alertmanager=alertmanager_url), mode=0o600)
-        elif name == "alertmanager":   # 0600: receivers hold webhook URLs and passwords
+            write_atomically(
+                config_path,
+                prometheus.render_config(
+                    s,
+                    rule_files=[alert_rules.write(s, links_to=self.state()["public_urls"])],
+                    token_file=token_file,
+                    alertmanager=alertmanager_url,
+                ),
+                mode=0o600,
+            )
+        elif name == "alertmanager":  # 0600: receivers hold webhook URLs and passwords
             config_path = s.data_path / "alertmanager.yml"
             write_atomically(config_path, alertmanager.render_config(s), mode=0o600)
         else:
             config_path = s.data_path / "tempo.yaml"
             config_path.write_text(tempo.render_config(s))
         host = prometheus.connect_host(s.bind)
-        port = {"prometheus": s.prometheus_port, "tempo": s.tempo_port, "grafana": s.grafana_port,
-                "alertmanager": s.alertmanager_port}[name]
+        port = {
+            "prometheus": s.prometheus_port,
+            "tempo": s.tempo_port,
+            "grafana": s.grafana_port,
+            "alertmanager": s.alertmanager_port,
+        }[name]
         url = alertmanager.url(s) if name == "alertmanager" else f"http://{host}:{port}"
-        service = Service(name, module.command(found["binary"], s, config_path), s.data_path / "logs" / f"{name}.log",
-                          ready_url=url + module.HEALTH_PATH, url=url, version=found.get("version"),
-                          binary=found["binary"], data_dir=s.data_path / name, cwd=str(s.data_path))
+        service = Service(
+            name,
+            module.command(found["binary"], s, config_path),
+            s.data_path / "logs" / f"{name}.log",
+            ready_url=url + module.HEALTH_PATH,
+            url=url,
+            version=found.get("version"),
+            binary=found["binary"],
+            data_dir=s.data_path / name,
+            cwd=str(s.data_path),
+        )
         service.start()
         self.services[name] = service
 
@@ -223,9 +265,14 @@ class Server:
             traces = state["hub_url"] + "/v1/traces"
         else:
             traces = urls["otlp_http"] + "/v1/traces"
-        return {"otlp_traces": traces, "spans_kept_by_hub": self.spans is not None, "tempo": urls["tempo"],
-                "prometheus": urls["prometheus"], "grafana": urls["grafana"],
-                "services": sorted(self.services)}
+        return {
+            "otlp_traces": traces,
+            "spans_kept_by_hub": self.spans is not None,
+            "tempo": urls["tempo"],
+            "prometheus": urls["prometheus"],
+            "grafana": urls["grafana"],
+            "services": sorted(self.services),
+        }
 
     def service_status(self):
         status = {name: svc.status() for name, svc in self.services.items()}
@@ -252,17 +299,22 @@ class Server:
                 "alertmanager": alertmanager.url(s),
             },
             "alert_receivers": alertmanager.receiver_names(s),
-            "services": {name: {"pid": svc.pid, "binary": svc.binary, "url": svc.url, "version": svc.version}
-                         for name, svc in self.services.items()},
+            "services": {
+                name: {"pid": svc.pid, "binary": svc.binary, "url": svc.url, "version": svc.version}
+                for name, svc in self.services.items()
+            },
             "missing": self.missing,
             "token": bool(s.token),
             "secrets_dir": str(s.data_path / "secrets"),
             "grafana_admin_user": s.grafana_admin_user,
             "grafana_anonymous_viewer": s.grafana_anonymous_viewer,
-            "settings": dataclasses.asdict(s) | {"token": "***" if s.token else "",
-                                                 "grafana_admin_password": "***",
-                                                 "remote_write": prometheus.redacted_remote_write(s.remote_write),
-                                                 "alertmanager": {"receivers": alertmanager.receiver_names(s)}},
+            "settings": dataclasses.asdict(s)
+            | {
+                "token": "***" if s.token else "",
+                "grafana_admin_password": "***",
+                "remote_write": prometheus.redacted_remote_write(s.remote_write),
+                "alertmanager": {"receivers": alertmanager.receiver_names(s)},
+            },
         }
 
     def stop(self):
@@ -281,7 +333,7 @@ class Server:
 def write_state(server):
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(server.state(), indent=2))   # no secret in it: they stay in secrets/
+    write_atomically(path, json.dumps(server.state(), indent=2))  # no secret in it: they stay in secrets/
 
 
 def run(settings, on_ready=None):
@@ -311,9 +363,11 @@ def run(settings, on_ready=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m verl_rl_insight.server.app",
-                                     description="the server process; reads its settings as JSON from stdin "
-                                                 "(never from the command line: they may hold secrets)")
+    parser = argparse.ArgumentParser(
+        prog="python -m verl_rl_insight.server.app",
+        description="the server process; reads its settings as JSON from stdin "
+        "(never from the command line: they may hold secrets)",
+    )
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ServerSettings(**json.loads(sys.stdin.read()))

@@ -69,36 +69,36 @@ def default_home():
 
 @dataclasses.dataclass
 class ServerSettings:
-    bind: str = "0.0.0.0"           # address every service listens on
-    advertise_host: str = ""        # what trainers should use; found automatically when empty
-    port: int = 18080               # metric hub and API
+    bind: str = "0.0.0.0"  # address every service listens on
+    advertise_host: str = ""  # what trainers should use; found automatically when empty
+    port: int = 18080  # metric hub and API
     prometheus_port: int = 9090
-    tempo_port: int = 3200          # Tempo HTTP API (queries, /ready)
-    tempo_grpc_port: int = 9095     # Tempo's internal gRPC server
-    otlp_http_port: int = 4318      # OTLP/HTTP traces into Tempo
-    otlp_grpc_port: int = 4317      # OTLP/gRPC traces into Tempo
+    tempo_port: int = 3200  # Tempo HTTP API (queries, /ready)
+    tempo_grpc_port: int = 9095  # Tempo's internal gRPC server
+    otlp_http_port: int = 4318  # OTLP/HTTP traces into Tempo
+    otlp_grpc_port: int = 4317  # OTLP/gRPC traces into Tempo
     grafana_port: int = 3000
-    alertmanager_port: int = 9093   # on loopback only; elsewhere through the hub's API
+    alertmanager_port: int = 9093  # on loopback only; elsewhere through the hub's API
     scrape_interval_s: float = 5.0
-    retention: str = "30d"          # Prometheus and Tempo
+    retention: str = "30d"  # Prometheus and Tempo
     data_dir: str = ""
-    token: str = ""                 # RL_INSIGHT_TOKEN; generated when empty and bind is beyond loopback
+    token: str = ""  # RL_INSIGHT_TOKEN; generated when empty and bind is beyond loopback
     grafana_admin_user: str = "admin"
-    grafana_admin_password: str = ""    # generated when empty (rl-insight server status --secrets)
+    grafana_admin_password: str = ""  # generated when empty (rl-insight server status --secrets)
     grafana_anonymous_viewer: bool = False
-    memory_limit_mb: float = 1024   # the metric hub's latest values and history together
-    max_series: int = 500_000       # the metric hub's series, all runs together
-    history_s: float = 600.0        # history every scraper has seen is dropped after this
-    max_body_mb: float = 8          # one push request
+    memory_limit_mb: float = 1024  # the metric hub's latest values and history together
+    max_series: int = 500_000  # the metric hub's series, all runs together
+    history_s: float = 600.0  # history every scraper has seen is dropped after this
+    max_body_mb: float = 8  # one push request
     services: dict = dataclasses.field(default_factory=dict)
     # past one node: Prometheus' own remote_write entries ({url: ..., basic_auth: ..., ...}), passed
     # through, and labels that tell this monitor server's series apart in the shared store
     remote_write: list = dataclasses.field(default_factory=list)
     external_labels: dict = dataclasses.field(default_factory=dict)
-    otlp_endpoint: str = ""         # spans to an existing collector / distributed Tempo, announced to trainers
-    tempo_query_url: str = ""       # that Tempo's query API, for Grafana's Tempo datasource
-    alertmanager: dict = dataclasses.field(default_factory=dict)   # receivers, route, ...: Alertmanager's syntax
-    alerts: dict = dataclasses.field(default_factory=dict)   # alert thresholds (server/alert_rules.py)
+    otlp_endpoint: str = ""  # spans to an existing collector / distributed Tempo, announced to trainers
+    tempo_query_url: str = ""  # that Tempo's query API, for Grafana's Tempo datasource
+    alertmanager: dict = dataclasses.field(default_factory=dict)  # receivers, route, ...: Alertmanager's syntax
+    alerts: dict = dataclasses.field(default_factory=dict)  # alert thresholds (server/alert_rules.py)
 
     def __post_init__(self):
         if not self.data_dir:
@@ -107,15 +107,17 @@ class ServerSettings:
             self.token = os.environ.get(environment.TOKEN, "")
         from verl_rl_insight.server.managed.alert_rules import thresholds
 
-        thresholds(self.alerts)   # unknown keys are an error now, not at the first alert
+        thresholds(self.alerts)  # unknown keys are an error now, not at the first alert
         if not isinstance(self.services, dict):
             raise ValueError("services must be a mapping of service name to settings")
         unknown = sorted(set(self.services) - set(SERVICE_NAMES))
         if unknown:
             raise ValueError(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(SERVICE_NAMES)}")
         if not isinstance(self.bind, str) or not _is_address(self.bind):
-            raise ValueError(f"bind {self.bind!r} is not an IP address or a host name this machine resolves "
-                             "(0.0.0.0: every interface, 127.0.0.1: this machine only)")
+            raise ValueError(
+                f"bind {self.bind!r} is not an IP address or a host name this machine resolves "
+                "(0.0.0.0: every interface, 127.0.0.1: this machine only)"
+            )
         for name in ("memory_limit_mb", "max_series", "history_s", "max_body_mb", "scrape_interval_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
@@ -160,8 +162,9 @@ class ServerSettings:
             known = {f.name for f in dataclasses.fields(cls)}
             unknown = sorted(set(loaded) - known)
             if unknown:
-                raise ValueError(f"{config_file}: unknown setting(s) {', '.join(unknown)}; "
-                                 f"known: {', '.join(sorted(known))}")
+                raise ValueError(
+                    f"{config_file}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+                )
             values.update(loaded)
         disabled = overrides.pop("disable", None) or ()
         values.update({k: v for k, v in overrides.items() if v is not None})

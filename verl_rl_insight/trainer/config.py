@@ -41,22 +41,22 @@ class TrainerMetricsSettings:
 @dataclass
 class MetricPushSettings:
     enabled: bool = True
-    queue_batches: int = 1024            # hand-off queue between training thread and sender
-    spool_batches: int = 20000           # kept while the server is unreachable, oldest dropped first
+    queue_batches: int = 1024  # hand-off queue between training thread and sender
+    spool_batches: int = 20000  # kept while the server is unreachable, oldest dropped first
     max_batches_per_request: int = 200
-    max_request_bytes: int = 4 * 1024 * 1024   # a request stays under the server's body limit
+    max_request_bytes: int = 4 * 1024 * 1024  # a request stays under the server's body limit
     timeout_s: float = 5.0
-    retry_max_s: float = 5.0             # back-off cap: a server that is back gets the spool within 5 s
-    resend_window_s: float = 30.0        # on an outage, batches delivered this recently are sent again
+    retry_max_s: float = 5.0  # back-off cap: a server that is back gets the spool within 5 s
+    resend_window_s: float = 30.0  # on an outage, batches delivered this recently are sent again
     flush_timeout_s: float = 10.0
 
 
 @dataclass
 class StateTimelineSettings:
     enabled: bool = True
-    otlp_endpoint: str | None = None     # default: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, else the server's
+    otlp_endpoint: str | None = None  # default: OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, else the server's
     otlp_port: int = 4318
-    max_queue_spans: int = 8192          # spans waiting for export; beyond, new ones are dropped and counted
+    max_queue_spans: int = 8192  # spans waiting for export; beyond, new ones are dropped and counted
     batch_spans: int = 512
     export_interval_s: float = 1.0
 
@@ -79,7 +79,7 @@ class HardwareSettings:
     gpu: bool = True
     host: bool = True
     lock_dir: str | None = None
-    simulate_gpus: int = 0               # the demo's simulated GPUs, only where there is none
+    simulate_gpus: int = 0  # the demo's simulated GPUs, only where there is none
 
 
 @dataclass
@@ -90,7 +90,7 @@ class BuiltinPlugins:
     rollout_engines: RolloutEnginesSettings = field(default_factory=RolloutEnginesSettings)
     transfer_queue: SwitchSettings = field(default_factory=SwitchSettings)
     probs_diff: SwitchSettings = field(default_factory=SwitchSettings)
-    agent_loop: SwitchSettings = field(default_factory=SwitchSettings)   # rl_insight_agent_* (trace.backend)
+    agent_loop: SwitchSettings = field(default_factory=SwitchSettings)  # rl_insight_agent_* (trace.backend)
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
 
 
@@ -131,8 +131,10 @@ def hydra_block(trainer_config: Any) -> dict[str, Any]:
     if not isinstance(trainer_config, (dict, DictConfig)):
         return {}
     trainer = trainer_config.get("trainer")
-    found = [trainer.get("rl_insight") if isinstance(trainer, (dict, DictConfig)) else None,
-             trainer_config.get("rl_insight")]
+    found = [
+        trainer.get("rl_insight") if isinstance(trainer, (dict, DictConfig)) else None,
+        trainer_config.get("rl_insight"),
+    ]
     blocks = [OmegaConf.create(b) for b in found if isinstance(b, (dict, DictConfig))]
     if not blocks:
         return {}
@@ -163,12 +165,14 @@ def _merge(layers: list[tuple[str, Any]]) -> DictConfig:
             config = OmegaConf.merge(config, layer)
         except (ConfigKeyError, ConfigAttributeError) as exc:
             key = exc.full_key or str(exc.key)
-            raise ConfigError(f"unknown rl-insight setting {key!r} (from {source}); known here: "
-                              f"{', '.join(_known_keys(config, key))}") from None
+            raise ConfigError(
+                f"unknown rl-insight setting {key!r} (from {source}); known here: {', '.join(_known_keys(config, key))}"
+            ) from None
         except OmegaConfBaseException as exc:
             key = getattr(exc, "full_key", None) or "?"
-            raise ConfigError(f"rl-insight setting {key!r} (from {source}): {exc.msg if hasattr(exc, 'msg') else exc}"
-                              .splitlines()[0]) from None
+            raise ConfigError(
+                f"rl-insight setting {key!r} (from {source}): {exc.msg if hasattr(exc, 'msg') else exc}".splitlines()[0]
+            ) from None
     assert isinstance(config, DictConfig)
     return config
 
@@ -212,6 +216,5 @@ def check_plugin_names(config: Any, known: Any) -> None:
     unknown = sorted(set((config.get("plugins") or {}).keys()) - set(known))
     if unknown:
         raise ConfigError(
-            f"unknown rl-insight plugin(s) in config: {', '.join(unknown)}; "
-            f"known plugins: {', '.join(sorted(known))}"
+            f"unknown rl-insight plugin(s) in config: {', '.join(unknown)}; known plugins: {', '.join(sorted(known))}"
         )

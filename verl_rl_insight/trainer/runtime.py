@@ -58,8 +58,9 @@ class Runtime:
 
     def current_run(self):
         """The run this process logs for: the last one seen, else the one the driver published."""
-        return next(reversed(self.runs.values()), None) or self.run(os.environ.get(ENV_PROJECT),
-                                                                     os.environ.get(ENV_EXPERIMENT))
+        return next(reversed(self.runs.values()), None) or self.run(
+            os.environ.get(ENV_PROJECT), os.environ.get(ENV_EXPERIMENT)
+        )
 
     def _collect_loop(self):
         interval = float(self.config.collect_interval_s)
@@ -84,7 +85,7 @@ class Runtime:
         if timeout_s is None:
             timeout_s = self.config.plugins.metric_push.flush_timeout_s
         if self._collector is not None:
-            self.collect()   # the last counters of a short run
+            self.collect()  # the last counters of a short run
         try:
             self.hook.rl_insight_shutdown(timeout_s=timeout_s)
         except Exception:
@@ -120,8 +121,9 @@ def start(trainer_config=None, config=None, strict=False):
                 raise
             logger.error("rl-insight: %s. Monitoring goes on with the rest of the config.", exc)
             if config is None:  # keep at least where to send data to
-                config = load_config(None, environ={k: os.environ[k] for k in (ENV_SERVER_URL, ENV_TOKEN)
-                                                    if k in os.environ})
+                config = load_config(
+                    None, environ={k: os.environ[k] for k in (ENV_SERVER_URL, ENV_TOKEN) if k in os.environ}
+                )
             pm = build_plugin_manager(config, strict=False)
         _runtime = Runtime(config, pm)
         atexit.register(_shutdown_at_exit)
@@ -139,4 +141,3 @@ def shutdown(timeout_s=None):
 
 def _shutdown_at_exit():
     shutdown()
-

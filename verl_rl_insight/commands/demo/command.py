@@ -29,18 +29,28 @@ def compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, t
 
     config_dir = os.path.join(os.path.dirname(main_ppo.__file__), "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=[
-            "trainer.logger=[rl_insight]", f"trainer.project_name={PROJECT}",
-            f"trainer.experiment_name={experiment}", f"trainer.total_training_steps={steps}",
-            "actor_rollout_ref.rollout.disable_log_stats=False", f"actor_rollout_ref.rollout.name={engine}",
-            f"transfer_queue.metrics.enabled={transfer_queue}", "++ray_kwargs.ray_init.num_cpus=8",
-            "++ray_kwargs.ray_init.include_dashboard=False",
-            f"+rl_insight_demo.engine={engine}", f"+rl_insight_demo.replicas={replicas}",
-            f"+rl_insight_demo.step_seconds={step_seconds}", f"+rl_insight_demo.linger_s={linger_s}",
-            f"+rl_insight_demo.transfer_queue={transfer_queue}",
-            f"+rl_insight.plugins.hardware.simulate_gpus={gpus}", "+rl_insight.plugins.hardware.interval_s=1",
-            "+rl_insight.collect_interval_s=2",
-        ])
+        return hydra_compose(
+            config_name="ppo_trainer",
+            overrides=[
+                "trainer.logger=[rl_insight]",
+                f"trainer.project_name={PROJECT}",
+                f"trainer.experiment_name={experiment}",
+                f"trainer.total_training_steps={steps}",
+                "actor_rollout_ref.rollout.disable_log_stats=False",
+                f"actor_rollout_ref.rollout.name={engine}",
+                f"transfer_queue.metrics.enabled={transfer_queue}",
+                "++ray_kwargs.ray_init.num_cpus=8",
+                "++ray_kwargs.ray_init.include_dashboard=False",
+                f"+rl_insight_demo.engine={engine}",
+                f"+rl_insight_demo.replicas={replicas}",
+                f"+rl_insight_demo.step_seconds={step_seconds}",
+                f"+rl_insight_demo.linger_s={linger_s}",
+                f"+rl_insight_demo.transfer_queue={transfer_queue}",
+                f"+rl_insight.plugins.hardware.simulate_gpus={gpus}",
+                "+rl_insight.plugins.hardware.interval_s=1",
+                "+rl_insight.collect_interval_s=2",
+            ],
+        )
 
 
 class Progress:
@@ -67,16 +77,25 @@ class Progress:
                 streams = json.loads(response.read())["streams"]
         except (OSError, ValueError, KeyError):
             return None
-        steps = [s.get("step") or 0 for s in streams
-                 if s["labels"].get("project") == PROJECT and s["labels"].get("experiment_name") == self.experiment]
+        steps = [
+            s.get("step") or 0
+            for s in streams
+            if s["labels"].get("project") == PROJECT and s["labels"].get("experiment_name") == self.experiment
+        ]
         return max(steps, default=None)
 
     def _draw(self, step):
         done = int(30 * step / max(self.steps, 1))
-        line = f"[demo] SIMULATED step {step}/{self.steps} [{'#' * done}{'.' * (30 - done)}] {time.strftime('%H:%M:%S')}"
+        line = (
+            f"[demo] SIMULATED step {step}/{self.steps} [{'#' * done}{'.' * (30 - done)}] {time.strftime('%H:%M:%S')}"
+        )
         if self.in_place:
             print("\r" + line, end="", file=self.out, flush=True)
-        elif not self.shown or step == self.steps or step * 4 // max(self.steps, 1) > self.shown * 4 // max(self.steps, 1):
+        elif (
+            not self.shown
+            or step == self.steps
+            or step * 4 // max(self.steps, 1) > self.shown * 4 // max(self.steps, 1)
+        ):
             print(line, file=self.out, flush=True)
         self.shown = step
 
@@ -101,25 +120,36 @@ def where_to_look(state, experiment, engine, out):
     query = f'{{project="{PROJECT}",experiment_name="{experiment}"}}'
     print("\nThis was a SIMULATION (no model was trained). Where to look:", file=out)
     if "grafana" in state["services"]:
-        print(f"  Grafana     {urls['grafana']}/d/verl_trainer_v1_with_{engine}_engine?var-project={PROJECT}"
-              f"&var-experiment_name={experiment}   (login {state['grafana_admin_user']}, password: "
-              "rl-insight server status --secrets)", file=out)
+        print(
+            f"  Grafana     {urls['grafana']}/d/verl_trainer_v1_with_{engine}_engine?var-project={PROJECT}"
+            f"&var-experiment_name={experiment}   (login {state['grafana_admin_user']}, password: "
+            "rl-insight server status --secrets)",
+            file=out,
+        )
     if "prometheus" in state["services"]:
         print(f"  Prometheus  {urls['prometheus']}/graph?g0.expr=rl_insight_monitor_critic_score_mean{query}", file=out)
         print(f"              {urls['prometheus']}/alerts", file=out)
     if "tempo" in state["services"]:
-        print(f"  Tempo       {urls['tempo']} (TraceQL: {{ span.experiment_name = \"{experiment}\" }})", file=out)
+        print(f'  Tempo       {urls["tempo"]} (TraceQL: {{ span.experiment_name = "{experiment}" }})', file=out)
     print(f"  metric hub  {state['hub_url']}/metrics", file=out)
     run = f"--project {PROJECT} --experiment {experiment}"
     print(f"  terminal    rl-insight watch {run}", file=out)
-    print(f"  timeline    rl-insight timeline export {run} -o trace.json   (Perfetto UI, chrome://tracing)",
-          file=out)
+    print(f"  timeline    rl-insight timeline export {run} -o trace.json   (Perfetto UI, chrome://tracing)", file=out)
     for name, (what, fix) in state["missing"].items():
         print(f"  {name:<11} not running: {what}" + (f"; fix: {fix}" if fix else ""), file=out)
 
 
-def run(steps=20, step_seconds=2.0, engine="vllm", replicas=2, experiment=None, server_config=None,
-        linger_s=3.0, transfer_queue=True, out=sys.stdout):
+def run(
+    steps=20,
+    step_seconds=2.0,
+    engine="vllm",
+    replicas=2,
+    experiment=None,
+    server_config=None,
+    linger_s=3.0,
+    transfer_queue=True,
+    out=sys.stdout,
+):
     from verl_rl_insight.commands.server import control
     from verl_rl_insight.server.settings import ServerSettings
 
@@ -138,12 +168,17 @@ def run(steps=20, step_seconds=2.0, engine="vllm", replicas=2, experiment=None, 
         print(control.panel(state), file=out)
     experiment = experiment or time.strftime("simulated-%Y%m%d-%H%M%S")
     os.environ[environment.SERVER_URL] = control.trainer_url(state, local=True)
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # a single-node demo: loopback
-    os.environ.setdefault("TQ_METRICS_COLLECT_INTERVAL", "1")   # a short run: TransferQueue's partition figures each second
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a single-node demo: loopback
+    os.environ.setdefault(
+        "TQ_METRICS_COLLECT_INTERVAL", "1"
+    )  # a short run: TransferQueue's partition figures each second
     gpus = 0 if has_gpu() else 8
-    print(f"\n[demo] SIMULATED verl run: project={PROJECT} experiment_name={experiment}, {steps} steps, "
-          f"{replicas} simulated {engine} replicas" + (f", {gpus} simulated GPUs" if gpus else ""), file=out,
-          flush=True)
+    print(
+        f"\n[demo] SIMULATED verl run: project={PROJECT} experiment_name={experiment}, {steps} steps, "
+        f"{replicas} simulated {engine} replicas" + (f", {gpus} simulated GPUs" if gpus else ""),
+        file=out,
+        flush=True,
+    )
     from verl.trainer.main_ppo import run_ppo
 
     from verl_rl_insight.commands.demo.simulation import SimulatedTaskRunner

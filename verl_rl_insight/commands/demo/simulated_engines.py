@@ -15,29 +15,44 @@ from prometheus_client import (
 ENGINE_METRICS = {
     "vllm": {
         "metrics": {
-            "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
+            "vllm:num_requests_running": "gauge",
+            "vllm:num_requests_waiting": "gauge",
             "vllm:kv_cache_usage_perc": "gauge",
-            "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter",
-            "vllm:prefix_cache_queries": "counter", "vllm:prefix_cache_hits": "counter",
+            "vllm:prompt_tokens": "counter",
+            "vllm:generation_tokens": "counter",
+            "vllm:prefix_cache_queries": "counter",
+            "vllm:prefix_cache_hits": "counter",
             "vllm:num_preemptions": "counter",
-            "vllm:spec_decode_num_drafts": "counter", "vllm:spec_decode_num_draft_tokens": "counter",
+            "vllm:spec_decode_num_drafts": "counter",
+            "vllm:spec_decode_num_draft_tokens": "counter",
             "vllm:spec_decode_num_accepted_tokens": "counter",
-            "vllm:time_to_first_token_seconds": "histogram", "vllm:inter_token_latency_seconds": "histogram",
-            "vllm:e2e_request_latency_seconds": "histogram", "vllm:request_queue_time_seconds": "histogram",
-            "vllm:request_prefill_time_seconds": "histogram", "vllm:request_decode_time_seconds": "histogram",
-            "vllm:request_prompt_tokens": "histogram", "vllm:request_generation_tokens": "histogram",
+            "vllm:time_to_first_token_seconds": "histogram",
+            "vllm:inter_token_latency_seconds": "histogram",
+            "vllm:e2e_request_latency_seconds": "histogram",
+            "vllm:request_queue_time_seconds": "histogram",
+            "vllm:request_prefill_time_seconds": "histogram",
+            "vllm:request_decode_time_seconds": "histogram",
+            "vllm:request_prompt_tokens": "histogram",
+            "vllm:request_generation_tokens": "histogram",
         },
-        "finished": "vllm:request_success",            # a counter with label finished_reason
-        "labels": {"model_name": "Qwen2.5-0.5B-Instruct", "engine": "0"},   # engine: vLLM's own engine index
+        "finished": "vllm:request_success",  # a counter with label finished_reason
+        "labels": {"model_name": "Qwen2.5-0.5B-Instruct", "engine": "0"},  # engine: vLLM's own engine index
     },
     "sglang": {
         "metrics": {
-            "sglang:num_running_reqs": "gauge", "sglang:num_queue_reqs": "gauge", "sglang:token_usage": "gauge",
-            "sglang:gen_throughput": "gauge", "sglang:cache_hit_rate": "gauge", "sglang:spec_accept_length": "gauge",
-            "sglang:prompt_tokens": "counter", "sglang:generation_tokens": "counter",
+            "sglang:num_running_reqs": "gauge",
+            "sglang:num_queue_reqs": "gauge",
+            "sglang:token_usage": "gauge",
+            "sglang:gen_throughput": "gauge",
+            "sglang:cache_hit_rate": "gauge",
+            "sglang:spec_accept_length": "gauge",
+            "sglang:prompt_tokens": "counter",
+            "sglang:generation_tokens": "counter",
             "sglang:num_requests": "counter",
-            "sglang:time_to_first_token_seconds": "histogram", "sglang:inter_token_latency_seconds": "histogram",
-            "sglang:e2e_request_latency_seconds": "histogram", "sglang:queue_time_seconds": "histogram",
+            "sglang:time_to_first_token_seconds": "histogram",
+            "sglang:inter_token_latency_seconds": "histogram",
+            "sglang:e2e_request_latency_seconds": "histogram",
+            "sglang:queue_time_seconds": "histogram",
         },
         "finished": None,
         "labels": {"model_name": "Qwen2.5-0.5B-Instruct"},
@@ -73,7 +88,7 @@ class MetricsEndpoint:
     def close(self):
         import threading
 
-        stopper = threading.Thread(target=self.server.shutdown, daemon=True)   # bounded: never hangs a caller
+        stopper = threading.Thread(target=self.server.shutdown, daemon=True)  # bounded: never hangs a caller
         stopper.start()
         stopper.join(2)
         self.server.server_close()
@@ -107,17 +122,23 @@ class EngineSimulator:
             self.series[name] = metric.labels(*values)
         self.finished = None
         if self.spec["finished"]:
-            self.finished = Counter(self.spec["finished"], "finished requests", names + ["finished_reason"],
-                                    registry=self.registry)
+            self.finished = Counter(
+                self.spec["finished"], "finished requests", names + ["finished_reason"], registry=self.registry
+            )
             for reason in ("stop", "length", "abort"):
                 self.finished.labels(*values, reason).inc(0)
         self.label_values = values
         prefix = f"{engine}:"
-        running, waiting = ("num_requests_running", "num_requests_waiting") if engine == "vllm" else \
-            ("num_running_reqs", "num_queue_reqs")
+        running, waiting = (
+            ("num_requests_running", "num_requests_waiting")
+            if engine == "vllm"
+            else ("num_running_reqs", "num_queue_reqs")
+        )
         self.series[prefix + running].set(replica_rank)
         self.series[prefix + waiting].set(0)
-        self.series[prefix + ("kv_cache_usage_perc" if engine == "vllm" else "token_usage")].set((replica_rank + 2) / 10)
+        self.series[prefix + ("kv_cache_usage_perc" if engine == "vllm" else "token_usage")].set(
+            (replica_rank + 2) / 10
+        )
         for name, series in self.series.items():
             if self.spec["metrics"][name] == "histogram":
                 series.observe(0.05 * (replica_rank + 1) if name.endswith("seconds") else 256)
@@ -161,8 +182,15 @@ class EngineSimulator:
                 if name.endswith("_tokens"):
                     s[name].observe(r.randint(50, 300) if "prompt" in name else r.expovariate(1 / response_tokens))
                 else:
-                    scale = 0.02 if "inter_token" in name else 0.3 if ("first_token" in name or "prefill" in name) \
-                        else 0.1 if "queue" in name else 2.0
+                    scale = (
+                        0.02
+                        if "inter_token" in name
+                        else 0.3
+                        if ("first_token" in name or "prefill" in name)
+                        else 0.1
+                        if "queue" in name
+                        else 2.0
+                    )
                     s[name].observe(r.expovariate(1 / scale))
 
     def close(self):

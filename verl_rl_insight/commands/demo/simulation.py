@@ -40,9 +40,18 @@ def start_replicas(engine, replicas):
 
     replica_class = type("SimulatedReplica", (SimulatedReplica,), {"engine": engine})
     manager = LLMServerManager.__new__(LLMServerManager)
-    manager.rollout_config = OmegaConf.create({
-        "name": engine, "disable_log_stats": False, "tensor_model_parallel_size": 1, "data_parallel_size": 1,
-        "pipeline_model_parallel_size": 1, "n_gpus_per_node": replicas, "nnodes": 1, "prometheus": {"enable": False}})
+    manager.rollout_config = OmegaConf.create(
+        {
+            "name": engine,
+            "disable_log_stats": False,
+            "tensor_model_parallel_size": 1,
+            "data_parallel_size": 1,
+            "pipeline_model_parallel_size": 1,
+            "n_gpus_per_node": replicas,
+            "nnodes": 1,
+            "prometheus": {"enable": False},
+        }
+    )
     manager.model_config = None
     manager.worker_group = None
     manager.rollout_replica_class = replica_class
@@ -103,13 +112,20 @@ def batch_for(step, rng, batch=8, length=64, prompt_length=32):
     rewards = torch.zeros(batch, length)
     rewards[torch.arange(batch), lengths - 1] = (torch.rand(batch, generator=g) < 0.3 + step / 100).float()
     return DataProto.from_dict(
-        tensors={"responses": torch.randint(0, 1000, (batch, length), generator=g), "rollout_log_probs": rollout,
-                 "old_log_probs": actor, "response_mask": mask, "token_level_rewards": rewards,
-                 "token_level_scores": rewards.clone(), "prompts": torch.randint(0, 1000, (batch, prompt_length)),
-                 "attention_mask": torch.cat([prompt_mask, mask], dim=1),
-                 "values": torch.randn(batch, length, generator=g) * 0.1 + 0.3},
+        tensors={
+            "responses": torch.randint(0, 1000, (batch, length), generator=g),
+            "rollout_log_probs": rollout,
+            "old_log_probs": actor,
+            "response_mask": mask,
+            "token_level_rewards": rewards,
+            "token_level_scores": rewards.clone(),
+            "prompts": torch.randint(0, 1000, (batch, prompt_length)),
+            "attention_mask": torch.cat([prompt_mask, mask], dim=1),
+            "values": torch.randn(batch, length, generator=g) * 0.1 + 0.3,
+        },
         non_tensors={"uid": np.array([f"q{i // 4}" for i in range(batch)], dtype=object)},
-        meta_info={"global_token_num": (prompt_lengths + lengths).tolist()})
+        meta_info={"global_token_num": (prompt_lengths + lengths).tolist()},
+    )
 
 
 def verl_metrics(batch, timing):
@@ -120,8 +136,11 @@ def verl_metrics(batch, timing):
     metrics = dict(metric_utils.compute_data_metrics(batch, use_critic=True))
     metrics.update(metric_utils.compute_timing_metrics(batch, timing))
     metrics.update(metric_utils.compute_throughout_metrics(batch, timing, n_gpus=8))
-    metrics.update(rollout_corr_helper.compute_rollout_corr_metrics_from_logprobs(
-        batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"]))
+    metrics.update(
+        rollout_corr_helper.compute_rollout_corr_metrics_from_logprobs(
+            batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"]
+        )
+    )
     return metrics
 
 
@@ -135,23 +154,37 @@ def curves(step, total, rng, timing, batch):
     noise = lambda scale: rng.gauss(0, scale)  # noqa: E731
     metrics = verl_metrics(batch, timing)
     score = 0.25 + 0.55 * (1 - math.exp(-3 * progress)) + noise(0.03)
-    metrics.update({
-        "critic/score/mean": score, "critic/rewards/mean": score - 0.01 * progress,
-        "actor/pg_loss": -0.02 * (1 - progress) + noise(0.01), "actor/entropy": 1.2 * math.exp(-progress) + noise(0.02),
-        "actor/grad_norm": 0.8 + 0.3 * math.exp(-4 * progress) + abs(noise(0.1)),
-        "actor/kl_loss": 0.002 + 0.01 * progress + abs(noise(0.001)), "actor/kl_coef": 0.001,
-        "actor/ppo_kl": abs(noise(0.002)), "actor/lr": 1e-6, "actor/entropy_loss": 1.2 * math.exp(-progress),
-        "actor/pg_clipfrac": min(1.0, abs(0.03 + noise(0.01))), "actor/pg_clipfrac_lower": abs(noise(0.002)),
-        "actor/reward_kl_penalty": 0.001 + 0.01 * progress, "actor/reward_kl_penalty_coeff": 0.001,
-        "critic/vf_loss": 0.5 * math.exp(-2 * progress) + abs(noise(0.02)), "critic/lr": 1e-5,
-        "critic/grad_norm": 1.5 + abs(noise(0.2)), "critic/vf_clipfrac": min(1.0, abs(0.05 + noise(0.01))),
-        "critic/vpred_mean": 0.3 + noise(0.05),
-        "perf/mfu/actor": 0.35 + noise(0.02), "perf/mfu/critic": 0.3 + noise(0.02),
-        "perf/mfu/actor_infer": 0.25 + noise(0.02), "perf/max_memory_allocated_gb": 62 + noise(1),
-        "perf/max_memory_reserved_gb": 70 + noise(1), "perf/cpu_memory_used_gb": 120 + noise(2),
-        "training/epoch": 0,
-    })
-    for key in sorted(keys.trainer_keys()):   # every other key of an every-step group
+    metrics.update(
+        {
+            "critic/score/mean": score,
+            "critic/rewards/mean": score - 0.01 * progress,
+            "actor/pg_loss": -0.02 * (1 - progress) + noise(0.01),
+            "actor/entropy": 1.2 * math.exp(-progress) + noise(0.02),
+            "actor/grad_norm": 0.8 + 0.3 * math.exp(-4 * progress) + abs(noise(0.1)),
+            "actor/kl_loss": 0.002 + 0.01 * progress + abs(noise(0.001)),
+            "actor/kl_coef": 0.001,
+            "actor/ppo_kl": abs(noise(0.002)),
+            "actor/lr": 1e-6,
+            "actor/entropy_loss": 1.2 * math.exp(-progress),
+            "actor/pg_clipfrac": min(1.0, abs(0.03 + noise(0.01))),
+            "actor/pg_clipfrac_lower": abs(noise(0.002)),
+            "actor/reward_kl_penalty": 0.001 + 0.01 * progress,
+            "actor/reward_kl_penalty_coeff": 0.001,
+            "critic/vf_loss": 0.5 * math.exp(-2 * progress) + abs(noise(0.02)),
+            "critic/lr": 1e-5,
+            "critic/grad_norm": 1.5 + abs(noise(0.2)),
+            "critic/vf_clipfrac": min(1.0, abs(0.05 + noise(0.01))),
+            "critic/vpred_mean": 0.3 + noise(0.05),
+            "perf/mfu/actor": 0.35 + noise(0.02),
+            "perf/mfu/critic": 0.3 + noise(0.02),
+            "perf/mfu/actor_infer": 0.25 + noise(0.02),
+            "perf/max_memory_allocated_gb": 62 + noise(1),
+            "perf/max_memory_reserved_gb": 70 + noise(1),
+            "perf/cpu_memory_used_gb": 120 + noise(2),
+            "training/epoch": 0,
+        }
+    )
+    for key in sorted(keys.trainer_keys()):  # every other key of an every-step group
         group = keys.group_of(key)
         if key not in metrics and keys.GROUPS[group][1] is None and not key.startswith("training/rollout_"):
             metrics[key] = abs(rng.gauss(0.05, 0.02)) if keys.is_fraction(key) else abs(rng.gauss(1.0, 0.1))
@@ -190,13 +223,17 @@ class SimulatedTaskRunner:
         simulated_nvml.load_level[0] = 0.05
         engines = start_replicas(demo.engine, int(demo.replicas))
         tq = start_transfer_queue() if demo.transfer_queue else None
-        tracking = Tracking(config.trainer.project_name, config.trainer.experiment_name,
-                            default_backend=list(config.trainer.logger), config=OmegaConf.to_container(config))
+        tracking = Tracking(
+            config.trainer.project_name,
+            config.trainer.experiment_name,
+            default_backend=list(config.trainer.logger),
+            config=OmegaConf.to_container(config),
+        )
         total = int(config.trainer.total_training_steps)
         step_s = float(demo.step_seconds)
         marked_timer = ray_trainer.marked_timer
         for step in range(1, total + 1):
-            self.global_steps = step            # what the patches read, as in verl's trainers
+            self.global_steps = step  # what the patches read, as in verl's trainers
             timing = {}
             with marked_timer("step", timing):
                 with marked_timer("gen", timing):
@@ -225,7 +262,7 @@ class SimulatedTaskRunner:
                     simulated_nvml.load_level[0] = 0.3
                     time.sleep(step_s * 0.05)
             tracking.log(curves(step, total, rng, timing, batch), step=step)
-        time.sleep(float(demo.linger_s))   # let Prometheus scrape the replicas once more
+        time.sleep(float(demo.linger_s))  # let Prometheus scrape the replicas once more
         tracking.finish()
         if tq is not None:
             tq.close()

@@ -30,8 +30,15 @@ def start(args):
     from verl_rl_insight.server.settings import SERVICE_NAMES
 
     disabled = [name for name in SERVICE_NAMES if getattr(args, f"no_{name}")]
-    settings = load_settings(args.config, bind=args.bind, port=args.port, prometheus_port=args.prometheus_port,
-                             data_dir=args.data_dir, scrape_interval_s=args.scrape_interval, disable=disabled)
+    settings = load_settings(
+        args.config,
+        bind=args.bind,
+        port=args.port,
+        prometheus_port=args.prometheus_port,
+        data_dir=args.data_dir,
+        scrape_interval_s=args.scrape_interval,
+        disable=disabled,
+    )
     checks.writable_folder(settings.data_path)
     return control.start(settings, detach=args.detach)
 
@@ -69,8 +76,14 @@ def install(args):
     failed = 0
     for name in names:
         try:
-            record = installer.install_one(name, local_archive=args.local_archive, mirror=mirror, force=args.force,
-                                           sha256=checksums.get(name), overrides=settings.service(name))
+            record = installer.install_one(
+                name,
+                local_archive=args.local_archive,
+                mirror=mirror,
+                force=args.force,
+                sha256=checksums.get(name),
+                overrides=settings.service(name),
+            )
         except installer.InstallError as exc:
             print(f"  {name:<11} FAILED: {exc}")
             failed += 1
@@ -84,8 +97,9 @@ def install(args):
 
 
 def add_parsers(sub):
-    server = sub.add_parser("server", help="the monitoring server (metric hub, Prometheus, Alertmanager, Tempo, "
-                                                 "Grafana)")
+    server = sub.add_parser(
+        "server", help="the monitoring server (metric hub, Prometheus, Alertmanager, Tempo, Grafana)"
+    )
     server_sub = server.add_subparsers(dest="server_command", metavar="COMMAND", required=True)
     begin = server_sub.add_parser("start", help="start the server and its services")
     begin.add_argument("--detach", action="store_true", help="return once everything is ready")
@@ -94,8 +108,9 @@ def add_parsers(sub):
     begin.add_argument("--bind", type=checks.bind_address, help="address to listen on (default 0.0.0.0)")
     begin.add_argument("--port", type=checks.port, help="metric hub / API port (default 18080)")
     begin.add_argument("--prometheus-port", type=checks.port, help="Prometheus port (default 9090)")
-    begin.add_argument("--scrape-interval", type=checks.positive_float,
-                       help="Prometheus scrape interval in seconds (default 5)")
+    begin.add_argument(
+        "--scrape-interval", type=checks.positive_float, help="Prometheus scrape interval in seconds (default 5)"
+    )
     for name in ("prometheus", "alertmanager", "tempo", "grafana"):
         begin.add_argument(f"--no-{name}", action="store_true", help=f"do not run {name}")
     begin.set_defaults(func=start)
@@ -103,16 +118,27 @@ def add_parsers(sub):
     state = server_sub.add_parser("status", help="every service: pid, health, restarts, version, data size")
     state.add_argument("--secrets", action="store_true", help="also show the write token and the Grafana password")
     state.set_defaults(func=status)
-    setup = server_sub.add_parser("install", help="install Prometheus, Alertmanager, Tempo, Grafana (verified "
-                                                  "sha256); "
-                                                  "what is installed or on the machine is skipped")
-    setup.add_argument("services", nargs="*", metavar="SERVICE", help="prometheus, alertmanager, tempo, grafana (default: all)")
-    setup.add_argument("--local-archive", metavar="DIR",
-                       help="take the release archives (and their checksum files) from DIR: offline")
-    setup.add_argument("--mirror", metavar="URL",
-                       help="download URL/<release file> instead (default: RL_INSIGHT_MIRROR when set)")
+    setup = server_sub.add_parser(
+        "install",
+        help="install Prometheus, Alertmanager, Tempo, Grafana (verified "
+        "sha256); "
+        "what is installed or on the machine is skipped",
+    )
+    setup.add_argument(
+        "services", nargs="*", metavar="SERVICE", help="prometheus, alertmanager, tempo, grafana (default: all)"
+    )
+    setup.add_argument(
+        "--local-archive", metavar="DIR", help="take the release archives (and their checksum files) from DIR: offline"
+    )
+    setup.add_argument(
+        "--mirror", metavar="URL", help="download URL/<release file> instead (default: RL_INSIGHT_MIRROR when set)"
+    )
     setup.add_argument("--force", action="store_true", help="reinstall even when installed or on the machine")
-    setup.add_argument("--sha256", action="append", metavar="NAME=HEX",
-                       help="the sha256 the archive must have (instead of the release's checksum file)")
+    setup.add_argument(
+        "--sha256",
+        action="append",
+        metavar="NAME=HEX",
+        help="the sha256 the archive must have (instead of the release's checksum file)",
+    )
     setup.add_argument("--config", help="server config (services.<name>.version / sha256 / url)")
     setup.set_defaults(func=install)

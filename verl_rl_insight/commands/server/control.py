@@ -65,13 +65,17 @@ def panel(state, reveal_token=True):
     urls = state["public_urls"]
     services = state["services"]
     secrets_dir = state.get("secrets_dir", "<data dir>/secrets")
-    lines = [f"rl-insight server running (pid {state['pid']})",
-             f"  server IP    {state['server_ip']}",
-             f"  metric hub   {state['hub_url']}/metrics   (trainers push to {state['hub_url']}/api/v1/push)"]
+    lines = [
+        f"rl-insight server running (pid {state['pid']})",
+        f"  server IP    {state['server_ip']}",
+        f"  metric hub   {state['hub_url']}/metrics   (trainers push to {state['hub_url']}/api/v1/push)",
+    ]
     if "grafana" in services:
         anonymous = "; anonymous viewers allowed" if state.get("grafana_anonymous_viewer") else ""
-        lines.append(f"  Grafana      {urls['grafana']}   (login {state['grafana_admin_user']}, password: "
-                     f"rl-insight server status --secrets{anonymous}; folder RL-Insight)")
+        lines.append(
+            f"  Grafana      {urls['grafana']}   (login {state['grafana_admin_user']}, password: "
+            f"rl-insight server status --secrets{anonymous}; folder RL-Insight)"
+        )
     if "prometheus" in services:
         lines.append(f"  Prometheus   {urls['prometheus']}")
     if "alertmanager" in services:
@@ -89,8 +93,14 @@ def panel(state, reveal_token=True):
         lines.append(f"  remote write{name}: {entry['url']}   (every series Prometheus stores goes there too)")
     for name, (what, fix) in state["missing"].items():
         lines.append(f"  {name:<12} NOT RUNNING: {what}" + (f"\n               fix: {fix}" if fix else ""))
-    lines.append("  writes       " + (f"need the token (kept in {secrets_dir}, carried by the URL below)"
-                                       if state["token"] else "open to local users only (listening on loopback)"))
+    lines.append(
+        "  writes       "
+        + (
+            f"need the token (kept in {secrets_dir}, carried by the URL below)"
+            if state["token"]
+            else "open to local users only (listening on loopback)"
+        )
+    )
     lines += ["", "On every training node:", f"  export RL_INSIGHT_SERVER_URL={trainer_url(state, reveal_token)}"]
     return "\n".join(lines)
 
@@ -99,8 +109,11 @@ def start(settings, detach=False, out=sys.stdout):
     """Exit code: 0 all running, 1 running but a service is missing, 2 not started."""
     state = read_state()
     if state is not None:
-        print(f"rl-insight server already running (pid {state['pid']}) at {state['hub_url']}; "
-              "`rl-insight server stop` first", file=out)
+        print(
+            f"rl-insight server already running (pid {state['pid']}) at {state['hub_url']}; "
+            "`rl-insight server stop` first",
+            file=out,
+        )
         return 2
     if not detach:
         result = {}
@@ -108,6 +121,7 @@ def start(settings, detach=False, out=sys.stdout):
         def on_ready(state):
             result["missing"] = bool(state["missing"])
             print(panel(state) + "\n\nCtrl+C stops the server and every service.", file=out, flush=True)
+
         try:
             app.run(settings, on_ready=on_ready)
         except (app.PortInUse, credentials.CredentialError) as exc:
@@ -116,18 +130,26 @@ def start(settings, detach=False, out=sys.stdout):
         return 1 if result.get("missing") else 0
     log_path = settings.data_path / "logs" / "server.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_start = log_path.stat().st_size if log_path.exists() else 0   # this attempt's lines begin here
+    log_start = log_path.stat().st_size if log_path.exists() else 0  # this attempt's lines begin here
     with open(log_path, "ab") as log:
         # settings through a pipe: they may hold the token and a password (/proc/<pid>/cmdline is public)
-        process = subprocess.Popen([sys.executable, "-m", "verl_rl_insight.server.app"], stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.PIPE, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "verl_rl_insight.server.app"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE,
+            start_new_session=True,
+        )
     process.stdin.write(json.dumps(dataclasses.asdict(settings)).encode())
     process.stdin.close()
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            print(f"rl-insight server failed to start (exit {process.returncode}; the full log: {log_path}):\n"
-                  + _tail(log_path, log_start), file=out)
+            print(
+                f"rl-insight server failed to start (exit {process.returncode}; the full log: {log_path}):\n"
+                + _tail(log_path, log_start),
+                file=out,
+            )
             return 2
         try:
             state = json.loads(app.state_path().read_text())
@@ -187,10 +209,13 @@ def status(out=sys.stdout, show_secrets=False):
     except Exception as exc:
         print(f"\n  (cannot ask the server for service details: {exc})", file=out)
         return 1
-    print(f"\n  metric hub   {hub['series']:,} series in {hub['streams']:,} streams; memory "
-          f"{hub['memory_bytes'] / 2**20:,.1f} of {hub['memory_limit_bytes'] / 2**20:,.0f} MiB; history "
-          f"{hub['history_snapshots']:,} snapshots ({hub['history_evicted_unsent_total']:,} dropped unsent); "
-          f"scrapers: {', '.join(hub['scraper_names']) or 'none yet'}", file=out)
+    print(
+        f"\n  metric hub   {hub['series']:,} series in {hub['streams']:,} streams; memory "
+        f"{hub['memory_bytes'] / 2**20:,.1f} of {hub['memory_limit_bytes'] / 2**20:,.0f} MiB; history "
+        f"{hub['history_snapshots']:,} snapshots ({hub['history_evicted_unsent_total']:,} dropped unsent); "
+        f"scrapers: {', '.join(hub['scraper_names']) or 'none yet'}",
+        file=out,
+    )
     print("\n  service      pid      health    restarts  version   data", file=out)
     unhealthy = False
     for name, svc in services.items():
@@ -200,8 +225,11 @@ def status(out=sys.stdout, show_secrets=False):
             continue
         unhealthy |= not svc["healthy"]
         size = "-" if svc.get("data_bytes") is None else f"{svc['data_bytes'] / 2**20:.1f} MiB"
-        print(f"  {name:<12} {svc['pid']:<8} {'healthy' if svc['healthy'] else 'DOWN':<9} {svc['restarts']:<9} "
-              f"{svc.get('version') or '?':<9} {size}", file=out)
+        print(
+            f"  {name:<12} {svc['pid']:<8} {'healthy' if svc['healthy'] else 'DOWN':<9} {svc['restarts']:<9} "
+            f"{svc.get('version') or '?':<9} {size}",
+            file=out,
+        )
     return 1 if unhealthy else 0
 
 

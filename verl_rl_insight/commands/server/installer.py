@@ -3,7 +3,8 @@ Tempo, Grafana.
 
 Order of preference per service: an explicit binary in the server config, an earlier install
 under ``~/.rl-insight/services``, a compatible binary already on the machine (PATH, the Debian
-``prometheus`` and ``prometheus-alertmanager`` packages, ``/usr/share/grafana``), then a download (or ``--local-archive DIR``).
+``prometheus`` and ``prometheus-alertmanager`` packages, ``/usr/share/grafana``), then a download
+(or ``--local-archive DIR``).
 Nothing is extracted before its sha256 matches; nothing counts as installed before the
 manifest ``services/<name>.json`` is written, the last step.
 """
@@ -40,8 +41,10 @@ def _progress(out, name, done, total, started):
     rate = done / max(time.monotonic() - started, 1e-6) / 2**20
     if total:
         filled = int(30 * done / total)
-        text = f"\r  {name:<11} [{'#' * filled}{' ' * (30 - filled)}] {100 * done / total:5.1f}% " \
-               f"{done / 2**20:7.1f}/{total / 2**20:.1f} MiB {rate:6.1f} MiB/s"
+        text = (
+            f"\r  {name:<11} [{'#' * filled}{' ' * (30 - filled)}] {100 * done / total:5.1f}% "
+            f"{done / 2**20:7.1f}/{total / 2**20:.1f} MiB {rate:6.1f} MiB/s"
+        )
     else:
         text = f"\r  {name:<11} {done / 2**20:7.1f} MiB {rate:6.1f} MiB/s"
     out.write(text)
@@ -72,16 +75,20 @@ def download(url, dest, name, out=None, timeout_s=60):
             if out is not None:
                 out.write("\n")
             if total and done != total:
-                raise InstallError(f"download of {url} was cut off after {done} of {total} bytes; "
-                                   "nothing was installed, run the command again")
+                raise InstallError(
+                    f"download of {url} was cut off after {done} of {total} bytes; "
+                    "nothing was installed, run the command again"
+                )
         part.replace(dest)
     except InstallError:
         part.unlink(missing_ok=True)
         raise
     except Exception as exc:
         part.unlink(missing_ok=True)
-        raise InstallError(f"download of {url} failed after {done} bytes ({type(exc).__name__}: {exc}); "
-                           "nothing was installed. Offline? Use --local-archive DIR") from None
+        raise InstallError(
+            f"download of {url} failed after {done} bytes ({type(exc).__name__}: {exc}); "
+            "nothing was installed. Offline? Use --local-archive DIR"
+        ) from None
     return digest.hexdigest()
 
 
@@ -104,9 +111,11 @@ def safe_extract(archive, dest):
     afterwards every extracted path is resolved and must lie inside ``dest``.
     """
     if not hasattr(tarfile, "data_filter"):
-        raise InstallError(f"{archive.name}: this Python ({platform.python_version()}) has no safe tar extraction "
-                           "(tarfile's data filter: Python 3.10.12, 3.11.4, 3.12 or newer); upgrade Python, "
-                           "or install the service yourself and set services.<name>.binary")
+        raise InstallError(
+            f"{archive.name}: this Python ({platform.python_version()}) has no safe tar extraction "
+            "(tarfile's data filter: Python 3.10.12, 3.11.4, 3.12 or newer); upgrade Python, "
+            "or install the service yourself and set services.<name>.binary"
+        )
     dest = Path(dest).resolve()
     try:
         with tarfile.open(archive, "r:*") as tar:
@@ -119,8 +128,10 @@ def safe_extract(archive, dest):
         for name in dirs + files:
             path = os.path.join(root, name)
             if not _inside(Path(os.path.realpath(path)), dest):
-                raise InstallError(f"{archive.name}: {os.path.relpath(path, dest)} resolves outside the install "
-                                   "folder; archive refused")
+                raise InstallError(
+                    f"{archive.name}: {os.path.relpath(path, dest)} resolves outside the install "
+                    "folder; archive refused"
+                )
 
 
 def _inside(path, folder):
@@ -166,7 +177,7 @@ def _check_members(archive, members):
                     place.pop()
                 else:
                     place.append(part)
-                    if i < len(target) - 1 and "/".join(place) in links:   # a link to a link is fine
+                    if i < len(target) - 1 and "/".join(place) in links:  # a link to a link is fine
                         refuse(member, f"links through the link {'/'.join(place)!r}")
 
 
@@ -190,16 +201,20 @@ def install_one(name, local_archive=None, mirror=None, force=False, sha256=None,
         if local_archive:
             archive = Path(local_archive) / rel["file"]
             if not archive.is_file():
-                raise InstallError(f"{name}: {archive} not found; --local-archive expects the release file "
-                                   f"{rel['file']} (download it from {rel['url']})")
+                raise InstallError(
+                    f"{name}: {archive} not found; --local-archive expects the release file "
+                    f"{rel['file']} (download it from {rel['url']})"
+                )
             actual = file_sha256(archive)
         else:
             url = f"{mirror.rstrip('/')}/{rel['file']}" if mirror else rel["url"]
             archive = staging / rel["file"]
             actual = download(url, archive, name, out=out)
         if actual != expected:
-            raise InstallError(f"{name}: checksum mismatch for {rel['file']}: expected {expected} ({checksum_source}), "
-                               f"the archive has {actual}; nothing was installed")
+            raise InstallError(
+                f"{name}: checksum mismatch for {rel['file']}: expected {expected} ({checksum_source}), "
+                f"the archive has {actual}; nothing was installed"
+            )
         tree = staging / "tree"
         tree.mkdir()
         safe_extract(archive, tree)
@@ -213,10 +228,15 @@ def install_one(name, local_archive=None, mirror=None, force=False, sha256=None,
             old = root / f".old-{name}-{os.getpid()}-{int(time.time())}"
             final.rename(old)
         tree.rename(final)
-        record = {"binary": str(final / rel["binary"]), "version": rel["version"], "source": "download"
-                  if not local_archive else "local-archive", "sha256": actual, "file": rel["file"],
-                  "checksum_source": checksum_source}
-        _write_manifest(name, record)   # the commit point
+        record = {
+            "binary": str(final / rel["binary"]),
+            "version": rel["version"],
+            "source": "download" if not local_archive else "local-archive",
+            "sha256": actual,
+            "file": rel["file"],
+            "checksum_source": checksum_source,
+        }
+        _write_manifest(name, record)  # the commit point
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return record
@@ -232,18 +252,25 @@ def expected_sha256(name, rel, explicit=None, local_archive=None, mirror=None):
         return explicit.lower(), "--sha256"
     if rel["sha256"]:
         return rel["sha256"], rel["sha256_source"]
-    where = (f"{Path(local_archive) / rel['checksums']}" if local_archive else
-             f"{mirror.rstrip('/')}/{rel['checksums']}" if mirror else rel["checksums_url"])
+    where = (
+        f"{Path(local_archive) / rel['checksums']}"
+        if local_archive
+        else f"{mirror.rstrip('/')}/{rel['checksums']}"
+        if mirror
+        else rel["checksums_url"]
+    )
     instead = f"or pass --sha256 {name}=HEX from the release page; nothing was installed"
     try:
         if local_archive:
-            text = Path(where).read_text(errors="replace")[:1 << 20]
+            text = Path(where).read_text(errors="replace")[: 1 << 20]
         else:
             with urllib.request.urlopen(where, timeout=30) as response:
                 text = response.read(1 << 20).decode(errors="replace")
     except (OSError, ValueError) as exc:
-        raise InstallError(f"{name}: no checksum for {rel['file']}: cannot read {where} ({exc}); the release "
-                           f"publishes {rel['checksums']} beside the archive: put it there, {instead}") from None
+        raise InstallError(
+            f"{name}: no checksum for {rel['file']}: cannot read {where} ({exc}); the release "
+            f"publishes {rel['checksums']} beside the archive: put it there, {instead}"
+        ) from None
     digest = checksum_for(text, rel["file"])
     if digest is None:
         raise InstallError(f"{name}: {where} has no sha256 for {rel['file']}; {instead}")

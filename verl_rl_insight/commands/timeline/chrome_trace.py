@@ -40,14 +40,17 @@ def step_windows(spans):
 
 def select_steps(spans, first, last):
     """The spans that overlap trainer steps first..last (inclusive, None: open)."""
-    windows = [w for step, w in step_windows(spans).items()
-               if (first is None or step >= first) and (last is None or step <= last)]
+    windows = [
+        w
+        for step, w in step_windows(spans).items()
+        if (first is None or step >= first) and (last is None or step <= last)
+    ]
     return [s for s in spans if any(s["start_ns"] < end and s["end_ns"] > start for start, end in windows)]
 
 
 def _tracks(spans):
     """Assign each span of one lane to a track on which every event nests in the one before."""
-    tracks = []   # each: a stack of end times of the open events
+    tracks = []  # each: a stack of end times of the open events
     placed = []
     for span in sorted(spans, key=lambda s: (s["start_ns"], -s["end_ns"])):
         for index, stack in enumerate(tracks):
@@ -87,12 +90,21 @@ def to_chrome_trace(spans, run_name):
         for track, span in placed:
             args = {key: value for key, value in span["attributes"].items() if key != "verl.step"}
             step = _step(span)
-            if step is None:   # a replica's or rank's span: the trainer step it happened in
+            if step is None:  # a replica's or rank's span: the trainer step it happened in
                 step = next((s for s, (start, end) in windows if start <= span["start_ns"] < end), None)
             if step is not None:
                 args["step"] = step
             args.update(trace_id=span["trace_id"], span_id=span["span_id"])
-            events.append({"ph": "X", "name": span["name"], "cat": lane, "pid": 1, "tid": first_tid + track,
-                           "ts": (span["start_ns"] - origin) / 1000, "dur": (span["end_ns"] - span["start_ns"]) / 1000,
-                           "args": args})
+            events.append(
+                {
+                    "ph": "X",
+                    "name": span["name"],
+                    "cat": lane,
+                    "pid": 1,
+                    "tid": first_tid + track,
+                    "ts": (span["start_ns"] - origin) / 1000,
+                    "dur": (span["end_ns"] - span["start_ns"]) / 1000,
+                    "args": args,
+                }
+            )
     return {"traceEvents": events, "displayTimeUnit": "ms"}

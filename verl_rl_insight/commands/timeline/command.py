@@ -33,15 +33,19 @@ def read_spans(base, token, project, experiment):
         except sources.SourceError as exc:
             runs = call("GET", base + "/api/v1/spans/runs", token)["runs"]
             known = ", ".join(f"{r['project']}/{r['experiment_name']}" for r in runs[:10]) or "none yet"
-            raise CliError(f"no spans of {project}/{experiment}: {exc}", fix=f"runs with spans: {known}",
-                           code=PROBLEMS) from None
+            raise CliError(
+                f"no spans of {project}/{experiment}: {exc}", fix=f"runs with spans: {known}", code=PROBLEMS
+            ) from None
     if "tempo" in info.get("services", ()):
         try:
             return sources.from_tempo(info["tempo"], project, experiment), f"Tempo at {info['tempo']}"
         except sources.SourceError as exc:
             raise CliError(f"cannot read the run from Tempo: {exc}", code=PROBLEMS) from None
-    raise CliError(f"this server keeps no spans: trainers send them to {info.get('otlp_traces')}",
-                   fix="read them there (Tempo: --tempo URL)", code=PROBLEMS)
+    raise CliError(
+        f"this server keeps no spans: trainers send them to {info.get('otlp_traces')}",
+        fix="read them there (Tempo: --tempo URL)",
+        code=PROBLEMS,
+    )
 
 
 def export(args):
@@ -58,8 +62,12 @@ def export(args):
     if args.steps:
         spans = chrome_trace.select_steps(spans, *args.steps)
     if not spans:
-        raise CliError(f"no spans of {args.project}/{args.experiment}" + (" in those steps" if args.steps else "")
-                       + f" at {origin}", code=PROBLEMS)
+        raise CliError(
+            f"no spans of {args.project}/{args.experiment}"
+            + (" in those steps" if args.steps else "")
+            + f" at {origin}",
+            code=PROBLEMS,
+        )
     document = chrome_trace.to_chrome_trace(spans, f"{args.project}/{args.experiment}")
     tmp = f"{args.output}.tmp"
     with open(tmp, "w") as f:
@@ -72,8 +80,10 @@ def export(args):
         print(json.dumps({"output": args.output, "spans": len(spans), "tracks": tracks, "from": origin}))
     else:
         shown = ", ".join(tracks[:6]) + (f", ... ({len(tracks)} in all)" if len(tracks) > 6 else "")
-        print(f"wrote {args.output}: {len(spans)} spans from {origin}{span_steps}; tracks: {shown}\n"
-              "  open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing")
+        print(
+            f"wrote {args.output}: {len(spans)} spans from {origin}{span_steps}; tracks: {shown}\n"
+            "  open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing"
+        )
     return 0
 
 

@@ -65,10 +65,15 @@ def _spans_of(trace):
                 attrs = {a["key"]: _otlp_value(a.get("value", {})) for a in span.get("attributes", [])}
                 if "host.name" in resource:
                     attrs.setdefault("node", resource["host.name"])
-                yield {"trace_id": _hex(span.get("traceId")), "span_id": _hex(span.get("spanId")),
-                       "parent_span_id": _hex(span.get("parentSpanId")), "name": span.get("name", ""),
-                       "start_ns": int(span.get("startTimeUnixNano", 0)), "end_ns": int(span.get("endTimeUnixNano", 0)),
-                       "attributes": attrs}
+                yield {
+                    "trace_id": _hex(span.get("traceId")),
+                    "span_id": _hex(span.get("spanId")),
+                    "parent_span_id": _hex(span.get("parentSpanId")),
+                    "name": span.get("name", ""),
+                    "start_ns": int(span.get("startTimeUnixNano", 0)),
+                    "end_ns": int(span.get("endTimeUnixNano", 0)),
+                    "attributes": attrs,
+                }
 
 
 def from_tempo(tempo, project, experiment, start_s=None, end_s=None):
@@ -80,6 +85,10 @@ def from_tempo(tempo, project, experiment, start_s=None, end_s=None):
     spans = []
     for trace in found.get("traces") or []:
         body = json.loads(_get(f"{tempo}/api/traces/{trace['traceID']}"))
-        spans += [s for s in _spans_of(body) if s["attributes"].pop("project", project) == project
-                  and s["attributes"].pop("experiment_name", experiment) == experiment]
+        spans += [
+            s
+            for s in _spans_of(body)
+            if s["attributes"].pop("project", project) == project
+            and s["attributes"].pop("experiment_name", experiment) == experiment
+        ]
     return spans

@@ -24,8 +24,12 @@ def _sources(args):
             streams = call("GET", base + "/api/v1/streams", token)["streams"]
         except CliError:
             return ()
-        return [(s["labels"].get("project"), s["labels"].get("experiment_name"), s.get("idle_s", 0))
-                for s in streams if s.get("step") is not None and "project" in s["labels"]]
+        return [
+            (s["labels"].get("project"), s["labels"].get("experiment_name"), s.get("idle_s", 0))
+            for s in streams
+            if s.get("step") is not None and "project" in s["labels"]
+        ]
+
     return info["prometheus"], recent
 
 
@@ -43,9 +47,11 @@ def _keys():
     saved = termios.tcgetattr(fd)
     tty.setcbreak(fd)
     try:
+
         def read(timeout):
             ready, _, _ = select.select([fd], [], [], timeout)
             return os.read(fd, 16).decode(errors="replace") if ready else ""
+
         yield read
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
@@ -77,8 +83,12 @@ def watch(args):
         return 0
     footer = Text(f"\nrefresh every {args.interval:g} s; q or Ctrl+C quits", style="dim")
     try:
-        with _keys() as key, Live(Text("reading Prometheus ..."), console=console, screen=console.is_terminal,
-                                  auto_refresh=False) as live:
+        with (
+            _keys() as key,
+            Live(
+                Text("reading Prometheus ..."), console=console, screen=console.is_terminal, auto_refresh=False
+            ) as live,
+        ):
             while True:
                 shown, _ = render()
                 live.update(Group(shown, footer), refresh=True)
@@ -86,7 +96,7 @@ def watch(args):
                 while time.monotonic() < deadline:
                     if "q" in key(min(0.2, max(0.0, deadline - time.monotonic()))).lower():
                         return 0
-    except KeyboardInterrupt:   # Ctrl+C is how a person leaves a live view: no error
+    except KeyboardInterrupt:  # Ctrl+C is how a person leaves a live view: no error
         return 0
 
 

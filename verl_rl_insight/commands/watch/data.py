@@ -21,7 +21,7 @@ CURVES = (
     ("response len", "response_length/mean", ()),
     ("logp mismatch", "training/rollout_probs_diff_mean", (0.005, 0.01)),
 )
-ENGINES = {   # running, waiting, KV cache share
+ENGINES = {  # running, waiting, KV cache share
     "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
     "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
 }
@@ -78,8 +78,10 @@ class Prometheus:
 def runs(prom):
     """(project, experiment_name, last seen) of every run, newest first."""
     found = prom.query(f"max by (project, experiment_name) (timestamp({STEP}))")
-    return sorted(((r["metric"].get("project", ""), r["metric"].get("experiment_name", ""), float(r["value"][1]))
-                   for r in found), key=lambda run: -run[2])
+    return sorted(
+        ((r["metric"].get("project", ""), r["metric"].get("experiment_name", ""), float(r["value"][1])) for r in found),
+        key=lambda run: -run[2],
+    )
 
 
 def pick_run(prom, project=None, experiment=None, recent=()):
@@ -99,7 +101,7 @@ def by_step(prom, key_metric, selector, window_s, steps):
     """[(global step, value)] of the run's last ``window_s``: the hub stamps a step's values and its
     global step with the same time, so each stored sample is matched to its own step."""
     values = prom.samples(f"{key_metric}{selector}[{int(window_s)}s]")
-    by = {int(steps[t]): v for t, v in sorted(values.items()) if t in steps}   # a step scraped again: once
+    by = {int(steps[t]): v for t, v in sorted(values.items()) if t in steps}  # a step scraped again: once
     return sorted(by.items())
 
 
@@ -110,13 +112,14 @@ def snapshot(prom, project, experiment, window_s=3600):
     if step is None:
         raise DataError(f"run {project}/{experiment} has no global step in Prometheus yet")
     steps = prom.samples(f"{STEP}{selector}[{int(window_s)}s]")
-    curves = [(label, by_step(prom, metric(key), selector, window_s, steps), thresholds)
-              for label, key, thresholds in CURVES]
+    curves = [
+        (label, by_step(prom, metric(key), selector, window_s, steps), thresholds) for label, key, thresholds in CURVES
+    ]
     engines = {}
     for name, (running, waiting, cache) in ENGINES.items():
         rows = {}
         for column, name_ in (("running", running), ("waiting", waiting), ("kv_cache", cache)):
-            for replica, value in prom.by(f'sum by (replica) ({name_}{selector})', "replica").items():
+            for replica, value in prom.by(f"sum by (replica) ({name_}{selector})", "replica").items():
                 rows.setdefault(replica, {})[column] = value
         if rows:
             engines[name] = rows
@@ -124,16 +127,26 @@ def snapshot(prom, project, experiment, window_s=3600):
     used = prom.scalar(f"sum(DCGM_FI_DEV_FB_USED{selector})")
     free = prom.scalar(f"sum(DCGM_FI_DEV_FB_FREE{selector})")
     gpus = prom.scalar(f"count(DCGM_FI_DEV_GPU_UTIL{selector})")
-    firing = [a for a in prom.alerts() if a.get("state") == "firing"
-              and a["labels"].get("project", project) == project
-              and a["labels"].get("experiment_name", experiment) == experiment]
+    firing = [
+        a
+        for a in prom.alerts()
+        if a.get("state") == "firing"
+        and a["labels"].get("project", project) == project
+        and a["labels"].get("experiment_name", experiment) == experiment
+    ]
     return {
-        "project": project, "experiment": experiment, "step": int(step),
+        "project": project,
+        "experiment": experiment,
+        "step": int(step),
         "step_time_s": prom.scalar(f"{metric('timing_s/step')}{selector}"),
         "throughput": prom.scalar(f"{metric('perf/throughput')}{selector}"),
         "finished": prom.scalar(f"rl_insight_run_finished{selector}") == 1,
-        "curves": curves, "engines": engines,
-        "gpus": None if gpus is None else {"count": int(gpus), "util": util,
-                                           "memory": used / (used + free) if used is not None and free else None},
-        "alerts": [(a["labels"].get("alertname", "?"), a["labels"].get("severity", ""), a.get("value")) for a in firing],
+        "curves": curves,
+        "engines": engines,
+        "gpus": None
+        if gpus is None
+        else {"count": int(gpus), "util": util, "memory": used / (used + free) if used is not None and free else None},
+        "alerts": [
+            (a["labels"].get("alertname", "?"), a["labels"].get("severity", ""), a.get("value")) for a in firing
+        ],
     }

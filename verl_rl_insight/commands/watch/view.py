@@ -36,10 +36,12 @@ def frame(data, width=80, height=24):
     """The renderable for ``data`` (watch.data.snapshot) in a terminal of width x height."""
     state = "finished" if data["finished"] else "running"
     head = Text.assemble(
-        (f"{data['project']}/{data['experiment']}", "bold"), f"  step {data['step']}",
+        (f"{data['project']}/{data['experiment']}", "bold"),
+        f"  step {data['step']}",
         f"  step time {number(data['step_time_s'], 3)} s" if data["step_time_s"] is not None else "",
         f"  throughput {number(data['throughput'], 4)} tok/s" if data["throughput"] is not None else "",
-        f"  ({state})")
+        f"  ({state})",
+    )
     spark_width = max(10, width - 40)
     curves = Table(box=None, pad_edge=False, show_header=True, header_style="dim", expand=False)
     curves.add_column("curve", no_wrap=True, min_width=13)
@@ -52,8 +54,9 @@ def frame(data, width=80, height=24):
         if thresholds and last is not None:
             style = "red" if last > thresholds[-1] else "yellow" if last > thresholds[0] else "green"
             label = f"{label} ({'/'.join(str(t) for t in thresholds)})"
-        curves.add_row(label, Text(sparkline(values, spark_width), style=style or "cyan"),
-                       Text(number(last), style=style))
+        curves.add_row(
+            label, Text(sparkline(values, spark_width), style=style or "cyan"), Text(number(last), style=style)
+        )
     parts = [head, curves]
     rows_left = max(2, height - 4 - len(data["curves"]) - 4 - len(data["alerts"]))
     for engine, replicas in data["engines"].items():
@@ -63,19 +66,25 @@ def frame(data, width=80, height=24):
         shown = sorted(replicas, key=lambda r: (len(r), r))
         for replica in shown[:rows_left]:
             row = replicas[replica]
-            table.add_row(replica or "-", number(row.get("running"), 3), number(row.get("waiting"), 3),
-                          percent(row.get("kv_cache")))
+            table.add_row(
+                replica or "-",
+                number(row.get("running"), 3),
+                number(row.get("waiting"), 3),
+                percent(row.get("kv_cache")),
+            )
         if len(shown) > rows_left:
             table.add_row(f"... {len(shown) - rows_left} more", "", "", "")
         parts.append(table)
     gpus = data["gpus"]
     if gpus:
-        parts.append(Text(f"GPUs {gpus['count']}: utilisation {number(gpus['util'], 3)}%, "
-                          f"memory {percent(gpus['memory'])} used"))
+        parts.append(
+            Text(f"GPUs {gpus['count']}: utilisation {number(gpus['util'], 3)}%, memory {percent(gpus['memory'])} used")
+        )
     if data["alerts"]:
         for name, severity, value in data["alerts"]:
-            parts.append(Text(f"ALERT {name} ({severity}) value {number(float(value)) if value else '-'}",
-                              style="bold red"))
+            parts.append(
+                Text(f"ALERT {name} ({severity}) value {number(float(value)) if value else '-'}", style="bold red")
+            )
     else:
         parts.append(Text("no alerts firing", style="green"))
     return Group(*parts)

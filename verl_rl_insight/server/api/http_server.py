@@ -88,11 +88,11 @@ class GuardedH11Protocol(H11Protocol):
 
     def data_received(self, data):
         if self.lingering:
-            return          # the rest of a body already answered: dropped
-        token = _connection.set(self)   # the request's task inherits it: see response_written()
+            return  # the rest of a body already answered: dropped
+        token = _connection.set(self)  # the request's task inherits it: see response_written()
         try:
             if self._receive_timer is None and (self.cycle is None or self.cycle.response_complete):
-                self._arm_receive()     # the next request begins on a kept-alive connection
+                self._arm_receive()  # the next request begins on a kept-alive connection
             super().data_received(data)
             cycle = self.cycle
             if cycle is not None and not cycle.more_body and self._receive_timer is not None:
@@ -109,10 +109,12 @@ class GuardedH11Protocol(H11Protocol):
         self._receive_timer = None
         if self.transport.is_closing():
             return
-        if self.cycle is None or not self.cycle.response_started:   # (an answered request's body: just close)
+        if self.cycle is None or not self.cycle.response_started:  # (an answered request's body: just close)
             body = json.dumps({"error": f"the request did not arrive within {self.receive_timeout_s:.0f} s"}).encode()
-            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+            )
         self.transport.close()
         self.loop.call_later(1.0, self._abort_if_open)
 
@@ -172,8 +174,11 @@ def _loop_errors(loop, context):
     if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
         if loop.time() - _last_resource_error[0] > 60:
             _last_resource_error[0] = loop.time()
-            logger.error("the API cannot accept connections: %s (open files limit %s)", context.get("exception"),
-                         resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+            logger.error(
+                "the API cannot accept connections: %s (open files limit %s)",
+                context.get("exception"),
+                resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            )
         return
     loop.default_exception_handler(context)
 
@@ -182,17 +187,43 @@ class HttpServer:
     """``app`` served on ``host:port`` from a thread; ``start`` returns once it listens (or raises
     OSError, e.g. the port is taken), ``stop`` ends it within a few seconds."""
 
-    def __init__(self, app, host, port, max_connections=4096, backlog=2048, keep_alive_s=20, max_header_bytes=16384,
-                 receive_timeout_s=10.0, send_timeout_s=30.0):
+    def __init__(
+        self,
+        app,
+        host,
+        port,
+        max_connections=4096,
+        backlog=2048,
+        keep_alive_s=20,
+        max_header_bytes=16384,
+        receive_timeout_s=10.0,
+        send_timeout_s=30.0,
+    ):
         # connections beyond what the descriptors allow (keeping some for files and services) are closed at once
         max_connections = max(8, min(max_connections, open_files_limit() - 32))
-        protocol = type("RLInsightH11Protocol", (GuardedH11Protocol,),
-                        {"receive_timeout_s": receive_timeout_s, "send_timeout_s": send_timeout_s,
-                         "max_connections": max_connections})
+        protocol = type(
+            "RLInsightH11Protocol",
+            (GuardedH11Protocol,),
+            {
+                "receive_timeout_s": receive_timeout_s,
+                "send_timeout_s": send_timeout_s,
+                "max_connections": max_connections,
+            },
+        )
         self.config = uvicorn.Config(
-            app, http=protocol, ws="none", lifespan="off", log_config=None, access_log=False,
-            limit_concurrency=max_connections, backlog=backlog, timeout_keep_alive=keep_alive_s,
-            h11_max_incomplete_event_size=max_header_bytes, server_header=False, timeout_graceful_shutdown=2)
+            app,
+            http=protocol,
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            limit_concurrency=max_connections,
+            backlog=backlog,
+            timeout_keep_alive=keep_alive_s,
+            h11_max_incomplete_event_size=max_header_bytes,
+            server_header=False,
+            timeout_graceful_shutdown=2,
+        )
         self.host, self.port = host, port
         self.server = _Server(self.config)
         self._thread = None
@@ -211,8 +242,9 @@ class HttpServer:
         sock.setblocking(False)
         self._socket = sock
         self.port = sock.getsockname()[1]
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, name="http-api",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, name="http-api", daemon=True
+        )
         self._thread.start()
         while not self.server.started and self._thread.is_alive():
             time.sleep(0.01)

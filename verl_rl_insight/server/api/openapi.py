@@ -13,8 +13,10 @@ import msgspec
 from verl_rl_insight import __version__
 from verl_rl_insight.contract.wire import ErrorBody, PushBody, SilenceBody, TargetBody
 
-ERROR = {"description": "what is wrong, naming the field",
-         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+ERROR = {
+    "description": "what is wrong, naming the field",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
 JSON_OK = {"description": "ok", "content": {"application/json": {"schema": {"type": "object"}}}}
 TEXT_OK = {"description": "ok", "content": {"text/plain": {"schema": {"type": "string"}}}}
 
@@ -31,8 +33,11 @@ def _get(summary, ok=JSON_OK, parameters=(), errors=()):
 
 
 def _write(summary, body_schema=None, parameters=(), errors=(400, 401)):
-    operation = {"summary": summary, "security": [{"token": []}, {"basic": []}],
-                 "responses": {"200": JSON_OK, **_errors(*errors)}}
+    operation = {
+        "summary": summary,
+        "security": [{"token": []}, {"basic": []}],
+        "responses": {"200": JSON_OK, **_errors(*errors)},
+    }
     if body_schema is not None:
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body_schema}}}
     if parameters:
@@ -46,16 +51,21 @@ def _query(name, schema, required, description):
 
 def schemas() -> dict[str, Any]:
     """The request and error bodies, generated from the wire schema's msgspec Structs."""
-    _, components = msgspec.json.schema_components((PushBody, TargetBody, SilenceBody, ErrorBody),
-                                                   ref_template="#/components/schemas/{name}")
+    _, components = msgspec.json.schema_components(
+        (PushBody, TargetBody, SilenceBody, ErrorBody), ref_template="#/components/schemas/{name}"
+    )
     components["Error"] = components.pop("ErrorBody")
     return components
 
 
 def document() -> dict[str, Any]:
     schemas_ = schemas()
-    scraper = _query("scraper", {"type": "string", "pattern": r"^[a-zA-Z0-9_.:\-]{1,64}$"}, False,
-                     "a named scraper also gets the history it has not been sent (needs the token when one is set)")
+    scraper = _query(
+        "scraper",
+        {"type": "string", "pattern": r"^[a-zA-Z0-9_.:\-]{1,64}$"},
+        False,
+        "a named scraper also gets the history it has not been sent (needs the token when one is set)",
+    )
     paths = {
         "/metrics": {"get": _get("the hub's exposition for Prometheus", TEXT_OK, [scraper], (400, 401, 429))},
         "/-/healthy": {"get": _get("liveness", TEXT_OK)},
@@ -63,52 +73,99 @@ def document() -> dict[str, Any]:
         "/openapi.json": {"get": _get("this document")},
         "/api/v1/streams": {"get": _get("what the hub holds, per project / experiment")},
         "/api/v1/hub": {"get": _get("the hub's own figures: memory, series, history, scrapers")},
-        "/api/v1/push": {"post": _write("metric batches from trainers", {"$ref": "#/components/schemas/PushBody"},
-                                        errors=(400, 401, 413, 422))},
+        "/api/v1/push": {
+            "post": _write(
+                "metric batches from trainers", {"$ref": "#/components/schemas/PushBody"}, errors=(400, 401, 413, 422)
+            )
+        },
         "/api/v1/targets": {
             "get": _get("registered scrape targets"),
-            "post": _write("register a scrape target, or renew its TTL", {"$ref": "#/components/schemas/TargetBody"},
-                           errors=(400, 401, 413)),
-            "delete": _write("remove a scrape target", parameters=[
-                _query("job", {"type": "string"}, True, "the target's job"),
-                _query("address", {"type": "string"}, True, "the target's host:port")], errors=(400, 401, 404)),
+            "post": _write(
+                "register a scrape target, or renew its TTL",
+                {"$ref": "#/components/schemas/TargetBody"},
+                errors=(400, 401, 413),
+            ),
+            "delete": _write(
+                "remove a scrape target",
+                parameters=[
+                    _query("job", {"type": "string"}, True, "the target's job"),
+                    _query("address", {"type": "string"}, True, "the target's host:port"),
+                ],
+                errors=(400, 401, 404),
+            ),
         },
         "/api/v1/sd": {"get": _get("the targets in Prometheus http_sd format")},
         "/api/v1/services": {"get": _get("every service: pid, health, restarts, version, data size")},
         "/api/v1/info": {"get": _get("the endpoints the server announces")},
-        "/api/v1/runs": {"delete": _write("forget a run: its hub streams, its spans, its series in Prometheus "
-                                          "(where Prometheus listens on loopback)", parameters=[
-            _query("project", {"type": "string"}, True, "the run's project"),
-            _query("experiment_name", {"type": "string"}, True, "the run's experiment_name")], errors=(400, 401))},
-        "/v1/traces": {"post": {
-            "summary": "OTLP/HTTP spans (protobuf ExportTraceServiceRequest), kept per run when Tempo is not running",
-            "security": [{"token": []}, {"basic": []}],
-            "requestBody": {"required": True, "content": {"application/x-protobuf": {
-                "schema": {"type": "string", "format": "binary"}}}},
-            "responses": {"200": {"description": "ExportTraceServiceResponse", "content": {
-                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
-                **_errors(400, 401, 404, 413, 415)}}},
-        "/api/v1/spans": {"get": {**_get("a run's kept spans, one JSON object a line (needs the token when one is "
-                                         "set: with token2text they carry prompts)", {
-            "description": "ok", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}}, [
-                _query("project", {"type": "string"}, True, "the run's project"),
-                _query("experiment_name", {"type": "string"}, True, "the run's experiment_name")], (400, 401, 404)),
-            "security": [{"token": []}, {"basic": []}]}},
+        "/api/v1/runs": {
+            "delete": _write(
+                "forget a run: its hub streams, its spans, its series in Prometheus "
+                "(where Prometheus listens on loopback)",
+                parameters=[
+                    _query("project", {"type": "string"}, True, "the run's project"),
+                    _query("experiment_name", {"type": "string"}, True, "the run's experiment_name"),
+                ],
+                errors=(400, 401),
+            )
+        },
+        "/v1/traces": {
+            "post": {
+                "summary": "OTLP/HTTP spans (protobuf ExportTraceServiceRequest), kept per run when Tempo "
+                "is not running",
+                "security": [{"token": []}, {"basic": []}],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "ExportTraceServiceResponse",
+                        "content": {"application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}},
+                    },
+                    **_errors(400, 401, 404, 413, 415),
+                },
+            }
+        },
+        "/api/v1/spans": {
+            "get": {
+                **_get(
+                    "a run's kept spans, one JSON object a line (needs the token when one is "
+                    "set: with token2text they carry prompts)",
+                    {"description": "ok", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}},
+                    [
+                        _query("project", {"type": "string"}, True, "the run's project"),
+                        _query("experiment_name", {"type": "string"}, True, "the run's experiment_name"),
+                    ],
+                    (400, 401, 404),
+                ),
+                "security": [{"token": []}, {"basic": []}],
+            }
+        },
         "/api/v1/spans/runs": {"get": _get("the runs whose spans this server keeps", errors=(404,))},
         "/api/v1/alerts": {"get": _get("alerts firing now (from the server's Alertmanager)", errors=(404, 503))},
         "/api/v1/silences": {
             "get": _get("silences not yet expired", errors=(404, 503)),
-            "post": _write("silence a run's alerts for a while", {"$ref": "#/components/schemas/SilenceBody"},
-                           errors=(400, 401, 404, 413, 503)),
-            "delete": _write("end a silence", parameters=[
-                _query("id", {"type": "string"}, True, "the silence's ID")], errors=(400, 401, 404, 503)),
+            "post": _write(
+                "silence a run's alerts for a while",
+                {"$ref": "#/components/schemas/SilenceBody"},
+                errors=(400, 401, 404, 413, 503),
+            ),
+            "delete": _write(
+                "end a silence",
+                parameters=[_query("id", {"type": "string"}, True, "the silence's ID")],
+                errors=(400, 401, 404, 503),
+            ),
         },
     }
     return {
         "openapi": "3.1.0",
         "info": {"title": "rl-insight server", "version": __version__},
         "paths": paths,
-        "components": {"schemas": schemas_,
-                       "securitySchemes": {"token": {"type": "http", "scheme": "bearer"},
-                                           "basic": {"type": "http", "scheme": "basic"}}},
+        "components": {
+            "schemas": schemas_,
+            "securitySchemes": {
+                "token": {"type": "http", "scheme": "bearer"},
+                "basic": {"type": "http", "scheme": "basic"},
+            },
+        },
     }

@@ -50,7 +50,7 @@ logger = logging.getLogger("verl_rl_insight.server")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_TARGET_BODY_BYTES = 64 * 1024
-CHUNK_BYTES = 256 * 1024                 # responses go out in pieces: a slow reader holds one, not the body
+CHUNK_BYTES = 256 * 1024  # responses go out in pieces: a slow reader holds one, not the body
 
 
 class ApiError(Exception):
@@ -87,8 +87,21 @@ class Request:
 
 
 class Api:
-    def __init__(self, hub, targets=None, token=None, max_body_bytes=MAX_BODY_BYTES, services=None, info=None,
-                 alerting=None, spans=None, delete_series=None, workers=4, body_budget_bytes=64 * 1024 * 1024, save_every_s=1.0):
+    def __init__(
+        self,
+        hub,
+        targets=None,
+        token=None,
+        max_body_bytes=MAX_BODY_BYTES,
+        services=None,
+        info=None,
+        alerting=None,
+        spans=None,
+        delete_series=None,
+        workers=4,
+        body_budget_bytes=64 * 1024 * 1024,
+        save_every_s=1.0,
+    ):
         self.hub = hub
         self.targets = targets if targets is not None else TargetRegistry()
         self.token = token or None
@@ -97,16 +110,16 @@ class Api:
         self.info = info
         self.alerting = alerting
         self.spans = spans
-        self.delete_series = delete_series   # (project, experiment) -> what Prometheus said
+        self.delete_series = delete_series  # (project, experiment) -> what Prometheus said
         self.save_every_s = save_every_s
         self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api")
         self._budget = asyncio.Condition()
-        self._in_flight = 0            # bytes of request bodies received and not yet done with
+        self._in_flight = 0  # bytes of request bodies received and not yet done with
         self._parse = asyncio.Semaphore(1)
         self._last_save = 0.0
         self._openapi = json.dumps(openapi.document()).encode()
-        self.responses = collections.Counter()   # by status class: "2xx", "4xx", ...
+        self.responses = collections.Counter()  # by status class: "2xx", "4xx", ...
         self.routes = {
             ("GET", "/metrics"): (self.get_metrics, False),
             ("GET", "/-/healthy"): (lambda r: self._text(r, b"ok\n"), False),
@@ -114,20 +127,26 @@ class Api:
             ("GET", "/openapi.json"): (self.get_openapi, False),
             ("GET", "/api/v1/streams"): (lambda r: self._json_from(r, lambda: {"streams": hub.streams()}), False),
             ("GET", "/api/v1/hub"): (
-                lambda r: self._json_from(r, lambda: {**hub.summary(), "http_responses": dict(self.responses)}), False),
+                lambda r: self._json_from(r, lambda: {**hub.summary(), "http_responses": dict(self.responses)}),
+                False,
+            ),
             ("POST", "/api/v1/push"): (self.post_push, True),
             ("GET", "/api/v1/targets"): (lambda r: self._json_from(r, lambda: {"targets": self.targets.list()}), False),
             ("POST", "/api/v1/targets"): (self.post_target, True),
             ("DELETE", "/api/v1/targets"): (self.delete_target, True),
             ("GET", "/api/v1/sd"): (lambda r: self._json_from(r, self.targets.http_sd), False),
             ("GET", "/api/v1/services"): (
-                lambda r: self._json_from(r, lambda: {"services": services() if services else {}}), False),
+                lambda r: self._json_from(r, lambda: {"services": services() if services else {}}),
+                False,
+            ),
             ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
             ("DELETE", "/api/v1/runs"): (self.delete_run, True),
             ("POST", "/v1/traces"): (self.post_traces, True),
-            ("GET", "/api/v1/spans"): (self.get_spans, True),   # token2text spans carry prompts: token rules
-            ("GET", "/api/v1/spans/runs"): (lambda r: self._json_from(r, lambda: {"runs": self._span_store().runs()}),
-                                            False),
+            ("GET", "/api/v1/spans"): (self.get_spans, True),  # token2text spans carry prompts: token rules
+            ("GET", "/api/v1/spans/runs"): (
+                lambda r: self._json_from(r, lambda: {"runs": self._span_store().runs()}),
+                False,
+            ),
             ("GET", "/api/v1/alerts"): (lambda r: self._alerting(r, "firing"), False),
             ("GET", "/api/v1/silences"): (lambda r: self._alerting(r, "silences"), False),
             ("POST", "/api/v1/silences"): (self.post_silence, True),
@@ -150,7 +169,7 @@ class Api:
             await handler(request)
         except ApiError as exc:
             await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
-        except RLInsightError as exc:   # what the hub and the stores refuse, each kind to its status
+        except RLInsightError as exc:  # what the hub and the stores refuse, each kind to its status
             await self._send_json(send, http_status(exc), {"error": str(exc)})
         except ClientGone:
             return
@@ -162,8 +181,11 @@ class Api:
         known = sorted({p for _, p in self.routes})
         if path in known:
             allowed = sorted(m for m, p in self.routes if p == path)
-            return ApiError(405, f"method {method} not allowed on {path} (allowed: {', '.join(allowed)})",
-                            headers=[(b"allow", ", ".join(allowed).encode())])
+            return ApiError(
+                405,
+                f"method {method} not allowed on {path} (allowed: {', '.join(allowed)})",
+                headers=[(b"allow", ", ".join(allowed).encode())],
+            )
         return ApiError(404, f"no such endpoint {path[:100]!r}", endpoints=known)
 
     def _authorize(self, request):
@@ -179,9 +201,12 @@ class Api:
             except (binascii.Error, UnicodeDecodeError):
                 given = None
         if given is None or not hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode()):
-            raise ApiError(401, "missing or wrong token (Authorization: Bearer <token>; the URL that "
-                                "`rl-insight server start` prints carries it)",
-                           headers=[(b"www-authenticate", b'Bearer realm="rl-insight"')])
+            raise ApiError(
+                401,
+                "missing or wrong token (Authorization: Bearer <token>; the URL that "
+                "`rl-insight server start` prints carries it)",
+                headers=[(b"www-authenticate", b'Bearer realm="rl-insight"')],
+            )
 
     async def _in_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -216,8 +241,11 @@ class Api:
         expected = request.headers.get(HUB_HEADER.lower())
         if expected is not None and expected != self.hub.instance:
             # the sender's batches before this one went to a hub that is gone: it resends them first
-            raise ApiError(409, f"this hub restarted (instance {self.hub.instance}, the push expects "
-                                f"{expected[:40]!r}); send the recent batches again")
+            raise ApiError(
+                409,
+                f"this hub restarted (instance {self.hub.instance}, the push expects "
+                f"{expected[:40]!r}); send the recent batches again",
+            )
         async with self._body(request, self.max_body_bytes) as body, self._parse:
             try:
                 result = await self._in_thread(self._push, body)
@@ -240,8 +268,9 @@ class Api:
         unknown = sorted(set(item) - {"address", "job", "labels", "ttl_s"})
         if unknown:
             raise TargetError(f"unknown field {unknown[0][:40]!r} (known: address, job, labels, ttl_s)")
-        record = self.targets.register(item.get("address"), item.get("job"), item.get("labels") or {},
-                                       item.get("ttl_s", 90.0))
+        record = self.targets.register(
+            item.get("address"), item.get("job"), item.get("labels") or {}, item.get("ttl_s", 90.0)
+        )
         await self._send_json(request.send, 200, record)
 
     async def delete_target(self, request):
@@ -261,8 +290,15 @@ class Api:
             streams, series = self.hub.delete_run(project, experiment)
             spans = self.spans.delete(project, experiment) if self.spans is not None else False
             prometheus = self.delete_series(project, experiment) if self.delete_series else "no Prometheus here"
-            return {"project": project, "experiment_name": experiment, "hub_streams": streams, "hub_series": series,
-                    "spans": spans, "prometheus": prometheus}
+            return {
+                "project": project,
+                "experiment_name": experiment,
+                "hub_streams": streams,
+                "hub_series": series,
+                "spans": spans,
+                "prometheus": prometheus,
+            }
+
         result = await self._in_thread(delete)
         self._save_soon()
         await self._send_json(request.send, 200, result)
@@ -286,8 +322,9 @@ class Api:
             ExportTraceServiceResponse,
         )
 
-        await self._send_body(request.send, 200, "application/x-protobuf", ExportTraceServiceResponse()
-                              .SerializeToString())
+        await self._send_body(
+            request.send, 200, "application/x-protobuf", ExportTraceServiceResponse().SerializeToString()
+        )
 
     async def get_spans(self, request):
         store = self._span_store()
@@ -296,8 +333,11 @@ class Api:
             raise ApiError(400, "give ?project=P&experiment_name=E")
         body = await self._in_thread(store.read, project, experiment)
         if body is None:
-            raise ApiError(404, f"no spans of {project[:100]!r} / {experiment[:100]!r} here "
-                                "(GET /api/v1/spans/runs lists the runs that have some)")
+            raise ApiError(
+                404,
+                f"no spans of {project[:100]!r} / {experiment[:100]!r} here "
+                "(GET /api/v1/spans/runs lists the runs that have some)",
+            )
         await self._send_body(request.send, 200, "application/x-ndjson", body)
 
     async def post_silence(self, request):
@@ -307,8 +347,10 @@ class Api:
 
     async def _alerting(self, request, action, *args):
         if self.alerting is None:
-            raise ApiError(404, "alerting is off on this server: it runs no Alertmanager (installed? "
-                                "services.alertmanager.enabled?)")
+            raise ApiError(
+                404,
+                "alerting is off on this server: it runs no Alertmanager (installed? services.alertmanager.enabled?)",
+            )
         result = await self._in_thread(getattr(self.alerting, action), *args)
         await self._send_json(request.send, 200, result)
 
@@ -323,7 +365,7 @@ class Api:
     async def _body(self, request, limit):
         """The request body; its bytes count against ``body_budget_bytes`` until the block ends."""
         length = request.headers.get("content-length")
-        if length is not None and int(length) > limit:   # h11 has checked it is a number
+        if length is not None and int(length) > limit:  # h11 has checked it is a number
             self.hub.stats["rejected"] += 1
             raise ApiError(413, f"body of {length} bytes is over the limit of {limit} bytes; send smaller batches")
         held = [0]
@@ -362,8 +404,9 @@ class Api:
                 try:
                     await asyncio.wait_for(self._budget.wait(), max(remaining, 0.001))
                 except asyncio.TimeoutError:
-                    raise ApiError(503, "the server is receiving too many request bodies at once; retry shortly"
-                                   ) from None
+                    raise ApiError(
+                        503, "the server is receiving too many request bodies at once; retry shortly"
+                    ) from None
             self._in_flight += size
 
     def _save_soon(self):
@@ -380,13 +423,26 @@ class Api:
 
     async def _send_body(self, send, status, content_type, body, headers=()):
         self.responses[f"{status // 100}xx"] += 1
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", content_type.encode()),
-                                (b"content-length", str(len(body)).encode()), *headers]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", content_type.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                    *headers,
+                ],
+            }
+        )
         view = memoryview(body)
         for start in range(0, max(len(body), 1), CHUNK_BYTES):
-            await send({"type": "http.response.body", "body": bytes(view[start:start + CHUNK_BYTES]),
-                        "more_body": start + CHUNK_BYTES < len(body)})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": bytes(view[start : start + CHUNK_BYTES]),
+                    "more_body": start + CHUNK_BYTES < len(body),
+                }
+            )
 
     async def _send_json(self, send, status, obj, headers=()):
         await self._send_body(send, status, "application/json", json.dumps(obj).encode(), headers)

@@ -11,18 +11,18 @@ import urllib.parse
 import yaml
 
 DEFAULTS = {
-    "probs_diff_warning": 0.005,        # training/rollout_probs_diff_mean: engine precision drifting
-    "probs_diff_critical": 0.01,        # sustained above: an engine precision problem
+    "probs_diff_warning": 0.005,  # training/rollout_probs_diff_mean: engine precision drifting
+    "probs_diff_critical": 0.01,  # sustained above: an engine precision problem
     "probs_diff_window": "15m",
     "probs_diff_min_steps": 3,
-    "grad_norm_ratio": 2.0,             # grad norm this many times its earlier level, and still rising
+    "grad_norm_ratio": 2.0,  # grad norm this many times its earlier level, and still rising
     "grad_norm_window": "30m",
     "grad_norm_for": "15m",
-    "stalled_for": "15m",               # no global step progress for this long (finished runs excluded)
+    "stalled_for": "15m",  # no global step progress for this long (finished runs excluded)
     "replica_down_for": "2m",
     "gpu_memory_ratio": 0.95,
     "gpu_memory_for": "5m",
-    "throughput_drop_ratio": 0.5,       # perf/throughput below this share of the previous hour's mean
+    "throughput_drop_ratio": 0.5,  # perf/throughput below this share of the previous hour's mean
     "throughput_for": "10m",
 }
 
@@ -44,13 +44,13 @@ def _probs_diff(t, level, threshold):
     return {
         "alert": f"RLInsightRolloutProbsDiff{level.capitalize()}",
         "expr": f"min_over_time({mean}[{window}]) > {threshold} and on({RUN}) "
-                f"changes(rl_insight_monitor_training_global_step[{window}]) >= {int(t['probs_diff_min_steps']) - 1}",
+        f"changes(rl_insight_monitor_training_global_step[{window}]) >= {int(t['probs_diff_min_steps']) - 1}",
         "labels": {"severity": level},
         "annotations": {
             "summary": f"train/inference log-prob mismatch above {threshold} for every step of {window}",
             "description": "training/rollout_probs_diff_mean of {{ $labels.project }}/{{ $labels.experiment_name }} "
-                           "is {{ $value }}; below 0.005 is normal, sustained above 0.01 points at rollout engine "
-                           "precision (dtype, kernels, quantization) or a weight-sync bug.",
+            "is {{ $value }}; below 0.005 is normal, sustained above 0.01 points at rollout engine "
+            "precision (dtype, kernels, quantization) or a weight-sync bug.",
         },
     }
 
@@ -68,8 +68,10 @@ def _links(rule, urls):
     annotations["run"] = "{{ $labels.project }}/{{ $labels.experiment_name }}"
     if urls:
         board = HARDWARE_DASHBOARD if "DCGM" in rule["expr"] else TRAINER_DASHBOARD
-        annotations["dashboard"] = (f"{urls['grafana']}/d/{board}?var-project={{{{ $labels.project | urlquery }}}}"
-                                    "&var-experiment_name={{ $labels.experiment_name | urlquery }}")
+        annotations["dashboard"] = (
+            f"{urls['grafana']}/d/{board}?var-project={{{{ $labels.project | urlquery }}}}"
+            "&var-experiment_name={{ $labels.experiment_name | urlquery }}"
+        )
         annotations["graph"] = f"{urls['prometheus']}/graph?g0.tab=0&g0.expr={urllib.parse.quote(rule['expr'])}"
     return rule
 
@@ -82,28 +84,46 @@ def render(overrides=None, links_to=None):
     rules = [
         _probs_diff(t, "warning", t["probs_diff_warning"]),
         _probs_diff(t, "critical", t["probs_diff_critical"]),
-        {"alert": "RLInsightGradNormRising",
-         "expr": f"{grad} > {t['grad_norm_ratio']} * avg_over_time({grad}[{t['grad_norm_window']}] offset "
-                 f"{t['grad_norm_window']}) and deriv({grad}[{t['grad_norm_window']}]) > 0",
-         "for": t["grad_norm_for"], "labels": {"severity": "warning"},
-         "annotations": {"summary": "actor grad norm keeps rising: {{ $value }}"}},
-        {"alert": "RLInsightTrainingStalled",
-         "expr": f"changes({step}[{t['stalled_for']}]) == 0 unless on({RUN}) rl_insight_run_finished == 1",
-         "labels": {"severity": "critical"},
-         "annotations": {"summary": "no global step of {{ $labels.experiment_name }} for " + t["stalled_for"]}},
-        {"alert": "RLInsightRolloutReplicaDown",
-         "expr": 'up{job=~"vllm|sglang|trtllm"} == 0', "for": t["replica_down_for"],
-         "labels": {"severity": "critical"},
-         "annotations": {"summary": "rollout replica {{ $labels.replica }} ({{ $labels.instance }}) is not answering"}},
-        {"alert": "RLInsightGPUMemoryNearlyFull",
-         "expr": f"DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE) > {t['gpu_memory_ratio']}",
-         "for": t["gpu_memory_for"], "labels": {"severity": "warning"},
-         "annotations": {"summary": "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} memory "
-                                    "{{ $value | humanizePercentage }} full"}},
-        {"alert": "RLInsightThroughputCollapse",
-         "expr": f"{throughput} < {t['throughput_drop_ratio']} * avg_over_time({throughput}[1h] offset 15m)",
-         "for": t["throughput_for"], "labels": {"severity": "warning"},
-         "annotations": {"summary": "throughput of {{ $labels.experiment_name }} fell to {{ $value }}"}},
+        {
+            "alert": "RLInsightGradNormRising",
+            "expr": f"{grad} > {t['grad_norm_ratio']} * avg_over_time({grad}[{t['grad_norm_window']}] offset "
+            f"{t['grad_norm_window']}) and deriv({grad}[{t['grad_norm_window']}]) > 0",
+            "for": t["grad_norm_for"],
+            "labels": {"severity": "warning"},
+            "annotations": {"summary": "actor grad norm keeps rising: {{ $value }}"},
+        },
+        {
+            "alert": "RLInsightTrainingStalled",
+            "expr": f"changes({step}[{t['stalled_for']}]) == 0 unless on({RUN}) rl_insight_run_finished == 1",
+            "labels": {"severity": "critical"},
+            "annotations": {"summary": "no global step of {{ $labels.experiment_name }} for " + t["stalled_for"]},
+        },
+        {
+            "alert": "RLInsightRolloutReplicaDown",
+            "expr": 'up{job=~"vllm|sglang|trtllm"} == 0',
+            "for": t["replica_down_for"],
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "rollout replica {{ $labels.replica }} ({{ $labels.instance }}) is not answering"
+            },
+        },
+        {
+            "alert": "RLInsightGPUMemoryNearlyFull",
+            "expr": f"DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE) > {t['gpu_memory_ratio']}",
+            "for": t["gpu_memory_for"],
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} memory "
+                "{{ $value | humanizePercentage }} full"
+            },
+        },
+        {
+            "alert": "RLInsightThroughputCollapse",
+            "expr": f"{throughput} < {t['throughput_drop_ratio']} * avg_over_time({throughput}[1h] offset 15m)",
+            "for": t["throughput_for"],
+            "labels": {"severity": "warning"},
+            "annotations": {"summary": "throughput of {{ $labels.experiment_name }} fell to {{ $value }}"},
+        },
     ]
     rules = [_links(rule, links_to) for rule in rules]
     return yaml.safe_dump({"groups": [{"name": "rl-insight", "rules": rules}]}, sort_keys=False)

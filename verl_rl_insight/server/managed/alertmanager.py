@@ -11,11 +11,14 @@ import yaml
 
 HEALTH_PATH = "/-/ready"
 HOST = "127.0.0.1"
-NO_RECEIVER = "rl-insight-none"           # where alerts go when no receiver is configured
-PASSED_THROUGH = ("global", "route", "receivers", "inhibit_rules", "time_intervals", "mute_time_intervals",
-                  "templates")
-DEFAULT_ROUTE = {"group_by": ["alertname", "project", "experiment_name"], "group_wait": "30s",
-                 "group_interval": "5m", "repeat_interval": "4h"}
+NO_RECEIVER = "rl-insight-none"  # where alerts go when no receiver is configured
+PASSED_THROUGH = ("global", "route", "receivers", "inhibit_rules", "time_intervals", "mute_time_intervals", "templates")
+DEFAULT_ROUTE = {
+    "group_by": ["alertname", "project", "experiment_name"],
+    "group_wait": "30s",
+    "group_interval": "5m",
+    "repeat_interval": "4h",
+}
 
 
 def check_settings(section):
@@ -24,8 +27,9 @@ def check_settings(section):
         raise ValueError("alertmanager must be a mapping (receivers, route, ... in Alertmanager's syntax)")
     unknown = sorted(set(section) - set(PASSED_THROUGH))
     if unknown:
-        raise ValueError(f"alertmanager: unknown key(s) {', '.join(map(str, unknown))}; known: "
-                         f"{', '.join(PASSED_THROUGH)}")
+        raise ValueError(
+            f"alertmanager: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(PASSED_THROUGH)}"
+        )
     receivers = section.get("receivers", [])
     if not isinstance(receivers, list):
         raise ValueError("alertmanager.receivers must be a list of receivers ({name: ..., webhook_configs: ...})")
@@ -35,8 +39,9 @@ def check_settings(section):
         if not isinstance(name, str) or not name:
             raise ValueError(f"alertmanager.receivers[{i}] needs a name")
         if name in names or name == NO_RECEIVER:
-            raise ValueError(f"alertmanager.receivers[{i}]: the name {name!r} is " +
-                             ("taken twice" if name in names else "reserved"))
+            raise ValueError(
+                f"alertmanager.receivers[{i}]: the name {name!r} is " + ("taken twice" if name in names else "reserved")
+            )
         names.add(name)
     if not isinstance(section.get("route", {}), dict):
         raise ValueError("alertmanager.route must be a mapping (receiver, group_by, routes, ...)")
@@ -68,6 +73,6 @@ def command(binary, settings, config_path):
         f"--storage.path={settings.data_path / 'alertmanager'}",
         f"--web.listen-address={HOST}:{settings.alertmanager_port}",
         f"--web.external-url={url(settings)}",
-        "--cluster.listen-address=",          # no gossip port: one Alertmanager per server
-        "--data.maintenance-interval=1m",     # silences reach the disk within a minute
+        "--cluster.listen-address=",  # no gossip port: one Alertmanager per server
+        "--data.maintenance-interval=1m",  # silences reach the disk within a minute
     ]

@@ -11,7 +11,7 @@ from verl_rl_insight.server.settings import default_home
 
 SYSTEM_CANDIDATES = {
     "prometheus": ["prometheus"],
-    "alertmanager": ["alertmanager", "prometheus-alertmanager"],   # Debian: prometheus-alertmanager
+    "alertmanager": ["alertmanager", "prometheus-alertmanager"],  # Debian: prometheus-alertmanager
     "tempo": ["tempo"],
     "grafana": ["/usr/share/grafana/bin/grafana", "grafana", "grafana-server"],
 }
@@ -23,8 +23,9 @@ def services_dir():
 
 def binary_version(path, name):
     try:
-        result = subprocess.run([str(path), *RELEASES[name]["version_args"]], capture_output=True, text=True,
-                                timeout=20)
+        result = subprocess.run(
+            [str(path), *RELEASES[name]["version_args"]], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_version(result.stdout + "\n" + result.stderr)
@@ -63,5 +64,3 @@ def resolve(name, configured_binary=None):
     if found:
         return {"binary": found[0], "version": found[1], "source": "system"}
     return None
-
-

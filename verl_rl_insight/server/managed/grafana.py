@@ -40,12 +40,9 @@ def render_ini(settings):
         "plugins": str(data / "plugins"),
         "provisioning": str(data / "provisioning"),
     }
-    ini["security"] = {"admin_user": settings.grafana_admin_user,
-                       "admin_password": settings.grafana_admin_password}
-    ini["auth.anonymous"] = {"enabled": "true" if settings.grafana_anonymous_viewer else "false",
-                             "org_role": "Viewer"}
-    ini["analytics"] = {"reporting_enabled": "false", "check_for_updates": "false",
-                        "check_for_plugin_updates": "false"}
+    ini["security"] = {"admin_user": settings.grafana_admin_user, "admin_password": settings.grafana_admin_password}
+    ini["auth.anonymous"] = {"enabled": "true" if settings.grafana_anonymous_viewer else "false", "org_role": "Viewer"}
+    ini["analytics"] = {"reporting_enabled": "false", "check_for_updates": "false", "check_for_plugin_updates": "false"}
     ini["dashboards"] = {"default_home_dashboard_path": ""}
     out = io.StringIO()
     ini.write(out)
@@ -54,34 +51,65 @@ def render_ini(settings):
 
 def render_datasources(settings):
     host = connect_host(settings.bind)
-    return yaml.safe_dump({
-        "apiVersion": 1,
-        "datasources": [
-            {"name": "RL-Insight Prometheus", "uid": PROMETHEUS_UID, "type": "prometheus", "access": "proxy",
-             "url": f"http://{host}:{settings.prometheus_port}", "isDefault": True, "editable": False,
-             "jsonData": {"timeInterval": f"{int(settings.scrape_interval_s)}s", "manageAlerts": True}},
-            {"name": "RL-Insight Tempo", "uid": TEMPO_UID, "type": "tempo", "access": "proxy",
-             "url": settings.tempo_query_url or f"http://{host}:{settings.tempo_port}", "editable": False,
-             "jsonData": {"nodeGraph": {"enabled": True},
-                          "tracesToMetrics": {"datasourceUid": PROMETHEUS_UID}}},
-        ],
-    }, sort_keys=False)
+    return yaml.safe_dump(
+        {
+            "apiVersion": 1,
+            "datasources": [
+                {
+                    "name": "RL-Insight Prometheus",
+                    "uid": PROMETHEUS_UID,
+                    "type": "prometheus",
+                    "access": "proxy",
+                    "url": f"http://{host}:{settings.prometheus_port}",
+                    "isDefault": True,
+                    "editable": False,
+                    "jsonData": {"timeInterval": f"{int(settings.scrape_interval_s)}s", "manageAlerts": True},
+                },
+                {
+                    "name": "RL-Insight Tempo",
+                    "uid": TEMPO_UID,
+                    "type": "tempo",
+                    "access": "proxy",
+                    "url": settings.tempo_query_url or f"http://{host}:{settings.tempo_port}",
+                    "editable": False,
+                    "jsonData": {"nodeGraph": {"enabled": True}, "tracesToMetrics": {"datasourceUid": PROMETHEUS_UID}},
+                },
+            ],
+        },
+        sort_keys=False,
+    )
 
 
 def render_dashboard_provider(dashboards_dir=DASHBOARDS_DIR):
-    return yaml.safe_dump({
-        "apiVersion": 1,
-        "providers": [{"name": "rl-insight", "folder": FOLDER, "type": "file", "disableDeletion": True,
-                       "allowUiUpdates": False, "updateIntervalSeconds": 30,
-                       "options": {"path": str(dashboards_dir)}}],
-    }, sort_keys=False)
+    return yaml.safe_dump(
+        {
+            "apiVersion": 1,
+            "providers": [
+                {
+                    "name": "rl-insight",
+                    "folder": FOLDER,
+                    "type": "file",
+                    "disableDeletion": True,
+                    "allowUiUpdates": False,
+                    "updateIntervalSeconds": 30,
+                    "options": {"path": str(dashboards_dir)},
+                }
+            ],
+        },
+        sort_keys=False,
+    )
 
 
 def write_files(settings):
     """Render grafana.ini and the provisioning tree under the data dir; returns the ini path."""
     data = settings.data_path / "grafana"
-    for sub in ("provisioning/datasources", "provisioning/dashboards", "provisioning/plugins",
-                "provisioning/alerting", "plugins"):
+    for sub in (
+        "provisioning/datasources",
+        "provisioning/dashboards",
+        "provisioning/plugins",
+        "provisioning/alerting",
+        "plugins",
+    ):
         (data / sub).mkdir(parents=True, exist_ok=True)
     (settings.data_path / "logs" / "grafana").mkdir(parents=True, exist_ok=True)
     (data / "provisioning" / "datasources" / "rl-insight.yaml").write_text(render_datasources(settings))

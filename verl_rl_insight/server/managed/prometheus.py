@@ -25,9 +25,14 @@ def scraper_name(settings):
 
 def redacted_remote_write(entries):
     """What may be shown of remote_write: each entry's url (without credentials) and name."""
-    return [{"url": server_url.without_credentials(e["url"]), **({"name": e["name"]} if "name" in e else {}),
-             **({"secrets": sorted(k for k in e if k in SECRET_KEYS)} if any(k in e for k in SECRET_KEYS) else {})}
-            for e in entries]
+    return [
+        {
+            "url": server_url.without_credentials(e["url"]),
+            **({"name": e["name"]} if "name" in e else {}),
+            **({"secrets": sorted(k for k in e if k in SECRET_KEYS)} if any(k in e for k in SECRET_KEYS) else {}),
+        }
+        for e in entries
+    ]
 
 
 def render_config(settings, rule_files=(), token_file=None, alertmanager=None):
@@ -61,12 +66,15 @@ def render_config(settings, rule_files=(), token_file=None, alertmanager=None):
     if settings.remote_write:
         config["remote_write"] = [dict(entry) for entry in settings.remote_write]
         # Prometheus' own remote-write figures, for `rl-insight doctor` here and the store's users there
-        config["scrape_configs"].append({
-            "job_name": "rl_insight_prometheus",
-            "static_configs": [{"targets": [f"{connect_host(settings.bind)}:{settings.prometheus_port}"]}],
-            "metric_relabel_configs": [{"source_labels": ["__name__"], "regex": "prometheus_remote_storage_.*",
-                                        "action": "keep"}],
-        })
+        config["scrape_configs"].append(
+            {
+                "job_name": "rl_insight_prometheus",
+                "static_configs": [{"targets": [f"{connect_host(settings.bind)}:{settings.prometheus_port}"]}],
+                "metric_relabel_configs": [
+                    {"source_labels": ["__name__"], "regex": "prometheus_remote_storage_.*", "action": "keep"}
+                ],
+            }
+        )
     if alertmanager:
         host = urllib.parse.urlsplit(alertmanager).netloc
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [host]}]}]}

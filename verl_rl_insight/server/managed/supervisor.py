@@ -17,8 +17,19 @@ logger = logging.getLogger("verl_rl_insight.server")
 
 
 class Service:
-    def __init__(self, name, argv, log_path, ready_url=None, url=None, version=None, binary=None, data_dir=None,
-                 env=None, cwd=None):
+    def __init__(
+        self,
+        name,
+        argv,
+        log_path,
+        ready_url=None,
+        url=None,
+        version=None,
+        binary=None,
+        data_dir=None,
+        env=None,
+        cwd=None,
+    ):
         self.name = name
         self.argv = [str(a) for a in argv]
         self.log_path = log_path
@@ -40,8 +51,15 @@ class Service:
     def start(self):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, env=self.env, cwd=self.cwd)
+            self.process = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=self.env,
+                cwd=self.cwd,
+            )
         self.started_at = time.monotonic()
         return self.process.pid
 
@@ -75,8 +93,14 @@ class Service:
         if self._next_restart is None:
             self.last_exit = self.process.returncode
             self._next_restart = now + self._backoff
-            logger.warning("%s exited with code %s; restart #%d in %.0f s (log: %s)", self.name, self.last_exit,
-                           self.restarts + 1, self._backoff, self.log_path)
+            logger.warning(
+                "%s exited with code %s; restart #%d in %.0f s (log: %s)",
+                self.name,
+                self.last_exit,
+                self.restarts + 1,
+                self._backoff,
+                self.log_path,
+            )
             return
         if now >= self._next_restart:
             self._next_restart = None
@@ -94,9 +118,17 @@ class Service:
         stop_process_group(self.process.pid, timeout_s, self.process)
 
     def status(self):
-        return {"pid": self.pid, "alive": self.alive(), "healthy": self.healthy(), "url": self.url,
-                "version": self.version, "binary": self.binary, "restarts": self.restarts,
-                "last_exit": self.last_exit, "data_bytes": dir_size(self.data_dir) if self.data_dir else None}
+        return {
+            "pid": self.pid,
+            "alive": self.alive(),
+            "healthy": self.healthy(),
+            "url": self.url,
+            "version": self.version,
+            "binary": self.binary,
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+            "data_bytes": dir_size(self.data_dir) if self.data_dir else None,
+        }
 
 
 class Supervisor:

@@ -35,11 +35,11 @@ from verl_rl_insight.server.stores.files import write_atomically
 logger = logging.getLogger("verl_rl_insight.server")
 
 # Estimated bytes, checked against tracemalloc by tests/test_hub_memory.py.
-SERIES_BYTES = 560        # a latest value, its dict slot, its cached line in the stream and in the shared body
-SNAPSHOT_BYTES = 420      # a snapshot, its values tuple, its identity in the stream's set of seen ones
-VALUE_BYTES = 40          # a value in a snapshot (a tuple slot and its float), and its share of a names tuple
-STREAM_BYTES = 4096       # a stream's own objects
-LIVE_MARGIN_MS = 50       # history is stamped this far before the scrape's own time, at the latest
+SERIES_BYTES = 560  # a latest value, its dict slot, its cached line in the stream and in the shared body
+SNAPSHOT_BYTES = 420  # a snapshot, its values tuple, its identity in the stream's set of seen ones
+VALUE_BYTES = 40  # a value in a snapshot (a tuple slot and its float), and its share of a names tuple
+STREAM_BYTES = 4096  # a stream's own objects
+LIVE_MARGIN_MS = 50  # history is stamped this far before the scrape's own time, at the latest
 MAX_SCRAPERS = 16
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 
@@ -74,21 +74,32 @@ class Snapshot:
 
 
 class Stream:
-    __slots__ = ("key", "labels", "latest", "version", "step", "newest_time", "updated", "history", "seen",
-                 "names", "cache")
+    __slots__ = (
+        "key",
+        "labels",
+        "latest",
+        "version",
+        "step",
+        "newest_time",
+        "updated",
+        "history",
+        "seen",
+        "names",
+        "cache",
+    )
 
     def __init__(self, key):
         self.key = key
         self.labels = exposition.label_text(key)
-        self.latest = {}            # replaced, never changed in place, once a render may hold it
+        self.latest = {}  # replaced, never changed in place, once a render may hold it
         self.version = 0
         self.step = None
         self.newest_time = -math.inf
         self.updated = 0.0
         self.history = collections.deque()
-        self.seen = set()           # (step, time) of the timed snapshots held: resent copies are dropped
-        self.names = ()             # the names tuple of the newest snapshot: the next one shares it when equal
-        self.cache = (-1, [])       # (version, [(name, line)]): the live lines of that version
+        self.seen = set()  # (step, time) of the timed snapshots held: resent copies are dropped
+        self.names = ()  # the names tuple of the newest snapshot: the next one shares it when equal
+        self.cache = (-1, [])  # (version, [(name, line)]): the live lines of that version
 
     def live_lines(self, latest, version):
         cached_version, lines = self.cache
@@ -104,8 +115,8 @@ class Scraper:
 
     def __init__(self, name, last_ms=None, marks=None, seen_at=0.0):
         self.name = name
-        self.last_ms = last_ms      # the arrival time (ms) of its last scrape: history goes after it
-        self.marks = marks or {}    # stream key -> (seq or None after a restart, trainer time) last sent
+        self.last_ms = last_ms  # the arrival time (ms) of its last scrape: history goes after it
+        self.marks = marks or {}  # stream key -> (seq or None after a restart, trainer time) last sent
         self.seen_at = seen_at
         self.busy = threading.Lock()
 
@@ -123,7 +134,7 @@ class Exposure:
         self.hub = hub
         self.scraper = scraper
         self.arrival_ms = arrival_ms
-        self.entries = entries      # [(stream, latest, version, [(snapshot, ts_ms)], history or None)]
+        self.entries = entries  # [(stream, latest, version, [(snapshot, ts_ms)], history or None)]
         self.stats = stats
         self.marks = {}
         self.settled = False
@@ -169,7 +180,7 @@ def _values_at(latest, history, last_sent):
                 missing.discard(name)
         if not missing:
             break
-    return values   # a series whose value at that point is no longer held is left out of this scrape
+    return values  # a series whose value at that point is no longer held is left out of this scrape
 
 
 def _stats_lines(stats):
@@ -181,8 +192,17 @@ def _stats_lines(stats):
 
 
 class MetricHub:
-    def __init__(self, max_series=500_000, memory_limit_bytes=1 << 30, history_s=600.0, new_scraper_history_s=600.0,
-                 stream_ttl_s=86_400.0, scraper_ttl_s=3600.0, state_path=None, clock=time.time):
+    def __init__(
+        self,
+        max_series=500_000,
+        memory_limit_bytes=1 << 30,
+        history_s=600.0,
+        new_scraper_history_s=600.0,
+        stream_ttl_s=86_400.0,
+        scraper_ttl_s=3600.0,
+        state_path=None,
+        clock=time.time,
+    ):
         self.max_series = max_series
         self.memory_limit_bytes = int(memory_limit_bytes)
         self.history_s = history_s
@@ -191,7 +211,7 @@ class MetricHub:
         self.scraper_ttl_s = scraper_ttl_s
         self.state_path = state_path
         self.clock = clock
-        self.instance = uuid.uuid4().hex[:16]   # a new one per start: senders resend when it changes
+        self.instance = uuid.uuid4().hex[:16]  # a new one per start: senders resend when it changes
         self.stats = collections.Counter()
         self._lock = threading.Lock()
         self._streams = {}
@@ -236,7 +256,7 @@ class MetricHub:
                     duplicates += 1
                     continue
                 if stream.key not in touched:
-                    touched[stream.key] = dict(stream.latest)   # copy on write: renders keep the old one
+                    touched[stream.key] = dict(stream.latest)  # copy on write: renders keep the old one
                 latest = touched[stream.key]
                 names = batch.names
                 if names == stream.names:
@@ -248,7 +268,7 @@ class MetricHub:
                 if batch.timed:
                     stream.seen.add(identity)
                 before = len(latest)
-                if batch.time >= stream.newest_time:   # a late copy never turns values back
+                if batch.time >= stream.newest_time:  # a late copy never turns values back
                     latest.update(batch.metrics)
                     stream.newest_time = batch.time
                     stream.names = names
@@ -294,8 +314,10 @@ class MetricHub:
             self._evict(self._bytes + needed - self.memory_limit_bytes)
         if self._bytes + needed > self.memory_limit_bytes:
             self.stats["rejected_memory"] += 1
-            raise OverCapacity(f"memory bound reached ({self.memory_limit_bytes / 2**20:.0f} MiB of latest values "
-                            "and history); raise the hub's memory_limit_mb or finish old runs")
+            raise OverCapacity(
+                f"memory bound reached ({self.memory_limit_bytes / 2**20:.0f} MiB of latest values "
+                "and history); raise the hub's memory_limit_mb or finish old runs"
+            )
 
     def _evict(self, amount):
         """Drop the oldest history, across streams, until ``amount`` bytes are free (or none is left)."""
@@ -315,8 +337,11 @@ class MetricHub:
                 streams.remove(oldest)
         if freed and not self.stats["warned_evicted"]:
             self.stats["warned_evicted"] = 1
-            logger.warning("metric hub: memory bound of %.0f MiB reached; dropping the oldest history "
-                           "(rl_insight_hub_history_evicted_total)", self.memory_limit_bytes / 2**20)
+            logger.warning(
+                "metric hub: memory bound of %.0f MiB reached; dropping the oldest history "
+                "(rl_insight_hub_history_evicted_total)",
+                self.memory_limit_bytes / 2**20,
+            )
 
     def _drop_oldest(self, stream):
         snapshot = stream.history.popleft()
@@ -337,8 +362,11 @@ class MetricHub:
         horizon = now - self.history_s
         for stream in self._streams.values():
             history = stream.history
-            while history and history[0].received < horizon and all(
-                    scraper.sent(stream.key, history[0]) for scraper in self._scrapers.values()):
+            while (
+                history
+                and history[0].received < horizon
+                and all(scraper.sent(stream.key, history[0]) for scraper in self._scrapers.values())
+            ):
                 self._drop_oldest(stream)
 
     def _forget(self, key):
@@ -353,8 +381,11 @@ class MetricHub:
     def delete_run(self, project, experiment):
         """Forget every stream of a run (its values and history); returns (streams, series) removed."""
         with self._lock:
-            keys = [k for k in self._streams if dict(k).get("project") == project
-                    and dict(k).get("experiment_name") == experiment]
+            keys = [
+                k
+                for k in self._streams
+                if dict(k).get("project") == project and dict(k).get("experiment_name") == experiment
+            ]
             series = sum(self._forget(key) for key in keys)
             self._state_dirty = self._state_dirty or bool(keys)
         return len(keys), series
@@ -382,8 +413,9 @@ class MetricHub:
             for stream in self._streams.values():
                 pending = []
                 for snapshot in reversed(stream.history):
-                    if state.sent(stream.key, snapshot) or (stream.key not in state.marks
-                                                            and snapshot.received * 1000 <= floor_ms):
+                    if state.sent(stream.key, snapshot) or (
+                        stream.key not in state.marks and snapshot.received * 1000 <= floor_ms
+                    ):
                         break
                     pending.append(snapshot)
                 pending.reverse()
@@ -437,9 +469,11 @@ class MetricHub:
         """The hub's own figures: memory, series, streams, history, scrapers (``GET /api/v1/hub``)."""
         now = self.clock()
         with self._lock:
-            figures = {name[len("rl_insight_hub_"):]: value for name, _, value in self._stats_locked()}
-            figures["scraper_names"] = {name: {"last_scrape_s_ago": round(now - s.seen_at, 1), "streams": len(s.marks)}
-                                        for name, s in self._scrapers.items()}
+            figures = {name[len("rl_insight_hub_") :]: value for name, _, value in self._stats_locked()}
+            figures["scraper_names"] = {
+                name: {"last_scrape_s_ago": round(now - s.seen_at, 1), "streams": len(s.marks)}
+                for name, s in self._scrapers.items()
+            }
             figures["instance"] = self.instance
         return figures
 
@@ -447,9 +481,16 @@ class MetricHub:
         """A summary per stream: labels, last step, series count, seconds since the last push."""
         now = self.clock()
         with self._lock:
-            return [{"labels": dict(s.key), "step": s.step,
-                     "series": len(s.latest), "batches_kept": len(s.history), "idle_s": round(now - s.updated, 3)}
-                    for s in self._streams.values()]
+            return [
+                {
+                    "labels": dict(s.key),
+                    "step": s.step,
+                    "series": len(s.latest),
+                    "batches_kept": len(s.history),
+                    "idle_s": round(now - s.updated, 3),
+                }
+                for s in self._streams.values()
+            ]
 
     # -- what survives a restart -------------------------------------------------------------
     def save_state(self):
@@ -461,10 +502,16 @@ class MetricHub:
                 if not self._state_dirty:
                     return
                 self._state_dirty = False
-                state = {"scrapers": {
-                    name: {"last_ms": s.last_ms, "seen_at": s.seen_at,
-                           "marks": [[[list(pair) for pair in key], mark[1]] for key, mark in s.marks.items()]}
-                    for name, s in self._scrapers.items()}}
+                state = {
+                    "scrapers": {
+                        name: {
+                            "last_ms": s.last_ms,
+                            "seen_at": s.seen_at,
+                            "marks": [[[list(pair) for pair in key], mark[1]] for key, mark in s.marks.items()],
+                        }
+                        for name, s in self._scrapers.items()
+                    }
+                }
             self.state_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.state_path, json.dumps(state))
 
@@ -475,8 +522,9 @@ class MetricHub:
             state = json.loads(self.state_path.read_text())
             for name, saved in state["scrapers"].items():
                 marks = {tuple(tuple(pair) for pair in key): (None, float(t)) for key, t in saved["marks"]}
-                self._scrapers[check_scraper_name(name)] = Scraper(name, int(saved["last_ms"]) if saved["last_ms"]
-                                                                   is not None else None, marks, self.clock())
+                self._scrapers[check_scraper_name(name)] = Scraper(
+                    name, int(saved["last_ms"]) if saved["last_ms"] is not None else None, marks, self.clock()
+                )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning("metric hub: cannot read %s (%s); named scrapers start afresh", self.state_path, exc)
             self._scrapers.clear()

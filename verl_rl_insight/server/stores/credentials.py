@@ -53,7 +53,7 @@ def _kept_or_new(data_path, name, configured):
     path = secrets_dir(data_path) / name
     value = configured or read_secret(data_path, name) or secrets.token_urlsafe(24)
     if read_secret(data_path, name) != value:
-        write_atomically(path, value, mode=0o600)   # 0600 from its first byte
+        write_atomically(path, value, mode=0o600)  # 0600 from its first byte
     os.chmod(path, 0o600)
     return value
 
@@ -64,7 +64,9 @@ def resolve(settings):
     if settings.token or not is_loopback(settings.bind):
         settings.token = _kept_or_new(data, TOKEN_FILE, settings.token)
     if settings.grafana_admin_password == "admin":
-        raise CredentialError("grafana_admin_password is Grafana's well-known default; set another one, or leave "
-                              "it empty and the server generates one (rl-insight server status --secrets)")
+        raise CredentialError(
+            "grafana_admin_password is Grafana's well-known default; set another one, or leave "
+            "it empty and the server generates one (rl-insight server status --secrets)"
+        )
     settings.grafana_admin_password = _kept_or_new(data, GRAFANA_PASSWORD_FILE, settings.grafana_admin_password)
     return settings

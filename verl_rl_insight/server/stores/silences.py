@@ -24,7 +24,6 @@ from verl_rl_insight.server.stores.files import write_atomically
 logger = logging.getLogger("verl_rl_insight.server")
 
 
-
 class AlertingError(BadInput):
     """A silence request or ID that breaks a rule, or that Alertmanager refused."""
 
@@ -51,16 +50,23 @@ def silence_request(item):
     try:
         body = msgspec.convert(item, SilenceBody)
     except msgspec.ValidationError as exc:
-        raise AlertingError(field_problem(exc, "{project, experiment_name, duration_s, alertname?, comment?, "
-                                               "created_by?}")) from None
-    matchers = [{"name": name, "value": value, "isRegex": False, "isEqual": True}
-                for name, value in (("project", body.project), ("experiment_name", body.experiment_name))]
+        raise AlertingError(
+            field_problem(exc, "{project, experiment_name, duration_s, alertname?, comment?, created_by?}")
+        ) from None
+    matchers = [
+        {"name": name, "value": value, "isRegex": False, "isEqual": True}
+        for name, value in (("project", body.project), ("experiment_name", body.experiment_name))
+    ]
     if body.alertname is not None:
         matchers.append({"name": "alertname", "value": body.alertname, "isRegex": False, "isEqual": True})
     now = time.time()
-    return {"matchers": matchers, "startsAt": _iso(now), "endsAt": _iso(now + body.duration_s),
-            "createdBy": body.created_by or "rl-insight",
-            "comment": body.comment or "silenced with rl-insight alerts silence"}
+    return {
+        "matchers": matchers,
+        "startsAt": _iso(now),
+        "endsAt": _iso(now + body.duration_s),
+        "createdBy": body.created_by or "rl-insight",
+        "comment": body.comment or "silenced with rl-insight alerts silence",
+    }
 
 
 class Alerting:
@@ -76,31 +82,50 @@ class Alerting:
 
     # -- Alertmanager's API ------------------------------------------------------------------
     def _call(self, method, path, body=None):
-        request = urllib.request.Request(self.url + path, method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 data = response.read()
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:300].decode("utf-8", "replace").strip()
-            raise (SilenceNotFound if exc.code == 404 else AlertingError)(f"Alertmanager refused it: {detail}") from None
+            raise (SilenceNotFound if exc.code == 404 else AlertingError)(
+                f"Alertmanager refused it: {detail}"
+            ) from None
         except OSError as exc:
-            raise AlertmanagerDown(f"Alertmanager at {self.url} does not answer ({exc}); it is restarted "
-                                     "automatically, try again in a few seconds") from None
+            raise AlertmanagerDown(
+                f"Alertmanager at {self.url} does not answer ({exc}); it is restarted "
+                "automatically, try again in a few seconds"
+            ) from None
         return json.loads(data) if data else None
 
     # -- what the API serves -----------------------------------------------------------------
     def firing(self):
         alerts = self._call("GET", "/api/v2/alerts?active=true&silenced=true&inhibited=true")
-        return {"alerts": [{"alertname": a["labels"].get("alertname"), "labels": a["labels"],
-                            "annotations": a.get("annotations", {}), "since": a.get("startsAt"),
-                            "state": a.get("status", {}).get("state"),
-                            "silenced_by": a.get("status", {}).get("silencedBy", [])} for a in alerts]}
+        return {
+            "alerts": [
+                {
+                    "alertname": a["labels"].get("alertname"),
+                    "labels": a["labels"],
+                    "annotations": a.get("annotations", {}),
+                    "since": a.get("startsAt"),
+                    "state": a.get("status", {}).get("state"),
+                    "silenced_by": a.get("status", {}).get("silencedBy", []),
+                }
+                for a in alerts
+            ]
+        }
 
     def silences(self):
-        return {"silences": [s for s in self._call("GET", "/api/v2/silences")
-                             if s.get("status", {}).get("state") != "expired"]}
+        return {
+            "silences": [
+                s for s in self._call("GET", "/api/v2/silences") if s.get("status", {}).get("state") != "expired"
+            ]
+        }
 
     def silence(self, item):
         request = silence_request(item)
@@ -129,8 +154,9 @@ class Alerting:
             live = [k for k in self._kept if _timestamp(k["endsAt"]) > time.time() + 1]
             if not live:
                 return 0
-            known = {s["id"] for s in self._call("GET", "/api/v2/silences")
-                     if s.get("status", {}).get("state") == "active"}
+            known = {
+                s["id"] for s in self._call("GET", "/api/v2/silences") if s.get("status", {}).get("state") == "active"
+            }
             restored = 0
             for kept in live:
                 if kept["id"] in known:
@@ -146,6 +172,7 @@ class Alerting:
 
     def restore_when_ready(self, timeout_s=60.0):
         """``restore`` on a thread of its own, once Alertmanager answers again."""
+
         def run():
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:

@@ -72,7 +72,7 @@ def records(request):
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 attrs = {}
-                for a in span.attributes[:MAX_ATTRIBUTES + 2]:
+                for a in span.attributes[: MAX_ATTRIBUTES + 2]:
                     value = _value(a.value)
                     if value is not None:
                         attrs[a.key[:MAX_VALUE]] = value
@@ -81,11 +81,19 @@ def records(request):
                     continue
                 if "host.name" in resource:
                     attrs.setdefault("node", resource["host.name"])
-                yield project, experiment, {
-                    "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
-                    "parent_span_id": span.parent_span_id.hex(), "name": span.name[:MAX_VALUE],
-                    "start_ns": span.start_time_unix_nano, "end_ns": span.end_time_unix_nano,
-                    "attributes": dict(list(attrs.items())[:MAX_ATTRIBUTES])}
+                yield (
+                    project,
+                    experiment,
+                    {
+                        "trace_id": span.trace_id.hex(),
+                        "span_id": span.span_id.hex(),
+                        "parent_span_id": span.parent_span_id.hex(),
+                        "name": span.name[:MAX_VALUE],
+                        "start_ns": span.start_time_unix_nano,
+                        "end_ns": span.end_time_unix_nano,
+                        "attributes": dict(list(attrs.items())[:MAX_ATTRIBUTES]),
+                    },
+                )
 
 
 def _whole_lines(path):
@@ -144,8 +152,9 @@ class SpanStore:
         with self._lock:
             for (project, experiment), run_lines in lines.items():
                 key = run_key(project, experiment)
-                run = self._runs.setdefault(key, {"project": project, "experiment_name": experiment, "bytes": 0,
-                                                  "spans": 0, "dropped": 0})
+                run = self._runs.setdefault(
+                    key, {"project": project, "experiment_name": experiment, "bytes": 0, "spans": 0, "dropped": 0}
+                )
                 data = "".join(run_lines).encode()
                 self.stats["received"] += len(run_lines)
                 if run["bytes"] + len(data) > self.max_run_bytes:

@@ -14,8 +14,8 @@ import threading
 import time
 
 from verl_rl_insight.contract.errors import BadInput
-from verl_rl_insight.contract.wire import HOST_PATTERN, JOB_PATTERN, MAX_TARGET_LABELS, MAX_TTL_S
 from verl_rl_insight.contract.naming import is_label_name, label_value_problem
+from verl_rl_insight.contract.wire import HOST_PATTERN, JOB_PATTERN, MAX_TARGET_LABELS, MAX_TTL_S
 from verl_rl_insight.server.stores.files import write_atomically
 
 JOB_RE = re.compile(JOB_PATTERN)
@@ -60,8 +60,12 @@ def check_target(address, job, labels, ttl_s):
         if problem:
             raise TargetError(f"labels.{name} {problem}")
         clean[name] = value
-    if (isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or not math.isfinite(ttl_s)
-            or not 0 <= ttl_s <= MAX_TTL_S):
+    if (
+        isinstance(ttl_s, bool)
+        or not isinstance(ttl_s, (int, float))
+        or not math.isfinite(ttl_s)
+        or not 0 <= ttl_s <= MAX_TTL_S
+    ):
         raise TargetError(f"ttl_s must be a number of seconds between 0 (no expiry) and {MAX_TTL_S}")
     return clean
 
@@ -123,8 +127,13 @@ class TargetRegistry:
     def _record(self, key):
         entry = self._targets[key]
         expires_in = None if entry["expires"] is None else round(entry["expires"] - self.clock(), 1)
-        return {"job": key[0], "address": key[1], "labels": dict(entry["labels"]), "ttl_s": entry["ttl_s"],
-                "expires_in_s": expires_in}
+        return {
+            "job": key[0],
+            "address": key[1],
+            "labels": dict(entry["labels"]),
+            "ttl_s": entry["ttl_s"],
+            "expires_in_s": expires_in,
+        }
 
     def _expire(self):
         now = self.clock()
@@ -147,7 +156,7 @@ class TargetRegistry:
             if self._closed:
                 return
             self._save()
-            time.sleep(self.save_interval_s)   # changes meanwhile go out in the next write
+            time.sleep(self.save_interval_s)  # changes meanwhile go out in the next write
 
     def _save(self):
         if self.store_path is None:
@@ -157,8 +166,11 @@ class TargetRegistry:
                 if not self._dirty:
                     return
                 self._dirty = False
-                static = [{"job": j, "address": a, "labels": e["labels"]}
-                          for (j, a), e in sorted(self._targets.items()) if not e["ttl_s"]]
+                static = [
+                    {"job": j, "address": a, "labels": e["labels"]}
+                    for (j, a), e in sorted(self._targets.items())
+                    if not e["ttl_s"]
+                ]
             write_atomically(self.store_path, json.dumps(static, indent=2))
             self.writes += 1
 

@@ -1,4 +1,6 @@
-"""Importing this module activates verl_rl_insight: ``VERL_USE_EXTERNAL_MODULES=verl_rl_insight.trainer.activation.activate``."""
+"""Importing this module activates verl_rl_insight:
+``VERL_USE_EXTERNAL_MODULES=verl_rl_insight.trainer.activation.activate`` (or the old path
+``verl_rl_insight.activate``)."""
 
 from verl_rl_insight.trainer.activation.bootstrap import activate
 

@@ -24,19 +24,36 @@ TARGETS = [
     ("verl.experimental.agent_loop.agent_loop", "verl_rl_insight.trainer.patches.server_managers"),
     ("verl.workers.rollout.vllm_rollout.vllm_async_server", "verl_rl_insight.trainer.patches.rollout_servers"),
     ("verl.workers.rollout.sglang_rollout.async_sglang_server", "verl_rl_insight.trainer.patches.rollout_servers"),
-    *((module, "verl_rl_insight.trainer.patches.advantage") for module in (
-        "verl.trainer.ppo.ray_trainer", "verl.experimental.separation.ray_trainer",
-        "verl.experimental.one_step_off_policy.ray_trainer",
-        "verl.experimental.fully_async_policy.fully_async_trainer", "verl.trainer.ppo.v1.utils")),
-    *((module, "verl_rl_insight.trainer.patches.phase_timers") for module in (
-        "verl.utils.profiler", "verl.utils.debug", "verl.trainer.ppo.ray_trainer", "verl.trainer.main_ppo_sync",
-        "verl.trainer.ppo.v1.trainer_base", "verl.trainer.ppo.v1.trainer_sync",
-        "verl.trainer.ppo.v1.trainer_colocate_async", "verl.trainer.ppo.v1.trainer_separate_async",
-        "verl.experimental.fully_async_policy.fully_async_trainer",
-        "verl.experimental.fully_async_policy.fully_async_rollouter",
-        "verl.experimental.one_step_off_policy.ray_trainer", "verl.experimental.separation.ray_trainer",
-        "recipe.fully_async_policy.fully_async_trainer", "recipe.fully_async_policy.fully_async_rollouter",
-        "recipe.one_step_off_policy.ray_trainer")),
+    *(
+        (module, "verl_rl_insight.trainer.patches.advantage")
+        for module in (
+            "verl.trainer.ppo.ray_trainer",
+            "verl.experimental.separation.ray_trainer",
+            "verl.experimental.one_step_off_policy.ray_trainer",
+            "verl.experimental.fully_async_policy.fully_async_trainer",
+            "verl.trainer.ppo.v1.utils",
+        )
+    ),
+    *(
+        (module, "verl_rl_insight.trainer.patches.phase_timers")
+        for module in (
+            "verl.utils.profiler",
+            "verl.utils.debug",
+            "verl.trainer.ppo.ray_trainer",
+            "verl.trainer.main_ppo_sync",
+            "verl.trainer.ppo.v1.trainer_base",
+            "verl.trainer.ppo.v1.trainer_sync",
+            "verl.trainer.ppo.v1.trainer_colocate_async",
+            "verl.trainer.ppo.v1.trainer_separate_async",
+            "verl.experimental.fully_async_policy.fully_async_trainer",
+            "verl.experimental.fully_async_policy.fully_async_rollouter",
+            "verl.experimental.one_step_off_policy.ray_trainer",
+            "verl.experimental.separation.ray_trainer",
+            "recipe.fully_async_policy.fully_async_trainer",
+            "recipe.fully_async_policy.fully_async_rollouter",
+            "recipe.one_step_off_policy.ray_trainer",
+        )
+    ),
 ]
 
 _registered = False

@@ -72,7 +72,7 @@ class MetricBatch:
                 else:
                     metrics[metric_name(self.prefix, key)] = number
             self._converted = (metrics, skipped)
-            self.raw = None   # verl's values (tensors, arrays) are not kept past the conversion
+            self.raw = None  # verl's values (tensors, arrays) are not kept past the conversion
         return self._converted
 
     def to_json(self):

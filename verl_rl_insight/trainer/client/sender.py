@@ -42,15 +42,25 @@ def encode(batch):
     cannot be encoded (a step that is not an integer, a label that is not text)."""
     body = batch.to_json()
     if "step" in body:
-        body["step"] = operator.index(body["step"])   # numpy integers are integers too
+        body["step"] = operator.index(body["step"])  # numpy integers are integers too
     body["time"] = float(body["time"])
     return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 
 
 class BatchSender:
-    def __init__(self, url, token=None, queue_batches=1024, spool_batches=20000, max_batches_per_request=200,
-                 max_request_bytes=4 * 1024 * 1024, timeout_s=5.0, retry_max_s=5.0, resend_window_s=30.0,
-                 linger_s=0.25):
+    def __init__(
+        self,
+        url,
+        token=None,
+        queue_batches=1024,
+        spool_batches=20000,
+        max_batches_per_request=200,
+        max_request_bytes=4 * 1024 * 1024,
+        timeout_s=5.0,
+        retry_max_s=5.0,
+        resend_window_s=30.0,
+        linger_s=0.25,
+    ):
         self.url = url
         self.token = token
         self.timeout_s = timeout_s
@@ -69,8 +79,8 @@ class BatchSender:
         self.stats = collections.Counter()
         # deque.append/popleft are atomic in CPython: no lock on the training thread's path
         self._queue = collections.deque()
-        self._spool = collections.deque()          # encoded batches, oldest first
-        self._delivered = collections.deque()      # (monotonic time, encoded batch) of the last resend_window_s
+        self._spool = collections.deque()  # encoded batches, oldest first
+        self._delivered = collections.deque()  # (monotonic time, encoded batch) of the last resend_window_s
         self._wake = threading.Event()
         self._idle = threading.Condition()
         self._count_lock = threading.Lock()
@@ -79,10 +89,10 @@ class BatchSender:
         self._failures = 0
         self._next_attempt = 0.0
         self._warned = set()
-        self._outstanding = 0          # submitted, not yet delivered, dropped or refused
-        self._limit = None             # while searching for refused batches: the request size to try
-        self._suspect = 0              # how many batches at the head of the spool that search covers
-        self._hub = None               # the hub instance that accepted our last push
+        self._outstanding = 0  # submitted, not yet delivered, dropped or refused
+        self._limit = None  # while searching for refused batches: the request size to try
+        self._suspect = 0  # how many batches at the head of the spool that search covers
+        self._hub = None  # the hub instance that accepted our last push
         self._client = ServerClient(self.token)
         self._thread = None
 
@@ -93,8 +103,12 @@ class BatchSender:
             self._start()
         if len(self._queue) >= self.queue_batches:
             self.stats["dropped_batches"] += 1
-            self._warn_once("queue_full", "rl-insight: sender queue full (%d batches); dropping metrics. "
-                            "Raise plugins.metric_push.queue_batches?", self.queue_batches)
+            self._warn_once(
+                "queue_full",
+                "rl-insight: sender queue full (%d batches); dropping metrics. "
+                "Raise plugins.metric_push.queue_batches?",
+                self.queue_batches,
+            )
             return
         with self._count_lock:
             self._outstanding += 1
@@ -130,8 +144,9 @@ class BatchSender:
         """Flush for at most ``timeout_s``, then stop the thread; logs what could not be delivered."""
         delivered = self.flush(timeout_s)
         if not delivered:
-            logger.warning("rl-insight: %d metric batches could not be delivered to %s before exit",
-                           self.pending(), self.url)
+            logger.warning(
+                "rl-insight: %d metric batches could not be delivered to %s before exit", self.pending(), self.url
+            )
         if self._thread is not None:
             self._queue.append(_STOP)
             self._wake.set()
@@ -163,8 +178,11 @@ class BatchSender:
                 self._spool.popleft()
                 self._settled(1)
                 self.stats["dropped_batches"] += 1
-                self._warn_once("spool_full", "rl-insight: spool full (%d batches) while the server is "
-                                "unreachable; dropping the oldest", self.spool_batches)
+                self._warn_once(
+                    "spool_full",
+                    "rl-insight: spool full (%d batches) while the server is unreachable; dropping the oldest",
+                    self.spool_batches,
+                )
             while self._spool and time.monotonic() >= self._next_attempt:
                 if not self._send_some():
                     break
@@ -186,13 +204,21 @@ class BatchSender:
             except Exception as exc:  # one bad batch never blocks the others
                 self._settled(1)
                 self.stats["invalid_batches"] += 1
-                self._warn_once("invalid", "rl-insight: a metric batch (step %r) cannot be sent and is dropped: "
-                                "%s: %s", getattr(item, "step", None), type(exc).__name__, exc)
+                self._warn_once(
+                    "invalid",
+                    "rl-insight: a metric batch (step %r) cannot be sent and is dropped: %s: %s",
+                    getattr(item, "step", None),
+                    type(exc).__name__,
+                    exc,
+                )
                 continue
             if skipped:
                 self.stats["skipped_values"] += skipped
-                self._warn_once("skipped", "rl-insight: non-numeric metric values are skipped and counted (first "
-                                "seen at step %s)", item.step)
+                self._warn_once(
+                    "skipped",
+                    "rl-insight: non-numeric metric values are skipped and counted (first seen at step %s)",
+                    item.step,
+                )
             self._spool.append(encoded)
         return stop
 
@@ -222,12 +248,16 @@ class BatchSender:
             self.stats["sent_batches"] += len(chunk)
             self.stats["requests"] += 1
             if self._down_since is not None:
-                logger.warning("rl-insight: server %s reachable again after %.0f s; replaying the spooled "
-                               "batches (%d left)", self.url, time.monotonic() - self._down_since, len(self._spool))
+                logger.warning(
+                    "rl-insight: server %s reachable again after %.0f s; replaying the spooled batches (%d left)",
+                    self.url,
+                    time.monotonic() - self._down_since,
+                    len(self._spool),
+                )
                 self._down_since = None
             self._failures = 0
             return True
-        if status == 409:   # a restarted hub: what it had not exposed yet is gone, send it again first
+        if status == 409:  # a restarted hub: what it had not exposed yet is gone, send it again first
             self._hub = None
             self._resend_recent()
             return True
@@ -240,9 +270,13 @@ class BatchSender:
             self._down_since = time.monotonic()
             self._hub = None
             self._resend_recent()
-            logger.warning("rl-insight: cannot reach the monitoring server at %s (%s); training continues, "
-                           "metrics are kept (up to %d batches) and replayed when it is back",
-                           self.url, message, self.spool_batches)
+            logger.warning(
+                "rl-insight: cannot reach the monitoring server at %s (%s); training continues, "
+                "metrics are kept (up to %d batches) and replayed when it is back",
+                self.url,
+                message,
+                self.spool_batches,
+            )
         return False
 
     def _refused(self, chunk, status, message):
@@ -255,8 +289,13 @@ class BatchSender:
         self._settled(1)
         self._narrowing_passed(1)
         self.stats["rejected_batches"] += 1
-        self._warn_once(("rejected", status), "rl-insight: server %s refused a metric batch (HTTP %s): %s; it is "
-                        "dropped, the others are delivered", self.url, status, message)
+        self._warn_once(
+            ("rejected", status),
+            "rl-insight: server %s refused a metric batch (HTTP %s): %s; it is dropped, the others are delivered",
+            self.url,
+            status,
+            message,
+        )
         return True
 
     def _narrowing_passed(self, count):
@@ -276,8 +315,9 @@ class BatchSender:
     def _post(self, body):
         headers = {HUB_HEADER: self._hub} if self._hub else None
         try:
-            response = self._client.request("POST", self.url, body, headers=headers,
-                                            timeout=(min(2.0, self.timeout_s), self.timeout_s))
+            response = self._client.request(
+                "POST", self.url, body, headers=headers, timeout=(min(2.0, self.timeout_s), self.timeout_s)
+            )
         except Exception as exc:  # connection refused, DNS, timeout: all mean "not reachable now"
             return None, f"{type(exc).__name__}: {exc}", None
         hub = None

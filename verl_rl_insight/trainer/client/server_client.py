@@ -40,8 +40,7 @@ class ServerClient:
         all_headers.update(headers or {})
 
         def send():
-            return self._session.request(method, url, data=body, params=params, headers=all_headers,
-                                         timeout=timeout)
+            return self._session.request(method, url, data=body, params=params, headers=all_headers, timeout=timeout)
 
         try:
             return send()

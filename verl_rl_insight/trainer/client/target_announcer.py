@@ -19,7 +19,7 @@ class TargetAnnouncer:
         self.url = server_url.rstrip("/") + "/api/v1/targets"
         self.ttl_s = float(ttl_s)
         self.timeout_s = timeout_s
-        self._targets = {}          # (job, address) -> labels
+        self._targets = {}  # (job, address) -> labels
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -61,8 +61,9 @@ class TargetAnnouncer:
 
     def _request(self, method, body, params=None, timeout_s=None):
         try:
-            response = self._client.request(method, self.url, json.dumps(body) if body else None, params=params,
-                                            timeout=timeout_s or self.timeout_s)
+            response = self._client.request(
+                method, self.url, json.dumps(body) if body else None, params=params, timeout=timeout_s or self.timeout_s
+            )
             ok = response.status_code < 300
             message = response.text[:300]
         except Exception as exc:
@@ -70,8 +71,9 @@ class TargetAnnouncer:
         self.stats["announced" if ok else "failed"] += 1
         if not ok and not self._warned:
             self._warned = True
-            logger.warning("rl-insight: cannot register scrape targets with %s (%s); retrying in the background",
-                           self.url, message)
+            logger.warning(
+                "rl-insight: cannot register scrape targets with %s (%s); retrying in the background", self.url, message
+            )
         return ok
 
 

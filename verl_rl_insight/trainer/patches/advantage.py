@@ -14,8 +14,9 @@ def _wrap(original):
             caller = sys._getframe(1).f_locals.get("self")
             step = getattr(caller, "global_steps", None)
             try:
-                rt.hook.rl_insight_train_batch(run=rt.current_run(), batch=data,
-                                               step=step if isinstance(step, int) else None)
+                rt.hook.rl_insight_train_batch(
+                    run=rt.current_run(), batch=data, step=step if isinstance(step, int) else None
+                )
             except Exception:  # a training step never fails because of monitoring
                 pass
         return original(data, *args, **kwargs)

@@ -30,13 +30,23 @@ class PhaseState:
 
     def __enter__(self):
         result = self.inner.__enter__()
-        _hook("rl_insight_state_enter", name=self.name, lane=self.lane, start_ns=time.time_ns(),
-              attributes={"step": self.step, "role": self.lane})
+        _hook(
+            "rl_insight_state_enter",
+            name=self.name,
+            lane=self.lane,
+            start_ns=time.time_ns(),
+            attributes={"step": self.step, "role": self.lane},
+        )
         return result
 
     def __exit__(self, *exc):
-        _hook("rl_insight_state_exit", name=self.name, lane=self.lane, end_ns=time.time_ns(),
-              attributes={"error": True} if exc[0] is not None else None)
+        _hook(
+            "rl_insight_state_exit",
+            name=self.name,
+            lane=self.lane,
+            end_ns=time.time_ns(),
+            attributes={"error": True} if exc[0] is not None else None,
+        )
         return self.inner.__exit__(*exc)
 
 
@@ -54,8 +64,9 @@ def _wrap(original, lane):
     def timer(name, timing_raw, *args, **kwargs):
         caller = sys._getframe(1).f_locals.get("self")
         step = getattr(caller, "global_steps", None)
-        return PhaseState(original(name, timing_raw, *args, **kwargs), str(name), lane,
-                          step if isinstance(step, int) else None)
+        return PhaseState(
+            original(name, timing_raw, *args, **kwargs), str(name), lane, step if isinstance(step, int) else None
+        )
 
     timer.__wrapped__ = original
     timer._rl_insight_phase_timer = True
@@ -69,7 +80,7 @@ def install(module):
     for attr in TIMER_NAMES:
         original = module.__dict__.get(attr)
         if getattr(original, "_rl_insight_phase_timer", False):
-            original = original.__wrapped__   # imported already wrapped: re-wrap with this module's lane
+            original = original.__wrapped__  # imported already wrapped: re-wrap with this module's lane
         # a bare generator (verl's inner _timer, used with `yield from`) is no context manager
         if callable(original) and not inspect.isgeneratorfunction(original):
             setattr(module, attr, _wrap(original, lane))

@@ -42,16 +42,21 @@ def _report_span(server, state, start_ns):
         rt = runtime.get_runtime() or (runtime.start() if os.environ.get(ENV_VERL_ENABLE) == "1" else None)
         if rt is not None:
             rank = getattr(server, "replica_rank", None)
-            rt.hook.rl_insight_state_span(run=rt.current_run(), name=state, lane=f"replica_{rank}",
-                                          start_ns=start_ns, end_ns=time.time_ns(),
-                                          attributes={"replica": rank, "role": "rollout"})
+            rt.hook.rl_insight_state_span(
+                run=rt.current_run(),
+                name=state,
+                lane=f"replica_{rank}",
+                start_ns=start_ns,
+                end_ns=time.time_ns(),
+                attributes={"replica": rank, "role": "rollout"},
+            )
     except Exception:
         pass
 
 
 def _server_args(wrapped, instance, args, kwargs):
     if os.environ.get(ENV_VERL_ENABLE) == "1":
-        kwargs["enable_metrics"] = True   # SGLang serves /metrics only when asked
+        kwargs["enable_metrics"] = True  # SGLang serves /metrics only when asked
     return wrapped(*args, **kwargs)
 
 

@@ -24,8 +24,8 @@ from verl_rl_insight.trainer import runtime
 logger = logging.getLogger("verl_rl_insight")
 
 BACKEND = "rl_insight"
-MAX_TEXT = 1024              # characters of each input / output kept with token2text
-MAX_OPS = 512                # ops kept per trajectory; later ones are counted, not kept
+MAX_TEXT = 1024  # characters of each input / output kept with token2text
+MAX_OPS = 512  # ops kept per trajectory; later ones are counted, not kept
 _trajectory = contextvars.ContextVar("rl_insight_trajectory", default=None)
 _failed = set()
 
@@ -68,7 +68,7 @@ def _emit(record):
         project, experiment = getattr(config, "project_name", None), getattr(config, "experiment_name", None)
         run = rt.run(project, experiment) if project and experiment else rt.current_run()
         rt.hook.rl_insight_trajectory(run=run, trajectory=record)
-    except Exception:   # monitoring never breaks a rollout
+    except Exception:  # monitoring never breaks a rollout
         if "emit" not in _failed:
             _failed.add("emit")
             logger.exception("rl-insight: an agent-loop trajectory could not be recorded; rollouts go on")
@@ -76,19 +76,30 @@ def _emit(record):
 
 def make_trace_attr(original):
     @contextlib.contextmanager
-    def rollout_trace_attr(sample_index=None, step=None, rollout_n=None, name="rollout_trace", validate=False,
-                           trace=True):
-        with original(sample_index=sample_index, step=step, rollout_n=rollout_n, name=name, validate=validate,
-                      trace=trace):
+    def rollout_trace_attr(
+        sample_index=None, step=None, rollout_n=None, name="rollout_trace", validate=False, trace=True
+    ):
+        with original(
+            sample_index=sample_index, step=step, rollout_n=rollout_n, name=name, validate=validate, trace=trace
+        ):
             if not trace or not _ours() or _trajectory.get() is not None:
                 yield
                 return
             config = _module().RolloutTraceConfig.get_instance()
-            attributes = {"sample_index": sample_index, "step": step, "rollout_n": rollout_n,
-                          "validate": bool(validate), "experiment": getattr(config, "experiment_name", None),
-                          "trace_name": name}
-            record = {"start_ns": time.time_ns(), "attributes": {k: v for k, v in attributes.items() if v is not None},
-                      "ops": [], "ops_dropped": 0}
+            attributes = {
+                "sample_index": sample_index,
+                "step": step,
+                "rollout_n": rollout_n,
+                "validate": bool(validate),
+                "experiment": getattr(config, "experiment_name", None),
+                "trace_name": name,
+            }
+            record = {
+                "start_ns": time.time_ns(),
+                "attributes": {k: v for k, v in attributes.items() if v is not None},
+                "ops": [],
+                "ops_dropped": 0,
+            }
             token = _trajectory.set(record)
             try:
                 yield
@@ -99,6 +110,7 @@ def make_trace_attr(original):
                 _trajectory.reset(token)
                 record["end_ns"] = time.time_ns()
                 _emit(record)
+
     rollout_trace_attr.__wrapped_by_rl_insight__ = original
     return rollout_trace_attr
 
@@ -134,7 +146,7 @@ async def _texts(instance, inputs, result):
     except Exception:
         decoded = result
     texts = {}
-    if isinstance(decoded, dict):   # the decoded text first: token ids would crowd it out
+    if isinstance(decoded, dict):  # the decoded text first: token ids would crowd it out
         decoded = dict(decoded)
         texts = {key: _bounded(decoded.pop(key))[1:-1] for key in ("prompt_text", "response_text") if key in decoded}
     return {**texts, "input": _bounded(inputs), "output": _bounded(decoded)}
@@ -142,9 +154,10 @@ async def _texts(instance, inputs, result):
 
 def make_trace_op(original):
     def rollout_trace_op(func):
-        traced = original(func)   # verl's own wrapper: what weave, mlflow and trackio get
+        traced = original(func)  # verl's own wrapper: what weave, mlflow and trackio get
 
         if inspect.iscoroutinefunction(func):
+
             @functools.wraps(func)
             async def async_wrapper(self, *args, **kwargs):
                 record = _trajectory.get()
@@ -160,6 +173,7 @@ def make_trace_op(original):
                     op["attributes"].update(await _texts(self, inputs, result))
                 _end(record, op)
                 return result
+
             return async_wrapper
 
         @functools.wraps(func)
@@ -177,7 +191,9 @@ def make_trace_op(original):
                 op["attributes"].update({"input": _bounded(inputs), "output": _bounded(result)})
             _end(record, op)
             return result
+
         return wrapper
+
     rollout_trace_op.__wrapped_by_rl_insight__ = original
     return rollout_trace_op
 

@@ -29,10 +29,12 @@ def _report(manager, log_stats):
     try:
         rt = runtime.get_runtime() or runtime.start()
         rt.hook.rl_insight_rollout_servers(
-            run=rt.current_run(), engine=str(_rollout_config(manager).name),
+            run=rt.current_run(),
+            engine=str(_rollout_config(manager).name),
             addresses=list(manager.server_addresses),
             replica_ranks=[getattr(r, "replica_rank", i) for i, r in enumerate(manager.rollout_replicas)],
-            log_stats=log_stats)
+            log_stats=log_stats,
+        )
     except Exception:
         import logging
 
@@ -59,15 +61,17 @@ def _initialize(wrapped, instance, args, kwargs):
         config = _rollout_config(instance)
         log_stats = not bool(config.get("disable_log_stats", True))
         prometheus = bool((config.get("prometheus") or {}).get("enable", False))
-    except Exception:   # a manager of a shape we do not know: verl runs as if we were not here
+    except Exception:  # a manager of a shape we do not know: verl runs as if we were not here
         return wrapped(*args, **kwargs)
     flag_off = _VerlFlagOff(not log_stats and not prometheus)
     if asyncio.iscoroutinefunction(wrapped):
+
         async def run():
             with flag_off:
                 result = await wrapped(*args, **kwargs)
             _report(instance, log_stats)
             return result
+
         return run()
     with flag_off:
         result = wrapped(*args, **kwargs)

@@ -29,7 +29,7 @@ def _bind(args, kwargs):
 def _tracking_init(wrapped, instance, args, kwargs):
     try:
         project, experiment, backends, config = _bind(args, kwargs)
-    except TypeError:   # an argument shape verl will judge itself
+    except TypeError:  # an argument shape verl will judge itself
         return wrapped(*args, **kwargs)
     if BACKEND not in backends:
         return wrapped(*args, **kwargs)
@@ -63,9 +63,11 @@ def _agent_loop_session(wrapped, instance, args, kwargs):
         config = RolloutTraceConfig.get_instance()
         names = ("sample", "session", "traj", "uid", "global_steps", "session_id")
         return verl_logger_api.agent_loop_session(
-            project=config.project_name, experiment_name=kwargs.get("experiment_name") or config.experiment_name
-            or "default", **{k: kwargs[k] for k in names if k in kwargs})
-    except Exception:   # verl's own fallback rather than a broken rollout
+            project=config.project_name,
+            experiment_name=kwargs.get("experiment_name") or config.experiment_name or "default",
+            **{k: kwargs[k] for k in names if k in kwargs},
+        )
+    except Exception:  # verl's own fallback rather than a broken rollout
         logger.exception("rl-insight: agent_loop_session failed; verl's fallback is used")
         return wrapped(*args, **kwargs)
 

@@ -30,8 +30,10 @@ def load_nvml():
     try:
         import pynvml
     except ImportError:
-        logger.info("rl-insight: nvidia-ml-py is not installed (pip install 'verl-rl-insight[gpu]'): "
-                    "no GPU metrics from this node")
+        logger.info(
+            "rl-insight: nvidia-ml-py is not installed (pip install 'verl-rl-insight[gpu]'): "
+            "no GPU metrics from this node"
+        )
         return None
     return pynvml
 
@@ -57,7 +59,7 @@ class NodeLock:
 
     def release(self):
         if self.fd is not None:
-            os.close(self.fd)   # closing drops the flock
+            os.close(self.fd)  # closing drops the flock
             self.fd = None
 
 
@@ -85,7 +87,7 @@ class HardwareSampler:
             return
         try:
             self.gpu = GpuSampler(nvml)
-        except Exception as exc:   # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
             logger.info("rl-insight: no GPU metrics from this node (%s: %s)", type(exc).__name__, exc)
             self.want_gpu = False
 
@@ -109,8 +111,9 @@ class HardwareSampler:
             for labels, values in self.gpu.sample():
                 batches.append(MetricBatch(run.project, run.experiment_name, None, now, values, labels=labels))
         if self.host is not None:
-            batches.append(MetricBatch(run.project, run.experiment_name, None, now, self.host.sample(),
-                                       labels={"node": HOSTNAME}))
+            batches.append(
+                MetricBatch(run.project, run.experiment_name, None, now, self.host.sample(), labels={"node": HOSTNAME})
+            )
         for batch in batches:
             self.export(batch=batch)
         self.samples += 1
@@ -137,16 +140,20 @@ def rl_insight_configure(config, pm):
 
     simulated = settings.simulate_gpus
     loader = None
-    if simulated:   # rl-insight demo on a machine without GPUs: SIMULATED GPUs, labelled so
+    if simulated:  # rl-insight demo on a machine without GPUs: SIMULATED GPUs, labelled so
         from verl_rl_insight.trainer.samplers import simulated_nvml
 
-        loader = functools.partial(simulated_nvml.make_nvml, gpus=simulated,
-                                   load=lambda: simulated_nvml.load_level[0])
+        loader = functools.partial(simulated_nvml.make_nvml, gpus=simulated, load=lambda: simulated_nvml.load_level[0])
 
-    _sampler = HardwareSampler(pm.hook.rl_insight_export_batch, current_run,
-                               interval_s=settings.interval_s, gpu=settings.gpu,
-                               host=settings.host, lock_dir=settings.lock_dir,
-                               nvml_loader=loader).start()
+    _sampler = HardwareSampler(
+        pm.hook.rl_insight_export_batch,
+        current_run,
+        interval_s=settings.interval_s,
+        gpu=settings.gpu,
+        host=settings.host,
+        lock_dir=settings.lock_dir,
+        nvml_loader=loader,
+    ).start()
 
 
 @hookimpl

@@ -20,8 +20,10 @@ def rl_insight_configure(config):
     _sender = None
     url = config.get("server_url")
     if not url:
-        logger.warning("rl-insight: RL_INSIGHT_SERVER_URL is not set, so metrics are not sent anywhere; "
-                       "run `rl-insight server start` and export the line it prints")
+        logger.warning(
+            "rl-insight: RL_INSIGHT_SERVER_URL is not set, so metrics are not sent anywhere; "
+            "run `rl-insight server start` and export the line it prints"
+        )
         return
     if not str(url).startswith(("http://", "https://")):
         logger.error("rl-insight: server_url %r must start with http:// or https://; metrics are not sent", url)

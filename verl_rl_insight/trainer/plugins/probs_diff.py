@@ -19,10 +19,20 @@ from verl_rl_insight.trainer.hookspecs import hookimpl
 
 PREFIX = "training/"
 # every key this plugin can log (the dashboards give each a panel)
-KEYS = tuple(PREFIX + name for name in (
-    "rollout_probs_diff_valid", "rollout_probs_diff_max", "rollout_probs_diff_mean", "rollout_probs_diff_std",
-    "rollout_probs_diff_frac_gt_0_01", "rollout_probs_diff_frac_gt_0_1", "rollout_log_probs_diff_max",
-    "rollout_actor_kl_k3", "rollout_actor_probs_pearson_corr"))
+KEYS = tuple(
+    PREFIX + name
+    for name in (
+        "rollout_probs_diff_valid",
+        "rollout_probs_diff_max",
+        "rollout_probs_diff_mean",
+        "rollout_probs_diff_std",
+        "rollout_probs_diff_frac_gt_0_01",
+        "rollout_probs_diff_frac_gt_0_1",
+        "rollout_log_probs_diff_max",
+        "rollout_actor_kl_k3",
+        "rollout_actor_probs_pearson_corr",
+    )
+)
 _pending = {}
 _lock = threading.Lock()
 
@@ -32,7 +42,7 @@ def mismatch_metrics(rollout_log_probs, actor_log_probs, mask):
     import torch
 
     with torch.no_grad():
-        mask = mask[:, -actor_log_probs.shape[-1]:].bool()
+        mask = mask[:, -actor_log_probs.shape[-1] :].bool()
         if not bool(mask.any()):
             return {PREFIX + "rollout_probs_diff_valid": 0}
         actor = actor_log_probs.float()[mask]
@@ -51,8 +61,9 @@ def mismatch_metrics(rollout_log_probs, actor_log_probs, mask):
             PREFIX + "rollout_actor_kl_k3": (torch.exp(log_diff) - 1 - log_diff).mean().item(),
         }
         if diff.numel() > 1 and actor_p.std() > 0 and rollout_p.std() > 0:
-            metrics[PREFIX + "rollout_actor_probs_pearson_corr"] = \
-                torch.corrcoef(torch.stack([actor_p, rollout_p]))[0, 1].item()
+            metrics[PREFIX + "rollout_actor_probs_pearson_corr"] = torch.corrcoef(torch.stack([actor_p, rollout_p]))[
+                0, 1
+            ].item()
         return metrics
 
 
@@ -62,8 +73,13 @@ def batch_metrics(batch):
     if tensors is None or "rollout_log_probs" not in tensors.keys() or "old_log_probs" not in tensors.keys():
         return None
     keys = tensors.keys()
-    mask = tensors["response_mask"] if "response_mask" in keys else \
-        tensors["attention_mask"] if "attention_mask" in keys else None
+    mask = (
+        tensors["response_mask"]
+        if "response_mask" in keys
+        else tensors["attention_mask"]
+        if "attention_mask" in keys
+        else None
+    )
     if mask is None:
         import torch
 
@@ -89,13 +105,11 @@ def rl_insight_train_batch(run, batch, step):
 
 @hookimpl(tryfirst=True)
 def rl_insight_log_metrics(run, metrics, step, timestamp):
-    if not _pending:   # the common case, on the training thread: no lock
+    if not _pending:  # the common case, on the training thread: no lock
         return
     with _lock:
         # step None: the trainer's step was not visible at compute time; it belongs to the next log
         computed = _pending.pop((run, step), None) or _pending.pop((run, None), None)
     if computed:
         for key, value in computed.items():
-            metrics.setdefault(key, value)   # verl's own values win
-
-
+            metrics.setdefault(key, value)  # verl's own values win

@@ -33,8 +33,12 @@ def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats)
     if not log_stats:
         if not _warned:
             _warned = True
-            logger.warning("rl-insight: %s replicas run with disable_log_stats=True, so they serve no engine "
-                           "metrics; add the override %s to see them", engine, OVERRIDE)
+            logger.warning(
+                "rl-insight: %s replicas run with disable_log_stats=True, so they serve no engine "
+                "metrics; add the override %s to see them",
+                engine,
+                OVERRIDE,
+            )
         return
     for address, rank in zip(addresses, replica_ranks, strict=False):
         rl_insight_register_target(run, address, engine, {"replica": str(rank)})
@@ -45,8 +49,11 @@ def rl_insight_register_target(run, address, job, labels):
     announcer = target_announcer.shared()
     if job not in ENGINES or announcer is None:
         return
-    announcer.announce(address, job, {"node": node_of(address), "project": run.project,
-                                       "experiment_name": run.experiment_name, **labels})
+    announcer.announce(
+        address,
+        job,
+        {"node": node_of(address), "project": run.project, "experiment_name": run.experiment_name, **labels},
+    )
 
 
 @hookimpl

@@ -26,21 +26,35 @@ logger = logging.getLogger("verl_rl_insight")
 
 # verl's phase names -> low-cardinality span names; the raw name stays in attribute state_name
 SPAN_NAMES = {
-    "step": "trainer step", "gen": "rollout generate", "generate_sequences": "rollout generate",
-    "vllm_generate": "rollout generate", "sglang_generate": "rollout generate", "reward": "reward compute",
-    "old_log_prob": "actor old_log_prob", "ref": "ref log_prob", "values": "critic values",
-    "adv": "advantage compute", "update_critic": "critic update", "update_actor": "actor update",
-    "update_weights": "weights sync", "save_checkpoint": "checkpoint save", "testing": "validation",
+    "step": "trainer step",
+    "gen": "rollout generate",
+    "generate_sequences": "rollout generate",
+    "vllm_generate": "rollout generate",
+    "sglang_generate": "rollout generate",
+    "reward": "reward compute",
+    "old_log_prob": "actor old_log_prob",
+    "ref": "ref log_prob",
+    "values": "critic values",
+    "adv": "advantage compute",
+    "update_critic": "critic update",
+    "update_actor": "actor update",
+    "update_weights": "weights sync",
+    "save_checkpoint": "checkpoint save",
+    "testing": "validation",
     # DistProfiler.annotate roles (verl >= 0.9, on worker lanes rank_<n>)
-    "actor_update": "actor update", "actor_compute_log_prob": "actor log_prob",
-    "ref_compute_log_prob": "ref log_prob", "rollout": "rollout generate", "async_rollout": "rollout generate",
-    "train_batch": "train batch", "forward_backward": "forward backward",
+    "actor_update": "actor update",
+    "actor_compute_log_prob": "actor log_prob",
+    "ref_compute_log_prob": "ref log_prob",
+    "rollout": "rollout generate",
+    "async_rollout": "rollout generate",
+    "train_batch": "train batch",
+    "forward_backward": "forward backward",
 }
 
 _tracer = None
 _processor = None
 _local = threading.local()
-_durations = collections.defaultdict(lambda: [0.0, 0])   # (state, lane) -> [seconds, count]
+_durations = collections.defaultdict(lambda: [0.0, 0])  # (state, lane) -> [seconds, count]
 _durations_lock = threading.Lock()
 _host = socket.gethostname()
 
@@ -133,8 +147,9 @@ class CountingSpanProcessor(SpanProcessor):
             if len(self._queue) >= self.max_queue:
                 self.stats["dropped"] += 1
                 if self.stats["dropped"] == 1:
-                    logger.warning("rl-insight: span queue full (%d); timeline spans are dropped and counted",
-                                   self.max_queue)
+                    logger.warning(
+                        "rl-insight: span queue full (%d); timeline spans are dropped and counted", self.max_queue
+                    )
                 return
             self._queue.append(span)
             if len(self._queue) >= self.batch_size:
@@ -164,8 +179,10 @@ class CountingSpanProcessor(SpanProcessor):
                 ok = False
             self.stats["exported" if ok else "failed"] += len(batch)
             if not ok and self.stats["failed"] == len(batch):
-                logger.warning("rl-insight: cannot send timeline spans to %s; they are counted as failed",
-                               getattr(self.exporter, "_endpoint", "the OTLP endpoint"))
+                logger.warning(
+                    "rl-insight: cannot send timeline spans to %s; they are counted as failed",
+                    getattr(self.exporter, "_endpoint", "the OTLP endpoint"),
+                )
 
     def force_flush(self, timeout_millis=30000):
         deadline = time.monotonic() + timeout_millis / 1000
@@ -191,8 +208,10 @@ def rl_insight_configure(config):
         _durations.clear()
     endpoint = otlp_endpoint(config)
     if endpoint is None:
-        logger.warning("rl-insight: no OTLP endpoint (no server URL, no OTEL_EXPORTER_OTLP_ENDPOINT): "
-                       "the RL state timeline is not sent")
+        logger.warning(
+            "rl-insight: no OTLP endpoint (no server URL, no OTEL_EXPORTER_OTLP_ENDPOINT): "
+            "the RL state timeline is not sent"
+        )
         return
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -202,31 +221,46 @@ def rl_insight_configure(config):
     from opentelemetry.sdk.trace import TracerProvider
 
     settings = plugin_settings(config, "state_timeline")
-    provider = TracerProvider(resource=Resource.create({"service.name": "verl", "host.name": _host,
-                                                        "process.pid": os.getpid()}))
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": "verl", "host.name": _host, "process.pid": os.getpid()})
+    )
+
     def make_exporter(url):
         # the token only goes to the rl-insight server itself, never to a collector elsewhere
         ours = config.get("token") and config.get("server_url") and _origin(url) == _origin(str(config.server_url))
-        return OTLPSpanExporter(endpoint=url, timeout=5,
-                                headers={"Authorization": f"Bearer {config.token}"} if ours else None)
+        return OTLPSpanExporter(
+            endpoint=url, timeout=5, headers={"Authorization": f"Bearer {config.token}"} if ours else None
+        )
 
-    exporter = make_exporter(endpoint) if explicit_endpoint(config) is not None else \
-        AnnouncedEndpointExporter(str(config.server_url), endpoint, make_exporter)
-    _processor = CountingSpanProcessor(exporter,
-                                       max_queue=settings.max_queue_spans,
-                                       batch_size=settings.batch_spans,
-                                       interval_s=settings.export_interval_s)
+    exporter = (
+        make_exporter(endpoint)
+        if explicit_endpoint(config) is not None
+        else AnnouncedEndpointExporter(str(config.server_url), endpoint, make_exporter)
+    )
+    _processor = CountingSpanProcessor(
+        exporter,
+        max_queue=settings.max_queue_spans,
+        batch_size=settings.batch_spans,
+        interval_s=settings.export_interval_s,
+    )
     provider.add_span_processor(_processor)
-    _tracer = provider.get_tracer("verl_rl_insight")   # this provider only: the user's global one is untouched
+    _tracer = provider.get_tracer("verl_rl_insight")  # this provider only: the user's global one is untouched
 
 
 def _attributes(run, name, lane, attributes):
-    attrs = {"project": run.project, "experiment_name": run.experiment_name, "state_name": name,
-             "state_lane_id": lane, "node": _host, "pid": os.getpid()}
+    attrs = {
+        "project": run.project,
+        "experiment_name": run.experiment_name,
+        "state_name": name,
+        "state_lane_id": lane,
+        "node": _host,
+        "pid": os.getpid(),
+    }
     for key, value in (attributes or {}).items():
         if value is not None:
-            attrs["verl.step" if key == "step" else key] = value if isinstance(value, (bool, int, float, str)) \
-                else str(value)
+            attrs["verl.step" if key == "step" else key] = (
+                value if isinstance(value, (bool, int, float, str)) else str(value)
+            )
     return attrs
 
 
@@ -248,8 +282,12 @@ def _parent_context(lane):
 def rl_insight_state_enter(run, name, lane, start_ns, attributes):
     if _tracer is None:
         return
-    span = _tracer.start_span(span_name(name), context=_parent_context(lane), start_time=start_ns,
-                              attributes=_attributes(run, name, lane, attributes))
+    span = _tracer.start_span(
+        span_name(name),
+        context=_parent_context(lane),
+        start_time=start_ns,
+        attributes=_attributes(run, name, lane, attributes),
+    )
     _stack(lane).append((name, span, start_ns))
 
 
@@ -272,8 +310,12 @@ def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes):
     _count(name, lane, end_ns - start_ns)
     if _tracer is None:
         return
-    span = _tracer.start_span(span_name(name), context=_parent_context(lane), start_time=start_ns,
-                              attributes=_attributes(run, name, lane, attributes))
+    span = _tracer.start_span(
+        span_name(name),
+        context=_parent_context(lane),
+        start_time=start_ns,
+        attributes=_attributes(run, name, lane, attributes),
+    )
     span.end(end_time=end_ns)
 
 
@@ -289,16 +331,32 @@ def rl_insight_collect(run):
     now = time.time()
     with _durations_lock:
         items = [(k, list(v)) for k, v in _durations.items()]
-    batches = [MetricBatch(run.project, run.experiment_name, None, now,
-                           {"rl_insight_state_seconds_total": seconds, "rl_insight_state_count_total": count},
-                           labels={"state": state, "lane": lane})
-               for (state, lane), (seconds, count) in items]
+    batches = [
+        MetricBatch(
+            run.project,
+            run.experiment_name,
+            None,
+            now,
+            {"rl_insight_state_seconds_total": seconds, "rl_insight_state_count_total": count},
+            labels={"state": state, "lane": lane},
+        )
+        for (state, lane), (seconds, count) in items
+    ]
     if _processor is not None and any(_processor.stats.values()):
-        batches.append(MetricBatch(run.project, run.experiment_name, None, now,
-                                   {"rl_insight_timeline_dropped_spans_total": _processor.stats["dropped"],
-                                    "rl_insight_timeline_exported_spans_total": _processor.stats["exported"],
-                                    "rl_insight_timeline_failed_spans_total": _processor.stats["failed"]},
-                                   labels={"process": f"{_host}:{os.getpid()}"}))
+        batches.append(
+            MetricBatch(
+                run.project,
+                run.experiment_name,
+                None,
+                now,
+                {
+                    "rl_insight_timeline_dropped_spans_total": _processor.stats["dropped"],
+                    "rl_insight_timeline_exported_spans_total": _processor.stats["exported"],
+                    "rl_insight_timeline_failed_spans_total": _processor.stats["failed"],
+                },
+                labels={"process": f"{_host}:{os.getpid()}"},
+            )
+        )
     return batches
 
 
@@ -325,16 +383,28 @@ def rl_insight_trajectory(run, trajectory):
     from opentelemetry.trace import Status, StatusCode
 
     attributes = dict(trajectory["attributes"], ops=len(trajectory["ops"]), ops_dropped=trajectory["ops_dropped"])
-    span = _tracer.start_span("agent trajectory", context=context.Context(), start_time=trajectory["start_ns"],
-                              attributes=_attributes(run, "agent_trajectory", "agent_loop", attributes))
+    span = _tracer.start_span(
+        "agent trajectory",
+        context=context.Context(),
+        start_time=trajectory["start_ns"],
+        attributes=_attributes(run, "agent_trajectory", "agent_loop", attributes),
+    )
     if trajectory.get("error"):
         span.set_status(Status(StatusCode.ERROR, trajectory["error"]))
     parent = trace.set_span_in_context(span)
     for op in trajectory["ops"]:
-        extra = dict(op["attributes"], op=op["name"], step=trajectory["attributes"].get("step"),
-                     sample_index=trajectory["attributes"].get("sample_index"))
-        child = _tracer.start_span(op["span_name"], context=parent, start_time=op["start_ns"],
-                                   attributes=_attributes(run, f"agent_{op['kind']}", "agent_loop", extra))
+        extra = dict(
+            op["attributes"],
+            op=op["name"],
+            step=trajectory["attributes"].get("step"),
+            sample_index=trajectory["attributes"].get("sample_index"),
+        )
+        child = _tracer.start_span(
+            op["span_name"],
+            context=parent,
+            start_time=op["start_ns"],
+            attributes=_attributes(run, f"agent_{op['kind']}", "agent_loop", extra),
+        )
         if op.get("error"):
             child.set_status(Status(StatusCode.ERROR, op["error"]))
         child.end(end_time=op["end_ns"])

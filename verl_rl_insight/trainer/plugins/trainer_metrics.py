@@ -36,7 +36,7 @@ def rl_insight_log_metrics(run, metrics, step, timestamp):
     _export(batch=MetricBatch(run.project, run.experiment_name, step, timestamp, metrics, _prefix))
 
 
-@hookimpl(tryfirst=True)   # before the exporters close
+@hookimpl(tryfirst=True)  # before the exporters close
 def rl_insight_shutdown(timeout_s):
     for run in list(_runs):
         _export(batch=MetricBatch(run.project, run.experiment_name, None, time.time(), {FINISHED: 1}))

@@ -18,14 +18,18 @@ class GpuSampler:
         self.nvml = nvml
         nvml.nvmlInit()
         self.gpus = []
-        self.unsupported = set()   # (gpu index, field)
+        self.unsupported = set()  # (gpu index, field)
         self.errors = 0
         for index in range(nvml.nvmlDeviceGetCount()):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                labels = {"gpu": str(index), "UUID": _text(nvml.nvmlDeviceGetUUID(handle)),
-                          "device": f"nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}",
-                          "modelName": _text(nvml.nvmlDeviceGetName(handle)), "Hostname": HOSTNAME}
+                labels = {
+                    "gpu": str(index),
+                    "UUID": _text(nvml.nvmlDeviceGetUUID(handle)),
+                    "device": f"nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}",
+                    "modelName": _text(nvml.nvmlDeviceGetName(handle)),
+                    "Hostname": HOSTNAME,
+                }
             except nvml.NVMLError:
                 self.errors += 1
                 continue
@@ -45,13 +49,13 @@ class GpuSampler:
         n = self.nvml
 
         def memory(attr):
-            return lambda: getattr(n.nvmlDeviceGetMemoryInfo(handle), attr) / 2**20   # DCGM: MiB
+            return lambda: getattr(n.nvmlDeviceGetMemoryInfo(handle), attr) / 2**20  # DCGM: MiB
 
         def pcie(counter):
-            return n.nvmlDeviceGetPcieThroughput(handle, counter) * 1024   # NVML: KB/s; DCGM: B/s
+            return n.nvmlDeviceGetPcieThroughput(handle, counter) * 1024  # NVML: KB/s; DCGM: B/s
 
         def xid():
-            data = n.nvmlEventSetWait(events, 0)   # 0 ms: never waits
+            data = n.nvmlEventSetWait(events, 0)  # 0 ms: never waits
             return float(data.eventData)
 
         return [
@@ -60,7 +64,7 @@ class GpuSampler:
             ("DCGM_FI_DEV_FB_USED", memory("used")),
             ("DCGM_FI_DEV_FB_FREE", memory("free")),
             ("DCGM_FI_DEV_FB_TOTAL", memory("total")),
-            ("DCGM_FI_DEV_POWER_USAGE", lambda: n.nvmlDeviceGetPowerUsage(handle) / 1000),             # W
+            ("DCGM_FI_DEV_POWER_USAGE", lambda: n.nvmlDeviceGetPowerUsage(handle) / 1000),  # W
             ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", lambda: n.nvmlDeviceGetTotalEnergyConsumption(handle)),  # mJ
             ("DCGM_FI_DEV_GPU_TEMP", lambda: n.nvmlDeviceGetTemperature(handle, n.NVML_TEMPERATURE_GPU)),
             ("DCGM_FI_DEV_SM_CLOCK", lambda: n.nvmlDeviceGetClockInfo(handle, n.NVML_CLOCK_SM)),
@@ -68,10 +72,16 @@ class GpuSampler:
             ("DCGM_FI_PROF_PCIE_TX_BYTES", lambda: pcie(n.NVML_PCIE_UTIL_TX_BYTES)),
             ("DCGM_FI_PROF_PCIE_RX_BYTES", lambda: pcie(n.NVML_PCIE_UTIL_RX_BYTES)),
             ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", lambda: n.nvmlDeviceGetCurrentClocksThrottleReasons(handle)),
-            ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", lambda: n.nvmlDeviceGetTotalEccErrors(
-                handle, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC)),
-            ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", lambda: n.nvmlDeviceGetTotalEccErrors(
-                handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC)),
+            (
+                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                lambda: n.nvmlDeviceGetTotalEccErrors(handle, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC),
+            ),
+            (
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                lambda: n.nvmlDeviceGetTotalEccErrors(
+                    handle, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC
+                ),
+            ),
         ] + ([("DCGM_FI_DEV_XID_ERRORS", xid)] if events is not None else [])
 
     def sample(self):
@@ -87,7 +97,7 @@ class GpuSampler:
                     values[name] = float(read())
                 except n.NVMLError as exc:
                     if name == "DCGM_FI_DEV_XID_ERRORS" and _is(n, exc, "NVML_ERROR_TIMEOUT"):
-                        continue   # no new XID event: nothing to report
+                        continue  # no new XID event: nothing to report
                     if _is(n, exc, "NVML_ERROR_NOT_SUPPORTED"):
                         self.unsupported.add((index, name))
                     self.errors += 1
@@ -121,7 +131,7 @@ class HostSampler:
     def _cpu(self):
         with open(f"{self.proc}/stat") as f:
             parts = [float(x) for x in f.readline().split()[1:]]
-        idle = parts[3] + (parts[4] if len(parts) > 4 else 0.0)   # idle + iowait
+        idle = parts[3] + (parts[4] if len(parts) > 4 else 0.0)  # idle + iowait
         return sum(parts), idle
 
     def _meminfo(self):
@@ -152,7 +162,7 @@ class HostSampler:
                 fields = line.split()
                 name = fields[2]
                 if name.startswith(("loop", "ram")) or (disks is not None and name not in disks):
-                    continue   # whole disks only: partitions would count twice
+                    continue  # whole disks only: partitions would count twice
                 read += float(fields[5]) * 512
                 written += float(fields[9]) * 512
         return read, written
@@ -168,7 +178,9 @@ class HostSampler:
             "rl_insight_host_memory_total_bytes": mem.get("MemTotal", 0.0),
             "rl_insight_host_memory_available_bytes": mem.get("MemAvailable", 0.0),
             "rl_insight_host_memory_used_bytes": mem.get("MemTotal", 0.0) - mem.get("MemAvailable", 0.0),
-            "rl_insight_host_load1": load1, "rl_insight_host_load5": load5, "rl_insight_host_load15": load15,
+            "rl_insight_host_load1": load1,
+            "rl_insight_host_load5": load5,
+            "rl_insight_host_load15": load15,
             "rl_insight_host_cpu_count": float(os.cpu_count() or 0),
         }
         current = (now, cpu_total, cpu_idle, net_rx, net_tx, disk_read, disk_written)

@@ -20,10 +20,21 @@ def make_nvml(gpus=2, failures=None, broken_handles=(), xid=None, load=None):
     failures = dict(failures or {})
     calls = {}
     n = types.SimpleNamespace(
-        NVMLError=NVMLError, NVML_ERROR_NOT_SUPPORTED=3, NVML_ERROR_TIMEOUT=10, NVML_ERROR_UNKNOWN=999,
-        NVML_TEMPERATURE_GPU=0, NVML_CLOCK_SM=1, NVML_CLOCK_MEM=2, NVML_PCIE_UTIL_TX_BYTES=0,
-        NVML_PCIE_UTIL_RX_BYTES=1, NVML_MEMORY_ERROR_TYPE_CORRECTED=0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
-        NVML_VOLATILE_ECC=0, nvmlEventTypeXidCriticalError=8, calls=calls)
+        NVMLError=NVMLError,
+        NVML_ERROR_NOT_SUPPORTED=3,
+        NVML_ERROR_TIMEOUT=10,
+        NVML_ERROR_UNKNOWN=999,
+        NVML_TEMPERATURE_GPU=0,
+        NVML_CLOCK_SM=1,
+        NVML_CLOCK_MEM=2,
+        NVML_PCIE_UTIL_TX_BYTES=0,
+        NVML_PCIE_UTIL_RX_BYTES=1,
+        NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
+        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
+        NVML_VOLATILE_ECC=0,
+        nvmlEventTypeXidCriticalError=8,
+        calls=calls,
+    )
 
     def api(name, result):
         def call(handle=None, *args):
@@ -32,6 +43,7 @@ def make_nvml(gpus=2, failures=None, broken_handles=(), xid=None, load=None):
             if (index, name) in failures:
                 raise NVMLError(failures[(index, name)])
             return result(index, *args) if callable(result) else result
+
         setattr(n, name, call)
 
     n.nvmlInit = lambda: None
@@ -47,18 +59,25 @@ def make_nvml(gpus=2, failures=None, broken_handles=(), xid=None, load=None):
     api("nvmlDeviceGetUUID", lambda i: f"GPU-0000000{i}-stand-in")
     api("nvmlDeviceGetMinorNumber", lambda i: i)
     api("nvmlDeviceGetName", lambda i: b"NVIDIA H200" if load is None else b"simulated NVIDIA H200")
+
     def busy():
         return load() if load is not None else None
 
-    api("nvmlDeviceGetUtilizationRates", lambda i: types.SimpleNamespace(
-        gpu=50 + i if busy() is None else round(busy() * 95) + i, memory=20 + i))
-    api("nvmlDeviceGetMemoryInfo", lambda i: types.SimpleNamespace(total=143771 * 2**20, used=(1000 + i) * 2**20,
-                                                                   free=(143771 - 1000 - i) * 2**20))
+    api(
+        "nvmlDeviceGetUtilizationRates",
+        lambda i: types.SimpleNamespace(gpu=50 + i if busy() is None else round(busy() * 95) + i, memory=20 + i),
+    )
+    api(
+        "nvmlDeviceGetMemoryInfo",
+        lambda i: types.SimpleNamespace(
+            total=143771 * 2**20, used=(1000 + i) * 2**20, free=(143771 - 1000 - i) * 2**20
+        ),
+    )
     api("nvmlDeviceGetPowerUsage", lambda i: 350_000 + i if busy() is None else int(120_000 + busy() * 500_000))
     api("nvmlDeviceGetTotalEnergyConsumption", lambda i: 9_000_000 + i)  # mJ
     api("nvmlDeviceGetTemperature", lambda i, sensor: 60 + i)
     api("nvmlDeviceGetClockInfo", lambda i, clock: 1980 if clock == 1 else 2619)
-    api("nvmlDeviceGetPcieThroughput", lambda i, counter: 1000 if counter == 0 else 2000)   # KB/s
+    api("nvmlDeviceGetPcieThroughput", lambda i, counter: 1000 if counter == 0 else 2000)  # KB/s
     api("nvmlDeviceGetCurrentClocksThrottleReasons", lambda i: 4)
     api("nvmlDeviceGetTotalEccErrors", lambda i, kind, counter: 7 if kind == 0 else 0)
     n.nvmlEventSetCreate = lambda: "events"
@@ -66,7 +85,7 @@ def make_nvml(gpus=2, failures=None, broken_handles=(), xid=None, load=None):
 
     def event_wait(events, timeout_ms):
         if xid is None:
-            raise NVMLError(10)   # NVML_ERROR_TIMEOUT: no event
+            raise NVMLError(10)  # NVML_ERROR_TIMEOUT: no event
         return types.SimpleNamespace(eventData=xid)
 
     n.nvmlEventSetWait = event_wait

@@ -19,6 +19,7 @@ _failed = set()
 
 def _never_raises(function):
     """verl calls these from its rollout and training paths: a failure here is logged once, never raised."""
+
     @functools.wraps(function)
     def guarded(*args, **kwargs):
         try:
@@ -27,7 +28,9 @@ def _never_raises(function):
             if function.__name__ not in _failed:
                 _failed.add(function.__name__)
                 logger.exception("rl-insight: %s failed; training goes on", function.__name__)
+
     return guarded
+
 
 __version__ = "0.3.0"  # the RL-Insight API level implemented here (verl checks >= 0.3.0)
 
@@ -43,7 +46,7 @@ def _runtime_and_run():
 def init(project=None, experiment_name=None, config=None, **_):
     global _run
     rt = runtime.start(trainer_config={"rl_insight": dict(config)} if config else None)
-    if project is not None or experiment_name is not None:   # bare init(): the process's current run
+    if project is not None or experiment_name is not None:  # bare init(): the process's current run
         _run = rt.run(project, experiment_name)
 
 
@@ -67,8 +70,14 @@ def trace_span(name, start_time_ns, end_time_ns, attributes=None):
     rt, run = _runtime_and_run()
     attributes = dict(attributes or {})
     lane = attributes.get("state_lane_id")
-    rt.hook.rl_insight_state_span(run=run, name=name, lane=None if lane is None else str(lane),
-                                  start_ns=start_time_ns, end_ns=end_time_ns, attributes=attributes)
+    rt.hook.rl_insight_state_span(
+        run=run,
+        name=name,
+        lane=None if lane is None else str(lane),
+        start_ns=start_time_ns,
+        end_ns=end_time_ns,
+        attributes=attributes,
+    )
 
 
 @_never_raises
@@ -77,8 +86,12 @@ def update_prometheus_config(server_addresses, job_name=None, labels=None):
     labels = list(labels or [])
     for i, address in enumerate(server_addresses or ()):
         extra = labels[i] if i < len(labels) and labels[i] else {}
-        rt.hook.rl_insight_register_target(run=run, address=str(address), job=job_name or "rl_insight",
-                                           labels={str(k): str(v) for k, v in extra.items()})
+        rt.hook.rl_insight_register_target(
+            run=run,
+            address=str(address),
+            job=job_name or "rl_insight",
+            labels={str(k): str(v) for k, v in extra.items()},
+        )
 
 
 @_never_raises
@@ -101,19 +114,26 @@ class AgentLoopSession:
             return
         self.finished = True
         attributes = {k: v for k, v in self.identity.items() if v not in ("", None)}
-        attributes.update({f"outcome.{k}": v if isinstance(v, (bool, int, float, str)) else str(v)
-                           for k, v in outcome.items()})
+        attributes.update(
+            {f"outcome.{k}": v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in outcome.items()}
+        )
         if isinstance(self.identity.get("global_steps"), int):
             attributes["step"] = self.identity["global_steps"]
         attributes["state_lane_id"] = "agent_loop"
         trace_span("agent session", self.start_ns, time.time_ns(), attributes)
 
 
-def agent_loop_session(project, experiment_name, sample, session, traj=0, uid=None, global_steps=None,
-                       session_id=None):
-    return AgentLoopSession({
-        "project": project or "default", "experiment_name": experiment_name, "sample": str(sample),
-        "session": str(session), "traj": str(traj),
-        "state_lane_id": f"experiment={experiment_name}/sample={sample}/session={session}/traj={traj}",
-        "uid": uid or "", "global_steps": global_steps if global_steps is not None else "",
-        "session_id": session_id or ""})
+def agent_loop_session(project, experiment_name, sample, session, traj=0, uid=None, global_steps=None, session_id=None):
+    return AgentLoopSession(
+        {
+            "project": project or "default",
+            "experiment_name": experiment_name,
+            "sample": str(sample),
+            "session": str(session),
+            "traj": str(traj),
+            "state_lane_id": f"experiment={experiment_name}/sample={sample}/session={session}/traj={traj}",
+            "uid": uid or "",
+            "global_steps": global_steps if global_steps is not None else "",
+            "session_id": session_id or "",
+        }
+    )
