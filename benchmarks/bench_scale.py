@@ -410,7 +410,7 @@ def ceiling(args):
         try:
             run = (PROJECT, "ceiling")
             template = {}
-            nodes = 128
+            nodes = args.start_nodes
             while nodes <= args.max_nodes:
                 for node in range(nodes):
                     if node not in template:
@@ -509,6 +509,7 @@ def main():
     parser.add_argument("--fast", action="store_true", help="samplers every 1 s and 1 s steps")
     parser.add_argument("--ceiling", action="store_true", help="the hub alone, nodes doubled until it breaks")
     parser.add_argument("--max-nodes", type=int, default=8192)
+    parser.add_argument("--start-nodes", type=int, default=128, help="--ceiling: the first level")
     parser.add_argument("--hub")
     parser.add_argument("--experiment")
     args = parser.parse_args()

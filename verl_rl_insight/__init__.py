@@ -64,14 +64,14 @@ def _current():
     return rt, (_run or rt.current_run())
 
 
-def log(metrics, step=None):
+def log(metrics, step=None) -> None:
     """Log scalars exactly as ``Tracking.log`` would (names ``rl_insight_monitor_<key>``)."""
     rt, run = _current()
     rt.hook.rl_insight_log_metrics(run=run, metrics=dict(metrics), step=step, timestamp=time.time())
 
 
 @contextlib.contextmanager
-def state(name, lane="trainer", **attributes):
+def state(name, lane: str = "trainer", **attributes):
     """Time a block as one RL state interval on timeline lane ``lane``."""
     start_ns = time.time_ns()
     try:
@@ -83,13 +83,13 @@ def state(name, lane="trainer", **attributes):
         )
 
 
-def register_target(address, job, labels=None):
+def register_target(address, job, labels=None) -> None:
     """Ask the server to scrape ``host:port`` (e.g. a vLLM replica's /metrics)."""
     rt, run = _current()
     rt.hook.rl_insight_register_target(run=run, address=address, job=job, labels=dict(labels or {}))
 
 
-def finish(timeout_s=None):
+def finish(timeout_s=None) -> None:
     """Flush (bounded) and stop; safe to call more than once."""
     global _run
     from verl_rl_insight.trainer import runtime

@@ -21,7 +21,7 @@ from verl_rl_insight.contract import environment
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage error as one line and where to read more: no usage block."""
 
-    def error(self, message):
+    def error(self, message) -> None:
         self.exit(REFUSED, f"{self.prog}: {message}\n  fix: see `{self.prog} --help`\n")
 
 

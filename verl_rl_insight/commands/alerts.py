@@ -24,7 +24,7 @@ def duration(text):
     return float(match.group(1)) * UNITS[match.group(2) or "s"]
 
 
-def _ago(iso):
+def _ago(iso) -> str:
     try:
         since = datetime.datetime.fromisoformat(iso.replace("Z", "+00:00"))
     except (AttributeError, ValueError):
@@ -71,7 +71,7 @@ def show(args):
     return show_list(args, alerts, empty, ("ALERT", "SEVERITY", "RUN", "SINCE", "VALUE", "STATE"), row)
 
 
-def silence(args):
+def silence(args) -> int:
     base, token = server(args)
     body = {"project": args.project, "experiment_name": args.experiment, "duration_s": args.duration}
     if args.alert:
@@ -106,14 +106,14 @@ def silences(args):
     )
 
 
-def unsilence(args):
+def unsilence(args) -> int:
     base, token = server(args)
     call("DELETE", base + "/api/v1/silences?" + urllib.parse.urlencode({"id": args.id}), token)
     print(json.dumps({"expired": args.id}) if args.json else f"silence {args.id} ended; its alerts notify again")
     return 0
 
 
-def add_parsers(sub):
+def add_parsers(sub) -> None:
     alerts = sub.add_parser("alerts", help="alerts firing now; silence a run's alerts while debugging")
     common_options(alerts, top=True)
     alerts.add_argument("--project", default=None, help="only this project's alerts")

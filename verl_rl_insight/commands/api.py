@@ -9,7 +9,7 @@ import urllib.request
 from verl_rl_insight.commands.checks import PROBLEMS, CliError, check_server_url
 
 
-def common_options(parser, top=False):
+def common_options(parser, top: bool = False) -> None:
     """--server and --json, on the command and on each subcommand."""
     parser.add_argument(
         "--server",
@@ -65,14 +65,14 @@ def call(method, url, token, body=None):
         ) from None
 
 
-def print_table(rows):
+def print_table(rows) -> None:
     """Rows of strings as aligned columns (the first row the header); the last column is not padded."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
 
 
-def show_list(args, items, empty, header, row):
+def show_list(args, items, empty, header, row) -> int:
     """A list command's output: JSON for --json, ``empty`` for none, else a table of ``row(item)``."""
     if args.json:
         print(json.dumps(items))

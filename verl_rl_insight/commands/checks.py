@@ -16,7 +16,7 @@ OK, PROBLEMS, REFUSED = 0, 1, 2
 class CliError(RLInsightError):
     """What the user must change: one line, and a second with the fix when there is one."""
 
-    def __init__(self, message, fix=None, code=REFUSED):
+    def __init__(self, message, fix=None, code=REFUSED) -> None:
         super().__init__(message)
         self.fix = fix
         self.code = code
@@ -63,7 +63,7 @@ def bind_address(text):
     return text
 
 
-def check_server_url(url, where="--server"):
+def check_server_url(url, where: str = "--server"):
     """``url`` as the address of an rl-insight server (http or https, a host, a valid port)."""
     try:
         parts = urllib.parse.urlsplit(url)

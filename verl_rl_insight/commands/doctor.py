@@ -20,22 +20,22 @@ SUPPORTED_VERL = ((0, 6), (0, 10))  # 0.6 <= verl < 0.10
 
 
 class Report:
-    def __init__(self, out):
+    def __init__(self, out) -> None:
         self.out = out
         self.problems = 0
 
-    def ok(self, what, detail=""):
+    def ok(self, what, detail: str = "") -> None:
         print(f"ok       {what}" + (f": {detail}" if detail else ""), file=self.out)
 
-    def problem(self, what, detail, fix):
+    def problem(self, what, detail, fix) -> None:
         self.problems += 1
         print(f"PROBLEM  {what}: {detail}\n         fix: {fix}", file=self.out)
 
-    def skip(self, what, why):
+    def skip(self, what, why) -> None:
         print(f"skipped  {what}: {why}", file=self.out)
 
 
-def fetch(url, method="GET", body=None, token=None, timeout=5):
+def fetch(url, method: str = "GET", body=None, token=None, timeout: int = 5):
     """(status, headers, body) or (None, None, error text)."""
     headers = {"Content-Type": "application/json"}
     if token:
@@ -50,7 +50,7 @@ def fetch(url, method="GET", body=None, token=None, timeout=5):
         return None, None, str(exc)
 
 
-def check_server(report, url, token):
+def check_server(report, url, token) -> bool:
     status, headers, body = fetch(url + "/-/ready")
     if status != 200:
         report.problem(
@@ -112,7 +112,7 @@ def check_services(report, url):
     return services
 
 
-def check_targets(report, prometheus_url):
+def check_targets(report, prometheus_url) -> None:
     status, _, body = fetch(prometheus_url + "/api/v1/targets")
     if status != 200:
         report.skip("Prometheus targets", "Prometheus does not answer")
@@ -144,7 +144,7 @@ def prom_vector(prometheus_url, promql):
     return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in json.loads(body)["data"]["result"]}
 
 
-def check_remote_write(report, prometheus_url):
+def check_remote_write(report, prometheus_url) -> None:
     """Each remote_write queue of the server's Prometheus (its own figures, scraped as job
     rl_insight_prometheus): failing, retrying or falling behind is a problem."""
 
@@ -199,7 +199,7 @@ def check_remote_write(report, prometheus_url):
             report.ok(what, f"{where}: {total:.0f} samples sent, {lag:.0f} s behind")
 
 
-def check_provisioning(report, state):
+def check_provisioning(report, state) -> None:
     data = state.get("settings", {}).get("data_dir") if state else None
     if not data:
         report.skip("Grafana provisioning", "the server is not on this machine")
@@ -230,7 +230,7 @@ def check_provisioning(report, state):
         )
 
 
-def check_environment(report, url):
+def check_environment(report, url) -> None:
     if os.environ.get(environment.SERVER_URL):
         report.ok("RL_INSIGHT_SERVER_URL", server_url.redact(os.environ[environment.SERVER_URL]))
     else:
@@ -276,7 +276,7 @@ def check_environment(report, url):
         )
 
 
-def check_overrides(report, overrides):
+def check_overrides(report, overrides) -> None:
     if not overrides:
         report.skip("trainer config", "no Hydra overrides given (rl-insight doctor -- <your overrides>)")
         return
@@ -312,7 +312,7 @@ def check_overrides(report, overrides):
         report.ok("transfer_queue.metrics.enabled", str((tq.get("metrics") or {}).get("enabled", False)))
 
 
-def check_samples(report, url, project, experiment):
+def check_samples(report, url, project, experiment) -> None:
     status, _, body = fetch(url + "/api/v1/streams")
     streams = json.loads(body)["streams"] if status == 200 else []
     runs = [s for s in streams if "step" in s and s["step"] is not None]

@@ -12,7 +12,7 @@ from verl_rl_insight.contract import environment
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
-def run(args):
+def run(args) -> int:
     """Exec CMD with activation guaranteed, also where the .pth file is not read."""
     from verl_rl_insight.trainer.activation import bootstrap
 
@@ -33,7 +33,7 @@ def run(args):
         return 127
 
 
-def plugins(args):
+def plugins(args) -> int:
     from verl_rl_insight.trainer.config import load_config, plugin_settings
     from verl_rl_insight.trainer.manager import DEFAULT_PLUGINS, discover
 
@@ -51,7 +51,7 @@ def plugins(args):
     return 0
 
 
-def config(args):
+def config(args) -> int:
     from omegaconf import OmegaConf
 
     from verl_rl_insight.trainer.config import load_config
@@ -60,7 +60,7 @@ def config(args):
     return 0
 
 
-def dashboards_export(args):
+def dashboards_export(args) -> int:
     from verl_rl_insight.dashboards import DASHBOARDS_DIR
 
     out = writable_folder(args.dir)
@@ -105,7 +105,7 @@ def doctor(args):
     return checklist.run(server=args.server, project=args.project, experiment=args.experiment, overrides=overrides)
 
 
-def add_parsers(sub):
+def add_parsers(sub) -> None:
     import argparse
 
     from verl_rl_insight.commands import checks

@@ -21,7 +21,7 @@ def _prometheus(base, token):
     return Prometheus(info["prometheus"], timeout=60)
 
 
-def _ago(seconds):
+def _ago(seconds) -> str:
     if seconds is None:
         return "-"
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
@@ -30,7 +30,7 @@ def _ago(seconds):
     return f"{seconds:.0f}s ago"
 
 
-def known_runs(base, token, prom, project=None, since="30d"):
+def known_runs(base, token, prom, project=None, since: str = "30d"):
     """{(project, experiment): {"step", "last_push_s", "series", "finished", "where"}} from the hub and Prometheus."""
     runs = {}
     for stream in call("GET", base + "/api/v1/streams", token)["streams"]:
@@ -75,7 +75,7 @@ def known_runs(base, token, prom, project=None, since="30d"):
     return runs
 
 
-def show(args):
+def show(args) -> int:
     base, token = server(args)
     runs = known_runs(base, token, _prometheus(base, token), args.project, args.since)
     if args.json:
@@ -151,7 +151,7 @@ def since(text):
     return text
 
 
-def export(args):
+def export(args) -> int:
     base, token = server(args)
     prom = _prometheus(base, token)
     if prom is None:
@@ -210,7 +210,7 @@ def delete(args):
     return 0 if result["prometheus"] in ("deleted", "no Prometheus runs here") else PROBLEMS
 
 
-def add_parsers(sub):
+def add_parsers(sub) -> None:
     runs = sub.add_parser("runs", help="the runs the server knows: list, export to CSV / Parquet, delete")
     runs_sub = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     listing = runs_sub.add_parser("list", help="every run: last step, last push, series, state")

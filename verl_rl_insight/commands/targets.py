@@ -14,7 +14,7 @@ def _endpoint(args):
     return base + "/api/v1/targets", token
 
 
-def add(args):
+def add(args) -> int:
     from verl_rl_insight.server.stores.targets import TargetError, check_target
 
     labels = {}
@@ -42,7 +42,7 @@ def add(args):
     return 0
 
 
-def remove(args):
+def remove(args) -> int:
     url, token = _endpoint(args)
     query = urllib.parse.urlencode({"job": args.job, "address": args.address})
     record = _call("DELETE", f"{url}?{query}", token)
@@ -71,7 +71,7 @@ def show(args):
     )
 
 
-def add_parsers(sub):
+def add_parsers(sub) -> None:
     from verl_rl_insight.commands.api import common_options as common
 
     targets = sub.add_parser("targets", help="scrape targets (node-exporter, dcgm-exporter, ...) of the server")

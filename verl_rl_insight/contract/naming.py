@@ -39,7 +39,7 @@ def is_label_name(name):
     return isinstance(name, str) and LABEL_NAME_RE.fullmatch(name) is not None and not name.startswith("__")
 
 
-def label_value_problem(value, max_length=256):
+def label_value_problem(value, max_length: int = 256):
     """Why ``value`` cannot be a label value (None when it can): empty, too long, control
     characters, or text that has no UTF-8 form (lone surrogates)."""
     if not isinstance(value, str) or not value:

@@ -19,7 +19,7 @@ RATE = "[$__rate_interval]"
 ENGINES = engines.RUNNING
 
 
-def timeline_rows(layout):
+def timeline_rows(layout) -> None:
     layout.row("RL state timeline")
     layout.add(
         spans_table(
@@ -58,7 +58,7 @@ def timeline_rows(layout):
     )
 
 
-def transfer_queue_rows(layout):
+def transfer_queue_rows(layout) -> None:
     layout.row("TransferQueue")
     requests = f"sum by (op_type) (rate(tq_controller_request_total{{{RUN}}}{RATE}))"
     errors = f"sum by (op_type) (rate(tq_controller_request_errors_total{{{RUN}}}{RATE}))"
@@ -253,7 +253,7 @@ def transfer_queue_probe_rows(layout):
     return {title: "storage capacity and the accept-queue probe are reported only when configured"}
 
 
-def hardware_rows(layout):
+def hardware_rows(layout) -> None:
     gpu = f'{RUN},gpu=~"$gpu"'
     node = f'{RUN},node=~"$node"'
     layout.row("Hardware")

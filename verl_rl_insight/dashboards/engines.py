@@ -7,11 +7,11 @@ SEL = f'{RUN},replica=~"$replica"'
 RATE = "[$__rate_interval]"
 
 
-def by_replica(fn, expr):
+def by_replica(fn, expr) -> str:
     return f"{fn} by (replica) ({expr})"
 
 
-def rate(name, extra=""):
+def rate(name, extra: str = "") -> str:
     return f"rate({name}{{{SEL}{extra}}}{RATE})"
 
 
@@ -53,7 +53,7 @@ def in_flight():
     )
 
 
-def load_panels(layout, running, waiting, waiting_word, usage_title, usage):
+def load_panels(layout, running, waiting, waiting_word, usage_title, usage) -> None:
     """How loaded each replica is: requests running and waiting, busy share, calls in flight, KV cache."""
     layout.add(
         timeseries(
@@ -72,7 +72,7 @@ def load_panels(layout, running, waiting, waiting_word, usage_title, usage):
     )
 
 
-def vllm_rows(layout):
+def vllm_rows(layout) -> None:
     layout.row("vLLM engines (per replica)")
     layout.add(
         timeseries(
@@ -142,7 +142,7 @@ def vllm_rows(layout):
     )
 
 
-def latency_panels(layout, engine, own, w):
+def latency_panels(layout, engine, own, w) -> None:
     """The latency histograms both engines serve under the same names (time to first token,
     inter-token, end to end), then ``own`` ((title, name) pairs), as p50 / p99 panels ``w`` wide,
     and the two heatmaps."""
@@ -160,7 +160,7 @@ def latency_panels(layout, engine, own, w):
         layout.add(heatmap(title, f"sum by (le) ({rate(f'{engine}:{name}_bucket')})", "s"), w=12)
 
 
-def sglang_rows(layout):
+def sglang_rows(layout) -> None:
     layout.row("SGLang engines (per replica)")
     layout.add(
         timeseries(

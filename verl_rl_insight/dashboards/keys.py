@@ -136,7 +136,7 @@ def family_of(key):
     return head if head and last in STATS else key
 
 
-def unit_of(key):
+def unit_of(key) -> str:
     if key.startswith("timing_s/") or key in ("perf/time_per_step",) or key.endswith(("_time", "time_s", "_seconds")):
         return "s"
     if key.startswith("timing_per_token_ms/"):

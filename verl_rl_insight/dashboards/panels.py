@@ -16,11 +16,11 @@ class Layout:
     """Places panels left to right, 24 columns wide, hands out panel ids, and nests the panels of
     a collapsed row inside it (what Grafana stores for a collapsed row)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.panels, self.x, self.y, self.row_height, self.next_id = [], 0, 0, 0, 1
         self._into = self.panels
 
-    def add(self, panel, w=12, h=8):
+    def add(self, panel, w: int = 12, h: int = 8) -> None:
         if self.x + w > 24:
             self.x, self.y = 0, self.y + self.row_height
             self.row_height = 0
@@ -30,7 +30,7 @@ class Layout:
         self.row_height = max(self.row_height, h)
         self._into.append(panel)
 
-    def row(self, title, collapsed=False):
+    def row(self, title, collapsed: bool = False) -> None:
         self.x, self.y = 0, self.y + self.row_height
         self.row_height = 1
         self._into = self.panels
@@ -47,14 +47,14 @@ def every_panel(dashboard):
         yield from panel.get("panels", ())
 
 
-def target(expr, legend, ref="A", fmt=None):
+def target(expr, legend, ref: str = "A", fmt=None):
     t = {"datasource": PROM, "expr": expr, "legendFormat": legend, "refId": ref}
     if fmt:
         t["format"] = fmt
     return t
 
 
-def timeseries(title, targets, unit="short", thresholds=None, description="", stack=False):
+def timeseries(title, targets, unit: str = "short", thresholds=None, description: str = "", stack: bool = False):
     """A time series panel; a percent unit gets its axis bounded (0 to 1, or 0 to 100)."""
     defaults = {"unit": unit}
     if unit in PERCENT_UNITS:
@@ -86,7 +86,7 @@ def timeseries(title, targets, unit="short", thresholds=None, description="", st
     return panel
 
 
-def heatmap(title, expr, unit, description=""):
+def heatmap(title, expr, unit, description: str = ""):
     """A latency heatmap from histogram buckets (``sum by (le) (rate(..._bucket))``)."""
     return {
         "type": "heatmap",
@@ -104,7 +104,7 @@ def heatmap(title, expr, unit, description=""):
     }
 
 
-def step_axis(title, key, unit="short"):
+def step_axis(title, key, unit: str = "short"):
     """A training-step x axis: Prometheus is time-only, so the value and the global step (pushed
     together, same timestamps) are joined and plotted as an XY chart."""
     return {
@@ -159,7 +159,7 @@ def trace_view(title, description):
 
 
 def variables(engine_metric):
-    def query(name, expr, multi=True, include_all=False):
+    def query(name, expr, multi: bool = True, include_all: bool = False):
         return {
             "name": name,
             "type": "query",

@@ -24,7 +24,7 @@ def series(key, legend=None):
     return f"{metric(key)}{{{RUN}}}", f"{legend or key} {EXP}"
 
 
-def overview_rows(layout):
+def overview_rows(layout) -> None:
     layout.row("Training: what to check first")
     layout.add(
         timeseries(

@@ -103,7 +103,7 @@ def service_ports(settings, name):
     }[name]
 
 
-def fix_command(name):
+def fix_command(name) -> str:
     if name in ("prometheus", "alertmanager"):
         package = "prometheus" if name == "prometheus" else "prometheus-alertmanager"
         return f"rl-insight server install {name}   (or: apt-get install -y {package})"
@@ -111,7 +111,7 @@ def fix_command(name):
 
 
 class Server:
-    def __init__(self, settings):
+    def __init__(self, settings) -> None:
         self.settings = settings
         self.hub = MetricHub(
             max_series=int(settings.max_series),
@@ -164,7 +164,7 @@ class Server:
         self.supervisor.start()
         return self
 
-    def delete_series(self, project, experiment):
+    def delete_series(self, project, experiment) -> str:
         """Delete a run's series in this server's Prometheus (admin API: loopback only); says what happened."""
         service = self.services.get("prometheus")
         if service is None:
@@ -188,13 +188,13 @@ class Server:
             return f"not deleted: Prometheus answered {exc}"
         return "deleted"
 
-    def _restarted(self, service):
+    def _restarted(self, service) -> None:
         if service.name == "alertmanager" and self.alerting is not None:
             self.alerting.restore_when_ready()
         if self.on_change:
             self.on_change()
 
-    def _start_service(self, name):
+    def _start_service(self, name) -> None:
         s = self.settings
         found = binaries.resolve(name, s.service(name).get("binary"))
         if found is None:
@@ -248,7 +248,7 @@ class Server:
         service.start()
         self.services[name] = service
 
-    def wait_ready(self, timeout_s=60.0):
+    def wait_ready(self, timeout_s: float = 60.0) -> bool:
         """Wait for every started service; a service that does not come up is reported missing."""
         for name, service in list(self.services.items()):
             if not service.wait_ready(timeout_s):
@@ -317,7 +317,7 @@ class Server:
             },
         }
 
-    def stop(self):
+    def stop(self) -> None:
         if self.supervisor is not None:
             self.supervisor.stop()
         else:
@@ -330,13 +330,13 @@ class Server:
         self.targets.close()
 
 
-def write_state(server):
+def write_state(server) -> None:
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(server.state(), indent=2))  # no secret in it: they stay in secrets/
 
 
-def run(settings, on_ready=None):
+def run(settings, on_ready=None) -> int:
     """Start everything, write the state file, call ``on_ready(state)``, serve until SIGTERM/SIGINT."""
     # Hand the GIL on every 1 ms instead of 5: a push waiting behind a long rendering gets it sooner.
     sys.setswitchinterval(0.001)

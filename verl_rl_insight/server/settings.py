@@ -20,7 +20,7 @@ from verl_rl_insight.contract.naming import is_label_name
 SERVICE_NAMES = ("prometheus", "alertmanager", "tempo", "grafana")
 
 
-def _is_address(host):
+def _is_address(host) -> bool:
     try:
         ipaddress.ip_address(host)
         return True

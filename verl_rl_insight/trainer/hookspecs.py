@@ -12,43 +12,43 @@ hookimpl = pluggy.HookimplMarker("verl_rl_insight")
 
 
 @hookspec
-def rl_insight_configure(config, pm):
+def rl_insight_configure(config, pm) -> None:
     """Called once per process, before any other hook, with the merged config (a read-only
     DictConfig) and the plugin manager (for plugins that call other hooks)."""
 
 
 @hookspec
-def rl_insight_log_metrics(run, metrics, step, timestamp):
+def rl_insight_log_metrics(run, metrics, step, timestamp) -> None:
     """Trainer scalars as verl passed them to ``Tracking.log`` (a private copy; values may be non-numeric)."""
 
 
 @hookspec
-def rl_insight_export_batch(batch):
+def rl_insight_export_batch(batch) -> None:
     """A :class:`verl_rl_insight.trainer.client.metric_batch.MetricBatch` to send on; exporters must not block."""
 
 
 @hookspec
-def rl_insight_run_start(run, trainer_config):
+def rl_insight_run_start(run, trainer_config) -> None:
     """A verl ``Tracking`` was created for ``run``; ``trainer_config`` is verl's config as a dict (or None)."""
 
 
 @hookspec
-def rl_insight_state_enter(run, name, lane, start_ns, attributes):
+def rl_insight_state_enter(run, name, lane, start_ns, attributes) -> None:
     """An RL state (a trainer phase) begins on timeline lane ``lane``; states on one lane and thread nest."""
 
 
 @hookspec
-def rl_insight_state_exit(run, name, lane, end_ns, attributes):
+def rl_insight_state_exit(run, name, lane, end_ns, attributes) -> None:
     """The innermost open state ``name`` on lane ``lane`` of this thread ends; ``attributes`` add to it."""
 
 
 @hookspec
-def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes):
+def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes) -> None:
     """A finished RL state interval (a generate call, verl's trace_span) on timeline lane ``lane``."""
 
 
 @hookspec
-def rl_insight_trajectory(run, trajectory):
+def rl_insight_trajectory(run, trajectory) -> None:
     """A finished agent-loop trajectory traced through verl's rollout_trace (backend rl_insight):
     ``{"start_ns", "end_ns", "attributes": {sample_index, step, rollout_n, validate, ...},
     "ops": [{"name", "kind", "span_name", "start_ns", "end_ns", "attributes", "error"?}],
@@ -56,26 +56,26 @@ def rl_insight_trajectory(run, trajectory):
 
 
 @hookspec
-def rl_insight_train_batch(run, batch, step):
+def rl_insight_train_batch(run, batch, step) -> None:
     """The step's batch (a verl DataProto) on its way into advantage estimation; read it, never change it."""
 
 
 @hookspec
-def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats):
+def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats) -> None:
     """verl started rollout replicas (``addresses[i]`` is replica ``replica_ranks[i]``); ``log_stats`` is
     ``not disable_log_stats``: whether they serve engine metrics at ``/metrics``."""
 
 
 @hookspec
-def rl_insight_register_target(run, address, job, labels):
+def rl_insight_register_target(run, address, job, labels) -> None:
     """A Prometheus scrape target (``host:port``) that the monitoring server should scrape."""
 
 
 @hookspec
-def rl_insight_collect(run):
+def rl_insight_collect(run) -> None:
     """Periodic sampling (every ``collect_interval_s``, off the training thread); return MetricBatches or None."""
 
 
 @hookspec
-def rl_insight_shutdown(timeout_s):
+def rl_insight_shutdown(timeout_s) -> None:
     """Flush and stop within ``timeout_s`` seconds; called once at ``finish()`` or process exit."""

@@ -58,7 +58,7 @@ def discover(environ=None):
     return found
 
 
-def build_plugin_manager(config, environ=None, strict=True):
+def build_plugin_manager(config, environ=None, strict: bool = True):
     """A PluginManager with every enabled plugin registered under its name.
 
     Unknown plugin names in the config raise ConfigError when ``strict``; otherwise they are

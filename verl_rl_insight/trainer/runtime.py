@@ -35,7 +35,7 @@ class RunInfo(NamedTuple):
 
 
 class Runtime:
-    def __init__(self, config, pm):
+    def __init__(self, config, pm) -> None:
         self.config = config
         self.pm = pm
         self.hook = pm.hook
@@ -62,12 +62,12 @@ class Runtime:
             os.environ.get(ENV_PROJECT), os.environ.get(ENV_EXPERIMENT)
         )
 
-    def _collect_loop(self):
+    def _collect_loop(self) -> None:
         interval = float(self.config.collect_interval_s)
         while not self._stop.wait(interval):
             self.collect()
 
-    def collect(self):
+    def collect(self) -> None:
         """One round of the samplers, exported; also run once more at shutdown."""
         try:
             for batches in self.hook.rl_insight_collect(run=self.current_run()):
@@ -76,7 +76,7 @@ class Runtime:
         except Exception:
             logger.exception("rl-insight: a sampler failed; sampling goes on")
 
-    def shutdown(self, timeout_s=None):
+    def shutdown(self, timeout_s=None) -> None:
         """Flush every plugin (at most ``timeout_s``, default ``metric_push.flush_timeout_s``), once."""
         if self._closed:
             return
@@ -101,7 +101,7 @@ def get_runtime():
     return _runtime
 
 
-def start(trainer_config=None, config=None, strict=False):
+def start(trainer_config=None, config=None, strict: bool = False):
     """Start the process runtime once and return it (later calls return the same one).
 
     ``strict``: raise ConfigError for a bad config (the public ``init`` does); otherwise log
@@ -130,7 +130,7 @@ def start(trainer_config=None, config=None, strict=False):
         return _runtime
 
 
-def shutdown(timeout_s=None):
+def shutdown(timeout_s=None) -> None:
     """Flush and stop the runtime; a later ``start`` builds a fresh one."""
     global _runtime
     with _lock:
@@ -139,5 +139,5 @@ def shutdown(timeout_s=None):
         runtime.shutdown(timeout_s)
 
 
-def _shutdown_at_exit():
+def _shutdown_at_exit() -> None:
     shutdown()

@@ -57,7 +57,7 @@ class Progress:
     """The run's progress as the hub sees it (the step it was last pushed), drawn by this process:
     one line redrawn in place on a terminal, a line per quarter of the run otherwise (a log)."""
 
-    def __init__(self, hub_url, experiment, steps, out, interval_s=0.5):
+    def __init__(self, hub_url, experiment, steps, out, interval_s: float = 0.5) -> None:
         import threading
 
         self.hub_url, self.experiment, self.steps, self.out = hub_url, experiment, steps, out
@@ -84,7 +84,7 @@ class Progress:
         ]
         return max(steps, default=None)
 
-    def _draw(self, step):
+    def _draw(self, step) -> None:
         done = int(30 * step / max(self.steps, 1))
         line = (
             f"[demo] SIMULATED step {step}/{self.steps} [{'#' * done}{'.' * (30 - done)}] {time.strftime('%H:%M:%S')}"
@@ -99,13 +99,13 @@ class Progress:
             print(line, file=self.out, flush=True)
         self.shown = step
 
-    def _run(self):
+    def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             step = self._step()
             if step is not None and step != self.shown:
                 self._draw(step)
 
-    def stop(self):
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join(5)
         step = self._step()
@@ -115,7 +115,7 @@ class Progress:
             print(file=self.out, flush=True)
 
 
-def where_to_look(state, experiment, engine, out):
+def where_to_look(state, experiment, engine, out) -> None:
     urls = state["public_urls"]
     query = f'{{project="{PROJECT}",experiment_name="{experiment}"}}'
     print("\nThis was a SIMULATION (no model was trained). Where to look:", file=out)
@@ -140,16 +140,16 @@ def where_to_look(state, experiment, engine, out):
 
 
 def run(
-    steps=20,
-    step_seconds=2.0,
-    engine="vllm",
-    replicas=2,
+    steps: int = 20,
+    step_seconds: float = 2.0,
+    engine: str = "vllm",
+    replicas: int = 2,
     experiment=None,
     server_config=None,
-    linger_s=3.0,
-    transfer_queue=True,
+    linger_s: float = 3.0,
+    transfer_queue: bool = True,
     out=sys.stdout,
-):
+) -> int:
     from verl_rl_insight.commands.server import control
     from verl_rl_insight.server.settings import ServerSettings
 

@@ -64,12 +64,12 @@ TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, float("inf"))
 class MetricsEndpoint:
     """``GET /metrics`` on loopback (or ``host``), answering ``body()``."""
 
-    def __init__(self, body, host="127.0.0.1"):
+    def __init__(self, body, host: str = "127.0.0.1") -> None:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
+            def do_GET(self) -> None:
                 data = body() if self.path == "/metrics" else b""
                 self.send_response(200 if data else 404)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -77,7 +77,7 @@ class MetricsEndpoint:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, *a):
+            def log_message(self, *a) -> None:
                 pass
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
@@ -85,7 +85,7 @@ class MetricsEndpoint:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 
-    def close(self):
+    def close(self) -> None:
         import threading
 
         stopper = threading.Thread(target=self.server.shutdown, daemon=True)  # bounded: never hangs a caller
@@ -100,7 +100,7 @@ class EngineSimulator:
     way a busy engine would, never past what a real one can report (usage and hit rates within
     0-1, hits never above queries, accepted draft tokens never above drafted ones)."""
 
-    def __init__(self, engine, replica_rank, host="127.0.0.1"):
+    def __init__(self, engine, replica_rank, host: str = "127.0.0.1") -> None:
         import random
 
         self.engine = engine
@@ -146,7 +146,7 @@ class EngineSimulator:
         self.endpoint = MetricsEndpoint(lambda: generate_latest(registry), host)
         self.address = self.endpoint.address
 
-    def simulate_generate(self, requests, response_tokens):
+    def simulate_generate(self, requests, response_tokens) -> None:
         """A batch of ``requests`` generations of about ``response_tokens`` tokens each."""
         r, s, p = self.random, self.series, f"{self.engine}:"
         prompt = requests * r.randint(50, 300)
@@ -193,5 +193,5 @@ class EngineSimulator:
                     )
                     s[name].observe(r.expovariate(1 / scale))
 
-    def close(self):
+    def close(self) -> None:
         self.endpoint.close()

@@ -22,10 +22,10 @@ class SimulatedReplica:
 
     engine = "vllm"
 
-    def __init__(self, replica_rank, config, model_config, gpus_per_node, **kwargs):
+    def __init__(self, replica_rank, config, model_config, gpus_per_node, **kwargs) -> None:
         self.replica_rank = replica_rank
 
-    async def init_standalone(self):
+    async def init_standalone(self) -> None:
         from verl_rl_insight.commands.demo.simulated_engines import EngineSimulator
 
         self.simulator = EngineSimulator(self.engine, self.replica_rank)
@@ -60,11 +60,11 @@ def start_replicas(engine, replicas):
     return [r.simulator for r in manager.rollout_replicas]
 
 
-def start_transfer_queue(timeout_s=60):
+def start_transfer_queue(timeout_s: int = 60):
     """The real transferqueue with its metrics exporter, or None (not installed, or it did not start)."""
     result = {}
 
-    def init():
+    def init() -> None:
         try:
             import transfer_queue as tq
 
@@ -81,7 +81,7 @@ def start_transfer_queue(timeout_s=60):
     return result.get("tq")
 
 
-def exchange_through(tq, step):
+def exchange_through(tq, step) -> None:
     """Put and get one sample: TransferQueue's controller counts real requests; the partition
     keeps its samples (as a step's batch lives on) so its progress is reported."""
     import torch
@@ -94,7 +94,7 @@ def exchange_through(tq, step):
             print(f"[demo] TransferQueue exchange failed ({exc}); its request panels stay empty", flush=True)
 
 
-def batch_for(step, rng, batch=8, length=64, prompt_length=32):
+def batch_for(step, rng, batch: int = 8, length: int = 64, prompt_length: int = 32):
     """A DataProto like a rollout's: prompts and responses, rewards, critic values, and log probs of
     rollout and actor with a mismatch that drifts."""
     import numpy as np
@@ -191,12 +191,12 @@ def curves(step, total, rng, timing, batch):
     return metrics
 
 
-def generate_on(engines, seconds):
+def generate_on(engines, seconds) -> None:
     """Each replica generates for ``seconds``, reported on its timeline lane through verl's own
     RLInsightLogger.trace_state, as verl's vLLM / SGLang servers report every generate call."""
     from verl.utils.tracking import RLInsightLogger
 
-    def replica(engine):
+    def replica(engine) -> None:
         with RLInsightLogger.trace_state(f"{engine.engine}_generate", state_lane_id=f"replica_{engine.replica_rank}"):
             engine.simulate_generate(requests=16, response_tokens=400)
             time.sleep(seconds)

@@ -96,7 +96,7 @@ def install(args):
     return PROBLEMS if failed else 0
 
 
-def add_parsers(sub):
+def add_parsers(sub) -> None:
     server = sub.add_parser(
         "server", help="the monitoring server (metric hub, Prometheus, Alertmanager, Tempo, Grafana)"
     )

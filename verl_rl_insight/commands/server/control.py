@@ -39,7 +39,7 @@ def read_state(out=sys.stderr):
     return None
 
 
-def _stop_orphans(state, out):
+def _stop_orphans(state, out) -> None:
     for name, svc in (state.get("services") or {}).items():
         if pid_runs(svc.get("pid"), svc.get("binary", "")):
             print(f"rl-insight: stopping {name} (pid {svc['pid']}) left running by the crashed server", file=out)
@@ -51,7 +51,7 @@ def state_secret(state, name):
     return credentials.read_secret(state["settings"]["data_dir"], name) if state.get("settings") else None
 
 
-def trainer_url(state, reveal=True, local=False):
+def trainer_url(state, reveal: bool = True, local: bool = False):
     """RL_INSIGHT_SERVER_URL for trainers (``local``: on this machine): the hub's URL, carrying the
     token when one is required."""
     url = state["local_hub_url" if local else "hub_url"]
@@ -61,7 +61,7 @@ def trainer_url(state, reveal=True, local=False):
     return server_url.with_token(url, token) if token else url
 
 
-def panel(state, reveal_token=True):
+def panel(state, reveal_token: bool = True):
     urls = state["public_urls"]
     services = state["services"]
     secrets_dir = state.get("secrets_dir", "<data dir>/secrets")
@@ -105,7 +105,7 @@ def panel(state, reveal_token=True):
     return "\n".join(lines)
 
 
-def start(settings, detach=False, out=sys.stdout):
+def start(settings, detach: bool = False, out=sys.stdout):
     """Exit code: 0 all running, 1 running but a service is missing, 2 not started."""
     state = read_state()
     if state is not None:
@@ -118,7 +118,7 @@ def start(settings, detach=False, out=sys.stdout):
     if not detach:
         result = {}
 
-        def on_ready(state):
+        def on_ready(state) -> None:
             result["missing"] = bool(state["missing"])
             print(panel(state) + "\n\nCtrl+C stops the server and every service.", file=out, flush=True)
 
@@ -163,7 +163,7 @@ def start(settings, detach=False, out=sys.stdout):
     return 2
 
 
-def stop(out=sys.stdout, timeout_s=20.0):
+def stop(out=sys.stdout, timeout_s: float = 20.0) -> int:
     state = read_state()
     if state is None:
         print("rl-insight server is not running", file=out)
@@ -188,7 +188,7 @@ def stop(out=sys.stdout, timeout_s=20.0):
     return 0
 
 
-def status(out=sys.stdout, show_secrets=False):
+def status(out=sys.stdout, show_secrets: bool = False):
     state = read_state()
     if state is None:
         print(f"rl-insight server is not running (no state in {default_home()})", file=out)
@@ -233,7 +233,7 @@ def status(out=sys.stdout, show_secrets=False):
     return 1 if unhealthy else 0
 
 
-def _tail(path, start=0, lines=20):
+def _tail(path, start: int = 0, lines: int = 20):
     """The last ``lines`` lines written to ``path`` after byte ``start``."""
     try:
         with open(path, "rb") as f:

@@ -35,7 +35,7 @@ class InstallError(RLInsightError):
     """An install that did not happen; the message says why and what to do."""
 
 
-def _progress(out, name, done, total, started):
+def _progress(out, name, done, total, started) -> None:
     if out is None:
         return
     rate = done / max(time.monotonic() - started, 1e-6) / 2**20
@@ -51,7 +51,7 @@ def _progress(out, name, done, total, started):
     out.flush()
 
 
-def download(url, dest, name, out=None, timeout_s=60):
+def download(url, dest, name, out=None, timeout_s: int = 60):
     """Stream ``url`` into ``dest`` (a .part file first); returns the sha256. Leaves nothing on failure."""
     part = dest.with_name(dest.name + ".part")
     digest = hashlib.sha256()
@@ -142,7 +142,7 @@ def _parts(name):
     return [p for p in PurePosixPath(name).parts if p != "."]
 
 
-def _check_members(archive, members):
+def _check_members(archive, members) -> None:
     def refuse(member, why):
         raise InstallError(f"{archive.name}: member {member.name!r} {why}; archive refused")
 
@@ -181,7 +181,9 @@ def _check_members(archive, members):
                         refuse(member, f"links through the link {'/'.join(place)!r}")
 
 
-def install_one(name, local_archive=None, mirror=None, force=False, sha256=None, overrides=None, out=sys.stderr):
+def install_one(
+    name, local_archive=None, mirror=None, force: bool = False, sha256=None, overrides=None, out=sys.stderr
+):
     """Install service ``name``; returns the manifest. Raises InstallError, leaving any earlier install intact."""
     if not force:
         record = installed(name)
@@ -293,7 +295,7 @@ def _is_sha256(text):
     return len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
-def _write_manifest(name, record):
+def _write_manifest(name, record) -> None:
     path = services_dir() / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(record, indent=2))

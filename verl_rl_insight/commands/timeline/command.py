@@ -48,7 +48,7 @@ def read_spans(base, token, project, experiment):
     )
 
 
-def export(args):
+def export(args) -> int:
     from verl_rl_insight.commands.timeline import chrome_trace, sources
 
     if args.tempo:
@@ -87,7 +87,7 @@ def export(args):
     return 0
 
 
-def add_parsers(sub):
+def add_parsers(sub) -> None:
     timeline = sub.add_parser("timeline", help="a run's RL state timeline as a file (Perfetto, chrome://tracing)")
     timeline_sub = timeline.add_subparsers(dest="timeline_command", metavar="COMMAND", required=True)
     out = timeline_sub.add_parser("export", help="write the run's timeline as Chrome trace-event JSON")

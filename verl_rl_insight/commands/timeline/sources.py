@@ -16,7 +16,7 @@ class SourceError(RLInsightError):
     """Spans that cannot be read from the server or Tempo; the message says why."""
 
 
-def _get(url, headers=None, timeout=30):
+def _get(url, headers=None, timeout: int = 30):
     request = urllib.request.Request(url, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

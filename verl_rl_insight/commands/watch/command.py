@@ -57,7 +57,7 @@ def _keys():
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-def watch(args):
+def watch(args) -> int:
     from rich.console import Console, Group
     from rich.live import Live
     from rich.text import Text
@@ -100,7 +100,7 @@ def watch(args):
         return 0
 
 
-def add_parsers(sub):
+def add_parsers(sub) -> None:
     from verl_rl_insight.commands.api import common_options
 
     parser = sub.add_parser("watch", help="one run live in the terminal: step, curves, replicas, GPUs, alerts")

@@ -37,7 +37,7 @@ def metric(key: str) -> str:
 
 
 class Prometheus:
-    def __init__(self, url, timeout=5):
+    def __init__(self, url, timeout: int = 5) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
@@ -105,7 +105,7 @@ def by_step(prom, key_metric, selector, window_s, steps):
     return sorted(by.items())
 
 
-def snapshot(prom, project, experiment, window_s=3600):
+def snapshot(prom, project, experiment, window_s: int = 3600):
     """Everything one frame shows, as plain data."""
     selector = run_selector(project, experiment)
     step = prom.scalar(f"{STEP}{selector}")

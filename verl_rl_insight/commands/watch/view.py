@@ -20,7 +20,7 @@ def sparkline(values, width):
     return "".join(BLOCKS[min(len(BLOCKS) - 1, int((v - low) / span * len(BLOCKS)))] for v in values)
 
 
-def number(value, digits=4):
+def number(value, digits: int = 4) -> str:
     if value is None:
         return "-"
     if abs(value) >= 1e4 or (value and abs(value) < 1e-3):
@@ -32,7 +32,7 @@ def percent(value):
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
-def frame(data, width=80, height=24):
+def frame(data, width: int = 80, height: int = 24):
     """The renderable for ``data`` (watch.data.snapshot) in a terminal of width x height."""
     state = "finished" if data["finished"] else "running"
     head = Text.assemble(

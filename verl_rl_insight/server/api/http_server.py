@@ -36,14 +36,14 @@ class _LingeringTransport:
 
     linger_s = 5.0
 
-    def __init__(self, transport, protocol):
+    def __init__(self, transport, protocol) -> None:
         self._transport = transport
         self._protocol = protocol
 
     def __getattr__(self, name):
         return getattr(self._transport, name)
 
-    def close(self):
+    def close(self) -> None:
         protocol = self._protocol
         if protocol.lingering:
             return
@@ -60,7 +60,7 @@ class GuardedH11Protocol(H11Protocol):
     send_timeout_s = 30.0
     max_connections = 2048
 
-    def connection_made(self, transport):
+    def connection_made(self, transport) -> None:
         self.lingering = False
         super().connection_made(_LingeringTransport(transport, self))
         self.broken = False
@@ -78,7 +78,7 @@ class GuardedH11Protocol(H11Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._arm_receive()
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc) -> None:
         if exc is not None:
             self.broken = True
         if self._receive_timer is not None:
@@ -86,7 +86,7 @@ class GuardedH11Protocol(H11Protocol):
             self._receive_timer = None
         super().connection_lost(exc)
 
-    def data_received(self, data):
+    def data_received(self, data) -> None:
         if self.lingering:
             return  # the rest of a body already answered: dropped
         token = _connection.set(self)  # the request's task inherits it: see response_written()
@@ -102,10 +102,10 @@ class GuardedH11Protocol(H11Protocol):
         finally:
             _connection.reset(token)
 
-    def _arm_receive(self):
+    def _arm_receive(self) -> None:
         self._receive_timer = self.loop.call_later(self.receive_timeout_s, self._receive_deadline)
 
-    def _receive_deadline(self):
+    def _receive_deadline(self) -> None:
         self._receive_timer = None
         if self.transport.is_closing():
             return
@@ -118,7 +118,7 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
         self.loop.call_later(1.0, self._abort_if_open)
 
-    def _send_deadline(self, cycle):
+    def _send_deadline(self, cycle) -> None:
         if self.transport.is_closing() and self.transport.get_write_buffer_size() == 0:
             return
         if cycle.response_complete and self.transport.get_write_buffer_size() == 0:
@@ -126,13 +126,13 @@ class GuardedH11Protocol(H11Protocol):
         self.broken = True
         self.transport.abort()
 
-    def _abort_if_open(self):
+    def _abort_if_open(self) -> None:
         if self.transport.get_write_buffer_size():
             self.broken = True
             self.transport.abort()
 
 
-async def response_written(timeout_s=30.0):
+async def response_written(timeout_s: float = 30.0) -> bool:
     """After the last body chunk was sent: True once every byte of the response reached the kernel,
     False when the connection broke or the client stopped reading. (True outside this server.)"""
     connection = _connection.get()
@@ -161,7 +161,7 @@ def open_files_limit():
 
 
 class _Server(uvicorn.Server):
-    async def startup(self, sockets=None):
+    async def startup(self, sockets=None) -> None:
         asyncio.get_running_loop().set_exception_handler(_loop_errors)
         await super().startup(sockets=sockets)
 
@@ -169,7 +169,7 @@ class _Server(uvicorn.Server):
 _last_resource_error = [0.0]
 
 
-def _loop_errors(loop, context):
+def _loop_errors(loop, context) -> None:
     """asyncio's handler, but one line a minute for 'out of descriptors' instead of a traceback per try."""
     if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
         if loop.time() - _last_resource_error[0] > 60:
@@ -192,13 +192,13 @@ class HttpServer:
         app,
         host,
         port,
-        max_connections=4096,
-        backlog=2048,
-        keep_alive_s=20,
-        max_header_bytes=16384,
-        receive_timeout_s=10.0,
-        send_timeout_s=30.0,
-    ):
+        max_connections: int = 4096,
+        backlog: int = 2048,
+        keep_alive_s: int = 20,
+        max_header_bytes: int = 16384,
+        receive_timeout_s: float = 10.0,
+        send_timeout_s: float = 30.0,
+    ) -> None:
         # connections beyond what the descriptors allow (keeping some for files and services) are closed at once
         max_connections = max(8, min(max_connections, open_files_limit() - 32))
         protocol = type(
@@ -252,7 +252,7 @@ class HttpServer:
             raise RuntimeError("the HTTP server did not start; see the server log")
         return self
 
-    def stop(self, timeout_s=5.0):
+    def stop(self, timeout_s: float = 5.0) -> None:
         if self._thread is None:
             return
         self.server.should_exit = True

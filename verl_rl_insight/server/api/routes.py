@@ -58,7 +58,7 @@ class ApiError(Exception):
     reads what the client still sends and drops it, so that the client gets to read the answer
     (closing with unread data would reset the connection under it)."""
 
-    def __init__(self, status, message, headers=(), **extra):
+    def __init__(self, status, message, headers=(), **extra) -> None:
         super().__init__(message)
         self.status = status
         self.headers = list(headers)
@@ -72,7 +72,7 @@ class ClientGone(Exception):
 class Request:
     __slots__ = ("scope", "receive", "send", "headers", "query")
 
-    def __init__(self, scope, receive, send):
+    def __init__(self, scope, receive, send) -> None:
         self.scope = scope
         self.receive = receive
         self.send = send
@@ -98,10 +98,10 @@ class Api:
         alerting=None,
         spans=None,
         delete_series=None,
-        workers=4,
+        workers: int = 4,
         body_budget_bytes=64 * 1024 * 1024,
-        save_every_s=1.0,
-    ):
+        save_every_s: float = 1.0,
+    ) -> None:
         self.hub = hub
         self.targets = targets if targets is not None else TargetRegistry()
         self.token = token or None
@@ -234,7 +234,7 @@ class Api:
             exposure.commit(written)
             self._save_soon()
 
-    async def get_openapi(self, request):
+    async def get_openapi(self, request) -> None:
         await self._send_body(request.send, 200, "application/json", self._openapi)
 
     async def post_push(self, request):
@@ -340,7 +340,7 @@ class Api:
             )
         await self._send_body(request.send, 200, "application/x-ndjson", body)
 
-    async def post_silence(self, request):
+    async def post_silence(self, request) -> None:
         async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
             item = body
         await self._alerting(request, "silence", _parse_json(item))
@@ -354,10 +354,10 @@ class Api:
         result = await self._in_thread(getattr(self.alerting, action), *args)
         await self._send_json(request.send, 200, result)
 
-    async def _json_from(self, request, produce):
+    async def _json_from(self, request, produce) -> None:
         await self._send_json(request.send, 200, await self._in_thread(produce))
 
-    async def _text(self, request, body):
+    async def _text(self, request, body) -> None:
         await self._send_body(request.send, 200, "text/plain; charset=utf-8", body)
 
     # -- bodies ----------------------------------------------------------------------------
@@ -409,19 +409,19 @@ class Api:
                     ) from None
             self._in_flight += size
 
-    def _save_soon(self):
+    def _save_soon(self) -> None:
         now = time.monotonic()
         if now - self._last_save >= self.save_every_s:
             self._last_save = now
             self._executor.submit(self._save)
 
-    def _save(self):
+    def _save(self) -> None:
         try:
             self.hub.save_state()
         except OSError as exc:
             logger.warning("metric hub: cannot save the scrapers' state: %s", exc)
 
-    async def _send_body(self, send, status, content_type, body, headers=()):
+    async def _send_body(self, send, status, content_type, body, headers=()) -> None:
         self.responses[f"{status // 100}xx"] += 1
         await send(
             {
@@ -444,10 +444,10 @@ class Api:
                 }
             )
 
-    async def _send_json(self, send, status, obj, headers=()):
+    async def _send_json(self, send, status, obj, headers=()) -> None:
         await self._send_body(send, status, "application/json", json.dumps(obj).encode(), headers)
 
-    def close(self):
+    def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._save()
 

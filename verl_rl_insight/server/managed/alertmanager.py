@@ -62,7 +62,7 @@ def render_config(settings):
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def url(settings):
+def url(settings) -> str:
     return f"http://{HOST}:{settings.alertmanager_port}"
 
 

@@ -18,7 +18,7 @@ def connect_host(bind):
     return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
 
 
-def scraper_name(settings):
+def scraper_name(settings) -> str:
     """The name this Prometheus gives itself at the hub (``/metrics?scraper=``): one per server."""
     return f"prometheus-{settings.prometheus_port}"
 

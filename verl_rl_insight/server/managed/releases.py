@@ -77,7 +77,7 @@ RELEASES = {
 SERVICES = tuple(RELEASES)
 
 
-def machine_arch(machine=None):
+def machine_arch(machine=None) -> str:
     """amd64 or arm64 for this machine; anything else is not supported by the pinned releases."""
     machine = (machine or platform.machine()).lower()
     if machine in ("x86_64", "amd64"):

@@ -29,7 +29,7 @@ class Service:
         data_dir=None,
         env=None,
         cwd=None,
-    ):
+    ) -> None:
         self.name = name
         self.argv = [str(a) for a in argv]
         self.log_path = log_path
@@ -67,13 +67,13 @@ class Service:
     def pid(self):
         return self.process.pid if self.process is not None else None
 
-    def alive(self):
+    def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
     def healthy(self):
         return self.alive() and (self.ready_url is None or http_ok(self.ready_url))
 
-    def wait_ready(self, timeout_s=60.0):
+    def wait_ready(self, timeout_s: float = 60.0) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive():
@@ -83,7 +83,7 @@ class Service:
             time.sleep(0.1)
         return False
 
-    def check(self, on_restart=None):
+    def check(self, on_restart=None) -> None:
         """Called by the supervisor: restart a dead child when its back-off has passed."""
         if self._stopping or self.process is None or self.alive():
             if self.alive() and self.started_at and time.monotonic() - self.started_at > 60:
@@ -111,7 +111,7 @@ class Service:
             if on_restart is not None:
                 on_restart(self)
 
-    def stop(self, timeout_s=10.0):
+    def stop(self, timeout_s: float = 10.0) -> None:
         self._stopping = True
         if not self.alive():
             return
@@ -132,17 +132,17 @@ class Service:
 
 
 class Supervisor:
-    def __init__(self, services, on_restart=None, interval_s=0.5):
+    def __init__(self, services, on_restart=None, interval_s: float = 0.5) -> None:
         self.services = services
         self.on_restart = on_restart
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
 
-    def start(self):
+    def start(self) -> None:
         self._thread.start()
 
-    def _loop(self):
+    def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             for service in list(self.services.values()):
                 try:
@@ -150,13 +150,13 @@ class Supervisor:
                 except Exception:
                     logger.exception("supervising %s failed", service.name)
 
-    def stop(self):
+    def stop(self) -> None:
         self._stop.set()
         for service in self.services.values():
             service.stop()
 
 
-def stop_process_group(pgid, timeout_s=10.0, process=None):
+def stop_process_group(pgid, timeout_s: float = 10.0, process=None) -> None:
     """SIGTERM the group, wait, then SIGKILL what is left."""
     try:
         os.killpg(pgid, signal.SIGTERM)
@@ -180,7 +180,7 @@ def stop_process_group(pgid, timeout_s=10.0, process=None):
             pass
 
 
-def http_ok(url, timeout_s=1.0):
+def http_ok(url, timeout_s: float = 1.0):
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return response.status == 200
@@ -202,7 +202,7 @@ def pid_alive(pid):
         return True
 
 
-def pid_runs(pid, binary):
+def pid_runs(pid, binary) -> bool:
     """True when ``pid`` is alive and runs ``binary`` (guards against a reused pid)."""
     if not pid or not pid_alive(pid):
         return False

@@ -7,7 +7,7 @@ import yaml
 HEALTH_PATH = "/ready"
 
 
-def retention_hours(retention):
+def retention_hours(retention) -> str:
     """Prometheus-style retention (``30d``, ``12h``, ``2w``) as Tempo's hours string."""
     match = re.fullmatch(r"(\d+)([hdw])", str(retention).strip())
     if not match:

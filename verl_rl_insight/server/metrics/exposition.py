@@ -47,7 +47,7 @@ def body(families, trailer=()):
 _last_pause = [0.0]
 
 
-def pause(every_s=0.002):
+def pause(every_s: float = 0.002) -> None:
     """Let other threads take the GIL when this thread has had it for ``every_s``: a long rendering
     otherwise holds it for whole switch intervals (5 ms) at a time, and a push that needs it
     several times over waits them all out."""

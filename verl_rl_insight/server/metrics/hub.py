@@ -60,7 +60,7 @@ class Snapshot:
 
     __slots__ = ("seq", "step", "time", "received", "names", "values")
 
-    def __init__(self, seq, step, time_s, received, names, values):
+    def __init__(self, seq, step, time_s, received, names, values) -> None:
         self.seq = seq
         self.step = step
         self.time = time_s
@@ -88,7 +88,7 @@ class Stream:
         "cache",
     )
 
-    def __init__(self, key):
+    def __init__(self, key) -> None:
         self.key = key
         self.labels = exposition.label_text(key)
         self.latest = {}  # replaced, never changed in place, once a render may hold it
@@ -113,7 +113,7 @@ class Stream:
 class Scraper:
     __slots__ = ("name", "last_ms", "marks", "seen_at", "busy")
 
-    def __init__(self, name, last_ms=None, marks=None, seen_at=0.0):
+    def __init__(self, name, last_ms=None, marks=None, seen_at: float = 0.0) -> None:
         self.name = name
         self.last_ms = last_ms  # the arrival time (ms) of its last scrape: history goes after it
         self.marks = marks or {}  # stream key -> (seq or None after a restart, trainer time) last sent
@@ -130,7 +130,7 @@ class Scraper:
 class Exposure:
     """What one scrape exposes: references taken under the hub lock, formatted outside it."""
 
-    def __init__(self, hub, scraper, arrival_ms, entries, stats):
+    def __init__(self, hub, scraper, arrival_ms, entries, stats) -> None:
         self.hub = hub
         self.scraper = scraper
         self.arrival_ms = arrival_ms
@@ -157,7 +157,7 @@ class Exposure:
             exposition.pause()
         return exposition.body(families, _stats_lines(self.stats))
 
-    def commit(self, written=True):
+    def commit(self, written: bool = True) -> None:
         """The response was written (or, ``written=False``, could not be): move this scraper on."""
         if self.scraper is not None and not self.settled:
             self.settled = True
@@ -194,15 +194,15 @@ def _stats_lines(stats):
 class MetricHub:
     def __init__(
         self,
-        max_series=500_000,
+        max_series: int = 500_000,
         memory_limit_bytes=1 << 30,
-        history_s=600.0,
-        new_scraper_history_s=600.0,
-        stream_ttl_s=86_400.0,
-        scraper_ttl_s=3600.0,
+        history_s: float = 600.0,
+        new_scraper_history_s: float = 600.0,
+        stream_ttl_s: float = 86_400.0,
+        scraper_ttl_s: float = 3600.0,
         state_path=None,
         clock=time.time,
-    ):
+    ) -> None:
         self.max_series = max_series
         self.memory_limit_bytes = int(memory_limit_bytes)
         self.history_s = history_s
@@ -319,7 +319,7 @@ class MetricHub:
                 "and history); raise the hub's memory_limit_mb or finish old runs"
             )
 
-    def _evict(self, amount):
+    def _evict(self, amount) -> None:
         """Drop the oldest history, across streams, until ``amount`` bytes are free (or none is left)."""
         freed = 0
         streams = [s for s in self._streams.values() if s.history]
@@ -349,7 +349,7 @@ class MetricHub:
         self._bytes -= snapshot.nbytes
         return snapshot.nbytes
 
-    def _sweep(self, now):
+    def _sweep(self, now) -> None:
         """At most once a second: forget idle streams and scrapers, drop history everyone has seen."""
         if now < self._next_sweep:
             return
@@ -425,7 +425,7 @@ class MetricHub:
             stats = self._stats_locked()
         return Exposure(self, state, arrival_ms, entries, stats)
 
-    def _settle(self, exposure, written):
+    def _settle(self, exposure, written) -> None:
         state = exposure.scraper
         with self._lock:
             state.last_ms = max(state.last_ms or 0, exposure.arrival_ms)
@@ -493,7 +493,7 @@ class MetricHub:
             ]
 
     # -- what survives a restart -------------------------------------------------------------
-    def save_state(self):
+    def save_state(self) -> None:
         """Write what each named scraper was sent (atomically); a no-op when nothing changed."""
         if self.state_path is None:
             return
@@ -515,7 +515,7 @@ class MetricHub:
             self.state_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.state_path, json.dumps(state))
 
-    def _load_state(self):
+    def _load_state(self) -> None:
         if self.state_path is None or not self.state_path.exists():
             return
         try:

@@ -70,7 +70,7 @@ def silence_request(item):
 
 
 class Alerting:
-    def __init__(self, url, state_path, timeout_s=5.0):
+    def __init__(self, url, state_path, timeout_s: float = 5.0) -> None:
         self.url = url.rstrip("/")
         self.state_path = state_path
         self.timeout_s = timeout_s
@@ -170,10 +170,10 @@ class Alerting:
             self._save()
         return restored
 
-    def restore_when_ready(self, timeout_s=60.0):
+    def restore_when_ready(self, timeout_s: float = 60.0) -> None:
         """``restore`` on a thread of its own, once Alertmanager answers again."""
 
-        def run():
+        def run() -> None:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 try:
@@ -187,5 +187,5 @@ class Alerting:
 
         threading.Thread(target=run, name="rl-insight-silences", daemon=True).start()
 
-    def _save(self):
+    def _save(self) -> None:
         write_atomically(self.state_path, json.dumps(self._kept), mode=0o600)

@@ -123,7 +123,7 @@ def run_key(project, experiment):
 
 
 class SpanStore:
-    def __init__(self, folder, max_run_bytes=64 * 2**20, max_total_bytes=1024 * 2**20):
+    def __init__(self, folder, max_run_bytes=64 * 2**20, max_total_bytes=1024 * 2**20) -> None:
         self.folder = folder
         self.max_run_bytes = max_run_bytes
         self.max_total_bytes = max_total_bytes
@@ -170,7 +170,7 @@ class SpanStore:
             write_atomically(self.folder / "runs.json", json.dumps(self._runs))
         return kept
 
-    def _evict(self):
+    def _evict(self) -> None:
         while sum(r["bytes"] for r in self._runs.values()) > self.max_total_bytes and len(self._runs) > 1:
             oldest = min(self._runs, key=lambda k: self._runs[k].get("last", 0))
             (self.folder / f"{oldest}.jsonl").unlink(missing_ok=True)
@@ -191,7 +191,7 @@ class SpanStore:
             except FileNotFoundError:
                 return b""
 
-    def delete(self, project, experiment):
+    def delete(self, project, experiment) -> bool:
         key = run_key(project, experiment)
         with self._lock:
             if self._runs.pop(key, None) is None:

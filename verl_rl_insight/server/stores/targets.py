@@ -71,7 +71,7 @@ def check_target(address, job, labels, ttl_s):
 
 
 class TargetRegistry:
-    def __init__(self, store_path=None, clock=time.monotonic, save_interval_s=0.5):
+    def __init__(self, store_path=None, clock=time.monotonic, save_interval_s: float = 0.5) -> None:
         self.store_path = store_path
         self.clock = clock
         self.save_interval_s = save_interval_s
@@ -85,7 +85,7 @@ class TargetRegistry:
         self._writer = None
         self._load()
 
-    def register(self, address, job, labels=None, ttl_s=90.0):
+    def register(self, address, job, labels=None, ttl_s: float = 90.0):
         """Add or refresh a target (a heartbeat is the same call). Returns its record."""
         labels = check_target(address, job, labels or {}, ttl_s)
         with self._lock:
@@ -100,7 +100,7 @@ class TargetRegistry:
                 self._changed()
             return self._record(key)
 
-    def remove(self, address, job):
+    def remove(self, address, job) -> bool:
         with self._lock:
             removed = self._targets.pop((job, address), None)
             if removed is not None and not removed["ttl_s"]:
@@ -116,7 +116,7 @@ class TargetRegistry:
         """The target groups in Prometheus' http_sd format (``job`` as a target label)."""
         return [{"targets": [t["address"]], "labels": dict(t["labels"], job=t["job"])} for t in self.list()]
 
-    def close(self):
+    def close(self) -> None:
         """Write what is pending and stop the writer."""
         self._closed = True
         self._wake.set()
@@ -135,12 +135,12 @@ class TargetRegistry:
             "expires_in_s": expires_in,
         }
 
-    def _expire(self):
+    def _expire(self) -> None:
         now = self.clock()
         for key in [k for k, e in self._targets.items() if e["expires"] is not None and e["expires"] <= now]:
             del self._targets[key]
 
-    def _changed(self):
+    def _changed(self) -> None:
         if self.store_path is None:
             return
         self._dirty = True
@@ -149,7 +149,7 @@ class TargetRegistry:
             self._writer = threading.Thread(target=self._write_loop, name="targets-writer", daemon=True)
             self._writer.start()
 
-    def _write_loop(self):
+    def _write_loop(self) -> None:
         while not self._closed:
             self._wake.wait()
             self._wake.clear()
@@ -158,7 +158,7 @@ class TargetRegistry:
             self._save()
             time.sleep(self.save_interval_s)  # changes meanwhile go out in the next write
 
-    def _save(self):
+    def _save(self) -> None:
         if self.store_path is None:
             return
         with self._save_lock:

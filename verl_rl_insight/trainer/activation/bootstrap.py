@@ -61,7 +61,7 @@ _hooks_registered = False
 
 
 def _installer(hooks_module):
-    def install(module):
+    def install(module) -> None:
         if not _registered:
             return
         try:
@@ -74,7 +74,7 @@ def _installer(hooks_module):
     return install
 
 
-def activate():
+def activate() -> None:
     """Register the post-import hooks (idempotent). Already imported targets are patched now."""
     global _registered, _hooks_registered
     if _registered:
@@ -94,7 +94,7 @@ def activate():
                 _installer(hooks_module)(sys.modules[target])
 
 
-def autoload():
+def autoload() -> None:
     """Entry from the ``.pth`` file: activate unless ``VERL_RL_INSIGHT_AUTOLOAD=0``."""
     if os.environ.get(ENV_AUTOLOAD, "1").strip().lower() in ("0", "false", "no", "off"):
         return
@@ -109,7 +109,7 @@ def active():
     return _registered
 
 
-def deactivate():
+def deactivate() -> None:
     """Undo every patch applied so far (used by the instrumentor and the tests).
 
     wrapt keeps registered post-import hooks; they do nothing while deactivated.

@@ -10,8 +10,8 @@ class VerlInstrumentor(BaseInstrumentor):
     def instrumentation_dependencies(self):
         return ("verl >= 0.6",)
 
-    def _instrument(self, **kwargs):
+    def _instrument(self, **kwargs) -> None:
         bootstrap.activate()
 
-    def _uninstrument(self, **kwargs):
+    def _uninstrument(self, **kwargs) -> None:
         bootstrap.deactivate()

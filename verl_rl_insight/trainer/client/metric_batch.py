@@ -51,7 +51,7 @@ class MetricBatch:
 
     __slots__ = ("project", "experiment_name", "step", "timestamp", "raw", "prefix", "labels", "_converted")
 
-    def __init__(self, project, experiment_name, step, timestamp, raw, prefix="", labels=None):
+    def __init__(self, project, experiment_name, step, timestamp, raw, prefix: str = "", labels=None) -> None:
         self.project = project
         self.experiment_name = experiment_name
         self.step = step

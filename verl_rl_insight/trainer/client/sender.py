@@ -52,15 +52,15 @@ class BatchSender:
         self,
         url,
         token=None,
-        queue_batches=1024,
-        spool_batches=20000,
-        max_batches_per_request=200,
+        queue_batches: int = 1024,
+        spool_batches: int = 20000,
+        max_batches_per_request: int = 200,
         max_request_bytes=4 * 1024 * 1024,
-        timeout_s=5.0,
-        retry_max_s=5.0,
-        resend_window_s=30.0,
-        linger_s=0.25,
-    ):
+        timeout_s: float = 5.0,
+        retry_max_s: float = 5.0,
+        resend_window_s: float = 30.0,
+        linger_s: float = 0.25,
+    ) -> None:
         self.url = url
         self.token = token
         self.timeout_s = timeout_s
@@ -74,7 +74,7 @@ class BatchSender:
         self._reset()
         _senders.add(self)
 
-    def _reset(self):
+    def _reset(self) -> None:
         """Fresh state (at construction, and in the child after a fork)."""
         self.stats = collections.Counter()
         # deque.append/popleft are atomic in CPython: no lock on the training thread's path
@@ -97,7 +97,7 @@ class BatchSender:
         self._thread = None
 
     # -- training thread -------------------------------------------------------------------
-    def submit(self, batch):
+    def submit(self, batch) -> None:
         """Hand a batch over; never blocks. Counts (and warns once) when the hand-off queue is full."""
         if self._thread is None:
             self._start()
@@ -114,7 +114,7 @@ class BatchSender:
             self._outstanding += 1
         self._queue.append(batch)
 
-    def flush(self, timeout_s):
+    def flush(self, timeout_s) -> bool:
         """Wait up to ``timeout_s`` until everything submitted so far was delivered.
 
         Returns True when nothing is pending. While the server is down this returns after one
@@ -153,17 +153,17 @@ class BatchSender:
         return delivered
 
     # -- sender thread ---------------------------------------------------------------------
-    def _start(self):
+    def _start(self) -> None:
         with self._start_lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="rl-insight-sender", daemon=True)
                 self._thread.start()
 
-    def _settled(self, count):
+    def _settled(self, count) -> None:
         with self._count_lock:
             self._outstanding -= count
 
-    def _run(self):
+    def _run(self) -> None:
         # Polls every linger_s instead of waking on each submit: a wake-up on put would take
         # the GIL from the training thread inside its log call.
         while True:
@@ -279,7 +279,7 @@ class BatchSender:
             )
         return False
 
-    def _refused(self, chunk, status, message):
+    def _refused(self, chunk, status, message) -> bool:
         """The server refused the data itself: split the request until the refused batches are found."""
         if len(chunk) > 1:
             self._limit = (len(chunk) + 1) // 2
@@ -298,13 +298,13 @@ class BatchSender:
         )
         return True
 
-    def _narrowing_passed(self, count):
+    def _narrowing_passed(self, count) -> None:
         if self._suspect:
             self._suspect -= count
             if self._suspect <= 0:
                 self._suspect, self._limit = 0, None
 
-    def _resend_recent(self):
+    def _resend_recent(self) -> None:
         """Put the batches delivered in the last resend_window_s back at the front of the spool."""
         self.stats["resent_batches"] += len(self._delivered)
         with self._count_lock:
@@ -328,13 +328,13 @@ class BatchSender:
                 pass
         return response.status_code, response.text[:300], hub
 
-    def _warn_once(self, key, message, *args):
+    def _warn_once(self, key, message, *args) -> None:
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(message, *args)
 
 
-def _after_fork_in_child():
+def _after_fork_in_child() -> None:
     for sender in list(_senders):
         sender._reset()
 

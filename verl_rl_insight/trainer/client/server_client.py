@@ -4,7 +4,7 @@ and the JSON + bearer-token headers."""
 import http.client
 
 
-def _closed_while_idle(exc):
+def _closed_while_idle(exc) -> bool:
     """True when a request failed because the server had closed the kept-alive connection it was
     sent on (the server's idle timeout racing the next request): nothing reached the server."""
     seen, todo = set(), [exc]
@@ -21,11 +21,11 @@ def _closed_while_idle(exc):
 
 
 class ServerClient:
-    def __init__(self, token=None):
+    def __init__(self, token=None) -> None:
         self.token = token
         self._session = None
 
-    def request(self, method, url, body=None, params=None, timeout=5.0, headers=None):
+    def request(self, method, url, body=None, params=None, timeout: float = 5.0, headers=None):
         """``requests`` response (imported here: keeps ``import verl_rl_insight`` light); raises
         what requests raises when the server cannot be reached. ``url`` carries no credentials:
         the token goes in the Authorization header. A request on a kept-alive connection the server

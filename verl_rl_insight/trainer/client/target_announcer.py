@@ -15,7 +15,7 @@ logger = logging.getLogger("verl_rl_insight")
 
 
 class TargetAnnouncer:
-    def __init__(self, server_url, token=None, ttl_s=90.0, timeout_s=5.0):
+    def __init__(self, server_url, token=None, ttl_s: float = 90.0, timeout_s: float = 5.0) -> None:
         self.url = server_url.rstrip("/") + "/api/v1/targets"
         self.ttl_s = float(ttl_s)
         self.timeout_s = timeout_s
@@ -28,7 +28,7 @@ class TargetAnnouncer:
         self._warned = False
         self.stats = {"announced": 0, "failed": 0}
 
-    def announce(self, address, job, labels):
+    def announce(self, address, job, labels) -> None:
         key = (job, address)
         with self._lock:
             if self._targets.get(key) == labels:
@@ -43,14 +43,14 @@ class TargetAnnouncer:
         with self._lock:
             return dict(self._targets)
 
-    def _run(self):
+    def _run(self) -> None:
         while not self._stop.is_set():
             for (job, address), labels in self.targets().items():
                 self._request("POST", {"address": address, "job": job, "labels": labels, "ttl_s": self.ttl_s})
             self._wake.wait(max(1.0, self.ttl_s / 3))
             self._wake.clear()
 
-    def close(self, timeout_s=2.0):
+    def close(self, timeout_s: float = 2.0) -> None:
         """Stop the heartbeats and remove every announced target (bounded by ``timeout_s``)."""
         self._stop.set()
         self._wake.set()
@@ -91,7 +91,7 @@ def shared(config=None):
     return _shared
 
 
-def close_shared(timeout_s=2.0):
+def close_shared(timeout_s: float = 2.0) -> None:
     global _shared
     announcer, _shared = _shared, None
     if announcer is not None:

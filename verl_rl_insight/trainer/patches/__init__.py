@@ -5,7 +5,7 @@ verl module) and ``uninstall(module)``.
 """
 
 
-def unwrap(owner, name):
+def unwrap(owner, name) -> None:
     """Undo ``wrapt.wrap_function_wrapper(owner, name, ...)`` (isinstance checks against wrapt's
     proxy classes are unreliable across its C and Python implementations: duck-type instead)."""
     attr = vars(owner).get(name)

@@ -27,13 +27,13 @@ def _wrap(original):
     return compute_advantage
 
 
-def install(module):
+def install(module) -> None:
     original = module.__dict__.get("compute_advantage")
     if callable(original) and not getattr(original, "_rl_insight_advantage", False):
         module.compute_advantage = _wrap(original)
 
 
-def uninstall(module):
+def uninstall(module) -> None:
     current = module.__dict__.get("compute_advantage")
     if getattr(current, "_rl_insight_advantage", False):
         module.compute_advantage = current.__wrapped__

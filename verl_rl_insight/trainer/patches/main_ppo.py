@@ -32,7 +32,7 @@ def _runtime_env(wrapped, instance, args, kwargs):
     return runtime_env
 
 
-def install(module):
+def install(module) -> None:
     if getattr(module, "_rl_insight_installed", False):
         return
     wrapt.wrap_function_wrapper(module, "run_ppo", _run_ppo)
@@ -40,7 +40,7 @@ def install(module):
     module._rl_insight_installed = True
 
 
-def uninstall(module):
+def uninstall(module) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     for name in ("run_ppo", "get_ppo_ray_runtime_env"):

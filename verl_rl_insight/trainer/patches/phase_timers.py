@@ -25,7 +25,7 @@ class PhaseState:
 
     __slots__ = ("inner", "name", "lane", "step")
 
-    def __init__(self, inner, name, lane, step):
+    def __init__(self, inner, name, lane, step) -> None:
         self.inner, self.name, self.lane, self.step = inner, name, lane, step
 
     def __enter__(self):
@@ -50,7 +50,7 @@ class PhaseState:
         return self.inner.__exit__(*exc)
 
 
-def _hook(hook_name, **kwargs):
+def _hook(hook_name, **kwargs) -> None:
     rt = runtime.get_runtime()
     if rt is None:
         return
@@ -75,7 +75,7 @@ def _wrap(original, lane):
     return timer
 
 
-def install(module):
+def install(module) -> None:
     lane = LANES.get(module.__name__, "trainer")
     for attr in TIMER_NAMES:
         original = module.__dict__.get(attr)
@@ -86,7 +86,7 @@ def install(module):
             setattr(module, attr, _wrap(original, lane))
 
 
-def uninstall(module):
+def uninstall(module) -> None:
     for attr in TIMER_NAMES:
         current = module.__dict__.get(attr)
         if getattr(current, "_rl_insight_phase_timer", False):

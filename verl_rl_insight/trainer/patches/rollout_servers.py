@@ -36,7 +36,7 @@ async def _timed(coroutine, server, state):
         _report_span(server, state, start_ns)
 
 
-def _report_span(server, state, start_ns):
+def _report_span(server, state, start_ns) -> None:
     """Never raises: it runs in the ``finally`` of verl's generate, where an error would replace verl's result."""
     try:
         rt = runtime.get_runtime() or (runtime.start() if os.environ.get(ENV_VERL_ENABLE) == "1" else None)
@@ -60,7 +60,7 @@ def _server_args(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
-def install(module):
+def install(module) -> None:
     if getattr(module, "_rl_insight_installed", False) or hasattr(module, "RLInsightLogger"):
         return  # verl >= 0.9 reports these itself
     classes, state = SERVERS[module.__name__]
@@ -73,7 +73,7 @@ def install(module):
     module._rl_insight_installed = True
 
 
-def uninstall(module):
+def uninstall(module) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     classes, _ = SERVERS[module.__name__]

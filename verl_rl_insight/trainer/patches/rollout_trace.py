@@ -61,7 +61,7 @@ def _ours():
     return module is not None and module.RolloutTraceConfig.get_backend() == BACKEND
 
 
-def _emit(record):
+def _emit(record) -> None:
     try:
         config = _module().RolloutTraceConfig.get_instance()
         rt = runtime.start()
@@ -77,7 +77,12 @@ def _emit(record):
 def make_trace_attr(original):
     @contextlib.contextmanager
     def rollout_trace_attr(
-        sample_index=None, step=None, rollout_n=None, name="rollout_trace", validate=False, trace=True
+        sample_index=None,
+        step=None,
+        rollout_n=None,
+        name: str = "rollout_trace",
+        validate: bool = False,
+        trace: bool = True,
     ):
         with original(
             sample_index=sample_index, step=step, rollout_n=rollout_n, name=name, validate=validate, trace=trace
@@ -129,7 +134,7 @@ def _begin(func, instance, args, kwargs):
     return op, inputs
 
 
-def _end(record, op, error=None):
+def _end(record, op, error=None) -> None:
     op["end_ns"] = time.time_ns()
     if error is not None:
         op["error"] = type(error).__name__
@@ -198,7 +203,7 @@ def make_trace_op(original):
     return rollout_trace_op
 
 
-def install(module):
+def install(module) -> None:
     if getattr(module, "_rl_insight_installed", False):
         return
     module.rollout_trace_attr = make_trace_attr(module.rollout_trace_attr)
@@ -206,7 +211,7 @@ def install(module):
     module._rl_insight_installed = True
 
 
-def uninstall(module):
+def uninstall(module) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     for name in ("rollout_trace_attr", "rollout_trace_op"):

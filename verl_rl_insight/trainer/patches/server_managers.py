@@ -25,7 +25,7 @@ def _rollout_config(manager):
     return config
 
 
-def _report(manager, log_stats):
+def _report(manager, log_stats) -> None:
     try:
         rt = runtime.get_runtime() or runtime.start()
         rt.hook.rl_insight_rollout_servers(
@@ -44,14 +44,14 @@ def _report(manager, log_stats):
 class _VerlFlagOff:
     """verl 0.9 raises when rl_insight is on and disable_log_stats=True: hide the flag for the call."""
 
-    def __init__(self, active):
+    def __init__(self, active) -> None:
         self.active = active and os.environ.get(ENV_VERL_ENABLE) == "1"
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         if self.active:
             os.environ[ENV_VERL_ENABLE] = "0"
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         if self.active:
             os.environ[ENV_VERL_ENABLE] = "1"
 
@@ -79,7 +79,7 @@ def _initialize(wrapped, instance, args, kwargs):
     return result
 
 
-def install(module):
+def install(module) -> None:
     cls = getattr(module, MANAGERS[module.__name__], None)
     if cls is None or getattr(cls, "_rl_insight_installed", False) or "_initialize_llm_servers" not in vars(cls):
         return
@@ -87,7 +87,7 @@ def install(module):
     cls._rl_insight_installed = True
 
 
-def uninstall(module):
+def uninstall(module) -> None:
     cls = getattr(module, MANAGERS[module.__name__], None)
     if cls is not None and getattr(cls, "_rl_insight_installed", False):
         unwrap(cls, "_initialize_llm_servers")

@@ -72,7 +72,7 @@ def _agent_loop_session(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
 
 
-def install(module):
+def install(module) -> None:
     if getattr(module, "_rl_insight_installed", False):
         return
     tracking = module.Tracking
@@ -89,7 +89,7 @@ def install(module):
     module._rl_insight_installed = True
 
 
-def uninstall(module):
+def uninstall(module) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     tracking = module.Tracking

@@ -22,7 +22,7 @@ def _worker_init(wrapped, instance, args, kwargs):
     return result
 
 
-def install(module):
+def install(module) -> None:
     cls = getattr(module, "Worker", None)
     if cls is None or getattr(cls, "_rl_insight_installed", False):
         return
@@ -30,7 +30,7 @@ def install(module):
     cls._rl_insight_installed = True
 
 
-def uninstall(module):
+def uninstall(module) -> None:
     cls = getattr(module, "Worker", None)
     if cls is not None and getattr(cls, "_rl_insight_installed", False):
         unwrap(cls, "__init__")

@@ -22,14 +22,14 @@ _worker = f"{socket.gethostname()}:{os.getpid()}"
 
 
 @hookimpl
-def rl_insight_configure(config):
+def rl_insight_configure(config) -> None:
     with _lock:
         _totals.clear()
         _steps.clear()
 
 
 @hookimpl
-def rl_insight_trajectory(run, trajectory):
+def rl_insight_trajectory(run, trajectory) -> None:
     ops = trajectory["ops"]
     tools = [op for op in ops if op["kind"] == "tool"]
     figures = collections.Counter(

@@ -41,11 +41,11 @@ def load_nvml():
 class NodeLock:
     """Non-blocking per-node, per-user lock: True for exactly one process of the node at a time."""
 
-    def __init__(self, directory=None):
+    def __init__(self, directory=None) -> None:
         self.path = os.path.join(directory or tempfile.gettempdir(), f"rl-insight-hardware-{os.getuid()}.lock")
         self.fd = None
 
-    def acquire(self):
+    def acquire(self) -> bool:
         if self.fd is not None:
             return True
         fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
@@ -57,14 +57,23 @@ class NodeLock:
         self.fd = fd
         return True
 
-    def release(self):
+    def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)  # closing drops the flock
             self.fd = None
 
 
 class HardwareSampler:
-    def __init__(self, export, current_run, interval_s=5.0, gpu=True, host=True, lock_dir=None, nvml_loader=None):
+    def __init__(
+        self,
+        export,
+        current_run,
+        interval_s: float = 5.0,
+        gpu: bool = True,
+        host: bool = True,
+        lock_dir=None,
+        nvml_loader=None,
+    ) -> None:
         self.export = export
         self.current_run = current_run
         self.interval_s = float(interval_s)
@@ -81,7 +90,7 @@ class HardwareSampler:
         self._thread.start()
         return self
 
-    def _open_gpu(self):
+    def _open_gpu(self) -> None:
         nvml = (self.nvml_loader or load_nvml)() if self.want_gpu else None
         if nvml is None:
             return
@@ -91,7 +100,7 @@ class HardwareSampler:
             logger.info("rl-insight: no GPU metrics from this node (%s: %s)", type(exc).__name__, exc)
             self.want_gpu = False
 
-    def _run(self):
+    def _run(self) -> None:
         while not self._stop.is_set():
             if self.lock.acquire():
                 if self.gpu is None and self.want_gpu:
@@ -119,7 +128,7 @@ class HardwareSampler:
         self.samples += 1
         return batches
 
-    def close(self):
+    def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(2)
@@ -129,7 +138,7 @@ class HardwareSampler:
 
 
 @hookimpl
-def rl_insight_configure(config, pm):
+def rl_insight_configure(config, pm) -> None:
     global _sampler
     settings = plugin_settings(config, "hardware")
     from verl_rl_insight.trainer import runtime
@@ -157,7 +166,7 @@ def rl_insight_configure(config, pm):
 
 
 @hookimpl
-def rl_insight_shutdown(timeout_s):
+def rl_insight_shutdown(timeout_s) -> None:
     global _sampler
     if _sampler is not None:
         _sampler.close()

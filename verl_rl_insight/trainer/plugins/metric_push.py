@@ -15,7 +15,7 @@ _sender = None
 
 
 @hookimpl
-def rl_insight_configure(config):
+def rl_insight_configure(config) -> None:
     global _sender
     _sender = None
     url = config.get("server_url")
@@ -43,13 +43,13 @@ def rl_insight_configure(config):
 
 
 @hookimpl
-def rl_insight_export_batch(batch):
+def rl_insight_export_batch(batch) -> None:
     if _sender is not None:
         _sender.submit(batch)
 
 
 @hookimpl
-def rl_insight_shutdown(timeout_s):
+def rl_insight_shutdown(timeout_s) -> None:
     if _sender is not None:
         _sender.close(timeout_s)
         stats = dict(_sender.stats)

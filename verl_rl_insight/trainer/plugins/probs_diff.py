@@ -88,13 +88,13 @@ def batch_metrics(batch):
 
 
 @hookimpl
-def rl_insight_configure(config):
+def rl_insight_configure(config) -> None:
     with _lock:
         _pending.clear()
 
 
 @hookimpl
-def rl_insight_train_batch(run, batch, step):
+def rl_insight_train_batch(run, batch, step) -> None:
     metrics = batch_metrics(batch)
     if metrics is not None:
         with _lock:
@@ -104,7 +104,7 @@ def rl_insight_train_batch(run, batch, step):
 
 
 @hookimpl(tryfirst=True)
-def rl_insight_log_metrics(run, metrics, step, timestamp):
+def rl_insight_log_metrics(run, metrics, step, timestamp) -> None:
     if not _pending:  # the common case, on the training thread: no lock
         return
     with _lock:

@@ -21,14 +21,14 @@ def node_of(address):
 
 
 @hookimpl
-def rl_insight_configure(config):
+def rl_insight_configure(config) -> None:
     global _warned
     _warned = False
     target_announcer.shared(config)
 
 
 @hookimpl
-def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats):
+def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats) -> None:
     global _warned
     if not log_stats:
         if not _warned:
@@ -45,7 +45,7 @@ def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats)
 
 
 @hookimpl
-def rl_insight_register_target(run, address, job, labels):
+def rl_insight_register_target(run, address, job, labels) -> None:
     announcer = target_announcer.shared()
     if job not in ENGINES or announcer is None:
         return
@@ -57,5 +57,5 @@ def rl_insight_register_target(run, address, job, labels):
 
 
 @hookimpl
-def rl_insight_shutdown(timeout_s):
+def rl_insight_shutdown(timeout_s) -> None:
     target_announcer.close_shared(min(timeout_s, 2.0))

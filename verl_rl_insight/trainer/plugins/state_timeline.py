@@ -94,7 +94,7 @@ class AnnouncedEndpointExporter:
     """Asks the rl-insight server (``/api/v1/info``) where its OTLP receiver is, on the first export,
     on the span thread; falls back to the server's host and ``otlp_port``."""
 
-    def __init__(self, server_url, fallback, make_exporter):
+    def __init__(self, server_url, fallback, make_exporter) -> None:
         self.server_url = server_url.rstrip("/")
         self.fallback = fallback
         self.make_exporter = make_exporter
@@ -117,7 +117,7 @@ class AnnouncedEndpointExporter:
             self.exporter = self.make_exporter(endpoint)
         return self.exporter.export(spans)
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         if self.exporter is not None:
             self.exporter.shutdown()
 
@@ -125,7 +125,7 @@ class AnnouncedEndpointExporter:
 class CountingSpanProcessor(SpanProcessor):
     """A batching span processor whose queue drops (and counts) instead of blocking or silently losing."""
 
-    def __init__(self, exporter, max_queue=8192, batch_size=512, interval_s=1.0):
+    def __init__(self, exporter, max_queue: int = 8192, batch_size: int = 512, interval_s: float = 1.0) -> None:
         self.exporter = exporter
         self.max_queue = max_queue
         self.batch_size = batch_size
@@ -139,10 +139,10 @@ class CountingSpanProcessor(SpanProcessor):
         self._thread = threading.Thread(target=self._run, name="rl-insight-spans", daemon=True)
         self._thread.start()
 
-    def on_start(self, span, parent_context=None):
+    def on_start(self, span, parent_context=None) -> None:
         pass
 
-    def on_end(self, span):
+    def on_end(self, span) -> None:
         with self._lock:
             if len(self._queue) >= self.max_queue:
                 self.stats["dropped"] += 1
@@ -155,7 +155,7 @@ class CountingSpanProcessor(SpanProcessor):
             if len(self._queue) >= self.batch_size:
                 self._wake.set()
 
-    def _run(self):
+    def _run(self) -> None:
         while True:
             self._wake.wait(self.interval_s)
             self._wake.clear()
@@ -163,7 +163,7 @@ class CountingSpanProcessor(SpanProcessor):
             if self._stop.is_set():
                 return
 
-    def _export_all(self):
+    def _export_all(self) -> None:
         from opentelemetry.sdk.trace.export import SpanExportResult
 
         while True:
@@ -184,7 +184,7 @@ class CountingSpanProcessor(SpanProcessor):
                     getattr(self.exporter, "_endpoint", "the OTLP endpoint"),
                 )
 
-    def force_flush(self, timeout_millis=30000):
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
         deadline = time.monotonic() + timeout_millis / 1000
         self._idle.clear()
         self._wake.set()
@@ -195,13 +195,13 @@ class CountingSpanProcessor(SpanProcessor):
                 return True
         return False
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         self._stop.set()
         self._wake.set()
 
 
 @hookimpl
-def rl_insight_configure(config):
+def rl_insight_configure(config) -> None:
     global _tracer, _processor
     _tracer = _processor = None
     with _durations_lock:
@@ -279,7 +279,7 @@ def _parent_context(lane):
 
 
 @hookimpl
-def rl_insight_state_enter(run, name, lane, start_ns, attributes):
+def rl_insight_state_enter(run, name, lane, start_ns, attributes) -> None:
     if _tracer is None:
         return
     span = _tracer.start_span(
@@ -292,7 +292,7 @@ def rl_insight_state_enter(run, name, lane, start_ns, attributes):
 
 
 @hookimpl
-def rl_insight_state_exit(run, name, lane, end_ns, attributes):
+def rl_insight_state_exit(run, name, lane, end_ns, attributes) -> None:
     stack = _stack(lane)
     for i in range(len(stack) - 1, -1, -1):
         if stack[i][0] == name:
@@ -305,7 +305,7 @@ def rl_insight_state_exit(run, name, lane, end_ns, attributes):
 
 
 @hookimpl
-def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes):
+def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes) -> None:
     lane = lane or "trainer"
     _count(name, lane, end_ns - start_ns)
     if _tracer is None:
@@ -319,7 +319,7 @@ def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes):
     span.end(end_time=end_ns)
 
 
-def _count(name, lane, duration_ns):
+def _count(name, lane, duration_ns) -> None:
     with _durations_lock:
         entry = _durations[(name, lane)]
         entry[0] += duration_ns / 1e9
@@ -361,7 +361,7 @@ def rl_insight_collect(run):
 
 
 @hookimpl
-def rl_insight_shutdown(timeout_s):
+def rl_insight_shutdown(timeout_s) -> None:
     global _tracer
     if _processor is not None:
         _processor.force_flush(int(min(timeout_s, 5.0) * 1000))
@@ -375,7 +375,7 @@ def processor():
 
 
 @hookimpl
-def rl_insight_trajectory(run, trajectory):
+def rl_insight_trajectory(run, trajectory) -> None:
     """An agent-loop trajectory: one span on lane agent_loop, its traced ops as children."""
     if _tracer is None:
         return

@@ -20,7 +20,7 @@ _runs = set()
 
 
 @hookimpl
-def rl_insight_configure(config, pm):
+def rl_insight_configure(config, pm) -> None:
     global _prefix, _export
     _prefix = plugin_settings(config, "trainer_metrics").prefix
     _export = pm.hook.rl_insight_export_batch
@@ -28,7 +28,7 @@ def rl_insight_configure(config, pm):
 
 
 @hookimpl
-def rl_insight_log_metrics(run, metrics, step, timestamp):
+def rl_insight_log_metrics(run, metrics, step, timestamp) -> None:
     # Runs on the training thread: build the batch, convert nothing (the sender thread does).
     if run not in _runs:
         _runs.add(run)
@@ -37,7 +37,7 @@ def rl_insight_log_metrics(run, metrics, step, timestamp):
 
 
 @hookimpl(tryfirst=True)  # before the exporters close
-def rl_insight_shutdown(timeout_s):
+def rl_insight_shutdown(timeout_s) -> None:
     for run in list(_runs):
         _export(batch=MetricBatch(run.project, run.experiment_name, None, time.time(), {FINISHED: 1}))
     _runs.clear()

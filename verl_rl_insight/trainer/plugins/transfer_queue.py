@@ -20,18 +20,18 @@ def metrics_enabled(trainer_config):
 
 
 @hookimpl
-def rl_insight_configure(config):
+def rl_insight_configure(config) -> None:
     target_announcer.shared(config)
 
 
 @hookimpl
-def rl_insight_run_start(run, trainer_config):
+def rl_insight_run_start(run, trainer_config) -> None:
     if metrics_enabled(trainer_config):
         # get_metrics_endpoint() asks a Ray actor: not on the training thread.
         threading.Thread(target=_register, args=(run,), name="rl-insight-tq", daemon=True).start()
 
 
-def _register(run):
+def _register(run) -> None:
     try:
         import transfer_queue
 
@@ -44,7 +44,7 @@ def _register(run):
 
 
 @hookimpl
-def rl_insight_register_target(run, address, job, labels):
+def rl_insight_register_target(run, address, job, labels) -> None:
     announcer = target_announcer.shared()
     if job != JOB or announcer is None:
         return
@@ -52,5 +52,5 @@ def rl_insight_register_target(run, address, job, labels):
 
 
 @hookimpl
-def rl_insight_shutdown(timeout_s):
+def rl_insight_shutdown(timeout_s) -> None:
     target_announcer.close_shared(min(timeout_s, 2.0))

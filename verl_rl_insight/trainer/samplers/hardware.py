@@ -14,7 +14,7 @@ HOSTNAME = socket.gethostname()
 
 
 class GpuSampler:
-    def __init__(self, nvml):
+    def __init__(self, nvml) -> None:
         self.nvml = nvml
         nvml.nvmlInit()
         self.gpus = []
@@ -105,7 +105,7 @@ class GpuSampler:
                 out.append((labels, values))
         return out
 
-    def close(self):
+    def close(self) -> None:
         try:
             self.nvml.nvmlShutdown()
         except Exception:
@@ -123,7 +123,7 @@ def _text(value):
 class HostSampler:
     """CPU, memory, load, network and disk of this node, from /proc (rates between two samples)."""
 
-    def __init__(self, proc="/proc", sys_block="/sys/block"):
+    def __init__(self, proc: str = "/proc", sys_block: str = "/sys/block") -> None:
         self.proc = proc
         self.sys_block = sys_block
         self._last = None

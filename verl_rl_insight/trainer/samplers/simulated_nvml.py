@@ -10,12 +10,12 @@ load_level = [0.0]
 
 
 class NVMLError(Exception):
-    def __init__(self, value):
+    def __init__(self, value) -> None:
         super().__init__(f"NVML error {value}")
         self.value = value
 
 
-def make_nvml(gpus=2, failures=None, broken_handles=(), xid=None, load=None):
+def make_nvml(gpus: int = 2, failures=None, broken_handles=(), xid=None, load=None):
     """``load``: a callable returning 0..1 (how busy the simulated GPUs are now), or None for fixed values."""
     failures = dict(failures or {})
     calls = {}
@@ -36,7 +36,7 @@ def make_nvml(gpus=2, failures=None, broken_handles=(), xid=None, load=None):
         calls=calls,
     )
 
-    def api(name, result):
+    def api(name, result) -> None:
         def call(handle=None, *args):
             index = handle if isinstance(handle, int) else None
             calls[(index, name)] = calls.get((index, name), 0) + 1

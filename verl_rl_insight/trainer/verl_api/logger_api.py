@@ -43,7 +43,7 @@ def _runtime_and_run():
 
 
 @_never_raises
-def init(project=None, experiment_name=None, config=None, **_):
+def init(project=None, experiment_name=None, config=None, **_) -> None:
     global _run
     rt = runtime.start(trainer_config={"rl_insight": dict(config)} if config else None)
     if project is not None or experiment_name is not None:  # bare init(): the process's current run
@@ -51,7 +51,7 @@ def init(project=None, experiment_name=None, config=None, **_):
 
 
 @_never_raises
-def metric_gauge(name, value, **_):
+def metric_gauge(name, value, **_) -> None:
     rt, run = _runtime_and_run()
     rt.hook.rl_insight_log_metrics(run=run, metrics={name: value}, step=None, timestamp=time.time())
 
@@ -66,7 +66,7 @@ def trace_state(state_name, state_lane_id=None, **labels):
 
 
 @_never_raises
-def trace_span(name, start_time_ns, end_time_ns, attributes=None):
+def trace_span(name, start_time_ns, end_time_ns, attributes=None) -> None:
     rt, run = _runtime_and_run()
     attributes = dict(attributes or {})
     lane = attributes.get("state_lane_id")
@@ -81,7 +81,7 @@ def trace_span(name, start_time_ns, end_time_ns, attributes=None):
 
 
 @_never_raises
-def update_prometheus_config(server_addresses, job_name=None, labels=None):
+def update_prometheus_config(server_addresses, job_name=None, labels=None) -> None:
     rt, run = _runtime_and_run()
     labels = list(labels or [])
     for i, address in enumerate(server_addresses or ()):
@@ -95,7 +95,7 @@ def update_prometheus_config(server_addresses, job_name=None, labels=None):
 
 
 @_never_raises
-def finish():
+def finish() -> None:
     runtime.shutdown()
 
 
@@ -103,13 +103,13 @@ class AgentLoopSession:
     """What verl's ``RLInsightLogger.agent_loop_session`` returns: the session's identity, and
     ``finish(**outcome)``, which puts the session on the timeline (lane agent_loop) with it."""
 
-    def __init__(self, identity):
+    def __init__(self, identity) -> None:
         self.identity = identity
         self.start_ns = time.time_ns()
         self.finished = False
 
     @_never_raises
-    def finish(self, **outcome):
+    def finish(self, **outcome) -> None:
         if self.finished:
             return
         self.finished = True
@@ -123,7 +123,9 @@ class AgentLoopSession:
         trace_span("agent session", self.start_ns, time.time_ns(), attributes)
 
 
-def agent_loop_session(project, experiment_name, sample, session, traj=0, uid=None, global_steps=None, session_id=None):
+def agent_loop_session(
+    project, experiment_name, sample, session, traj: int = 0, uid=None, global_steps=None, session_id=None
+):
     return AgentLoopSession(
         {
             "project": project or "default",

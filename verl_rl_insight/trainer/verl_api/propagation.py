@@ -19,7 +19,7 @@ def logger_list(trainer_config):
     return [str(x) for x in loggers]
 
 
-def prepare_driver_environment(trainer_config):
+def prepare_driver_environment(trainer_config) -> None:
     """Called before verl's ``run_ppo`` builds its runtime_env: mirror what verl 0.9 does for
     ``VERL_RL_INSIGHT_ENABLE`` and publish the Hydra ``rl_insight`` block for the workers."""
     if "rl_insight" in logger_list(trainer_config):

@@ -17,7 +17,7 @@ ENV_VERL_ENABLE = environment.VERL_ENABLE
 
 
 class RLInsightBackend:
-    def __init__(self, project_name, experiment_name, config=None):
+    def __init__(self, project_name, experiment_name, config=None) -> None:
         # verl >= 0.9 guards its own call sites (rollout metrics, trace_state) with this variable.
         os.environ[ENV_VERL_ENABLE] = "1"
         self._runtime = runtime.start(trainer_config=config)
@@ -26,7 +26,7 @@ class RLInsightBackend:
         self._failed = False
         self._runtime.hook.rl_insight_run_start(run=self._run, trainer_config=config)
 
-    def log(self, data, step):
+    def log(self, data, step) -> None:
         try:
             self._log_metrics(run=self._run, metrics=dict(data), step=step, timestamp=time.time())
         except Exception:
@@ -34,7 +34,7 @@ class RLInsightBackend:
                 self._failed = True
                 logger.exception("rl-insight: a plugin failed while logging metrics; training goes on")
 
-    def finish(self):
+    def finish(self) -> None:
         """Flush what is pending (bounded by ``metric_push.flush_timeout_s``) and stop."""
         try:
             runtime.shutdown()
