@@ -3,10 +3,9 @@
 import argparse
 import json
 import os
-import urllib.error
-import urllib.request
 
 from verl_rl_insight.commands.checks import PROBLEMS, CliError, check_server_url
+from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
 
 def common_options(parser, top: bool = False) -> None:
@@ -45,24 +44,17 @@ def server(args):
 
 
 def call(method, url, token, body=None):
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            reason = json.loads(exc.read() or b"{}").get("error", exc.reason)
-        except ValueError:
-            reason = exc.reason
-        fix = "export the RL_INSIGHT_SERVER_URL line the server printed" if exc.code == 401 else None
-        raise CliError(f"the server refused ({exc.code}): {reason}", fix=fix, code=PROBLEMS) from None
-    except (OSError, ValueError) as exc:
-        raise CliError(
-            f"cannot reach the server at {url.rsplit('/api/', 1)[0]}: {getattr(exc, 'reason', exc)}", code=PROBLEMS
-        ) from None
+        reply = HttpClient(token).request(method, url, data=body, timeout_s=10)
+    except Unreachable as exc:
+        raise CliError(f"cannot reach the server at {url.rsplit('/api/', 1)[0]}: {exc}", code=PROBLEMS) from None
+    if not reply.ok:
+        fix = "export the RL_INSIGHT_SERVER_URL line the server printed" if reply.status == 401 else None
+        raise CliError(f"the server refused ({reply.status}): {reply.error()}", fix=fix, code=PROBLEMS)
+    try:
+        return reply.json()
+    except ValueError:
+        raise CliError(f"the server at {url.rsplit('/api/', 1)[0]} did not answer with JSON", code=PROBLEMS) from None
 
 
 def print_table(rows) -> None:

@@ -10,11 +10,10 @@ import json
 import os
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 from verl_rl_insight.contract import environment, server_url
+from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
 SUPPORTED_VERL = ((0, 6), (0, 10))  # 0.6 <= verl < 0.10
 
@@ -37,17 +36,11 @@ class Report:
 
 def fetch(url, method: str = "GET", body=None, token=None, timeout: int = 5):
     """(status, headers, body) or (None, None, error text)."""
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.headers, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers, exc.read()
-    except (OSError, ValueError) as exc:
+        reply = HttpClient(token).request(method, url, data=body, timeout_s=timeout)
+    except Unreachable as exc:
         return None, None, str(exc)
+    return reply.status, reply.headers, reply.body
 
 
 def check_server(report, url, token) -> bool:

@@ -1,6 +1,8 @@
 """Naming rules shared by the trainer side and the server: what Prometheus accepts as a metric
 name, a label name and a label value. Every check is a full match: ``"evil\\n"`` is not a name."""
 
+from __future__ import annotations
+
 import re
 
 METRIC_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -10,10 +12,10 @@ _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_:]")
 _names: dict[tuple[str, str], str] = {}
 
 
-def metric_name(prefix, key):
+def metric_name(prefix: str, key: object) -> str:
     """``actor/pg_loss`` -> ``<prefix>actor_pg_loss``: ``/`` and every other character that
     Prometheus does not allow in a name become ``_``."""
-    cache_key = (prefix, key)
+    cache_key = (prefix, str(key))
     name = _names.get(cache_key)
     if name is None:
         name = prefix + _INVALID_CHARS.sub("_", str(key))
@@ -26,20 +28,20 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 GLOBAL_STEP_METRIC = "rl_insight_monitor_training_global_step"
 
 
-def escape_label_value(value):
+def escape_label_value(value: str) -> str:
     """A label value as the exposition format and PromQL string literals both write it."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def is_metric_name(name):
+def is_metric_name(name: object) -> bool:
     return isinstance(name, str) and METRIC_NAME_RE.fullmatch(name) is not None
 
 
-def is_label_name(name):
+def is_label_name(name: object) -> bool:
     return isinstance(name, str) and LABEL_NAME_RE.fullmatch(name) is not None and not name.startswith("__")
 
 
-def label_value_problem(value, max_length: int = 256):
+def label_value_problem(value: object, max_length: int = 256) -> str | None:
     """Why ``value`` cannot be a label value (None when it can): empty, too long, control
     characters, or text that has no UTF-8 form (lone surrogates)."""
     if not isinstance(value, str) or not value:

@@ -2,12 +2,14 @@
 write token, so one variable is all a training node needs. Nothing logs the token: every URL
 that reaches a log line goes through ``redact``."""
 
+from __future__ import annotations
+
 import urllib.parse
 
 TOKEN_USER = "rl-insight"
 
 
-def with_token(url, token):
+def with_token(url: str, token: str | None) -> str:
     """``url`` with ``token`` as its password (unchanged when ``token`` is empty)."""
     if not token:
         return url
@@ -19,7 +21,7 @@ def with_token(url, token):
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def split(url):
+def split(url: str) -> tuple[str, str | None]:
     """(url without credentials, token or None): the token is the URL's password."""
     parts = urllib.parse.urlsplit(url)
     if parts.username is None and parts.password is None:
@@ -33,12 +35,12 @@ def split(url):
     return bare, token
 
 
-def without_credentials(url):
+def without_credentials(url: str) -> str:
     """``url`` with any user:password@ taken out, for status and logs."""
     return split(url)[0]
 
 
-def redact(url):
+def redact(url: object) -> str:
     """``url`` with any password replaced by ``***``: what log lines and reports show."""
     try:
         bare, token = split(str(url))

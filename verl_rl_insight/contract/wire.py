@@ -16,6 +16,7 @@ A bad body is a PushError (or PushTooLarge) whose message names the field:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -137,26 +138,21 @@ class PushTooLarge(PushError, TooLarge):
     """A push over a count limit."""
 
 
+@dataclasses.dataclass(slots=True)
 class Batch:
-    """One validated batch: the stream's labels (sorted pairs), step, trainer time, names, values."""
+    """One validated batch: the stream's labels (sorted pairs), step, trainer time, its samples."""
 
-    __slots__ = ("labels", "step", "time", "timed", "names", "values", "metrics")
+    labels: tuple[tuple[str, str], ...]
+    step: int | None
+    time: float
+    timed: bool  # the trainer gave its own time (a resent copy can be recognised)
+    metrics: dict[str, float]  # name: value, the global step included
+    names: tuple[str, ...] = dataclasses.field(init=False)
+    values: tuple[float, ...] = dataclasses.field(init=False)  # the decoded float objects: no copy, no boxing
 
-    def __init__(
-        self,
-        labels: tuple[tuple[str, str], ...],
-        step: int | None,
-        time_s: float,
-        timed: bool,
-        metrics: dict[str, float],
-    ) -> None:
-        self.labels = labels
-        self.step = step
-        self.time = time_s
-        self.timed = timed  # the trainer gave its own time (a resent copy can be recognised)
-        self.metrics = metrics  # name: value, the global step included
-        self.names = tuple(metrics)
-        self.values = tuple(metrics.values())  # the float objects the decode made: no copy, no boxing
+    def __post_init__(self) -> None:
+        self.names = tuple(self.metrics)
+        self.values = tuple(self.metrics.values())
 
 
 _METRIC_NAME = re.compile(METRIC_NAME_PATTERN)
@@ -218,7 +214,7 @@ def _batch(i: int, body: BatchBody, now: float) -> Batch:
     if body.step is not None:
         metrics[GLOBAL_STEP_METRIC] = float(body.step)
     timed = body.time is not None
-    return Batch(tuple(labels), body.step, float(body.time) if timed else now, timed, metrics)
+    return Batch(tuple(labels), body.step, body.time if body.time is not None else now, timed, metrics)
 
 
 def decode_push(body: bytes, now: float) -> list[Batch]:

@@ -19,6 +19,7 @@ import time
 
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import RLInsightError
+from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.routes import Api
@@ -174,19 +175,16 @@ class Server:
                 "kept: Prometheus listens beyond loopback, where its admin API stays off (series age out "
                 f"after the retention, {self.settings.retention})"
             )
-        import urllib.parse
-        import urllib.request
-
-        query = urllib.parse.urlencode({"match[]": run_selector(project, experiment)})
         try:
-            with urllib.request.urlopen(
-                urllib.request.Request(f"{service.url}/api/v1/admin/tsdb/delete_series?{query}", method="POST"),
-                timeout=30,
-            ):
-                pass
-        except OSError as exc:
-            return f"not deleted: Prometheus answered {exc}"
-        return "deleted"
+            reply = HttpClient().request(
+                "POST",
+                f"{service.url}/api/v1/admin/tsdb/delete_series",
+                params={"match[]": run_selector(project, experiment)},
+                timeout_s=30,
+            )
+        except Unreachable as exc:
+            return f"not deleted: {exc}"
+        return "deleted" if reply.ok else f"not deleted: Prometheus answered {reply.status}: {reply.error()}"
 
     def _restarted(self, service) -> None:
         if service.name == "alertmanager" and self.alerting is not None:

@@ -69,13 +69,11 @@ class Progress:
         self._thread.start()
 
     def _step(self):
-        import json
-        import urllib.request
+        from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
         try:
-            with urllib.request.urlopen(self.hub_url + "/api/v1/streams", timeout=2) as response:
-                streams = json.loads(response.read())["streams"]
-        except (OSError, ValueError, KeyError):
+            streams = HttpClient().get_json(self.hub_url + "/api/v1/streams", timeout_s=2)["streams"]
+        except (Unreachable, KeyError, TypeError):
             return None
         steps = [
             s.get("step") or 0

@@ -7,9 +7,9 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.server import app
 from verl_rl_insight.server.managed.supervisor import (
     http_ok,
@@ -202,10 +202,9 @@ def status(out=sys.stdout, show_secrets: bool = False):
     else:
         print("  (rl-insight server status --secrets shows the token and the Grafana password)", file=out)
     try:
-        with urllib.request.urlopen(state["local_hub_url"] + "/api/v1/services", timeout=5) as response:
-            services = json.loads(response.read())["services"]
-        with urllib.request.urlopen(state["local_hub_url"] + "/api/v1/hub", timeout=5) as response:
-            hub = json.loads(response.read())
+        client = HttpClient(timeout_s=5)
+        services = client.get_json(state["local_hub_url"] + "/api/v1/services")["services"]
+        hub = client.get_json(state["local_hub_url"] + "/api/v1/hub")
     except Exception as exc:
         print(f"\n  (cannot ask the server for service details: {exc})", file=out)
         return 1

@@ -3,11 +3,10 @@ HTTP API (``/api/search`` by the run's attributes, then ``/api/traces/<id>``, OT
 
 import base64
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 
 from verl_rl_insight.contract.errors import RLInsightError
+from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
 MAX_TRACES = 100_000
 
@@ -17,18 +16,13 @@ class SourceError(RLInsightError):
 
 
 def _get(url, headers=None, timeout: int = 30):
-    request = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.read()
-    except urllib.error.HTTPError as exc:
-        try:
-            reason = json.loads(exc.read() or b"{}").get("error", exc.reason)
-        except ValueError:
-            reason = exc.reason
-        raise SourceError(f"{url.split('?')[0]} answered {exc.code}: {reason}") from None
-    except OSError as exc:
-        raise SourceError(f"cannot reach {url.split('?')[0]}: {getattr(exc, 'reason', exc)}") from None
+        reply = HttpClient().request("GET", url, headers=headers, timeout_s=timeout)
+    except Unreachable as exc:
+        raise SourceError(f"cannot reach {exc}") from None
+    if not reply.ok:
+        raise SourceError(f"{url.split('?')[0]} answered {reply.status}: {reply.error()}")
+    return reply.body
 
 
 def from_server(base, project, experiment, token=None):

@@ -1,12 +1,8 @@
 """What the terminal view shows, read from Prometheus' HTTP API: the run, its step, the key
 curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
 
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
-
 from verl_rl_insight.contract.errors import RLInsightError
+from verl_rl_insight.contract.http_client import HttpClient, Refused, Unreachable
 from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.contract.promql import run_selector
 
@@ -40,16 +36,15 @@ class Prometheus:
     def __init__(self, url, timeout: int = 5) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self._client = HttpClient()
 
     def _get(self, path, params):
-        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as response:
-                body = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise DataError(f"Prometheus at {self.url} refused a query ({exc.code})") from None
-        except (OSError, ValueError) as exc:
-            raise DataError(f"Prometheus at {self.url} does not answer ({getattr(exc, 'reason', exc)})") from None
+            body = self._client.get_json(f"{self.url}{path}", params=params, timeout_s=self.timeout)
+        except Refused as exc:
+            raise DataError(f"Prometheus at {self.url} refused a query ({exc.status})") from None
+        except Unreachable as exc:
+            raise DataError(f"Prometheus at {self.url} does not answer ({exc})") from None
         return body["data"]
 
     def query(self, promql):

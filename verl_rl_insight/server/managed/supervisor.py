@@ -11,7 +11,8 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.request
+
+from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -180,11 +181,13 @@ def stop_process_group(pgid, timeout_s: float = 10.0, process=None) -> None:
             pass
 
 
-def http_ok(url, timeout_s: float = 1.0):
+_health = HttpClient()
+
+
+def http_ok(url: str, timeout_s: float = 1.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return response.status == 200
-    except Exception:
+        return _health.request("GET", url, timeout_s=timeout_s).status == 200
+    except Unreachable:
         return False
 
 

@@ -4,15 +4,18 @@ Only names and label values that push_schema accepted reach here, so a line can 
 the body: names are full-match checked, label values are escaped.
 """
 
+from __future__ import annotations
+
 import math
 import time
+from collections.abc import Iterable, Mapping, Sequence
 
 from verl_rl_insight.contract.naming import escape_label_value
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-def format_value(value):
+def format_value(value: float) -> str:
     if value != value:
         return "NaN"
     if math.isinf(value):
@@ -20,22 +23,24 @@ def format_value(value):
     return repr(value)
 
 
-def label_text(labels):
+def label_text(labels: Iterable[tuple[str, str]]) -> str:
     """``k="v",...`` for sorted (name, value) pairs."""
     return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels)
 
 
-def series_lines(labels, names, values, timestamp_ms=None):
+def series_lines(
+    labels: str, names: Iterable[str], values: Iterable[float], timestamp_ms: int | None = None
+) -> list[tuple[str, str]]:
     """(name, line) for each sample of one label set, with an optional timestamp."""
     stamp = "" if timestamp_ms is None else f" {timestamp_ms}"
     return [(name, f"{name}{{{labels}}} {format_value(value)}{stamp}") for name, value in zip(names, values)]
 
 
-def body(families, trailer=()):
+def body(families: Mapping[str, list[str]], trailer: Sequence[str] = ()) -> bytes:
     """One exposition: ``families`` maps a metric name to its lines (grouped under one TYPE line,
     in order); ``trailer`` lines (already typed) come last. Encoded family by family, letting
     other threads run in between (see ``pause``)."""
-    chunks = []
+    chunks: list[bytes] = []
     for name in sorted(families):
         chunks.append(f"# TYPE {name} gauge\n".encode())
         chunks.append(("\n".join(families[name]) + "\n").encode())

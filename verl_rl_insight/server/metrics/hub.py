@@ -19,16 +19,22 @@ What a user can rely on:
   taken (O(streams)), never for the formatting of every series.
 """
 
+from __future__ import annotations
+
 import collections
+import dataclasses
 import json
 import logging
 import math
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 from verl_rl_insight.contract.errors import Busy, OverCapacity
-from verl_rl_insight.contract.wire import PushError, decode_push, validate_push
+from verl_rl_insight.contract.wire import Batch, PushError, decode_push, validate_push
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.stores.files import write_atomically
 
@@ -44,32 +50,36 @@ MAX_SCRAPERS = 16
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 
 
+StreamKey = tuple[tuple[str, str], ...]  # the stream's label pairs, sorted
+Line = tuple[str, str]  # (metric name, exposition line)
+Mark = tuple[int | None, float]  # (seq or None after a restart, trainer time) last sent
+Stat = tuple[str, str, float]
+
+
 class ScrapeBusy(Busy):
     """A scrape by the same named scraper is still being served."""
 
 
-def check_scraper_name(name):
+def check_scraper_name(name: object) -> str:
     """A scraper name as ``?scraper=`` gives it; raises PushError when it is not one."""
     if not isinstance(name, str) or not 0 < len(name) <= 64 or not set(name) <= NAME_CHARS:
         raise PushError("scraper must be 1 to 64 characters of [a-zA-Z0-9_.:-]")
     return name
 
 
+@dataclasses.dataclass(slots=True)
 class Snapshot:
     """One applied batch: what a step logged, as it arrived."""
 
-    __slots__ = ("seq", "step", "time", "received", "names", "values")
-
-    def __init__(self, seq, step, time_s, received, names, values) -> None:
-        self.seq = seq
-        self.step = step
-        self.time = time_s
-        self.received = received
-        self.names = names
-        self.values = values
+    seq: int
+    step: int | None
+    time: float
+    received: float
+    names: tuple[str, ...]
+    values: tuple[float, ...]
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return SNAPSHOT_BYTES + VALUE_BYTES * len(self.values)
 
 
@@ -88,20 +98,21 @@ class Stream:
         "cache",
     )
 
-    def __init__(self, key) -> None:
+    def __init__(self, key: StreamKey) -> None:
         self.key = key
         self.labels = exposition.label_text(key)
-        self.latest = {}  # replaced, never changed in place, once a render may hold it
+        self.latest: dict[str, float] = {}  # replaced, never changed in place, once a render may hold it
         self.version = 0
-        self.step = None
+        self.step: int | None = None
         self.newest_time = -math.inf
         self.updated = 0.0
-        self.history = collections.deque()
-        self.seen = set()  # (step, time) of the timed snapshots held: resent copies are dropped
-        self.names = ()  # the names tuple of the newest snapshot: the next one shares it when equal
-        self.cache = (-1, [])  # (version, [(name, line)]): the live lines of that version
+        self.history: collections.deque[Snapshot] = collections.deque()
+        # (step, time) of the timed snapshots held: resent copies are dropped
+        self.seen: set[tuple[int | None, float]] = set()
+        self.names: tuple[str, ...] = ()  # the names tuple of the newest snapshot: the next one shares it when equal
+        self.cache: tuple[int, list[Line]] = (-1, [])  # (version, [(name, line)]): the live lines of that version
 
-    def live_lines(self, latest, version):
+    def live_lines(self, latest: dict[str, float], version: int) -> list[Line]:
         cached_version, lines = self.cache
         if cached_version != version:
             lines = exposition.series_lines(self.labels, latest.keys(), latest.values())
@@ -113,34 +124,47 @@ class Stream:
 class Scraper:
     __slots__ = ("name", "last_ms", "marks", "seen_at", "busy")
 
-    def __init__(self, name, last_ms=None, marks=None, seen_at: float = 0.0) -> None:
+    def __init__(
+        self, name: str, last_ms: int | None = None, marks: dict[StreamKey, Mark] | None = None, seen_at: float = 0.0
+    ) -> None:
         self.name = name
         self.last_ms = last_ms  # the arrival time (ms) of its last scrape: history goes after it
         self.marks = marks or {}  # stream key -> (seq or None after a restart, trainer time) last sent
         self.seen_at = seen_at
         self.busy = threading.Lock()
 
-    def sent(self, key, snapshot):
+    def sent(self, key: StreamKey, snapshot: Snapshot) -> bool:
         mark = self.marks.get(key)
         if mark is None:
             return False
         return snapshot.seq <= mark[0] if mark[0] is not None else snapshot.time <= mark[1]
 
 
+# (stream, its latest values, their version, [(snapshot, ts_ms)] to send, history or None)
+Entry = tuple[Stream, dict[str, float], int, list[tuple[Snapshot, int]], list[Snapshot] | None]
+
+
 class Exposure:
     """What one scrape exposes: references taken under the hub lock, formatted outside it."""
 
-    def __init__(self, hub, scraper, arrival_ms, entries, stats) -> None:
+    def __init__(
+        self,
+        hub: MetricHub,
+        scraper: Scraper | None,
+        arrival_ms: int | None,
+        entries: list[Entry],
+        stats: Sequence[Stat],
+    ) -> None:
         self.hub = hub
         self.scraper = scraper
         self.arrival_ms = arrival_ms
         self.entries = entries  # [(stream, latest, version, [(snapshot, ts_ms)], history or None)]
         self.stats = stats
-        self.marks = {}
+        self.marks: dict[StreamKey, Mark] = {}
         self.settled = False
 
-    def body(self):
-        families = collections.defaultdict(list)
+    def body(self) -> bytes:
+        families: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
         for stream, latest, version, sent, history in self.entries:
             for snapshot, ts_ms in sent:
                 for name, line in exposition.series_lines(stream.labels, snapshot.names, snapshot.values, ts_ms):
@@ -164,11 +188,11 @@ class Exposure:
             self.hub._settle(self, written)
 
 
-def _values_at(latest, history, last_sent):
+def _values_at(latest: dict[str, float], history: list[Snapshot], last_sent: Snapshot | None) -> dict[str, float]:
     """The live values as of ``last_sent`` (None: before the first of ``history`` that is pending):
     the series that later snapshots change take their value from the newest snapshot up to it."""
     index = history.index(last_sent) + 1 if last_sent is not None else 0
-    later = set()
+    later: set[str] = set()
     for snapshot in history[index:]:
         later.update(snapshot.names)
     values = {name: value for name, value in latest.items() if name not in later}
@@ -183,8 +207,8 @@ def _values_at(latest, history, last_sent):
     return values  # a series whose value at that point is no longer held is left out of this scrape
 
 
-def _stats_lines(stats):
-    lines = []
+def _stats_lines(stats: Sequence[Stat]) -> list[str]:
+    lines: list[str] = []
     for name, kind, value in stats:
         lines.append(f"# TYPE {name} {kind}")
         lines.append(f"{name} {value}")
@@ -195,13 +219,13 @@ class MetricHub:
     def __init__(
         self,
         max_series: int = 500_000,
-        memory_limit_bytes=1 << 30,
+        memory_limit_bytes: int = 1 << 30,
         history_s: float = 600.0,
         new_scraper_history_s: float = 600.0,
         stream_ttl_s: float = 86_400.0,
         scraper_ttl_s: float = 3600.0,
-        state_path=None,
-        clock=time.time,
+        state_path: Path | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.max_series = max_series
         self.memory_limit_bytes = int(memory_limit_bytes)
@@ -212,14 +236,14 @@ class MetricHub:
         self.state_path = state_path
         self.clock = clock
         self.instance = uuid.uuid4().hex[:16]  # a new one per start: senders resend when it changes
-        self.stats = collections.Counter()
+        self.stats: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
-        self._streams = {}
+        self._streams: dict[StreamKey, Stream] = {}
         self._series = 0
         self._bytes = 0
         self._seq = 0
         self._version = 0
-        self._scrapers = {}
+        self._scrapers: dict[str, Scraper] = {}
         self._next_sweep = 0.0
         self._live_lock = threading.Lock()
         self._live_body = (-1, b"")
@@ -228,7 +252,7 @@ class MetricHub:
         self._load_state()
 
     # -- pushes ----------------------------------------------------------------------------
-    def push(self, payload):
+    def push(self, payload: Any) -> dict[str, Any]:
         """Validate a whole push (already parsed) and apply it atomically: {"accepted", "duplicates", "hub"}.
 
         Raises PushError (nothing applied) when any part of it is invalid or does not fit.
@@ -236,16 +260,16 @@ class MetricHub:
         now = self.clock()
         return self._apply(validate_push(payload, now), now)
 
-    def push_body(self, body):
+    def push_body(self, body: bytes) -> dict[str, Any]:
         """``push`` for the bytes of a push body: decoded and validated in one pass."""
         now = self.clock()
         return self._apply(decode_push(body, now), now)
 
-    def _apply(self, batches, now):
+    def _apply(self, batches: list[Batch], now: float) -> dict[str, Any]:
         with self._lock:
             self._make_room(batches, now)
             accepted = duplicates = 0
-            touched = {}
+            touched: dict[StreamKey, dict[str, float]] = {}
             for batch in batches:
                 stream = self._streams.get(batch.labels)
                 if stream is None:
@@ -293,9 +317,9 @@ class MetricHub:
             self._sweep(now)
         return {"accepted": accepted, "duplicates": duplicates, "hub": self.instance}
 
-    def _make_room(self, batches, now):
+    def _make_room(self, batches: list[Batch], now: float) -> None:
         """Refuse a push over the series limit; free history for it under the memory bound."""
-        new_names = {}
+        new_names: dict[StreamKey, set[str]] = {}
         needed = 0
         for batch in batches:
             stream = self._streams.get(batch.labels)
@@ -319,7 +343,7 @@ class MetricHub:
                 "and history); raise the hub's memory_limit_mb or finish old runs"
             )
 
-    def _evict(self, amount) -> None:
+    def _evict(self, amount: int) -> None:
         """Drop the oldest history, across streams, until ``amount`` bytes are free (or none is left)."""
         freed = 0
         streams = [s for s in self._streams.values() if s.history]
@@ -343,13 +367,13 @@ class MetricHub:
                 self.memory_limit_bytes / 2**20,
             )
 
-    def _drop_oldest(self, stream):
+    def _drop_oldest(self, stream: Stream) -> int:
         snapshot = stream.history.popleft()
         stream.seen.discard((snapshot.step, snapshot.time))
         self._bytes -= snapshot.nbytes
         return snapshot.nbytes
 
-    def _sweep(self, now) -> None:
+    def _sweep(self, now: float) -> None:
         """At most once a second: forget idle streams and scrapers, drop history everyone has seen."""
         if now < self._next_sweep:
             return
@@ -369,7 +393,7 @@ class MetricHub:
             ):
                 self._drop_oldest(stream)
 
-    def _forget(self, key):
+    def _forget(self, key: StreamKey) -> int:
         stream = self._streams.pop(key)
         self._series -= len(stream.latest)
         self._bytes -= STREAM_BYTES + SERIES_BYTES * len(stream.latest) + sum(s.nbytes for s in stream.history)
@@ -378,7 +402,7 @@ class MetricHub:
         self._version += 1
         return len(stream.latest)
 
-    def delete_run(self, project, experiment):
+    def delete_run(self, project: str, experiment: str) -> tuple[int, int]:
         """Forget every stream of a run (its values and history); returns (streams, series) removed."""
         with self._lock:
             keys = [
@@ -391,7 +415,7 @@ class MetricHub:
         return len(keys), series
 
     # -- scrapes ---------------------------------------------------------------------------
-    def expose(self, scraper=None, arrival=None):
+    def expose(self, scraper: str | None = None, arrival: float | None = None) -> Exposure | None:
         """What one scrape gets. Unnamed: the live values (no ``commit`` needed). Named: also the
         history it has not been sent; call ``commit()`` on the result once the body was written."""
         if scraper is None:
@@ -409,9 +433,9 @@ class MetricHub:
             floor_ms = arrival_ms - int(self.new_scraper_history_s * 1000)
             prev_start = state.last_ms if state.last_ms is not None else floor_ms
             limit_ms = arrival_ms - LIVE_MARGIN_MS
-            entries = []
+            entries: list[Entry] = []
             for stream in self._streams.values():
-                pending = []
+                pending: list[Snapshot] = []
                 for snapshot in reversed(stream.history):
                     if state.sent(stream.key, snapshot) or (
                         stream.key not in state.marks and snapshot.received * 1000 <= floor_ms
@@ -425,10 +449,11 @@ class MetricHub:
             stats = self._stats_locked()
         return Exposure(self, state, arrival_ms, entries, stats)
 
-    def _settle(self, exposure, written) -> None:
+    def _settle(self, exposure: Exposure, written: bool) -> None:
         state = exposure.scraper
+        assert state is not None
         with self._lock:
-            state.last_ms = max(state.last_ms or 0, exposure.arrival_ms)
+            state.last_ms = max(state.last_ms or 0, exposure.arrival_ms or 0)
             if written:
                 for key, mark in exposure.marks.items():
                     if key in self._streams:
@@ -436,21 +461,21 @@ class MetricHub:
             self._state_dirty = True
         state.busy.release()
 
-    def live_body(self):
+    def live_body(self) -> bytes:
         """The live values of every stream (what an unnamed scrape gets), rendered once per change."""
         with self._live_lock:
             with self._lock:
                 version = self._version
                 if self._live_body[0] == version:
                     return self._live_body[1]
-                entries = [(s, s.latest, s.version, (), None) for s in self._streams.values()]
+                entries: list[Entry] = [(s, s.latest, s.version, [], None) for s in self._streams.values()]
                 stats = self._stats_locked()
             body = Exposure(self, None, None, entries, stats).body()
             self._live_body = (version, body)
             return body
 
     # -- reports ---------------------------------------------------------------------------
-    def _stats_locked(self):
+    def _stats_locked(self) -> tuple[Stat, ...]:
         return (
             ("rl_insight_hub_streams", "gauge", len(self._streams)),
             ("rl_insight_hub_series", "gauge", self._series),
@@ -465,11 +490,11 @@ class MetricHub:
             ("rl_insight_hub_history_evicted_unsent_total", "counter", self.stats["history_evicted_unsent"]),
         )
 
-    def summary(self):
+    def summary(self) -> dict[str, Any]:
         """The hub's own figures: memory, series, streams, history, scrapers (``GET /api/v1/hub``)."""
         now = self.clock()
         with self._lock:
-            figures = {name[len("rl_insight_hub_") :]: value for name, _, value in self._stats_locked()}
+            figures: dict[str, Any] = {name[len("rl_insight_hub_") :]: value for name, _, value in self._stats_locked()}
             figures["scraper_names"] = {
                 name: {"last_scrape_s_ago": round(now - s.seen_at, 1), "streams": len(s.marks)}
                 for name, s in self._scrapers.items()
@@ -477,7 +502,7 @@ class MetricHub:
             figures["instance"] = self.instance
         return figures
 
-    def streams(self):
+    def streams(self) -> list[dict[str, Any]]:
         """A summary per stream: labels, last step, series count, seconds since the last push."""
         now = self.clock()
         with self._lock:
@@ -521,7 +546,9 @@ class MetricHub:
         try:
             state = json.loads(self.state_path.read_text())
             for name, saved in state["scrapers"].items():
-                marks = {tuple(tuple(pair) for pair in key): (None, float(t)) for key, t in saved["marks"]}
+                marks: dict[StreamKey, Mark] = {
+                    tuple((str(name), str(value)) for name, value in key): (None, float(t)) for key, t in saved["marks"]
+                }
                 self._scrapers[check_scraper_name(name)] = Scraper(
                     name, int(saved["last_ms"]) if saved["last_ms"] is not None else None, marks, self.clock()
                 )
@@ -530,7 +557,7 @@ class MetricHub:
             self._scrapers.clear()
 
 
-def _stamp(pending, prev_ms, limit_ms):
+def _stamp(pending: list[Snapshot], prev_ms: int, limit_ms: int) -> list[tuple[Snapshot, int]]:
     """(snapshot, timestamp ms) for the snapshots that fit between ``prev_ms`` and ``limit_ms``, in
     order: the trainer's own time where it fits, strictly increasing; what does not fit waits."""
     room = limit_ms - prev_ms
@@ -538,7 +565,7 @@ def _stamp(pending, prev_ms, limit_ms):
         return []
     pending = pending[:room]
     n = len(pending)
-    stamped = []
+    stamped: list[tuple[Snapshot, int]] = []
     for i, snapshot in enumerate(pending):
         ts = min(max(int(snapshot.time * 1000), prev_ms + 1), limit_ms - (n - i - 1))
         stamped.append((snapshot, ts))

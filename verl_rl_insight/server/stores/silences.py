@@ -12,12 +12,12 @@ import logging
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
+from typing import Any
 
 import msgspec
 
 from verl_rl_insight.contract.errors import BadInput, NotFound, Unavailable
+from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 from verl_rl_insight.contract.wire import SilenceBody, field_problem
 from verl_rl_insight.server.stores.files import write_atomically
 
@@ -74,6 +74,7 @@ class Alerting:
         self.url = url.rstrip("/")
         self.state_path = state_path
         self.timeout_s = timeout_s
+        self._client = HttpClient()
         self._lock = threading.Lock()
         try:
             self._kept = json.loads(state_path.read_text())
@@ -81,27 +82,19 @@ class Alerting:
             self._kept = []
 
     # -- Alertmanager's API ------------------------------------------------------------------
-    def _call(self, method, path, body=None):
-        request = urllib.request.Request(
-            self.url + path,
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                data = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode("utf-8", "replace").strip()
-            raise (SilenceNotFound if exc.code == 404 else AlertingError)(
-                f"Alertmanager refused it: {detail}"
-            ) from None
-        except OSError as exc:
+            reply = self._client.request(method, self.url + path, json_body=body, timeout_s=self.timeout_s)
+        except Unreachable as exc:
             raise AlertmanagerDown(
-                f"Alertmanager at {self.url} does not answer ({exc}); it is restarted "
-                "automatically, try again in a few seconds"
+                f"Alertmanager at {self.url} does not answer ({exc}); it is restarted automatically, try again in a "
+                "few seconds"
             ) from None
-        return json.loads(data) if data else None
+        if not reply.ok:
+            raise (SilenceNotFound if reply.status == 404 else AlertingError)(
+                f"Alertmanager refused it: {reply.text.strip()[:300]}"
+            )
+        return reply.json() if reply.body else None
 
     # -- what the API serves -----------------------------------------------------------------
     def firing(self):

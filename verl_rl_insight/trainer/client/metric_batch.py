@@ -4,12 +4,15 @@ A batch is built on the training thread from a private copy of verl's dict and c
 lazily (``samples()``), on the sender thread: the training thread pays for a dict copy only.
 """
 
+from __future__ import annotations
+
 import math
+from typing import Any
 
 from verl_rl_insight.contract.naming import metric_name
 
 
-def to_number(value):
+def to_number(value: object) -> float | None:
     """A float for ints, floats, bools, numpy scalars and one-element tensors; None otherwise."""
     if isinstance(value, float):
         return value
@@ -26,7 +29,7 @@ def to_number(value):
     return None
 
 
-def encode_value(value):
+def encode_value(value: float) -> float | str:
     """JSON-safe form of a float: NaN and infinities travel as the strings Prometheus prints."""
     if math.isfinite(value):
         return value
@@ -35,7 +38,7 @@ def encode_value(value):
     return "+Inf" if value > 0 else "-Inf"
 
 
-def decode_value(value):
+def decode_value(value: object) -> float:
     """Inverse of encode_value; raises ValueError for anything else."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"value must be a number or one of NaN, +Inf, -Inf, got {type(value).__name__}")
@@ -51,21 +54,31 @@ class MetricBatch:
 
     __slots__ = ("project", "experiment_name", "step", "timestamp", "raw", "prefix", "labels", "_converted")
 
-    def __init__(self, project, experiment_name, step, timestamp, raw, prefix: str = "", labels=None) -> None:
+    def __init__(
+        self,
+        project: str,
+        experiment_name: str,
+        step: int | None,
+        timestamp: float,
+        raw: dict[str, Any],
+        prefix: str = "",
+        labels: dict[str, str] | None = None,
+    ) -> None:
         self.project = project
         self.experiment_name = experiment_name
         self.step = step
         self.timestamp = timestamp
-        self.raw = raw
+        self.raw: dict[str, Any] | None = raw
         self.prefix = prefix
         self.labels = labels or {}
-        self._converted = None
+        self._converted: tuple[dict[str, float], int] | None = None
 
-    def samples(self):
+    def samples(self) -> tuple[dict[str, float], int]:
         """(metrics, skipped): {prometheus name: float} and the count of non-numeric values left out."""
         if self._converted is None:
-            metrics, skipped = {}, 0
-            for key, value in self.raw.items():
+            metrics: dict[str, float] = {}
+            skipped = 0
+            for key, value in (self.raw or {}).items():
                 number = to_number(value)
                 if number is None:
                     skipped += 1
@@ -75,10 +88,10 @@ class MetricBatch:
             self.raw = None  # verl's values (tensors, arrays) are not kept past the conversion
         return self._converted
 
-    def to_json(self):
+    def to_json(self) -> dict[str, Any]:
         """The wire form the server's ``POST /api/v1/push`` accepts (one entry of ``batches``)."""
         metrics, _ = self.samples()
-        body = {
+        body: dict[str, Any] = {
             "project": self.project,
             "experiment_name": self.experiment_name,
             "time": self.timestamp,

@@ -18,6 +18,8 @@ order, at most ``max_batches_per_request`` and ``max_request_bytes`` per request
   the parent's to send).
 """
 
+from __future__ import annotations
+
 import collections
 import json
 import logging
@@ -26,18 +28,20 @@ import os
 import threading
 import time
 import weakref
+from typing import Any
 
+from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.wire import HUB_HEADER
-from verl_rl_insight.trainer.client.server_client import ServerClient
+from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 
 logger = logging.getLogger("verl_rl_insight")
 
 _STOP = object()
 RETRY_STATUSES = frozenset({401, 403, 408, 409, 429})
-_senders = weakref.WeakSet()
+_senders: weakref.WeakSet[BatchSender] = weakref.WeakSet()
 
 
-def encode(batch):
+def encode(batch: MetricBatch) -> bytes:
     """One batch as the JSON bytes the server's push takes; raises TypeError / ValueError when it
     cannot be encoded (a step that is not an integer, a label that is not text)."""
     body = batch.to_json()
@@ -50,12 +54,12 @@ def encode(batch):
 class BatchSender:
     def __init__(
         self,
-        url,
-        token=None,
+        url: str,
+        token: str | None = None,
         queue_batches: int = 1024,
         spool_batches: int = 20000,
         max_batches_per_request: int = 200,
-        max_request_bytes=4 * 1024 * 1024,
+        max_request_bytes: int = 4 * 1024 * 1024,
         timeout_s: float = 5.0,
         retry_max_s: float = 5.0,
         resend_window_s: float = 30.0,
@@ -76,28 +80,29 @@ class BatchSender:
 
     def _reset(self) -> None:
         """Fresh state (at construction, and in the child after a fork)."""
-        self.stats = collections.Counter()
+        self.stats: collections.Counter[str] = collections.Counter()
         # deque.append/popleft are atomic in CPython: no lock on the training thread's path
-        self._queue = collections.deque()
-        self._spool = collections.deque()  # encoded batches, oldest first
-        self._delivered = collections.deque()  # (monotonic time, encoded batch) of the last resend_window_s
+        self._queue: collections.deque[Any] = collections.deque()  # MetricBatch or _STOP
+        self._spool: collections.deque[bytes] = collections.deque()  # encoded batches, oldest first
+        # (monotonic time, encoded batch) of the last resend_window_s
+        self._delivered: collections.deque[tuple[float, bytes]] = collections.deque()
         self._wake = threading.Event()
         self._idle = threading.Condition()
         self._count_lock = threading.Lock()
         self._start_lock = threading.Lock()
-        self._down_since = None
+        self._down_since: float | None = None
         self._failures = 0
         self._next_attempt = 0.0
-        self._warned = set()
+        self._warned: set[object] = set()
         self._outstanding = 0  # submitted, not yet delivered, dropped or refused
-        self._limit = None  # while searching for refused batches: the request size to try
+        self._limit: int | None = None  # while searching for refused batches: the request size to try
         self._suspect = 0  # how many batches at the head of the spool that search covers
-        self._hub = None  # the hub instance that accepted our last push
-        self._client = ServerClient(self.token)
-        self._thread = None
+        self._hub: str | None = None  # the hub instance that accepted our last push
+        self._client = HttpClient(self.token)
+        self._thread: threading.Thread | None = None
 
     # -- training thread -------------------------------------------------------------------
-    def submit(self, batch) -> None:
+    def submit(self, batch: MetricBatch) -> None:
         """Hand a batch over; never blocks. Counts (and warns once) when the hand-off queue is full."""
         if self._thread is None:
             self._start()
@@ -114,7 +119,7 @@ class BatchSender:
             self._outstanding += 1
         self._queue.append(batch)
 
-    def flush(self, timeout_s) -> bool:
+    def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until everything submitted so far was delivered.
 
         Returns True when nothing is pending. While the server is down this returns after one
@@ -136,11 +141,11 @@ class BatchSender:
                 self._idle.wait(min(remaining, 0.05))
         return not self.pending()
 
-    def pending(self):
+    def pending(self) -> int:
         """Batches submitted and not yet accepted by the server (nor dropped or refused)."""
         return self._outstanding
 
-    def close(self, timeout_s):
+    def close(self, timeout_s: float) -> bool:
         """Flush for at most ``timeout_s``, then stop the thread; logs what could not be delivered."""
         delivered = self.flush(timeout_s)
         if not delivered:
@@ -159,7 +164,7 @@ class BatchSender:
                 self._thread = threading.Thread(target=self._run, name="rl-insight-sender", daemon=True)
                 self._thread.start()
 
-    def _settled(self, count) -> None:
+    def _settled(self, count: int) -> None:
         with self._count_lock:
             self._outstanding -= count
 
@@ -191,7 +196,7 @@ class BatchSender:
             if stop:
                 return
 
-    def _take_queue(self):
+    def _take_queue(self) -> bool:
         stop = False
         while self._queue:
             item = self._queue.popleft()
@@ -222,9 +227,10 @@ class BatchSender:
             self._spool.append(encoded)
         return stop
 
-    def _chunk(self):
+    def _chunk(self) -> list[bytes]:
         limit = min(self.max_batches_per_request, self._limit or self.max_batches_per_request, len(self._spool))
-        chunk, size = [], 16
+        chunk: list[bytes] = []
+        size = 16
         for i in range(limit):
             encoded = self._spool[i]
             if chunk and size + len(encoded) + 1 > self.max_request_bytes:
@@ -233,7 +239,7 @@ class BatchSender:
             size += len(encoded) + 1
         return chunk
 
-    def _send_some(self):
+    def _send_some(self) -> bool:
         chunk = self._chunk()
         status, message, hub = self._post(b'{"batches":[' + b",".join(chunk) + b"]}")
         if status is not None and status < 300:
@@ -279,7 +285,7 @@ class BatchSender:
             )
         return False
 
-    def _refused(self, chunk, status, message) -> bool:
+    def _refused(self, chunk: list[bytes], status: int, message: str) -> bool:
         """The server refused the data itself: split the request until the refused batches are found."""
         if len(chunk) > 1:
             self._limit = (len(chunk) + 1) // 2
@@ -298,7 +304,7 @@ class BatchSender:
         )
         return True
 
-    def _narrowing_passed(self, count) -> None:
+    def _narrowing_passed(self, count: int) -> None:
         if self._suspect:
             self._suspect -= count
             if self._suspect <= 0:
@@ -312,23 +318,24 @@ class BatchSender:
         self._spool.extendleft(encoded for _, encoded in reversed(self._delivered))
         self._delivered.clear()
 
-    def _post(self, body):
+    def _post(self, body: bytes) -> tuple[int | None, str, str | None]:
         headers = {HUB_HEADER: self._hub} if self._hub else None
         try:
-            response = self._client.request(
-                "POST", self.url, body, headers=headers, timeout=(min(2.0, self.timeout_s), self.timeout_s)
+            reply = self._client.request(
+                "POST", self.url, data=body, headers=headers, timeout_s=(min(2.0, self.timeout_s), self.timeout_s)
             )
         except Exception as exc:  # connection refused, DNS, timeout: all mean "not reachable now"
             return None, f"{type(exc).__name__}: {exc}", None
         hub = None
-        if response.status_code < 300:
+        if reply.ok:
             try:
-                hub = response.json().get("hub")
+                answer = reply.json()
+                hub = answer.get("hub") if isinstance(answer, dict) else None
             except ValueError:
                 pass
-        return response.status_code, response.text[:300], hub
+        return reply.status, reply.text[:300], hub
 
-    def _warn_once(self, key, message, *args) -> None:
+    def _warn_once(self, key: object, message: str, *args: object) -> None:
         if key not in self._warned:
             self._warned.add(key)
             logger.warning(message, *args)

@@ -5,30 +5,33 @@ server forgets the targets of a run that has ended or crashed; ``close`` removes
 ``announce`` never blocks and never raises: the training job does not wait on the server.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import threading
+from typing import Any
 
-from verl_rl_insight.trainer.client.server_client import ServerClient
+from verl_rl_insight.contract.http_client import HttpClient
 
 logger = logging.getLogger("verl_rl_insight")
 
 
 class TargetAnnouncer:
-    def __init__(self, server_url, token=None, ttl_s: float = 90.0, timeout_s: float = 5.0) -> None:
+    def __init__(self, server_url: str, token: str | None = None, ttl_s: float = 90.0, timeout_s: float = 5.0) -> None:
         self.url = server_url.rstrip("/") + "/api/v1/targets"
         self.ttl_s = float(ttl_s)
         self.timeout_s = timeout_s
-        self._targets = {}  # (job, address) -> labels
+        self._targets: dict[tuple[str, str], dict[str, str]] = {}  # (job, address) -> labels
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = None
-        self._client = ServerClient(token)
+        self._thread: threading.Thread | None = None
+        self._client = HttpClient(token)
         self._warned = False
         self.stats = {"announced": 0, "failed": 0}
 
-    def announce(self, address, job, labels) -> None:
+    def announce(self, address: str, job: str, labels: dict[str, str]) -> None:
         key = (job, address)
         with self._lock:
             if self._targets.get(key) == labels:
@@ -39,7 +42,7 @@ class TargetAnnouncer:
                 self._thread.start()
         self._wake.set()
 
-    def targets(self):
+    def targets(self) -> dict[tuple[str, str], dict[str, str]]:
         with self._lock:
             return dict(self._targets)
 
@@ -59,13 +62,23 @@ class TargetAnnouncer:
         for job, address in self.targets():
             self._request("DELETE", None, params={"job": job, "address": address}, timeout_s=min(timeout_s, 2.0))
 
-    def _request(self, method, body, params=None, timeout_s=None):
+    def _request(
+        self,
+        method: str,
+        body: dict[str, Any] | None,
+        params: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+    ) -> bool:
         try:
-            response = self._client.request(
-                method, self.url, json.dumps(body) if body else None, params=params, timeout=timeout_s or self.timeout_s
+            reply = self._client.request(
+                method,
+                self.url,
+                data=json.dumps(body) if body else None,
+                params=params,
+                timeout_s=timeout_s or self.timeout_s,
             )
-            ok = response.status_code < 300
-            message = response.text[:300]
+            ok = reply.status < 300
+            message = reply.text[:300]
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"
         self.stats["announced" if ok else "failed"] += 1
@@ -77,10 +90,10 @@ class TargetAnnouncer:
         return ok
 
 
-_shared = None
+_shared: TargetAnnouncer | None = None
 
 
-def shared(config=None):
+def shared(config: Any = None) -> TargetAnnouncer | None:
     """The process's announcer (created from ``config`` on first use; None without a server URL)."""
     global _shared
     if _shared is None and config is not None and config.get("server_url"):
