@@ -44,7 +44,7 @@ def __getattr__(name: str) -> Any:
 _run = None
 
 
-def init(project=None, experiment_name=None, config=None):
+def init(project: str | None = None, experiment_name: str | None = None, config: Any = None) -> Any:
     """Start monitoring in this process. ``config``: a dict like the Hydra ``rl_insight`` block.
 
     Raises ``verl_rl_insight.trainer.config.ConfigError`` on a bad config (the training hooks log it instead).
@@ -57,21 +57,21 @@ def init(project=None, experiment_name=None, config=None):
     return _run
 
 
-def _current():
+def _current() -> Any:
     from verl_rl_insight.trainer import runtime
 
     rt = runtime.start()
     return rt, (_run or rt.current_run())
 
 
-def log(metrics, step=None) -> None:
+def log(metrics: dict[str, Any], step: int | None = None) -> None:
     """Log scalars exactly as ``Tracking.log`` would (names ``rl_insight_monitor_<key>``)."""
     rt, run = _current()
     rt.hook.rl_insight_log_metrics(run=run, metrics=dict(metrics), step=step, timestamp=time.time())
 
 
 @contextlib.contextmanager
-def state(name, lane: str = "trainer", **attributes):
+def state(name: str, lane: str = "trainer", **attributes: Any) -> Any:
     """Time a block as one RL state interval on timeline lane ``lane``."""
     start_ns = time.time_ns()
     try:
@@ -83,13 +83,13 @@ def state(name, lane: str = "trainer", **attributes):
         )
 
 
-def register_target(address, job, labels=None) -> None:
+def register_target(address: str, job: str, labels: dict[str, str] | None = None) -> None:
     """Ask the server to scrape ``host:port`` (e.g. a vLLM replica's /metrics)."""
     rt, run = _current()
     rt.hook.rl_insight_register_target(run=run, address=address, job=job, labels=dict(labels or {}))
 
 
-def finish(timeout_s=None) -> None:
+def finish(timeout_s: float | None = None) -> None:
     """Flush (bounded) and stop; safe to call more than once."""
     global _run
     from verl_rl_insight.trainer import runtime

@@ -8,6 +8,7 @@ problems, 2 refused (bad usage or config), 3 ``server status``: not running, 130
 import argparse
 import os
 import sys
+from typing import Any, NoReturn
 
 from verl_rl_insight import __version__
 from verl_rl_insight.commands import alerts, job, runs, targets
@@ -21,11 +22,11 @@ from verl_rl_insight.contract import environment
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage error as one line and where to read more: no usage block."""
 
-    def error(self, message) -> None:
+    def error(self, message: str) -> NoReturn:
         self.exit(REFUSED, f"{self.prog}: {message}\n  fix: see `{self.prog} --help`\n")
 
 
-def build_parser():
+def build_parser() -> Any:
     parser = Parser(prog="rl-insight", description="Real-time monitoring for verl RL training.")
     parser.add_argument("--version", action="version", version=f"rl-insight {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
@@ -40,14 +41,14 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
+def main(argv: Any = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get(environment.DEBUG, "") not in ("", "0")
     try:
         return args.func(args) or 0
     except CliError as exc:
         print(f"rl-insight: {exc}" + (f"\n  fix: {exc.fix}" if exc.fix else ""), file=sys.stderr)
-        return exc.code
+        return int(exc.code)
     except KeyboardInterrupt:
         print("rl-insight: interrupted", file=sys.stderr)
         return 130

@@ -10,13 +10,14 @@ import json
 import re
 import time
 import urllib.parse
+from typing import Any
 
 from verl_rl_insight.commands.api import call, common_options, server, show_list
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def duration(text):
+def duration(text: str) -> Any:
     """'2h', '30m', '1d', '90s' or plain seconds -> seconds (argparse type)."""
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
     if not match:
@@ -24,7 +25,7 @@ def duration(text):
     return float(match.group(1)) * UNITS[match.group(2) or "s"]
 
 
-def _ago(iso) -> str:
+def _ago(iso: Any) -> str:
     try:
         since = datetime.datetime.fromisoformat(iso.replace("Z", "+00:00"))
     except (AttributeError, ValueError):
@@ -34,14 +35,14 @@ def _ago(iso) -> str:
     return f"{text} ago"
 
 
-def _value(text):
+def _value(text: str) -> Any:
     try:
         return f"{float(text):.4g}"
     except (TypeError, ValueError):
         return text or "-"
 
 
-def show(args):
+def show(args: argparse.Namespace) -> Any:
     base, token = server(args)
     alerts = call("GET", base + "/api/v1/alerts", token)["alerts"]
     alerts = sorted(
@@ -54,7 +55,7 @@ def show(args):
         key=lambda a: a.get("since") or "",
     )
 
-    def row(a):
+    def row(a: Any) -> Any:
         labels = a["labels"]
         run = f"{labels.get('project', '-')}/{labels.get('experiment_name', '-')}"
         state = "silenced" if a.get("silenced_by") else (a.get("state") or "firing").replace("active", "firing")
@@ -71,7 +72,7 @@ def show(args):
     return show_list(args, alerts, empty, ("ALERT", "SEVERITY", "RUN", "SINCE", "VALUE", "STATE"), row)
 
 
-def silence(args) -> int:
+def silence(args: argparse.Namespace) -> int:
     base, token = server(args)
     body = {"project": args.project, "experiment_name": args.experiment, "duration_s": args.duration}
     if args.alert:
@@ -90,10 +91,10 @@ def silence(args) -> int:
     return 0
 
 
-def silences(args):
+def silences(args: argparse.Namespace) -> Any:
     base, token = server(args)
 
-    def row(s):
+    def row(s: Any) -> Any:
         matches = ",".join(f"{m['name']}={m['value']}" for m in s.get("matchers", []))
         return (s["id"], matches, s.get("endsAt", "?"), s.get("createdBy", "-"), s.get("comment", ""))
 
@@ -106,14 +107,14 @@ def silences(args):
     )
 
 
-def unsilence(args) -> int:
+def unsilence(args: argparse.Namespace) -> int:
     base, token = server(args)
     call("DELETE", base + "/api/v1/silences?" + urllib.parse.urlencode({"id": args.id}), token)
     print(json.dumps({"expired": args.id}) if args.json else f"silence {args.id} ended; its alerts notify again")
     return 0
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub: Any) -> None:
     alerts = sub.add_parser("alerts", help="alerts firing now; silence a run's alerts while debugging")
     common_options(alerts, top=True)
     alerts.add_argument("--project", default=None, help="only this project's alerts")

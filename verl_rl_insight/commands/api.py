@@ -3,12 +3,13 @@
 import argparse
 import json
 import os
+from typing import Any
 
 from verl_rl_insight.commands.checks import PROBLEMS, CliError, check_server_url
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
 
-def common_options(parser, top: bool = False) -> None:
+def common_options(parser: Any, top: bool = False) -> None:
     """--server and --json, on the command and on each subcommand."""
     parser.add_argument(
         "--server",
@@ -20,7 +21,7 @@ def common_options(parser, top: bool = False) -> None:
     )
 
 
-def server(args):
+def server(args: argparse.Namespace) -> Any:
     """(server URL without credentials, token or None): --server, else RL_INSIGHT_SERVER_URL, else
     the server running here (whose token this user can read)."""
     from verl_rl_insight.commands.server import control
@@ -43,7 +44,7 @@ def server(args):
     return base, os.environ.get(ENV_TOKEN) or token
 
 
-def call(method, url, token, body=None):
+def call(method: Any, url: str, token: str | None, body: Any = None) -> Any:
     try:
         reply = HttpClient(token).request(method, url, data=body, timeout_s=10)
     except Unreachable as exc:
@@ -57,14 +58,14 @@ def call(method, url, token, body=None):
         raise CliError(f"the server at {url.rsplit('/api/', 1)[0]} did not answer with JSON", code=PROBLEMS) from None
 
 
-def print_table(rows) -> None:
+def print_table(rows: Any) -> None:
     """Rows of strings as aligned columns (the first row the header); the last column is not padded."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
 
 
-def show_list(args, items, empty, header, row) -> int:
+def show_list(args: argparse.Namespace, items: Any, empty: Any, header: Any, row: Any) -> int:
     """A list command's output: JSON for --json, ``empty`` for none, else a table of ``row(item)``."""
     if args.json:
         print(json.dumps(items))

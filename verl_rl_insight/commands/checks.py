@@ -6,6 +6,7 @@ import os
 import socket
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 from verl_rl_insight.contract.errors import RLInsightError
 
@@ -16,25 +17,25 @@ OK, PROBLEMS, REFUSED = 0, 1, 2
 class CliError(RLInsightError):
     """What the user must change: one line, and a second with the fix when there is one."""
 
-    def __init__(self, message, fix=None, code=REFUSED) -> None:
+    def __init__(self, message: str, fix: Any = None, code: Any = REFUSED) -> None:
         super().__init__(message)
         self.fix = fix
         self.code = code
 
 
-def positive_int(text):
+def positive_int(text: str) -> Any:
     return _number(text, int, 0, 1e9, "must be a whole number above 0, got {text!r}")
 
 
-def positive_float(text):
+def positive_float(text: str) -> Any:
     return _number(text, float, 0, 1e9, "must be a number of seconds above 0, got {text!r}")
 
 
-def port(text):
+def port(text: str) -> Any:
     return _number(text, int, 0, 65536, "port {text} is out of range (1-65535)", "must be a port number (1-65535)")
 
 
-def _number(text, kind, low, high, out_of_range, not_a_number=None):
+def _number(text: str, kind: Any, low: Any, high: Any, out_of_range: Any, not_a_number: Any = None) -> Any:
     """``text`` as a ``kind`` strictly between ``low`` and ``high``, or argparse's one-line error."""
     try:
         value = kind(text)
@@ -46,7 +47,7 @@ def _number(text, kind, low, high, out_of_range, not_a_number=None):
     return value
 
 
-def bind_address(text):
+def bind_address(text: str) -> Any:
     """An address to listen on: an IP address, or a name this machine resolves."""
     try:
         ipaddress.ip_address(text)
@@ -63,7 +64,7 @@ def bind_address(text):
     return text
 
 
-def check_server_url(url, where: str = "--server"):
+def check_server_url(url: str, where: str = "--server") -> Any:
     """``url`` as the address of an rl-insight server (http or https, a host, a valid port)."""
     try:
         parts = urllib.parse.urlsplit(url)
@@ -78,7 +79,7 @@ def check_server_url(url, where: str = "--server"):
     return url
 
 
-def writable_folder(path):
+def writable_folder(path: Path) -> Any:
     """``path`` as a folder to write into: created when missing; refused when it is a file or not writable."""
     folder = Path(path)
     if folder.exists() and not folder.is_dir():

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 import urllib.parse
+from typing import Any, TextIO
 
 from verl_rl_insight.contract import environment, server_url
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
@@ -19,22 +20,22 @@ SUPPORTED_VERL = ((0, 6), (0, 10))  # 0.6 <= verl < 0.10
 
 
 class Report:
-    def __init__(self, out) -> None:
+    def __init__(self, out: TextIO) -> None:
         self.out = out
         self.problems = 0
 
-    def ok(self, what, detail: str = "") -> None:
+    def ok(self, what: Any, detail: str = "") -> None:
         print(f"ok       {what}" + (f": {detail}" if detail else ""), file=self.out)
 
-    def problem(self, what, detail, fix) -> None:
+    def problem(self, what: Any, detail: Any, fix: Any) -> None:
         self.problems += 1
         print(f"PROBLEM  {what}: {detail}\n         fix: {fix}", file=self.out)
 
-    def skip(self, what, why) -> None:
+    def skip(self, what: Any, why: Any) -> None:
         print(f"skipped  {what}: {why}", file=self.out)
 
 
-def fetch(url, method: str = "GET", body=None, token=None, timeout: int = 5):
+def fetch(url: str, method: str = "GET", body: Any = None, token: str | None = None, timeout: int = 5) -> Any:
     """(status, headers, body) or (None, None, error text)."""
     try:
         reply = HttpClient(token).request(method, url, data=body, timeout_s=timeout)
@@ -43,7 +44,7 @@ def fetch(url, method: str = "GET", body=None, token=None, timeout: int = 5):
     return reply.status, reply.headers, reply.body
 
 
-def check_server(report, url, token) -> bool:
+def check_server(report: Report, url: str, token: str | None) -> bool:
     status, headers, body = fetch(url + "/-/ready")
     if status != 200:
         report.problem(
@@ -79,7 +80,7 @@ def check_server(report, url, token) -> bool:
     return True
 
 
-def check_services(report, url):
+def check_services(report: Report, url: str) -> Any:
     status, _, body = fetch(url + "/api/v1/services")
     services = json.loads(body)["services"] if status == 200 else {}
     for name in ("prometheus", "alertmanager", "tempo", "grafana"):
@@ -105,7 +106,7 @@ def check_services(report, url):
     return services
 
 
-def check_targets(report, prometheus_url) -> None:
+def check_targets(report: Report, prometheus_url: Any) -> None:
     status, _, body = fetch(prometheus_url + "/api/v1/targets")
     if status != 200:
         report.skip("Prometheus targets", "Prometheus does not answer")
@@ -129,7 +130,7 @@ def check_targets(report, prometheus_url) -> None:
         report.ok("Prometheus targets", f"{len(targets)} up")
 
 
-def prom_vector(prometheus_url, promql):
+def prom_vector(prometheus_url: Any, promql: str) -> Any:
     """{labels tuple: value} of an instant query, or None when Prometheus does not answer."""
     status, _, body = fetch(prometheus_url + "/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
     if status != 200:
@@ -137,7 +138,7 @@ def prom_vector(prometheus_url, promql):
     return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in json.loads(body)["data"]["result"]}
 
 
-def check_remote_write(report, prometheus_url) -> None:
+def check_remote_write(report: Report, prometheus_url: Any) -> None:
     """Each remote_write queue of the server's Prometheus (its own figures, scraped as job
     rl_insight_prometheus): failing, retrying or falling behind is a problem."""
 
@@ -192,7 +193,7 @@ def check_remote_write(report, prometheus_url) -> None:
             report.ok(what, f"{where}: {total:.0f} samples sent, {lag:.0f} s behind")
 
 
-def check_provisioning(report, state) -> None:
+def check_provisioning(report: Report, state: dict[str, Any]) -> None:
     data = state.get("settings", {}).get("data_dir") if state else None
     if not data:
         report.skip("Grafana provisioning", "the server is not on this machine")
@@ -223,7 +224,7 @@ def check_provisioning(report, state) -> None:
         )
 
 
-def check_environment(report, url) -> None:
+def check_environment(report: Report, url: str) -> None:
     if os.environ.get(environment.SERVER_URL):
         report.ok("RL_INSIGHT_SERVER_URL", server_url.redact(os.environ[environment.SERVER_URL]))
     else:
@@ -269,7 +270,7 @@ def check_environment(report, url) -> None:
         )
 
 
-def check_overrides(report, overrides) -> None:
+def check_overrides(report: Report, overrides: Any) -> None:
     if not overrides:
         report.skip("trainer config", "no Hydra overrides given (rl-insight doctor -- <your overrides>)")
         return
@@ -305,7 +306,7 @@ def check_overrides(report, overrides) -> None:
         report.ok("transfer_queue.metrics.enabled", str((tq.get("metrics") or {}).get("enabled", False)))
 
 
-def check_samples(report, url, project, experiment) -> None:
+def check_samples(report: Report, url: str, project: str | None, experiment: str | None) -> None:
     status, _, body = fetch(url + "/api/v1/streams")
     streams = json.loads(body)["streams"] if status == 200 else []
     runs = [s for s in streams if "step" in s and s["step"] is not None]
@@ -338,7 +339,13 @@ def check_samples(report, url, project, experiment) -> None:
         )
 
 
-def run(server=None, project=None, experiment=None, overrides=(), out=sys.stdout):
+def run(
+    server: str | None = None,
+    project: str | None = None,
+    experiment: str | None = None,
+    overrides: Any = (),
+    out: TextIO = sys.stdout,
+) -> Any:
     from verl_rl_insight.commands.server import control
 
     report = Report(out)

@@ -1,10 +1,12 @@
 """The training job's side: ``rl-insight run``, ``demo``, ``doctor``, ``config``, ``plugins``, ``dashboards``."""
 
+import argparse
 import json
 import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from verl_rl_insight.commands.checks import CliError, check_server_url, writable_folder
 from verl_rl_insight.contract import environment
@@ -12,7 +14,7 @@ from verl_rl_insight.contract import environment
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Exec CMD with activation guaranteed, also where the .pth file is not read."""
     from verl_rl_insight.trainer.activation import bootstrap
 
@@ -33,7 +35,7 @@ def run(args) -> int:
         return 127
 
 
-def plugins(args) -> int:
+def plugins(args: argparse.Namespace) -> int:
     from verl_rl_insight.trainer.config import load_config, plugin_settings
     from verl_rl_insight.trainer.manager import DEFAULT_PLUGINS, discover
 
@@ -51,7 +53,7 @@ def plugins(args) -> int:
     return 0
 
 
-def config(args) -> int:
+def config(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
     from verl_rl_insight.trainer.config import load_config
@@ -60,7 +62,7 @@ def config(args) -> int:
     return 0
 
 
-def dashboards_export(args) -> int:
+def dashboards_export(args: argparse.Namespace) -> int:
     from verl_rl_insight.dashboards import DASHBOARDS_DIR
 
     out = writable_folder(args.dir)
@@ -80,7 +82,7 @@ def dashboards_export(args) -> int:
     return 0
 
 
-def demo(args):
+def demo(args: argparse.Namespace) -> Any:
     from verl_rl_insight.commands.demo import command
 
     return command.run(
@@ -94,7 +96,7 @@ def demo(args):
     )
 
 
-def doctor(args):
+def doctor(args: argparse.Namespace) -> Any:
     from verl_rl_insight.commands import doctor as checklist
 
     if args.server:
@@ -105,7 +107,7 @@ def doctor(args):
     return checklist.run(server=args.server, project=args.project, experiment=args.experiment, overrides=overrides)
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub: Any) -> None:
     import argparse
 
     from verl_rl_insight.commands import checks

@@ -1,12 +1,14 @@
 """``rl-insight runs list | export | delete``: the runs the server knows, as a table, as a file
 (one row per step, one column per logged scalar), or gone."""
 
+import argparse
 import csv
 import json
 import os
 import sys
 import time
 import urllib.parse
+from typing import Any
 
 from verl_rl_insight.commands.api import call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
@@ -14,14 +16,14 @@ from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometh
 from verl_rl_insight.contract.promql import run_selector
 
 
-def _prometheus(base, token):
+def _prometheus(base: Any, token: str | None) -> Any:
     info = call("GET", base + "/api/v1/info", token)
     if "prometheus" not in info.get("services", ()):
         return None
     return Prometheus(info["prometheus"], timeout=60)
 
 
-def _ago(seconds) -> str:
+def _ago(seconds: Any) -> str:
     if seconds is None:
         return "-"
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
@@ -30,9 +32,9 @@ def _ago(seconds) -> str:
     return f"{seconds:.0f}s ago"
 
 
-def known_runs(base, token, prom, project=None, since: str = "30d"):
+def known_runs(base: Any, token: str | None, prom: Any, project: str | None = None, since: str = "30d") -> Any:
     """{(project, experiment): {"step", "last_push_s", "series", "finished", "where"}} from the hub and Prometheus."""
-    runs = {}
+    runs: dict[Any, Any] = {}
     for stream in call("GET", base + "/api/v1/streams", token)["streams"]:
         labels = stream["labels"]
         key = (labels.get("project"), labels.get("experiment_name"))
@@ -75,7 +77,7 @@ def known_runs(base, token, prom, project=None, since: str = "30d"):
     return runs
 
 
-def show(args) -> int:
+def show(args: argparse.Namespace) -> int:
     base, token = server(args)
     runs = known_runs(base, token, _prometheus(base, token), args.project, args.since)
     if args.json:
@@ -115,14 +117,15 @@ def show(args) -> int:
     return 0
 
 
-def table(prom, project, experiment, since):
+def table(prom: Any, project: str, experiment: str | None, since: Any) -> Any:
     """(columns, rows): one row per step (the first column), one column per logged scalar."""
     selector = run_selector(project, experiment)
     names = prom.names(f'{{__name__=~"{PREFIX}.+",{selector[1:-1]}}}', time.time() - _seconds(since))
     steps = prom.samples(f"{STEP}{selector}[{since}]")
     if not steps:
         raise CliError(f"no steps of {project}/{experiment} in Prometheus (the last {since})", code=PROBLEMS)
-    columns, values = [], {}
+    columns: list[str] = []
+    values: dict[Any, Any] = {}
     for name in sorted(n for n in names if n != STEP):
         column = name[len(PREFIX) :]
         columns.append(column)
@@ -137,11 +140,11 @@ def table(prom, project, experiment, since):
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def _seconds(duration):
+def _seconds(duration: Any) -> Any:
     return float(duration[:-1]) * UNITS[duration[-1]]
 
 
-def since(text):
+def since(text: str) -> Any:
     """A Prometheus duration: digits and one of s m h d w (argparse type)."""
     import argparse
     import re
@@ -151,7 +154,7 @@ def since(text):
     return text
 
 
-def export(args) -> int:
+def export(args: argparse.Namespace) -> int:
     base, token = server(args)
     prom = _prometheus(base, token)
     if prom is None:
@@ -187,7 +190,7 @@ def export(args) -> int:
     return 0
 
 
-def delete(args):
+def delete(args: argparse.Namespace) -> Any:
     base, token = server(args)
     what = f"{args.project}/{args.experiment}"
     if not args.yes:
@@ -210,7 +213,7 @@ def delete(args):
     return 0 if result["prometheus"] in ("deleted", "no Prometheus runs here") else PROBLEMS
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub: Any) -> None:
     runs = sub.add_parser("runs", help="the runs the server knows: list, export to CSV / Parquet, delete")
     runs_sub = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     listing = runs_sub.add_parser("list", help="every run: last step, last push, series, state")

@@ -1,7 +1,9 @@
 """``rl-insight targets add | remove | list``: the server's scrape targets."""
 
+import argparse
 import json
 import urllib.parse
+from typing import Any
 
 from verl_rl_insight.commands.api import call as _call
 from verl_rl_insight.commands.api import server as _server
@@ -9,12 +11,12 @@ from verl_rl_insight.commands.api import show_list
 from verl_rl_insight.commands.checks import CliError
 
 
-def _endpoint(args):
+def _endpoint(args: argparse.Namespace) -> Any:
     base, token = _server(args)
     return base + "/api/v1/targets", token
 
 
-def add(args) -> int:
+def add(args: argparse.Namespace) -> int:
     from verl_rl_insight.server.stores.targets import TargetError, check_target
 
     labels = {}
@@ -42,7 +44,7 @@ def add(args) -> int:
     return 0
 
 
-def remove(args) -> int:
+def remove(args: argparse.Namespace) -> int:
     url, token = _endpoint(args)
     query = urllib.parse.urlencode({"job": args.job, "address": args.address})
     record = _call("DELETE", f"{url}?{query}", token)
@@ -50,10 +52,10 @@ def remove(args) -> int:
     return 0
 
 
-def show(args):
+def show(args: argparse.Namespace) -> Any:
     url, token = _endpoint(args)
 
-    def row(t):
+    def row(t: Any) -> Any:
         labels = ",".join(f"{k}={v}" for k, v in sorted(t["labels"].items())) or "-"
         return (
             t["job"],
@@ -71,7 +73,7 @@ def show(args):
     )
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub: Any) -> None:
     from verl_rl_insight.commands.api import common_options as common
 
     targets = sub.add_parser("targets", help="scrape targets (node-exporter, dcgm-exporter, ...) of the server")

@@ -5,6 +5,8 @@ Every PromQL query filters on ``project`` and ``experiment_name`` (regex matcher
 are multi-select); every TraceQL query constrains both too.
 """
 
+from typing import Any
+
 from verl_rl_insight.dashboards import compare, engines, training
 from verl_rl_insight.dashboards.panels import (
     RUN,
@@ -19,7 +21,7 @@ RATE = "[$__rate_interval]"
 ENGINES = engines.RUNNING
 
 
-def timeline_rows(layout) -> None:
+def timeline_rows(layout: Any) -> None:
     layout.row("RL state timeline")
     layout.add(
         spans_table(
@@ -58,7 +60,7 @@ def timeline_rows(layout) -> None:
     )
 
 
-def transfer_queue_rows(layout) -> None:
+def transfer_queue_rows(layout: Any) -> None:
     layout.row("TransferQueue")
     requests = f"sum by (op_type) (rate(tq_controller_request_total{{{RUN}}}{RATE}))"
     errors = f"sum by (op_type) (rate(tq_controller_request_errors_total{{{RUN}}}{RATE}))"
@@ -191,7 +193,7 @@ def transfer_queue_rows(layout) -> None:
     )
 
 
-def transfer_queue_probe_rows(layout):
+def transfer_queue_probe_rows(layout: Any) -> Any:
     title = "TransferQueue storage capacity and accept queue (with capacity set, or TQ_ACCEPT_PROBE_INTERVAL > 0)"
     layout.row(title, collapsed=True)
     layout.add(
@@ -253,7 +255,7 @@ def transfer_queue_probe_rows(layout):
     return {title: "storage capacity and the accept-queue probe are reported only when configured"}
 
 
-def hardware_rows(layout) -> None:
+def hardware_rows(layout: Any) -> None:
     gpu = f'{RUN},gpu=~"$gpu"'
     node = f'{RUN},node=~"$node"'
     layout.row("Hardware")
@@ -310,10 +312,13 @@ def hardware_rows(layout) -> None:
 AGENT_LOOP_ROW = "Agent loop (actor_rollout_ref.rollout.trace.backend=rl_insight)"
 
 
-def agent_loop_rows(layout):
+def agent_loop_rows(layout: Any) -> Any:
     """rl_insight_agent_* from the trajectories verl's rollout_trace reports; returns {row: condition}."""
     layout.row(AGENT_LOOP_ROW, collapsed=True)
-    total = lambda name: f"sum by (validate) (rate(rl_insight_agent_{name}_total{{{RUN}}}{RATE}))"  # noqa: E731
+
+    def total(name: str) -> str:
+        return f"sum by (validate) (rate(rl_insight_agent_{name}_total{{{RUN}}}{RATE}))"
+
     layout.add(
         timeseries("Trajectories traced", [(total("trajectories"), "validate={{validate}}")], unit="ops"), w=8, h=7
     )
@@ -371,7 +376,7 @@ def agent_loop_rows(layout):
     return {AGENT_LOOP_ROW: "actor_rollout_ref.rollout.trace.backend=rl_insight"}
 
 
-def dashboard(uid, title, layout, engine_metric):
+def dashboard(uid: Any, title: str, layout: Any, engine_metric: Any) -> Any:
     return {
         "uid": uid,
         "title": title,
@@ -387,7 +392,7 @@ def dashboard(uid, title, layout, engine_metric):
     }
 
 
-def build(conditional=None):
+def build(conditional: Any = None) -> Any:
     """{file name: dashboard} for everything under grafana/dashboards/. ``conditional``, when a
     dict, receives {row title: the condition under which its keys are logged}."""
     out = {}

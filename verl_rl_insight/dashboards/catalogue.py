@@ -5,6 +5,8 @@ verl's own scalar keys are not listed: they are read from the installed verl's s
 the dashboards use must appear as a string literal in verl), so the check follows verl.
 """
 
+from typing import Any
+
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.trainer.samplers.hardware import HostSampler
 
@@ -59,7 +61,7 @@ PRODUCED = {
 }
 
 
-def _histogram(name):
+def _histogram(name: str) -> Any:
     return {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
 
 
@@ -147,12 +149,12 @@ FRACTIONS = {
 PERCENTS = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "rl_insight_host_cpu_utilization_percent"}
 
 
-def host_metric_names():
+def host_metric_names() -> Any:
     """The host sampler's names, read from a real sample (two, for the rates)."""
     sampler = HostSampler()
     sampler.sample()
     return set(sampler.sample())
 
 
-def known_names():
+def known_names() -> Any:
     return PRODUCED | SCRAPED | host_metric_names()

@@ -7,6 +7,8 @@ as tables, merges them on time and run, splits the result per experiment, and pl
 against value: an XY chart whose series are named by experiment.
 """
 
+from typing import Any
+
 from verl_rl_insight.dashboards.panels import PROM, RUN, Layout, M, target, timeseries
 from verl_rl_insight.dashboards.training import EXP, metric
 
@@ -25,7 +27,7 @@ CURVES = (
 BY_RUN = "max by (project, experiment_name)"
 
 
-def by_step(title, key, unit):
+def by_step(title: str, key: str, unit: str) -> Any:
     step = target(f"{BY_RUN} ({M}training_global_step{{{RUN}}})", "step", "A", fmt="table")
     value = target(f"{BY_RUN} ({metric(key)}{{{RUN}}})", key, "B", fmt="table")
     return {
@@ -51,7 +53,7 @@ def by_step(title, key, unit):
     }
 
 
-def build(variables):
+def build(variables: Any) -> Any:
     layout = Layout()
     layout.row("Runs")
     layout.add(

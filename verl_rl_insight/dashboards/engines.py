@@ -1,21 +1,23 @@
 """The rollout engines' rows (vLLM, SGLang), per replica: every series summed or maxed by replica,
 so the engine index inside a replica never splits a line; units on every panel."""
 
+from typing import Any
+
 from verl_rl_insight.dashboards.panels import RUN, heatmap, timeseries
 
 SEL = f'{RUN},replica=~"$replica"'
 RATE = "[$__rate_interval]"
 
 
-def by_replica(fn, expr) -> str:
+def by_replica(fn: Any, expr: str) -> str:
     return f"{fn} by (replica) ({expr})"
 
 
-def rate(name, extra: str = "") -> str:
+def rate(name: str, extra: str = "") -> str:
     return f"rate({name}{{{SEL}{extra}}}{RATE})"
 
 
-def quantiles(name, qs=(0.5, 0.9, 0.99)):
+def quantiles(name: str, qs: Any = (0.5, 0.9, 0.99)) -> Any:
     return [
         (
             f"histogram_quantile({q}, sum by (le, replica) ({rate(name + '_bucket')}))",
@@ -25,7 +27,7 @@ def quantiles(name, qs=(0.5, 0.9, 0.99)):
     ]
 
 
-def busy_share(running):
+def busy_share(running: Any) -> Any:
     """Share of wall time with at least one request running (0-100 %), next to the mean in flight."""
     return timeseries(
         "Busy share (at least one request running)",
@@ -40,7 +42,7 @@ def busy_share(running):
     )
 
 
-def in_flight():
+def in_flight() -> Any:
     return timeseries(
         "Mean generate calls in flight",
         [
@@ -53,7 +55,7 @@ def in_flight():
     )
 
 
-def load_panels(layout, running, waiting, waiting_word, usage_title, usage) -> None:
+def load_panels(layout: Any, running: Any, waiting: Any, waiting_word: Any, usage_title: Any, usage: Any) -> None:
     """How loaded each replica is: requests running and waiting, busy share, calls in flight, KV cache."""
     layout.add(
         timeseries(
@@ -72,7 +74,7 @@ def load_panels(layout, running, waiting, waiting_word, usage_title, usage) -> N
     )
 
 
-def vllm_rows(layout) -> None:
+def vllm_rows(layout: Any) -> None:
     layout.row("vLLM engines (per replica)")
     layout.add(
         timeseries(
@@ -142,7 +144,7 @@ def vllm_rows(layout) -> None:
     )
 
 
-def latency_panels(layout, engine, own, w) -> None:
+def latency_panels(layout: Any, engine: str, own: Any, w: Any) -> None:
     """The latency histograms both engines serve under the same names (time to first token,
     inter-token, end to end), then ``own`` ((title, name) pairs), as p50 / p99 panels ``w`` wide,
     and the two heatmaps."""
@@ -160,7 +162,7 @@ def latency_panels(layout, engine, own, w) -> None:
         layout.add(heatmap(title, f"sum by (le) ({rate(f'{engine}:{name}_bucket')})", "s"), w=12)
 
 
-def sglang_rows(layout) -> None:
+def sglang_rows(layout: Any) -> None:
     layout.row("SGLang engines (per replica)")
     layout.add(
         timeseries(

@@ -17,6 +17,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from verl_rl_insight.dashboards import DASHBOARDS_DIR, keys
 from verl_rl_insight.dashboards.panels import PERCENT_UNITS, M, every_panel
@@ -37,11 +38,11 @@ NAME_MATCHER = re.compile(r'__name__(=~|!~)"([^"]*)"')
 TRACE_ID = re.compile(r"\$\{?trace_id\}?|[0-9a-fA-F]{16,32}")
 
 
-def render(dashboard):
+def render(dashboard: Any) -> Any:
     return json.dumps(dashboard, indent=2, sort_keys=True) + "\n"
 
 
-def queries(dashboard):
+def queries(dashboard: Any) -> Any:
     """(kind, text) of every query: PromQL of panels and query variables, TraceQL of Tempo panels."""
     for panel in every_panel(dashboard):
         for t in panel.get("targets", []):
@@ -51,7 +52,7 @@ def queries(dashboard):
             yield "variable", variable["query"]["query"]
 
 
-def verl_keys():
+def verl_keys() -> Any:
     """Metric names of every trainer key something logs: verl's (as its source spells them, or
     as it builds them at run time) and this package's."""
     from verl_rl_insight.contract.naming import metric_name
@@ -59,7 +60,7 @@ def verl_keys():
     return {metric_name(M, k) for k in keys.verl_literals() | keys.own_keys() | keys.RUNTIME_KEYS}
 
 
-def bounded_names(unit):
+def bounded_names(unit: str) -> Any:
     """Metric names whose values the catalogue declares within the unit's range."""
     from verl_rl_insight.contract.naming import metric_name
     from verl_rl_insight.dashboards.catalogue import FRACTIONS, PERCENTS
@@ -69,7 +70,7 @@ def bounded_names(unit):
     return set(FRACTIONS) | {metric_name(M, k) for k in keys.trainer_keys() | keys.own_keys() if keys.is_fraction(k)}
 
 
-def percent_problem(expr, unit):
+def percent_problem(expr: str, unit: str) -> Any:
     """Why ``expr`` could leave the unit's range (None when it cannot), by PERCENT_RULE."""
     text = " ".join(expr.split())
     top = PERCENT_UNITS[unit]
@@ -86,14 +87,14 @@ def percent_problem(expr, unit):
     return "not of a form that stays in range"
 
 
-def verl_families():
+def verl_families() -> Any:
     """Metric-name regexes of the key families verl names at run time (see keys.families_in_verl)."""
     from verl_rl_insight.dashboards.training import metric_regex
 
     return {metric_regex(regex) for _, _, regex, _ in keys.families_in_verl()}
 
 
-def problems(dashboards, known, trainer_names, families=None):
+def problems(dashboards: Any, known: Any, trainer_names: Any, families: Any = None) -> Any:
     found = []
     pool = known | trainer_names
     families = verl_families() if families is None else families
@@ -133,7 +134,7 @@ def problems(dashboards, known, trainer_names, families=None):
     return found
 
 
-def main(argv=None):
+def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl_rl_insight.dashboards.generate")
     parser.add_argument("--check", action="store_true", help="fail when the JSON is stale or a query is wrong")
     parser.add_argument("--out", default=str(DASHBOARDS_DIR), help="folder to write the JSON to")

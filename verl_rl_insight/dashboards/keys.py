@@ -9,6 +9,7 @@ made at run time (one per phase, per data source, per correction mode) are match
 
 import re
 from pathlib import Path
+from typing import Any
 
 # key prefix (one or two segments; the longest that matches wins) -> (row title, when it is
 # logged: None = every PPO step, else the condition)
@@ -78,13 +79,13 @@ FRACTION = re.compile(
 KEY = re.compile(r"[\"']([a-zA-Z_][\w\-]*(?:/[\w\-@.]+)+)[\"']")
 
 
-def _verl_sources():
+def _verl_sources() -> Any:
     import verl
 
     return [path.read_text(errors="replace") for path in Path(verl.__file__).parent.rglob("*.py")]
 
 
-def verl_literals():
+def verl_literals() -> Any:
     """Every string literal shaped like ``group/name`` in the installed verl's source."""
     found = set()
     for text in _verl_sources():
@@ -92,7 +93,7 @@ def verl_literals():
     return found
 
 
-def families_in_verl():
+def families_in_verl() -> Any:
     """The PATTERN_FAMILIES whose group verl's source names (``f"rollout_corr/{key}"``, ``"val-core"``):
     their members are named at run time, so only the group can be checked."""
     texts = _verl_sources()
@@ -103,14 +104,14 @@ def families_in_verl():
     ]
 
 
-def own_keys():
+def own_keys() -> Any:
     """The keys this package's plugins add (the log-prob mismatch extras)."""
     from verl_rl_insight.trainer.plugins import probs_diff
 
     return set(probs_diff.KEYS)
 
 
-def group_of(key):
+def group_of(key: str) -> Any:
     """The GROUPS prefix ``key`` belongs to (two segments before one), or None."""
     parts = key.split("/")
     for prefix in ("/".join(parts[:2]), parts[0]):
@@ -119,14 +120,14 @@ def group_of(key):
     return None
 
 
-def trainer_keys():
+def trainer_keys() -> Any:
     """The keys the dashboards give a panel of their own: verl's, by group, and this package's."""
     keys = {k for k in verl_literals() | own_keys() | RUNTIME_KEYS if group_of(k) and k not in NOT_LOGGED}
     patterns = [re.compile(regex) for _, _, regex, _ in PATTERN_FAMILIES]
     return {k for k in keys if not any(p.fullmatch(k) for p in patterns)}
 
 
-def family_of(key):
+def family_of(key: str) -> Any:
     """``critic/score/mean`` -> ``critic/score``; ``perf/mfu/actor`` -> ``perf/mfu``; a key whose
     last part is no statistic is a family of its own."""
     for pattern, family in FAMILIES:
@@ -136,7 +137,7 @@ def family_of(key):
     return head if head and last in STATS else key
 
 
-def unit_of(key) -> str:
+def unit_of(key: str) -> str:
     if key.startswith("timing_s/") or key in ("perf/time_per_step",) or key.endswith(("_time", "time_s", "_seconds")):
         return "s"
     if key.startswith("timing_per_token_ms/"):
@@ -150,5 +151,5 @@ def unit_of(key) -> str:
     return "short"
 
 
-def is_fraction(key):
+def is_fraction(key: str) -> Any:
     return unit_of(key) == "percentunit"

@@ -4,6 +4,8 @@ Every PromQL query filters on the run with ``RUN`` (regex matchers: the project 
 variables are multi-select); every TraceQL query with ``TRACE_RUN``.
 """
 
+from typing import Any
+
 PROM = {"type": "prometheus", "uid": "rl-insight-prometheus"}
 TEMPO = {"type": "tempo", "uid": "rl-insight-tempo"}
 RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
@@ -17,10 +19,11 @@ class Layout:
     a collapsed row inside it (what Grafana stores for a collapsed row)."""
 
     def __init__(self) -> None:
-        self.panels, self.x, self.y, self.row_height, self.next_id = [], 0, 0, 0, 1
+        self.panels: list[dict[str, Any]] = []
+        self.x, self.y, self.row_height, self.next_id = 0, 0, 0, 1
         self._into = self.panels
 
-    def add(self, panel, w: int = 12, h: int = 8) -> None:
+    def add(self, panel: dict[str, Any], w: int = 12, h: int = 8) -> None:
         if self.x + w > 24:
             self.x, self.y = 0, self.y + self.row_height
             self.row_height = 0
@@ -30,33 +33,35 @@ class Layout:
         self.row_height = max(self.row_height, h)
         self._into.append(panel)
 
-    def row(self, title, collapsed: bool = False) -> None:
+    def row(self, title: str, collapsed: bool = False) -> None:
         self.x, self.y = 0, self.y + self.row_height
         self.row_height = 1
         self._into = self.panels
-        row = {"type": "row", "title": title, "collapsed": collapsed, "panels": []}
+        row: dict[str, Any] = {"type": "row", "title": title, "collapsed": collapsed, "panels": []}
         self.add(row, w=24, h=1)
         if collapsed:
             self._into = row["panels"]
 
 
-def every_panel(dashboard):
+def every_panel(dashboard: Any) -> Any:
     """Every panel, those inside collapsed rows included."""
     for panel in dashboard["panels"]:
         yield panel
         yield from panel.get("panels", ())
 
 
-def target(expr, legend, ref: str = "A", fmt=None):
+def target(expr: str, legend: Any, ref: str = "A", fmt: Any = None) -> Any:
     t = {"datasource": PROM, "expr": expr, "legendFormat": legend, "refId": ref}
     if fmt:
         t["format"] = fmt
     return t
 
 
-def timeseries(title, targets, unit: str = "short", thresholds=None, description: str = "", stack: bool = False):
+def timeseries(
+    title: str, targets: Any, unit: str = "short", thresholds: Any = None, description: str = "", stack: bool = False
+) -> Any:
     """A time series panel; a percent unit gets its axis bounded (0 to 1, or 0 to 100)."""
-    defaults = {"unit": unit}
+    defaults: dict[str, Any] = {"unit": unit}
     if unit in PERCENT_UNITS:
         defaults.update(min=0, max=PERCENT_UNITS[unit])
     panel = {
@@ -86,7 +91,7 @@ def timeseries(title, targets, unit: str = "short", thresholds=None, description
     return panel
 
 
-def heatmap(title, expr, unit, description: str = ""):
+def heatmap(title: str, expr: str, unit: str, description: str = "") -> Any:
     """A latency heatmap from histogram buckets (``sum by (le) (rate(..._bucket))``)."""
     return {
         "type": "heatmap",
@@ -104,7 +109,7 @@ def heatmap(title, expr, unit, description: str = ""):
     }
 
 
-def step_axis(title, key, unit: str = "short"):
+def step_axis(title: str, key: str, unit: str = "short") -> Any:
     """A training-step x axis: Prometheus is time-only, so the value and the global step (pushed
     together, same timestamps) are joined and plotted as an XY chart."""
     return {
@@ -118,7 +123,7 @@ def step_axis(title, key, unit: str = "short"):
     }
 
 
-def spans_table(title, lanes, description):
+def spans_table(title: str, lanes: Any, description: Any) -> Any:
     """The spans of the lanes matching ``lanes`` (a TraceQL regex), newest first, one row each:
     what a TraceQL search returns, shown the way Grafana shows a search (a table whose trace IDs
     open the trace), never in a Traces panel, which renders one trace by its ID."""
@@ -147,7 +152,7 @@ def spans_table(title, lanes, description):
     }
 
 
-def trace_view(title, description):
+def trace_view(title: str, description: Any) -> Any:
     """One trace, by the ID in the ``trace_id`` variable (copy it from a spans table)."""
     return {
         "type": "traces",
@@ -158,8 +163,8 @@ def trace_view(title, description):
     }
 
 
-def variables(engine_metric):
-    def query(name, expr, multi: bool = True, include_all: bool = False):
+def variables(engine_metric: Any) -> Any:
+    def query(name: str, expr: str, multi: bool = True, include_all: bool = False) -> Any:
         return {
             "name": name,
             "type": "query",

@@ -7,6 +7,7 @@ no panel of its own (a key a newer verl adds), so nothing logged is ever out of 
 
 import re
 from collections import defaultdict
+from typing import Any
 
 from verl_rl_insight.dashboards import keys as catalogue
 from verl_rl_insight.dashboards.panels import RUN, M, step_axis, timeseries
@@ -14,17 +15,17 @@ from verl_rl_insight.dashboards.panels import RUN, M, step_axis, timeseries
 EXP = "{{experiment_name}}"
 
 
-def metric(key):
+def metric(key: str) -> Any:
     from verl_rl_insight.contract.naming import metric_name
 
     return metric_name(M, key)
 
 
-def series(key, legend=None):
+def series(key: str, legend: Any = None) -> Any:
     return f"{metric(key)}{{{RUN}}}", f"{legend or key} {EXP}"
 
 
-def overview_rows(layout) -> None:
+def overview_rows(layout: Any) -> None:
     layout.row("Training: what to check first")
     layout.add(
         timeseries(
@@ -97,12 +98,12 @@ def overview_rows(layout) -> None:
     )
 
 
-def family_panels():
+def family_panels() -> Any:
     """{row title: (condition, [panel])}: a panel per family of the catalogue, in row order."""
     families = defaultdict(list)
     for key in sorted(catalogue.trainer_keys()):
         families[(catalogue.group_of(key), catalogue.family_of(key))].append(key)
-    rows = {}
+    rows: dict[Any, Any] = {}
     for group, (title, condition) in catalogue.GROUPS.items():
         rows.setdefault(title, (condition, []))
         for (family_group, family), members in sorted(families.items()):
@@ -124,12 +125,12 @@ def family_panels():
     return rows
 
 
-def metric_regex(key_regex):
+def metric_regex(key_regex: Any) -> Any:
     """A key regex as a regex of metric names (``/`` and ``-`` become ``_``)."""
     return M + key_regex.replace("/", "_").replace("val-", "val_")
 
 
-def key_rows(layout):
+def key_rows(layout: Any) -> Any:
     """The collapsed rows of every key; returns {row title: condition} for the rows logged only
     in some runs (the demo fills the others)."""
     conditional = {}
@@ -156,7 +157,7 @@ def key_rows(layout):
     return conditional
 
 
-def shown():
+def shown() -> Any:
     """A regex of every metric name the key rows show (for the catch-all panel's exclusion)."""
     exact = sorted(metric(k)[len(M) :] for k in catalogue.trainer_keys())
     patterns = [metric_regex(regex)[len(M) :] for _, _, regex, _ in catalogue.PATTERN_FAMILIES]

@@ -16,6 +16,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import RLInsightError
@@ -49,11 +51,11 @@ class PortInUse(RLInsightError):
     """A port the server needs is taken by another process."""
 
 
-def state_path():
+def state_path() -> Any:
     return default_home() / "server.json"
 
 
-def advertise_ip(settings):
+def advertise_ip(settings: ServerSettings) -> Any:
     """The address trainers should use: configured, else the bind address, else this host's."""
     if settings.advertise_host:
         return settings.advertise_host
@@ -63,14 +65,15 @@ def advertise_ip(settings):
         return settings.bind
     try:
         for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
-            if not info[4][0].startswith("127."):
-                return info[4][0]
+            address = str(info[4][0])
+            if not address.startswith("127."):
+                return address
     except OSError:
         pass
     return "127.0.0.1"
 
 
-def check_port_free(bind, port, service):
+def check_port_free(bind: str, port: int, service: Any) -> Any:
     family = socket.AF_INET6 if ":" in (bind or "") else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -90,7 +93,7 @@ def check_port_free(bind, port, service):
             raise PortInUse(f"cannot listen on {bind}:{port} ({service}): {exc.strerror or exc}") from None
 
 
-def service_ports(settings, name):
+def service_ports(settings: ServerSettings, name: str) -> Any:
     return {
         "prometheus": [(settings.prometheus_port, "Prometheus")],
         "alertmanager": [(settings.alertmanager_port, "Alertmanager")],
@@ -104,7 +107,7 @@ def service_ports(settings, name):
     }[name]
 
 
-def fix_command(name) -> str:
+def fix_command(name: str) -> str:
     if name in ("prometheus", "alertmanager"):
         package = "prometheus" if name == "prometheus" else "prometheus-alertmanager"
         return f"rl-insight server install {name}   (or: apt-get install -y {package})"
@@ -112,25 +115,25 @@ def fix_command(name) -> str:
 
 
 class Server:
-    def __init__(self, settings) -> None:
+    def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         self.hub = MetricHub(
             max_series=int(settings.max_series),
-            memory_limit_bytes=settings.memory_limit_mb * 2**20,
+            memory_limit_bytes=int(settings.memory_limit_mb * 2**20),
             history_s=settings.history_s,
             state_path=settings.data_path / "hub-state.json",
         )
         self.targets = TargetRegistry(settings.data_path / "targets.json")
-        self.api = None
-        self.http = None
-        self.services = {}
-        self.missing = {}  # service -> [what is missing, the command that fixes it]
-        self.supervisor = None
-        self.alerting = None
-        self.spans = None
-        self.on_change = None
+        self.api: Api | None = None
+        self.http: HttpServer | None = None
+        self.services: dict[str, Service] = {}
+        self.missing: dict[str, list[str]] = {}  # service -> [what is missing, the command that fixes it]
+        self.supervisor: Supervisor | None = None
+        self.alerting: Alerting | None = None
+        self.spans: SpanStore | None = None
+        self.on_change: Callable[[], None] | None = None
 
-    def start(self):
+    def start(self) -> Any:
         s = self.settings
         s.data_path.mkdir(parents=True, exist_ok=True)
         credentials.resolve(s)
@@ -165,7 +168,7 @@ class Server:
         self.supervisor.start()
         return self
 
-    def delete_series(self, project, experiment) -> str:
+    def delete_series(self, project: str, experiment: str | None) -> str:
         """Delete a run's series in this server's Prometheus (admin API: loopback only); says what happened."""
         service = self.services.get("prometheus")
         if service is None:
@@ -186,13 +189,13 @@ class Server:
             return f"not deleted: {exc}"
         return "deleted" if reply.ok else f"not deleted: Prometheus answered {reply.status}: {reply.error()}"
 
-    def _restarted(self, service) -> None:
+    def _restarted(self, service: Any) -> None:
         if service.name == "alertmanager" and self.alerting is not None:
             self.alerting.restore_when_ready()
         if self.on_change:
             self.on_change()
 
-    def _start_service(self, name) -> None:
+    def _start_service(self, name: str) -> None:
         s = self.settings
         found = binaries.resolve(name, s.service(name).get("binary"))
         if found is None:
@@ -253,7 +256,7 @@ class Server:
                 self.missing[name] = [f"{name} did not become ready; see {service.log_path}", ""]
         return not self.missing
 
-    def info(self):
+    def info(self) -> Any:
         """What trainers are told: where to send traces, where people look."""
         state = self.state()
         urls = state["public_urls"]
@@ -272,13 +275,13 @@ class Server:
             "services": sorted(self.services),
         }
 
-    def service_status(self):
+    def service_status(self) -> Any:
         status = {name: svc.status() for name, svc in self.services.items()}
         for name, (what, fix) in self.missing.items():
             status.setdefault(name, {}).update({"missing": what, "fix": fix})
         return status
 
-    def state(self):
+    def state(self) -> Any:
         s = self.settings
         ip = advertise_ip(s)
         return {
@@ -328,13 +331,13 @@ class Server:
         self.targets.close()
 
 
-def write_state(server) -> None:
+def write_state(server: Server) -> None:
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(server.state(), indent=2))  # no secret in it: they stay in secrets/
 
 
-def run(settings, on_ready=None) -> int:
+def run(settings: ServerSettings, on_ready: Any = None) -> int:
     """Start everything, write the state file, call ``on_ready(state)``, serve until SIGTERM/SIGINT."""
     # Hand the GIL on every 1 ms instead of 5: a push waiting behind a long rendering gets it sooner.
     sys.setswitchinterval(0.001)
@@ -360,7 +363,7 @@ def run(settings, on_ready=None) -> int:
     return 0
 
 
-def main(argv=None):
+def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl_rl_insight.server.app",
         description="the server process; reads its settings as JSON from stdin "

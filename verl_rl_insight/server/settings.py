@@ -11,6 +11,7 @@ import os
 import socket
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -20,7 +21,7 @@ from verl_rl_insight.contract.naming import is_label_name
 SERVICE_NAMES = ("prometheus", "alertmanager", "tempo", "grafana")
 
 
-def _is_address(host) -> bool:
+def _is_address(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
         return True
@@ -33,7 +34,7 @@ def _is_address(host) -> bool:
         return False
 
 
-def check_http_url(name, value):
+def check_http_url(name: str, value: Any) -> Any:
     """'' or an http(s) URL with a host; a ValueError naming the setting otherwise."""
     if value == "":
         return
@@ -42,7 +43,7 @@ def check_http_url(name, value):
         raise ValueError(f"{name} must be an http:// or https:// URL with a host, got {value!r}")
 
 
-def check_remote_write(entries):
+def check_remote_write(entries: Any) -> Any:
     """Prometheus' remote_write list as given (its own syntax, passed through): a ValueError naming
     the entry when it is not a list of mappings with an http(s) url."""
     if not isinstance(entries, list):
@@ -53,7 +54,7 @@ def check_remote_write(entries):
         check_http_url(f"remote_write[{i}].url", entry.get("url"))
 
 
-def check_external_labels(labels):
+def check_external_labels(labels: dict[str, str]) -> Any:
     if not isinstance(labels, dict):
         raise ValueError("external_labels must be a mapping of label name to value")
     for name, value in labels.items():
@@ -63,7 +64,7 @@ def check_external_labels(labels):
             raise ValueError(f"external_labels.{name} must be a string, got {value!r}")
 
 
-def default_home():
+def default_home() -> Any:
     return Path(os.environ.get(environment.HOME, Path.home() / ".rl-insight"))
 
 
@@ -90,17 +91,19 @@ class ServerSettings:
     max_series: int = 500_000  # the metric hub's series, all runs together
     history_s: float = 600.0  # history every scraper has seen is dropped after this
     max_body_mb: float = 8  # one push request
-    services: dict = dataclasses.field(default_factory=dict)
+    services: dict[str, Any] = dataclasses.field(default_factory=dict)
     # past one node: Prometheus' own remote_write entries ({url: ..., basic_auth: ..., ...}), passed
     # through, and labels that tell this monitor server's series apart in the shared store
-    remote_write: list = dataclasses.field(default_factory=list)
-    external_labels: dict = dataclasses.field(default_factory=dict)
+    remote_write: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    external_labels: dict[str, str] = dataclasses.field(default_factory=dict)
     otlp_endpoint: str = ""  # spans to an existing collector / distributed Tempo, announced to trainers
     tempo_query_url: str = ""  # that Tempo's query API, for Grafana's Tempo datasource
-    alertmanager: dict = dataclasses.field(default_factory=dict)  # receivers, route, ...: Alertmanager's syntax
-    alerts: dict = dataclasses.field(default_factory=dict)  # alert thresholds (server/alert_rules.py)
+    alertmanager: dict[str, Any] = dataclasses.field(
+        default_factory=dict
+    )  # receivers, route, ...: Alertmanager's syntax
+    alerts: dict[str, Any] = dataclasses.field(default_factory=dict)  # alert thresholds (server/alert_rules.py)
 
-    def __post_init__(self):
+    def __post_init__(self) -> Any:
         if not self.data_dir:
             self.data_dir = str(default_home() / "data")
         if not self.token:
@@ -134,24 +137,24 @@ class ServerSettings:
         for name, value in ports.items():
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
                 raise ValueError(f"{name} must be a port number (1-65535), got {value!r}")
-        taken = {}
+        taken: dict[int, str] = {}
         for name, value in ports.items():
             if value in taken:
                 raise ValueError(f"{name} and {taken[value]} are both {value}")
             taken[value] = name
 
     @property
-    def data_path(self):
+    def data_path(self) -> Any:
         return Path(self.data_dir).expanduser()
 
-    def service(self, name):
+    def service(self, name: str) -> Any:
         return dict(self.services.get(name) or {})
 
-    def enabled(self, name):
+    def enabled(self, name: str) -> Any:
         return bool(self.service(name).get("enabled", True))
 
     @classmethod
-    def load(cls, config_file=None, **overrides):
+    def load(cls, config_file: Any = None, **overrides: Any) -> Any:
         """Settings from a YAML file and keyword overrides (None values are ignored)."""
         values = {}
         if config_file:

@@ -113,6 +113,7 @@ def _defaults() -> DictConfig:
     OmegaConf.set_struct(config.plugins, False)
     for name in BUILTIN_PLUGINS:
         OmegaConf.set_struct(config.plugins[name], True)
+    assert isinstance(config, DictConfig)
     return config
 
 
@@ -139,7 +140,7 @@ def hydra_block(trainer_config: Any) -> dict[str, Any]:
     if not blocks:
         return {}
     merged = OmegaConf.to_container(OmegaConf.merge(*blocks), resolve=True)
-    return merged if isinstance(merged, dict) else {}
+    return {str(k): v for k, v in merged.items()} if isinstance(merged, dict) else {}
 
 
 def _env_layer(environ: Any) -> dict[str, Any]:
@@ -162,7 +163,9 @@ def _merge(layers: list[tuple[str, Any]]) -> DictConfig:
     config = _defaults()
     for source, layer in layers:
         try:
-            config = OmegaConf.merge(config, layer)
+            merged = OmegaConf.merge(config, layer)
+            assert isinstance(merged, DictConfig)
+            config = merged
         except (ConfigKeyError, ConfigAttributeError) as exc:
             key = exc.full_key or str(exc.key)
             raise ConfigError(

@@ -6,10 +6,13 @@ no external plugin). Any plugin, built-in or not, is switched off with
 ``plugins.<name>.enabled=false`` in the config.
 """
 
+import functools
 import importlib
 import logging
 import os
+from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
+from typing import Any
 
 import pluggy
 
@@ -34,7 +37,7 @@ DEFAULT_PLUGINS = (
 )
 
 
-def _allowed_external(environ):
+def _allowed_external(environ: Mapping[str, str]) -> Any:
     policy = environ.get(ENV_ALLOW_LIST)
     if policy is None or policy.strip() == "":
         return None
@@ -43,10 +46,12 @@ def _allowed_external(environ):
     return {name.strip() for name in policy.split(",") if name.strip()}
 
 
-def discover(environ=None):
+def discover(environ: Mapping[str, str] | None = None) -> dict[str, Callable[[], Any]]:
     """Every plugin this environment offers: {name: loader}, built-ins first."""
     environ = os.environ if environ is None else environ
-    found = {path.rsplit(".", 1)[1]: (lambda p=path: importlib.import_module(p)) for path in DEFAULT_PLUGINS}
+    found: dict[str, Callable[[], Any]] = {
+        path.rsplit(".", 1)[1]: functools.partial(importlib.import_module, path) for path in DEFAULT_PLUGINS
+    }
     allowed = _allowed_external(environ)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in found:
@@ -58,7 +63,7 @@ def discover(environ=None):
     return found
 
 
-def build_plugin_manager(config, environ=None, strict: bool = True):
+def build_plugin_manager(config: Any, environ: Mapping[str, str] | None = None, strict: bool = True) -> Any:
     """A PluginManager with every enabled plugin registered under its name.
 
     Unknown plugin names in the config raise ConfigError when ``strict``; otherwise they are

@@ -9,15 +9,13 @@ import atexit
 import logging
 import os
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import pluggy
 
 from verl_rl_insight.contract import environment
-from verl_rl_insight.trainer.config import (
-    ENV_SERVER_URL,
-    ENV_TOKEN,
-    ConfigError,
-    load_config,
-)
+from verl_rl_insight.contract.errors import ConfigError
+from verl_rl_insight.trainer.config import ENV_SERVER_URL, ENV_TOKEN, load_config
 from verl_rl_insight.trainer.manager import build_plugin_manager
 
 logger = logging.getLogger("verl_rl_insight")
@@ -35,11 +33,11 @@ class RunInfo(NamedTuple):
 
 
 class Runtime:
-    def __init__(self, config, pm) -> None:
+    def __init__(self, config: Any, pm: pluggy.PluginManager) -> None:
         self.config = config
         self.pm = pm
         self.hook = pm.hook
-        self.runs = {}
+        self.runs: dict[tuple[str, str], RunInfo] = {}
         self._closed = False
         self._stop = threading.Event()
         self._collector = None
@@ -48,7 +46,7 @@ class Runtime:
             self._collector = threading.Thread(target=self._collect_loop, name="rl-insight-collect", daemon=True)
             self._collector.start()
 
-    def run(self, project, experiment_name):
+    def run(self, project: str | None, experiment_name: str | None) -> Any:
         """The RunInfo for these names; the runtime remembers every run it has seen."""
         key = (str(project or "default"), str(experiment_name or "default"))
         info = self.runs.get(key)
@@ -56,7 +54,7 @@ class Runtime:
             info = self.runs[key] = RunInfo(*key)
         return info
 
-    def current_run(self):
+    def current_run(self) -> Any:
         """The run this process logs for: the last one seen, else the one the driver published."""
         return next(reversed(self.runs.values()), None) or self.run(
             os.environ.get(ENV_PROJECT), os.environ.get(ENV_EXPERIMENT)
@@ -76,7 +74,7 @@ class Runtime:
         except Exception:
             logger.exception("rl-insight: a sampler failed; sampling goes on")
 
-    def shutdown(self, timeout_s=None) -> None:
+    def shutdown(self, timeout_s: float | None = None) -> None:
         """Flush every plugin (at most ``timeout_s``, default ``metric_push.flush_timeout_s``), once."""
         if self._closed:
             return
@@ -96,12 +94,12 @@ _runtime = None
 _lock = threading.Lock()
 
 
-def get_runtime():
+def get_runtime() -> Any:
     """The running Runtime, or None."""
     return _runtime
 
 
-def start(trainer_config=None, config=None, strict: bool = False):
+def start(trainer_config: Any = None, config: Any = None, strict: bool = False) -> Any:
     """Start the process runtime once and return it (later calls return the same one).
 
     ``strict``: raise ConfigError for a bad config (the public ``init`` does); otherwise log
@@ -130,7 +128,7 @@ def start(trainer_config=None, config=None, strict: bool = False):
         return _runtime
 
 
-def shutdown(timeout_s=None) -> None:
+def shutdown(timeout_s: float | None = None) -> None:
     """Flush and stop the runtime; a later ``start`` builds a fresh one."""
     global _runtime
     with _lock:

@@ -4,13 +4,14 @@ through verl's real ``run_ppo`` and the real patches; at the end, where to look.
 import os
 import sys
 import time
+from typing import Any, TextIO
 
 from verl_rl_insight.contract import environment
 
 PROJECT = "rl-insight-demo"
 
 
-def has_gpu():
+def has_gpu() -> Any:
     try:
         import pynvml
 
@@ -22,7 +23,16 @@ def has_gpu():
         return False
 
 
-def compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, transfer_queue):
+def compose(
+    experiment: str | None,
+    steps: Any,
+    step_seconds: Any,
+    engine: str,
+    replicas: Any,
+    gpus: Any,
+    linger_s: Any,
+    transfer_queue: Any,
+) -> Any:
     import verl.trainer.main_ppo as main_ppo
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -57,7 +67,7 @@ class Progress:
     """The run's progress as the hub sees it (the step it was last pushed), drawn by this process:
     one line redrawn in place on a terminal, a line per quarter of the run otherwise (a log)."""
 
-    def __init__(self, hub_url, experiment, steps, out, interval_s: float = 0.5) -> None:
+    def __init__(self, hub_url: Any, experiment: str | None, steps: Any, out: TextIO, interval_s: float = 0.5) -> None:
         import threading
 
         self.hub_url, self.experiment, self.steps, self.out = hub_url, experiment, steps, out
@@ -68,7 +78,7 @@ class Progress:
         self._thread = threading.Thread(target=self._run, name="demo-progress", daemon=True)
         self._thread.start()
 
-    def _step(self):
+    def _step(self) -> Any:
         from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
         try:
@@ -82,7 +92,7 @@ class Progress:
         ]
         return max(steps, default=None)
 
-    def _draw(self, step) -> None:
+    def _draw(self, step: int) -> None:
         done = int(30 * step / max(self.steps, 1))
         line = (
             f"[demo] SIMULATED step {step}/{self.steps} [{'#' * done}{'.' * (30 - done)}] {time.strftime('%H:%M:%S')}"
@@ -113,7 +123,7 @@ class Progress:
             print(file=self.out, flush=True)
 
 
-def where_to_look(state, experiment, engine, out) -> None:
+def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, out: TextIO) -> None:
     urls = state["public_urls"]
     query = f'{{project="{PROJECT}",experiment_name="{experiment}"}}'
     print("\nThis was a SIMULATION (no model was trained). Where to look:", file=out)
@@ -142,11 +152,11 @@ def run(
     step_seconds: float = 2.0,
     engine: str = "vllm",
     replicas: int = 2,
-    experiment=None,
-    server_config=None,
+    experiment: str | None = None,
+    server_config: Any = None,
     linger_s: float = 3.0,
     transfer_queue: bool = True,
-    out=sys.stdout,
+    out: TextIO = sys.stdout,
 ) -> int:
     from verl_rl_insight.commands.server import control
     from verl_rl_insight.server.settings import ServerSettings

@@ -3,6 +3,8 @@ HTTP servers exposing ``/metrics`` through prometheus_client, as the engines do,
 engines' real metric names and label names (vllm/v1/metrics/loggers.py;
 sglang/srt/metrics/collector.py)."""
 
+from typing import Any
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -12,7 +14,7 @@ from prometheus_client import (
 )
 
 # name -> kind; counters are named without _total (prometheus_client adds it), as in the engines
-ENGINE_METRICS = {
+ENGINE_METRICS: dict[str, dict[str, Any]] = {
     "vllm": {
         "metrics": {
             "vllm:num_requests_running": "gauge",
@@ -64,7 +66,7 @@ TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, float("inf"))
 class MetricsEndpoint:
     """``GET /metrics`` on loopback (or ``host``), answering ``body()``."""
 
-    def __init__(self, body, host: str = "127.0.0.1") -> None:
+    def __init__(self, body: Any, host: str = "127.0.0.1") -> None:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -77,7 +79,7 @@ class MetricsEndpoint:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def log_message(self, *a) -> None:
+            def log_message(self, *a: object) -> None:
                 pass
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
@@ -100,12 +102,12 @@ class EngineSimulator:
     way a busy engine would, never past what a real one can report (usage and hit rates within
     0-1, hits never above queries, accepted draft tokens never above drafted ones)."""
 
-    def __init__(self, engine, replica_rank, host: str = "127.0.0.1") -> None:
+    def __init__(self, engine: str, replica_rank: Any, host: str = "127.0.0.1") -> None:
         import random
 
         self.engine = engine
         self.replica_rank = replica_rank
-        self.spec = ENGINE_METRICS[engine]
+        self.spec: dict[str, Any] = ENGINE_METRICS[engine]
         self.random = random.Random(replica_rank)
         self.registry = CollectorRegistry()
         names = list(self.spec["labels"])
@@ -113,14 +115,14 @@ class EngineSimulator:
         self.series = {}
         for name, kind in self.spec["metrics"].items():
             if kind == "gauge":
-                metric = Gauge(name, name, names, registry=self.registry)
+                metric: Any = Gauge(name, name, names, registry=self.registry)
             elif kind == "counter":
                 metric = Counter(name, name, names, registry=self.registry)
             else:
                 buckets = TOKEN_BUCKETS if name.endswith("_tokens") else Histogram.DEFAULT_BUCKETS
                 metric = Histogram(name, name, names, registry=self.registry, buckets=buckets)
             self.series[name] = metric.labels(*values)
-        self.finished = None
+        self.finished: Counter | None = None
         if self.spec["finished"]:
             self.finished = Counter(
                 self.spec["finished"], "finished requests", names + ["finished_reason"], registry=self.registry
@@ -146,7 +148,7 @@ class EngineSimulator:
         self.endpoint = MetricsEndpoint(lambda: generate_latest(registry), host)
         self.address = self.endpoint.address
 
-    def simulate_generate(self, requests, response_tokens) -> None:
+    def simulate_generate(self, requests: Any, response_tokens: Any) -> None:
         """A batch of ``requests`` generations of about ``response_tokens`` tokens each."""
         r, s, p = self.random, self.series, f"{self.engine}:"
         prompt = requests * r.randint(50, 300)
@@ -164,6 +166,7 @@ class EngineSimulator:
             s["vllm:spec_decode_num_draft_tokens"].inc(drafted)
             s["vllm:spec_decode_num_accepted_tokens"].inc(int(drafted * r.uniform(0.5, 0.8)))
             for _ in range(requests):
+                assert self.finished is not None
                 self.finished.labels(*self.label_values, r.choices(["stop", "length", "abort"], [85, 13, 2])[0]).inc()
         else:
             s["sglang:num_running_reqs"].set(round(requests * r.uniform(0.6, 1.0)))

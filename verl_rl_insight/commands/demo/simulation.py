@@ -11,6 +11,7 @@ import math
 import random
 import threading
 import time
+from typing import Any
 
 import ray
 
@@ -22,7 +23,7 @@ class SimulatedReplica:
 
     engine = "vllm"
 
-    def __init__(self, replica_rank, config, model_config, gpus_per_node, **kwargs) -> None:
+    def __init__(self, replica_rank: Any, config: Any, model_config: Any, gpus_per_node: Any, **kwargs: Any) -> None:
         self.replica_rank = replica_rank
 
     async def init_standalone(self) -> None:
@@ -33,7 +34,7 @@ class SimulatedReplica:
         self._server_handle = None
 
 
-def start_replicas(engine, replicas):
+def start_replicas(engine: str, replicas: Any) -> Any:
     """verl's real LLMServerManager._initialize_llm_servers, with simulated replicas."""
     from omegaconf import OmegaConf
     from verl.workers.rollout.llm_server import LLMServerManager
@@ -60,7 +61,7 @@ def start_replicas(engine, replicas):
     return [r.simulator for r in manager.rollout_replicas]
 
 
-def start_transfer_queue(timeout_s: int = 60):
+def start_transfer_queue(timeout_s: int = 60) -> Any:
     """The real transferqueue with its metrics exporter, or None (not installed, or it did not start)."""
     result = {}
 
@@ -81,7 +82,7 @@ def start_transfer_queue(timeout_s: int = 60):
     return result.get("tq")
 
 
-def exchange_through(tq, step) -> None:
+def exchange_through(tq: Any, step: int) -> None:
     """Put and get one sample: TransferQueue's controller counts real requests; the partition
     keeps its samples (as a step's batch lives on) so its progress is reported."""
     import torch
@@ -94,7 +95,7 @@ def exchange_through(tq, step) -> None:
             print(f"[demo] TransferQueue exchange failed ({exc}); its request panels stay empty", flush=True)
 
 
-def batch_for(step, rng, batch: int = 8, length: int = 64, prompt_length: int = 32):
+def batch_for(step: int, rng: Any, batch: int = 8, length: int = 64, prompt_length: int = 32) -> Any:
     """A DataProto like a rollout's: prompts and responses, rewards, critic values, and log probs of
     rollout and actor with a mismatch that drifts."""
     import numpy as np
@@ -128,7 +129,7 @@ def batch_for(step, rng, batch: int = 8, length: int = 64, prompt_length: int = 
     )
 
 
-def verl_metrics(batch, timing):
+def verl_metrics(batch: Any, timing: Any) -> Any:
     """What verl's own trainer computes from a step's batch and timings: data, timing, throughput
     and rollout-correction metrics, by verl's own functions."""
     from verl.trainer.ppo import metric_utils, rollout_corr_helper
@@ -144,14 +145,17 @@ def verl_metrics(batch, timing):
     return metrics
 
 
-def curves(step, total, rng, timing, batch):
+def curves(step: int, total: Any, rng: Any, timing: Any, batch: Any) -> Any:
     """The step's metrics: verl's own where verl computes them from the batch, PPO-shaped curves
     for what its workers report (score rising, entropy falling), and a plausible value for every
     other key verl logs in every PPO step, so that every panel of the dashboards has data."""
     from verl_rl_insight.dashboards import keys
 
     progress = step / max(total, 1)
-    noise = lambda scale: rng.gauss(0, scale)  # noqa: E731
+
+    def noise(scale: float) -> float:
+        return float(rng.gauss(0, scale))
+
     metrics = verl_metrics(batch, timing)
     score = 0.25 + 0.55 * (1 - math.exp(-3 * progress)) + noise(0.03)
     metrics.update(
@@ -191,12 +195,12 @@ def curves(step, total, rng, timing, batch):
     return metrics
 
 
-def generate_on(engines, seconds) -> None:
+def generate_on(engines: Any, seconds: Any) -> None:
     """Each replica generates for ``seconds``, reported on its timeline lane through verl's own
     RLInsightLogger.trace_state, as verl's vLLM / SGLang servers report every generate call."""
     from verl.utils.tracking import RLInsightLogger
 
-    def replica(engine) -> None:
+    def replica(engine: Any) -> None:
         with RLInsightLogger.trace_state(f"{engine.engine}_generate", state_lane_id=f"replica_{engine.replica_rank}"):
             engine.simulate_generate(requests=16, response_tokens=400)
             time.sleep(seconds)
@@ -212,7 +216,7 @@ def generate_on(engines, seconds) -> None:
 class SimulatedTaskRunner:
     """verl's TaskRunner replaced by the simulation; ``run(config)`` as run_ppo calls it."""
 
-    def run(self, config):
+    def run(self, config: Any) -> Any:
         from omegaconf import OmegaConf
         from verl.trainer.ppo import ray_trainer
         from verl.trainer.ppo.core_algos import AdvantageEstimator
@@ -234,7 +238,7 @@ class SimulatedTaskRunner:
         marked_timer = ray_trainer.marked_timer
         for step in range(1, total + 1):
             self.global_steps = step  # what the patches read, as in verl's trainers
-            timing = {}
+            timing: dict[str, float] = {}
             with marked_timer("step", timing):
                 with marked_timer("gen", timing):
                     simulated_nvml.load_level[0] = 0.85

@@ -1,6 +1,8 @@
 """``rl-insight server install | start | stop | status``."""
 
+import argparse
 import os
+from typing import Any
 
 import yaml
 
@@ -9,7 +11,7 @@ from verl_rl_insight.commands.checks import PROBLEMS, CliError
 from verl_rl_insight.contract import environment
 
 
-def load_settings(config, **overrides):
+def load_settings(config: Any, **overrides: Any) -> Any:
     """Server settings from ``--config`` and options; a bad file or value is a CliError naming it."""
     from verl_rl_insight.server.settings import ServerSettings
 
@@ -25,7 +27,7 @@ def load_settings(config, **overrides):
         raise CliError(f"bad server config: {exc}") from None
 
 
-def start(args):
+def start(args: argparse.Namespace) -> Any:
     from verl_rl_insight.commands.server import control
     from verl_rl_insight.server.settings import SERVICE_NAMES
 
@@ -43,19 +45,19 @@ def start(args):
     return control.start(settings, detach=args.detach)
 
 
-def stop(args):
+def stop(args: argparse.Namespace) -> Any:
     from verl_rl_insight.commands.server import control
 
     return control.stop()
 
 
-def status(args):
+def status(args: argparse.Namespace) -> Any:
     from verl_rl_insight.commands.server import control
 
     return control.status(show_secrets=args.secrets)
 
 
-def install(args):
+def install(args: argparse.Namespace) -> Any:
     from verl_rl_insight.commands.server import installer
     from verl_rl_insight.server.managed.releases import SERVICES
 
@@ -96,7 +98,7 @@ def install(args):
     return PROBLEMS if failed else 0
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub: Any) -> None:
     server = sub.add_parser(
         "server", help="the monitoring server (metric hub, Prometheus, Alertmanager, Tempo, Grafana)"
     )

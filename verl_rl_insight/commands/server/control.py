@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any, TextIO
 
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.contract.http_client import HttpClient
@@ -17,13 +19,13 @@ from verl_rl_insight.server.managed.supervisor import (
     pid_runs,
     stop_process_group,
 )
-from verl_rl_insight.server.settings import default_home
+from verl_rl_insight.server.settings import ServerSettings, default_home
 from verl_rl_insight.server.stores import credentials
 
 START_TIMEOUT_S = 180
 
 
-def read_state(out=sys.stderr):
+def read_state(out: TextIO = sys.stderr) -> Any:
     """The running server's state, or None. A state file left by a crashed server is cleaned up:
     services it had started and that still run are ended, then the file is removed."""
     path = app.state_path()
@@ -39,19 +41,19 @@ def read_state(out=sys.stderr):
     return None
 
 
-def _stop_orphans(state, out) -> None:
+def _stop_orphans(state: dict[str, Any], out: TextIO) -> None:
     for name, svc in (state.get("services") or {}).items():
         if pid_runs(svc.get("pid"), svc.get("binary", "")):
             print(f"rl-insight: stopping {name} (pid {svc['pid']}) left running by the crashed server", file=out)
             stop_process_group(svc["pid"])
 
 
-def state_secret(state, name):
+def state_secret(state: dict[str, Any], name: str) -> Any:
     """A secret of the running server (this user can read its 0600 files), or None."""
     return credentials.read_secret(state["settings"]["data_dir"], name) if state.get("settings") else None
 
 
-def trainer_url(state, reveal: bool = True, local: bool = False):
+def trainer_url(state: dict[str, Any], reveal: bool = True, local: bool = False) -> Any:
     """RL_INSIGHT_SERVER_URL for trainers (``local``: on this machine): the hub's URL, carrying the
     token when one is required."""
     url = state["local_hub_url" if local else "hub_url"]
@@ -61,7 +63,7 @@ def trainer_url(state, reveal: bool = True, local: bool = False):
     return server_url.with_token(url, token) if token else url
 
 
-def panel(state, reveal_token: bool = True):
+def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
     urls = state["public_urls"]
     services = state["services"]
     secrets_dir = state.get("secrets_dir", "<data dir>/secrets")
@@ -105,7 +107,7 @@ def panel(state, reveal_token: bool = True):
     return "\n".join(lines)
 
 
-def start(settings, detach: bool = False, out=sys.stdout):
+def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdout) -> Any:
     """Exit code: 0 all running, 1 running but a service is missing, 2 not started."""
     state = read_state()
     if state is not None:
@@ -118,7 +120,7 @@ def start(settings, detach: bool = False, out=sys.stdout):
     if not detach:
         result = {}
 
-        def on_ready(state) -> None:
+        def on_ready(state: dict[str, Any]) -> None:
             result["missing"] = bool(state["missing"])
             print(panel(state) + "\n\nCtrl+C stops the server and every service.", file=out, flush=True)
 
@@ -140,6 +142,7 @@ def start(settings, detach: bool = False, out=sys.stdout):
             stdin=subprocess.PIPE,
             start_new_session=True,
         )
+    assert process.stdin is not None
     process.stdin.write(json.dumps(dataclasses.asdict(settings)).encode())
     process.stdin.close()
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -163,7 +166,7 @@ def start(settings, detach: bool = False, out=sys.stdout):
     return 2
 
 
-def stop(out=sys.stdout, timeout_s: float = 20.0) -> int:
+def stop(out: TextIO = sys.stdout, timeout_s: float = 20.0) -> int:
     state = read_state()
     if state is None:
         print("rl-insight server is not running", file=out)
@@ -188,7 +191,7 @@ def stop(out=sys.stdout, timeout_s: float = 20.0) -> int:
     return 0
 
 
-def status(out=sys.stdout, show_secrets: bool = False):
+def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> Any:
     state = read_state()
     if state is None:
         print(f"rl-insight server is not running (no state in {default_home()})", file=out)
@@ -232,7 +235,7 @@ def status(out=sys.stdout, show_secrets: bool = False):
     return 1 if unhealthy else 0
 
 
-def _tail(path, start: int = 0, lines: int = 20):
+def _tail(path: Path, start: int = 0, lines: int = 20) -> Any:
     """The last ``lines`` lines written to ``path`` after byte ``start``."""
     try:
         with open(path, "rb") as f:

@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path, PurePosixPath
+from typing import Any, TextIO
 
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.server.managed.binaries import (
@@ -35,7 +36,7 @@ class InstallError(RLInsightError):
     """An install that did not happen; the message says why and what to do."""
 
 
-def _progress(out, name, done, total, started) -> None:
+def _progress(out: TextIO | None, name: str, done: Any, total: Any, started: Any) -> None:
     if out is None:
         return
     rate = done / max(time.monotonic() - started, 1e-6) / 2**20
@@ -51,7 +52,7 @@ def _progress(out, name, done, total, started) -> None:
     out.flush()
 
 
-def download(url, dest, name, out=None, timeout_s: int = 60):
+def download(url: str, dest: Any, name: str, out: TextIO | None = None, timeout_s: int = 60) -> Any:
     """Stream ``url`` into ``dest`` (a .part file first); returns the sha256. Leaves nothing on failure."""
     part = dest.with_name(dest.name + ".part")
     digest = hashlib.sha256()
@@ -92,7 +93,7 @@ def download(url, dest, name, out=None, timeout_s: int = 60):
     return digest.hexdigest()
 
 
-def file_sha256(path):
+def file_sha256(path: Path) -> Any:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -100,7 +101,7 @@ def file_sha256(path):
     return digest.hexdigest()
 
 
-def safe_extract(archive, dest):
+def safe_extract(archive: Any, dest: Any) -> Any:
     """Extract a .tar.gz into ``dest`` (an empty staging folder), or refuse it (InstallError).
 
     Refused before anything is written: a member that is absolute, has a ``..`` part, is not a
@@ -134,16 +135,16 @@ def safe_extract(archive, dest):
                 )
 
 
-def _inside(path, folder):
+def _inside(path: Path, folder: Path) -> Any:
     return path == folder or folder in path.parents
 
 
-def _parts(name):
+def _parts(name: str) -> Any:
     return [p for p in PurePosixPath(name).parts if p != "."]
 
 
-def _check_members(archive, members) -> None:
-    def refuse(member, why):
+def _check_members(archive: Any, members: Any) -> None:
+    def refuse(member: Any, why: Any) -> Any:
         raise InstallError(f"{archive.name}: member {member.name!r} {why}; archive refused")
 
     links, files = set(), set()
@@ -182,8 +183,14 @@ def _check_members(archive, members) -> None:
 
 
 def install_one(
-    name, local_archive=None, mirror=None, force: bool = False, sha256=None, overrides=None, out=sys.stderr
-):
+    name: str,
+    local_archive: Any = None,
+    mirror: Any = None,
+    force: bool = False,
+    sha256: Any = None,
+    overrides: Any = None,
+    out: TextIO = sys.stderr,
+) -> Any:
     """Install service ``name``; returns the manifest. Raises InstallError, leaving any earlier install intact."""
     if not force:
         record = installed(name)
@@ -246,7 +253,7 @@ def install_one(
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def expected_sha256(name, rel, explicit=None, local_archive=None, mirror=None):
+def expected_sha256(name: str, rel: Any, explicit: Any = None, local_archive: Any = None, mirror: Any = None) -> Any:
     """(sha256 the archive must have, where it comes from): ``--sha256``, else the checksum pinned
     in this package, else the checksum file the release publishes (from the ``--local-archive``
     folder, the mirror, or the release over HTTPS). Raises InstallError naming what it read."""
@@ -279,7 +286,7 @@ def expected_sha256(name, rel, explicit=None, local_archive=None, mirror=None):
     return digest, where
 
 
-def checksum_for(text, file_name):
+def checksum_for(text: str, file_name: Any) -> Any:
     """The sha256 of ``file_name`` in a checksum file: ``<hex>  <name>`` lines (sha256sum's output,
     goreleaser's SHA256SUMS), or a file holding the hex alone (Grafana's ``<archive>.sha256``)."""
     lines = [line.split() for line in text.splitlines() if line.strip()]
@@ -291,11 +298,11 @@ def checksum_for(text, file_name):
     return None
 
 
-def _is_sha256(text):
+def _is_sha256(text: str) -> Any:
     return len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
-def _write_manifest(name, record) -> None:
+def _write_manifest(name: str, record: Any) -> None:
     path = services_dir() / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(record, indent=2))

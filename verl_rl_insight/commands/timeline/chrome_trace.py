@@ -8,18 +8,19 @@ argument of every span inside it.
 """
 
 import re
+from typing import Any
 
 LANE_ORDER = ("trainer", "replica", "rank")
 
 
-def _lane_key(lane):
+def _lane_key(lane: str) -> Any:
     match = re.fullmatch(r"([a-zA-Z_]+?)_?(\d+)", lane)
     stem, number = (match.group(1), int(match.group(2))) if match else (lane, -1)
     rank = LANE_ORDER.index(stem) if stem in LANE_ORDER else len(LANE_ORDER)
     return rank, stem, number, lane
 
 
-def _step(span):
+def _step(span: Any) -> Any:
     value = span["attributes"].get("verl.step")
     try:
         return int(value)
@@ -27,9 +28,9 @@ def _step(span):
         return None
 
 
-def step_windows(spans):
+def step_windows(spans: Any) -> Any:
     """step -> (start_ns, end_ns) of the trainer's step spans."""
-    windows = {}
+    windows: dict[Any, Any] = {}
     for span in spans:
         step = _step(span)
         if step is not None and span["attributes"].get("state_name") == "step":
@@ -38,7 +39,7 @@ def step_windows(spans):
     return windows
 
 
-def select_steps(spans, first, last):
+def select_steps(spans: Any, first: Any, last: Any) -> Any:
     """The spans that overlap trainer steps first..last (inclusive, None: open)."""
     windows = [
         w
@@ -48,9 +49,9 @@ def select_steps(spans, first, last):
     return [s for s in spans if any(s["start_ns"] < end and s["end_ns"] > start for start, end in windows)]
 
 
-def _tracks(spans):
+def _tracks(spans: Any) -> Any:
     """Assign each span of one lane to a track on which every event nests in the one before."""
-    tracks = []  # each: a stack of end times of the open events
+    tracks: list[list[Any]] = []  # each: a stack of end times of the open events
     placed = []
     for span in sorted(spans, key=lambda s: (s["start_ns"], -s["end_ns"])):
         for index, stack in enumerate(tracks):
@@ -66,7 +67,7 @@ def _tracks(spans):
     return len(tracks), placed
 
 
-def to_chrome_trace(spans, run_name):
+def to_chrome_trace(spans: Any, run_name: Any) -> Any:
     """The trace-event document of ``spans`` (dicts: name, start_ns, end_ns, trace_id, span_id,
     parent_span_id, attributes)."""
     spans = [s for s in spans if s["end_ns"] >= s["start_ns"] > 0]
@@ -75,7 +76,7 @@ def to_chrome_trace(spans, run_name):
         return {"traceEvents": events, "displayTimeUnit": "ms"}
     origin = min(s["start_ns"] for s in spans)
     windows = sorted(step_windows(spans).items(), key=lambda item: item[1])
-    lanes = {}
+    lanes: dict[str, Any] = {}
     for span in spans:
         lanes.setdefault(str(span["attributes"].get("state_lane_id") or "trainer"), []).append(span)
     tid = 0

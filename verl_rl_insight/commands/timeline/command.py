@@ -4,17 +4,18 @@ chrome://tracing), from the server that kept the spans or from its Tempo: one co
 import argparse
 import json
 import os
+from typing import Any
 
 from verl_rl_insight.commands.api import call, common_options, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
 
 
-def steps_range(text):
+def steps_range(text: str) -> Any:
     """'A:B', 'A:', ':B' or 'A' -> (first, last), None where open (argparse type)."""
-    first, sep, last = text.partition(":")
+    head, sep, tail = text.partition(":")
     try:
-        first = int(first) if first.strip() else None
-        last = (int(last) if last.strip() else None) if sep else first
+        first = int(head) if head.strip() else None
+        last = (int(tail) if tail.strip() else None) if sep else first
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a step range (A:B, A:, :B or A)") from None
     if first is not None and last is not None and last < first:
@@ -22,7 +23,7 @@ def steps_range(text):
     return first, last
 
 
-def read_spans(base, token, project, experiment):
+def read_spans(base: Any, token: str | None, project: str, experiment: str | None) -> Any:
     """(spans, where from)."""
     from verl_rl_insight.commands.timeline import sources
 
@@ -48,7 +49,7 @@ def read_spans(base, token, project, experiment):
     )
 
 
-def export(args) -> int:
+def export(args: argparse.Namespace) -> int:
     from verl_rl_insight.commands.timeline import chrome_trace, sources
 
     if args.tempo:
@@ -87,7 +88,7 @@ def export(args) -> int:
     return 0
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub: Any) -> None:
     timeline = sub.add_parser("timeline", help="a run's RL state timeline as a file (Perfetto, chrome://tracing)")
     timeline_sub = timeline.add_subparsers(dest="timeline_command", metavar="COMMAND", required=True)
     out = timeline_sub.add_parser("export", help="write the run's timeline as Chrome trace-event JSON")

@@ -4,6 +4,7 @@ HTTP API (``/api/search`` by the run's attributes, then ``/api/traces/<id>``, OT
 import base64
 import json
 import urllib.parse
+from typing import Any
 
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
@@ -15,7 +16,7 @@ class SourceError(RLInsightError):
     """Spans that cannot be read from the server or Tempo; the message says why."""
 
 
-def _get(url, headers=None, timeout: int = 30):
+def _get(url: str, headers: Any = None, timeout: int = 30) -> Any:
     try:
         reply = HttpClient().request("GET", url, headers=headers, timeout_s=timeout)
     except Unreachable as exc:
@@ -25,14 +26,14 @@ def _get(url, headers=None, timeout: int = 30):
     return reply.body
 
 
-def from_server(base, project, experiment, token=None):
+def from_server(base: Any, project: str, experiment: str | None, token: str | None = None) -> Any:
     """The spans the server kept for the run (JSON lines)."""
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
     body = _get(f"{base}/api/v1/spans?{query}", {"Authorization": f"Bearer {token}"} if token else None)
     return [json.loads(line) for line in body.splitlines() if line.strip()]
 
 
-def _hex(value):
+def _hex(value: Any) -> Any:
     """Tempo writes IDs in base64 (its JSON) or hex (OTLP JSON); both -> hex."""
     if not value:
         return ""
@@ -41,7 +42,7 @@ def _hex(value):
     return base64.b64decode(value).hex()
 
 
-def _otlp_value(value):
+def _otlp_value(value: Any) -> Any:
     for kind in ("stringValue", "boolValue", "doubleValue"):
         if kind in value:
             return value[kind]
@@ -50,7 +51,7 @@ def _otlp_value(value):
     return None
 
 
-def _spans_of(trace):
+def _spans_of(trace: Any) -> Any:
     """Spans of one trace in Tempo's JSON (``batches`` in Tempo 2.x, ``resourceSpans`` in OTLP JSON)."""
     for batch in trace.get("batches") or trace.get("resourceSpans") or []:
         resource = {a["key"]: _otlp_value(a.get("value", {})) for a in batch.get("resource", {}).get("attributes", [])}
@@ -70,7 +71,7 @@ def _spans_of(trace):
                 }
 
 
-def from_tempo(tempo, project, experiment, start_s=None, end_s=None):
+def from_tempo(tempo: Any, project: str, experiment: str | None, start_s: Any = None, end_s: Any = None) -> Any:
     """The run's spans from Tempo: traces found by the spans' project / experiment_name attributes."""
     params = {"tags": f'project="{project}" experiment_name="{experiment}"', "limit": str(MAX_TRACES)}
     if start_s and end_s:

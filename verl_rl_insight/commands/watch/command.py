@@ -1,16 +1,18 @@
 """``rl-insight watch [--project P] [--experiment E] [--server URL] [--once]``: one run, live."""
 
+import argparse
 import contextlib
 import os
 import select
 import sys
 import time
+from typing import Any
 
 from verl_rl_insight.commands.api import call, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError, positive_float
 
 
-def _sources(args):
+def _sources(args: argparse.Namespace) -> Any:
     """(Prometheus URL, a function giving the hub's runs by recency: (project, experiment, idle s))."""
     if args.prometheus:
         return args.prometheus, lambda: ()
@@ -19,7 +21,7 @@ def _sources(args):
     if not info.get("prometheus") or "prometheus" not in info.get("services", ("prometheus",)):
         raise CliError(f"the server at {base} runs no Prometheus", fix="give --prometheus URL", code=PROBLEMS)
 
-    def recent():
+    def recent() -> Any:
         try:
             streams = call("GET", base + "/api/v1/streams", token)["streams"]
         except CliError:
@@ -34,11 +36,16 @@ def _sources(args):
 
 
 @contextlib.contextmanager
-def _keys():
+def _keys() -> Any:
     """A function returning the key pressed since the last call ('' for none), in cbreak mode
     on a terminal (restored on the way out)."""
     if not sys.stdin.isatty():
-        yield lambda timeout: (time.sleep(timeout), "")[1]
+
+        def wait(timeout: float) -> str:
+            time.sleep(timeout)
+            return ""
+
+        yield wait
         return
     import termios
     import tty
@@ -48,7 +55,7 @@ def _keys():
     tty.setcbreak(fd)
     try:
 
-        def read(timeout):
+        def read(timeout: float) -> Any:
             ready, _, _ = select.select([fd], [], [], timeout)
             return os.read(fd, 16).decode(errors="replace") if ready else ""
 
@@ -57,7 +64,7 @@ def _keys():
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
-def watch(args) -> int:
+def watch(args: argparse.Namespace) -> int:
     from rich.console import Console, Group
     from rich.live import Live
     from rich.text import Text
@@ -68,7 +75,7 @@ def watch(args) -> int:
     prom = data.Prometheus(prom_url)
     console = Console()
 
-    def render():
+    def render() -> Any:
         try:
             project, experiment = data.pick_run(prom, args.project, args.experiment, recent())
             return view.frame(data.snapshot(prom, project, experiment), console.width, console.height), None
@@ -100,7 +107,7 @@ def watch(args) -> int:
         return 0
 
 
-def add_parsers(sub) -> None:
+def add_parsers(sub: Any) -> None:
     from verl_rl_insight.commands.api import common_options
 
     parser = sub.add_parser("watch", help="one run live in the terminal: step, curves, replicas, GPUs, alerts")

@@ -1,6 +1,8 @@
 """What the terminal view shows, read from Prometheus' HTTP API: the run, its step, the key
 curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
 
+from typing import Any
+
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient, Refused, Unreachable
 from verl_rl_insight.contract.naming import metric_name
@@ -33,12 +35,12 @@ def metric(key: str) -> str:
 
 
 class Prometheus:
-    def __init__(self, url, timeout: int = 5) -> None:
+    def __init__(self, url: str, timeout: int = 5) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self._client = HttpClient()
 
-    def _get(self, path, params):
+    def _get(self, path: str, params: Any) -> Any:
         try:
             body = self._client.get_json(f"{self.url}{path}", params=params, timeout_s=self.timeout)
         except Refused as exc:
@@ -47,30 +49,30 @@ class Prometheus:
             raise DataError(f"Prometheus at {self.url} does not answer ({exc})") from None
         return body["data"]
 
-    def query(self, promql):
+    def query(self, promql: str) -> Any:
         return self._get("/api/v1/query", {"query": promql})["result"]
 
-    def scalar(self, promql):
+    def scalar(self, promql: str) -> Any:
         result = self.query(promql)
         return float(result[0]["value"][1]) if result else None
 
-    def by(self, promql, label):
+    def by(self, promql: str, label: Any) -> Any:
         return {r["metric"].get(label, ""): float(r["value"][1]) for r in self.query(promql)}
 
-    def samples(self, promql_range):
+    def samples(self, promql_range: Any) -> Any:
         """{timestamp: value} of the one series a range-vector query returns."""
         result = self.query(promql_range)
         return {float(t): float(v) for t, v in result[0]["values"]} if result else {}
 
-    def names(self, match, start):
+    def names(self, match: Any, start: Any) -> Any:
         """Metric names of the series matching ``match`` since ``start`` (seconds)."""
         return self._get("/api/v1/label/__name__/values", {"match[]": match, "start": str(start)})
 
-    def alerts(self):
+    def alerts(self) -> Any:
         return self._get("/api/v1/alerts", {})["alerts"]
 
 
-def runs(prom):
+def runs(prom: Any) -> Any:
     """(project, experiment_name, last seen) of every run, newest first."""
     found = prom.query(f"max by (project, experiment_name) (timestamp({STEP}))")
     return sorted(
@@ -79,7 +81,7 @@ def runs(prom):
     )
 
 
-def pick_run(prom, project=None, experiment=None, recent=()):
+def pick_run(prom: Any, project: str | None = None, experiment: str | None = None, recent: Any = ()) -> Any:
     """The named run, else the newest: ``recent`` (project, experiment_name, seconds since its last
     step) from the hub comes first, since Prometheus stamps every run's live value at each scrape."""
     known = [(p, e, -idle) for p, e, idle in sorted(recent, key=lambda r: r[2])] + runs(prom)
@@ -92,7 +94,7 @@ def pick_run(prom, project=None, experiment=None, recent=()):
     return chosen[0][:2]
 
 
-def by_step(prom, key_metric, selector, window_s, steps):
+def by_step(prom: Any, key_metric: Any, selector: Any, window_s: Any, steps: Any) -> Any:
     """[(global step, value)] of the run's last ``window_s``: the hub stamps a step's values and its
     global step with the same time, so each stored sample is matched to its own step."""
     values = prom.samples(f"{key_metric}{selector}[{int(window_s)}s]")
@@ -100,7 +102,7 @@ def by_step(prom, key_metric, selector, window_s, steps):
     return sorted(by.items())
 
 
-def snapshot(prom, project, experiment, window_s: int = 3600):
+def snapshot(prom: Any, project: str, experiment: str | None, window_s: int = 3600) -> Any:
     """Everything one frame shows, as plain data."""
     selector = run_selector(project, experiment)
     step = prom.scalar(f"{STEP}{selector}")
@@ -112,7 +114,7 @@ def snapshot(prom, project, experiment, window_s: int = 3600):
     ]
     engines = {}
     for name, (running, waiting, cache) in ENGINES.items():
-        rows = {}
+        rows: dict[Any, Any] = {}
         for column, name_ in (("running", running), ("waiting", waiting), ("kv_cache", cache)):
             for replica, value in prom.by(f"sum by (replica) ({name_}{selector})", "replica").items():
                 rows.setdefault(replica, {})[column] = value

@@ -2,6 +2,7 @@
 gives (wider sparklines, more replicas)."""
 
 import math
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
@@ -10,7 +11,7 @@ from rich.text import Text
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-def sparkline(values, width):
+def sparkline(values: Any, width: Any) -> Any:
     """The last ``width`` values as block characters, scaled between their min and max."""
     values = [v for v in values if v is not None and math.isfinite(v)][-width:]
     if not values:
@@ -20,7 +21,7 @@ def sparkline(values, width):
     return "".join(BLOCKS[min(len(BLOCKS) - 1, int((v - low) / span * len(BLOCKS)))] for v in values)
 
 
-def number(value, digits: int = 4) -> str:
+def number(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"
     if abs(value) >= 1e4 or (value and abs(value) < 1e-3):
@@ -28,11 +29,11 @@ def number(value, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def percent(value):
+def percent(value: Any) -> Any:
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
-def frame(data, width: int = 80, height: int = 24):
+def frame(data: Any, width: int = 80, height: int = 24) -> Any:
     """The renderable for ``data`` (watch.data.snapshot) in a terminal of width x height."""
     state = "finished" if data["finished"] else "running"
     head = Text.assemble(
@@ -87,4 +88,4 @@ def frame(data, width: int = 80, height: int = 24):
             )
     else:
         parts.append(Text("no alerts firing", style="green"))
-    return Group(*parts)
+    return Group(*parts)  # type: ignore[arg-type]  # rich's Text is renderable

@@ -18,6 +18,7 @@ import resource
 import socket
 import threading
 import time
+from typing import Any
 
 import h11
 import uvicorn
@@ -25,7 +26,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 logger = logging.getLogger("verl_rl_insight.server")
 
-_connection = contextvars.ContextVar("rl_insight_connection", default=None)
+_connection: contextvars.ContextVar[Any] = contextvars.ContextVar("rl_insight_connection", default=None)
 
 
 class _LingeringTransport:
@@ -36,11 +37,11 @@ class _LingeringTransport:
 
     linger_s = 5.0
 
-    def __init__(self, transport, protocol) -> None:
+    def __init__(self, transport: Any, protocol: Any) -> None:
         self._transport = transport
         self._protocol = protocol
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
     def close(self) -> None:
@@ -60,11 +61,11 @@ class GuardedH11Protocol(H11Protocol):
     send_timeout_s = 30.0
     max_connections = 2048
 
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport: Any) -> None:
         self.lingering = False
-        super().connection_made(_LingeringTransport(transport, self))
+        super().connection_made(_LingeringTransport(transport, self))  # type: ignore[arg-type]  # duck-typed
         self.broken = False
-        self._receive_timer = None
+        self._receive_timer: asyncio.TimerHandle | None = None
         if len(self.connections) > self.max_connections:
             # Never let descriptors run out: accept() would fail in a loop (CPython 3.11 retries it
             # up to the backlog at once, logging each) and nobody would be served.
@@ -78,7 +79,7 @@ class GuardedH11Protocol(H11Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._arm_receive()
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Any) -> None:
         if exc is not None:
             self.broken = True
         if self._receive_timer is not None:
@@ -86,7 +87,7 @@ class GuardedH11Protocol(H11Protocol):
             self._receive_timer = None
         super().connection_lost(exc)
 
-    def data_received(self, data) -> None:
+    def data_received(self, data: Any) -> None:
         if self.lingering:
             return  # the rest of a body already answered: dropped
         token = _connection.set(self)  # the request's task inherits it: see response_written()
@@ -118,7 +119,7 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
         self.loop.call_later(1.0, self._abort_if_open)
 
-    def _send_deadline(self, cycle) -> None:
+    def _send_deadline(self, cycle: Any) -> None:
         if self.transport.is_closing() and self.transport.get_write_buffer_size() == 0:
             return
         if cycle.response_complete and self.transport.get_write_buffer_size() == 0:
@@ -149,7 +150,7 @@ async def response_written(timeout_s: float = 30.0) -> bool:
     return False
 
 
-def open_files_limit():
+def open_files_limit() -> Any:
     """Many connections need many descriptors: take the soft limit up to the hard one; returns it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard > soft:
@@ -161,7 +162,7 @@ def open_files_limit():
 
 
 class _Server(uvicorn.Server):
-    async def startup(self, sockets=None) -> None:
+    async def startup(self, sockets: Any = None) -> None:
         asyncio.get_running_loop().set_exception_handler(_loop_errors)
         await super().startup(sockets=sockets)
 
@@ -169,7 +170,7 @@ class _Server(uvicorn.Server):
 _last_resource_error = [0.0]
 
 
-def _loop_errors(loop, context) -> None:
+def _loop_errors(loop: Any, context: Any) -> None:
     """asyncio's handler, but one line a minute for 'out of descriptors' instead of a traceback per try."""
     if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
         if loop.time() - _last_resource_error[0] > 60:
@@ -189,9 +190,9 @@ class HttpServer:
 
     def __init__(
         self,
-        app,
-        host,
-        port,
+        app: Any,
+        host: str,
+        port: int,
         max_connections: int = 4096,
         backlog: int = 2048,
         keep_alive_s: int = 20,
@@ -226,10 +227,10 @@ class HttpServer:
         )
         self.host, self.port = host, port
         self.server = _Server(self.config)
-        self._thread = None
-        self._socket = None
+        self._thread: threading.Thread | None = None
+        self._socket: socket.socket | None = None
 
-    def start(self):
+    def start(self) -> Any:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

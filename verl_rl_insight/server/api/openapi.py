@@ -21,18 +21,18 @@ JSON_OK = {"description": "ok", "content": {"application/json": {"schema": {"typ
 TEXT_OK = {"description": "ok", "content": {"text/plain": {"schema": {"type": "string"}}}}
 
 
-def _errors(*codes):
+def _errors(*codes: object) -> Any:
     return {str(code): ERROR for code in codes}
 
 
-def _get(summary, ok=JSON_OK, parameters=(), errors=()):
+def _get(summary: Any, ok: Any = JSON_OK, parameters: Any = (), errors: Any = ()) -> Any:
     operation = {"summary": summary, "responses": {"200": ok, **_errors(*errors)}}
     if parameters:
         operation["parameters"] = list(parameters)
     return operation
 
 
-def _write(summary, body_schema=None, parameters=(), errors=(400, 401)):
+def _write(summary: Any, body_schema: Any = None, parameters: Any = (), errors: Any = (400, 401)) -> Any:
     operation = {
         "summary": summary,
         "security": [{"token": []}, {"basic": []}],
@@ -45,7 +45,7 @@ def _write(summary, body_schema=None, parameters=(), errors=(400, 401)):
     return operation
 
 
-def _query(name, schema, required, description):
+def _query(name: str, schema: Any, required: Any, description: Any) -> Any:
     return {"name": name, "in": "query", "required": required, "description": description, "schema": schema}
 
 

@@ -35,6 +35,7 @@ import json
 import logging
 import time
 import urllib.parse
+from typing import Any
 
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.wire import HUB_HEADER, PushError
@@ -58,7 +59,7 @@ class ApiError(Exception):
     reads what the client still sends and drops it, so that the client gets to read the answer
     (closing with unread data would reset the connection under it)."""
 
-    def __init__(self, status, message, headers=(), **extra) -> None:
+    def __init__(self, status: Any, message: str, headers: Any = (), **extra: Any) -> None:
         super().__init__(message)
         self.status = status
         self.headers = list(headers)
@@ -72,16 +73,16 @@ class ClientGone(Exception):
 class Request:
     __slots__ = ("scope", "receive", "send", "headers", "query")
 
-    def __init__(self, scope, receive, send) -> None:
+    def __init__(self, scope: Any, receive: Any, send: Any) -> None:
         self.scope = scope
         self.receive = receive
         self.send = send
-        self.headers = {}
+        self.headers: dict[str, str] = {}
         for name, value in scope["headers"]:
             self.headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
         self.query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
 
-    def param(self, name):
+    def param(self, name: str) -> Any:
         values = self.query.get(name)
         return values[-1] if values else None
 
@@ -89,17 +90,17 @@ class Request:
 class Api:
     def __init__(
         self,
-        hub,
-        targets=None,
-        token=None,
-        max_body_bytes=MAX_BODY_BYTES,
-        services=None,
-        info=None,
-        alerting=None,
-        spans=None,
-        delete_series=None,
+        hub: Any,
+        targets: Any = None,
+        token: str | None = None,
+        max_body_bytes: Any = MAX_BODY_BYTES,
+        services: Any = None,
+        info: Any = None,
+        alerting: Any = None,
+        spans: Any = None,
+        delete_series: Any = None,
         workers: int = 4,
-        body_budget_bytes=64 * 1024 * 1024,
+        body_budget_bytes: Any = 64 * 1024 * 1024,
         save_every_s: float = 1.0,
     ) -> None:
         self.hub = hub
@@ -119,7 +120,7 @@ class Api:
         self._parse = asyncio.Semaphore(1)
         self._last_save = 0.0
         self._openapi = json.dumps(openapi.document()).encode()
-        self.responses = collections.Counter()  # by status class: "2xx", "4xx", ...
+        self.responses: collections.Counter[str] = collections.Counter()  # by status class: "2xx", "4xx", ...
         self.routes = {
             ("GET", "/metrics"): (self.get_metrics, False),
             ("GET", "/-/healthy"): (lambda r: self._text(r, b"ok\n"), False),
@@ -154,7 +155,7 @@ class Api:
         }
 
     # -- ASGI ------------------------------------------------------------------------------
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> Any:
         if scope["type"] != "http":
             return
         request = Request(scope, receive, send)
@@ -177,7 +178,7 @@ class Api:
             logger.exception("error while serving %s %s", scope["method"], scope["path"])
             await self._send_json(send, 500, {"error": "internal error, see the server log"})
 
-    def _no_route(self, method, path):
+    def _no_route(self, method: str, path: str) -> ApiError:
         known = sorted({p for _, p in self.routes})
         if path in known:
             allowed = sorted(m for m, p in self.routes if p == path)
@@ -188,7 +189,7 @@ class Api:
             )
         return ApiError(404, f"no such endpoint {path[:100]!r}", endpoints=known)
 
-    def _authorize(self, request):
+    def _authorize(self, request: Any) -> Any:
         if self.token is None:
             return
         scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
@@ -208,11 +209,11 @@ class Api:
                 headers=[(b"www-authenticate", b'Bearer realm="rl-insight"')],
             )
 
-    async def _in_thread(self, fn, *args):
+    async def _in_thread(self, fn: Any, *args: object) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     # -- handlers --------------------------------------------------------------------------
-    async def get_metrics(self, request):
+    async def get_metrics(self, request: Any) -> Any:
         arrival = time.time()
         name = request.param("scraper")
         if name is None:
@@ -234,10 +235,10 @@ class Api:
             exposure.commit(written)
             self._save_soon()
 
-    async def get_openapi(self, request) -> None:
+    async def get_openapi(self, request: Any) -> None:
         await self._send_body(request.send, 200, "application/json", self._openapi)
 
-    async def post_push(self, request):
+    async def post_push(self, request: Any) -> Any:
         expected = request.headers.get(HUB_HEADER.lower())
         if expected is not None and expected != self.hub.instance:
             # the sender's batches before this one went to a hub that is gone: it resends them first
@@ -254,12 +255,12 @@ class Api:
                 raise
         await self._send_json(request.send, 200, result)
 
-    def _push(self, body):
+    def _push(self, body: Any) -> Any:
         # msgspec decodes into the schema's types as it reads: a body of nested brackets is refused
         # at its first level, with no recursion and no object built for it
         return self.hub.push_body(body)
 
-    async def post_target(self, request):
+    async def post_target(self, request: Any) -> Any:
         async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
             item = body
         item = _parse_json(item)
@@ -273,7 +274,7 @@ class Api:
         )
         await self._send_json(request.send, 200, record)
 
-    async def delete_target(self, request):
+    async def delete_target(self, request: Any) -> Any:
         job, address = request.param("job"), request.param("address")
         if not job or not address:
             raise ApiError(400, "give ?job=JOB&address=HOST:PORT")
@@ -281,12 +282,12 @@ class Api:
             raise ApiError(404, f"no target {job[:80]!r} {address[:80]!r}")
         await self._send_json(request.send, 200, {"removed": {"job": job, "address": address}})
 
-    async def delete_run(self, request):
+    async def delete_run(self, request: Any) -> Any:
         project, experiment = request.param("project"), request.param("experiment_name")
         if not project or not experiment:
             raise ApiError(400, "give ?project=P&experiment_name=E")
 
-        def delete():
+        def delete() -> Any:
             streams, series = self.hub.delete_run(project, experiment)
             spans = self.spans.delete(project, experiment) if self.spans is not None else False
             prometheus = self.delete_series(project, experiment) if self.delete_series else "no Prometheus here"
@@ -303,12 +304,12 @@ class Api:
         self._save_soon()
         await self._send_json(request.send, 200, result)
 
-    def _span_store(self):
+    def _span_store(self) -> Any:
         if self.spans is None:
             raise ApiError(404, "this server keeps no spans: they go to its Tempo (or the otlp_endpoint set)")
         return self.spans
 
-    async def post_traces(self, request):
+    async def post_traces(self, request: Any) -> Any:
         """OTLP/HTTP (protobuf), what Tempo's receiver takes: kept per run when Tempo is not running."""
         store = self._span_store()
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -326,7 +327,7 @@ class Api:
             request.send, 200, "application/x-protobuf", ExportTraceServiceResponse().SerializeToString()
         )
 
-    async def get_spans(self, request):
+    async def get_spans(self, request: Any) -> Any:
         store = self._span_store()
         project, experiment = request.param("project"), request.param("experiment_name")
         if not project or not experiment:
@@ -340,12 +341,12 @@ class Api:
             )
         await self._send_body(request.send, 200, "application/x-ndjson", body)
 
-    async def post_silence(self, request) -> None:
+    async def post_silence(self, request: Any) -> None:
         async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
             item = body
         await self._alerting(request, "silence", _parse_json(item))
 
-    async def _alerting(self, request, action, *args):
+    async def _alerting(self, request: Any, action: Any, *args: object) -> Any:
         if self.alerting is None:
             raise ApiError(
                 404,
@@ -354,15 +355,15 @@ class Api:
         result = await self._in_thread(getattr(self.alerting, action), *args)
         await self._send_json(request.send, 200, result)
 
-    async def _json_from(self, request, produce) -> None:
+    async def _json_from(self, request: Any, produce: Any) -> None:
         await self._send_json(request.send, 200, await self._in_thread(produce))
 
-    async def _text(self, request, body) -> None:
+    async def _text(self, request: Any, body: Any) -> None:
         await self._send_body(request.send, 200, "text/plain; charset=utf-8", body)
 
     # -- bodies ----------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def _body(self, request, limit):
+    async def _body(self, request: Any, limit: Any) -> Any:
         """The request body; its bytes count against ``body_budget_bytes`` until the block ends."""
         length = request.headers.get("content-length")
         if length is not None and int(length) > limit:  # h11 has checked it is a number
@@ -377,7 +378,7 @@ class Api:
                     self._in_flight -= held[0]
                     self._budget.notify_all()
 
-    async def _read_body(self, request, limit, held):
+    async def _read_body(self, request: Any, limit: Any, held: Any) -> Any:
         deadline = asyncio.get_running_loop().time() + 5.0
         body = bytearray()
         while True:
@@ -395,7 +396,7 @@ class Api:
             if not message.get("more_body", False):
                 return bytes(body)
 
-    async def _reserve(self, size, deadline):
+    async def _reserve(self, size: Any, deadline: Any) -> Any:
         """Wait until ``size`` more bytes of bodies fit in the budget; 503 after the deadline."""
         loop = asyncio.get_running_loop()
         async with self._budget:
@@ -421,7 +422,7 @@ class Api:
         except OSError as exc:
             logger.warning("metric hub: cannot save the scrapers' state: %s", exc)
 
-    async def _send_body(self, send, status, content_type, body, headers=()) -> None:
+    async def _send_body(self, send: Any, status: Any, content_type: Any, body: Any, headers: Any = ()) -> None:
         self.responses[f"{status // 100}xx"] += 1
         await send(
             {
@@ -444,7 +445,7 @@ class Api:
                 }
             )
 
-    async def _send_json(self, send, status, obj, headers=()) -> None:
+    async def _send_json(self, send: Any, status: Any, obj: Any, headers: Any = ()) -> None:
         await self._send_body(send, status, "application/json", json.dumps(obj).encode(), headers)
 
     def close(self) -> None:
@@ -452,7 +453,7 @@ class Api:
         self._save()
 
 
-def _parse_json(body):
+def _parse_json(body: Any) -> Any:
     try:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

@@ -7,8 +7,11 @@ steps happened in it, so one noisy step does not page anyone.
 """
 
 import urllib.parse
+from typing import Any
 
 import yaml
+
+from verl_rl_insight.server.settings import ServerSettings
 
 DEFAULTS = {
     "probs_diff_warning": 0.005,  # training/rollout_probs_diff_mean: engine precision drifting
@@ -29,7 +32,7 @@ DEFAULTS = {
 RUN = "project, experiment_name"
 
 
-def thresholds(overrides=None):
+def thresholds(overrides: Any = None) -> Any:
     values = dict(DEFAULTS)
     unknown = sorted(set(overrides or {}) - set(DEFAULTS))
     if unknown:
@@ -38,7 +41,7 @@ def thresholds(overrides=None):
     return values
 
 
-def _probs_diff(t, level, threshold):
+def _probs_diff(t: Any, level: Any, threshold: Any) -> Any:
     mean = "rl_insight_monitor_training_rollout_probs_diff_mean"
     window = t["probs_diff_window"]
     return {
@@ -59,7 +62,7 @@ TRAINER_DASHBOARD = "verl_trainer_v1_with_vllm_engine"
 HARDWARE_DASHBOARD = "rl_insight_hardware"
 
 
-def _links(rule, urls):
+def _links(rule: Any, urls: Any) -> Any:
     """What a person acts on: the value and the run in the description, a link to the run's
     dashboard (its project / experiment variables set) and to the expression in Prometheus."""
     annotations = rule.setdefault("annotations", {})
@@ -76,7 +79,7 @@ def _links(rule, urls):
     return rule
 
 
-def render(overrides=None, links_to=None):
+def render(overrides: Any = None, links_to: Any = None) -> Any:
     t = thresholds(overrides)
     grad = "rl_insight_monitor_actor_grad_norm"
     throughput = "rl_insight_monitor_perf_throughput"
@@ -129,7 +132,7 @@ def render(overrides=None, links_to=None):
     return yaml.safe_dump({"groups": [{"name": "rl-insight", "rules": rules}]}, sort_keys=False)
 
 
-def write(settings, links_to=None):
+def write(settings: ServerSettings, links_to: Any = None) -> Any:
     """Render the rule file under the data dir; returns its path. ``links_to``: the public URLs
     of Grafana and Prometheus, for the links in each alert."""
     path = settings.data_path / "rules" / "rl-insight.rules.yml"

@@ -7,7 +7,11 @@ only: its API takes silences from anybody who reaches it, so people and scripts 
 through the hub's ``/api/v1/alerts`` and ``/api/v1/silences``, where the token rules apply.
 """
 
+from typing import Any
+
 import yaml
+
+from verl_rl_insight.server.settings import ServerSettings
 
 HEALTH_PATH = "/-/ready"
 HOST = "127.0.0.1"
@@ -21,7 +25,7 @@ DEFAULT_ROUTE = {
 }
 
 
-def check_settings(section):
+def check_settings(section: Any) -> Any:
     """The ``alertmanager:`` mapping: a ValueError naming the key that is wrong."""
     if not isinstance(section, dict):
         raise ValueError("alertmanager must be a mapping (receivers, route, ... in Alertmanager's syntax)")
@@ -47,11 +51,11 @@ def check_settings(section):
         raise ValueError("alertmanager.route must be a mapping (receiver, group_by, routes, ...)")
 
 
-def receiver_names(settings):
+def receiver_names(settings: ServerSettings) -> Any:
     return [r["name"] for r in settings.alertmanager.get("receivers", [])]
 
 
-def render_config(settings):
+def render_config(settings: ServerSettings) -> Any:
     """alertmanager.yml: the user's sections as given; the top route sends to the first receiver
     unless it names one, grouped per run."""
     section = settings.alertmanager
@@ -62,11 +66,11 @@ def render_config(settings):
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def url(settings) -> str:
+def url(settings: ServerSettings) -> str:
     return f"http://{HOST}:{settings.alertmanager_port}"
 
 
-def command(binary, settings, config_path):
+def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
     return [
         binary,
         f"--config.file={config_path}",

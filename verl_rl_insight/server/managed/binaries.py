@@ -5,6 +5,8 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
+from typing import Any
 
 from verl_rl_insight.server.managed.releases import RELEASES, compatible, parse_version
 from verl_rl_insight.server.settings import default_home
@@ -17,11 +19,11 @@ SYSTEM_CANDIDATES = {
 }
 
 
-def services_dir():
+def services_dir() -> Any:
     return default_home() / "services"
 
 
-def binary_version(path, name):
+def binary_version(path: str | Path, name: str) -> Any:
     try:
         result = subprocess.run(
             [str(path), *RELEASES[name]["version_args"]], capture_output=True, text=True, timeout=20
@@ -31,7 +33,7 @@ def binary_version(path, name):
     return parse_version(result.stdout + "\n" + result.stderr)
 
 
-def system_binary(name):
+def system_binary(name: str) -> Any:
     """(path, version) of a compatible binary already on this machine, else None."""
     for candidate in SYSTEM_CANDIDATES[name]:
         path = candidate if os.path.isabs(candidate) else shutil.which(candidate)
@@ -42,7 +44,7 @@ def system_binary(name):
     return None
 
 
-def installed(name):
+def installed(name: str) -> Any:
     """The manifest of an install under services/, if its binary is still there."""
     try:
         record = json.loads((services_dir() / f"{name}.json").read_text())
@@ -51,7 +53,7 @@ def installed(name):
     return record if os.access(record.get("binary", ""), os.X_OK) else None
 
 
-def resolve(name, configured_binary=None):
+def resolve(name: str, configured_binary: Any = None) -> Any:
     """Where to run service ``name`` from: {"binary", "version", "source"} or None."""
     if configured_binary:
         if not os.access(configured_binary, os.X_OK):

@@ -9,11 +9,13 @@ import configparser
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.server.managed.prometheus import connect_host
+from verl_rl_insight.server.settings import ServerSettings
 
 HEALTH_PATH = "/api/health"
 PROMETHEUS_UID = "rl-insight-prometheus"
@@ -21,7 +23,7 @@ TEMPO_UID = "rl-insight-tempo"
 FOLDER = "RL-Insight"
 
 
-def home_path(binary):
+def home_path(binary: Any) -> Any:
     """Grafana's --homepath for a binary: <home>/bin/grafana, or Debian's /usr/share/grafana."""
     binary = Path(binary).resolve()
     home = binary.parent.parent
@@ -30,7 +32,7 @@ def home_path(binary):
     return Path("/usr/share/grafana")
 
 
-def render_ini(settings):
+def render_ini(settings: ServerSettings) -> Any:
     data = settings.data_path / "grafana"
     ini = configparser.ConfigParser(interpolation=None)
     ini["server"] = {"http_addr": settings.bind, "http_port": str(settings.grafana_port)}
@@ -49,7 +51,7 @@ def render_ini(settings):
     return out.getvalue()
 
 
-def render_datasources(settings):
+def render_datasources(settings: ServerSettings) -> Any:
     host = connect_host(settings.bind)
     return yaml.safe_dump(
         {
@@ -80,7 +82,7 @@ def render_datasources(settings):
     )
 
 
-def render_dashboard_provider(dashboards_dir=DASHBOARDS_DIR):
+def render_dashboard_provider(dashboards_dir: Any = DASHBOARDS_DIR) -> Any:
     return yaml.safe_dump(
         {
             "apiVersion": 1,
@@ -100,7 +102,7 @@ def render_dashboard_provider(dashboards_dir=DASHBOARDS_DIR):
     )
 
 
-def write_files(settings):
+def write_files(settings: ServerSettings) -> Any:
     """Render grafana.ini and the provisioning tree under the data dir; returns the ini path."""
     data = settings.data_path / "grafana"
     for sub in (
@@ -120,7 +122,7 @@ def write_files(settings):
     return ini_path
 
 
-def command(binary, settings, config_path):
+def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
     home = home_path(binary)
     name = Path(binary).name
     if name == "grafana":

@@ -1,10 +1,12 @@
 """Prometheus as a service of the rl-insight server: its config and its command line."""
 
 import urllib.parse
+from typing import Any
 
 import yaml
 
 from verl_rl_insight.contract import server_url
+from verl_rl_insight.server.settings import ServerSettings
 from verl_rl_insight.server.stores.credentials import is_loopback
 
 # remote_write keys whose values are secrets: never in server.json or a log
@@ -13,17 +15,17 @@ SECRET_KEYS = ("basic_auth", "authorization", "bearer_token", "oauth2", "sigv4",
 HEALTH_PATH = "/-/ready"
 
 
-def connect_host(bind):
+def connect_host(bind: str) -> Any:
     """Where a local client reaches a service that listens on ``bind``."""
     return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
 
 
-def scraper_name(settings) -> str:
+def scraper_name(settings: ServerSettings) -> str:
     """The name this Prometheus gives itself at the hub (``/metrics?scraper=``): one per server."""
     return f"prometheus-{settings.prometheus_port}"
 
 
-def redacted_remote_write(entries):
+def redacted_remote_write(entries: Any) -> Any:
     """What may be shown of remote_write: each entry's url (without credentials) and name."""
     return [
         {
@@ -35,7 +37,9 @@ def redacted_remote_write(entries):
     ]
 
 
-def render_config(settings, rule_files=(), token_file=None, alertmanager=None):
+def render_config(
+    settings: ServerSettings, rule_files: Any = (), token_file: Any = None, alertmanager: Any = None
+) -> Any:
     """prometheus.yml: the hub (keeping its labels and timestamps, as a named scraper, with the
     token read from ``token_file``) and every registered target through http_sd, so a Prometheus
     of your own can use the same two jobs."""
@@ -50,7 +54,7 @@ def render_config(settings, rule_files=(), token_file=None, alertmanager=None):
     }
     if token_file is not None:
         hub_job["authorization"] = {"type": "Bearer", "credentials_file": str(token_file)}
-    config = {
+    config: dict[str, Any] = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
         "scrape_configs": [
             hub_job,
@@ -83,7 +87,7 @@ def render_config(settings, rule_files=(), token_file=None, alertmanager=None):
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def command(binary, settings, config_path):
+def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
     data = settings.data_path / "prometheus"
     return [
         binary,
@@ -97,5 +101,5 @@ def command(binary, settings, config_path):
     ]
 
 
-def admin_api(settings):
+def admin_api(settings: ServerSettings) -> Any:
     return is_loopback(settings.bind)

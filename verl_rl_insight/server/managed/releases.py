@@ -20,8 +20,9 @@ HTTPS from the release, from ``--mirror``, or from the ``--local-archive`` folde
 
 import platform
 import re
+from typing import Any
 
-RELEASES = {
+RELEASES: dict[str, dict[str, Any]] = {
     "prometheus": {
         "version": "2.53.4",
         "file": "prometheus-{version}.linux-{arch}.tar.gz",
@@ -77,7 +78,7 @@ RELEASES = {
 SERVICES = tuple(RELEASES)
 
 
-def machine_arch(machine=None) -> str:
+def machine_arch(machine: Any = None) -> str:
     """amd64 or arm64 for this machine; anything else is not supported by the pinned releases."""
     machine = (machine or platform.machine()).lower()
     if machine in ("x86_64", "amd64"):
@@ -87,7 +88,7 @@ def machine_arch(machine=None) -> str:
     raise ValueError(f"no pinned release for machine type {machine!r} (amd64 and arm64 only)")
 
 
-def release(name, arch=None, overrides=None):
+def release(name: str, arch: Any = None, overrides: Any = None) -> Any:
     """The release of service ``name`` for ``arch``: version, file, url, binary member, sha256.
 
     ``overrides`` (from the server config's ``services.<name>``) may change version, url,
@@ -125,7 +126,7 @@ def release(name, arch=None, overrides=None):
 _VERSION = re.compile(r"version\s+v?(\d+\.\d+\.\d+)|\bv?(\d+\.\d+\.\d+)")
 
 
-def parse_version(text):
+def parse_version(text: str) -> Any:
     """The first x.y.z in a ``--version`` output (preferring one after the word "version")."""
     match = _VERSION.search(text or "")
     if not match:
@@ -133,9 +134,9 @@ def parse_version(text):
     return match.group(1) or match.group(2)
 
 
-def version_tuple(version):
+def version_tuple(version: Any) -> Any:
     return tuple(int(p) for p in version.split(".")[:3])
 
 
-def compatible(version, minimum):
+def compatible(version: Any, minimum: Any) -> Any:
     return version is not None and version_tuple(version) >= version_tuple(minimum)

@@ -11,6 +11,8 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
@@ -20,16 +22,16 @@ logger = logging.getLogger("verl_rl_insight.server")
 class Service:
     def __init__(
         self,
-        name,
-        argv,
-        log_path,
-        ready_url=None,
-        url=None,
-        version=None,
-        binary=None,
-        data_dir=None,
-        env=None,
-        cwd=None,
+        name: str,
+        argv: Any,
+        log_path: Any,
+        ready_url: Any = None,
+        url: str | None = None,
+        version: Any = None,
+        binary: Any = None,
+        data_dir: Path | None = None,
+        env: Any = None,
+        cwd: Any = None,
     ) -> None:
         self.name = name
         self.argv = [str(a) for a in argv]
@@ -41,15 +43,15 @@ class Service:
         self.data_dir = data_dir
         self.env = env
         self.cwd = cwd
-        self.process = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
-        self.last_exit = None
-        self.started_at = None
+        self.last_exit: int | None = None
+        self.started_at: float | None = None
         self._stopping = False
-        self._next_restart = None
+        self._next_restart: float | None = None
         self._backoff = 1.0
 
-    def start(self):
+    def start(self) -> Any:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
@@ -65,13 +67,13 @@ class Service:
         return self.process.pid
 
     @property
-    def pid(self):
+    def pid(self) -> Any:
         return self.process.pid if self.process is not None else None
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def healthy(self):
+    def healthy(self) -> Any:
         return self.alive() and (self.ready_url is None or http_ok(self.ready_url))
 
     def wait_ready(self, timeout_s: float = 60.0) -> bool:
@@ -84,7 +86,7 @@ class Service:
             time.sleep(0.1)
         return False
 
-    def check(self, on_restart=None) -> None:
+    def check(self, on_restart: Any = None) -> None:
         """Called by the supervisor: restart a dead child when its back-off has passed."""
         if self._stopping or self.process is None or self.alive():
             if self.alive() and self.started_at and time.monotonic() - self.started_at > 60:
@@ -114,11 +116,11 @@ class Service:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopping = True
-        if not self.alive():
+        if not self.alive() or self.process is None:
             return
         stop_process_group(self.process.pid, timeout_s, self.process)
 
-    def status(self):
+    def status(self) -> Any:
         return {
             "pid": self.pid,
             "alive": self.alive(),
@@ -133,7 +135,7 @@ class Service:
 
 
 class Supervisor:
-    def __init__(self, services, on_restart=None, interval_s: float = 0.5) -> None:
+    def __init__(self, services: Any, on_restart: Any = None, interval_s: float = 0.5) -> None:
         self.services = services
         self.on_restart = on_restart
         self.interval_s = interval_s
@@ -157,7 +159,7 @@ class Supervisor:
             service.stop()
 
 
-def stop_process_group(pgid, timeout_s: float = 10.0, process=None) -> None:
+def stop_process_group(pgid: Any, timeout_s: float = 10.0, process: Any = None) -> None:
     """SIGTERM the group, wait, then SIGKILL what is left."""
     try:
         os.killpg(pgid, signal.SIGTERM)
@@ -191,7 +193,7 @@ def http_ok(url: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def pid_alive(pid):
+def pid_alive(pid: int) -> Any:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -205,7 +207,7 @@ def pid_alive(pid):
         return True
 
 
-def pid_runs(pid, binary) -> bool:
+def pid_runs(pid: int, binary: Any) -> bool:
     """True when ``pid`` is alive and runs ``binary`` (guards against a reused pid)."""
     if not pid or not pid_alive(pid):
         return False
@@ -218,7 +220,7 @@ def pid_runs(pid, binary) -> bool:
     return os.path.basename(str(binary)) in {os.path.basename(a) for a in argv[:2]}
 
 
-def dir_size(path):
+def dir_size(path: Path) -> Any:
     total = 0
     for root, _, files in os.walk(path):
         for name in files:

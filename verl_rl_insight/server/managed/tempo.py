@@ -1,13 +1,16 @@
 """Tempo as a service of the rl-insight server: tempo.yaml (OTLP in on 4318/4317, local storage)."""
 
 import re
+from typing import Any
 
 import yaml
+
+from verl_rl_insight.server.settings import ServerSettings
 
 HEALTH_PATH = "/ready"
 
 
-def retention_hours(retention) -> str:
+def retention_hours(retention: Any) -> str:
     """Prometheus-style retention (``30d``, ``12h``, ``2w``) as Tempo's hours string."""
     match = re.fullmatch(r"(\d+)([hdw])", str(retention).strip())
     if not match:
@@ -16,7 +19,7 @@ def retention_hours(retention) -> str:
     return f"{hours}h"
 
 
-def render_config(settings):
+def render_config(settings: ServerSettings) -> Any:
     data = settings.data_path / "tempo"
     config = {
         "stream_over_http_enabled": True,
@@ -51,5 +54,5 @@ def render_config(settings):
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def command(binary, settings, config_path):
+def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
     return [binary, f"-config.file={config_path}"]

@@ -12,8 +12,10 @@ import ipaddress
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from verl_rl_insight.contract.errors import ConfigError
+from verl_rl_insight.server.settings import ServerSettings
 from verl_rl_insight.server.stores.files import write_atomically
 
 TOKEN_FILE = "hub-token"
@@ -24,7 +26,7 @@ class CredentialError(ConfigError):
     """A credential setting that cannot be used (a token file others can read, say)."""
 
 
-def is_loopback(bind):
+def is_loopback(bind: str) -> Any:
     if bind in ("localhost",):
         return True
     try:
@@ -33,21 +35,21 @@ def is_loopback(bind):
         return False
 
 
-def secrets_dir(data_path):
+def secrets_dir(data_path: Any) -> Any:
     path = Path(data_path) / "secrets"
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, 0o700)
     return path
 
 
-def read_secret(data_path, name):
+def read_secret(data_path: Any, name: str) -> Any:
     try:
         return (Path(data_path) / "secrets" / name).read_text().strip() or None
     except OSError:
         return None
 
 
-def _kept_or_new(data_path, name, configured):
+def _kept_or_new(data_path: Any, name: str, configured: Any) -> Any:
     """``configured`` if given, else the value kept from an earlier start, else a new one; written
     to its 0600 file either way (services and the CLI read it there)."""
     path = secrets_dir(data_path) / name
@@ -58,7 +60,7 @@ def _kept_or_new(data_path, name, configured):
     return value
 
 
-def resolve(settings):
+def resolve(settings: ServerSettings) -> Any:
     """Fill in the token and Grafana password of ``settings`` (in place) and return it."""
     data = settings.data_path
     if settings.token or not is_loopback(settings.bind):

@@ -3,9 +3,10 @@
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 
-def write_atomically(path, text, mode: int = 0o666):
+def write_atomically(path: Path, text: str, mode: int = 0o666) -> Any:
     """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a part.
     ``mode`` applies from the first byte (0o600 for secrets); the umask narrows it as usual."""
     path = Path(path)

@@ -36,15 +36,15 @@ class AlertmanagerDown(Unavailable):
     """The server's Alertmanager does not answer."""
 
 
-def _iso(ts):
+def _iso(ts: Any) -> Any:
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _timestamp(iso):
+def _timestamp(iso: Any) -> Any:
     return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def silence_request(item):
+def silence_request(item: Any) -> Any:
     """A silence request ({project, experiment_name, alertname?, duration_s, comment?, created_by?})
     as Alertmanager's matchers, checked against the wire schema's SilenceBody."""
     try:
@@ -70,7 +70,7 @@ def silence_request(item):
 
 
 class Alerting:
-    def __init__(self, url, state_path, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, state_path: Any, timeout_s: float = 5.0) -> None:
         self.url = url.rstrip("/")
         self.state_path = state_path
         self.timeout_s = timeout_s
@@ -97,7 +97,7 @@ class Alerting:
         return reply.json() if reply.body else None
 
     # -- what the API serves -----------------------------------------------------------------
-    def firing(self):
+    def firing(self) -> Any:
         alerts = self._call("GET", "/api/v2/alerts?active=true&silenced=true&inhibited=true")
         return {
             "alerts": [
@@ -113,14 +113,14 @@ class Alerting:
             ]
         }
 
-    def silences(self):
+    def silences(self) -> Any:
         return {
             "silences": [
                 s for s in self._call("GET", "/api/v2/silences") if s.get("status", {}).get("state") != "expired"
             ]
         }
 
-    def silence(self, item):
+    def silence(self, item: Any) -> Any:
         request = silence_request(item)
         created = self._call("POST", "/api/v2/silences", request)
         with self._lock:
@@ -129,7 +129,7 @@ class Alerting:
             self._save()
         return {"id": created["silenceID"], "ends": request["endsAt"], "matchers": request["matchers"]}
 
-    def unsilence(self, silence_id):
+    def unsilence(self, silence_id: Any) -> Any:
         if not isinstance(silence_id, str) or not re.fullmatch(r"[0-9a-fA-F-]{1,64}", silence_id):
             raise AlertingError("id must be a silence ID (as `rl-insight alerts silence` printed it)")
         with self._lock:
@@ -141,7 +141,7 @@ class Alerting:
                 self._save()
         return {"expired": silence_id}
 
-    def restore(self):
+    def restore(self) -> Any:
         """After Alertmanager restarted: put back the silences made here that it lost."""
         with self._lock:
             live = [k for k in self._kept if _timestamp(k["endsAt"]) > time.time() + 1]

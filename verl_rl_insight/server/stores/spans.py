@@ -11,6 +11,8 @@ import json
 import threading
 import time
 import zlib
+from pathlib import Path
+from typing import Any
 
 from verl_rl_insight.contract.errors import BadInput, TooLarge, UnsupportedEncoding
 from verl_rl_insight.server.stores.files import write_atomically
@@ -31,7 +33,7 @@ class SpanEncoding(SpanError, UnsupportedEncoding):
     """A Content-Encoding other than gzip or none."""
 
 
-def decode(body, encoding, limit):
+def decode(body: Any, encoding: Any, limit: Any) -> Any:
     """ExportTraceServiceRequest from an OTLP/HTTP protobuf body (gzip allowed, inflated to at most
     ``limit`` bytes: a small bomb cannot become a large body)."""
     from google.protobuf.message import DecodeError
@@ -57,7 +59,7 @@ def decode(body, encoding, limit):
     return request
 
 
-def _value(any_value):
+def _value(any_value: Any) -> Any:
     kind = any_value.WhichOneof("value")
     if kind in ("string_value", "bool_value", "int_value", "double_value"):
         value = getattr(any_value, kind)
@@ -65,7 +67,7 @@ def _value(any_value):
     return None
 
 
-def records(request):
+def records(request: Any) -> Any:
     """(project, experiment_name, record) for each span of a request; spans without a run are skipped."""
     for resource_spans in request.resource_spans:
         resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
@@ -96,7 +98,7 @@ def records(request):
                 )
 
 
-def _whole_lines(path):
+def _whole_lines(path: Path) -> Any:
     """Cut a span file back to its last whole line (a process killed mid-append leaves a part of
     one, which later appends would glue to a whole line); returns its size."""
     try:
@@ -118,12 +120,12 @@ def _whole_lines(path):
         return 0
 
 
-def run_key(project, experiment):
+def run_key(project: str, experiment: str | None) -> Any:
     return hashlib.sha256(f"{project}\0{experiment}".encode()).hexdigest()[:24]
 
 
 class SpanStore:
-    def __init__(self, folder, max_run_bytes=64 * 2**20, max_total_bytes=1024 * 2**20) -> None:
+    def __init__(self, folder: Path, max_run_bytes: Any = 64 * 2**20, max_total_bytes: Any = 1024 * 2**20) -> None:
         self.folder = folder
         self.max_run_bytes = max_run_bytes
         self.max_total_bytes = max_total_bytes
@@ -137,9 +139,9 @@ class SpanStore:
         for key, run in self._runs.items():
             run["bytes"] = _whole_lines(folder / f"{key}.jsonl")
 
-    def add(self, request):
+    def add(self, request: Any) -> Any:
         """Keep the spans of one OTLP request; returns how many were kept."""
-        lines = {}
+        lines: dict[Any, Any] = {}
         total = 0
         for project, experiment, record in records(request):
             total += 1
@@ -176,11 +178,11 @@ class SpanStore:
             (self.folder / f"{oldest}.jsonl").unlink(missing_ok=True)
             del self._runs[oldest]
 
-    def runs(self):
+    def runs(self) -> Any:
         with self._lock:
             return [dict(r) for r in self._runs.values()]
 
-    def read(self, project, experiment):
+    def read(self, project: str, experiment: str | None) -> Any:
         """The run's spans as JSON lines (bytes), or None for a run without spans here."""
         key = run_key(project, experiment)
         with self._lock:
@@ -191,7 +193,7 @@ class SpanStore:
             except FileNotFoundError:
                 return b""
 
-    def delete(self, project, experiment) -> bool:
+    def delete(self, project: str, experiment: str | None) -> bool:
         key = run_key(project, experiment)
         with self._lock:
             if self._runs.pop(key, None) is None:

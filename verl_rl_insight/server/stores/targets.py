@@ -12,6 +12,7 @@ import math
 import re
 import threading
 import time
+from typing import Any
 
 from verl_rl_insight.contract.errors import BadInput
 from verl_rl_insight.contract.naming import is_label_name, label_value_problem
@@ -28,7 +29,7 @@ class TargetError(BadInput):
     """A target that breaks a rule; the message names the field."""
 
 
-def check_address(address):
+def check_address(address: str) -> Any:
     if not isinstance(address, str) or ":" not in address:
         raise TargetError(f"address must be host:port, got {_show(address)}")
     host, _, port = address.rpartition(":")
@@ -39,11 +40,11 @@ def check_address(address):
     return address
 
 
-def _show(value):
+def _show(value: Any) -> Any:
     return repr(value[:80] if isinstance(value, str) else value)[:90]
 
 
-def check_target(address, job, labels, ttl_s):
+def check_target(address: str, job: str, labels: dict[str, str], ttl_s: Any) -> Any:
     check_address(address)
     if not isinstance(job, str) or not JOB_RE.search(job):
         raise TargetError(f"job must match {JOB_PATTERN}, got {_show(job)}")
@@ -71,21 +72,22 @@ def check_target(address, job, labels, ttl_s):
 
 
 class TargetRegistry:
-    def __init__(self, store_path=None, clock=time.monotonic, save_interval_s: float = 0.5) -> None:
+    def __init__(self, store_path: Any = None, clock: Any = time.monotonic, save_interval_s: float = 0.5) -> None:
         self.store_path = store_path
         self.clock = clock
         self.save_interval_s = save_interval_s
         self.writes = 0
         self._lock = threading.Lock()
-        self._targets = {}  # (job, address) -> {"labels", "ttl_s", "expires"}
+        self._targets: dict[tuple[str, str], dict[str, Any]] = {}  # (job, address) -> {"labels", "ttl_s", "expires"}
         self._dirty = False
         self._wake = threading.Event()
         self._save_lock = threading.Lock()
         self._closed = False
-        self._writer = None
+        self._writer: threading.Thread | None = None
         self._load()
 
-    def register(self, address, job, labels=None, ttl_s: float = 90.0):
+    def register(self, address: Any, job: Any, labels: Any = None, ttl_s: Any = 90.0) -> Any:
+        """Register (or renew) a target; every argument is checked here, whoever calls."""
         """Add or refresh a target (a heartbeat is the same call). Returns its record."""
         labels = check_target(address, job, labels or {}, ttl_s)
         with self._lock:
@@ -100,19 +102,19 @@ class TargetRegistry:
                 self._changed()
             return self._record(key)
 
-    def remove(self, address, job) -> bool:
+    def remove(self, address: str, job: str) -> bool:
         with self._lock:
             removed = self._targets.pop((job, address), None)
             if removed is not None and not removed["ttl_s"]:
                 self._changed()
             return removed is not None
 
-    def list(self):
+    def list(self) -> Any:
         with self._lock:
             self._expire()
             return [self._record(key) for key in sorted(self._targets)]
 
-    def http_sd(self):
+    def http_sd(self) -> Any:
         """The target groups in Prometheus' http_sd format (``job`` as a target label)."""
         return [{"targets": [t["address"]], "labels": dict(t["labels"], job=t["job"])} for t in self.list()]
 
@@ -124,7 +126,7 @@ class TargetRegistry:
             self._writer.join(5)
         self._save()
 
-    def _record(self, key):
+    def _record(self, key: tuple[str, str]) -> Any:
         entry = self._targets[key]
         expires_in = None if entry["expires"] is None else round(entry["expires"] - self.clock(), 1)
         return {
@@ -174,7 +176,7 @@ class TargetRegistry:
             write_atomically(self.store_path, json.dumps(static, indent=2))
             self.writes += 1
 
-    def _load(self):
+    def _load(self) -> Any:
         if self.store_path is None or not self.store_path.exists():
             return
         try:

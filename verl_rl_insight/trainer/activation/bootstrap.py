@@ -9,6 +9,7 @@ verl >= 0.9's ``verl.plugins`` entry point, ``VERL_USE_EXTERNAL_MODULES=verl_rl_
 
 import importlib
 import os
+from typing import Any
 
 from verl_rl_insight.contract import environment
 
@@ -60,8 +61,8 @@ _registered = False
 _hooks_registered = False
 
 
-def _installer(hooks_module):
-    def install(module) -> None:
+def _installer(hooks_module: Any) -> Any:
+    def install(module: Any) -> None:
         if not _registered:
             return
         try:
@@ -104,7 +105,7 @@ def autoload() -> None:
         pass
 
 
-def active():
+def active() -> Any:
     """True when the post-import hooks are registered in this process."""
     return _registered
 

@@ -1,17 +1,19 @@
 """OpenTelemetry instrumentor: ``opentelemetry-instrument python3 -m verl.trainer.main_ppo ...``
 applies the same patches (entry point group ``opentelemetry_instrumentor``, name ``verl``)."""
 
+from typing import Any
+
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
 from verl_rl_insight.trainer.activation import bootstrap
 
 
-class VerlInstrumentor(BaseInstrumentor):
-    def instrumentation_dependencies(self):
+class VerlInstrumentor(BaseInstrumentor):  # type: ignore[misc]  # opentelemetry is not followed
+    def instrumentation_dependencies(self) -> Any:
         return ("verl >= 0.6",)
 
-    def _instrument(self, **kwargs) -> None:
+    def _instrument(self, **kwargs: Any) -> None:
         bootstrap.activate()
 
-    def _uninstrument(self, **kwargs) -> None:
+    def _uninstrument(self, **kwargs: Any) -> None:
         bootstrap.deactivate()

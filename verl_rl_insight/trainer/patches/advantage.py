@@ -3,12 +3,13 @@ recomputed ``old_log_probs`` (and the rollout returned ``rollout_log_probs``); t
 the plugins (probs_diff) before it. Wrapped where the trainers use it by name."""
 
 import sys
+from typing import Any
 
 from verl_rl_insight.trainer import runtime
 
 
-def _wrap(original):
-    def compute_advantage(data, *args, **kwargs):
+def _wrap(original: Any) -> Any:
+    def compute_advantage(data: Any, *args: object, **kwargs: Any) -> Any:
         rt = runtime.get_runtime()
         if rt is not None:
             caller = sys._getframe(1).f_locals.get("self")
@@ -21,19 +22,19 @@ def _wrap(original):
                 pass
         return original(data, *args, **kwargs)
 
-    compute_advantage.__wrapped__ = original
-    compute_advantage._rl_insight_advantage = True
+    compute_advantage.__wrapped__ = original  # type: ignore[attr-defined]
+    compute_advantage._rl_insight_advantage = True  # type: ignore[attr-defined]
     compute_advantage.__doc__ = original.__doc__
     return compute_advantage
 
 
-def install(module) -> None:
+def install(module: Any) -> None:
     original = module.__dict__.get("compute_advantage")
     if callable(original) and not getattr(original, "_rl_insight_advantage", False):
         module.compute_advantage = _wrap(original)
 
 
-def uninstall(module) -> None:
+def uninstall(module: Any) -> None:
     current = module.__dict__.get("compute_advantage")
     if getattr(current, "_rl_insight_advantage", False):
         module.compute_advantage = current.__wrapped__

@@ -2,6 +2,8 @@
 (and the Hydra ``rl_insight`` block) to every Ray worker through verl's runtime_env."""
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import wrapt
 
@@ -14,7 +16,7 @@ from verl_rl_insight.trainer.verl_api.propagation import (
 logger = logging.getLogger("verl_rl_insight")
 
 
-def _run_ppo(wrapped, instance, args, kwargs):
+def _run_ppo(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     config = args[0] if args else kwargs.get("config")
     try:
         prepare_driver_environment(config)
@@ -23,7 +25,7 @@ def _run_ppo(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
-def _runtime_env(wrapped, instance, args, kwargs):
+def _runtime_env(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     runtime_env = wrapped(*args, **kwargs)
     try:
         runtime_env.setdefault("env_vars", {}).update(forwarded_environment())
@@ -32,7 +34,7 @@ def _runtime_env(wrapped, instance, args, kwargs):
     return runtime_env
 
 
-def install(module) -> None:
+def install(module: Any) -> None:
     if getattr(module, "_rl_insight_installed", False):
         return
     wrapt.wrap_function_wrapper(module, "run_ppo", _run_ppo)
@@ -40,7 +42,7 @@ def install(module) -> None:
     module._rl_insight_installed = True
 
 
-def uninstall(module) -> None:
+def uninstall(module: Any) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     for name in ("run_ppo", "get_ppo_ray_runtime_env"):

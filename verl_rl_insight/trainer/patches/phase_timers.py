@@ -8,6 +8,7 @@ modules that re-export it (for trainers imported later). The step comes from the
 import inspect
 import sys
 import time
+from typing import Any
 
 from verl_rl_insight.trainer import runtime
 
@@ -25,10 +26,10 @@ class PhaseState:
 
     __slots__ = ("inner", "name", "lane", "step")
 
-    def __init__(self, inner, name, lane, step) -> None:
+    def __init__(self, inner: Any, name: str, lane: str, step: int | None) -> None:
         self.inner, self.name, self.lane, self.step = inner, name, lane, step
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         result = self.inner.__enter__()
         _hook(
             "rl_insight_state_enter",
@@ -39,7 +40,7 @@ class PhaseState:
         )
         return result
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Any:
         _hook(
             "rl_insight_state_exit",
             name=self.name,
@@ -50,7 +51,7 @@ class PhaseState:
         return self.inner.__exit__(*exc)
 
 
-def _hook(hook_name, **kwargs) -> None:
+def _hook(hook_name: Any, **kwargs: Any) -> None:
     rt = runtime.get_runtime()
     if rt is None:
         return
@@ -60,22 +61,22 @@ def _hook(hook_name, **kwargs) -> None:
         pass
 
 
-def _wrap(original, lane):
-    def timer(name, timing_raw, *args, **kwargs):
+def _wrap(original: Any, lane: str) -> Any:
+    def timer(name: str, timing_raw: Any, *args: object, **kwargs: Any) -> Any:
         caller = sys._getframe(1).f_locals.get("self")
         step = getattr(caller, "global_steps", None)
         return PhaseState(
             original(name, timing_raw, *args, **kwargs), str(name), lane, step if isinstance(step, int) else None
         )
 
-    timer.__wrapped__ = original
-    timer._rl_insight_phase_timer = True
+    timer.__wrapped__ = original  # type: ignore[attr-defined]
+    timer._rl_insight_phase_timer = True  # type: ignore[attr-defined]
     timer.__name__ = getattr(original, "__name__", "marked_timer")
     timer.__doc__ = original.__doc__
     return timer
 
 
-def install(module) -> None:
+def install(module: Any) -> None:
     lane = LANES.get(module.__name__, "trainer")
     for attr in TIMER_NAMES:
         original = module.__dict__.get(attr)
@@ -86,7 +87,7 @@ def install(module) -> None:
             setattr(module, attr, _wrap(original, lane))
 
 
-def uninstall(module) -> None:
+def uninstall(module: Any) -> None:
     for attr in TIMER_NAMES:
         current = module.__dict__.get(attr)
         if getattr(current, "_rl_insight_phase_timer", False):

@@ -7,6 +7,8 @@ its ``RLInsightLogger``, which hooks/tracking.py routes here).
 
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import wrapt
 
@@ -21,14 +23,14 @@ SERVERS = {
 }
 
 
-def _generate_wrapper(state):
-    def wrapper(wrapped, instance, args, kwargs):
+def _generate_wrapper(state: str) -> Any:
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return _timed(wrapped(*args, **kwargs), instance, state)
 
     return wrapper
 
 
-async def _timed(coroutine, server, state):
+async def _timed(coroutine: Any, server: Any, state: str) -> Any:
     start_ns = time.time_ns()
     try:
         return await coroutine
@@ -36,7 +38,7 @@ async def _timed(coroutine, server, state):
         _report_span(server, state, start_ns)
 
 
-def _report_span(server, state, start_ns) -> None:
+def _report_span(server: Any, state: str, start_ns: int) -> None:
     """Never raises: it runs in the ``finally`` of verl's generate, where an error would replace verl's result."""
     try:
         rt = runtime.get_runtime() or (runtime.start() if os.environ.get(ENV_VERL_ENABLE) == "1" else None)
@@ -54,13 +56,13 @@ def _report_span(server, state, start_ns) -> None:
         pass
 
 
-def _server_args(wrapped, instance, args, kwargs):
+def _server_args(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if os.environ.get(ENV_VERL_ENABLE) == "1":
         kwargs["enable_metrics"] = True  # SGLang serves /metrics only when asked
     return wrapped(*args, **kwargs)
 
 
-def install(module) -> None:
+def install(module: Any) -> None:
     if getattr(module, "_rl_insight_installed", False) or hasattr(module, "RLInsightLogger"):
         return  # verl >= 0.9 reports these itself
     classes, state = SERVERS[module.__name__]
@@ -73,7 +75,7 @@ def install(module) -> None:
     module._rl_insight_installed = True
 
 
-def uninstall(module) -> None:
+def uninstall(module: Any) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     classes, _ = SERVERS[module.__name__]

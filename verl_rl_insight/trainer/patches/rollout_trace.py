@@ -18,6 +18,7 @@ import json
 import logging
 import sys
 import time
+from typing import Any
 
 from verl_rl_insight.trainer import runtime
 
@@ -26,11 +27,11 @@ logger = logging.getLogger("verl_rl_insight")
 BACKEND = "rl_insight"
 MAX_TEXT = 1024  # characters of each input / output kept with token2text
 MAX_OPS = 512  # ops kept per trajectory; later ones are counted, not kept
-_trajectory = contextvars.ContextVar("rl_insight_trajectory", default=None)
-_failed = set()
+_trajectory: contextvars.ContextVar[Any] = contextvars.ContextVar("rl_insight_trajectory", default=None)
+_failed: set[str] = set()
 
 
-def kind_of(qualname):
+def kind_of(qualname: Any) -> Any:
     """(kind, span name) of a traced op from its qualified name."""
     method = qualname.rsplit(".", 1)[-1]
     if method == "generate":
@@ -44,7 +45,7 @@ def kind_of(qualname):
     return "op", f"agent op {qualname}"
 
 
-def _bounded(value):
+def _bounded(value: Any) -> Any:
     try:
         text = json.dumps(value, default=str, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -52,16 +53,16 @@ def _bounded(value):
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"... ({len(text)} characters)"
 
 
-def _module():
+def _module() -> Any:
     return sys.modules.get("verl.utils.rollout_trace")
 
 
-def _ours():
+def _ours() -> Any:
     module = _module()
     return module is not None and module.RolloutTraceConfig.get_backend() == BACKEND
 
 
-def _emit(record) -> None:
+def _emit(record: Any) -> None:
     try:
         config = _module().RolloutTraceConfig.get_instance()
         rt = runtime.start()
@@ -74,16 +75,16 @@ def _emit(record) -> None:
             logger.exception("rl-insight: an agent-loop trajectory could not be recorded; rollouts go on")
 
 
-def make_trace_attr(original):
+def make_trace_attr(original: Any) -> Any:
     @contextlib.contextmanager
     def rollout_trace_attr(
-        sample_index=None,
-        step=None,
-        rollout_n=None,
+        sample_index: Any = None,
+        step: int | None = None,
+        rollout_n: Any = None,
         name: str = "rollout_trace",
         validate: bool = False,
         trace: bool = True,
-    ):
+    ) -> Any:
         with original(
             sample_index=sample_index, step=step, rollout_n=rollout_n, name=name, validate=validate, trace=trace
         ):
@@ -116,11 +117,11 @@ def make_trace_attr(original):
                 record["end_ns"] = time.time_ns()
                 _emit(record)
 
-    rollout_trace_attr.__wrapped_by_rl_insight__ = original
+    rollout_trace_attr.__wrapped_by_rl_insight__ = original  # type: ignore[attr-defined]
     return rollout_trace_attr
 
 
-def _begin(func, instance, args, kwargs):
+def _begin(func: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     kind, span = kind_of(func.__qualname__)
     op = {"name": func.__qualname__, "kind": kind, "span_name": span, "start_ns": time.time_ns(), "attributes": {}}
     inputs = None
@@ -134,7 +135,7 @@ def _begin(func, instance, args, kwargs):
     return op, inputs
 
 
-def _end(record, op, error=None) -> None:
+def _end(record: Any, op: Any, error: Any = None) -> None:
     op["end_ns"] = time.time_ns()
     if error is not None:
         op["error"] = type(error).__name__
@@ -144,7 +145,7 @@ def _end(record, op, error=None) -> None:
         record["ops_dropped"] += 1
 
 
-async def _texts(instance, inputs, result):
+async def _texts(instance: Any, inputs: Any, result: Any) -> Any:
     """token2text: prompt and response decoded as verl does it, bounded."""
     try:
         decoded = await _module()._add_token2text(instance, inputs, result)
@@ -157,14 +158,14 @@ async def _texts(instance, inputs, result):
     return {**texts, "input": _bounded(inputs), "output": _bounded(decoded)}
 
 
-def make_trace_op(original):
-    def rollout_trace_op(func):
+def make_trace_op(original: Any) -> Any:
+    def rollout_trace_op(func: Any) -> Any:
         traced = original(func)  # verl's own wrapper: what weave, mlflow and trackio get
 
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
-            async def async_wrapper(self, *args, **kwargs):
+            async def async_wrapper(self: Any, *args: object, **kwargs: Any) -> Any:
                 record = _trajectory.get()
                 if record is None or not _ours():
                     return await traced(self, *args, **kwargs)
@@ -182,7 +183,7 @@ def make_trace_op(original):
             return async_wrapper
 
         @functools.wraps(func)
-        def wrapper(self, *args, **kwargs):
+        def wrapper(self: Any, *args: object, **kwargs: Any) -> Any:
             record = _trajectory.get()
             if record is None or not _ours():
                 return traced(self, *args, **kwargs)
@@ -199,11 +200,11 @@ def make_trace_op(original):
 
         return wrapper
 
-    rollout_trace_op.__wrapped_by_rl_insight__ = original
+    rollout_trace_op.__wrapped_by_rl_insight__ = original  # type: ignore[attr-defined]
     return rollout_trace_op
 
 
-def install(module) -> None:
+def install(module: Any) -> None:
     if getattr(module, "_rl_insight_installed", False):
         return
     module.rollout_trace_attr = make_trace_attr(module.rollout_trace_attr)
@@ -211,7 +212,7 @@ def install(module) -> None:
     module._rl_insight_installed = True
 
 
-def uninstall(module) -> None:
+def uninstall(module: Any) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     for name in ("rollout_trace_attr", "rollout_trace_op"):

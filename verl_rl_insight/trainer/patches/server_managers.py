@@ -5,6 +5,8 @@ enabled, so the call then runs with its flag off (the plugin warns instead)."""
 
 import asyncio
 import os
+from collections.abc import Callable
+from typing import Any
 
 import wrapt
 
@@ -18,14 +20,14 @@ MANAGERS = {
 }
 
 
-def _rollout_config(manager):
+def _rollout_config(manager: Any) -> Any:
     config = getattr(manager, "rollout_config", None)
     if config is None:
         config = manager.config.actor_rollout_ref.rollout
     return config
 
 
-def _report(manager, log_stats) -> None:
+def _report(manager: Any, log_stats: Any) -> None:
     try:
         rt = runtime.get_runtime() or runtime.start()
         rt.hook.rl_insight_rollout_servers(
@@ -44,19 +46,19 @@ def _report(manager, log_stats) -> None:
 class _VerlFlagOff:
     """verl 0.9 raises when rl_insight is on and disable_log_stats=True: hide the flag for the call."""
 
-    def __init__(self, active) -> None:
+    def __init__(self, active: Any) -> None:
         self.active = active and os.environ.get(ENV_VERL_ENABLE) == "1"
 
     def __enter__(self) -> None:
         if self.active:
             os.environ[ENV_VERL_ENABLE] = "0"
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.active:
             os.environ[ENV_VERL_ENABLE] = "1"
 
 
-def _initialize(wrapped, instance, args, kwargs):
+def _initialize(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         config = _rollout_config(instance)
         log_stats = not bool(config.get("disable_log_stats", True))
@@ -66,7 +68,7 @@ def _initialize(wrapped, instance, args, kwargs):
     flag_off = _VerlFlagOff(not log_stats and not prometheus)
     if asyncio.iscoroutinefunction(wrapped):
 
-        async def run():
+        async def run() -> Any:
             with flag_off:
                 result = await wrapped(*args, **kwargs)
             _report(instance, log_stats)
@@ -79,7 +81,7 @@ def _initialize(wrapped, instance, args, kwargs):
     return result
 
 
-def install(module) -> None:
+def install(module: Any) -> None:
     cls = getattr(module, MANAGERS[module.__name__], None)
     if cls is None or getattr(cls, "_rl_insight_installed", False) or "_initialize_llm_servers" not in vars(cls):
         return
@@ -87,7 +89,7 @@ def install(module) -> None:
     cls._rl_insight_installed = True
 
 
-def uninstall(module) -> None:
+def uninstall(module: Any) -> None:
     cls = getattr(module, MANAGERS[module.__name__], None)
     if cls is not None and getattr(cls, "_rl_insight_installed", False):
         unwrap(cls, "_initialize_llm_servers")

@@ -3,6 +3,8 @@
 
 import importlib.util
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import wrapt
 
@@ -15,7 +17,7 @@ logger = logging.getLogger("verl_rl_insight")
 BACKEND = "rl_insight"
 
 
-def _bind(args, kwargs):
+def _bind(args: Any, kwargs: Any) -> Any:
     """(project, experiment, backends, config) as ``Tracking(project_name, experiment_name,
     default_backend, config, ...)`` takes them; keywords a newer verl adds are verl's business."""
     names = ("project_name", "experiment_name", "default_backend", "config")
@@ -26,7 +28,7 @@ def _bind(args, kwargs):
     return bound.get("project_name"), bound.get("experiment_name"), backends, bound.get("config")
 
 
-def _tracking_init(wrapped, instance, args, kwargs):
+def _tracking_init(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         project, experiment, backends, config = _bind(args, kwargs)
     except TypeError:  # an argument shape verl will judge itself
@@ -48,7 +50,9 @@ def _tracking_init(wrapped, instance, args, kwargs):
     return result
 
 
-def _agent_loop_session(wrapped, instance, args, kwargs):
+def _agent_loop_session(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """verl 0.9 imports ``rl_insight.agent_loop`` (the separate package) and falls back to an
     inert object without it: this package answers instead, unless that package is installed."""
     try:
@@ -72,7 +76,7 @@ def _agent_loop_session(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
 
 
-def install(module) -> None:
+def install(module: Any) -> None:
     if getattr(module, "_rl_insight_installed", False):
         return
     tracking = module.Tracking
@@ -89,7 +93,7 @@ def install(module) -> None:
     module._rl_insight_installed = True
 
 
-def uninstall(module) -> None:
+def uninstall(module: Any) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     tracking = module.Tracking

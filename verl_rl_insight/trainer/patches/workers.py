@@ -4,6 +4,8 @@ only where ``Tracking`` lives."""
 
 import logging
 import os
+from collections.abc import Callable
+from typing import Any
 
 import wrapt
 
@@ -12,7 +14,7 @@ from verl_rl_insight.trainer.patches import unwrap
 from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
 
 
-def _worker_init(wrapped, instance, args, kwargs):
+def _worker_init(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     result = wrapped(*args, **kwargs)
     if os.environ.get(ENV_VERL_ENABLE) == "1" and runtime.get_runtime() is None:
         try:
@@ -22,7 +24,7 @@ def _worker_init(wrapped, instance, args, kwargs):
     return result
 
 
-def install(module) -> None:
+def install(module: Any) -> None:
     cls = getattr(module, "Worker", None)
     if cls is None or getattr(cls, "_rl_insight_installed", False):
         return
@@ -30,7 +32,7 @@ def install(module) -> None:
     cls._rl_insight_installed = True
 
 
-def uninstall(module) -> None:
+def uninstall(module: Any) -> None:
     cls = getattr(module, "Worker", None)
     if cls is not None and getattr(cls, "_rl_insight_installed", False):
         unwrap(cls, "__init__")

@@ -11,25 +11,28 @@ import os
 import socket
 import threading
 import time
+from typing import Any
 
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.hookspecs import hookimpl
 
 _lock = threading.Lock()
-_totals = {}  # (project, experiment) -> {validate: counter}
-_steps = {}  # (project, experiment) -> {step: counter} (training trajectories only)
+_totals: dict[tuple[str, str], dict[Any, Any]] = {}  # (project, experiment) -> {validate: counter}
+_steps: dict[
+    tuple[str, str], dict[Any, Any]
+] = {}  # (project, experiment) -> {step: counter} (training trajectories only)
 _worker = f"{socket.gethostname()}:{os.getpid()}"
 
 
 @hookimpl
-def rl_insight_configure(config) -> None:
+def rl_insight_configure(config: Any) -> None:
     with _lock:
         _totals.clear()
         _steps.clear()
 
 
 @hookimpl
-def rl_insight_trajectory(run, trajectory) -> None:
+def rl_insight_trajectory(run: Any, trajectory: Any) -> None:
     ops = trajectory["ops"]
     tools = [op for op in ops if op["kind"] == "tool"]
     figures = collections.Counter(
@@ -53,7 +56,7 @@ def rl_insight_trajectory(run, trajectory) -> None:
 
 
 @hookimpl
-def rl_insight_collect(run):
+def rl_insight_collect(run: Any) -> Any:
     """Every run this process traced trajectories for (a rollout worker may serve another run than
     the one it logs for)."""
     now = time.time()
@@ -105,6 +108,6 @@ def rl_insight_collect(run):
     return batches or None
 
 
-def _newest(steps):
+def _newest(steps: Any) -> Any:
     newest = max(steps, default=None)
     return newest, (dict(steps[newest]) if newest is not None else None)

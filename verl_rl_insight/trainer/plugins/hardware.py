@@ -14,6 +14,9 @@ import os
 import tempfile
 import threading
 import time
+from typing import Any
+
+import pluggy
 
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
@@ -25,7 +28,7 @@ logger = logging.getLogger("verl_rl_insight")
 _sampler = None
 
 
-def load_nvml():
+def load_nvml() -> Any:
     """The NVML binding (module ``pynvml`` of nvidia-ml-py), or None with the reason logged once."""
     try:
         import pynvml
@@ -41,9 +44,9 @@ def load_nvml():
 class NodeLock:
     """Non-blocking per-node, per-user lock: True for exactly one process of the node at a time."""
 
-    def __init__(self, directory=None) -> None:
+    def __init__(self, directory: Any = None) -> None:
         self.path = os.path.join(directory or tempfile.gettempdir(), f"rl-insight-hardware-{os.getuid()}.lock")
-        self.fd = None
+        self.fd: int | None = None
 
     def acquire(self) -> bool:
         if self.fd is not None:
@@ -66,13 +69,13 @@ class NodeLock:
 class HardwareSampler:
     def __init__(
         self,
-        export,
-        current_run,
+        export: Any,
+        current_run: Any,
         interval_s: float = 5.0,
         gpu: bool = True,
         host: bool = True,
-        lock_dir=None,
-        nvml_loader=None,
+        lock_dir: Any = None,
+        nvml_loader: Any = None,
     ) -> None:
         self.export = export
         self.current_run = current_run
@@ -80,13 +83,13 @@ class HardwareSampler:
         self.want_gpu, self.want_host = gpu, host
         self.lock = NodeLock(lock_dir)
         self.nvml_loader = nvml_loader
-        self.gpu = None
+        self.gpu: GpuSampler | None = None
         self.host = HostSampler() if host else None
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rl-insight-hardware", daemon=True)
 
-    def start(self):
+    def start(self) -> Any:
         self._thread.start()
         return self
 
@@ -111,7 +114,7 @@ class HardwareSampler:
                     logger.exception("rl-insight: hardware sampling failed; it goes on")
             self._stop.wait(self.interval_s)
 
-    def sample_once(self):
+    def sample_once(self) -> Any:
         """Sample and export; returns the batches (for tests and the benchmark)."""
         run = self.current_run()
         now = time.time()
@@ -138,12 +141,12 @@ class HardwareSampler:
 
 
 @hookimpl
-def rl_insight_configure(config, pm) -> None:
+def rl_insight_configure(config: Any, pm: pluggy.PluginManager) -> None:
     global _sampler
     settings = plugin_settings(config, "hardware")
     from verl_rl_insight.trainer import runtime
 
-    def current_run():
+    def current_run() -> Any:
         rt = runtime.get_runtime()
         return rt.current_run() if rt is not None else runtime.RunInfo("default", "default")
 
@@ -166,12 +169,12 @@ def rl_insight_configure(config, pm) -> None:
 
 
 @hookimpl
-def rl_insight_shutdown(timeout_s) -> None:
+def rl_insight_shutdown(timeout_s: float) -> None:
     global _sampler
     if _sampler is not None:
         _sampler.close()
         _sampler = None
 
 
-def sampler():
+def sampler() -> Any:
     return _sampler

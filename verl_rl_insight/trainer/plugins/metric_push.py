@@ -2,6 +2,7 @@
 (``POST <server_url>/api/v1/push``), from a background thread, spooling while it is down."""
 
 import logging
+from typing import Any
 
 from verl_rl_insight.trainer.client.sender import BatchSender
 from verl_rl_insight.trainer.config import plugin_settings
@@ -15,7 +16,7 @@ _sender = None
 
 
 @hookimpl
-def rl_insight_configure(config) -> None:
+def rl_insight_configure(config: Any) -> None:
     global _sender
     _sender = None
     url = config.get("server_url")
@@ -43,13 +44,13 @@ def rl_insight_configure(config) -> None:
 
 
 @hookimpl
-def rl_insight_export_batch(batch) -> None:
+def rl_insight_export_batch(batch: Any) -> None:
     if _sender is not None:
         _sender.submit(batch)
 
 
 @hookimpl
-def rl_insight_shutdown(timeout_s) -> None:
+def rl_insight_shutdown(timeout_s: float) -> None:
     if _sender is not None:
         _sender.close(timeout_s)
         stats = dict(_sender.stats)
@@ -57,6 +58,6 @@ def rl_insight_shutdown(timeout_s) -> None:
             logger.warning("rl-insight: metric push summary: %s", stats)
 
 
-def sender():
+def sender() -> Any:
     """The active BatchSender (None when no server is configured): for stats and tests."""
     return _sender

@@ -14,6 +14,7 @@ verl already computed are kept and only what is missing is added. An empty mask 
 """
 
 import threading
+from typing import Any
 
 from verl_rl_insight.trainer.hookspecs import hookimpl
 
@@ -33,11 +34,11 @@ KEYS = tuple(
         "rollout_actor_probs_pearson_corr",
     )
 )
-_pending = {}
+_pending: dict[Any, Any] = {}
 _lock = threading.Lock()
 
 
-def mismatch_metrics(rollout_log_probs, actor_log_probs, mask):
+def mismatch_metrics(rollout_log_probs: Any, actor_log_probs: Any, mask: Any) -> Any:
     """The metrics for one batch (torch tensors of shape [batch, response_length])."""
     import torch
 
@@ -67,7 +68,7 @@ def mismatch_metrics(rollout_log_probs, actor_log_probs, mask):
         return metrics
 
 
-def batch_metrics(batch):
+def batch_metrics(batch: Any) -> Any:
     """Metrics for a verl DataProto, or None when it lacks rollout or actor log probs."""
     tensors = getattr(batch, "batch", None)
     if tensors is None or "rollout_log_probs" not in tensors.keys() or "old_log_probs" not in tensors.keys():
@@ -88,13 +89,13 @@ def batch_metrics(batch):
 
 
 @hookimpl
-def rl_insight_configure(config) -> None:
+def rl_insight_configure(config: Any) -> None:
     with _lock:
         _pending.clear()
 
 
 @hookimpl
-def rl_insight_train_batch(run, batch, step) -> None:
+def rl_insight_train_batch(run: Any, batch: Any, step: int | None) -> None:
     metrics = batch_metrics(batch)
     if metrics is not None:
         with _lock:
@@ -104,7 +105,7 @@ def rl_insight_train_batch(run, batch, step) -> None:
 
 
 @hookimpl(tryfirst=True)
-def rl_insight_log_metrics(run, metrics, step, timestamp) -> None:
+def rl_insight_log_metrics(run: Any, metrics: dict[str, Any], step: int | None, timestamp: float) -> None:
     if not _pending:  # the common case, on the training thread: no lock
         return
     with _lock:

@@ -4,6 +4,7 @@ by heartbeats while the run lives and removed when it ends. The engine's own lab
 ``engine`` index, ``model_name``) are kept as they are: no target label shadows them."""
 
 import logging
+from typing import Any
 
 from verl_rl_insight.trainer.client import target_announcer
 from verl_rl_insight.trainer.hookspecs import hookimpl
@@ -16,19 +17,19 @@ OVERRIDE = "actor_rollout_ref.rollout.disable_log_stats=False"
 _warned = False
 
 
-def node_of(address):
+def node_of(address: str) -> Any:
     return address.rpartition(":")[0].strip("[]")
 
 
 @hookimpl
-def rl_insight_configure(config) -> None:
+def rl_insight_configure(config: Any) -> None:
     global _warned
     _warned = False
     target_announcer.shared(config)
 
 
 @hookimpl
-def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats) -> None:
+def rl_insight_rollout_servers(run: Any, engine: str, addresses: Any, replica_ranks: Any, log_stats: Any) -> None:
     global _warned
     if not log_stats:
         if not _warned:
@@ -45,7 +46,7 @@ def rl_insight_rollout_servers(run, engine, addresses, replica_ranks, log_stats)
 
 
 @hookimpl
-def rl_insight_register_target(run, address, job, labels) -> None:
+def rl_insight_register_target(run: Any, address: str, job: str, labels: dict[str, str]) -> None:
     announcer = target_announcer.shared()
     if job not in ENGINES or announcer is None:
         return
@@ -57,5 +58,5 @@ def rl_insight_register_target(run, address, job, labels) -> None:
 
 
 @hookimpl
-def rl_insight_shutdown(timeout_s) -> None:
+def rl_insight_shutdown(timeout_s: float) -> None:
     target_announcer.close_shared(min(timeout_s, 2.0))

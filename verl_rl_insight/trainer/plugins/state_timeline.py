@@ -15,6 +15,8 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Mapping
+from typing import Any
 
 from opentelemetry.sdk.trace import SpanProcessor
 
@@ -25,7 +27,7 @@ from verl_rl_insight.trainer.hookspecs import hookimpl
 logger = logging.getLogger("verl_rl_insight")
 
 # verl's phase names -> low-cardinality span names; the raw name stays in attribute state_name
-SPAN_NAMES = {
+SPAN_NAMES: dict[str, str] = {
     "step": "trainer step",
     "gen": "rollout generate",
     "generate_sequences": "rollout generate",
@@ -54,16 +56,18 @@ SPAN_NAMES = {
 _tracer = None
 _processor = None
 _local = threading.local()
-_durations = collections.defaultdict(lambda: [0.0, 0])  # (state, lane) -> [seconds, count]
+_durations: collections.defaultdict[tuple[str, str], list[float]] = collections.defaultdict(
+    lambda: [0.0, 0]
+)  # (state, lane) -> [seconds, count]
 _durations_lock = threading.Lock()
 _host = socket.gethostname()
 
 
-def span_name(state):
+def span_name(state: str) -> str:
     return SPAN_NAMES.get(state, state)
 
 
-def explicit_endpoint(config, environ=None):
+def explicit_endpoint(config: Any, environ: Mapping[str, str] | None = None) -> Any:
     """The endpoint the user named (plugin config, then the standard OTEL_* variables), or None."""
     environ = os.environ if environ is None else environ
     if plugin_settings(config, "state_timeline").get("otlp_endpoint"):
@@ -75,12 +79,12 @@ def explicit_endpoint(config, environ=None):
     return None
 
 
-def _origin(url):
+def _origin(url: str) -> Any:
     parts = urllib.parse.urlsplit(url)
     return parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
-def otlp_endpoint(config, environ=None):
+def otlp_endpoint(config: Any, environ: Mapping[str, str] | None = None) -> Any:
     """Where spans go; for a server URL alone, the default that ``AnnouncedEndpointExporter`` refines."""
     explicit = explicit_endpoint(config, environ)
     if explicit is None and config.get("server_url"):
@@ -94,17 +98,17 @@ class AnnouncedEndpointExporter:
     """Asks the rl-insight server (``/api/v1/info``) where its OTLP receiver is, on the first export,
     on the span thread; falls back to the server's host and ``otlp_port``."""
 
-    def __init__(self, server_url, fallback, make_exporter) -> None:
+    def __init__(self, server_url: Any, fallback: Any, make_exporter: Any) -> None:
         self.server_url = server_url.rstrip("/")
         self.fallback = fallback
         self.make_exporter = make_exporter
-        self.exporter = None
+        self.exporter: Any = None
 
     @property
-    def _endpoint(self):
+    def _endpoint(self) -> Any:
         return getattr(self.exporter, "_endpoint", self.fallback)
 
-    def export(self, spans):
+    def export(self, spans: Any) -> Any:
         if self.exporter is None:
             endpoint = self.fallback
             try:
@@ -122,16 +126,16 @@ class AnnouncedEndpointExporter:
             self.exporter.shutdown()
 
 
-class CountingSpanProcessor(SpanProcessor):
+class CountingSpanProcessor(SpanProcessor):  # type: ignore[misc]  # opentelemetry is not followed
     """A batching span processor whose queue drops (and counts) instead of blocking or silently losing."""
 
-    def __init__(self, exporter, max_queue: int = 8192, batch_size: int = 512, interval_s: float = 1.0) -> None:
+    def __init__(self, exporter: Any, max_queue: int = 8192, batch_size: int = 512, interval_s: float = 1.0) -> None:
         self.exporter = exporter
         self.max_queue = max_queue
         self.batch_size = batch_size
         self.interval_s = interval_s
-        self.stats = collections.Counter()
-        self._queue = collections.deque()
+        self.stats: collections.Counter[str] = collections.Counter()
+        self._queue: collections.deque[Any] = collections.deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -139,10 +143,10 @@ class CountingSpanProcessor(SpanProcessor):
         self._thread = threading.Thread(target=self._run, name="rl-insight-spans", daemon=True)
         self._thread.start()
 
-    def on_start(self, span, parent_context=None) -> None:
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
         pass
 
-    def on_end(self, span) -> None:
+    def on_end(self, span: Any) -> None:
         with self._lock:
             if len(self._queue) >= self.max_queue:
                 self.stats["dropped"] += 1
@@ -201,7 +205,7 @@ class CountingSpanProcessor(SpanProcessor):
 
 
 @hookimpl
-def rl_insight_configure(config) -> None:
+def rl_insight_configure(config: Any) -> None:
     global _tracer, _processor
     _tracer = _processor = None
     with _durations_lock:
@@ -225,7 +229,7 @@ def rl_insight_configure(config) -> None:
         resource=Resource.create({"service.name": "verl", "host.name": _host, "process.pid": os.getpid()})
     )
 
-    def make_exporter(url):
+    def make_exporter(url: str) -> Any:
         # the token only goes to the rl-insight server itself, never to a collector elsewhere
         ours = config.get("token") and config.get("server_url") and _origin(url) == _origin(str(config.server_url))
         return OTLPSpanExporter(
@@ -247,7 +251,7 @@ def rl_insight_configure(config) -> None:
     _tracer = provider.get_tracer("verl_rl_insight")  # this provider only: the user's global one is untouched
 
 
-def _attributes(run, name, lane, attributes):
+def _attributes(run: Any, name: str, lane: str, attributes: dict[str, Any]) -> Any:
     attrs = {
         "project": run.project,
         "experiment_name": run.experiment_name,
@@ -264,14 +268,14 @@ def _attributes(run, name, lane, attributes):
     return attrs
 
 
-def _stack(lane):
+def _stack(lane: str) -> Any:
     stacks = getattr(_local, "stacks", None)
     if stacks is None:
         stacks = _local.stacks = {}
     return stacks.setdefault(lane, [])
 
 
-def _parent_context(lane):
+def _parent_context(lane: str) -> Any:
     from opentelemetry import context, trace
 
     stack = _stack(lane)
@@ -279,7 +283,7 @@ def _parent_context(lane):
 
 
 @hookimpl
-def rl_insight_state_enter(run, name, lane, start_ns, attributes) -> None:
+def rl_insight_state_enter(run: Any, name: str, lane: str, start_ns: int, attributes: dict[str, Any]) -> None:
     if _tracer is None:
         return
     span = _tracer.start_span(
@@ -292,7 +296,7 @@ def rl_insight_state_enter(run, name, lane, start_ns, attributes) -> None:
 
 
 @hookimpl
-def rl_insight_state_exit(run, name, lane, end_ns, attributes) -> None:
+def rl_insight_state_exit(run: Any, name: str, lane: str, end_ns: int, attributes: dict[str, Any]) -> None:
     stack = _stack(lane)
     for i in range(len(stack) - 1, -1, -1):
         if stack[i][0] == name:
@@ -305,7 +309,9 @@ def rl_insight_state_exit(run, name, lane, end_ns, attributes) -> None:
 
 
 @hookimpl
-def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes) -> None:
+def rl_insight_state_span(
+    run: Any, name: str, lane: str, start_ns: int, end_ns: int, attributes: dict[str, Any]
+) -> None:
     lane = lane or "trainer"
     _count(name, lane, end_ns - start_ns)
     if _tracer is None:
@@ -319,7 +325,7 @@ def rl_insight_state_span(run, name, lane, start_ns, end_ns, attributes) -> None
     span.end(end_time=end_ns)
 
 
-def _count(name, lane, duration_ns) -> None:
+def _count(name: str, lane: str, duration_ns: Any) -> None:
     with _durations_lock:
         entry = _durations[(name, lane)]
         entry[0] += duration_ns / 1e9
@@ -327,7 +333,7 @@ def _count(name, lane, duration_ns) -> None:
 
 
 @hookimpl
-def rl_insight_collect(run):
+def rl_insight_collect(run: Any) -> Any:
     now = time.time()
     with _durations_lock:
         items = [(k, list(v)) for k, v in _durations.items()]
@@ -361,7 +367,7 @@ def rl_insight_collect(run):
 
 
 @hookimpl
-def rl_insight_shutdown(timeout_s) -> None:
+def rl_insight_shutdown(timeout_s: float) -> None:
     global _tracer
     if _processor is not None:
         _processor.force_flush(int(min(timeout_s, 5.0) * 1000))
@@ -369,13 +375,13 @@ def rl_insight_shutdown(timeout_s) -> None:
     _tracer = None
 
 
-def processor():
+def processor() -> Any:
     """The span processor (for stats and tests); None when no endpoint is configured."""
     return _processor
 
 
 @hookimpl
-def rl_insight_trajectory(run, trajectory) -> None:
+def rl_insight_trajectory(run: Any, trajectory: Any) -> None:
     """An agent-loop trajectory: one span on lane agent_loop, its traced ops as children."""
     if _tracer is None:
         return

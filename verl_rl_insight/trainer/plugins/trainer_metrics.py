@@ -7,6 +7,9 @@ can tell a finished run from a stalled one.
 """
 
 import time
+from typing import Any
+
+import pluggy
 
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
@@ -15,12 +18,12 @@ from verl_rl_insight.trainer.hookspecs import hookimpl
 FINISHED = "rl_insight_run_finished"
 
 _prefix = "rl_insight_monitor_"
-_export = None
-_runs = set()
+_export: Any = None
+_runs: set[tuple[str, str]] = set()
 
 
 @hookimpl
-def rl_insight_configure(config, pm) -> None:
+def rl_insight_configure(config: Any, pm: pluggy.PluginManager) -> None:
     global _prefix, _export
     _prefix = plugin_settings(config, "trainer_metrics").prefix
     _export = pm.hook.rl_insight_export_batch
@@ -28,7 +31,7 @@ def rl_insight_configure(config, pm) -> None:
 
 
 @hookimpl
-def rl_insight_log_metrics(run, metrics, step, timestamp) -> None:
+def rl_insight_log_metrics(run: Any, metrics: dict[str, Any], step: int | None, timestamp: float) -> None:
     # Runs on the training thread: build the batch, convert nothing (the sender thread does).
     if run not in _runs:
         _runs.add(run)
@@ -37,7 +40,7 @@ def rl_insight_log_metrics(run, metrics, step, timestamp) -> None:
 
 
 @hookimpl(tryfirst=True)  # before the exporters close
-def rl_insight_shutdown(timeout_s) -> None:
-    for run in list(_runs):
-        _export(batch=MetricBatch(run.project, run.experiment_name, None, time.time(), {FINISHED: 1}))
+def rl_insight_shutdown(timeout_s: float) -> None:
+    for project, experiment in list(_runs):
+        _export(batch=MetricBatch(project, experiment, None, time.time(), {FINISHED: 1}))
     _runs.clear()

@@ -3,6 +3,7 @@
 
 import logging
 import threading
+from typing import Any
 
 from verl_rl_insight.trainer.client import target_announcer
 from verl_rl_insight.trainer.hookspecs import hookimpl
@@ -12,7 +13,7 @@ logger = logging.getLogger("verl_rl_insight")
 JOB = "transfer_queue"
 
 
-def metrics_enabled(trainer_config):
+def metrics_enabled(trainer_config: Any) -> Any:
     try:
         return bool(((trainer_config or {}).get("transfer_queue") or {}).get("metrics", {}).get("enabled", False))
     except AttributeError:
@@ -20,18 +21,18 @@ def metrics_enabled(trainer_config):
 
 
 @hookimpl
-def rl_insight_configure(config) -> None:
+def rl_insight_configure(config: Any) -> None:
     target_announcer.shared(config)
 
 
 @hookimpl
-def rl_insight_run_start(run, trainer_config) -> None:
+def rl_insight_run_start(run: Any, trainer_config: Any) -> None:
     if metrics_enabled(trainer_config):
         # get_metrics_endpoint() asks a Ray actor: not on the training thread.
         threading.Thread(target=_register, args=(run,), name="rl-insight-tq", daemon=True).start()
 
 
-def _register(run) -> None:
+def _register(run: Any) -> None:
     try:
         import transfer_queue
 
@@ -44,7 +45,7 @@ def _register(run) -> None:
 
 
 @hookimpl
-def rl_insight_register_target(run, address, job, labels) -> None:
+def rl_insight_register_target(run: Any, address: str, job: str, labels: dict[str, str]) -> None:
     announcer = target_announcer.shared()
     if job != JOB or announcer is None:
         return
@@ -52,5 +53,5 @@ def rl_insight_register_target(run, address, job, labels) -> None:
 
 
 @hookimpl
-def rl_insight_shutdown(timeout_s) -> None:
+def rl_insight_shutdown(timeout_s: float) -> None:
     target_announcer.close_shared(min(timeout_s, 2.0))

@@ -9,16 +9,17 @@ support is not asked again.
 import os
 import socket
 import time
+from typing import Any
 
 HOSTNAME = socket.gethostname()
 
 
 class GpuSampler:
-    def __init__(self, nvml) -> None:
+    def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
         nvml.nvmlInit()
         self.gpus = []
-        self.unsupported = set()  # (gpu index, field)
+        self.unsupported: set[tuple[int, str]] = set()  # (gpu index, field)
         self.errors = 0
         for index in range(nvml.nvmlDeviceGetCount()):
             try:
@@ -35,7 +36,7 @@ class GpuSampler:
                 continue
             self.gpus.append((index, handle, labels, self._xid_events(handle)))
 
-    def _xid_events(self, handle):
+    def _xid_events(self, handle: Any) -> Any:
         nvml = self.nvml
         try:
             events = nvml.nvmlEventSetCreate()
@@ -44,17 +45,17 @@ class GpuSampler:
         except (nvml.NVMLError, AttributeError):
             return None
 
-    def fields(self, handle, events):
+    def fields(self, handle: Any, events: Any) -> Any:
         """(DCGM name, function returning the value) for one GPU."""
         n = self.nvml
 
-        def memory(attr):
+        def memory(attr: Any) -> Any:
             return lambda: getattr(n.nvmlDeviceGetMemoryInfo(handle), attr) / 2**20  # DCGM: MiB
 
-        def pcie(counter):
+        def pcie(counter: Any) -> Any:
             return n.nvmlDeviceGetPcieThroughput(handle, counter) * 1024  # NVML: KB/s; DCGM: B/s
 
-        def xid():
+        def xid() -> Any:
             data = n.nvmlEventSetWait(events, 0)  # 0 ms: never waits
             return float(data.eventData)
 
@@ -84,7 +85,7 @@ class GpuSampler:
             ),
         ] + ([("DCGM_FI_DEV_XID_ERRORS", xid)] if events is not None else [])
 
-    def sample(self):
+    def sample(self) -> Any:
         """[(labels, {DCGM name: value})], one entry per GPU that answered anything."""
         n = self.nvml
         out = []
@@ -112,11 +113,11 @@ class GpuSampler:
             pass
 
 
-def _is(nvml, exc, code_name):
+def _is(nvml: Any, exc: Any, code_name: Any) -> Any:
     return getattr(exc, "value", None) == getattr(nvml, code_name, object())
 
 
-def _text(value):
+def _text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -126,15 +127,15 @@ class HostSampler:
     def __init__(self, proc: str = "/proc", sys_block: str = "/sys/block") -> None:
         self.proc = proc
         self.sys_block = sys_block
-        self._last = None
+        self._last: tuple[Any, ...] | None = None
 
-    def _cpu(self):
+    def _cpu(self) -> Any:
         with open(f"{self.proc}/stat") as f:
             parts = [float(x) for x in f.readline().split()[1:]]
         idle = parts[3] + (parts[4] if len(parts) > 4 else 0.0)  # idle + iowait
         return sum(parts), idle
 
-    def _meminfo(self):
+    def _meminfo(self) -> Any:
         info = {}
         with open(f"{self.proc}/meminfo") as f:
             for line in f:
@@ -142,7 +143,7 @@ class HostSampler:
                 info[key] = float(rest.split()[0]) * 1024
         return info
 
-    def _net(self):
+    def _net(self) -> Any:
         rx = tx = 0.0
         with open(f"{self.proc}/net/dev") as f:
             for line in f.readlines()[2:]:
@@ -154,7 +155,7 @@ class HostSampler:
                 tx += float(fields[8])
         return rx, tx
 
-    def _disk(self):
+    def _disk(self) -> Any:
         disks = set(os.listdir(self.sys_block)) if os.path.isdir(self.sys_block) else None
         read = written = 0.0
         with open(f"{self.proc}/diskstats") as f:
@@ -167,7 +168,7 @@ class HostSampler:
                 written += float(fields[9]) * 512
         return read, written
 
-    def sample(self):
+    def sample(self) -> Any:
         now = time.monotonic()
         cpu_total, cpu_idle = self._cpu()
         net_rx, net_tx = self._net()

@@ -4,21 +4,22 @@ names and return shapes (tests/test_hardware.py checks every name against the re
 Failures can be injected per (GPU index, function name); ``load`` moves utilisation and power."""
 
 import types
+from typing import Any
 
 # How busy the simulated GPUs are (0..1): the demo's simulation sets it per phase.
 load_level = [0.0]
 
 
 class NVMLError(Exception):
-    def __init__(self, value) -> None:
+    def __init__(self, value: Any) -> None:
         super().__init__(f"NVML error {value}")
         self.value = value
 
 
-def make_nvml(gpus: int = 2, failures=None, broken_handles=(), xid=None, load=None):
+def make_nvml(gpus: int = 2, failures: Any = None, broken_handles: Any = (), xid: Any = None, load: Any = None) -> Any:
     """``load``: a callable returning 0..1 (how busy the simulated GPUs are now), or None for fixed values."""
     failures = dict(failures or {})
-    calls = {}
+    calls: dict[Any, int] = {}
     n = types.SimpleNamespace(
         NVMLError=NVMLError,
         NVML_ERROR_NOT_SUPPORTED=3,
@@ -36,8 +37,8 @@ def make_nvml(gpus: int = 2, failures=None, broken_handles=(), xid=None, load=No
         calls=calls,
     )
 
-    def api(name, result) -> None:
-        def call(handle=None, *args):
+    def api(name: str, result: Any) -> None:
+        def call(handle: Any = None, *args: object) -> Any:
             index = handle if isinstance(handle, int) else None
             calls[(index, name)] = calls.get((index, name), 0) + 1
             if (index, name) in failures:
@@ -50,7 +51,7 @@ def make_nvml(gpus: int = 2, failures=None, broken_handles=(), xid=None, load=No
     n.nvmlShutdown = lambda: None
     n.nvmlDeviceGetCount = lambda: gpus
 
-    def handle_by_index(index):
+    def handle_by_index(index: Any) -> Any:
         if index in broken_handles:
             raise NVMLError(999)
         return index
@@ -60,7 +61,7 @@ def make_nvml(gpus: int = 2, failures=None, broken_handles=(), xid=None, load=No
     api("nvmlDeviceGetMinorNumber", lambda i: i)
     api("nvmlDeviceGetName", lambda i: b"NVIDIA H200" if load is None else b"simulated NVIDIA H200")
 
-    def busy():
+    def busy() -> Any:
         return load() if load is not None else None
 
     api(
@@ -83,7 +84,7 @@ def make_nvml(gpus: int = 2, failures=None, broken_handles=(), xid=None, load=No
     n.nvmlEventSetCreate = lambda: "events"
     n.nvmlDeviceRegisterEvents = lambda handle, kind, events: None
 
-    def event_wait(events, timeout_ms):
+    def event_wait(events: Any, timeout_ms: Any) -> Any:
         if xid is None:
             raise NVMLError(10)  # NVML_ERROR_TIMEOUT: no event
         return types.SimpleNamespace(eventData=xid)

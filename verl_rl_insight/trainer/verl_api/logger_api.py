@@ -10,18 +10,19 @@ import contextlib
 import functools
 import logging
 import time
+from typing import Any
 
 from verl_rl_insight.trainer import runtime
 
 logger = logging.getLogger("verl_rl_insight")
-_failed = set()
+_failed: set[str] = set()
 
 
-def _never_raises(function):
+def _never_raises(function: Any) -> Any:
     """verl calls these from its rollout and training paths: a failure here is logged once, never raised."""
 
     @functools.wraps(function)
-    def guarded(*args, **kwargs):
+    def guarded(*args: object, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
         except Exception:
@@ -37,13 +38,13 @@ __version__ = "0.3.0"  # the RL-Insight API level implemented here (verl checks 
 _run = None
 
 
-def _runtime_and_run():
+def _runtime_and_run() -> Any:
     rt = runtime.start()
     return rt, (_run or rt.current_run())
 
 
 @_never_raises
-def init(project=None, experiment_name=None, config=None, **_) -> None:
+def init(project: str | None = None, experiment_name: str | None = None, config: Any = None, **_: Any) -> None:
     global _run
     rt = runtime.start(trainer_config={"rl_insight": dict(config)} if config else None)
     if project is not None or experiment_name is not None:  # bare init(): the process's current run
@@ -51,13 +52,13 @@ def init(project=None, experiment_name=None, config=None, **_) -> None:
 
 
 @_never_raises
-def metric_gauge(name, value, **_) -> None:
+def metric_gauge(name: str, value: Any, **_: Any) -> None:
     rt, run = _runtime_and_run()
     rt.hook.rl_insight_log_metrics(run=run, metrics={name: value}, step=None, timestamp=time.time())
 
 
 @contextlib.contextmanager
-def trace_state(state_name, state_lane_id=None, **labels):
+def trace_state(state_name: Any, state_lane_id: Any = None, **labels: Any) -> Any:
     start_ns = time.time_ns()
     try:
         yield
@@ -66,7 +67,7 @@ def trace_state(state_name, state_lane_id=None, **labels):
 
 
 @_never_raises
-def trace_span(name, start_time_ns, end_time_ns, attributes=None) -> None:
+def trace_span(name: str, start_time_ns: Any, end_time_ns: Any, attributes: dict[str, Any] | None = None) -> None:
     rt, run = _runtime_and_run()
     attributes = dict(attributes or {})
     lane = attributes.get("state_lane_id")
@@ -81,7 +82,7 @@ def trace_span(name, start_time_ns, end_time_ns, attributes=None) -> None:
 
 
 @_never_raises
-def update_prometheus_config(server_addresses, job_name=None, labels=None) -> None:
+def update_prometheus_config(server_addresses: Any, job_name: Any = None, labels: Any = None) -> None:
     rt, run = _runtime_and_run()
     labels = list(labels or [])
     for i, address in enumerate(server_addresses or ()):
@@ -103,13 +104,13 @@ class AgentLoopSession:
     """What verl's ``RLInsightLogger.agent_loop_session`` returns: the session's identity, and
     ``finish(**outcome)``, which puts the session on the timeline (lane agent_loop) with it."""
 
-    def __init__(self, identity) -> None:
+    def __init__(self, identity: Any) -> None:
         self.identity = identity
         self.start_ns = time.time_ns()
         self.finished = False
 
     @_never_raises
-    def finish(self, **outcome) -> None:
+    def finish(self, **outcome: Any) -> None:
         if self.finished:
             return
         self.finished = True
@@ -124,8 +125,15 @@ class AgentLoopSession:
 
 
 def agent_loop_session(
-    project, experiment_name, sample, session, traj: int = 0, uid=None, global_steps=None, session_id=None
-):
+    project: str,
+    experiment_name: str,
+    sample: Any,
+    session: Any,
+    traj: int = 0,
+    uid: Any = None,
+    global_steps: Any = None,
+    session_id: Any = None,
+) -> Any:
     return AgentLoopSession(
         {
             "project": project or "default",

@@ -2,6 +2,8 @@
 
 import json
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -10,7 +12,7 @@ from verl_rl_insight.trainer.runtime import ENV_EXPERIMENT, ENV_PROJECT
 from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
 
 
-def logger_list(trainer_config):
+def logger_list(trainer_config: Any) -> Any:
     loggers = (trainer_config.get("trainer") or {}).get("logger") if trainer_config is not None else None
     if loggers is None:
         return []
@@ -19,7 +21,7 @@ def logger_list(trainer_config):
     return [str(x) for x in loggers]
 
 
-def prepare_driver_environment(trainer_config) -> None:
+def prepare_driver_environment(trainer_config: Any) -> None:
     """Called before verl's ``run_ppo`` builds its runtime_env: mirror what verl 0.9 does for
     ``VERL_RL_INSIGHT_ENABLE`` and publish the Hydra ``rl_insight`` block for the workers."""
     if "rl_insight" in logger_list(trainer_config):
@@ -40,7 +42,7 @@ def prepare_driver_environment(trainer_config) -> None:
             os.environ[ENV_EXPERIMENT] = str(trainer.get("experiment_name"))
 
 
-def forwarded_environment(environ=None):
+def forwarded_environment(environ: Mapping[str, str] | None = None) -> Any:
     """Every RL_INSIGHT_* / VERL_RL_INSIGHT_* variable of this process."""
     environ = os.environ if environ is None else environ
     return {k: v for k, v in environ.items() if k.startswith(ENV_PREFIXES)}

@@ -7,6 +7,7 @@ never raises (a broken plugin is logged once, training goes on).
 import logging
 import os
 import time
+from typing import Any
 
 from verl_rl_insight.contract import environment
 from verl_rl_insight.trainer import runtime
@@ -17,7 +18,7 @@ ENV_VERL_ENABLE = environment.VERL_ENABLE
 
 
 class RLInsightBackend:
-    def __init__(self, project_name, experiment_name, config=None) -> None:
+    def __init__(self, project_name: Any, experiment_name: str, config: Any = None) -> None:
         # verl >= 0.9 guards its own call sites (rollout metrics, trace_state) with this variable.
         os.environ[ENV_VERL_ENABLE] = "1"
         self._runtime = runtime.start(trainer_config=config)
@@ -26,7 +27,7 @@ class RLInsightBackend:
         self._failed = False
         self._runtime.hook.rl_insight_run_start(run=self._run, trainer_config=config)
 
-    def log(self, data, step) -> None:
+    def log(self, data: Any, step: int | None) -> None:
         try:
             self._log_metrics(run=self._run, metrics=dict(data), step=step, timestamp=time.time())
         except Exception:
