@@ -532,7 +532,7 @@ class MetricHub:
                         name: {
                             "last_ms": s.last_ms,
                             "seen_at": s.seen_at,
-                            "marks": [[[list(pair) for pair in key], mark[1]] for key, mark in s.marks.items()],
+                            "marks": [[key, mark[1]] for key, mark in s.marks.items()],  # tuples encode as arrays
                         }
                         for name, s in self._scrapers.items()
                     }
