@@ -207,3 +207,20 @@ def test_max_request_bytes_changes_how_the_sender_splits_requests(hub_server, mo
     assert server.hub.streams()[0]["step"] == 40
     assert max(sizes) <= 4096, sizes
     assert len(sizes) >= 39 * 700 // 4096  # a batch of 20 metrics is about 700 bytes
+
+
+def test_the_readme_configuration_block_is_exactly_the_typed_defaults(tmp_path):
+    """Every key the README documents is one the code reads (a typo there would be refused), with
+    the default the README gives, and no setting the code has is missing from the README."""
+    from omegaconf import OmegaConf
+
+    from verl_rl_insight.trainer.config import _defaults, load_config
+
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("prints the result, `rl-insight plugins` lists plugins", 1)[1]
+    block = block.split("```\n", 1)[1].split("```", 1)[0]
+    documented = tmp_path / "readme.yaml"
+    documented.write_text(block)
+    loaded = load_config(config_file=str(documented), environ={})  # an unknown key would raise
+    assert OmegaConf.to_container(OmegaConf.load(documented)) == OmegaConf.to_container(_defaults())
+    assert OmegaConf.to_container(loaded) == OmegaConf.to_container(_defaults())

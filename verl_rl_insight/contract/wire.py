@@ -46,7 +46,7 @@ MIN_SILENCE_S = 60
 # Whole-string patterns, read the same by Python (msgspec searches with them) and by JSON Schema
 # tools: ``(?!\n)$`` because Python's ``$`` also matches before a final newline ("evil\n").
 METRIC_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?!\n)$"
-LABEL_NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]*(?!\n)$"
+LABEL_NAME_PATTERN = r"^(?!__)[a-zA-Z_][a-zA-Z0-9_]*(?!\n)$"  # names starting with __ are Prometheus' own
 LABEL_VALUE_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*(?!\n)$"
 HOST_PATTERN = r"^(?:[a-zA-Z0-9.\-]{1,253}|\[[0-9a-fA-F:]{2,39}\])(?!\n)$"
 PORT_PATTERN = r"^(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])(?!\n)$"
@@ -201,11 +201,6 @@ def _batch(i: int, body: BatchBody, now: float) -> Batch:
     labels = [("experiment_name", body.experiment_name), ("project", body.project)]
     if body.labels:
         for name in body.labels:
-            if name.startswith("__"):
-                raise PushError(
-                    f"{where}.labels: invalid label name {_show(name, 40)} (must match "
-                    "[a-zA-Z_][a-zA-Z0-9_]*, not starting with __)"
-                )
             if name in RESERVED_LABELS:
                 raise PushError(f"{where}.labels.{name}: label {name!r} is reserved")
         labels.extend(body.labels.items())
@@ -311,10 +306,19 @@ def field_problem(exc: msgspec.ValidationError, what: str) -> str:
     if not path:
         return f"body must be an object: {what}"
     if match["key"]:
-        return f"{path}: invalid label name (must match [a-zA-Z_][a-zA-Z0-9_]*)"
-    if repr(LABEL_VALUE_PATTERN) in message:
-        return f"{path} must be printable text (no control characters)"
+        return f"{path}: invalid label name (must match [a-zA-Z_][a-zA-Z0-9_]*, not starting with __)"
+    for pattern, rule in _PATTERN_RULES.items():
+        if repr(pattern) in message:
+            return f"{path} {rule}"
     return f"{path} must be {message.removeprefix('Expected ')}"
+
+
+_PATTERN_RULES = {
+    LABEL_VALUE_PATTERN: "must be printable text (no control characters)",
+    ADDRESS_PATTERN: "must be host:port (no scheme or path), the port not out of range 1-65535",
+    JOB_PATTERN: "must match [a-zA-Z_][a-zA-Z0-9_.-]{0,63}",
+    ALERT_NAME_PATTERN: "must be an alert's name (letters, digits, _)",
+}
 
 
 def _explain_malformed(exc: msgspec.DecodeError, body: bytes) -> str:

@@ -154,6 +154,7 @@ class Server:
             alerting=self.alerting,
             delete_series=self.delete_series,
         )
+        self.api.ready = False  # until the span store and the services are in place
         self.http = HttpServer(self.api, s.bind, s.port)
         try:
             self.http.start()
@@ -166,6 +167,7 @@ class Server:
             self.spans = self.api.spans = SpanStore(s.data_path / "spans")
         self.supervisor = Supervisor(self.services, on_restart=self._restarted)
         self.supervisor.start()
+        self.api.ready = True
         return self
 
     def delete_series(self, project: str, experiment: str | None) -> str:

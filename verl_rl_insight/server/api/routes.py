@@ -120,11 +120,12 @@ class Api:
         self._parse = asyncio.Semaphore(1)
         self._last_save = 0.0
         self._openapi = json.dumps(openapi.document()).encode()
+        self.ready = True  # a server that builds more after listening sets it False until it is done
         self.responses: collections.Counter[str] = collections.Counter()  # by status class: "2xx", "4xx", ...
         self.routes = {
             ("GET", "/metrics"): (self.get_metrics, False),
             ("GET", "/-/healthy"): (lambda r: self._text(r, b"ok\n"), False),
-            ("GET", "/-/ready"): (lambda r: self._text(r, b"ready\n"), False),
+            ("GET", "/-/ready"): (self.get_ready, False),
             ("GET", "/openapi.json"): (self.get_openapi, False),
             ("GET", "/api/v1/streams"): (lambda r: self._json_from(r, lambda: {"streams": hub.streams()}), False),
             ("GET", "/api/v1/hub"): (
@@ -234,6 +235,12 @@ class Api:
         finally:
             exposure.commit(written)
             self._save_soon()
+
+    async def get_ready(self, request: Any) -> None:
+        """200 once the server that owns this API has finished starting (its span store attached)."""
+        if not self.ready:
+            raise ApiError(503, "starting")
+        await self._text(request, b"ready\n")
 
     async def get_openapi(self, request: Any) -> None:
         await self._send_body(request.send, 200, "application/json", self._openapi)

@@ -8,20 +8,17 @@ thread at most every ``save_interval_s`` (write to a temporary file, then rename
 """
 
 import json
-import math
-import re
 import threading
 import time
 from typing import Any
 
+import msgspec
+
 from verl_rl_insight.contract.errors import BadInput
-from verl_rl_insight.contract.naming import is_label_name, label_value_problem
-from verl_rl_insight.contract.wire import HOST_PATTERN, JOB_PATTERN, MAX_TARGET_LABELS, MAX_TTL_S
+from verl_rl_insight.contract.naming import label_value_problem
+from verl_rl_insight.contract.wire import TargetBody, field_problem
 from verl_rl_insight.server.stores.files import write_atomically
 
-JOB_RE = re.compile(JOB_PATTERN)
-HOST_RE = re.compile(HOST_PATTERN)
-PORT_RE = re.compile(r"[0-9]{1,5}")
 MAX_TARGETS = 10_000
 
 
@@ -29,46 +26,28 @@ class TargetError(BadInput):
     """A target that breaks a rule; the message names the field."""
 
 
-def check_address(address: str) -> Any:
-    if not isinstance(address, str) or ":" not in address:
-        raise TargetError(f"address must be host:port, got {_show(address)}")
-    host, _, port = address.rpartition(":")
-    if not HOST_RE.search(host) or not PORT_RE.fullmatch(port):
-        raise TargetError(f"address must be host:port (no scheme or path), got {_show(address)}")
-    if not 0 < int(port) < 65536:
-        raise TargetError(f"address {_show(address)}: port {int(port)} is out of range (1-65535)")
-    return address
-
-
-def _show(value: Any) -> Any:
-    return repr(value[:80] if isinstance(value, str) else value)[:90]
-
-
-def check_target(address: str, job: str, labels: dict[str, str], ttl_s: Any) -> Any:
-    check_address(address)
-    if not isinstance(job, str) or not JOB_RE.search(job):
-        raise TargetError(f"job must match {JOB_PATTERN}, got {_show(job)}")
-    if not isinstance(labels, dict) or len(labels) > MAX_TARGET_LABELS:
-        raise TargetError(f"labels must be an object of at most {MAX_TARGET_LABELS} labels")
-    clean = {}
-    for name, value in labels.items():
-        if not is_label_name(name) or name == "job":
-            raise TargetError(f"labels: invalid label name {_show(name)}")
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise TargetError(f"labels.{name} must be a string")
-        value = value if isinstance(value, str) else str(value)
-        problem = label_value_problem(value)
+def check_target(address: Any, job: Any, labels: Any, ttl_s: Any) -> dict[str, str]:
+    """The labels of a valid target, as strings: the wire schema's TargetBody decides, whoever calls
+    (the API, ``rl-insight targets add``, the file kept across restarts). Numbers as label values
+    become text; anything else that breaks a rule is a TargetError naming the field."""
+    if isinstance(labels, dict):
+        labels = {
+            k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for k, v in labels.items()
+        }
+    try:
+        body = msgspec.convert({"address": address, "job": job, "labels": labels, "ttl_s": ttl_s}, TargetBody)
+    except msgspec.ValidationError as exc:
+        host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
+        if host and port.isascii() and port.isdigit() and not 0 < int(port) < 65536:  # say which rule it broke
+            raise TargetError(f"address {address[:80]!r}: port {int(port)} is out of range (1-65535)") from None
+        raise TargetError(field_problem(exc, "a target: address, job, labels, ttl_s")) from None
+    if "job" in body.labels:
+        raise TargetError("labels: invalid label name 'job' (the target's job is a field of its own)")
+    for name, value in body.labels.items():
+        problem = label_value_problem(value)  # text with no UTF-8 form: not a rule a schema states
         if problem:
             raise TargetError(f"labels.{name} {problem}")
-        clean[name] = value
-    if (
-        isinstance(ttl_s, bool)
-        or not isinstance(ttl_s, (int, float))
-        or not math.isfinite(ttl_s)
-        or not 0 <= ttl_s <= MAX_TTL_S
-    ):
-        raise TargetError(f"ttl_s must be a number of seconds between 0 (no expiry) and {MAX_TTL_S}")
-    return clean
+    return dict(body.labels)
 
 
 class TargetRegistry:
