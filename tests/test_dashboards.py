@@ -2,6 +2,7 @@
 produces and filters on project and experiment_name, and `rl-insight dashboards export` writes them."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -219,3 +220,42 @@ def test_dashboards_export_writes_them_for_an_existing_grafana(tmp_path):
     assert written == sorted(p.name for p in DASHBOARDS_DIR.glob("*.json"))
     for name in written:
         assert (tmp_path / "out" / name).read_text() == (DASHBOARDS_DIR / name).read_text()
+
+
+@pytest.mark.parametrize(
+    "run, other", [("qwen2.5-7b", "qwen2a5-7b"), ("a/b", "a"), ("x+y(1)", "xxy1"), ("grpo", "grpo_v2")]
+)
+def test_every_traceql_query_is_valid_and_selects_only_its_run(run, other):
+    """What Tempo receives once Grafana interpolated the selected run (a double-quoted TraceQL string
+    refuses Grafana's regex escapes, Tempo 2.6 matches =~ as a substring): no refused escape, and the
+    run's own spans match while a run whose name is one character off, or longer, does not."""
+    from verl_rl_insight.dashboards import traceql
+    from verl_rl_insight.dashboards.generate import TRACE_ID, queries
+
+    checked = 0
+    for name, dashboard in build().items():
+        for kind, text in queries(dashboard):
+            if kind != "traceql" or TRACE_ID.fullmatch(text):
+                continue
+            sent = traceql.interpolate(text, {"project": [run], "experiment_name": [run]})
+            assert traceql.string_problems(sent) == [], (name, sent)
+            matchers = traceql.raw_matchers(sent)
+            for attribute in ("span.project", "span.experiment_name"):
+                pattern = re.compile(matchers[attribute])
+                assert pattern.search(run) and not pattern.search(other), (name, attribute, sent)
+            checked += 1
+    assert checked >= 4
+
+
+def test_the_check_refuses_the_filters_that_break_on_real_run_names():
+    """Positive controls for the check above: the filter the dashboards had, and an unanchored one."""
+    from verl_rl_insight.dashboards import traceql
+
+    quoted = 'span.project =~ "${project:regex}" && span.experiment_name =~ "${experiment_name:regex}"'
+    sent = traceql.interpolate(quoted, {"project": ["qwen2.5-7b"], "experiment_name": ["e"]})
+    assert traceql.string_problems(sent) == ["invalid char escape '\\\\.' in a double-quoted string"]
+    unanchored = traceql.RUN_FILTER.replace("^(", "(").replace(")$", ")")
+    problems = traceql.check("{ " + traceql.RUN_FILTER + " }", runs=("grpo", "grpo_v2"))
+    assert problems == []
+    sent = traceql.interpolate(unanchored, {"project": ["grpo"], "experiment_name": ["grpo"]})
+    assert re.compile(traceql.raw_matchers(sent)["span.project"]).search("grpo_v2")  # what anchoring prevents

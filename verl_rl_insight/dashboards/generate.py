@@ -4,7 +4,8 @@
 
 What ``--check`` proves, besides the JSON being current:
 - every PromQL query filters on the run (``project=~"$project"`` and ``experiment_name=~"$experiment_name"``)
-  and every TraceQL query constrains both;
+  and every TraceQL query with the anchored raw-string filter, checked valid for run names with
+  dots, slashes, quotes and regex characters (dashboards/traceql.py): each selects its run alone;
 - every metric a query names is produced by something (grafana/catalogue.py, and for trainer keys
   the installed verl's source, grafana/keys.py); a name regex must match at least one known name;
 - no ``traces`` panel is fed by a search: it renders one trace, so its query is a trace ID (the
@@ -19,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verl_rl_insight.dashboards import DASHBOARDS_DIR, keys
+from verl_rl_insight.dashboards import DASHBOARDS_DIR, keys, traceql
 from verl_rl_insight.dashboards.panels import PERCENT_UNITS, M, every_panel
 
 PERCENT_RULE = """\
@@ -101,11 +102,8 @@ def problems(dashboards: Any, known: Any, trainer_names: Any, families: Any = No
     for file, dashboard in dashboards.items():
         for kind, text in queries(dashboard):
             if kind == "traceql":
-                if not TRACE_ID.fullmatch(text) and (
-                    'span.project =~ "${project:regex}"' not in text
-                    or 'span.experiment_name =~ "${experiment_name:regex}"' not in text
-                ):
-                    found.append(f"{file}: TraceQL query does not constrain project and experiment_name: {text}")
+                if not TRACE_ID.fullmatch(text):
+                    found += [f"{file}: TraceQL {text}: {problem}" for problem in traceql.check(text)]
                 continue
             if kind == "promql" and (
                 'project=~"$project"' not in text or 'experiment_name=~"$experiment_name"' not in text

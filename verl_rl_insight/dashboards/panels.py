@@ -6,10 +6,12 @@ variables are multi-select); every TraceQL query with ``TRACE_RUN``.
 
 from typing import Any
 
+from verl_rl_insight.dashboards.traceql import RUN_FILTER
+
 PROM = {"type": "prometheus", "uid": "rl-insight-prometheus"}
 TEMPO = {"type": "tempo", "uid": "rl-insight-tempo"}
 RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
-TRACE_RUN = 'span.project =~ "${project:regex}" && span.experiment_name =~ "${experiment_name:regex}"'
+TRACE_RUN = RUN_FILTER  # raw strings, anchored: see dashboards/traceql.py
 M = "rl_insight_monitor_"
 PERCENT_UNITS = {"percentunit": 1, "percent": 100}  # unit -> the largest value it can show
 
