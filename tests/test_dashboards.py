@@ -259,3 +259,79 @@ def test_the_check_refuses_the_filters_that_break_on_real_run_names():
     assert problems == []
     sent = traceql.interpolate(unanchored, {"project": ["grpo"], "experiment_name": ["grpo"]})
     assert re.compile(traceql.raw_matchers(sent)["span.project"]).search("grpo_v2")  # what anchoring prevents
+
+
+# Grafana 11's transformations and the option names its source reads for each (public/app/features/
+# transformers and packages/grafana-data/src/transformations/transformers), and the state timeline's.
+TRANSFORMATION_OPTIONS = {
+    "calculateField": {"mode", "reduce", "binary", "alias", "replaceFields", "index", "unary", "cumulative", "window"},
+    "extractFields": {"source", "format", "replace", "keepTime", "regExp", "jsonPaths", "delimiter"},
+    "convertFieldType": {"conversions", "fields"},
+    "sortBy": {"fields", "sort"},
+    "organize": {"excludeByName", "indexByName", "renameByName", "includeByName"},
+    "partitionByValues": {"fields", "keepFields", "naming"},
+}
+STATE_TIMELINE_OPTIONS = {
+    "mergeValues",
+    "showValue",
+    "alignValue",
+    "rowHeight",
+    "colWidth",
+    "perPage",
+    "legend",
+    "tooltip",
+}
+STATE_TIMELINE_CUSTOM = {"fillOpacity", "lineWidth", "spanNulls", "insertNulls", "hideFrom"}
+
+
+def test_the_engine_dashboards_draw_the_timeline_as_lanes_in_a_sync_and_an_async_view():
+    from verl_rl_insight.dashboards import traceql
+
+    for name in ("verl_trainer_v1_with_vllm_engine.json", "verl_trainer_v1_with_sglang_engine.json"):
+        timelines = [p for p in every_panel(build()[name]) if p["type"] == "state-timeline"]
+        assert [(", synchronous" in p["title"], ", asynchronous" in p["title"]) for p in timelines] == [
+            (True, False),
+            (False, True),
+        ]
+        for panel in timelines:
+            [target] = panel["targets"]
+            assert (target["queryType"], target["tableType"], target["datasource"]["type"]) == (
+                "traceql",
+                "spans",
+                "tempo",
+            )
+            assert traceql.check(target["query"]) == []
+            lanes = re.search(r"span\.state_lane_id =~ `([^`]*)`", target["query"]).group(1)
+            for lane in ("trainer", "replica_0", "replica_12"):
+                assert re.fullmatch(lanes, lane), (panel["title"], lane)
+            assert not re.fullmatch(lanes, "replica_x") and not re.fullmatch(lanes, "trainer2")
+            ids = [t["id"] for t in panel["transformations"]]
+            assert ids[-1] == "partitionByValues" and panel["transformations"][-1]["options"]["fields"] == [
+                "state_lane_id"
+            ]
+            for transformation in panel["transformations"]:
+                assert set(transformation["options"]) <= TRANSFORMATION_OPTIONS[transformation["id"]], transformation
+            end = next(t for t in panel["transformations"] if t["options"].get("alias") == "End time")
+            assert end["options"]["reduce"]["include"] == ["Start time", "duration_ms"]
+            conversions = next(t for t in panel["transformations"] if t["id"] == "convertFieldType")["options"]
+            assert {c["targetField"]: c["destinationType"] for c in conversions["conversions"]} == {
+                "Start time": "time",
+                "End time": "time",
+                "lane_number": "number",
+            }
+            assert set(panel["options"]) <= STATE_TIMELINE_OPTIONS and panel["options"]["mergeValues"] is True
+            assert set(panel["fieldConfig"]["defaults"]["custom"]) <= STATE_TIMELINE_CUSTOM
+
+
+def test_the_check_refuses_a_state_timeline_without_a_run_filter():
+    from verl_rl_insight.dashboards.panels import state_timeline
+
+    panel = state_timeline("lanes", "trainer", "")
+    unfiltered = re.sub(
+        r"span\.project =~ `[^`]*` && span\.experiment_name =~ `[^`]*` && ", "", panel["targets"][0]["query"]
+    )
+    assert unfiltered != panel["targets"][0]["query"]
+    panel["targets"][0]["query"] = unfiltered
+    dashboards = {"d.json": {"panels": [panel], "templating": {"list": []}}}
+    found = generate.problems(dashboards, known_names(), generate.verl_keys())
+    assert len(found) == 1 and "does not filter on the run" in found[0], found

@@ -11,7 +11,9 @@ from verl_rl_insight.dashboards import compare, engines, training
 from verl_rl_insight.dashboards.panels import (
     RUN,
     Layout,
+    M,
     spans_table,
+    state_timeline,
     timeseries,
     trace_view,
     variables,
@@ -23,6 +25,27 @@ ENGINES = engines.RUNNING
 
 def timeline_rows(layout: Any) -> None:
     layout.row("RL state timeline")
+    layout.add(
+        state_timeline(
+            "Timeline, synchronous: trainer phases and the replicas inside gen",
+            "trainer|replica_[0-9]+|agent_loop.*",
+            "one row per lane: the trainer's phases in sequence (gen, reward, old_log_prob, ref, adv, update_actor, "
+            "...) and each rollout replica's generate calls inside gen; the replica whose bar ends last holds the "
+            "step back (the long tail), a row without a bar is idle",
+        ),
+        w=24,
+        h=12,
+    )
+    layout.add(
+        state_timeline(
+            "Timeline, asynchronous: rollout and training at once",
+            "rollouter|trainer|replica_[0-9]+",
+            "fully async and separate async trainers: the rollouter's lane and the trainer's lane run at the same "
+            "time; a gap in either is time it waited for the other",
+        ),
+        w=24,
+        h=10,
+    )
     layout.add(
         spans_table(
             "Trainer phases",
@@ -43,18 +66,21 @@ def timeline_rows(layout: Any) -> None:
         h=10,
     )
     layout.add(trace_view("Selected trace", "the trace whose ID is in the trace_id variable at the top"), w=24, h=12)
+    phases = "gen|reward|old_log_prob|ref|values|adv|update_actor|update_critic|update_weights|save_checkpoint|testing"
     layout.add(
         timeseries(
-            "Trainer: share of wall time per phase",
+            "Trainer: share of each step per phase",
             [
                 (
-                    f'clamp(sum by (state) (rate(rl_insight_state_seconds_total{{{RUN},lane="trainer"}}{RATE})), 0, 1)',
-                    "{{state}}",
+                    "clamp(label_replace("
+                    f'{{__name__=~"{M}timing_s_({phases})",{RUN}}}, "phase", "$1", "__name__", ".*_timing_s_(.*)")'
+                    f" / on (project, experiment_name) group_left {M}timing_s_step{{{RUN}}}, 0, 1)",
+                    "{{phase}}",
                 )
             ],
             unit="percentunit",
-            description="seconds in each phase per second of wall time; phases of one lane never overlap, and a phase "
-            "is counted when it ends, so short windows are clamped to 100 %",
+            description="timing_s/<phase> over timing_s/step, as verl logs them every step: the share of the step "
+            "each phase took (what is left to 100 % is outside every timed phase)",
         ),
         w=24,
     )

@@ -154,6 +154,141 @@ def spans_table(title: str, lanes: Any, description: Any) -> Any:
     }
 
 
+# Tempo's spans table (tableType "spans") -> one row per lane, each span drawn from its start to
+# its end: the structure of the official RL-Insight timeline, in Grafana 11's classic JSON.
+TIMELINE_TRANSFORMATIONS: list[dict[str, Any]] = [
+    {
+        "id": "calculateField",
+        "options": {
+            "mode": "binary",
+            "alias": "duration_ms",
+            "binary": {"left": "Duration", "operator": "/", "right": "1000000"},
+        },
+    },
+    {
+        "id": "calculateField",
+        "options": {
+            "mode": "reduceRow",
+            "alias": "End time",
+            "reduce": {"reducer": "sum", "include": ["Start time", "duration_ms"]},
+        },
+    },
+    {
+        "id": "extractFields",
+        "options": {
+            "source": "state_lane_id",
+            "format": "regexp",
+            "replace": False,
+            "regExp": "/^(?<lane_prefix>.+?)(?:[_-](?<lane_number>\\d+))?$/",
+        },
+    },
+    {
+        "id": "convertFieldType",
+        "options": {
+            "fields": {},
+            "conversions": [
+                {"targetField": "Start time", "destinationType": "time"},
+                {"targetField": "End time", "destinationType": "time"},
+                {"targetField": "lane_number", "destinationType": "number"},
+            ],
+        },
+    },
+    {"id": "sortBy", "options": {"fields": {}, "sort": [{"field": "lane_number"}]}},
+    {"id": "sortBy", "options": {"fields": {}, "sort": [{"field": "lane_prefix"}]}},
+    {
+        "id": "organize",
+        "options": {
+            "includeByName": {},
+            "indexByName": {},
+            "renameByName": {},
+            "excludeByName": {
+                name: True
+                for name in (
+                    "Trace ID",
+                    "Trace Service",
+                    "Trace Name",
+                    "Span ID",
+                    "Name",
+                    "Duration",
+                    "duration_ms",
+                    "lane_prefix",
+                    "lane_number",
+                    "verl.step",
+                    "traceIdHidden",
+                )
+            },
+        },
+    },
+    {"id": "partitionByValues", "options": {"fields": ["state_lane_id"], "keepFields": False}},
+]
+# state name (what verl times) -> colour, by regex: generation, training, scoring, checkpoints
+STATE_COLOURS = (
+    (".*gen.*", "blue"),
+    (".*update_actor.*|.*update_critic.*", "green"),
+    (".*old_log_prob.*|.*log_prob.*", "yellow"),
+    (".*ref.*", "purple"),
+    (".*reward.*|.*adv.*|.*values.*", "orange"),
+    (".*update_weights.*", "super-light-blue"),
+    (".*checkpoint.*", "grey"),
+    (".*testing.*", "red"),
+)
+
+
+def state_timeline(title: str, lanes: str, description: str) -> dict[str, Any]:
+    """Lanes ``lanes`` (a regex of state_lane_id) as rows of a Grafana state timeline: each span a
+    bar from its start to its end, coloured by what it is; where a lane has no span it is idle."""
+    query = (
+        f'{{ resource.service.name = "verl" && {TRACE_RUN} && span.state_lane_id =~ `^({lanes})$` }} '
+        "| select(span.state_name, span.state_lane_id, span.verl.step)"
+    )
+    mappings = [
+        {"type": "regex", "options": {"pattern": pattern, "result": {"color": colour, "index": i}}}
+        for i, (pattern, colour) in enumerate(STATE_COLOURS)
+    ]
+    return {
+        "type": "state-timeline",
+        "title": title,
+        "datasource": TEMPO,
+        "description": description,
+        "targets": [
+            {
+                "datasource": TEMPO,
+                "queryType": "traceql",
+                "query": query,
+                "refId": "A",
+                "limit": 10000,
+                "spss": 100,
+                "tableType": "spans",
+            }
+        ],
+        "transformations": TIMELINE_TRANSFORMATIONS,
+        "options": {
+            "mergeValues": True,
+            "showValue": "auto",
+            "alignValue": "left",
+            "rowHeight": 0.9,
+            "perPage": 64,
+            "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"},
+            "tooltip": {"mode": "single", "sort": "none"},
+        },
+        "fieldConfig": {
+            "defaults": {
+                "color": {"mode": "thresholds"},
+                "thresholds": {"mode": "absolute", "steps": [{"color": "green", "value": None}]},
+                "mappings": mappings,
+                "custom": {
+                    "fillOpacity": 70,
+                    "lineWidth": 0,
+                    "spanNulls": False,
+                    "insertNulls": False,
+                    "hideFrom": {"legend": False, "tooltip": False, "viz": False},
+                },
+            },
+            "overrides": [],
+        },
+    }
+
+
 def trace_view(title: str, description: Any) -> Any:
     """One trace, by the ID in the ``trace_id`` variable (copy it from a spans table)."""
     return {

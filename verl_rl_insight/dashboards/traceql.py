@@ -92,6 +92,8 @@ def check(query: str, runs: Iterable[str] = SAMPLE_RUNS) -> list[str]:
         text = interpolate(query, {"project": [run], "experiment_name": [run]})
         problems += [f"{p} when {run!r} is selected" for p in string_problems(text)]
         for attribute, regex in raw_matchers(text).items():
+            if attribute not in ("span.project", "span.experiment_name"):
+                continue
             try:
                 pattern = re.compile(regex)
             except re.error as exc:
