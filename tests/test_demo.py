@@ -272,3 +272,21 @@ def dashboard_shows(dashboard, name):
             if any(op == "=~" and re.fullmatch(regex, name) for op, regex in generate.NAME_MATCHER.findall(text)):
                 return True
     return False
+
+
+def test_the_demo_timeline_has_the_long_tail_a_real_run_has(demo_run):
+    """Several generate calls per replica per step with long-tailed lengths, and a straggler that
+    holds some step back: what `rl-insight timeline summary` then reports."""
+    from verl_rl_insight.commands.demo.simulation import CALLS_PER_STEP
+
+    _, _, _, env, _ = demo_run
+    result = rl_insight(
+        "timeline", "summary", "--project", "rl-insight-demo", "--experiment", EXPERIMENT, "--json", env=env
+    )
+    assert result.returncode == 0, result.stderr
+    steps = {s["step"]: s for s in json.loads(result.stdout)["steps"]}
+    assert sorted(steps) == list(range(1, 9))
+    assert all(s["generate_calls"] == 2 * CALLS_PER_STEP for s in steps.values())
+    tails = {n: s["long_tail_ratio"] for n, s in steps.items()}
+    assert max(tails.values()) > 3, tails  # some step is held back by one call
+    assert min(tails.values()) < max(tails.values()) / 1.5, tails  # and not every step alike

@@ -195,17 +195,40 @@ def curves(step: int, total: Any, rng: Any, timing: Any, batch: Any) -> Any:
     return metrics
 
 
-def generate_on(engines: Any, seconds: Any) -> None:
-    """Each replica generates for ``seconds``, reported on its timeline lane through verl's own
-    RLInsightLogger.trace_state, as verl's vLLM / SGLang servers report every generate call."""
+CALLS_PER_STEP = 4  # generate calls each replica serves per step
+STRAGGLER_CHANCE = 0.25  # the share of steps in which one replica's last call takes four times as long
+
+
+def generation_plan(replicas: int, seconds: float, step: int) -> list[list[float]]:
+    """The seconds of each generate call of each replica at ``step``: lengths long-tailed
+    (log-normal) as response lengths are, about ``seconds`` in all per replica; now and then one
+    straggler holds the step back. Seeded by the step: the same demo draws the same timeline."""
+    rng = random.Random(step)
+    plan = [
+        [seconds / CALLS_PER_STEP * 0.8 * min(3.0, rng.lognormvariate(0.0, 0.5)) for _ in range(CALLS_PER_STEP)]
+        for _ in range(replicas)
+    ]
+    if replicas and rng.random() < STRAGGLER_CHANCE:
+        plan[rng.randrange(replicas)][-1] *= 4
+    return plan
+
+
+def generate_on(engines: Any, seconds: float, step: int) -> None:
+    """Each replica serves its calls of ``generation_plan``, each reported on its timeline lane
+    through verl's own RLInsightLogger.trace_state, as verl's vLLM / SGLang servers report every
+    generate call."""
     from verl.utils.tracking import RLInsightLogger
 
-    def replica(engine: Any) -> None:
-        with RLInsightLogger.trace_state(f"{engine.engine}_generate", state_lane_id=f"replica_{engine.replica_rank}"):
-            engine.simulate_generate(requests=16, response_tokens=400)
-            time.sleep(seconds)
+    def replica(engine: Any, calls: list[float]) -> None:
+        for call_s in calls:
+            with RLInsightLogger.trace_state(
+                f"{engine.engine}_generate", state_lane_id=f"replica_{engine.replica_rank}"
+            ):
+                engine.simulate_generate(requests=16 // CALLS_PER_STEP, response_tokens=400)
+                time.sleep(call_s)
 
-    threads = [threading.Thread(target=replica, args=(engine,)) for engine in engines]
+    plan = generation_plan(len(engines), seconds, step)
+    threads = [threading.Thread(target=replica, args=(engine, calls)) for engine, calls in zip(engines, plan)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -242,7 +265,7 @@ class SimulatedTaskRunner:
             with marked_timer("step", timing):
                 with marked_timer("gen", timing):
                     simulated_nvml.load_level[0] = 0.85
-                    generate_on(engines, step_s * 0.4)
+                    generate_on(engines, step_s * 0.4, step)
                     if tq is not None:
                         exchange_through(tq, step)
                     time.sleep(step_s * 0.05)

@@ -88,8 +88,39 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
+def summarize(args: argparse.Namespace) -> int:
+    """One row per step: phase seconds, the long tail, the slowest replica, idle shares."""
+    from verl_rl_insight.commands.api import print_table
+    from verl_rl_insight.commands.timeline import sources, summary
+
+    if args.tempo:
+        try:
+            spans, origin = sources.from_tempo(args.tempo.rstrip("/"), args.project, args.experiment), args.tempo
+        except sources.SourceError as exc:
+            raise CliError(str(exc), code=PROBLEMS) from None
+    else:
+        base, token = server(args)
+        spans, origin = read_spans(base, token, args.project, args.experiment)
+    first, last = args.steps or (None, None)
+    steps = summary.summarize(spans, first, last)
+    if not steps:
+        raise CliError(
+            f"no trainer steps of {args.project}/{args.experiment}"
+            + (" in those steps" if args.steps else "")
+            + f" at {origin}",
+            code=PROBLEMS,
+        )
+    if args.json:
+        print(json.dumps({"from": origin, "steps": [s.as_json() for s in steps]}))
+    else:
+        print_table(summary.table(steps))
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
-    timeline = sub.add_parser("timeline", help="a run's RL state timeline as a file (Perfetto, chrome://tracing)")
+    timeline = sub.add_parser(
+        "timeline", help="a run's RL state timeline: as a file (Perfetto, chrome://tracing), or per step"
+    )
     timeline_sub = timeline.add_subparsers(dest="timeline_command", metavar="COMMAND", required=True)
     out = timeline_sub.add_parser("export", help="write the run's timeline as Chrome trace-event JSON")
     out.add_argument("--project", required=True)
@@ -99,3 +130,12 @@ def add_parsers(sub: Any) -> None:
     out.add_argument("--tempo", help="read from this Tempo (its HTTP API URL) instead of asking the server")
     common_options(out, top=True)
     out.set_defaults(func=export)
+    brief = timeline_sub.add_parser(
+        "summary", help="one row per step: phase seconds, the long tail, the slowest replica, idle shares"
+    )
+    brief.add_argument("--project", required=True)
+    brief.add_argument("--experiment", required=True, help="the experiment_name")
+    brief.add_argument("--steps", type=steps_range, help="only these trainer steps: A:B (both included), A:, :B or A")
+    brief.add_argument("--tempo", help="read from this Tempo (its HTTP API URL) instead of asking the server")
+    common_options(brief, top=True)
+    brief.set_defaults(func=summarize)
