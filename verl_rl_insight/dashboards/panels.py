@@ -125,14 +125,20 @@ def step_axis(title: str, key: str, unit: str = "short") -> Any:
     }
 
 
+def lanes_query(lanes: str) -> str:
+    """TraceQL for the selected runs' spans on the lanes whose state_lane_id matches ``lanes``
+    (a regex, anchored), with the attributes the panels show."""
+    return (
+        f'{{ resource.service.name = "verl" && {TRACE_RUN} && span.state_lane_id =~ `^({lanes})$` }} '
+        "| select(span.state_name, span.state_lane_id, span.verl.step)"
+    )
+
+
 def spans_table(title: str, lanes: Any, description: Any) -> Any:
     """The spans of the lanes matching ``lanes`` (a TraceQL regex), newest first, one row each:
     what a TraceQL search returns, shown the way Grafana shows a search (a table whose trace IDs
     open the trace), never in a Traces panel, which renders one trace by its ID."""
-    query = (
-        f'{{ resource.service.name = "verl" && {TRACE_RUN} && span.state_lane_id =~ "{lanes}" }} '
-        "| select(span.state_name, span.state_lane_id, span.verl.step)"
-    )
+    query = lanes_query(lanes)
     return {
         "type": "table",
         "title": title,
@@ -237,10 +243,7 @@ STATE_COLOURS = (
 def state_timeline(title: str, lanes: str, description: str) -> dict[str, Any]:
     """Lanes ``lanes`` (a regex of state_lane_id) as rows of a Grafana state timeline: each span a
     bar from its start to its end, coloured by what it is; where a lane has no span it is idle."""
-    query = (
-        f'{{ resource.service.name = "verl" && {TRACE_RUN} && span.state_lane_id =~ `^({lanes})$` }} '
-        "| select(span.state_name, span.state_lane_id, span.verl.step)"
-    )
+    query = lanes_query(lanes)
     mappings = [
         {"type": "regex", "options": {"pattern": pattern, "result": {"color": colour, "index": i}}}
         for i, (pattern, colour) in enumerate(STATE_COLOURS)

@@ -49,17 +49,24 @@ def read_spans(base: Any, token: str | None, project: str, experiment: str | Non
     )
 
 
-def export(args: argparse.Namespace) -> int:
-    from verl_rl_insight.commands.timeline import chrome_trace, sources
+def spans_of(args: argparse.Namespace) -> tuple[list[Any], str]:
+    """(the run's spans, where from): the Tempo of --tempo, else what the server says holds them."""
+    from verl_rl_insight.commands.timeline import sources
 
     if args.tempo:
         try:
-            spans, origin = sources.from_tempo(args.tempo.rstrip("/"), args.project, args.experiment), args.tempo
+            return sources.from_tempo(args.tempo.rstrip("/"), args.project, args.experiment), args.tempo
         except sources.SourceError as exc:
             raise CliError(str(exc), code=PROBLEMS) from None
-    else:
-        base, token = server(args)
-        spans, origin = read_spans(base, token, args.project, args.experiment)
+    base, token = server(args)
+    spans, origin = read_spans(base, token, args.project, args.experiment)
+    return spans, origin
+
+
+def export(args: argparse.Namespace) -> int:
+    from verl_rl_insight.commands.timeline import chrome_trace
+
+    spans, origin = spans_of(args)
     if args.steps:
         spans = chrome_trace.select_steps(spans, *args.steps)
     if not spans:
@@ -91,16 +98,9 @@ def export(args: argparse.Namespace) -> int:
 def summarize(args: argparse.Namespace) -> int:
     """One row per step: phase seconds, the long tail, the slowest replica, idle shares."""
     from verl_rl_insight.commands.api import print_table
-    from verl_rl_insight.commands.timeline import sources, summary
+    from verl_rl_insight.commands.timeline import summary
 
-    if args.tempo:
-        try:
-            spans, origin = sources.from_tempo(args.tempo.rstrip("/"), args.project, args.experiment), args.tempo
-        except sources.SourceError as exc:
-            raise CliError(str(exc), code=PROBLEMS) from None
-    else:
-        base, token = server(args)
-        spans, origin = read_spans(base, token, args.project, args.experiment)
+    spans, origin = spans_of(args)
     first, last = args.steps or (None, None)
     steps = summary.summarize(spans, first, last)
     if not steps:
