@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import re
 
-METRIC_NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-LABEL_NAME_RE = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# Whole-string patterns, read the same by Python (``search``) and by JSON Schema tools: ``(?!\n)$``
+# because Python's ``$`` also matches before a final newline ("evil\n"). The wire schema uses them.
+METRIC_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?!\n)$"
+LABEL_NAME_PATTERN = r"^(?!__)[a-zA-Z_][a-zA-Z0-9_]*(?!\n)$"  # names starting with __ are Prometheus' own
+LABEL_VALUE_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*(?!\n)$"
+_LABEL_NAME = re.compile(LABEL_NAME_PATTERN)
 _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_:]")
 
 _names: dict[tuple[str, str], str] = {}
@@ -33,12 +37,8 @@ def escape_label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def is_metric_name(name: object) -> bool:
-    return isinstance(name, str) and METRIC_NAME_RE.fullmatch(name) is not None
-
-
 def is_label_name(name: object) -> bool:
-    return isinstance(name, str) and LABEL_NAME_RE.fullmatch(name) is not None and not name.startswith("__")
+    return isinstance(name, str) and _LABEL_NAME.search(name) is not None
 
 
 def label_value_problem(value: object, max_length: int = 256) -> str | None:

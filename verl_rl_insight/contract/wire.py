@@ -27,7 +27,12 @@ import msgspec
 from msgspec import Meta, Struct
 
 from verl_rl_insight.contract.errors import BadInput, TooLarge
-from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
+from verl_rl_insight.contract.naming import (
+    GLOBAL_STEP_METRIC,
+    LABEL_NAME_PATTERN,
+    LABEL_VALUE_PATTERN,
+    METRIC_NAME_PATTERN,
+)
 
 HUB_HEADER = "X-RL-Insight-Hub"  # the hub instance a sender expects; a restarted hub answers 409
 
@@ -43,11 +48,7 @@ MAX_TTL_S = 7 * 86400
 MAX_SILENCE_S = 30 * 86400
 MIN_SILENCE_S = 60
 
-# Whole-string patterns, read the same by Python (msgspec searches with them) and by JSON Schema
-# tools: ``(?!\n)$`` because Python's ``$`` also matches before a final newline ("evil\n").
-METRIC_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?!\n)$"
-LABEL_NAME_PATTERN = r"^(?!__)[a-zA-Z_][a-zA-Z0-9_]*(?!\n)$"  # names starting with __ are Prometheus' own
-LABEL_VALUE_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*(?!\n)$"
+# Whole-string patterns (see contract/naming.py for the name rules and why they end in (?!\n)$)
 HOST_PATTERN = r"^(?:[a-zA-Z0-9.\-]{1,253}|\[[0-9a-fA-F:]{2,39}\])(?!\n)$"
 PORT_PATTERN = r"^(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])(?!\n)$"
 ADDRESS_PATTERN = HOST_PATTERN.removesuffix("(?!\\n)$") + ":" + PORT_PATTERN.removeprefix("^")
@@ -157,7 +158,8 @@ class Batch:
 
 _METRIC_NAME = re.compile(METRIC_NAME_PATTERN)
 _known_names: set[str] = set()
-_MAX_KNOWN_NAMES = 200_000
+# A run logs a few hundred names; at most 200-character names this bounds the cache near 16 MiB.
+_MAX_KNOWN_NAMES = 65_536
 _push_decoder = msgspec.json.Decoder(PushBody)
 
 
@@ -306,7 +308,7 @@ def field_problem(exc: msgspec.ValidationError, what: str) -> str:
     if not path:
         return f"body must be an object: {what}"
     if match["key"]:
-        return f"{path}: invalid label name (must match [a-zA-Z_][a-zA-Z0-9_]*, not starting with __)"
+        return f"{path}: {_KEY_MESSAGES['labels']}"
     for pattern, rule in _PATTERN_RULES.items():
         if repr(pattern) in message:
             return f"{path} {rule}"
