@@ -13,6 +13,7 @@ A step is the window of the trainer's ``step`` span. Within it:
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -57,40 +58,63 @@ def _busy_ns(intervals: Iterable[tuple[int, int]]) -> int:
     return total
 
 
+def _by_step(spans: list[dict[str, Any]], windows: list[tuple[int, int, int]]) -> dict[int, list[dict[str, Any]]]:
+    """step -> the spans (other than the step spans) that overlap its window; the windows sorted by
+    start, each span placed by binary search: a run of many steps and spans costs O(spans log steps)."""
+    starts = [start for start, _, _ in windows]
+    inside: dict[int, list[dict[str, Any]]] = {step: [] for _, _, step in windows}
+    for span in spans:
+        if _state(span) == "step":
+            continue
+        i = bisect.bisect_left(starts, span["end_ns"]) - 1  # the last window starting before the span ends
+        while i >= 0 and windows[i][1] > span["start_ns"]:
+            inside[windows[i][2]].append(span)
+            i -= 1
+    return inside
+
+
 def summarize(spans: list[dict[str, Any]], first: int | None = None, last: int | None = None) -> list[StepSummary]:
     """One StepSummary per trainer step (steps first..last, inclusive; None: open)."""
-    windows: dict[int, tuple[int, int]] = {}
+    bounds: dict[int, tuple[int, int]] = {}
     for span in spans:
         step = span["attributes"].get("verl.step")
         if _state(span) == "step" and _lane(span) == "trainer" and step is not None:
-            start, end = windows.get(int(step), (span["start_ns"], span["end_ns"]))
-            windows[int(step)] = (min(start, span["start_ns"]), max(end, span["end_ns"]))
+            start, end = bounds.get(int(step), (span["start_ns"], span["end_ns"]))
+            bounds[int(step)] = (min(start, span["start_ns"]), max(end, span["end_ns"]))
+    windows = sorted(
+        (start, end, step)
+        for step, (start, end) in bounds.items()
+        if end > start and (first is None or step >= first) and (last is None or step <= last)
+    )
+    inside = _by_step(spans, windows)
     lanes = sorted({_lane(s) for s in spans})
     out = []
-    for step, (start, end) in sorted(windows.items()):
-        if (first is not None and step < first) or (last is not None and step > last) or end <= start:
-            continue
-        inside = [s for s in spans if s["start_ns"] < end and s["end_ns"] > start and _state(s) != "step"]
+    for start, end, step in sorted(windows, key=lambda w: w[2]):
         summary = StepSummary(step=step, seconds=(end - start) / 1e9)
-        for span in inside:
-            if _lane(span) == "trainer":
-                phase = _state(span)
-                summary.phases[phase] = summary.phases.get(phase, 0.0) + (span["end_ns"] - span["start_ns"]) / 1e9
-        calls = [s for s in inside if _lane(s).startswith(REPLICA_PREFIX)]
+        per_lane: dict[str, list[dict[str, Any]]] = {}
+        for span in inside[step]:
+            per_lane.setdefault(_lane(span), []).append(span)
+        for span in per_lane.get("trainer", ()):
+            phase = _state(span)
+            summary.phases[phase] = summary.phases.get(phase, 0.0) + (span["end_ns"] - span["start_ns"]) / 1e9
+        calls = [s for lane, mine in per_lane.items() if lane.startswith(REPLICA_PREFIX) for s in mine]
         summary.generate_calls = len(calls)
         if calls:
             durations = [c["end_ns"] - c["start_ns"] for c in calls]
             median = statistics.median(durations)
             summary.long_tail_ratio = max(durations) / median if median > 0 else None
-            finish: dict[str, int] = {}
-            for call in calls:
-                finish[_lane(call)] = max(finish.get(_lane(call), 0), call["end_ns"])
+            finish = {
+                lane: max(s["end_ns"] for s in mine)
+                for lane, mine in per_lane.items()
+                if lane.startswith(REPLICA_PREFIX)
+            }
             summary.slowest_replica = max(finish, key=lambda lane: finish[lane])
             summary.tail_wait_s = (max(finish.values()) - statistics.median(finish.values())) / 1e9
         for lane in lanes:
-            mine = [(max(s["start_ns"], start), min(s["end_ns"], end)) for s in inside if _lane(s) == lane]
+            mine = per_lane.get(lane, [])
             if mine or lane == "trainer":
-                summary.idle[lane] = 1.0 - _busy_ns(mine) / (end - start)
+                busy = _busy_ns((max(s["start_ns"], start), min(s["end_ns"], end)) for s in mine)
+                summary.idle[lane] = 1.0 - busy / (end - start)
         out.append(summary)
     return out
 
