@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tests.helpers import REPO, free_port, http, require_prometheus, rl_insight, wait_for, write_server_config
+from tests.test_timeline_store import otlp
 from verl_rl_insight.commands.demo.simulated_engines import MetricsEndpoint
 from verl_rl_insight.server.managed.supervisor import pid_alive
 
@@ -48,7 +49,8 @@ def test_start_supervise_discover_and_stop(server_config):
         assert f"Grafana      http://127.0.0.1:{config['grafana_port']}" in out
         assert "password: rl-insight server status --secrets" in out
         assert f"Prometheus   http://127.0.0.1:{config['prometheus_port']}" in out
-        assert f"OTLP         http://127.0.0.1:{config['otlp_http_port']}/v1/traces" in out
+        hub = f"http://127.0.0.1:{config['port']}"
+        assert f"OTLP         {hub}/v1/traces   (spans pass through the hub to Tempo)" in out
         assert f"export RL_INSIGHT_SERVER_URL=http://127.0.0.1:{config['port']}" in out
 
         again = cli("server", "start", "--detach", "--config", str(path))
@@ -57,7 +59,18 @@ def test_start_supervise_discover_and_stop(server_config):
         status = cli("server", "status")
         assert status.returncode == 0, status.stdout
         info = json.loads(http("GET", f"http://127.0.0.1:{config['port']}/api/v1/info")[1])
-        assert info["otlp_traces"] == f"http://127.0.0.1:{config['otlp_http_port']}/v1/traces"
+        assert info["otlp_traces"] == f"http://127.0.0.1:{config['port']}/v1/traces"
+        # spans sent to the hub reach Tempo (its stand-in records what it receives) byte for byte
+        body = otlp([("step", "trainer", 1, 10**18, 10**18 + 10**9, 1, 0)]).SerializeToString()
+        headers = {"Content-Type": "application/x-protobuf"}  # on loopback the server needs no token
+        assert http("POST", f"http://127.0.0.1:{config['port']}/v1/traces", body, headers)[0] == 200
+        received = path.parent / "data" / "received-spans.bin"
+        wait_for(lambda: received.exists() and received.read_bytes() == len(body).to_bytes(4, "big") + body, 20)
+        assert json.loads(http("GET", f"http://127.0.0.1:{config['port']}/api/v1/info")[1])["span_relay"] == {
+            "relayed": 1,
+            "dropped": 0,
+            "failed": 0,
+        }
         assert "prometheus" in status.stdout and "DOWN" not in status.stdout
 
         # a target registered through the API reaches Prometheus through http_sd

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.helpers import free_port, http, rl_insight, start_hub_process, stop_group
+from tests.helpers import free_port, http, rl_insight, start_hub_process, stop_group, wait_for
 from tests.test_timeline_store import PROTOBUF, TOKEN, otlp
 
 S = 1_000_000_000
@@ -114,3 +114,134 @@ def test_the_table_a_person_reads_and_the_step_range(hub):
         env={"RL_INSIGHT_TOKEN": TOKEN},
     )
     assert missing.returncode == 1 and "no spans of p/nope" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def shaped_run(base_ns, steps, slow_steps, idle_trainer=False):
+    """Steps of 10 s from ``base_ns``: four replicas with one generate call each (replica_2's five
+    times longer in ``slow_steps``), or, with ``idle_trainer``, an async step in which the trainer
+    works 6 s of 10 while the rollouter generates throughout."""
+    spans, span_id = [], 1
+    for step in range(1, steps + 1):
+        start = base_ns + (step - 1) * 10 * S
+        spans.append(("step", "trainer", step, start, start + 10 * S, span_id, 0))
+        if idle_trainer:
+            spans.append(("update_actor", "trainer", step, start + 4 * S, start + 10 * S, span_id + 1, 0))
+            spans.append(("generate_sequences", "rollouter", step, start, start + 10 * S, span_id + 2, 0))
+        else:
+            spans.append(("gen", "trainer", step, start, start + 6 * S, span_id + 1, 0))
+            for replica in range(4):
+                seconds = 5 if (step in slow_steps and replica == 2) else 1
+                spans.append(
+                    ("vllm_generate", f"replica_{replica}", None, start, start + seconds * S, span_id + 2 + replica, 0)
+                )
+            spans.append(("update_actor", "trainer", step, start + 6 * S, start + 9 * S, span_id + 6, 0))
+        span_id += 7
+    return spans
+
+
+def test_the_figures_as_prometheus_series_and_the_alerts_they_raise(tmp_path):
+    """The same shapes through the real OTLP path into the server, whose per-step figures a real
+    Prometheus scrapes, with the shipped rules loaded (short windows): each figure within 5 %,
+    stamped at its step's end; the alerts fire for the runs that have the problem and only for them."""
+    import time
+
+    from tests.helpers import Prometheus
+    from verl_rl_insight.server.managed.alert_rules import render
+
+    port = free_port()
+    process = start_hub_process(port, tmp_path, timeline_settle_s=1)  # loopback, no token: Prometheus scrapes it
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render({"timeline_window": "10m", "timeline_min_steps": 3}))
+    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"], rule_files=[rules])
+    try:
+        base = (int(time.time()) - 120) * S
+        runs = {
+            "one-slow-step": shaped_run(base, 6, slow_steps={3}),
+            "slow-replica": shaped_run(base, 6, slow_steps={1, 2, 3, 4, 5, 6}),
+            "idle-trainer": shaped_run(base, 6, slow_steps=set(), idle_trainer=True),
+        }
+        for experiment, spans in runs.items():
+            body = otlp(spans, experiment=experiment).SerializeToString()
+            status, text = http(
+                "POST", f"http://127.0.0.1:{port}/v1/traces", body, {"Content-Type": PROTOBUF["Content-Type"]}
+            )
+            assert status == 200, text
+
+        def samples(name, experiment, **labels):
+            selector = ",".join([f'experiment_name="{experiment}"'] + [f'{k}="{v}"' for k, v in labels.items()])
+            found = prometheus.raw_samples(f"{name}{{{selector}}}", 600)
+            return [pair for values in found.values() for pair in values]
+
+        def final(name, experiment, **labels):
+            values = sorted(samples(name, experiment, **labels), key=lambda pair: pair[1])
+            return values[-1][0] if values else None
+
+        wait_for(
+            lambda: final("rl_insight_timeline_steps_total", "one-slow-step") == 6,
+            30,
+            what="six steps counted (the last one after the settle time)",
+        )
+        ratios = [v for v, _ in samples("rl_insight_timeline_long_tail_ratio", "one-slow-step")]
+        assert max(ratios) == pytest.approx(5.0, rel=0.05) and min(ratios) == pytest.approx(1.0, rel=0.05)
+        assert final("rl_insight_timeline_tail_wait_seconds_total", "one-slow-step") == pytest.approx(4.0, rel=0.05)
+        assert final("rl_insight_timeline_step_seconds_total", "one-slow-step") == pytest.approx(60.0, rel=0.05)
+        slowest = "rl_insight_timeline_replica_slowest_steps_total"
+        assert (
+            final(slowest, "one-slow-step", replica="replica_2") == 1
+        )  # step 3 only: equal finishes hold nothing back
+        assert final(slowest, "one-slow-step", replica="replica_0") == 0
+        assert final(slowest, "slow-replica", replica="replica_2") == 6
+        wait_for(lambda: final("rl_insight_timeline_steps_total", "idle-trainer") == 6, 30, what="the async run")
+        idle = final("rl_insight_timeline_idle_seconds_total", "idle-trainer", lane="trainer")
+        assert idle / final("rl_insight_timeline_step_seconds_total", "idle-trainer") == pytest.approx(0.4, abs=0.02)
+        ratios = [v for v, _ in samples("rl_insight_timeline_idle_ratio", "idle-trainer", lane="trainer")]
+        assert ratios and all(v == pytest.approx(0.4, abs=0.02) for v in ratios)
+
+        def firing():
+            return {
+                (a["labels"]["alertname"], a["labels"]["experiment_name"])
+                for a in prometheus.alerts()
+                if a["labels"]["alertname"].startswith(("RLInsightRollout", "RLInsightTrainerIdle", "RLInsightSlow"))
+            }
+
+        expected = {
+            ("RLInsightRolloutLongTail", "slow-replica"),
+            ("RLInsightSlowReplica", "slow-replica"),
+            ("RLInsightTrainerIdle", "idle-trainer"),
+        }
+        wait_for(lambda: firing() >= expected, 30, what="the timeline alerts")
+        assert firing() == expected  # one slow step among six raises nothing
+    finally:
+        prometheus.stop()
+        stop_group(process)
+
+
+def test_each_step_made_once_when_settled_and_within_bounds():
+    """LiveFigures alone (a clock of its own): a step waits for the next step or the settle time,
+    is made once however often its spans come again, every name it pushes is one the dashboards'
+    catalogue knows, and runs beyond the bound are forgotten oldest first."""
+    from verl_rl_insight.contract.naming import TIMELINE_SERIES
+    from verl_rl_insight.server.stores.spans import records
+    from verl_rl_insight.server.timeline.live import LiveFigures
+
+    now = [1000.0]
+    pushed = []
+    live = LiveFigures(pushed.append, settle_s=10, max_runs=2, clock=lambda: now[0])
+    spans = list(records(otlp(sync_run(), experiment="a")))
+    live.observe(spans[:14])  # steps 1 and 2 and their calls
+    assert [b["batches"][0]["time"] for b in pushed] == [(T0 + 10 * S) / S]  # step 1: step 2 has come
+    live.tick()
+    assert len(pushed) == 1  # step 2 waits for its replicas (or the settle time)
+    now[0] += 10
+    live.tick()
+    assert len(pushed) == 2
+    live.observe(spans)  # everything again, and step 3
+    now[0] += 10
+    live.tick()
+    made = [b["batches"][0]["metrics"]["rl_insight_timeline_steps_total"] for b in pushed]
+    assert made == [1, 2, 3]  # steps 1 and 2 not made twice
+    names = {name for body in pushed for batch in body["batches"] for name in batch["metrics"]}
+    assert names <= set(TIMELINE_SERIES) and "rl_insight_timeline_long_tail_ratio" in names
+    for experiment in ("b", "c"):
+        live.observe(records(otlp(sync_run(), experiment=experiment)))
+    assert list(live._runs) == [("p", "b"), ("p", "c")]

@@ -55,3 +55,20 @@ def label_value_problem(value: object, max_length: int = 256) -> str | None:
     except UnicodeEncodeError:
         return "is not valid Unicode text (lone surrogate)"
     return None
+
+
+# The timeline's per-step figures that the server makes from spans (server/timeline/live.py).
+TIMELINE_SERIES = (
+    "rl_insight_timeline_step_seconds",
+    "rl_insight_timeline_steps_total",
+    "rl_insight_timeline_step_seconds_total",
+    "rl_insight_timeline_tail_wait_seconds_total",
+    "rl_insight_timeline_generate_calls",
+    "rl_insight_timeline_long_tail_ratio",
+    "rl_insight_timeline_tail_wait_seconds",
+    "rl_insight_timeline_idle_ratio",
+    "rl_insight_timeline_idle_seconds_total",
+    "rl_insight_timeline_replica_lag_seconds",
+    "rl_insight_timeline_replica_slowest",
+    "rl_insight_timeline_replica_slowest_steps_total",
+)

@@ -82,6 +82,68 @@ def timeline_rows(layout: Any) -> None:
             description="timing_s/<phase> over timing_s/step, as verl logs them every step: the share of the step "
             "each phase took (what is left to 100 % is outside every timed phase)",
         ),
+        w=12,
+    )
+    long_tail_panels(layout)
+
+
+TIMELINE = "rl_insight_timeline_"
+
+
+def long_tail_panels(layout: Any) -> None:
+    """The timeline's per-step figures, which the server makes from the spans (server/timeline/live.py)."""
+    layout.add(
+        timeseries(
+            "Long tail: slowest generate call over the median call",
+            [(f"{TIMELINE}long_tail_ratio{{{RUN}}}", "{{experiment_name}}")],
+            unit="short",
+            thresholds=[(3, "orange")],
+            description="per step, from the replicas' generate spans: 1 means every call took as long as the median "
+            "one; 5 means one call took five times as long, and the step waited for it",
+        ),
+        w=12,
+    )
+    layout.add(
+        timeseries(
+            "Step time spent waiting on the slowest replica",
+            [
+                (
+                    f"clamp({TIMELINE}tail_wait_seconds{{{RUN}}} / {TIMELINE}step_seconds{{{RUN}}}, 0, 1)",
+                    "{{experiment_name}}",
+                )
+            ],
+            unit="percentunit",
+            thresholds=[(0.2, "orange")],
+            description="per step: from the moment the median replica finished its last call to the moment the "
+            "last replica finished, over the step's wall time (alert RLInsightRolloutLongTail)",
+        ),
+        w=12,
+    )
+    layout.add(
+        timeseries(
+            "Idle share per lane",
+            [
+                (f'{TIMELINE}idle_ratio{{{RUN},lane!~"replica_.*"}}', "{{lane}} {{experiment_name}}"),
+                (
+                    f'avg by (project, experiment_name) ({TIMELINE}idle_ratio{{{RUN},lane=~"replica_.*"}})',
+                    "replicas (mean) {{experiment_name}}",
+                ),
+            ],
+            unit="percentunit",
+            description="per step, the share of the step in which the lane ran nothing: the trainer waiting for "
+            "rollouts (async) or between phases, the rollouter waiting for the trainer, replicas outside "
+            "generation (alert RLInsightTrainerIdle)",
+        ),
+        w=12,
+    )
+    layout.add(
+        timeseries(
+            "Replicas finishing last: lag behind the median replica (top 5)",
+            [(f"topk(5, {TIMELINE}replica_lag_seconds{{{RUN}}})", "{{replica}} {{experiment_name}}")],
+            unit="s",
+            description="per step, how long after the median replica each replica finished; the same replica on "
+            "top step after step is a slow node or engine (alert RLInsightSlowReplica)",
+        ),
         w=24,
     )
 

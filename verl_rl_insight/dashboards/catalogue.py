@@ -7,12 +7,13 @@ the dashboards use must appear as a string literal in verl), so the check follow
 
 from typing import Any
 
-from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, TIMELINE_SERIES
 from verl_rl_insight.trainer.samplers.hardware import HostSampler
 
 # What the hub, the trainer-side plugins and the hardware sampler push.
 PRODUCED = {
     GLOBAL_STEP_METRIC,
+    *TIMELINE_SERIES,
     "rl_insight_run_finished",
     "rl_insight_state_seconds_total",
     "rl_insight_state_count_total",
@@ -144,6 +145,7 @@ FRACTIONS = {
     "tq_storage_accept_queue_peak_utilization_ratio",
     "tq_partition_production_progress",
     "tq_partition_consumption_progress",
+    "rl_insight_timeline_idle_ratio",
 }
 # ... and in 0-100 (percent panels).
 PERCENTS = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "rl_insight_host_cpu_utilization_percent"}

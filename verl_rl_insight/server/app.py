@@ -39,8 +39,10 @@ from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings, defau
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import write_atomically
 from verl_rl_insight.server.stores.silences import Alerting
+from verl_rl_insight.server.stores.span_relay import SpanRelay
 from verl_rl_insight.server.stores.spans import SpanStore
 from verl_rl_insight.server.stores.targets import TargetRegistry
+from verl_rl_insight.server.timeline.live import LiveFigures
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -131,6 +133,9 @@ class Server:
         self.supervisor: Supervisor | None = None
         self.alerting: Alerting | None = None
         self.spans: SpanStore | None = None
+        self.relay: SpanRelay | None = None
+        self.figures = LiveFigures(self.hub.push, settle_s=settings.timeline_settle_s)
+        self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
 
     def start(self) -> Any:
@@ -165,10 +170,19 @@ class Server:
                 self._start_service(name)
         if "tempo" not in self.services and not s.otlp_endpoint:  # no Tempo: the hub keeps the spans
             self.spans = self.api.spans = SpanStore(s.data_path / "spans")
+        elif "tempo" in self.services and not s.otlp_endpoint:  # Tempo: spans pass through the hub to it
+            self.relay = self.api.span_relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
+        self.api.figures = self.figures
+        threading.Thread(target=self._tick, name="rl-insight-timeline-figures", daemon=True).start()
         self.supervisor = Supervisor(self.services, on_restart=self._restarted)
         self.supervisor.start()
         self.api.ready = True
         return self
+
+    def _tick(self) -> None:
+        """Make the figures of the steps that have settled, every second, until the server stops."""
+        while not self._ticking.wait(1.0):
+            self.figures.tick()
 
     def delete_series(self, project: str, experiment: str | None) -> str:
         """Delete a run's series in this server's Prometheus (admin API: loopback only); says what happened."""
@@ -264,13 +278,15 @@ class Server:
         urls = state["public_urls"]
         if self.settings.otlp_endpoint:
             traces = self.settings.otlp_endpoint
-        elif self.spans is not None:
+        elif self.spans is not None or self.relay is not None:
             traces = state["hub_url"] + "/v1/traces"
         else:
             traces = urls["otlp_http"] + "/v1/traces"
         return {
             "otlp_traces": traces,
             "spans_kept_by_hub": self.spans is not None,
+            "span_relay": dict(self.relay.stats) if self.relay is not None else None,
+            "timeline_figures": dict(self.figures.stats),
             "tempo": urls["tempo"],
             "prometheus": urls["prometheus"],
             "grafana": urls["grafana"],
@@ -321,6 +337,7 @@ class Server:
         }
 
     def stop(self) -> None:
+        self._ticking.set()
         if self.supervisor is not None:
             self.supervisor.stop()
         else:
@@ -330,6 +347,8 @@ class Server:
             self.http.stop()
         if self.api is not None:
             self.api.close()
+        if self.relay is not None:
+            self.relay.close()
         self.targets.close()
 
 

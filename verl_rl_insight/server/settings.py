@@ -91,6 +91,7 @@ class ServerSettings:
     max_series: int = 500_000  # the metric hub's series, all runs together
     history_s: float = 600.0  # history every scraper has seen is dropped after this
     max_body_mb: float = 8  # one push request
+    timeline_settle_s: float = 15.0  # a step's timeline figures: this long after its span, or at the next step
     services: dict[str, Any] = dataclasses.field(default_factory=dict)
     # past one node: Prometheus' own remote_write entries ({url: ..., basic_auth: ..., ...}), passed
     # through, and labels that tell this monitor server's series apart in the shared store
@@ -121,7 +122,14 @@ class ServerSettings:
                 f"bind {self.bind!r} is not an IP address or a host name this machine resolves "
                 "(0.0.0.0: every interface, 127.0.0.1: this machine only)"
             )
-        for name in ("memory_limit_mb", "max_series", "history_s", "max_body_mb", "scrape_interval_s"):
+        for name in (
+            "memory_limit_mb",
+            "max_series",
+            "history_s",
+            "max_body_mb",
+            "scrape_interval_s",
+            "timeline_settle_s",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")

@@ -86,7 +86,8 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
         lines.append(f"  Alertmanager {urls['alertmanager']}   (this machine only; {sent}; rl-insight alerts)")
     if "tempo" in services:
         lines.append(f"  Tempo        {urls['tempo']}   (queries)")
-        lines.append(f"  OTLP         {urls['otlp_http']}/v1/traces (HTTP), {urls['otlp_grpc']} (gRPC)")
+        if not state.get("settings", {}).get("otlp_endpoint"):
+            lines.append(f"  OTLP         {state['hub_url']}/v1/traces   (spans pass through the hub to Tempo)")
     settings = state.get("settings", {})
     if settings.get("otlp_endpoint"):
         lines.append(f"  spans        {settings['otlp_endpoint']}   (trainers are told to send there)")

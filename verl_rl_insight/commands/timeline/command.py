@@ -98,7 +98,7 @@ def export(args: argparse.Namespace) -> int:
 def summarize(args: argparse.Namespace) -> int:
     """One row per step: phase seconds, the long tail, the slowest replica, idle shares."""
     from verl_rl_insight.commands.api import print_table
-    from verl_rl_insight.commands.timeline import summary
+    from verl_rl_insight.server.timeline import summary
 
     spans, origin = spans_of(args)
     first, last = args.steps or (None, None)

@@ -45,6 +45,7 @@ from verl_rl_insight.server.api.http_server import response_written
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.metrics.hub import check_scraper_name
 from verl_rl_insight.server.stores.spans import decode as decode_spans
+from verl_rl_insight.server.stores.spans import records as span_records
 from verl_rl_insight.server.stores.targets import TargetError, TargetRegistry
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -98,6 +99,8 @@ class Api:
         info: Any = None,
         alerting: Any = None,
         spans: Any = None,
+        span_relay: Any = None,
+        figures: Any = None,
         delete_series: Any = None,
         workers: int = 4,
         body_budget_bytes: Any = 64 * 1024 * 1024,
@@ -111,6 +114,8 @@ class Api:
         self.info = info
         self.alerting = alerting
         self.spans = spans
+        self.span_relay = span_relay  # Tempo's OTLP receiver, when one runs: spans pass through to it
+        self.figures = figures  # the timeline's per-step figures, made from every span that arrives
         self.delete_series = delete_series  # (project, experiment) -> what Prometheus said
         self.save_every_s = save_every_s
         self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
@@ -317,15 +322,22 @@ class Api:
         return self.spans
 
     async def post_traces(self, request: Any) -> Any:
-        """OTLP/HTTP (protobuf), what Tempo's receiver takes: kept per run when Tempo is not running."""
-        store = self._span_store()
+        """OTLP/HTTP (protobuf), what Tempo's receiver takes: kept per run when Tempo is not running,
+        passed on to it when it is; either way the timeline's per-step figures are made from it."""
+        if self.spans is None and self.span_relay is None:
+            self._span_store()  # the 404 that says where spans go instead
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind != "application/x-protobuf":
             raise ApiError(415, f"Content-Type {kind[:60]!r}: OTLP/HTTP here is application/x-protobuf")
         encoding = request.headers.get("content-encoding")
         async with self._body(request, self.max_body_bytes) as body:
             otlp = await self._in_thread(decode_spans, body, encoding, self.max_body_bytes)
-            await self._in_thread(store.add, otlp)
+            if self.span_relay is not None:
+                self.span_relay.send(bytes(body), encoding)
+            if self.spans is not None:
+                await self._in_thread(self.spans.add, otlp)
+            if self.figures is not None:
+                await self._in_thread(self.figures.observe, span_records(otlp))
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceResponse,
         )

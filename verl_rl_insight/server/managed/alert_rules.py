@@ -27,6 +27,13 @@ DEFAULTS = {
     "gpu_memory_for": "5m",
     "throughput_drop_ratio": 0.5,  # perf/throughput below this share of the previous hour's mean
     "throughput_for": "10m",
+    # the timeline's per-step figures (server/timeline/live.py); each over the window's steps, with
+    # at least timeline_min_steps of them, so one slow step does not page anyone
+    "timeline_window": "30m",
+    "timeline_min_steps": 5,
+    "long_tail_share": 0.2,  # the share of the window's step time spent waiting after the median replica
+    "trainer_idle_share": 0.3,  # the share of the window's step time in which the trainer ran nothing
+    "slowest_replica_share": 0.5,  # one replica held back more than this share of the window's steps
 }
 
 RUN = "project, experiment_name"
@@ -79,6 +86,75 @@ def _links(rule: Any, urls: Any) -> Any:
     return rule
 
 
+def _timeline_rules(t: Any) -> list[dict[str, Any]]:
+    """Shares over the window's steps, from the figures' counters (server/timeline/live.py)."""
+    window, enough = t["timeline_window"], int(t["timeline_min_steps"]) - 1
+
+    def share(part: str, whole: str, threshold: Any, on: str = "", many: str = "") -> str:
+        join = f"ignoring({on}) " if on else ""
+        return (
+            f"increase({part}[{window}]) / {join}{many}increase({whole}[{window}]) > {threshold} "
+            f"and {join}changes(rl_insight_timeline_steps_total[{window}]) >= {enough}"
+        )
+
+    return [
+        {
+            "alert": "RLInsightRolloutLongTail",
+            "expr": share(
+                "rl_insight_timeline_tail_wait_seconds_total",
+                "rl_insight_timeline_step_seconds_total",
+                t["long_tail_share"],
+            ),
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "steps wait for their slowest rollouts {{ $value | humanizePercentage }} of the time "
+                f"(over {window})",
+                "description": "After the median replica has finished, the step still waits for the last one "
+                "while the others sit idle (panels: RL state timeline, long tail). Look first at response "
+                "lengths (response_length/max, clip_ratio) and at whether one replica is always last "
+                "(RLInsightSlowReplica). People usually cap max_response_length, use partial rollouts or "
+                "over-sampling, or balance requests across replicas.",
+            },
+        },
+        {
+            "alert": "RLInsightTrainerIdle",
+            "expr": share(
+                'rl_insight_timeline_idle_seconds_total{lane="trainer"}',
+                "rl_insight_timeline_step_seconds_total",
+                t["trainer_idle_share"],
+                on="lane",
+            ),
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "the trainer runs nothing {{ $value | humanizePercentage }} of the time (over "
+                f"{window})",
+                "description": "Time between phases: the trainer waits for rollouts (async runs), for data or "
+                "for checkpoints (panels: RL state timeline, idle share). In async runs people usually add "
+                "rollout replicas or allow more staleness / samples in flight; in sync runs look for slow "
+                "data loading or validation.",
+            },
+        },
+        {
+            "alert": "RLInsightSlowReplica",
+            "expr": share(
+                "rl_insight_timeline_replica_slowest_steps_total",
+                "rl_insight_timeline_steps_total",
+                t["slowest_replica_share"],
+                on="lane, replica",
+                many="group_left ",
+            ),
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "{{ $labels.replica }} held back {{ $value | humanizePercentage }} of the steps "
+                f"(over {window})",
+                "description": "One replica finishes last in most steps: a slower GPU or node (throttling, ECC, "
+                "PCIe link), more requests routed to it, or a different engine config. Compare it on the "
+                "engine and hardware panels; people usually drain and replace the node or fix the routing.",
+            },
+        },
+    ]
+
+
 def render(overrides: Any = None, links_to: Any = None) -> Any:
     t = thresholds(overrides)
     grad = "rl_insight_monitor_actor_grad_norm"
@@ -128,6 +204,7 @@ def render(overrides: Any = None, links_to: Any = None) -> Any:
             "annotations": {"summary": "throughput of {{ $labels.experiment_name }} fell to {{ $value }}"},
         },
     ]
+    rules += _timeline_rules(t)
     rules = [_links(rule, links_to) for rule in rules]
     return yaml.safe_dump({"groups": [{"name": "rl-insight", "rules": rules}]}, sort_keys=False)
 

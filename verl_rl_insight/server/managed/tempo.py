@@ -34,8 +34,9 @@ def render_config(settings: ServerSettings) -> Any:
             "receivers": {
                 "otlp": {
                     "protocols": {
-                        "http": {"endpoint": f"{settings.bind}:{settings.otlp_http_port}"},
-                        "grpc": {"endpoint": f"{settings.bind}:{settings.otlp_grpc_port}"},
+                        # this machine only: trainers send spans to the hub (token checked), which passes them on
+                        "http": {"endpoint": f"127.0.0.1:{settings.otlp_http_port}"},
+                        "grpc": {"endpoint": f"127.0.0.1:{settings.otlp_grpc_port}"},
                     }
                 }
             }

@@ -31,6 +31,7 @@ class StepSummary:
     long_tail_ratio: float | None = None
     tail_wait_s: float | None = None
     slowest_replica: str | None = None
+    replica_lag: dict[str, float] = field(default_factory=dict)  # replica -> its finish after the median one (s)
     idle: dict[str, float] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
@@ -109,7 +110,9 @@ def summarize(spans: list[dict[str, Any]], first: int | None = None, last: int |
                 if lane.startswith(REPLICA_PREFIX)
             }
             summary.slowest_replica = max(finish, key=lambda lane: finish[lane])
-            summary.tail_wait_s = (max(finish.values()) - statistics.median(finish.values())) / 1e9
+            middle = statistics.median(finish.values())
+            summary.tail_wait_s = (max(finish.values()) - middle) / 1e9
+            summary.replica_lag = {lane: (end_ns - middle) / 1e9 for lane, end_ns in sorted(finish.items())}
         for lane in lanes:
             mine = per_lane.get(lane, [])
             if mine or lane == "trainer":

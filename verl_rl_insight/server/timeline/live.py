@@ -1,0 +1,195 @@
+"""The timeline's per-step figures as Prometheus series, made by the server from the spans it
+receives (kept by the hub, or on their way to Tempo), so that panels and alert rules have them.
+
+A step's figures are made once, when its trainer ``step`` span has arrived and either a later
+step's span has arrived too or ``settle_s`` has passed (replica spans come from other processes,
+each exporter sending about once a second). They are pushed into the hub as one stream per run
+(``source="timeline"``), one per lane (idle) and one per replica (lag, slowest), stamped with the
+step's end time: exactly once per step, like any pushed sample (without a step: only the trainer's
+own series carry the global step, which the stall alert and ``runs list`` read).
+
+Series per run; gauges hold the last step's figure, counters add every step's (a window's share is
+``increase(a[w]) / increase(b[w])``, which the scrapes' repeated live values do not skew):
+- ``rl_insight_timeline_step_seconds``: the step's wall time; ``..._step_seconds_total``,
+  ``..._steps_total``;
+- ``rl_insight_timeline_long_tail_ratio``: the slowest generate call over the median call;
+- ``rl_insight_timeline_tail_wait_seconds``: how long the step waited after the median replica
+  finished; ``..._tail_wait_seconds_total``;
+- ``rl_insight_timeline_generate_calls``: generate calls in the step;
+- ``rl_insight_timeline_idle_ratio{lane}``: the share of the step in which the lane ran nothing;
+  ``..._idle_seconds_total{lane}``;
+- ``rl_insight_timeline_replica_lag_seconds{replica}``: when the replica finished, after the median one;
+- ``rl_insight_timeline_replica_slowest{replica}``: 1 for the replica that finished last and held the
+  step back by at least ``SLOWEST_MIN_SHARE`` of it, else 0; ``..._replica_slowest_steps_total``.
+
+Bounded: at most ``max_runs`` runs (the one heard from longest ago goes first) and
+``max_spans`` spans waiting per run (the oldest go first, counted in ``stats["dropped"]``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl_rl_insight.server.timeline.summary import REPLICA_PREFIX, StepSummary, summarize
+
+SOURCE_LABEL = {"source": "timeline"}
+SLOWEST_MIN_SHARE = 0.05  # a replica last by less than this share of the step held nothing back
+
+
+@dataclass
+class _Run:
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    steps: dict[int, dict[str, Any]] = field(default_factory=dict)  # step -> its trainer step span
+    arrived: dict[int, float] = field(default_factory=dict)  # step -> when its span arrived here
+    done: int = -1  # the last step whose figures were made
+    done_end_ns: int = 0
+    totals: dict[tuple[str, str], float] = field(default_factory=dict)  # (metric, lane) -> counter value
+
+    def add(self, metric: str, lane: str, amount: float) -> float:
+        self.totals[(metric, lane)] = self.totals.get((metric, lane), 0.0) + amount
+        return self.totals[(metric, lane)]
+
+
+def _is_step_span(record: dict[str, Any]) -> bool:
+    attrs = record["attributes"]
+    return (
+        (attrs.get("state_name") or record.get("name")) == "step"
+        and (attrs.get("state_lane_id") or "trainer") == "trainer"
+        and isinstance(attrs.get("verl.step"), int)
+    )
+
+
+def slowest(figures: StepSummary) -> str | None:
+    """The replica that held the step back, if one did by at least SLOWEST_MIN_SHARE of it."""
+    wait = figures.tail_wait_s or 0.0
+    return figures.slowest_replica if figures.seconds > 0 and wait >= SLOWEST_MIN_SHARE * figures.seconds else None
+
+
+def batches(project: str, experiment: str, figures: StepSummary, end_s: float, run: _Run) -> list[dict[str, Any]]:
+    """The push batches for one step's figures (``run`` keeps the counters)."""
+
+    def batch(metrics: dict[str, float], labels: dict[str, str]) -> dict[str, Any]:
+        return {
+            "project": project,
+            "experiment_name": experiment,
+            "time": end_s,  # no step: the trainer's own series carry it (and the stall alert reads them)
+            "metrics": metrics,
+            "labels": {**SOURCE_LABEL, **labels},
+        }
+
+    wait = figures.tail_wait_s or 0.0
+    main = {
+        "rl_insight_timeline_step_seconds": figures.seconds,
+        "rl_insight_timeline_steps_total": run.add("steps", "", 1),
+        "rl_insight_timeline_step_seconds_total": run.add("seconds", "", figures.seconds),
+        "rl_insight_timeline_tail_wait_seconds_total": run.add("tail_wait", "", wait),
+    }
+    if figures.generate_calls:
+        main["rl_insight_timeline_generate_calls"] = float(figures.generate_calls)
+    if figures.long_tail_ratio is not None:
+        main["rl_insight_timeline_long_tail_ratio"] = figures.long_tail_ratio
+    if figures.tail_wait_s is not None:
+        main["rl_insight_timeline_tail_wait_seconds"] = figures.tail_wait_s
+    out = [batch(main, {})]
+    for lane, idle in sorted(figures.idle.items()):
+        if not lane.startswith(REPLICA_PREFIX):
+            metrics = {
+                "rl_insight_timeline_idle_ratio": idle,
+                "rl_insight_timeline_idle_seconds_total": run.add("idle", lane, idle * figures.seconds),
+            }
+            out.append(batch(metrics, {"lane": lane}))
+    held_back = slowest(figures)
+    for replica, lag in sorted(figures.replica_lag.items()):
+        idle = figures.idle.get(replica, 1.0)
+        metrics = {
+            "rl_insight_timeline_replica_lag_seconds": lag,
+            "rl_insight_timeline_replica_slowest": float(replica == held_back),
+            "rl_insight_timeline_replica_slowest_steps_total": run.add("slowest", replica, float(replica == held_back)),
+            "rl_insight_timeline_idle_ratio": idle,
+            "rl_insight_timeline_idle_seconds_total": run.add("idle", replica, idle * figures.seconds),
+        }
+        out.append(batch(metrics, {"replica": replica, "lane": replica}))
+    return out
+
+
+class LiveFigures:
+    """Spans in, per-step figures out (through ``emit``, which takes a push payload)."""
+
+    def __init__(
+        self,
+        emit: Callable[[dict[str, Any]], Any],
+        settle_s: float = 15.0,
+        max_runs: int = 256,
+        max_spans: int = 50_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.emit = emit
+        self.settle_s = settle_s
+        self.max_runs = max_runs
+        self.max_spans = max_spans
+        self.clock = clock
+        self.stats = {"steps": 0, "dropped": 0, "failed": 0}
+        self._runs: OrderedDict[tuple[str, str], _Run] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def observe(self, records: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
+        now = self.clock()
+        with self._lock:
+            for project, experiment, record in records:
+                key = (project, experiment)
+                run = self._runs.get(key)
+                if run is None:
+                    run = self._runs[key] = _Run()
+                    while len(self._runs) > self.max_runs:
+                        self._runs.popitem(last=False)
+                self._runs.move_to_end(key)
+                if _is_step_span(record):
+                    step = record["attributes"]["verl.step"]
+                    if step > run.done and step not in run.steps:
+                        run.steps[step] = record
+                        run.arrived[step] = now
+                elif record["end_ns"] > run.done_end_ns:
+                    run.spans.append(record)
+                    if len(run.spans) > self.max_spans:
+                        cut = len(run.spans) - self.max_spans
+                        del run.spans[:cut]
+                        self.stats["dropped"] += cut
+            self._make(self._ready(now))  # under the lock: a run's steps are pushed in order
+
+    def tick(self) -> None:
+        """Make the figures of steps that have settled (called now and then by the server)."""
+        with self._lock:
+            self._make(self._ready(self.clock()))
+
+    def _ready(self, now: float) -> list[tuple[str, str, _Run, dict[str, Any], list[dict[str, Any]]]]:
+        """Take the settled steps out (under the lock): (project, experiment, run, step span, spans)."""
+        out = []
+        for (project, experiment), run in self._runs.items():
+            newest, made = max(run.steps, default=None), False
+            for step in sorted(run.steps):
+                if step != newest or now - run.arrived[step] >= self.settle_s:
+                    span = run.steps.pop(step)
+                    run.arrived.pop(step)
+                    run.done, run.done_end_ns = step, max(run.done_end_ns, span["end_ns"])
+                    out.append((project, experiment, run, span, list(run.spans)))
+                    made = True
+                else:
+                    break
+            if made:
+                run.spans = [s for s in run.spans if s["end_ns"] > run.done_end_ns]
+        return out
+
+    def _make(self, ready: list[tuple[str, str, _Run, dict[str, Any], list[dict[str, Any]]]]) -> None:
+        for project, experiment, run, step_span, spans in ready:
+            try:
+                for figures in summarize([step_span, *spans]):
+                    end_s = step_span["end_ns"] / 1e9
+                    self.emit({"batches": batches(project, experiment, figures, end_s, run)})
+                    self.stats["steps"] += 1
+            except Exception:  # one bad step never stops the next ones
+                self.stats["failed"] += 1
