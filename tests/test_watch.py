@@ -134,3 +134,28 @@ def test_a_server_without_runs_yet_is_one_line(monitoring_server):
     shown = rl_insight("watch", "--once", "--server", hub)
     assert shown.returncode == 1 and "no run has logged a step yet" in shown.stderr
     assert len(shown.stderr.strip().splitlines()) == 1
+
+
+def test_the_last_step_as_a_text_swimlane(watched_run):
+    """Spans of the run sent through the real OTLP path: the frame draws the newest step the
+    server made (step 2: step 3's span has come) as lanes, the trainer's phases and each replica's
+    generate calls, with the long tail named, still within 80x24."""
+    from tests.test_timeline_store import otlp
+    from tests.test_timeline_summary import S, shaped_run
+
+    hub, _ = watched_run
+    spans = shaped_run((int(time.time()) - 60) * S, 3, slow_steps={2})
+    body = otlp(spans, project=PROJECT, experiment=EXPERIMENT).SerializeToString()
+    assert http("POST", hub + "/v1/traces", body, {"Content-Type": "application/x-protobuf"})[0] == 200
+    shown = rl_insight("watch", "--once", "--server", hub, env={"COLUMNS": "80", "LINES": "24"})
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert any(line.startswith("timeline of step 2 (10 s): long tail x5.0, slowest replica_2") for line in lines)
+    [trainer] = [line for line in lines if line.startswith("trainer ")]
+    [slow] = [line for line in lines if line.startswith("replica_2 ")]
+    [fast] = [line for line in lines if line.startswith("replica_0 ")]
+    bars = trainer.split(" ", 1)[1].strip()
+    assert bars.startswith("ggg") and "u" in bars and bars.endswith("·")  # gen, update_actor, then idle
+    assert 0 < fast.split()[1].count("G") < slow.split()[1].count("G") / 3  # 1 s against 5 s of 10
+    assert any("· idle" in line and "g gen" in line and "G vllm_generate" in line for line in lines)
+    assert max(len(line) for line in lines) <= 80 and len(lines) <= 24

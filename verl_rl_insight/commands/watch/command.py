@@ -6,6 +6,7 @@ import os
 import select
 import sys
 import time
+import urllib.parse
 from typing import Any
 
 from verl_rl_insight.commands.api import call, server
@@ -13,12 +14,15 @@ from verl_rl_insight.commands.checks import PROBLEMS, CliError, positive_float
 
 
 def _sources(args: argparse.Namespace) -> Any:
-    """(Prometheus URL, a function giving the hub's runs by recency: (project, experiment, idle s))."""
-    if args.prometheus:
-        return args.prometheus, lambda: ()
+    """(Prometheus URL, a function giving the hub's runs by recency: (project, experiment, idle s),
+    a function giving a run's last step as lanes, or None)."""
+    if args.prometheus and not args.server:
+        return args.prometheus, lambda: (), lambda project, experiment: None
     base, token = server(args)
     info = call("GET", base + "/api/v1/info", token)
-    if not info.get("prometheus") or "prometheus" not in info.get("services", ("prometheus",)):
+    if not args.prometheus and (
+        not info.get("prometheus") or "prometheus" not in info.get("services", ("prometheus",))
+    ):
         raise CliError(f"the server at {base} runs no Prometheus", fix="give --prometheus URL", code=PROBLEMS)
 
     def recent() -> Any:
@@ -32,7 +36,14 @@ def _sources(args: argparse.Namespace) -> Any:
             if s.get("step") is not None and "project" in s["labels"]
         ]
 
-    return info["prometheus"], recent
+    def last_step(project: str, experiment: str) -> Any:
+        try:
+            params = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
+            return call("GET", f"{base}/api/v1/timeline/last_step?{params}", token)
+        except CliError:  # no step with spans yet, or an older server: the frame goes without lanes
+            return None
+
+    return args.prometheus or info["prometheus"], recent, last_step
 
 
 @contextlib.contextmanager
@@ -71,14 +82,16 @@ def watch(args: argparse.Namespace) -> int:
 
     from verl_rl_insight.commands.watch import data, view
 
-    prom_url, recent = _sources(args)
+    prom_url, recent, last_step = _sources(args)
     prom = data.Prometheus(prom_url)
     console = Console()
 
     def render() -> Any:
         try:
             project, experiment = data.pick_run(prom, args.project, args.experiment, recent())
-            return view.frame(data.snapshot(prom, project, experiment), console.width, console.height), None
+            snapshot = data.snapshot(prom, project, experiment)
+            snapshot["timeline"] = last_step(project, experiment)
+            return view.frame(snapshot, console.width, console.height), None
         except data.DataError as exc:
             return Text(f"rl-insight watch: {exc}"), exc
 

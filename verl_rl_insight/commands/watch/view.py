@@ -33,6 +33,60 @@ def percent(value: Any) -> Any:
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
+IDLE = "·"
+STYLES = ("green", "cyan", "magenta", "yellow", "blue", "red", "bright_green", "bright_cyan", "bright_magenta")
+
+
+def letters(states: list[str]) -> dict[str, str]:
+    """A letter per state: its first letter, else that letter in upper case, else the next free letter of
+    its name, else a digit (gen: g, vllm_generate: G)."""
+    taken: dict[str, str] = {}
+    for state in states:
+        name = state.removeprefix("vllm_").removeprefix("sglang_")
+        candidates = name[:1].lower() + name[:1].upper() + name.lower() + "0123456789"
+        choice = next((c for c in candidates if c.isalnum() and c not in taken.values()), "?")
+        taken[state] = choice
+    return taken
+
+
+def swimlane(timeline: dict[str, Any], width: int, rows: int) -> list[Any]:
+    """The step's lanes as text: one row per lane, a column per slice of the step, the letter of the
+    state that ran longest in it (``·``: idle); a legend below. At most ``rows`` lanes (trainer first)."""
+    lanes: dict[str, list[list[Any]]] = timeline["lanes"]
+    seconds = float(timeline["seconds"]) or 1.0
+    label_width = min(14, max((len(lane) for lane in lanes), default=7))
+    cols = max(10, width - label_width - 2)
+    states = list(dict.fromkeys(state for spans in lanes.values() for state, _, _ in spans if state != "step"))
+    mark = letters(states)
+    style = {state: STYLES[i % len(STYLES)] for i, state in enumerate(states)}
+    figures = timeline.get("figures") or {}
+    tail = figures.get("long_tail_ratio")
+    head = f"timeline of step {timeline['step']} ({number(seconds, 3)} s)"
+    if tail is not None:
+        head += f": long tail x{tail:.1f}, slowest {figures.get('slowest_replica') or '-'}"
+    out: list[Any] = [Text(head, style="bold")]
+    shown = list(lanes)[: max(1, rows)]
+    for lane in shown:
+        cover: list[tuple[float, str]] = [(0.0, "")] * cols
+        for state, start, end in lanes[lane]:
+            if state == "step":
+                continue
+            first, last = int(start / seconds * cols), min(cols - 1, int(end / seconds * cols))
+            for col in range(max(0, first), last + 1):
+                lo, hi = col * seconds / cols, (col + 1) * seconds / cols
+                overlap = min(hi, end) - max(lo, start)
+                if overlap > cover[col][0]:
+                    cover[col] = (overlap, str(state))
+        row = Text(f"{lane[:label_width]:<{label_width}} ")
+        for _, state in cover:
+            row.append(mark[state] if state else IDLE, style=style.get(state, "dim"))
+        out.append(row)
+    left = len(lanes) - len(shown) + int(timeline.get("lanes_left_out") or 0)
+    legend = "  ".join(f"{mark[s]} {s}" for s in states)
+    out.append(Text((f"... {left} more lanes; " if left else "") + f"{IDLE} idle  {legend}", style="dim"))
+    return out
+
+
 def frame(data: Any, width: int = 80, height: int = 24) -> Any:
     """The renderable for ``data`` (watch.data.snapshot) in a terminal of width x height."""
     state = "finished" if data["finished"] else "running"
@@ -76,6 +130,10 @@ def frame(data: Any, width: int = 80, height: int = 24) -> Any:
         if len(shown) > rows_left:
             table.add_row(f"... {len(shown) - rows_left} more", "", "", "")
         parts.append(table)
+    timeline = data.get("timeline")
+    if timeline and timeline.get("lanes"):
+        used = 2 + len(data["curves"]) + sum(2 + len(r) for r in data["engines"].values()) + 2 + len(data["alerts"])
+        parts.extend(swimlane(timeline, width, max(2, min(8, height - used - 2))))
     gpus = data["gpus"]
     if gpus:
         parts.append(

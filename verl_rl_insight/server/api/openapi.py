@@ -142,6 +142,21 @@ def document() -> dict[str, Any]:
             }
         },
         "/api/v1/spans/runs": {"get": _get("the runs whose spans this server keeps", errors=(404,))},
+        "/api/v1/timeline/last_step": {
+            "get": {
+                **_get(
+                    "the newest step the server made timeline figures of: its lanes (state, start and end "
+                    "seconds from the step's start) and figures (long tail, slowest replica, idle shares)",
+                    JSON_OK,
+                    [
+                        _query("project", {"type": "string"}, True, "the run's project"),
+                        _query("experiment_name", {"type": "string"}, True, "the run's experiment_name"),
+                    ],
+                    (400, 401, 404),
+                ),
+                "security": [{"token": []}, {"basic": []}],
+            }
+        },
         "/api/v1/alerts": {"get": _get("alerts firing now (from the server's Alertmanager)", errors=(404, 503))},
         "/api/v1/silences": {
             "get": _get("silences not yet expired", errors=(404, 503)),

@@ -13,6 +13,8 @@ DELETE /api/v1/targets?job=J&address=A
 GET  /api/v1/sd               the targets in Prometheus http_sd format
 GET  /api/v1/services         every service: pid, health, restarts, version, data size
 GET  /api/v1/info             the endpoints the server announces (OTLP for traces, Grafana, ...)
+POST /v1/traces               OTLP/HTTP spans: kept, or passed on to Tempo; the timeline figures are made
+GET  /api/v1/timeline/last_step?project=P&experiment_name=E   the newest step made, as lanes
 
 With a token set, every write (POST, DELETE) and every named scrape needs it, as
 ``Authorization: Bearer <token>`` or HTTP Basic with the token as password (else 401, before
@@ -149,7 +151,11 @@ class Api:
             ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
             ("DELETE", "/api/v1/runs"): (self.delete_run, True),
             ("POST", "/v1/traces"): (self.post_traces, True),
-            ("GET", "/api/v1/spans"): (self.get_spans, True),  # token2text spans carry prompts: token rules
+            ("GET", "/api/v1/spans"): (self.get_spans, True),
+            ("GET", "/api/v1/timeline/last_step"): (
+                self.get_last_step,
+                True,
+            ),  # token2text spans carry prompts: token rules
             ("GET", "/api/v1/spans/runs"): (
                 lambda r: self._json_from(r, lambda: {"runs": self._span_store().runs()}),
                 False,
@@ -345,6 +351,16 @@ class Api:
         await self._send_body(
             request.send, 200, "application/x-protobuf", ExportTraceServiceResponse().SerializeToString()
         )
+
+    async def get_last_step(self, request: Any) -> Any:
+        """The newest step the server made figures of, as lanes (what ``rl-insight watch`` draws)."""
+        project, experiment = request.param("project"), request.param("experiment_name")
+        if not project or not experiment:
+            raise ApiError(400, "give ?project=P&experiment_name=E")
+        last = self.figures.last_step(project, experiment) if self.figures is not None else None
+        if last is None:
+            raise ApiError(404, f"no step of {project[:100]!r} / {experiment[:100]!r} has come with its spans yet")
+        await self._send_json(request.send, 200, last)
 
     async def get_spans(self, request: Any) -> Any:
         store = self._span_store()

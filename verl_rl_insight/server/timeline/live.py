@@ -38,6 +38,8 @@ from typing import Any
 from verl_rl_insight.server.timeline.summary import REPLICA_PREFIX, StepSummary, summarize
 
 SOURCE_LABEL = {"source": "timeline"}
+LAST_STEP_LANES = 64  # what ``last_step`` keeps of a step: this many lanes (the trainer's first) ...
+LAST_STEP_SPANS = 256  # ... and this many spans per lane
 SLOWEST_MIN_SHARE = 0.05  # a replica last by less than this share of the step held nothing back
 
 
@@ -117,6 +119,30 @@ def batches(project: str, experiment: str, figures: StepSummary, end_s: float, r
     return out
 
 
+def lanes_of(step_span: dict[str, Any], spans: list[dict[str, Any]], figures: StepSummary) -> dict[str, Any]:
+    """One step as lanes: {lane: [[state, start_s, end_s], ...]}, times from the step's start."""
+    start, end = step_span["start_ns"], step_span["end_ns"]
+    lanes: dict[str, list[list[Any]]] = {}
+    for span in spans:
+        if span["end_ns"] <= start or span["start_ns"] >= end:
+            continue
+        attrs = span["attributes"]
+        lane = str(attrs.get("state_lane_id") or "trainer")
+        state = str(attrs.get("state_name") or span.get("name") or "?")
+        lanes.setdefault(lane, []).append(
+            [state, max(0, span["start_ns"] - start) / 1e9, (min(span["end_ns"], end) - start) / 1e9]
+        )
+    order = sorted(lanes, key=lambda lane: (lane != "trainer", lane != "rollouter", len(lane), lane))
+    return {
+        "step": figures.step,
+        "seconds": figures.seconds,
+        "end": end / 1e9,
+        "figures": figures.as_json(),
+        "lanes": {lane: sorted(lanes[lane], key=lambda s: s[1])[:LAST_STEP_SPANS] for lane in order[:LAST_STEP_LANES]},
+        "lanes_left_out": max(0, len(order) - LAST_STEP_LANES),
+    }
+
+
 class LiveFigures:
     """Spans in, per-step figures out (through ``emit``, which takes a push payload)."""
 
@@ -135,6 +161,7 @@ class LiveFigures:
         self.clock = clock
         self.stats = {"steps": 0, "dropped": 0, "failed": 0}
         self._runs: OrderedDict[tuple[str, str], _Run] = OrderedDict()
+        self._last: dict[tuple[str, str], dict[str, Any]] = {}  # the newest step made, per run, as lanes
         self._lock = threading.Lock()
 
     def observe(self, records: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
@@ -146,7 +173,7 @@ class LiveFigures:
                 if run is None:
                     run = self._runs[key] = _Run()
                     while len(self._runs) > self.max_runs:
-                        self._runs.popitem(last=False)
+                        self._last.pop(self._runs.popitem(last=False)[0], None)
                 self._runs.move_to_end(key)
                 if _is_step_span(record):
                     step = record["attributes"]["verl.step"]
@@ -160,6 +187,11 @@ class LiveFigures:
                         del run.spans[:cut]
                         self.stats["dropped"] += cut
             self._make(self._ready(now))  # under the lock: a run's steps are pushed in order
+
+    def last_step(self, project: str, experiment: str) -> dict[str, Any] | None:
+        """The newest step made of the run, as lanes of (state, start, end) seconds from its start."""
+        with self._lock:
+            return self._last.get((project, experiment))
 
     def tick(self) -> None:
         """Make the figures of steps that have settled (called now and then by the server)."""
@@ -190,6 +222,7 @@ class LiveFigures:
                 for figures in summarize([step_span, *spans]):
                     end_s = step_span["end_ns"] / 1e9
                     self.emit({"batches": batches(project, experiment, figures, end_s, run)})
+                    self._last[(project, experiment)] = lanes_of(step_span, spans, figures)
                     self.stats["steps"] += 1
             except Exception:  # one bad step never stops the next ones
                 self.stats["failed"] += 1
