@@ -152,8 +152,9 @@ def test_the_figures_as_prometheus_series_and_the_alerts_they_raise(tmp_path):
     process = start_hub_process(port, tmp_path, timeline_settle_s=1)  # loopback, no token: Prometheus scrapes it
     rules = tmp_path / "rules.yml"
     rules.write_text(render({"timeline_window": "10m", "timeline_min_steps": 3}))
-    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"], rule_files=[rules])
+    prometheus = None
     try:
+        prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"], rule_files=[rules])
         base = (int(time.time()) - 120) * S
         runs = {
             "one-slow-step": shaped_run(base, 6, slow_steps={3}),
@@ -212,7 +213,8 @@ def test_the_figures_as_prometheus_series_and_the_alerts_they_raise(tmp_path):
         wait_for(lambda: firing() >= expected, 30, what="the timeline alerts")
         assert firing() == expected  # one slow step among six raises nothing
     finally:
-        prometheus.stop()
+        if prometheus is not None:
+            prometheus.stop()
         stop_group(process)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from verl_rl_insight.dashboards import compare, engines, training
 from verl_rl_insight.dashboards.panels import (
+    PROM,
     RUN,
     Layout,
     M,
@@ -28,10 +29,11 @@ def timeline_rows(layout: Any) -> None:
     layout.add(
         state_timeline(
             "Timeline, synchronous: trainer phases and the replicas inside gen",
-            "trainer|replica_[0-9]+|agent_loop.*",
+            "trainer|profiler|replica_[0-9]+|agent_loop.*",
             "one row per lane: the trainer's phases in sequence (gen, reward, old_log_prob, ref, adv, update_actor, "
             "...) and each rollout replica's generate calls inside gen; the replica whose bar ends last holds the "
-            "step back (the long tail), a row without a bar is idle",
+            "step back (the long tail), a row without a bar is idle; the profiler row marks steps profiled by "
+            "`rl-insight profile`",
         ),
         w=24,
         h=12,
@@ -476,8 +478,24 @@ def dashboard(uid: Any, title: str, layout: Any, engine_metric: Any) -> Any:
         "editable": False,
         "templating": {"list": variables(engine_metric)},
         "panels": layout.panels,
-        "annotations": {"list": []},
+        "annotations": {"list": ANNOTATIONS},
     }
+
+
+# Events drawn on every panel of the training dashboards (Grafana's Prometheus annotation query)
+ANNOTATIONS = [
+    {
+        "name": "profiled steps",
+        "datasource": PROM,
+        "enable": True,
+        "iconColor": "purple",
+        "expr": f"changes(rl_insight_profiled_steps_total{{{RUN}}}[1m]) > 0",
+        "step": "15s",
+        "titleFormat": "profiled (rl-insight profile)",
+        "textFormat": "{{experiment_name}}: `rl-insight profile list` says where the traces are",
+        "useValueForTime": False,
+    }
+]
 
 
 def build(conditional: Any = None) -> Any:

@@ -15,6 +15,7 @@ PRODUCED = {
     GLOBAL_STEP_METRIC,
     *TIMELINE_SERIES,
     "rl_insight_run_finished",
+    "rl_insight_profiled_steps_total",
     "rl_insight_state_seconds_total",
     "rl_insight_state_count_total",
     "rl_insight_timeline_dropped_spans_total",

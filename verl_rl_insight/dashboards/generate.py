@@ -51,6 +51,9 @@ def queries(dashboard: Any) -> Any:
     for variable in dashboard["templating"]["list"]:
         if variable["type"] == "query":
             yield "variable", variable["query"]["query"]
+    for annotation in dashboard.get("annotations", {}).get("list", []):
+        if "expr" in annotation:
+            yield "promql", annotation["expr"]
 
 
 def verl_keys() -> Any:

@@ -38,6 +38,7 @@ from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings, default_home
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import write_atomically
+from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.silences import Alerting
 from verl_rl_insight.server.stores.span_relay import SpanRelay
 from verl_rl_insight.server.stores.spans import SpanStore
@@ -158,6 +159,7 @@ class Server:
             info=self.info,
             alerting=self.alerting,
             delete_series=self.delete_series,
+            profiles=ProfileStore(s.data_path / "profiles.json"),
         )
         self.api.ready = False  # until the span store and the services are in place
         self.http = HttpServer(self.api, s.bind, s.port)

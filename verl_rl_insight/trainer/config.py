@@ -83,6 +83,15 @@ class HardwareSettings:
 
 
 @dataclass
+class ProfilerSettings:
+    enabled: bool = True  # take `rl-insight profile` requests at step boundaries
+    poll_interval_s: float = 5.0  # how often the trainer asks the server for new requests
+    arm: str | None = None  # "torch": configure a dormant torch profiler at launch (no step profiled)
+    arm_roles: list[str] = field(default_factory=lambda: ["actor"])  # the roles it arms
+    arm_ranks: list[int] = field(default_factory=lambda: [0])  # the ranks it arms ([]: all)
+
+
+@dataclass
 class BuiltinPlugins:
     trainer_metrics: TrainerMetricsSettings = field(default_factory=TrainerMetricsSettings)
     metric_push: MetricPushSettings = field(default_factory=MetricPushSettings)
@@ -92,6 +101,7 @@ class BuiltinPlugins:
     probs_diff: SwitchSettings = field(default_factory=SwitchSettings)
     agent_loop: SwitchSettings = field(default_factory=SwitchSettings)  # rl_insight_agent_* (trace.backend)
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
+    profiler: ProfilerSettings = field(default_factory=ProfilerSettings)
 
 
 @dataclass

@@ -83,3 +83,10 @@ def rl_insight_collect(run: Any) -> None:
 @hookspec
 def rl_insight_shutdown(timeout_s: float) -> None:
     """Flush and stop within ``timeout_s`` seconds; called once at ``finish()`` or process exit."""
+
+
+@hookspec
+def rl_insight_profile_point(run: Any, trainer: Any, phase: str, when: str, step: int | None) -> None:
+    """verl's profiler boundaries in the training loop: ``phase`` is ``start_profile`` or
+    ``stop_profile`` (the phases verl times around them), ``when`` is ``enter`` or ``exit``,
+    ``trainer`` the object whose loop it is (its ``config.global_profiler`` is what verl reads)."""

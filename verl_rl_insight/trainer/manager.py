@@ -34,6 +34,7 @@ DEFAULT_PLUGINS = (
     "verl_rl_insight.trainer.plugins.probs_diff",
     "verl_rl_insight.trainer.plugins.agent_loop",
     "verl_rl_insight.trainer.plugins.hardware",
+    "verl_rl_insight.trainer.plugins.profiler",
 )
 
 

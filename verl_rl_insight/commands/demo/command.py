@@ -59,6 +59,8 @@ def compose(
                 f"+rl_insight.plugins.hardware.simulate_gpus={gpus}",
                 "+rl_insight.plugins.hardware.interval_s=1",
                 "+rl_insight.collect_interval_s=2",
+                "+rl_insight.plugins.profiler.arm=torch",  # `rl-insight profile` works on the demo
+                "+rl_insight.plugins.profiler.poll_interval_s=1",
             ],
         )
 

@@ -235,6 +235,37 @@ def generate_on(engines: Any, seconds: float, step: int) -> None:
         thread.join()
 
 
+class SimulatedActor:
+    """The actor worker's profiler, built as verl's workers build it (engine_workers: DistProfiler
+    from ``actor_rollout_ref.actor.profiler`` with its tool's config), and a little real torch
+    work in its update, so that a profiled step's trace holds something."""
+
+    def __init__(self, config: Any) -> None:
+        from omegaconf import OmegaConf
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.utils.profiler import DistProfiler, ProfilerConfig
+
+        # resolved, as verl's TaskRunner resolves the config before it builds the workers
+        profiler = OmegaConf.create(OmegaConf.to_container(config.actor_rollout_ref.actor.profiler, resolve=True))
+        tool = profiler.get("tool")
+        tool_config = omega_conf_to_dataclass(profiler.tool_config.get(tool)) if tool in ("torch", "nsys") else None
+        self.profiler = DistProfiler(
+            rank=0,
+            config=omega_conf_to_dataclass(profiler, dataclass_type=ProfilerConfig),
+            tool_config=tool_config,
+            save_file_prefix="actor",
+        )
+
+    def update(self, seconds: float) -> None:
+        import torch
+
+        deadline = time.monotonic() + seconds
+        weights = torch.randn(64, 64)
+        while time.monotonic() < deadline:
+            weights = torch.tanh(weights @ weights.T / 64)
+            time.sleep(0.01)
+
+
 @ray.remote(num_cpus=0)
 class SimulatedTaskRunner:
     """verl's TaskRunner replaced by the simulation; ``run(config)`` as run_ppo calls it."""
@@ -246,6 +277,8 @@ class SimulatedTaskRunner:
         from verl.utils.tracking import Tracking
 
         demo = config.rl_insight_demo
+        self.config = config  # what verl's trainers read global_profiler from, as the plugins do
+        actor = SimulatedActor(config)
         rng = random.Random(0)
         simulated_nvml.load_level[0] = 0.05
         engines = start_replicas(demo.engine, int(demo.replicas))
@@ -259,10 +292,16 @@ class SimulatedTaskRunner:
         total = int(config.trainer.total_training_steps)
         step_s = float(demo.step_seconds)
         marked_timer = ray_trainer.marked_timer
+        profiler = config.global_profiler
+        # verl's fit loop: whether a step is profiled is decided at the end of the step before
+        curr_step_profile = 1 in profiler.steps if profiler.steps is not None else False
         for step in range(1, total + 1):
             self.global_steps = step  # what the patches read, as in verl's trainers
             timing: dict[str, float] = {}
             with marked_timer("step", timing):
+                with marked_timer("start_profile", timing):
+                    if curr_step_profile:
+                        actor.profiler.start(role="train", profile_step=step)
                 with marked_timer("gen", timing):
                     simulated_nvml.load_level[0] = 0.85
                     generate_on(engines, step_s * 0.4, step)
@@ -284,10 +323,15 @@ class SimulatedTaskRunner:
                     time.sleep(step_s * 0.05)
                 with marked_timer("update_actor", timing):
                     simulated_nvml.load_level[0] = 0.95
-                    time.sleep(step_s * 0.25)
+                    actor.update(step_s * 0.25)
                 with marked_timer("update_weights", timing):
                     simulated_nvml.load_level[0] = 0.3
                     time.sleep(step_s * 0.05)
+                with marked_timer("stop_profile", timing):
+                    next_step_profile = step + 1 in profiler.steps if profiler.steps is not None else False
+                    if curr_step_profile:
+                        actor.profiler.stop(run_command=False)
+                    curr_step_profile = next_step_profile
             tracking.log(curves(step, total, rng, timing, batch), step=step)
         time.sleep(float(demo.linger_s))  # let Prometheus scrape the replicas once more
         tracking.finish()

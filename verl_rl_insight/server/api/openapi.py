@@ -11,7 +11,14 @@ from typing import Any
 import msgspec
 
 from verl_rl_insight import __version__
-from verl_rl_insight.contract.wire import ErrorBody, PushBody, SilenceBody, TargetBody
+from verl_rl_insight.contract.wire import (
+    ErrorBody,
+    ProfileBody,
+    ProfileReportBody,
+    PushBody,
+    SilenceBody,
+    TargetBody,
+)
 
 ERROR = {
     "description": "what is wrong, naming the field",
@@ -52,7 +59,8 @@ def _query(name: str, schema: Any, required: Any, description: Any) -> Any:
 def schemas() -> dict[str, Any]:
     """The request and error bodies, generated from the wire schema's msgspec Structs."""
     _, components = msgspec.json.schema_components(
-        (PushBody, TargetBody, SilenceBody, ErrorBody), ref_template="#/components/schemas/{name}"
+        (PushBody, TargetBody, SilenceBody, ProfileBody, ProfileReportBody, ErrorBody),
+        ref_template="#/components/schemas/{name}",
     )
     components["Error"] = components.pop("ErrorBody")
     return components
@@ -142,6 +150,32 @@ def document() -> dict[str, Any]:
             }
         },
         "/api/v1/spans/runs": {"get": _get("the runs whose spans this server keeps", errors=(404,))},
+        "/api/v1/profiles": {
+            "get": {
+                **_get(
+                    "profile requests, newest first, and (for one run) what its profiler can do",
+                    JSON_OK,
+                    [
+                        _query("project", {"type": "string"}, False, "only this project's"),
+                        _query("experiment_name", {"type": "string"}, False, "only this experiment's"),
+                    ],
+                    (401, 404),
+                ),
+                "security": [{"token": []}, {"basic": []}],
+            },
+            "post": _write(
+                "ask the running trainer to profile future steps with verl's profiler",
+                {"$ref": "#/components/schemas/ProfileBody"},
+                errors=(400, 401, 404, 413),
+            ),
+        },
+        "/api/v1/profiles/report": {
+            "post": _write(
+                "the trainer's word on its profile requests",
+                {"$ref": "#/components/schemas/ProfileReportBody"},
+                errors=(400, 401, 404, 413),
+            )
+        },
         "/api/v1/timeline/last_step": {
             "get": {
                 **_get(

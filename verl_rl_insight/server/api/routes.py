@@ -15,6 +15,9 @@ GET  /api/v1/services         every service: pid, health, restarts, version, dat
 GET  /api/v1/info             the endpoints the server announces (OTLP for traces, Grafana, ...)
 POST /v1/traces               OTLP/HTTP spans: kept, or passed on to Tempo; the timeline figures are made
 GET  /api/v1/timeline/last_step?project=P&experiment_name=E   the newest step made, as lanes
+POST /api/v1/profiles         {"project", "experiment_name", "first_step", ...}: profile future steps
+GET  /api/v1/profiles[?project=P&experiment_name=E]   requests and how they went
+POST /api/v1/profiles/report  the trainer's word on its requests (and what its profiler can do)
 
 With a token set, every write (POST, DELETE) and every named scrape needs it, as
 ``Authorization: Bearer <token>`` or HTTP Basic with the token as password (else 401, before
@@ -103,6 +106,7 @@ class Api:
         spans: Any = None,
         span_relay: Any = None,
         figures: Any = None,
+        profiles: Any = None,
         delete_series: Any = None,
         workers: int = 4,
         body_budget_bytes: Any = 64 * 1024 * 1024,
@@ -118,6 +122,7 @@ class Api:
         self.spans = spans
         self.span_relay = span_relay  # Tempo's OTLP receiver, when one runs: spans pass through to it
         self.figures = figures  # the timeline's per-step figures, made from every span that arrives
+        self.profiles = profiles  # profile requests (rl-insight profile) and what trainers say of them
         self.delete_series = delete_series  # (project, experiment) -> what Prometheus said
         self.save_every_s = save_every_s
         self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
@@ -151,11 +156,11 @@ class Api:
             ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
             ("DELETE", "/api/v1/runs"): (self.delete_run, True),
             ("POST", "/v1/traces"): (self.post_traces, True),
-            ("GET", "/api/v1/spans"): (self.get_spans, True),
-            ("GET", "/api/v1/timeline/last_step"): (
-                self.get_last_step,
-                True,
-            ),  # token2text spans carry prompts: token rules
+            ("GET", "/api/v1/spans"): (self.get_spans, True),  # token2text spans carry prompts: token rules
+            ("GET", "/api/v1/timeline/last_step"): (self.get_last_step, True),
+            ("POST", "/api/v1/profiles"): (self.post_profile, True),
+            ("GET", "/api/v1/profiles"): (self.get_profiles, True),
+            ("POST", "/api/v1/profiles/report"): (self.post_profile_report, True),
             ("GET", "/api/v1/spans/runs"): (
                 lambda r: self._json_from(r, lambda: {"runs": self._span_store().runs()}),
                 False,
@@ -351,6 +356,28 @@ class Api:
         await self._send_body(
             request.send, 200, "application/x-protobuf", ExportTraceServiceResponse().SerializeToString()
         )
+
+    def _profile_store(self) -> Any:
+        if self.profiles is None:
+            raise ApiError(404, "this server takes no profile requests")
+        return self.profiles
+
+    async def post_profile(self, request: Any) -> Any:
+        store = self._profile_store()
+        async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
+            record = await self._in_thread(store.request, bytes(body))
+        await self._send_json(request.send, 200, record)
+
+    async def get_profiles(self, request: Any) -> Any:
+        store = self._profile_store()
+        project, experiment = request.param("project") or None, request.param("experiment_name") or None
+        await self._json_from(request, lambda: store.list(project, experiment))
+
+    async def post_profile_report(self, request: Any) -> Any:
+        store = self._profile_store()
+        async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
+            result = await self._in_thread(store.report, bytes(body))
+        await self._send_json(request.send, 200, result)
 
     async def get_last_step(self, request: Any) -> Any:
         """The newest step the server made figures of, as lanes (what ``rl-insight watch`` draws)."""

@@ -22,7 +22,21 @@ def _run_ppo(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], 
         prepare_driver_environment(config)
     except Exception:
         logger.exception("rl-insight: could not prepare the worker environment; training goes on")
+    try:
+        _arm_profiler(config)
+    except Exception:
+        logger.exception("rl-insight: could not arm the profiler (plugins.profiler.arm); training goes on")
     return wrapped(*args, **kwargs)
+
+
+def _arm_profiler(config: Any) -> None:
+    """``plugins.profiler.arm``: a dormant profiler in verl's config before the workers are built."""
+    from verl_rl_insight.trainer.config import load_config, plugin_settings
+    from verl_rl_insight.trainer.plugins.profiler import arm
+
+    settings = plugin_settings(load_config(config), "profiler")
+    if settings.enabled and arm(config, settings):
+        logger.info("rl-insight: a dormant torch profiler is armed; `rl-insight profile` chooses the steps")
 
 
 def _runtime_env(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 from verl_rl_insight.trainer import runtime
 
 TIMER_NAMES = ("marked_timer", "_timer")
+PROFILE_PHASES = ("start_profile", "stop_profile")  # verl's profiler boundaries: the profiler plugin's points
 # The modules are listed once, in bootstrap.TARGETS; phases timed here run on lane "trainer"
 # except in these modules.
 LANES = {
@@ -24,12 +25,17 @@ LANES = {
 class PhaseState:
     """Wraps the timer's own context manager: verl's timing is untouched, a state spans it."""
 
-    __slots__ = ("inner", "name", "lane", "step")
+    __slots__ = ("inner", "name", "lane", "step", "trainer")
 
-    def __init__(self, inner: Any, name: str, lane: str, step: int | None) -> None:
-        self.inner, self.name, self.lane, self.step = inner, name, lane, step
+    def __init__(self, inner: Any, name: str, lane: str, step: int | None, trainer: Any = None) -> None:
+        self.inner, self.name, self.lane, self.step, self.trainer = inner, name, lane, step, trainer
+
+    def _profile_point(self, when: str) -> None:
+        if self.name in PROFILE_PHASES and self.trainer is not None:
+            _hook("rl_insight_profile_point", trainer=self.trainer, phase=self.name, when=when, step=self.step)
 
     def __enter__(self) -> Any:
+        self._profile_point("enter")
         result = self.inner.__enter__()
         _hook(
             "rl_insight_state_enter",
@@ -48,7 +54,10 @@ class PhaseState:
             end_ns=time.time_ns(),
             attributes={"error": True} if exc[0] is not None else None,
         )
-        return self.inner.__exit__(*exc)
+        try:
+            return self.inner.__exit__(*exc)
+        finally:
+            self._profile_point("exit")
 
 
 def _hook(hook_name: Any, **kwargs: Any) -> None:
@@ -66,7 +75,11 @@ def _wrap(original: Any, lane: str) -> Any:
         caller = sys._getframe(1).f_locals.get("self")
         step = getattr(caller, "global_steps", None)
         return PhaseState(
-            original(name, timing_raw, *args, **kwargs), str(name), lane, step if isinstance(step, int) else None
+            original(name, timing_raw, *args, **kwargs),
+            str(name),
+            lane,
+            step if isinstance(step, int) else None,
+            caller if name in PROFILE_PHASES else None,
         )
 
     timer.__wrapped__ = original  # type: ignore[attr-defined]

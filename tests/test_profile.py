@@ -1,0 +1,160 @@
+"""`rl-insight profile`: a future step of a running job profiled by verl's own profiler, asked for
+through the server. The job is the demo (verl's real run_ppo and patches, its training loop
+gating the profiler on `global_profiler.steps` as verl's fit loop does, its actor's profiler
+verl's real DistProfiler with the torch tool, writing real traces on CPU)."""
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (
+    REPO,
+    free_port,
+    http,
+    require_prometheus,
+    rl_insight,
+    start_hub_process,
+    stop_group,
+    wait_for,
+    write_server_config,
+)
+from verl_rl_insight.commands.demo.command import PROJECT, compose
+from verl_rl_insight.trainer.plugins.profiler import arm, capability, refusal
+
+TOKEN = "profile-token"
+
+
+def test_the_requested_step_and_only_it_is_profiled_in_the_demo(tmp_path):
+    require_prometheus()
+    path, config = write_server_config(
+        tmp_path, services={name: {"enabled": False} for name in ("tempo", "grafana", "alertmanager")}
+    )
+    env = {"VERL_RL_INSIGHT_CONFIG": None, "RL_INSIGHT_HOME": str(tmp_path / "home")}
+    assert rl_insight("server", "start", "--detach", "--config", str(path), env=env).returncode == 0
+    hub = f"http://127.0.0.1:{config['port']}"
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "verl_rl_insight", "demo", "--steps", "16", "--step-seconds", "1.5"]
+        + ["--experiment", "profiled", "--no-transfer-queue"],
+        cwd=tmp_path,
+        env={**__import__("os").environ, "RL_INSIGHT_HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+
+        def step():
+            streams = json.loads(http("GET", hub + "/api/v1/streams")[1])["streams"]
+            found = [s["step"] for s in streams if s["labels"].get("experiment_name") == "profiled" and s["step"]]
+            return max(found, default=0)
+
+        at = wait_for(lambda: step() >= 2 and step(), 180, what="the demo at step 2")
+        target = at + 3
+        passed = rl_insight("profile", "--project", PROJECT, "--experiment", "profiled", "--steps", str(at), env=env)
+        assert passed.returncode == 1 and f"step {at} has begun or passed" in passed.stderr
+        asked = rl_insight(
+            "profile", "--project", PROJECT, "--experiment", "profiled", "--steps", str(target), "--wait",
+            "--timeout", "120", env=env,
+        )  # fmt: skip
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert f"steps {target}..{target} of {PROJECT}/profiled" in asked.stdout
+        assert f"finished: profiled steps {target}; traces in {tmp_path / 'outputs' / 'profile'}" in asked.stdout
+        listed = rl_insight("profile", "list", "--project", PROJECT, "--experiment", "profiled", "--json", env=env)
+        [record] = json.loads(listed.stdout)["profiles"]
+        assert record["state"] == "finished" and record["steps"] == [target]
+        traces = Path(record["trace_dir"])
+        assert traces == tmp_path / "outputs" / "profile"  # verl's default save_path, made absolute
+        files = sorted(traces.glob("*.json.gz"))
+        assert [f.name.split("_")[:4] for f in files] == [["actor", "train", f"step{target}", "rank0"]]
+        events = json.loads(gzip.decompress(files[0].read_bytes()))["traceEvents"]
+        assert any(e.get("name") == "aten::mm" for e in events)  # the actor's update, recorded
+        table = rl_insight("profile", "list", env=env).stdout
+        assert f"finished  {target} " in table and str(traces) in table
+        assert demo.wait(180) == 0
+        # the profiled step on the timeline's profiler lane, and counted for the dashboards' annotations
+        spans = [
+            json.loads(line)
+            for line in http("GET", hub + f"/api/v1/spans?project={PROJECT}&experiment_name=profiled")[1].splitlines()
+        ]
+        [mark] = [s for s in spans if s["attributes"].get("state_lane_id") == "profiler"]
+        assert mark["attributes"]["verl.step"] == target and mark["attributes"]["requests"] == record["id"]
+    finally:
+        if demo.poll() is None:
+            stop_group(demo)
+        rl_insight("server", "stop", env=env)
+
+
+@pytest.fixture(scope="module")
+def verl_config():
+    return compose("x", 3, 1, "vllm", 2, 0, 0, False)  # verl's own ppo_trainer config, as the demo composes it
+
+
+def test_a_job_without_a_profiler_is_told_the_override_that_gives_it_one(verl_config):
+    able = capability(verl_config)
+    assert able["tool"] is None and able["roles"] == {}
+    why = refusal({"role": None, "ranks": None}, able)
+    assert "global_profiler.tool=torch" in why and "actor_rollout_ref.actor.profiler.enable=True" in why
+    assert "+rl_insight.plugins.profiler.arm=torch" in why
+
+
+def test_arming_gives_a_dormant_torch_profiler_and_requests_beyond_it_are_refused_with_the_fix(verl_config, tmp_path):
+    from omegaconf import OmegaConf
+
+    config = verl_config.copy()
+    settings = OmegaConf.create({"arm": "torch", "arm_roles": ["actor"], "arm_ranks": [0]})
+    assert arm(config, settings)
+    assert config.global_profiler.steps == []  # nothing profiled until asked
+    able = capability(config)
+    assert able["tool"] == "torch" and able["roles"]["actor"] == [0] and Path(able["save_path"]).is_absolute()
+    assert refusal({"role": "actor", "ranks": [0]}, able) is None
+    assert "actor_rollout_ref.actor.profiler.ranks=[0,1]" in refusal({"role": "actor", "ranks": [0, 1]}, able)
+    assert "actor_rollout_ref.ref.profiler.enable=True" in refusal({"role": "ref", "ranks": None}, able)
+
+
+@pytest.fixture
+def hub(tmp_path):
+    port = free_port()
+    process = start_hub_process(port, tmp_path, token=TOKEN)
+    yield f"http://127.0.0.1:{port}"
+    stop_group(process)
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"project": "p", "experiment_name": "e", "first_step": 0}, "first_step"),
+        ({"project": "p", "experiment_name": "e", "first_step": 5, "last_step": 3}, "last_step 3 is before"),
+        ({"project": "p", "experiment_name": "e", "first_step": 1, "last_step": 500}, "last_step: at most 100"),
+        ({"project": "p", "experiment_name": "e", "first_step": 1, "role": "judge"}, "role"),
+        ({"project": "p", "experiment_name": "e", "first_step": 1, "ranks": [-1]}, "ranks[0]"),
+        ({"project": "p", "experiment_name": "e", "first_step": 1, "steps": [1]}, "unknown field 'steps'"),
+        ({"experiment_name": "e", "first_step": 1}, "project must be given"),
+    ],
+)
+def test_a_bad_request_is_a_400_naming_the_field(hub, body, field):
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    status, text = http("POST", hub + "/api/v1/profiles", json.dumps(body).encode(), auth)
+    assert status == 400 and field in json.loads(text)["error"], text
+
+
+def test_requests_need_the_token_and_reports_name_only_their_own_run(hub, tmp_path):
+    body = json.dumps({"project": "p", "experiment_name": "e", "first_step": 3}).encode()
+    assert http("POST", hub + "/api/v1/profiles", body)[0] == 401
+    assert http("GET", hub + "/api/v1/profiles")[0] == 401
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    status, text = http("POST", hub + "/api/v1/profiles", body, auth)
+    assert status == 200
+    record = json.loads(text)
+    assert record["state"] == "requested" and record["first_step"] == record["last_step"] == 3
+    other = {"project": "p", "experiment_name": "other", "updates": [{"id": record["id"], "state": "armed"}]}
+    status, text = http("POST", hub + "/api/v1/profiles/report", json.dumps(other).encode(), auth)
+    assert status == 404 and record["id"] in json.loads(text)["error"]
+    own = {**other, "experiment_name": "e", "capability": {"tool": "torch", "roles": {"actor": [0]}}}
+    assert http("POST", hub + "/api/v1/profiles/report", json.dumps(own).encode(), auth)[0] == 200
+    listed = json.loads(http("GET", hub + "/api/v1/profiles?project=p&experiment_name=e", headers=auth)[1])
+    assert [p["state"] for p in listed["profiles"]] == ["armed"] and listed["capability"]["tool"] == "torch"
+    assert (tmp_path / "data" / "profiles.json").stat().st_mode & 0o777 == 0o600
