@@ -246,7 +246,7 @@ class SimulatedActor:
         from verl.utils.profiler import DistProfiler, ProfilerConfig
 
         # resolved, as verl's TaskRunner resolves the config before it builds the workers
-        profiler = OmegaConf.create(OmegaConf.to_container(config.actor_rollout_ref.actor.profiler, resolve=True))
+        profiler: Any = OmegaConf.create(OmegaConf.to_container(config.actor_rollout_ref.actor.profiler, resolve=True))
         tool = profiler.get("tool")
         tool_config = omega_conf_to_dataclass(profiler.tool_config.get(tool)) if tool in ("torch", "nsys") else None
         self.profiler = DistProfiler(
