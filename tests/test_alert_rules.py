@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tests.helpers import Prometheus, push, wait_for
+from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.managed import alert_rules
 from verl_rl_insight.server.settings import ServerSettings
 
@@ -28,6 +29,7 @@ def test_promtool_accepts_the_rules_and_thresholds_are_configurable(tmp_path):
         "RLInsightRolloutLongTail",
         "RLInsightTrainerIdle",
         "RLInsightSlowReplica",
+        *(d.alert for d in detectors.ALL if d.online),  # training health (tests/test_health.py)
     }
     assert "> 0.02 and" in rules["RLInsightRolloutProbsDiffCritical"]["expr"]
     assert "> 0.005 and" in rules["RLInsightRolloutProbsDiffWarning"]["expr"]

@@ -485,16 +485,53 @@ def dashboard(uid: Any, title: str, layout: Any, engine_metric: Any) -> Any:
 # Events drawn on every panel of the training dashboards (Grafana's Prometheus annotation query)
 ANNOTATIONS = [
     {
-        "name": "profiled steps",
+        "name": name,
         "datasource": PROM,
         "enable": True,
-        "iconColor": "purple",
-        "expr": f"changes(rl_insight_profiled_steps_total{{{RUN}}}[1m]) > 0",
+        "iconColor": color,
+        "expr": expr,
         "step": "15s",
-        "titleFormat": "profiled (rl-insight profile)",
-        "textFormat": "{{experiment_name}}: `rl-insight profile list` says where the traces are",
+        "titleFormat": title,
+        "textFormat": text,
         "useValueForTime": False,
     }
+    for name, color, expr, title, text in (
+        (
+            "checkpoint saves",
+            "blue",
+            f'increase(rl_insight_state_count_total{{{RUN},state="save_checkpoint",lane="trainer"}}[1m]) > 0',
+            "checkpoint saved",
+            "{{experiment_name}}",
+        ),
+        (
+            "validation",
+            "green",
+            f'increase(rl_insight_state_count_total{{{RUN},state="testing",lane="trainer"}}[1m]) > 0',
+            "validation",
+            "{{experiment_name}}",
+        ),
+        (
+            "restarts and resumes",
+            "orange",
+            f'resets(rl_insight_state_count_total{{{RUN},state="step",lane="trainer"}}[2m]) > 0',
+            "trainer restarted",
+            "{{experiment_name}}: its counters began again (a new process: a resume or a restart)",
+        ),
+        (
+            "alerts",
+            "red",
+            f'ALERTS{{{RUN},alertstate="firing"}}',
+            "{{alertname}}",
+            "{{experiment_name}} {{severity}}: rl-insight diagnose / rl-insight alerts",
+        ),
+        (
+            "profiled steps",
+            "purple",
+            f"changes(rl_insight_profiled_steps_total{{{RUN}}}[1m]) > 0",
+            "profiled (rl-insight profile)",
+            "{{experiment_name}}: `rl-insight profile list` says where the traces are",
+        ),
+    )
 ]
 
 

@@ -16,6 +16,11 @@ PRODUCED = {
     *TIMELINE_SERIES,
     "rl_insight_run_finished",
     "rl_insight_profiled_steps_total",
+    "ALERTS",  # Prometheus' own series of the alerts that fire
+    "rl_insight_health_finding",
+    "rl_insight_health_findings_total",
+    "rl_insight_health_value",
+    "rl_insight_health_baseline",
     "rl_insight_state_seconds_total",
     "rl_insight_state_count_total",
     "rl_insight_timeline_dropped_spans_total",

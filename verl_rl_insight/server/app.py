@@ -25,6 +25,7 @@ from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.managed import (
     alert_rules,
     alertmanager,
@@ -136,6 +137,8 @@ class Server:
         self.spans: SpanStore | None = None
         self.relay: SpanRelay | None = None
         self.figures = LiveFigures(self.hub.push, settle_s=settings.timeline_settle_s)
+        self.health = HealthMonitor(self.hub.push, alert_rules.health_params(settings.alerts))
+        self.hub.listeners.append(self.health.observe)
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
 
@@ -289,6 +292,7 @@ class Server:
             "spans_kept_by_hub": self.spans is not None,
             "span_relay": dict(self.relay.stats) if self.relay is not None else None,
             "timeline_figures": dict(self.figures.stats),
+            "health": self.health.params,
             "tempo": urls["tempo"],
             "prometheus": urls["prometheus"],
             "grafana": urls["grafana"],

@@ -6,11 +6,13 @@ log-prob mismatch alerts hold only when every step in the window is above the th
 steps happened in it, so one noisy step does not page anyone.
 """
 
+import re
 import urllib.parse
 from typing import Any
 
 import yaml
 
+from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.settings import ServerSettings
 
 DEFAULTS = {
@@ -34,18 +36,38 @@ DEFAULTS = {
     "long_tail_share": 0.2,  # the share of the window's step time spent waiting after the median replica
     "trainer_idle_share": 0.3,  # the share of the window's step time in which the trainer ran nothing
     "slowest_replica_share": 0.5,  # one replica held back more than this share of the window's steps
+    # training health (server/health/detectors.py): each RLInsight<Mode> fires while a step of the
+    # last health_hold belonged to a finding; the detectors' own settings are theirs (DEFAULTS there)
+    "health_hold": "10m",
 }
 
 RUN = "project, experiment_name"
 
 
 def thresholds(overrides: Any = None) -> Any:
-    values = dict(DEFAULTS)
-    unknown = sorted(set(overrides or {}) - set(DEFAULTS))
+    values = {**DEFAULTS, **detectors.DEFAULTS}
+    unknown = sorted(set(overrides or {}) - set(values))
     if unknown:
-        raise ValueError(f"unknown alert setting(s) {', '.join(unknown)}; known: {', '.join(sorted(DEFAULTS))}")
+        raise ValueError(f"unknown alert setting(s) {', '.join(unknown)}; known: {', '.join(sorted(values))}")
     values.update(overrides or {})
     return values
+
+
+def health_params(overrides: Any = None) -> dict[str, float]:
+    """The detectors' settings from the server config's ``alerts:`` (the stall limit is ``stalled_for``)."""
+    t = thresholds(overrides)
+    params = {k: float(t[k]) for k in detectors.DEFAULTS}
+    params["stall_s"] = duration_s(str(t["stalled_for"]))
+    return params
+
+
+def duration_s(text: str) -> float:
+    """A Prometheus duration (``90s``, ``15m``, ``1h30m``) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    parts = re.findall(r"(\d+)(ms|s|m|h|d|w|y)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{text!r} is not a duration (90s, 15m, 1h30m)")
+    return sum(int(n) * units[u] for n, u in parts)
 
 
 def _probs_diff(t: Any, level: Any, threshold: Any) -> Any:
@@ -155,6 +177,33 @@ def _timeline_rules(t: Any) -> list[dict[str, Any]]:
     ]
 
 
+def _health_rules(t: Any) -> list[dict[str, Any]]:
+    """One RLInsight<Mode> per detector the server runs online (server/health/live.py)."""
+    hold = t["health_hold"]
+    rules = []
+    for d in detectors.ALL:
+        if not d.online:
+            continue
+        rules.append(
+            {
+                "alert": d.alert,
+                "expr": f"max by (project, experiment_name, metric) "
+                f'(increase(rl_insight_health_findings_total{{detector="{d.name}"}}[{hold}])) > 0',
+                "labels": {"severity": d.severity, "detector": d.name},
+                "annotations": {
+                    "summary": f"{d.name.replace('_', ' ')} in {{{{ $labels.project }}}}/"
+                    f"{{{{ $labels.experiment_name }}}} ({{{{ $labels.metric }}}}): {d.means}",
+                    "description": f"Look first: {d.look}. People usually: {d.usually}. The steps and the "
+                    "evidence: rl-insight diagnose --project {{ $labels.project }} --experiment "
+                    "{{ $labels.experiment_name }}",
+                    "runbook": f"{d.means}. Look first: {d.look}. People usually: {d.usually}.",
+                    "panel": d.panel,
+                },
+            }
+        )
+    return rules
+
+
 def render(overrides: Any = None, links_to: Any = None) -> Any:
     t = thresholds(overrides)
     grad = "rl_insight_monitor_actor_grad_norm"
@@ -205,6 +254,7 @@ def render(overrides: Any = None, links_to: Any = None) -> Any:
         },
     ]
     rules += _timeline_rules(t)
+    rules += _health_rules(t)
     rules = [_links(rule, links_to) for rule in rules]
     return yaml.safe_dump({"groups": [{"name": "rl-insight", "rules": rules}]}, sort_keys=False)
 

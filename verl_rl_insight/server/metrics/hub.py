@@ -249,6 +249,9 @@ class MetricHub:
         self._live_body = (-1, b"")
         self._state_lock = threading.Lock()
         self._state_dirty = False
+        # called with the batches each push added (not its duplicates), after the hub has them,
+        # outside its lock: the server's health detectors read the trainers' steps here
+        self.listeners: list[Callable[[list[Batch]], None]] = []
         self._load_state()
 
     # -- pushes ----------------------------------------------------------------------------
@@ -258,14 +261,23 @@ class MetricHub:
         Raises PushError (nothing applied) when any part of it is invalid or does not fit.
         """
         now = self.clock()
-        return self._apply(validate_push(payload, now), now)
+        return self._tell(*self._apply(validate_push(payload, now), now))
 
     def push_body(self, body: bytes) -> dict[str, Any]:
         """``push`` for the bytes of a push body: decoded and validated in one pass."""
         now = self.clock()
-        return self._apply(decode_push(body, now), now)
+        return self._tell(*self._apply(decode_push(body, now), now))
 
-    def _apply(self, batches: list[Batch], now: float) -> dict[str, Any]:
+    def _tell(self, result: dict[str, Any], added: list[Batch]) -> dict[str, Any]:
+        for listener in self.listeners:
+            try:
+                listener(added)
+            except Exception:  # a listener's failure never fails a push that the hub has taken
+                self.stats["listener_errors"] += 1
+        return result
+
+    def _apply(self, batches: list[Batch], now: float) -> tuple[dict[str, Any], list[Batch]]:
+        added: list[Batch] = []
         with self._lock:
             self._make_room(batches, now)
             accepted = duplicates = 0
@@ -305,6 +317,7 @@ class MetricHub:
                 self._bytes += SERIES_BYTES * (len(latest) - before)
                 stream.updated = now
                 accepted += 1
+                added.append(batch)
             for key, latest in touched.items():
                 stream = self._streams[key]
                 stream.latest = latest
@@ -315,7 +328,7 @@ class MetricHub:
             self.stats["duplicates"] += duplicates
             self.stats["pushes"] += 1
             self._sweep(now)
-        return {"accepted": accepted, "duplicates": duplicates, "hub": self.instance}
+        return {"accepted": accepted, "duplicates": duplicates, "hub": self.instance}, added
 
     def _make_room(self, batches: list[Batch], now: float) -> None:
         """Refuse a push over the series limit; free history for it under the memory bound."""

@@ -1,0 +1,147 @@
+"""``rl-insight diagnose --project P --experiment E [--steps A:B] [--json]``: the run's whole
+history read back from Prometheus, walked by the same detectors the server runs on every step
+(``server/health/detectors.py``), and the findings ranked by severity.
+
+Exit codes: 0 nothing found, 1 findings, 2 could not diagnose (usage, an unknown run, no Prometheus).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import urllib.parse
+from typing import Any
+
+from verl_rl_insight.commands.api import call, common_options, server
+from verl_rl_insight.commands.checks import CliError
+from verl_rl_insight.commands.timeline.command import steps_range
+from verl_rl_insight.commands.watch.data import DataError, Prometheus
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
+from verl_rl_insight.contract.promql import run_selector
+from verl_rl_insight.server.health import detectors
+
+CANNOT = 2
+CHUNK_S = 2 * 3600  # raw samples are read in windows of this length, newest first
+MAX_S = 35 * 86400  # and no further back than this (Prometheus' retention is 30 days by default)
+DASHBOARD = "verl_trainer_v1_with_vllm_engine"
+
+
+def _names() -> str:
+    wanted = {detectors.series_name(k) for d in detectors.ALL for k in d.keys if not k.endswith("/")}
+    wanted |= {detectors.series_name(k) for k in detectors.NON_FINITE_KEYS} | {GLOBAL_STEP_METRIC}
+    return "|".join(sorted(wanted)) + "|" + detectors.VALIDATION + ".*"
+
+
+def read_history(prom: Prometheus, project: str, experiment: str, now: float) -> tuple[dict[str, Any], list[Any]]:
+    """({series name: [(step, value)]}, [(step, first time seen)]) of the run's trainer scalars.
+
+    Raw samples (every scrape's, in windows of CHUNK_S going back until the run's start): each is
+    matched to its step by the global-step sample of the same timestamp, since the hub stamps a
+    step's values and its step with one time."""
+    selector = run_selector(project, experiment)[1:-1]
+    query = f'{{__name__=~"{_names()}",{selector}}}'
+    samples: dict[str, dict[float, float]] = {}
+    end, seen_run = now, False
+    while now - end < MAX_S:
+        found = prom.query(f"{query}[{CHUNK_S}s] @ {end:.3f}")
+        useful = [
+            r for r in found if set(r["metric"]) - {"__name__", "job", "instance"} == {"project", "experiment_name"}
+        ]
+        for r in useful:
+            into = samples.setdefault(r["metric"]["__name__"], {})
+            for t, v in r["values"]:
+                into.setdefault(float(t), float(v))
+        steps_here = any(r["metric"]["__name__"] == GLOBAL_STEP_METRIC and r["values"] for r in useful)
+        if seen_run and not steps_here:
+            break
+        seen_run = seen_run or steps_here
+        end -= CHUNK_S
+    step_at = {t: int(v) for t, v in samples.pop(GLOBAL_STEP_METRIC, {}).items()}
+    history: dict[str, list[tuple[int, float]]] = {}
+    for name, values in samples.items():
+        by_step: dict[int, float] = {}
+        for t in sorted(values):
+            if t in step_at:
+                by_step.setdefault(step_at[t], values[t])
+        history[name] = sorted(by_step.items())
+    first_seen: dict[int, float] = {}
+    for t in sorted(step_at):
+        first_seen.setdefault(step_at[t], t)
+    return history, sorted(first_seen.items())
+
+
+def panel_link(grafana: str | None, project: str, experiment: str) -> str:
+    if not grafana:
+        return ""
+    query = urllib.parse.urlencode({"var-project": project, "var-experiment_name": experiment})
+    return f"{grafana}/d/{DASHBOARD}?{query}"
+
+
+def run(args: argparse.Namespace) -> int:
+    base, token = server(args)
+    info = call("GET", base + "/api/v1/info", token)
+    prom_url = args.prometheus or info.get("prometheus")
+    if not prom_url or (not args.prometheus and "prometheus" not in info.get("services", ("prometheus",))):
+        raise CliError(f"the server at {base} runs no Prometheus", fix="give --prometheus URL", code=CANNOT)
+    prom = Prometheus(prom_url, timeout=30)
+    try:
+        history, times = read_history(prom, args.project, args.experiment, time.time())
+        finished = prom.scalar(f"rl_insight_run_finished{run_selector(args.project, args.experiment)}") == 1
+    except DataError as exc:
+        raise CliError(str(exc), code=CANNOT) from None
+    if not times:
+        raise CliError(f"no step of {args.project}/{args.experiment} in Prometheus", code=CANNOT)
+    params = {**detectors.DEFAULTS, **(info.get("health") or {})}
+    findings = detectors.diagnose(history, times, finished=finished, now=time.time(), params=params)
+    first, last = args.steps or (None, None)
+    findings = [
+        f for f in findings if (first is None or f.last_step >= first) and (last is None or f.first_step <= last)
+    ]
+    link = panel_link(
+        info.get("grafana") if "grafana" in info.get("services", ()) else None, args.project, args.experiment
+    )
+    for finding in findings:
+        finding.panel = f"{finding.panel}: {link}" if link else finding.panel
+    steps = f"steps {times[0][0]}-{times[-1][0]}"
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "project": args.project,
+                    "experiment_name": args.experiment,
+                    "steps": [times[0][0], times[-1][0]],
+                    "findings": [f.as_json() for f in findings],
+                }
+            )
+        )
+        return 1 if findings else 0
+    if not findings:
+        print(f"{args.project}/{args.experiment} ({steps}): no finding ({len(detectors.ALL)} detectors)")
+        return 0
+    print(f"{args.project}/{args.experiment} ({steps}): {len(findings)} finding(s), the most severe first")
+    for f in findings:
+        d = detectors.BY_NAME[f.detector]
+        span = f"step {f.first_step}" if f.first_step == f.last_step else f"steps {f.first_step}-{f.last_step}"
+        print(f"\n{f.severity.upper():8}  {f.detector}  {span}  {f.metric}: {f.evidence}")
+        print(f"          {d.means}")
+        print(f"          look first: {d.look}")
+        print(f"          people usually: {d.usually}")
+        print(f"          panel: {f.panel}")
+    return 1
+
+
+def add_parsers(sub: Any) -> None:
+    parser = sub.add_parser(
+        "diagnose",
+        help="find known RL failure modes in a run's whole history (what the alerts find online)",
+        description="Exit codes: 0 nothing found, 1 findings, 2 could not diagnose.",
+    )
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--experiment", required=True, help="the experiment_name")
+    parser.add_argument(
+        "--steps", type=steps_range, help="only findings within these steps: A:B (both included), A:, :B"
+    )
+    parser.add_argument("--prometheus", help="read this Prometheus instead of the server's")
+    common_options(parser, top=True)
+    parser.set_defaults(func=run)

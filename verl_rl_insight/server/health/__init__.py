@@ -1,0 +1,1 @@
+"""Training health: RL failure modes found in what verl logs, online and offline."""
