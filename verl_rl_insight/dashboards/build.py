@@ -13,6 +13,7 @@ from verl_rl_insight.dashboards.panels import (
     RUN,
     Layout,
     M,
+    samples_table,
     spans_table,
     state_timeline,
     timeseries,
@@ -65,6 +66,16 @@ def timeline_rows(layout: Any) -> None:
             "generate calls per replica lane and worker roles per rank; a trace ID opens the trace",
         ),
         w=12,
+        h=10,
+    )
+    layout.add(
+        samples_table(
+            "Rollout samples: worst, best, largest mismatch",
+            "per step, the k lowest- and highest-scoring rollouts and the k with the largest train/inference "
+            "log-prob mismatch, with prompt and response (plugin samples: off by default; "
+            "+rl_insight.plugins.samples.enabled=True); in the terminal: rl-insight samples",
+        ),
+        w=24,
         h=10,
     )
     layout.add(trace_view("Selected trace", "the trace whose ID is in the trace_id variable at the top"), w=24, h=12)

@@ -160,6 +160,23 @@ def spans_table(title: str, lanes: Any, description: Any) -> Any:
     }
 
 
+SAMPLE_FIELDS = ("verl.step", "sample.kind", "sample.rank", "sample.score", "sample.length", "sample.mismatch")
+SAMPLE_TEXT = ("sample.finish_reason", "sample.data_source", "sample.prompt", "sample.response")
+
+
+def samples_table(title: str, description: str) -> dict[str, Any]:
+    """The rollouts the samples plugin kept (lane ``samples``): one row each, with their text."""
+    select = ", ".join(f"span.{name}" for name in SAMPLE_FIELDS + SAMPLE_TEXT)
+    query = (
+        f'{{ resource.service.name = "verl" && {TRACE_RUN} && span.state_lane_id = "samples" && '
+        f'span.sample.kind != "" }} | select({select})'
+    )
+    panel = spans_table(title, "samples", description)
+    panel["targets"][0]["query"] = query
+    panel["options"]["sortBy"] = [{"displayName": "verl.step", "desc": True}]
+    return panel
+
+
 # Tempo's spans table (tableType "spans") -> one row per lane, each span drawn from its start to
 # its end: the structure of the official RL-Insight timeline, in Grafana 11's classic JSON.
 TIMELINE_TRANSFORMATIONS: list[dict[str, Any]] = [

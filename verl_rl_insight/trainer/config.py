@@ -92,6 +92,13 @@ class ProfilerSettings:
 
 
 @dataclass
+class SamplesSettings:
+    enabled: bool = False  # off by default: prompts and responses can be private
+    k: int = 3  # per step: the k worst, k best and k largest-mismatch rollouts
+    max_chars: int = 1000  # a prompt or response is cut to this many characters
+
+
+@dataclass
 class BuiltinPlugins:
     trainer_metrics: TrainerMetricsSettings = field(default_factory=TrainerMetricsSettings)
     metric_push: MetricPushSettings = field(default_factory=MetricPushSettings)
@@ -102,6 +109,7 @@ class BuiltinPlugins:
     agent_loop: SwitchSettings = field(default_factory=SwitchSettings)  # rl_insight_agent_* (trace.backend)
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
     profiler: ProfilerSettings = field(default_factory=ProfilerSettings)
+    samples: SamplesSettings = field(default_factory=SamplesSettings)
 
 
 @dataclass

@@ -60,8 +60,9 @@ def rl_insight_trajectory(run: Any, trajectory: Any) -> None:
 
 
 @hookspec
-def rl_insight_train_batch(run: Any, batch: Any, step: int | None) -> None:
-    """The step's batch (a verl DataProto) on its way into advantage estimation; read it, never change it."""
+def rl_insight_train_batch(run: Any, batch: Any, step: int | None, trainer: Any) -> None:
+    """The step's batch (a verl DataProto) on its way into advantage estimation; read it, never change it.
+    ``trainer``: the object whose loop it is (its ``tokenizer`` decodes the batch), or None."""
 
 
 @hookspec

@@ -35,6 +35,7 @@ DEFAULT_PLUGINS = (
     "verl_rl_insight.trainer.plugins.agent_loop",
     "verl_rl_insight.trainer.plugins.hardware",
     "verl_rl_insight.trainer.plugins.profiler",
+    "verl_rl_insight.trainer.plugins.samples",
 )
 
 

@@ -61,6 +61,7 @@ def compose(
                 "+rl_insight.collect_interval_s=2",
                 "+rl_insight.plugins.profiler.arm=torch",  # `rl-insight profile` works on the demo
                 "+rl_insight.plugins.profiler.poll_interval_s=1",
+                "+rl_insight.plugins.samples.enabled=True",  # synthetic prompts: `rl-insight samples` shows them
             ],
         )
 

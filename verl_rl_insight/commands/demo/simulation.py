@@ -124,7 +124,10 @@ def batch_for(step: int, rng: Any, batch: int = 8, length: int = 64, prompt_leng
             "attention_mask": torch.cat([prompt_mask, mask], dim=1),
             "values": torch.randn(batch, length, generator=g) * 0.1 + 0.3,
         },
-        non_tensors={"uid": np.array([f"q{i // 4}" for i in range(batch)], dtype=object)},
+        non_tensors={
+            "uid": np.array([f"q{i // 4}" for i in range(batch)], dtype=object),
+            "data_source": np.array(["gsm8k" if i % 2 else "math" for i in range(batch)], dtype=object),
+        },
         meta_info={"global_token_num": (prompt_lengths + lengths).tolist()},
     )
 
@@ -235,6 +238,19 @@ def generate_on(engines: Any, seconds: float, step: int) -> None:
         thread.join()
 
 
+class SimulatedTokenizer:
+    """Stands in for the trainer's tokenizer: token ids to words of a small vocabulary, so that the
+    demo's samples (plugin samples) read as text."""
+
+    WORDS = (
+        "the answer is so we add then multiply each side by two and check that it holds "
+        "first note step one two three four five six seven eight nine ten therefore"
+    ).split()
+
+    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+        return " ".join(self.WORDS[int(i) % len(self.WORDS)] for i in ids)
+
+
 class SimulatedActor:
     """The actor worker's profiler, built as verl's workers build it (engine_workers: DistProfiler
     from ``actor_rollout_ref.actor.profiler`` with its tool's config), and a little real torch
@@ -278,6 +294,7 @@ class SimulatedTaskRunner:
 
         demo = config.rl_insight_demo
         self.config = config  # what verl's trainers read global_profiler from, as the plugins do
+        self.tokenizer = SimulatedTokenizer()  # what the samples plugin decodes the batch with
         actor = SimulatedActor(config)
         rng = random.Random(0)
         simulated_nvml.load_level[0] = 0.05

@@ -19,6 +19,7 @@ from verl_rl_insight.server.stores.files import write_atomically
 
 MAX_ATTRIBUTES = 32
 MAX_VALUE = 256
+LONG_VALUES = {"sample.prompt": 4096, "sample.response": 4096}  # the samples' text (plugin samples)
 
 
 class SpanError(BadInput):
@@ -76,6 +77,8 @@ def records(request: Any) -> Any:
                 attrs = {}
                 for a in span.attributes[: MAX_ATTRIBUTES + 2]:
                     value = _value(a.value)
+                    if isinstance(value, str) and a.key in LONG_VALUES:
+                        value = a.value.string_value[: LONG_VALUES[a.key]]
                     if value is not None:
                         attrs[a.key[:MAX_VALUE]] = value
                 project, experiment = attrs.pop("project", None), attrs.pop("experiment_name", None)

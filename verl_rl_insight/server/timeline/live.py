@@ -128,6 +128,8 @@ def lanes_of(step_span: dict[str, Any], spans: list[dict[str, Any]], figures: St
             continue
         attrs = span["attributes"]
         lane = str(attrs.get("state_lane_id") or "trainer")
+        if lane == "samples":
+            continue
         state = str(attrs.get("state_name") or span.get("name") or "?")
         lanes.setdefault(lane, []).append(
             [state, max(0, span["start_ns"] - start) / 1e9, (min(span["end_ns"], end) - start) / 1e9]

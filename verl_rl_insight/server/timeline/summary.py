@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 REPLICA_PREFIX = "replica_"
+NOT_WORK = frozenset({"samples", "profiler"})  # lanes that mark a step (its samples, a profile), not work in it
 
 
 @dataclass(slots=True)
@@ -88,7 +89,7 @@ def summarize(spans: list[dict[str, Any]], first: int | None = None, last: int |
         if end > start and (first is None or step >= first) and (last is None or step <= last)
     )
     inside = _by_step(spans, windows)
-    lanes = sorted({_lane(s) for s in spans})
+    lanes = sorted({_lane(s) for s in spans} - NOT_WORK)
     out = []
     for start, end, step in sorted(windows, key=lambda w: w[2]):
         summary = StepSummary(step=step, seconds=(end - start) / 1e9)

@@ -16,7 +16,7 @@ def _wrap(original: Any) -> Any:
             step = getattr(caller, "global_steps", None)
             try:
                 rt.hook.rl_insight_train_batch(
-                    run=rt.current_run(), batch=data, step=step if isinstance(step, int) else None
+                    run=rt.current_run(), batch=data, step=step if isinstance(step, int) else None, trainer=caller
                 )
             except Exception:  # a training step never fails because of monitoring
                 pass
