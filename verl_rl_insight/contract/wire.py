@@ -43,6 +43,7 @@ MAX_METRICS_PER_BATCH = 10_000
 MAX_EXTRA_LABELS = 16
 MAX_STEP = 2**63 - 1
 MAX_TIME = 1e11  # seconds since the epoch (year 5138): timestamps fit in int64 ms
+MAX_FUTURE_S = 300.0  # a batch stamped further than this beyond the server's clock is refused (max_future_s)
 MAX_TARGET_LABELS = 16
 MAX_TTL_S = 7 * 86400
 MAX_SILENCE_S = 30 * 86400
@@ -80,7 +81,16 @@ class BatchBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
     metrics: Metrics
     step: Annotated[int, Meta(ge=0, le=MAX_STEP)] | None = None
     time: (
-        Annotated[float, Meta(ge=0, le=MAX_TIME, description="the trainer's time, seconds since the epoch")] | None
+        Annotated[
+            float,
+            Meta(
+                ge=0,
+                le=MAX_TIME,
+                description="the trainer's time, seconds since the epoch; at most max_future_s (300) ahead of "
+                "the server's clock",
+            ),
+        ]
+        | None
     ) = None
     labels: (
         Annotated[
@@ -237,8 +247,13 @@ def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
-def _batch(i: int, body: BatchBody, now: float) -> Batch:
+def _batch(i: int, body: BatchBody, now: float, max_future_s: float = MAX_FUTURE_S) -> Batch:
     where = f"batches[{i}]"
+    if body.time is not None and body.time > now + max_future_s:
+        raise PushError(
+            f"{where}.time: {body.time:.3f} is {body.time - now:.0f} s ahead of the server's clock, beyond the "
+            f"{max_future_s:g} s allowed (max_future_s); check the trainer's clock (NTP)"
+        )
     check_metric_names(where, body.metrics)
     labels = [("experiment_name", body.experiment_name), ("project", body.project)]
     if body.labels:
@@ -254,7 +269,7 @@ def _batch(i: int, body: BatchBody, now: float) -> Batch:
     return Batch(tuple(labels), body.step, body.time if body.time is not None else now, timed, metrics)
 
 
-def decode_push(body: bytes, now: float) -> list[Batch]:
+def decode_push(body: bytes, now: float, max_future_s: float = MAX_FUTURE_S) -> list[Batch]:
     """The batches of a push body, every field checked; raises PushError naming the first bad one."""
     try:
         push = _push_decoder.decode(body)
@@ -262,16 +277,16 @@ def decode_push(body: bytes, now: float) -> list[Batch]:
         raise _explain(exc, body) from None
     except msgspec.DecodeError as exc:
         raise PushError(_explain_malformed(exc, body)) from None
-    return [_batch(i, b, now) for i, b in enumerate(push.batches)]
+    return [_batch(i, b, now, max_future_s) for i, b in enumerate(push.batches)]
 
 
-def validate_push(payload: Any, now: float) -> list[Batch]:
+def validate_push(payload: Any, now: float, max_future_s: float = MAX_FUTURE_S) -> list[Batch]:
     """``decode_push`` for a body already parsed (the Python API and the tests)."""
     try:
         body = json.dumps(payload, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise PushError(f"body is not JSON-serialisable: {exc}") from None
-    return decode_push(body, now)
+    return decode_push(body, now, max_future_s)
 
 
 _AT = re.compile(r"^(?P<message>.*?)(?: - at `(?P<key>key` in `)?\$(?P<path>[^`]*)`)?$", re.S)

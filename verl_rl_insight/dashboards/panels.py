@@ -171,7 +171,7 @@ def samples_table(title: str, description: str) -> dict[str, Any]:
         f'{{ resource.service.name = "verl" && {TRACE_RUN} && span.state_lane_id = "samples" && '
         f'span.sample.kind != "" }} | select({select})'
     )
-    panel = spans_table(title, "samples", description)
+    panel: dict[str, Any] = spans_table(title, "samples", description)
     panel["targets"][0]["query"] = query
     panel["options"]["sortBy"] = [{"displayName": "verl.step", "desc": True}]
     return panel

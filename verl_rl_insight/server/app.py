@@ -38,7 +38,7 @@ from verl_rl_insight.server.managed.supervisor import Service, Supervisor
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings, default_home
 from verl_rl_insight.server.stores import credentials
-from verl_rl_insight.server.stores.files import write_atomically
+from verl_rl_insight.server.stores.files import private_folder, write_atomically
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.silences import Alerting
 from verl_rl_insight.server.stores.span_relay import SpanRelay
@@ -126,6 +126,7 @@ class Server:
             memory_limit_bytes=int(settings.memory_limit_mb * 2**20),
             history_s=settings.history_s,
             state_path=settings.data_path / "hub-state.json",
+            max_future_s=settings.max_future_s,
         )
         self.targets = TargetRegistry(settings.data_path / "targets.json")
         self.api: Api | None = None
@@ -144,7 +145,8 @@ class Server:
 
     def start(self) -> Any:
         s = self.settings
-        s.data_path.mkdir(parents=True, exist_ok=True)
+        os.umask(0o077)  # every file and folder this server and its services make: this user's only
+        private_folder(s.data_path)  # and one made before this release becomes so too
         credentials.resolve(s)
         check_port_free(s.bind, s.port, "metric hub")
         for name in SERVICE_NAMES:
@@ -355,6 +357,8 @@ class Server:
             self.api.close()
         if self.relay is not None:
             self.relay.close()
+        if self.spans is not None:
+            self.spans.close()
         self.targets.close()
 
 

@@ -91,6 +91,7 @@ class ServerSettings:
     max_series: int = 500_000  # the metric hub's series, all runs together
     history_s: float = 600.0  # history every scraper has seen is dropped after this
     max_body_mb: float = 8  # one push request
+    max_future_s: float = 300.0  # a batch stamped further ahead of this server's clock is refused (400)
     timeline_settle_s: float = 15.0  # a step's timeline figures: this long after its span, or at the next step
     services: dict[str, Any] = dataclasses.field(default_factory=dict)
     # past one node: Prometheus' own remote_write entries ({url: ..., basic_auth: ..., ...}), passed
@@ -129,6 +130,7 @@ class ServerSettings:
             "max_body_mb",
             "scrape_interval_s",
             "timeline_settle_s",
+            "max_future_s",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:

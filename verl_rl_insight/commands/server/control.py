@@ -21,6 +21,7 @@ from verl_rl_insight.server.managed.supervisor import (
 )
 from verl_rl_insight.server.settings import ServerSettings, default_home
 from verl_rl_insight.server.stores import credentials
+from verl_rl_insight.server.stores.files import private_folder
 
 START_TIMEOUT_S = 180
 
@@ -132,6 +133,8 @@ def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdo
             return 2
         return 1 if result.get("missing") else 0
     log_path = settings.data_path / "logs" / "server.log"
+    os.umask(0o077)  # the log and its folder, made here before the server starts: this user's only
+    private_folder(settings.data_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_start = log_path.stat().st_size if log_path.exists() else 0  # this attempt's lines begin here
     with open(log_path, "ab") as log:

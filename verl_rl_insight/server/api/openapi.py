@@ -149,7 +149,17 @@ def document() -> dict[str, Any]:
                 "security": [{"token": []}, {"basic": []}],
             }
         },
-        "/api/v1/spans/runs": {"get": _get("the runs whose spans this server keeps", errors=(404,))},
+        "/api/v1/spans/runs": {
+            "get": _get(
+                "the runs whose spans this server keeps, newest first, a page at a time",
+                JSON_OK,
+                [
+                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, False, "runs per page (100)"),
+                    _query("offset", {"type": "integer", "minimum": 0}, False, "from this run on (0)"),
+                ],
+                (400, 404),
+            )
+        },
         "/api/v1/profiles": {
             "get": {
                 **_get(

@@ -161,10 +161,7 @@ class Api:
             ("POST", "/api/v1/profiles"): (self.post_profile, True),
             ("GET", "/api/v1/profiles"): (self.get_profiles, True),
             ("POST", "/api/v1/profiles/report"): (self.post_profile_report, True),
-            ("GET", "/api/v1/spans/runs"): (
-                lambda r: self._json_from(r, lambda: {"runs": self._span_store().runs()}),
-                False,
-            ),
+            ("GET", "/api/v1/spans/runs"): (self.get_span_runs, False),
             ("GET", "/api/v1/alerts"): (lambda r: self._alerting(r, "firing"), False),
             ("GET", "/api/v1/silences"): (lambda r: self._alerting(r, "silences"), False),
             ("POST", "/api/v1/silences"): (self.post_silence, True),
@@ -378,6 +375,24 @@ class Api:
         async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
             result = await self._in_thread(store.report, bytes(body))
         await self._send_json(request.send, 200, result)
+
+    async def get_span_runs(self, request: Any) -> Any:
+        """The runs with spans here, newest first, a page at a time (``limit`` 100, at most 1000)."""
+        store = self._span_store()
+        try:
+            limit = int(request.param("limit") or 100)
+            offset = int(request.param("offset") or 0)
+        except ValueError:
+            raise ApiError(400, "limit and offset must be whole numbers") from None
+        if not 1 <= limit <= 1000 or not 0 <= offset <= 10**9:
+            raise ApiError(400, "limit must be 1 to 1000, offset 0 or more")
+
+        def page() -> dict[str, Any]:
+            runs, total = store.page(limit, offset)
+            following = offset + len(runs)
+            return {"runs": runs, "total": total, "next_offset": following if following < total else None}
+
+        await self._json_from(request, page)
 
     async def get_last_step(self, request: Any) -> Any:
         """The newest step the server made figures of, as lanes (what ``rl-insight watch`` draws)."""

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_rl_insight.contract.errors import Busy, OverCapacity
-from verl_rl_insight.contract.wire import Batch, PushError, decode_push, validate_push
+from verl_rl_insight.contract.wire import MAX_FUTURE_S, Batch, PushError, decode_push, validate_push
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.stores.files import write_atomically
 
@@ -226,7 +226,9 @@ class MetricHub:
         scraper_ttl_s: float = 3600.0,
         state_path: Path | None = None,
         clock: Callable[[], float] = time.time,
+        max_future_s: float = MAX_FUTURE_S,
     ) -> None:
+        self.max_future_s = max_future_s
         self.max_series = max_series
         self.memory_limit_bytes = int(memory_limit_bytes)
         self.history_s = history_s
@@ -261,12 +263,12 @@ class MetricHub:
         Raises PushError (nothing applied) when any part of it is invalid or does not fit.
         """
         now = self.clock()
-        return self._tell(*self._apply(validate_push(payload, now), now))
+        return self._tell(*self._apply(validate_push(payload, now, self.max_future_s), now))
 
     def push_body(self, body: bytes) -> dict[str, Any]:
         """``push`` for the bytes of a push body: decoded and validated in one pass."""
         now = self.clock()
-        return self._tell(*self._apply(decode_push(body, now), now))
+        return self._tell(*self._apply(decode_push(body, now, self.max_future_s), now))
 
     def _tell(self, result: dict[str, Any], added: list[Batch]) -> dict[str, Any]:
         for listener in self.listeners:

@@ -8,9 +8,11 @@ One JSON line per span in ``<run key>.jsonl``; ``runs.json`` indexes the runs. A
 
 import hashlib
 import json
+import os
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -128,19 +130,45 @@ def run_key(project: str, experiment: str | None) -> Any:
 
 
 class SpanStore:
-    def __init__(self, folder: Path, max_run_bytes: Any = 64 * 2**20, max_total_bytes: Any = 1024 * 2**20) -> None:
+    """Spans per run, bounded in bytes per run, in bytes and in runs all together (the run written
+    to longest ago goes first, counted in ``stats["evicted_runs"]``). The index (``runs.json``) is
+    kept in memory, in the order runs were last written, and saved at most once per
+    ``save_every_s`` (and at ``close``): a request costs the same with 10 runs or 10,000."""
+
+    def __init__(
+        self,
+        folder: Path,
+        max_run_bytes: Any = 64 * 2**20,
+        max_total_bytes: Any = 1024 * 2**20,
+        max_runs: int = 10_000,
+        save_every_s: float = 1.0,
+    ) -> None:
         self.folder = folder
         self.max_run_bytes = max_run_bytes
         self.max_total_bytes = max_total_bytes
-        self.stats = {"received": 0, "kept": 0, "dropped": 0, "unlabelled": 0}
+        self.max_runs = max_runs
+        self.save_every_s = save_every_s
+        self.stats = {"received": 0, "kept": 0, "dropped": 0, "unlabelled": 0, "evicted_runs": 0}
         self._lock = threading.Lock()
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            self._runs = json.loads((folder / "runs.json").read_text())
+            saved = json.loads((folder / "runs.json").read_text())
         except (OSError, ValueError):
-            self._runs = {}
+            saved = {}
+        runs = saved if isinstance(saved, dict) else {}
+        self._runs: OrderedDict[str, dict[str, Any]] = OrderedDict(
+            sorted(runs.items(), key=lambda kv: kv[1].get("last", 0) if isinstance(kv[1], dict) else 0)
+        )
+        self._bytes = 0
         for key, run in self._runs.items():
             run["bytes"] = _whole_lines(folder / f"{key}.jsonl")
+            self._bytes += run["bytes"]
+        known = {f"{key}.jsonl" for key in self._runs}
+        for orphan in folder.glob("*.jsonl"):  # written after the last index save, before a crash
+            if orphan.name not in known:
+                orphan.unlink(missing_ok=True)
+        self._saved_at = 0.0
+        self._dirty = False
 
     def add(self, request: Any) -> Any:
         """Keep the spans of one OTLP request; returns how many were kept."""
@@ -157,33 +185,63 @@ class SpanStore:
         with self._lock:
             for (project, experiment), run_lines in lines.items():
                 key = run_key(project, experiment)
-                run = self._runs.setdefault(
-                    key, {"project": project, "experiment_name": experiment, "bytes": 0, "spans": 0, "dropped": 0}
-                )
+                run = self._runs.get(key)
+                if run is None:
+                    run = self._runs[key] = {
+                        "project": project,
+                        "experiment_name": experiment,
+                        "bytes": 0,
+                        "spans": 0,
+                        "dropped": 0,
+                    }
                 data = "".join(run_lines).encode()
                 self.stats["received"] += len(run_lines)
                 if run["bytes"] + len(data) > self.max_run_bytes:
                     run["dropped"] += len(run_lines)
                     self.stats["dropped"] += len(run_lines)
+                    self._runs.move_to_end(key)
                     continue
-                with open(self.folder / f"{key}.jsonl", "ab") as f:
+                fd = os.open(self.folder / f"{key}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                with os.fdopen(fd, "ab") as f:
                     f.write(data)
                 run.update(bytes=run["bytes"] + len(data), spans=run["spans"] + len(run_lines), last=time.time())
+                self._bytes += len(data)
+                self._runs.move_to_end(key)
                 kept += len(run_lines)
             self.stats["kept"] += kept
             self._evict()
-            write_atomically(self.folder / "runs.json", json.dumps(self._runs))
+            self._dirty = True
+            self._save_if_due()
         return kept
 
     def _evict(self) -> None:
-        while sum(r["bytes"] for r in self._runs.values()) > self.max_total_bytes and len(self._runs) > 1:
-            oldest = min(self._runs, key=lambda k: self._runs[k].get("last", 0))
+        while len(self._runs) > 1 and (self._bytes > self.max_total_bytes or len(self._runs) > self.max_runs):
+            oldest, run = self._runs.popitem(last=False)  # the run written to longest ago
             (self.folder / f"{oldest}.jsonl").unlink(missing_ok=True)
-            del self._runs[oldest]
+            self._bytes -= run["bytes"]
+            self.stats["evicted_runs"] += 1
 
-    def runs(self) -> Any:
+    def _save_if_due(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self._dirty and (force or now - self._saved_at >= self.save_every_s):
+            write_atomically(self.folder / "runs.json", json.dumps(self._runs))
+            self._saved_at, self._dirty = now, False
+
+    def close(self) -> None:
         with self._lock:
-            return [dict(r) for r in self._runs.values()]
+            self._save_if_due(force=True)
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run, the one written to most recently first."""
+        return self.page(None, 0)[0]
+
+    def page(self, limit: int | None, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """(``limit`` runs from ``offset``, newest first; how many there are)."""
+        with self._lock:
+            total = len(self._runs)
+            end = total if limit is None else min(total, offset + limit)
+            keys = list(reversed(self._runs))[offset:end] if offset < total else []
+            return [dict(self._runs[k]) for k in keys], total
 
     def read(self, project: str, experiment: str | None) -> Any:
         """The run's spans as JSON lines (bytes), or None for a run without spans here."""
@@ -199,8 +257,11 @@ class SpanStore:
     def delete(self, project: str, experiment: str | None) -> bool:
         key = run_key(project, experiment)
         with self._lock:
-            if self._runs.pop(key, None) is None:
+            run = self._runs.pop(key, None)
+            if run is None:
                 return False
             (self.folder / f"{key}.jsonl").unlink(missing_ok=True)
-            write_atomically(self.folder / "runs.json", json.dumps(self._runs))
+            self._bytes -= run["bytes"]
+            self._dirty = True
+            self._save_if_due(force=True)
         return True

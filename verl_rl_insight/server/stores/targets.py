@@ -17,7 +17,7 @@ import msgspec
 from verl_rl_insight.contract.errors import BadInput
 from verl_rl_insight.contract.naming import label_value_problem
 from verl_rl_insight.contract.wire import TargetBody, field_problem
-from verl_rl_insight.server.stores.files import write_atomically
+from verl_rl_insight.server.stores.files import set_aside, write_atomically
 
 MAX_TARGETS = 10_000
 
@@ -163,4 +163,5 @@ class TargetRegistry:
                 labels = check_target(item["address"], item["job"], item.get("labels") or {}, 0)
                 self._targets[(item["job"], item["address"])] = {"labels": labels, "ttl_s": 0, "expires": None}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise TargetError(f"{self.store_path} is damaged ({exc}); fix or remove it") from None
+            self._targets.clear()
+            set_aside(self.store_path, str(exc)[:200])  # the server starts; trainers register again
