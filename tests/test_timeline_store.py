@@ -108,6 +108,7 @@ def test_a_run_over_its_bound_drops_and_counts_and_the_oldest_run_goes_first(tmp
     store.add(otlp(STEP_SPANS[:2], experiment="third"))
     assert sum(r["bytes"] for r in store.runs()) <= 2000
     assert "first" not in {r["experiment_name"] for r in store.runs()} and store.read("p", "first") is None
+    store.close()  # what the server does at stop (between, it saves the index at most once a second)
     assert SpanStore(tmp_path).runs() == store.runs()  # the index survives a restart
 
 
