@@ -247,3 +247,25 @@ def test_each_step_made_once_when_settled_and_within_bounds():
     for experiment in ("b", "c"):
         live.observe(records(otlp(sync_run(), experiment=experiment)))
     assert list(live._runs) == [("p", "b"), ("p", "c")]
+
+
+def test_spans_waiting_for_their_step_are_bounded_in_all_whatever_a_client_sends():
+    """Spans without any step span (nothing ever settles them) from many runs: the figures keep at
+    most max_total_spans, count the rest, and a real run that comes afterwards still gets its
+    figures whole (its replica calls counted)."""
+    from verl_rl_insight.server.stores.spans import records
+    from verl_rl_insight.server.timeline.live import LiveFigures
+
+    pushed = []
+    live = LiveFigures(pushed.append, settle_s=0, max_runs=8, max_spans=300, max_total_spans=1000)
+    calls = [("vllm_generate", "replica_0", None, T0 + i * S, T0 + i * S + 1, 1 + i % 200, 0) for i in range(500)]
+    for run in range(20):  # 20 runs x 500 spans, no step span at all
+        live.observe(records(otlp(calls, experiment=f"flood-{run}")))
+    assert live._total <= 1000 and sum(len(r.spans) for r in live._runs.values()) == live._total
+    assert live.stats["dropped"] >= 20 * 500 - 1000
+    live.observe(records(otlp(sync_run(), experiment="real")))
+    live.tick()
+    made = [
+        b for body in pushed for b in body["batches"] if b["experiment_name"] == "real" and not b["labels"].get("lane")
+    ]
+    assert [b["metrics"]["rl_insight_timeline_generate_calls"] for b in made] == [4, 4, 4]

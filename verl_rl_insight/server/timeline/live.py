@@ -22,8 +22,11 @@ Series per run; gauges hold the last step's figure, counters add every step's (a
 - ``rl_insight_timeline_replica_slowest{replica}``: 1 for the replica that finished last and held the
   step back by at least ``SLOWEST_MIN_SHARE`` of it, else 0; ``..._replica_slowest_steps_total``.
 
-Bounded: at most ``max_runs`` runs (the one heard from longest ago goes first) and
-``max_spans`` spans waiting per run (the oldest go first, counted in ``stats["dropped"]``).
+Bounded: at most ``max_runs`` runs (the one heard from longest ago goes first), ``max_spans``
+spans waiting per run (the oldest go first) and ``max_total_spans`` in all (beyond it the run
+heard from longest ago is forgotten, so a flood of spans that never settle cannot starve a run
+that has steps); what is not kept is counted in ``stats["dropped"]``. About 1 KiB a span: the
+defaults hold at most some 100 MiB, whatever a client sends.
 """
 
 from __future__ import annotations
@@ -153,9 +156,12 @@ class LiveFigures:
         emit: Callable[[dict[str, Any]], Any],
         settle_s: float = 15.0,
         max_runs: int = 256,
-        max_spans: int = 50_000,
+        max_spans: int = 20_000,
+        max_total_spans: int = 100_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self.max_total_spans = max_total_spans
+        self._total = 0  # spans waiting, all runs together
         self.emit = emit
         self.settle_s = settle_s
         self.max_runs = max_runs
@@ -175,7 +181,9 @@ class LiveFigures:
                 if run is None:
                     run = self._runs[key] = _Run()
                     while len(self._runs) > self.max_runs:
-                        self._last.pop(self._runs.popitem(last=False)[0], None)
+                        gone_key, gone = self._runs.popitem(last=False)
+                        self._last.pop(gone_key, None)
+                        self._total -= len(gone.spans)
                 self._runs.move_to_end(key)
                 if _is_step_span(record):
                     step = record["attributes"]["verl.step"]
@@ -183,12 +191,31 @@ class LiveFigures:
                         run.steps[step] = record
                         run.arrived[step] = now
                 elif record["end_ns"] > run.done_end_ns:
+                    if self._total >= self.max_total_spans:
+                        self._make_room(key)
+                    if self._total >= self.max_total_spans:
+                        self.stats["dropped"] += 1
+                        continue
                     run.spans.append(record)
+                    self._total += 1
                     if len(run.spans) > self.max_spans:
                         cut = len(run.spans) - self.max_spans
                         del run.spans[:cut]
+                        self._total -= cut
                         self.stats["dropped"] += cut
             self._make(self._ready(now))  # under the lock: a run's steps are pushed in order
+
+    def _make_room(self, keep: tuple[str, str]) -> None:
+        """Forget runs, the one heard from longest ago first, until the spans fit (never ``keep``)."""
+        for key in list(self._runs):
+            if self._total < self.max_total_spans:
+                return
+            if key == keep:
+                continue
+            gone = self._runs.pop(key)
+            self._last.pop(key, None)
+            self._total -= len(gone.spans)
+            self.stats["dropped"] += len(gone.spans)
 
     def last_step(self, project: str, experiment: str) -> dict[str, Any] | None:
         """The newest step made of the run, as lanes of (state, start, end) seconds from its start."""
@@ -215,7 +242,9 @@ class LiveFigures:
                 else:
                     break
             if made:
+                before = len(run.spans)
                 run.spans = [s for s in run.spans if s["end_ns"] > run.done_end_ns]
+                self._total -= before - len(run.spans)
         return out
 
     def _make(self, ready: list[tuple[str, str, _Run, dict[str, Any], list[dict[str, Any]]]]) -> None:
