@@ -184,3 +184,34 @@ def test_an_unexpected_error_is_one_line_and_debug_shows_the_traceback(monkeypat
     assert err.startswith("rl-insight: unexpected error: RuntimeError: a bug") and "--debug" in err
     with pytest.raises(RuntimeError):
         cli.main(["--debug", "config"])
+
+
+def test_a_reader_that_stops_early_is_no_error():
+    """`rl-insight config | head -3`: the reader goes away; no BrokenPipeError, eight times out of eight."""
+    import subprocess
+    import sys
+
+    for _ in range(8):
+        result = subprocess.run(
+            f"{sys.executable} -m verl_rl_insight config | head -3", shell=True, capture_output=True, text=True
+        )
+        assert result.stderr == "" and len(result.stdout.splitlines()) == 3
+
+
+def test_an_output_path_in_a_missing_folder_is_one_line(tmp_path):
+    from tests.helpers import http, start_hub_process, stop_group
+    from tests.test_timeline_store import PROTOBUF, STEP_SPANS, TOKEN, otlp
+
+    port = free_port()
+    process = start_hub_process(port, tmp_path, token=TOKEN)
+    try:
+        hub = f"http://127.0.0.1:{port}"
+        assert http("POST", hub + "/v1/traces", otlp(STEP_SPANS).SerializeToString(), PROTOBUF)[0] == 200
+        code, text = run(
+            "timeline", "export", "--server", hub, "--project", "p", "--experiment", "e",
+            "-o", str(tmp_path / "none" / "t.json"), env={"RL_INSIGHT_TOKEN": TOKEN},
+        )  # fmt: skip
+        assert code == 2 and "cannot use" in text and "No such file or directory" in text
+        assert "Traceback" not in text and "unexpected error" not in text
+    finally:
+        stop_group(process)

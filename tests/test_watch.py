@@ -2,6 +2,7 @@
 demo/simulated_engines.py, registered as a target) seen in one frame (`--once`) and in the live
 view driven in a real terminal (tmux), left with q and with Ctrl+C."""
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -159,3 +160,15 @@ def test_the_last_step_as_a_text_swimlane(watched_run):
     assert 0 < fast.split()[1].count("G") < slow.split()[1].count("G") / 3  # 1 s against 5 s of 10
     assert any("· idle" in line and "g gen" in line and "G vllm_generate" in line for line in lines)
     assert max(len(line) for line in lines) <= 80 and len(lines) <= 24
+
+
+def test_once_with_json_is_the_frames_data_for_scripts(watched_run):
+    hub, _ = watched_run
+    shown = rl_insight("watch", "--once", "--json", "--server", hub)
+    assert shown.returncode == 0, shown.stderr
+    frame = json.loads(shown.stdout)
+    assert frame["project"] == PROJECT and frame["experiment"] == EXPERIMENT and frame["step"] == 12
+    score = {label: points for label, points, _ in frame["curves"]}["score"]
+    assert score[-1] == [12, pytest.approx(0.2 + 0.05 * 12)]
+    missing = rl_insight("watch", "--once", "--json", "--server", hub, "--experiment", "nope")
+    assert missing.returncode == 1 and "no run */nope" in missing.stderr and missing.stdout == ""

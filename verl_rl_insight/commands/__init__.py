@@ -18,6 +18,8 @@ from verl_rl_insight.commands.timeline import command as timeline
 from verl_rl_insight.commands.watch import command as watch
 from verl_rl_insight.contract import environment
 
+FILE_MISTAKES = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
 
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage error as one line and where to read more: no usage block."""
@@ -48,14 +50,22 @@ def main(argv: Any = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get(environment.DEBUG, "") not in ("", "0")
     try:
-        return args.func(args) or 0
+        code = args.func(args) or 0
+        sys.stdout.flush()  # a reader that went away is seen here, not as an error at exit
+        return int(code)
     except CliError as exc:
         print(f"rl-insight: {exc}" + (f"\n  fix: {exc.fix}" if exc.fix else ""), file=sys.stderr)
         return int(exc.code)
     except KeyboardInterrupt:
         print("rl-insight: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `rl-insight config | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141  # as a program ended by SIGPIPE
     except Exception as exc:
+        if isinstance(exc, FILE_MISTAKES) and exc.filename is not None:  # -o in a folder that is not there, ...
+            print(f"rl-insight: cannot use {exc.filename}: {exc.strerror}", file=sys.stderr)
+            return REFUSED
         if debug:
             raise
         print(

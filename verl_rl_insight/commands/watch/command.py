@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import json
 import os
 import select
 import sys
@@ -95,6 +96,15 @@ def watch(args: argparse.Namespace) -> int:
         except data.DataError as exc:
             return Text(f"rl-insight watch: {exc}"), exc
 
+    if args.once and args.json:  # for scripts: the frame's data, not its drawing
+        try:
+            project, experiment = data.pick_run(prom, args.project, args.experiment, recent())
+            snapshot = data.snapshot(prom, project, experiment)
+        except data.DataError as exc:
+            raise CliError(str(exc), code=PROBLEMS) from None
+        snapshot["timeline"] = last_step(project, experiment)
+        print(json.dumps(snapshot))
+        return 0
     if args.once:
         shown, problem = render()
         if problem is not None:
