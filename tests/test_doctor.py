@@ -96,3 +96,20 @@ def test_broken_setups_say_what_to_fix(server):
     down = cli("doctor", env={"RL_INSIGHT_SERVER_URL": f"http://127.0.0.1:{free_port()}"})
     assert down.returncode == 1
     assert "PROBLEM  server reachable" in down.stdout and "fix: rl-insight server start --detach" in down.stdout
+
+
+def test_the_fix_for_an_unset_server_url_carries_the_token_where_one_is_needed(monkeypatch):
+    """Following the fix must not end in 401 on every push; the report itself shows no secret."""
+    import io
+
+    from verl_rl_insight.commands.doctor import Report, check_environment
+
+    monkeypatch.delenv("RL_INSIGHT_SERVER_URL", raising=False)
+    out = io.StringIO()
+    check_environment(Report(out), "http://10.0.0.5:18080", needs_token=True)
+    text = out.getvalue()
+    assert "fix: export RL_INSIGHT_SERVER_URL=http://rl-insight:<token>@10.0.0.5:18080" in text
+    assert "rl-insight server status --secrets" in text
+    out = io.StringIO()
+    check_environment(Report(out), "http://127.0.0.1:18080")  # loopback without a token: the plain URL
+    assert "fix: export RL_INSIGHT_SERVER_URL=http://127.0.0.1:18080\n" in out.getvalue()

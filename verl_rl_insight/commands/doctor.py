@@ -224,14 +224,23 @@ def check_provisioning(report: Report, state: dict[str, Any]) -> None:
         )
 
 
-def check_environment(report: Report, url: str) -> None:
+def _url_fix(url: str, needs_token: bool) -> str:
+    bare = url or "http://<server-ip>:18080"
+    if not needs_token:
+        return f"export RL_INSIGHT_SERVER_URL={bare}"
+    scheme, _, rest = bare.partition("://")  # the URL carries the token; this report (often pasted) never shows it
+    return (
+        f"export RL_INSIGHT_SERVER_URL={scheme}://rl-insight:<token>@{rest}   (the line `rl-insight server start` "
+        "printed; `rl-insight server status --secrets` shows it with the token)"
+    )
+
+
+def check_environment(report: Report, url: str, needs_token: bool = False) -> None:
     if os.environ.get(environment.SERVER_URL):
         report.ok("RL_INSIGHT_SERVER_URL", server_url.redact(os.environ[environment.SERVER_URL]))
     else:
         report.problem(
-            "RL_INSIGHT_SERVER_URL",
-            "not set in this shell: trainers would send nothing",
-            f"export RL_INSIGHT_SERVER_URL={url or 'http://<server-ip>:18080'}",
+            "RL_INSIGHT_SERVER_URL", "not set in this shell: trainers would send nothing", _url_fix(url, needs_token)
         )
     try:
         import verl
@@ -371,7 +380,7 @@ def run(
             check_remote_write(report, info["prometheus"])
         check_samples(report, url, project, experiment)
     check_provisioning(report, state)
-    check_environment(report, url)
+    check_environment(report, url, needs_token=bool(token or (state and state.get("token"))))
     check_overrides(report, overrides)
     print(f"\n{report.problems} problem(s)" if report.problems else "\nall checks passed", file=out)
     return 1 if report.problems else 0
