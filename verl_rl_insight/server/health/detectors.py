@@ -118,18 +118,26 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
+def _against_baseline(
+    series: Series, p: Mapping[str, float], flagged: Callable[[float, float, float], bool]
+) -> Check | None:
+    """The newest value tested by ``flagged(value, baseline median, spread)``; None without enough history."""
+    base = _baseline(series, p)
+    if base is None:
+        return None
+    med, spread = robust(base)
+    x = series[-1][1]
+    evidence = f"{_fmt(x)} against a median of {_fmt(med)} over the {len(base)} steps before"
+    return Check(flagged(x, med, spread), x, med, evidence)
+
+
 def falls(share: str, mads: str) -> Callable[[Series, Mapping[str, float]], Check | None]:
     """Flagged when the value is below (1 - share) x the baseline median and ``mads`` deviations under it."""
 
     def test(series: Series, p: Mapping[str, float]) -> Check | None:
-        base = _baseline(series, p)
-        if base is None:
-            return None
-        med, spread = robust(base)
-        x = series[-1][1]
-        drop = med - x
-        flagged = drop > p[share] * abs(med) and drop > p[mads] * spread
-        return Check(flagged, x, med, f"{_fmt(x)} against a median of {_fmt(med)} over the {len(base)} steps before")
+        return _against_baseline(
+            series, p, lambda x, med, spread: med - x > p[share] * abs(med) and med - x > p[mads] * spread
+        )
 
     return test
 
@@ -138,13 +146,13 @@ def rises(ratio: str, mads: str, floor: str | None = None) -> Callable[[Series, 
     """Flagged when the value is above ``ratio`` x the baseline median and ``mads`` deviations over it."""
 
     def test(series: Series, p: Mapping[str, float]) -> Check | None:
-        base = _baseline(series, p)
-        if base is None:
-            return None
-        med, spread = robust(base)
-        x = series[-1][1]
-        flagged = x > p[ratio] * abs(med) and x - med > p[mads] * spread and (floor is None or x > p[floor])
-        return Check(flagged, x, med, f"{_fmt(x)} against a median of {_fmt(med)} over the {len(base)} steps before")
+        return _against_baseline(
+            series,
+            p,
+            lambda x, med, spread: (
+                x > p[ratio] * abs(med) and x - med > p[mads] * spread and (floor is None or x > p[floor])
+            ),
+        )
 
     return test
 
@@ -367,6 +375,9 @@ def series_name(key: str) -> str:
     return metric_name(PREFIX, key)
 
 
+_VERL_KEYS = {series_name(k): k for d in ALL for k in d.keys if not k.endswith("/")}  # series name -> key
+
+
 def key_of(detector: Detector, names: Sequence[str] | Mapping[str, Any]) -> str | None:
     """The series the detector reads among ``names`` (series names): its first key present; for
     ``val-core/`` the first validation series of a reward, score or accuracy."""
@@ -384,11 +395,7 @@ def key_of(detector: Detector, names: Sequence[str] | Mapping[str, Any]) -> str 
 
 def verl_key(name: str) -> str:
     """The verl key behind a series name where a detector names it, else the series name."""
-    for detector in ALL:
-        for key in detector.keys:
-            if not key.endswith("/") and series_name(key) == name:
-                return key
-    return name
+    return _VERL_KEYS.get(name, name)
 
 
 class Streak:
