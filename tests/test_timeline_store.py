@@ -250,3 +250,18 @@ def test_export_reads_the_run_from_tempo(tmp_path):
     assert len(spans) == 5 and spans["02" * 8]["args"]["step"] == 1 and spans["03" * 8]["args"]["step"] == 1
     assert spans["03" * 8]["tid"] != spans["04" * 8]["tid"]  # overlapping generate calls: two tracks
     assert spans["01" * 8]["args"]["node"] == "node-1" and spans["01" * 8]["dur"] == 1_000_000
+
+
+def test_spans_for_a_tempo_that_is_down_are_bounded_counted_and_never_waited_for():
+    """The relay to Tempo (server/stores/span_relay.py) with nothing listening: bodies beyond its
+    byte bound are dropped at once and counted, the ones it held are counted as failed."""
+    from tests.helpers import free_port
+    from verl_rl_insight.server.stores.span_relay import SpanRelay
+
+    relay = SpanRelay(f"http://127.0.0.1:{free_port()}/v1/traces", max_bytes=1000, attempts=2, backoff_s=0.5)
+    taken = [relay.send(b"x" * 300, None) for _ in range(10)]
+    kept = sum(taken)
+    assert 3 <= kept <= 4 and relay.stats["dropped"] == 10 - kept  # 1000 bytes: three queued, one in hand
+    relay.close(timeout_s=10)
+    assert relay.stats["failed"] == kept and relay.stats["relayed"] == 0
+    assert relay.send(b"late", None) is False  # closed: nothing more is queued

@@ -342,10 +342,11 @@ class Api:
             otlp = await self._in_thread(decode_spans, body, encoding, self.max_body_bytes)
             if self.span_relay is not None:
                 self.span_relay.send(bytes(body), encoding)
+            found = await self._in_thread(lambda: list(span_records(otlp)))  # read once, for the store and the figures
             if self.spans is not None:
-                await self._in_thread(self.spans.add, otlp)
+                await self._in_thread(self.spans.add, otlp, found)
             if self.figures is not None:
-                await self._in_thread(self.figures.observe, span_records(otlp))
+                await self._in_thread(self.figures.observe, found)
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceResponse,
         )

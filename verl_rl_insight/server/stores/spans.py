@@ -170,11 +170,12 @@ class SpanStore:
         self._saved_at = 0.0
         self._dirty = False
 
-    def add(self, request: Any) -> Any:
-        """Keep the spans of one OTLP request; returns how many were kept."""
+    def add(self, request: Any, found: list[tuple[str, str, dict[str, Any]]] | None = None) -> Any:
+        """Keep the spans of one OTLP request (``found``: its ``records``, where the caller has
+        them already); returns how many were kept."""
         lines: dict[Any, Any] = {}
         total = 0
-        for project, experiment, record in records(request):
+        for project, experiment, record in records(request) if found is None else found:
             total += 1
             lines.setdefault((project, experiment), []).append(json.dumps(record, separators=(",", ":")) + "\n")
         for resource_spans in request.resource_spans:
