@@ -70,6 +70,10 @@ class VictoriaMetrics:
         ({"remote_write": ["http://x/api/v1/write"]}, "remote_write[0] must be a mapping"),
         ({"remote_write": [{"name": "central"}]}, "remote_write[0].url must be an http:// or https:// URL"),
         ({"remote_write": [{"url": "ftp://x/write"}]}, "remote_write[0].url must be an http:// or https:// URL"),
+        (
+            {"remote_write": [{"url": "http://x/write", "headers": {"Authorization": "Bearer s3cret"}}]},
+            "remote_write[0].headers.Authorization: Prometheus shows header values in clear",
+        ),
         ({"external_labels": {"__name__": "x"}}, "external_labels: '__name__' is not a Prometheus label name"),
         ({"external_labels": {"monitor": 3}}, "external_labels.monitor must be a string"),
         ({"otlp_endpoint": "collector:4318"}, "otlp_endpoint must be an http:// or https:// URL"),
@@ -139,10 +143,12 @@ def test_every_series_reaches_victoriametrics_and_doctor_names_the_refused_queue
             and os.path.exists(f"/proc/{pid}/cmdline")
             and "prometheus" in open(f"/proc/{pid}/cmdline").read()
         )
+        prom = f"http://127.0.0.1:{config['prometheus_port']}"
+        shown += http("GET", prom + "/api/v1/status/config")[1].decode()  # what any local user may read
+        assert "<secret>" in shown  # the positive control: Prometheus' config was read
         assert password not in shown and "not-it" not in shown
         assert write in status.stdout  # status names where the series go
 
-        prom = f"http://127.0.0.1:{config['prometheus_port']}"
         wait_for(
             lambda: json.loads(
                 http(

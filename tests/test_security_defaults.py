@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import urllib.parse
 
 import pytest
 import yaml
@@ -196,7 +197,7 @@ def test_beyond_loopback_strangers_cannot_write_and_prometheus_cannot_be_stopped
                 ("POST", prom + "/-/quit", None, {}),
                 ("POST", prom + "/-/reload", None, {}),
                 ("POST", prom + "/api/v1/admin/tsdb/delete_series?match[]=up", None, {}),
-                ("GET", prom + "/-/ready", None, {}),
+                ("GET", prom + "/api/v1/status/config", None, {}),
                 (
                     "POST",
                     hub + "/api/v1/silences",
@@ -209,10 +210,21 @@ def test_beyond_loopback_strangers_cannot_write_and_prometheus_cannot_be_stopped
         )
         assert statuses[:5] == [401, 401, 401, 401, 401], statuses
         assert statuses[5:8] == [200, 200, 200], statuses
-        assert all(isinstance(s, int) and s >= 400 for s in statuses[8:11]), statuses
-        assert statuses[11] == 200, "Prometheus must still run"
+        # Prometheus listens on loopback only: nothing of it (config, admin API, lifecycle) answers there
+        assert not any(isinstance(s, int) for s in statuses[8:12]), statuses
+        local = f"http://127.0.0.1:{config['prometheus_port']}"
+        assert http("GET", local + "/-/ready")[0] == 200, "Prometheus must run, on loopback"
+        query = local + "/api/v1/query?query=up{job='rl_insight_hub'}==1"
+        wait_for(lambda: json.loads(http("GET", query)[1])["data"]["result"], what="Prometheus scraping the hub")
         assert statuses[12:14] == [401, 401], statuses
         assert not isinstance(statuses[14], int), "Alertmanager must listen on loopback only"
         assert json.loads(http("GET", f"http://{here}:{config['port']}/api/v1/targets")[1])["targets"] == []
+        # with Prometheus on loopback its admin API is on: `runs delete` removes the run's series
+        run = local + "/api/v1/query?" + urllib.parse.urlencode({"query": '{experiment_name="stranger"}'})
+        wait_for(lambda: json.loads(http("GET", run)[1])["data"]["result"], what="the pushed run in Prometheus")
+        deleted = rl_insight("runs", "delete", "--server", f"http://rl-insight:{token}@{here}:{config['port']}",
+                             "--project", "p", "--experiment", "stranger", "--yes")  # fmt: skip
+        assert deleted.returncode == 0 and "Prometheus: deleted" in deleted.stdout, deleted.stdout + deleted.stderr
+        assert json.loads(http("GET", run)[1])["data"]["result"] == []
     finally:
         rl_insight("server", "stop")

@@ -206,11 +206,14 @@ def delete(args: argparse.Namespace) -> Any:
         print(json.dumps(result))
         return 0
     spans = "its spans deleted" if result["spans"] else "no spans kept here"
+    whole = result["prometheus"] in ("deleted", "no Prometheus runs here")
     print(
-        f"deleted {what}: {result['hub_streams']} hub stream(s), {result['hub_series']} series; "
-        f"Prometheus: {result['prometheus']}; {spans}"
+        f"{'deleted' if whole else 'partly deleted'} {what}: {result['hub_streams']} hub stream(s), "
+        f"{result['hub_series']} series; {spans}; Prometheus: {result['prometheus']}"
     )
-    return 0 if result["prometheus"] in ("deleted", "no Prometheus runs here") else PROBLEMS
+    if not whole:
+        print("  the run stays in Prometheus (and in `runs list`) until its retention ends", file=sys.stderr)
+    return 0 if whole else PROBLEMS
 
 
 def add_parsers(sub: Any) -> None:

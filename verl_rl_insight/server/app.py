@@ -151,8 +151,9 @@ class Server:
         check_port_free(s.bind, s.port, "metric hub")
         for name in SERVICE_NAMES:
             if s.enabled(name):
+                listen = prometheus.LISTEN if name == "prometheus" else s.bind
                 for port, what in service_ports(s, name):
-                    check_port_free(s.bind, port, what)
+                    check_port_free(listen, port, what)
         if s.enabled("alertmanager"):
             self.alerting = Alerting(alertmanager.url(s), s.data_path / "silences.json")
         self.api = Api(
@@ -196,11 +197,6 @@ class Server:
         service = self.services.get("prometheus")
         if service is None:
             return "no Prometheus runs here"
-        if not prometheus.admin_api(self.settings):
-            return (
-                "kept: Prometheus listens beyond loopback, where its admin API stays off (series age out "
-                f"after the retention, {self.settings.retention})"
-            )
         try:
             reply = HttpClient().request(
                 "POST",
@@ -257,7 +253,7 @@ class Server:
             "grafana": s.grafana_port,
             "alertmanager": s.alertmanager_port,
         }[name]
-        url = alertmanager.url(s) if name == "alertmanager" else f"http://{host}:{port}"
+        url = {"alertmanager": alertmanager.url(s), "prometheus": prometheus.url(s)}.get(name, f"http://{host}:{port}")
         service = Service(
             name,
             module.command(found["binary"], s, config_path),
@@ -318,7 +314,7 @@ class Server:
             "hub_url": f"http://{ip}:{s.port}",
             "local_hub_url": f"http://{prometheus.connect_host(s.bind)}:{s.port}",
             "public_urls": {
-                "prometheus": f"http://{ip}:{s.prometheus_port}",
+                "prometheus": prometheus.url(s),  # loopback only
                 "tempo": f"http://{ip}:{s.tempo_port}",
                 "otlp_http": f"http://{ip}:{s.otlp_http_port}",
                 "otlp_grpc": f"{ip}:{s.otlp_grpc_port}",

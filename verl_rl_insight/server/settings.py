@@ -6,6 +6,7 @@ One YAML file holds every port, the bind address, retention, the data dir and, u
 """
 
 import dataclasses
+import re
 import ipaddress
 import os
 import socket
@@ -43,6 +44,10 @@ def check_http_url(name: str, value: Any) -> Any:
         raise ValueError(f"{name} must be an http:// or https:// URL with a host, got {value!r}")
 
 
+# header names whose values are credentials
+SECRET_HEADER = re.compile(r"auth|token|secret|password|key|cookie", re.IGNORECASE)
+
+
 def check_remote_write(entries: Any) -> Any:
     """Prometheus' remote_write list as given (its own syntax, passed through): a ValueError naming
     the entry when it is not a list of mappings with an http(s) url."""
@@ -52,6 +57,14 @@ def check_remote_write(entries: Any) -> Any:
         if not isinstance(entry, dict):
             raise ValueError(f"remote_write[{i}] must be a mapping with a url, got {entry!r}")
         check_http_url(f"remote_write[{i}].url", entry.get("url"))
+        headers = entry.get("headers") or {}
+        for name in headers if isinstance(headers, dict) else ():
+            if SECRET_HEADER.search(str(name)):
+                raise ValueError(
+                    f"remote_write[{i}].headers.{name}: Prometheus shows header values in clear "
+                    "(/api/v1/status/config); put the credential under authorization: {credentials: ...} "
+                    "or basic_auth: {username: ..., password: ...}, which it shows as <secret>"
+                )
 
 
 def check_external_labels(labels: dict[str, str]) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
-from verl_rl_insight.server.managed.prometheus import connect_host
+from verl_rl_insight.server.managed import prometheus
 from verl_rl_insight.server.settings import ServerSettings
 
 HEALTH_PATH = "/api/health"
@@ -52,7 +52,6 @@ def render_ini(settings: ServerSettings) -> Any:
 
 
 def render_datasources(settings: ServerSettings) -> Any:
-    host = connect_host(settings.bind)
     return yaml.safe_dump(
         {
             "apiVersion": 1,
@@ -62,7 +61,7 @@ def render_datasources(settings: ServerSettings) -> Any:
                     "uid": PROMETHEUS_UID,
                     "type": "prometheus",
                     "access": "proxy",
-                    "url": f"http://{host}:{settings.prometheus_port}",
+                    "url": prometheus.url(settings),
                     "isDefault": True,
                     "editable": False,
                     "jsonData": {"timeInterval": f"{int(settings.scrape_interval_s)}s", "manageAlerts": True},
@@ -72,7 +71,7 @@ def render_datasources(settings: ServerSettings) -> Any:
                     "uid": TEMPO_UID,
                     "type": "tempo",
                     "access": "proxy",
-                    "url": settings.tempo_query_url or f"http://{host}:{settings.tempo_port}",
+                    "url": settings.tempo_query_url or f"http://{prometheus.connect_host(settings.bind)}:{settings.tempo_port}",
                     "editable": False,
                     "jsonData": {"nodeGraph": {"enabled": True}, "tracesToMetrics": {"datasourceUid": PROMETHEUS_UID}},
                 },

@@ -7,17 +7,24 @@ import yaml
 
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.server.settings import ServerSettings
-from verl_rl_insight.server.stores.credentials import is_loopback
 
 # remote_write keys whose values are secrets: never in server.json or a log
 SECRET_KEYS = ("basic_auth", "authorization", "bearer_token", "oauth2", "sigv4", "azuread", "headers")
 
 HEALTH_PATH = "/-/ready"
 
+# Prometheus listens on loopback only: Grafana and the hub reach it here; nobody elsewhere reads a
+# run, its config (remote_write secrets) or its admin API, which is therefore always on
+LISTEN = "127.0.0.1"
+
 
 def connect_host(bind: str) -> Any:
     """Where a local client reaches a service that listens on ``bind``."""
     return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
+
+
+def url(settings: ServerSettings) -> str:
+    return f"http://{LISTEN}:{settings.prometheus_port}"
 
 
 def scraper_name(settings: ServerSettings) -> str:
@@ -73,7 +80,7 @@ def render_config(
         config["scrape_configs"].append(
             {
                 "job_name": "rl_insight_prometheus",
-                "static_configs": [{"targets": [f"{connect_host(settings.bind)}:{settings.prometheus_port}"]}],
+                "static_configs": [{"targets": [f"{LISTEN}:{settings.prometheus_port}"]}],
                 "metric_relabel_configs": [
                     {"source_labels": ["__name__"], "regex": "prometheus_remote_storage_.*", "action": "keep"}
                 ],
@@ -94,12 +101,8 @@ def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
         f"--config.file={config_path}",
         f"--storage.tsdb.path={data}",
         f"--storage.tsdb.retention.time={settings.retention}",
-        f"--web.listen-address={settings.bind}:{settings.prometheus_port}",
-        # no --web.enable-lifecycle: nobody can /-/quit; the admin API (deleting a run's series) only
-        # where Prometheus listens on loopback, so that nobody elsewhere can delete series
-        *(["--web.enable-admin-api"] if admin_api(settings) else []),
+        f"--web.listen-address={LISTEN}:{settings.prometheus_port}",
+        # no --web.enable-lifecycle: nobody can /-/quit; the admin API (`runs delete` deletes a
+        # run's series) is safe on loopback
+        "--web.enable-admin-api",
     ]
-
-
-def admin_api(settings: ServerSettings) -> Any:
-    return is_loopback(settings.bind)
