@@ -100,3 +100,27 @@ def monitoring_server(tmp_path):
     assert started.returncode == 0, started.stdout + started.stderr
     yield f"http://127.0.0.1:{hub}", f"http://127.0.0.1:{prom}"
     rl_insight("server", "stop")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Every skip with its reason; in CI (CI=true, as .ci/run sets) a skip fails the run: a security,
+    delivery or end-to-end test that did not run proves nothing, and a green run must not hide it."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    terminalreporter.section("skipped, with the reasons")
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        terminalreporter.write_line(f"{report.nodeid}: {reason}")
+    if in_ci():
+        terminalreporter.write_line(f"CI=true: {len(skipped)} skipped test(s) fail this run", red=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if in_ci() and reporter is not None and reporter.stats.get("skipped") and exitstatus == 0:
+        session.exitstatus = 1
