@@ -2,6 +2,7 @@
 refuses in part, a hub that restarts between two pushes, a fork."""
 
 import os
+import re
 import time
 
 import numpy as np
@@ -168,3 +169,19 @@ def test_a_connection_the_server_closed_while_idle_is_not_an_outage(caplog):
     assert len(server.answered) == 3 and sender.stats["sent_batches"] == 3
     assert sender.stats["failed_requests"] == 0 and sender.stats["resent_batches"] == 0
     assert not [r for r in caplog.records if "cannot reach" in r.getMessage()]
+
+
+def test_a_host_clock_far_from_the_servers_is_named_once_and_the_steps_still_arrive(hub_server, caplog):
+    server = hub_server()
+    skewed = BatchSender(server.url + "/api/v1/push", linger_s=0.01)
+    skewed.clock = lambda: time.time() - 600  # this host's clock ten minutes behind the server's
+    in_sync = BatchSender(server.url + "/api/v1/push", linger_s=0.01)
+    with caplog.at_level("WARNING", logger="verl_rl_insight"):
+        for step in (1, 2, 3):
+            skewed.submit(MetricBatch("p", "behind", step, skewed.clock(), {"loss": 0.5}, prefix="m_"))
+            in_sync.submit(batch(step, run="on-time"))
+        assert skewed.flush(5) and in_sync.flush(5)
+    warnings = [r.getMessage() for r in caplog.records if "clock" in r.getMessage()]
+    assert len(warnings) == 1 and re.search(r"clock is -(599|600|601) s from the server's", warnings[0]), warnings
+    assert skewed.stats["clock_offset_s"] in range(-602, -597) and "clock_offset_s" not in in_sync.stats
+    assert {s["labels"]["experiment_name"]: s["step"] for s in server.hub.streams()} == {"behind": 3, "on-time": 3}

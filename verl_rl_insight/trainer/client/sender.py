@@ -24,6 +24,7 @@ import collections
 import json
 import logging
 import operator
+import email.utils
 import os
 import threading
 import time
@@ -38,6 +39,7 @@ logger = logging.getLogger("verl_rl_insight")
 
 _STOP = object()
 RETRY_STATUSES = frozenset({401, 403, 408, 409, 429})
+CLOCK_WARN_S = 60.0  # a host clock this far from the server's is worth a warning (HTTP Date has 1 s steps)
 _senders: weakref.WeakSet[BatchSender] = weakref.WeakSet()
 
 
@@ -81,6 +83,7 @@ class BatchSender:
     def _reset(self) -> None:
         """Fresh state (at construction, and in the child after a fork)."""
         self.stats: collections.Counter[str] = collections.Counter()
+        self.clock = time.time  # this host's clock, which stamps the batches
         # deque.append/popleft are atomic in CPython: no lock on the training thread's path
         self._queue: collections.deque[Any] = collections.deque()  # MetricBatch or _STOP
         self._spool: collections.deque[bytes] = collections.deque()  # encoded batches, oldest first
@@ -328,12 +331,28 @@ class BatchSender:
             return None, f"{type(exc).__name__}: {exc}", None
         hub = None
         if reply.ok:
+            self._check_clock(reply.headers.get("date"))
             try:
                 answer = reply.json()
                 hub = answer.get("hub") if isinstance(answer, dict) else None
             except ValueError:
                 pass
         return reply.status, reply.text[:300], hub
+
+    def _check_clock(self, date: str | None) -> None:
+        """Batches carry this host's time: say once when it is far from the server's (HTTP Date)."""
+        try:
+            offset = self.clock() - email.utils.parsedate_to_datetime(date).timestamp() if date else None
+        except (TypeError, ValueError):
+            return
+        if offset is not None and abs(offset) > CLOCK_WARN_S:
+            self.stats["clock_offset_s"] = round(offset)
+            self._warn_once(
+                "clock",
+                "rl-insight: this host's clock is %+.0f s from the server's; steps are stamped with this "
+                "host's time (a batch more than the server's max_future_s ahead is refused); sync the clock (NTP)",
+                offset,
+            )
 
     def _warn_once(self, key: object, message: str, *args: object) -> None:
         if key not in self._warned:
