@@ -79,26 +79,34 @@ print("rl_insight" in t.Tracking.supported_backend, hasattr(t.Tracking.__init__,
 
 
 MAIN_PPO = """
-import os, verl
+import json, os, verl
 import verl.trainer.main_ppo as main_ppo
 from omegaconf import OmegaConf
 from verl_rl_insight.trainer.verl_api.propagation import prepare_driver_environment
-env = main_ppo.get_ppo_ray_runtime_env()["env_vars"]
-print(verl.__version__, env.get("RL_INSIGHT_SERVER_URL"), env.get("RL_INSIGHT_TOKEN"))
-prepare_driver_environment(OmegaConf.create({"trainer": {"logger": ["console", "rl_insight"]},
-                                             "rl_insight": {"plugins": {"metric_push": {"timeout_s": 3}}}}))
+prepare_driver_environment(OmegaConf.create({
+    "trainer": {"logger": ["console", "rl_insight"], "project_name": "p", "experiment_name": "e"},
+    "rl_insight": {"plugins": {"metric_push": {"timeout_s": 3}}}}))
 print(os.environ.get("VERL_RL_INSIGHT_ENABLE"), os.environ.get("VERL_RL_INSIGHT_CONFIG"))
+print(verl.__version__, json.dumps(main_ppo.get_ppo_ray_runtime_env()["env_vars"]))
 """
 
 
-def test_main_ppo_forwards_rl_insight_env_to_ray_workers_on_0_8_and_0_9():
-    env = {"RL_INSIGHT_SERVER_URL": "http://127.0.0.1:1", "RL_INSIGHT_TOKEN": "t0ken"}
+def test_main_ppo_forwards_rl_insight_env_to_ray_workers_on_0_8_and_0_9_with_a_run_credential_not_the_token():
+    from verl_rl_insight.contract import run_credential
+
+    env = {"RL_INSIGHT_SERVER_URL": "http://rl-insight:t0ken@127.0.0.1:1", "VERL_RL_INSIGHT_CONFIG": '{"token": "t0ken"}'}
     for pythonpath, version in ((None, "0.9.1"), (old_verl("0.8.0"), "0.8.0")):
         result = run_python(MAIN_PPO, env=env, pythonpath=pythonpath, timeout=300)
         lines = result.stdout.strip().splitlines()
-        assert lines[-2] == f"{version} http://127.0.0.1:1 t0ken", result.stderr[-2000:]
-        enable, published = lines[-1].split(" ", 1)
+        enable, published = lines[-2].split(" ", 1)
         assert enable == "1" and json.loads(published)["plugins"]["metric_push"] == {"timeout_s": 3}
+        shown, workers = lines[-1].split(" ", 1)
+        assert shown == version, result.stderr[-2000:]
+        # what verl prints (`ray init kwargs`) and every Ray worker gets: no server token anywhere
+        assert "t0ken" not in workers
+        workers = json.loads(workers)
+        assert workers["RL_INSIGHT_SERVER_URL"] == "http://127.0.0.1:1"
+        assert run_credential.verify("t0ken", workers["RL_INSIGHT_TOKEN"]) == ("p", "e")
 
 
 def test_the_wheel_ships_the_pth_file_at_the_root_and_the_run_sitecustomize(tmp_path):

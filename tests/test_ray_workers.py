@@ -59,8 +59,10 @@ def ray_cluster():
 
 
 def test_worker_logs_reach_the_hub_with_env_from_the_driver_only(ray_cluster, hub_server):
-    server = hub_server()
-    env = dict(os.environ, RL_INSIGHT_SERVER_URL=server.url, **RAY_ENV)
+    token = "driver-only-token"
+    server = hub_server(token=token)
+    url = server.url.replace("http://", f"http://rl-insight:{token}@")
+    env = dict(os.environ, RL_INSIGHT_SERVER_URL=url, **RAY_ENV)
     result = subprocess.run(
         [
             sys.executable,
@@ -78,6 +80,9 @@ def test_worker_logs_reach_the_hub_with_env_from_the_driver_only(ray_cluster, hu
         cwd=str(REPO),
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # verl prints what Ray workers get (`ray init kwargs: {... runtime_env ...}`): a run credential,
+    # not the server's token, and the workers' pushes with it arrive (below)
+    assert "RL_INSIGHT_TOKEN" in result.stdout + result.stderr and token not in result.stdout + result.stderr
     driver_pid = int(result.stdout.split("DRIVER_PID")[1].split()[0])
     [stream] = wait_for(lambda: server.hub.streams(), 10, what="data from the worker")
     assert stream["labels"] == {"project": "ray-proj", "experiment_name": "ray-exp"}

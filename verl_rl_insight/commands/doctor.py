@@ -7,6 +7,7 @@ them (``rl-insight doctor -- actor_rollout_ref.rollout.disable_log_stats=True``)
 
 import email.utils
 import json
+import logging
 import os
 import sys
 import time
@@ -265,12 +266,20 @@ def check_environment(report: Report, url: str, needs_token: bool = False) -> No
     try:
         import verl.trainer.main_ppo as main_ppo
 
-        env = main_ppo.get_ppo_ray_runtime_env()["env_vars"]
+        quiet = logging.getLogger("verl_rl_insight")
+        quiet.disabled = True  # no run is named here, so no credential is made: that is not news
+        try:
+            env = main_ppo.get_ppo_ray_runtime_env()["env_vars"]
+        finally:
+            quiet.disabled = False
     except Exception as exc:
         report.skip("Ray workers", f"verl.trainer.main_ppo does not import here ({exc})")
         return
-    if os.environ.get(environment.SERVER_URL) and env.get(environment.SERVER_URL) == os.environ[environment.SERVER_URL]:
-        report.ok("Ray workers", "RL_INSIGHT_* reach them through verl's runtime_env")
+    ours = server_url.without_credentials(os.environ.get(environment.SERVER_URL) or "")
+    if ours and env.get(environment.SERVER_URL) == ours:
+        report.ok(
+            "Ray workers", "RL_INSIGHT_* reach them through verl's runtime_env, with a run credential, not the token"
+        )
     elif os.environ.get(environment.SERVER_URL):
         report.problem(
             "Ray workers",

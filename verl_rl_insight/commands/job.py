@@ -58,7 +58,11 @@ def config(args: argparse.Namespace) -> int:
 
     from verl_rl_insight.trainer.config import load_config
 
-    print(OmegaConf.to_yaml(load_config()))
+    shown = OmegaConf.to_container(load_config())
+    assert isinstance(shown, dict)
+    if shown.get("token"):  # the server's token or a run credential: a secret either way
+        shown["token"] = "***"
+    print(OmegaConf.to_yaml(shown))
     return 0
 
 

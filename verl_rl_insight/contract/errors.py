@@ -26,6 +26,10 @@ class UnsupportedEncoding(BadInput):
     """A body in an encoding or content type that is not taken."""
 
 
+class Forbidden(RLInsightError):
+    """A credential that may not do this (a run credential writing to another run)."""
+
+
 class NotFound(RLInsightError, LookupError):
     """What the request names does not exist here."""
 

@@ -6,9 +6,9 @@ One YAML file holds every port, the bind address, retention, the data dir and, u
 """
 
 import dataclasses
-import re
 import ipaddress
 import os
+import re
 import socket
 import urllib.parse
 from pathlib import Path

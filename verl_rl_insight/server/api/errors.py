@@ -3,6 +3,7 @@
 from verl_rl_insight.contract.errors import (
     BadInput,
     Busy,
+    Forbidden,
     NotFound,
     OverCapacity,
     RLInsightError,
@@ -16,6 +17,7 @@ _STATUS: tuple[tuple[type[RLInsightError], int], ...] = (
     (TooLarge, 413),
     (UnsupportedEncoding, 415),
     (BadInput, 400),
+    (Forbidden, 403),
     (NotFound, 404),
     (OverCapacity, 422),
     (Busy, 429),

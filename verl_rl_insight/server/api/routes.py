@@ -42,7 +42,8 @@ import time
 import urllib.parse
 from typing import Any
 
-from verl_rl_insight.contract.errors import RLInsightError
+from verl_rl_insight.contract import run_credential
+from verl_rl_insight.contract.errors import Forbidden, RLInsightError
 from verl_rl_insight.contract.wire import HUB_HEADER, PushError
 from verl_rl_insight.server.api import openapi
 from verl_rl_insight.server.api.errors import http_status
@@ -57,6 +58,17 @@ logger = logging.getLogger("verl_rl_insight.server")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_TARGET_BODY_BYTES = 64 * 1024
+# what a run credential may do (the writes of its own run, checked in each handler)
+RUN_CREDENTIAL_ROUTES = frozenset(
+    {
+        ("POST", "/api/v1/push"),
+        ("POST", "/api/v1/targets"),
+        ("DELETE", "/api/v1/targets"),
+        ("POST", "/v1/traces"),
+        ("GET", "/api/v1/profiles"),
+        ("POST", "/api/v1/profiles/report"),
+    }
+)
 CHUNK_BYTES = 256 * 1024  # responses go out in pieces: a slow reader holds one, not the body
 
 
@@ -77,7 +89,7 @@ class ClientGone(Exception):
 
 
 class Request:
-    __slots__ = ("scope", "receive", "send", "headers", "query")
+    __slots__ = ("scope", "receive", "send", "headers", "query", "run")
 
     def __init__(self, scope: Any, receive: Any, send: Any) -> None:
         self.scope = scope
@@ -87,6 +99,7 @@ class Request:
         for name, value in scope["headers"]:
             self.headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
         self.query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        self.run: tuple[str, str] | None = None  # the run a run credential may write (None: the token)
 
     def param(self, name: str) -> Any:
         values = self.query.get(name)
@@ -180,7 +193,7 @@ class Api:
                 raise self._no_route(scope["method"], scope["path"])
             handler, write = entry
             if write:
-                self._authorize(request)
+                self._authorize(request, (method, scope["path"]) in RUN_CREDENTIAL_ROUTES)
             await handler(request)
         except ApiError as exc:
             await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
@@ -203,7 +216,9 @@ class Api:
             )
         return ApiError(404, f"no such endpoint {path[:100]!r}", endpoints=known)
 
-    def _authorize(self, request: Any) -> Any:
+    def _authorize(self, request: Any, run_may: bool = False) -> Any:
+        """The token lets everything through; a run credential (what Ray workers carry) only the
+        writes of its run on ``RUN_CREDENTIAL_ROUTES``, which then check the run; else 401 / 403."""
         if self.token is None:
             return
         scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
@@ -215,6 +230,15 @@ class Api:
                 given = base64.b64decode(credentials.strip(), validate=True).decode("utf-8").partition(":")[2]
             except (binascii.Error, UnicodeDecodeError):
                 given = None
+        if run_credential.is_run_credential(given):
+            run = run_credential.verify(self.token, str(given))
+            if not run_may:
+                method, path = request.scope["method"], request.scope["path"]
+                raise ApiError(
+                    403, f"a run credential (what trainers carry) may not {method} {path}: it writes its run only"
+                )
+            request.run = run
+            return
         if given is None or not hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode()):
             raise ApiError(
                 401,
@@ -269,16 +293,11 @@ class Api:
             )
         async with self._body(request, self.max_body_bytes) as body, self._parse:
             try:
-                result = await self._in_thread(self._push, body)
+                result = await self._in_thread(self.hub.push_body, body, request.run)
             except RLInsightError:
                 self.hub.stats["rejected"] += 1
                 raise
         await self._send_json(request.send, 200, result)
-
-    def _push(self, body: Any) -> Any:
-        # msgspec decodes into the schema's types as it reads: a body of nested brackets is refused
-        # at its first level, with no recursion and no object built for it
-        return self.hub.push_body(body)
 
     async def post_target(self, request: Any) -> Any:
         async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
@@ -289,6 +308,8 @@ class Api:
         unknown = sorted(set(item) - {"address", "job", "labels", "ttl_s"})
         if unknown:
             raise TargetError(f"unknown field {unknown[0][:40]!r} (known: address, job, labels, ttl_s)")
+        labels = item.get("labels") if isinstance(item.get("labels"), dict) else {}
+        run_credential.check_run(request.run, labels.get("project"), labels.get("experiment_name"), "labels")
         record = self.targets.register(
             item.get("address"), item.get("job"), item.get("labels") or {}, item.get("ttl_s", 90.0)
         )
@@ -298,6 +319,9 @@ class Api:
         job, address = request.param("job"), request.param("address")
         if not job or not address:
             raise ApiError(400, "give ?job=JOB&address=HOST:PORT")
+        if request.run is not None:
+            labels = next((t["labels"] for t in self.targets.list() if (t["job"], t["address"]) == (job, address)), {})
+            run_credential.check_run(request.run, labels.get("project"), labels.get("experiment_name"), "target")
         if not self.targets.remove(address, job):
             raise ApiError(404, f"no target {job[:80]!r} {address[:80]!r}")
         await self._send_json(request.send, 200, {"removed": {"job": job, "address": address}})
@@ -340,9 +364,11 @@ class Api:
         encoding = request.headers.get("content-encoding")
         async with self._body(request, self.max_body_bytes) as body:
             otlp = await self._in_thread(decode_spans, body, encoding, self.max_body_bytes)
+            found = await self._in_thread(lambda: list(span_records(otlp)))  # read once, for the store and the figures
+            if request.run is not None:
+                _spans_of_run(otlp, found, request.run)
             if self.span_relay is not None:
                 self.span_relay.send(bytes(body), encoding)
-            found = await self._in_thread(lambda: list(span_records(otlp)))  # read once, for the store and the figures
             if self.spans is not None:
                 await self._in_thread(self.spans.add, otlp, found)
             if self.figures is not None:
@@ -369,12 +395,14 @@ class Api:
     async def get_profiles(self, request: Any) -> Any:
         store = self._profile_store()
         project, experiment = request.param("project") or None, request.param("experiment_name") or None
+        if request.run is not None:
+            run_credential.check_run(request.run, project, experiment, "project, experiment_name")
         await self._json_from(request, lambda: store.list(project, experiment))
 
     async def post_profile_report(self, request: Any) -> Any:
         store = self._profile_store()
         async with self._body(request, MAX_TARGET_BODY_BYTES) as body:
-            result = await self._in_thread(store.report, bytes(body))
+            result = await self._in_thread(store.report, bytes(body), request.run)
         await self._send_json(request.send, 200, result)
 
     async def get_span_runs(self, request: Any) -> Any:
@@ -529,6 +557,17 @@ class Api:
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._save()
+
+
+def _spans_of_run(otlp: Any, found: list[Any], run: tuple[str, str]) -> None:
+    """Forbidden unless every span of the request carries ``run``'s project and experiment."""
+    total = sum(len(ss.spans) for rs in otlp.resource_spans for ss in rs.scope_spans)
+    if len(found) != total:
+        raise Forbidden(
+            f"spans: {total - len(found)} without project and experiment_name; a run credential sends its run's"
+        )
+    for project, experiment, _ in found:
+        run_credential.check_run(run, project, experiment, "spans")
 
 
 def _parse_json(body: Any) -> Any:

@@ -71,7 +71,8 @@ def render_datasources(settings: ServerSettings) -> Any:
                     "uid": TEMPO_UID,
                     "type": "tempo",
                     "access": "proxy",
-                    "url": settings.tempo_query_url or f"http://{prometheus.connect_host(settings.bind)}:{settings.tempo_port}",
+                    "url": settings.tempo_query_url
+                    or f"http://{prometheus.connect_host(settings.bind)}:{settings.tempo_port}",
                     "editable": False,
                     "jsonData": {"nodeGraph": {"enabled": True}, "tracesToMetrics": {"datasourceUid": PROMETHEUS_UID}},
                 },

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_rl_insight.contract.errors import Busy, OverCapacity
+from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.contract.wire import MAX_FUTURE_S, Batch, PushError, decode_push, validate_push
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.stores.files import write_atomically
@@ -265,10 +266,17 @@ class MetricHub:
         now = self.clock()
         return self._tell(*self._apply(validate_push(payload, now, self.max_future_s), now))
 
-    def push_body(self, body: bytes) -> dict[str, Any]:
-        """``push`` for the bytes of a push body: decoded and validated in one pass."""
+    def push_body(self, body: bytes, run: tuple[str, str] | None = None) -> dict[str, Any]:
+        """``push`` for the bytes of a push body: decoded and validated in one pass (msgspec builds
+        the schema's types as it reads: nested brackets are refused at their first level). ``run``:
+        the only run the sender may write (a run credential's), else Forbidden and nothing applied."""
         now = self.clock()
-        return self._tell(*self._apply(decode_push(body, now, self.max_future_s), now))
+        batches = decode_push(body, now, self.max_future_s)
+        if run is not None:
+            for i, batch in enumerate(batches):
+                labels = dict(batch.labels)
+                check_run(run, labels.get("project"), labels.get("experiment_name"), f"batches[{i}]")
+        return self._tell(*self._apply(batches, now))
 
     def _tell(self, result: dict[str, Any], added: list[Batch]) -> dict[str, Any]:
         for listener in self.listeners:

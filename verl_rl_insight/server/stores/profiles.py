@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from verl_rl_insight.contract.errors import BadInput, NotFound
+from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.contract.wire import (
     MAX_PROFILE_STEPS,
     ProfileBody,
@@ -118,7 +119,7 @@ class ProfileStore:
         found.sort(key=lambda r: -r["created"])
         return {"profiles": found, "capability": capability}
 
-    def report(self, body: bytes) -> dict[str, Any]:
+    def report(self, body: bytes, run_only: tuple[str, str] | None = None) -> dict[str, Any]:
         """The trainer's word: updates of this run's requests, and its capability."""
         try:
             report = msgspec.json.decode(body, type=ProfileReportBody)
@@ -127,6 +128,7 @@ class ProfileStore:
         except msgspec.DecodeError as exc:
             raise ProfileError(f"body is not JSON: {exc}") from None
         run = (report.project, report.experiment_name)
+        check_run(run_only, *run, "project, experiment_name")
         with self._lock:
             for update in report.updates:
                 record = self._requests.get(update.id)

@@ -21,10 +21,10 @@ order, at most ``max_batches_per_request`` and ``max_request_bytes`` per request
 from __future__ import annotations
 
 import collections
+import email.utils
 import json
 import logging
 import operator
-import email.utils
 import os
 import threading
 import time

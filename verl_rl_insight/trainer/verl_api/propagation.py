@@ -1,15 +1,19 @@
 """What the driver hands to every Ray worker: the RL_INSIGHT_* environment and the Hydra block."""
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl_rl_insight.trainer.config import ENV_CONFIG_JSON, ENV_PREFIXES, hydra_block
+from verl_rl_insight.contract import run_credential, server_url
+from verl_rl_insight.trainer.config import ENV_CONFIG_JSON, ENV_PREFIXES, ENV_SERVER_URL, ENV_TOKEN, hydra_block
 from verl_rl_insight.trainer.runtime import ENV_EXPERIMENT, ENV_PROJECT
 from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
+
+logger = logging.getLogger("verl_rl_insight")
 
 
 def logger_list(trainer_config: Any) -> Any:
@@ -43,6 +47,47 @@ def prepare_driver_environment(trainer_config: Any) -> None:
 
 
 def forwarded_environment(environ: Mapping[str, str] | None = None) -> Any:
-    """Every RL_INSIGHT_* / VERL_RL_INSIGHT_* variable of this process."""
+    """Every RL_INSIGHT_* / VERL_RL_INSIGHT_* variable of this process, the server's token replaced
+    by a credential for this run only (verl prints what Ray workers get: ``ray init kwargs``)."""
     environ = os.environ if environ is None else environ
-    return {k: v for k, v in environ.items() if k.startswith(ENV_PREFIXES)}
+    return scoped_to_run({k: v for k, v in environ.items() if k.startswith(ENV_PREFIXES)})
+
+
+def scoped_to_run(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with no server token in it: not in the URL, not in RL_INSIGHT_TOKEN, not in the
+    config JSON; a run credential for the run's project and experiment in RL_INSIGHT_TOKEN instead."""
+    token = env.pop(ENV_TOKEN, None)
+    if env.get(ENV_SERVER_URL):
+        env[ENV_SERVER_URL], from_url = _split(env[ENV_SERVER_URL])
+        token = token or from_url
+    if env.get(ENV_CONFIG_JSON):
+        try:
+            block = json.loads(env[ENV_CONFIG_JSON])
+        except ValueError:
+            block = None
+        if isinstance(block, dict):
+            token = token or block.pop("token", None)
+            block.pop("token", None)
+            if isinstance(block.get("server_url"), str):
+                block["server_url"], from_url = _split(block["server_url"])
+                token = token or from_url
+            env[ENV_CONFIG_JSON] = json.dumps(block)
+    if not token:
+        return env
+    if run_credential.is_run_credential(token):
+        env[ENV_TOKEN] = token  # already one run's: handed on as it is
+    elif env.get(ENV_PROJECT) and env.get(ENV_EXPERIMENT):
+        env[ENV_TOKEN] = run_credential.mint(token, env[ENV_PROJECT], env[ENV_EXPERIMENT])
+    else:
+        logger.warning(
+            "rl-insight: no project / experiment known for the run; Ray workers get no push credential "
+            "(the server's token never goes to them)"
+        )
+    return env
+
+
+def _split(url: str) -> tuple[str, str | None]:
+    try:
+        return server_url.split(url)
+    except ValueError:
+        return url, None

@@ -1,0 +1,76 @@
+"""Run credentials: what trainers and Ray workers carry instead of the server's token.
+
+A run credential is ``run1.<payload>.<signature>``: the payload names one project, one
+experiment and an expiry; the signature is an HMAC keyed by the server's token. The driver mints
+one from the token it was given (no request to the server, so a server that is down delays
+nothing) and hands only it to the Ray workers, whose environment verl prints. The server checks
+the signature with its token: the credential writes that run's metrics, targets, spans and
+profile reports, and nothing else; it reads nothing. It expires (``RUN_CREDENTIAL_DAYS``), and
+changing the server's token revokes every one at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+
+from verl_rl_insight.contract.errors import Forbidden
+
+PREFIX = "run1."
+RUN_CREDENTIAL_DAYS = 30.0
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _key(token: str) -> bytes:
+    return hmac.new(token.encode(), b"rl-insight run credential", hashlib.sha256).digest()
+
+
+def _sign(token: str, payload: str) -> str:
+    return _b64(hmac.new(_key(token), payload.encode(), hashlib.sha256).digest())
+
+
+def is_run_credential(value: str | None) -> bool:
+    return bool(value) and str(value).startswith(PREFIX)
+
+
+def mint(token: str, project: str, experiment: str, days: float = RUN_CREDENTIAL_DAYS) -> str:
+    """A credential for ``project`` / ``experiment``, valid ``days`` from now."""
+    payload = _b64(json.dumps([project, experiment, int(time.time() + days * 86400)]).encode())
+    return f"{PREFIX}{payload}.{_sign(token, payload)}"
+
+
+def verify(token: str, credential: str, now: float | None = None) -> tuple[str, str]:
+    """(project, experiment) of a credential signed with ``token``; Forbidden when it is not."""
+    _, _, rest = credential.partition(PREFIX)
+    payload, _, signature = rest.partition(".")
+    if not payload or not hmac.compare_digest(signature.encode(), _sign(token, payload).encode()):
+        raise Forbidden("run credential not signed by this server's token (rotated since it was made?)")
+    try:
+        project, experiment, expires = json.loads(_unb64(payload))
+    except (ValueError, TypeError):
+        raise Forbidden("run credential is damaged") from None
+    if (time.time() if now is None else now) > float(expires):
+        raise Forbidden(
+            f"run credential for {project}/{experiment} expired at "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(float(expires)))}; restart the job to get a new one"
+        )
+    return str(project), str(experiment)
+
+
+def check_run(scope: tuple[str, str] | None, project: object, experiment: object, where: str) -> None:
+    """Forbidden when a run credential for ``scope`` writes to another run (``None``: the token)."""
+    if scope is not None and (project, experiment) != scope:
+        raise Forbidden(
+            f"{where}: this run credential writes {scope[0]}/{scope[1]} only, not {str(project)[:100]}/"
+            f"{str(experiment)[:100]}"
+        )
