@@ -94,7 +94,7 @@ print(verl.__version__, json.dumps(main_ppo.get_ppo_ray_runtime_env()["env_vars"
 def test_main_ppo_forwards_rl_insight_env_to_ray_workers_on_0_8_and_0_9_with_a_run_credential_not_the_token():
     from verl_rl_insight.contract import run_credential
 
-    env = {"RL_INSIGHT_SERVER_URL": "http://rl-insight:t0ken@127.0.0.1:1", "VERL_RL_INSIGHT_CONFIG": '{"token": "t0ken"}'}
+    env = {"RL_INSIGHT_SERVER_URL": "http://rl-insight:t0ken@127.0.0.1:1", "VERL_RL_INSIGHT_CONFIG": '{"token": "t"}'}
     for pythonpath, version in ((None, "0.9.1"), (old_verl("0.8.0"), "0.8.0")):
         result = run_python(MAIN_PPO, env=env, pythonpath=pythonpath, timeout=300)
         lines = result.stdout.strip().splitlines()

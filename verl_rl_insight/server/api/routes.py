@@ -308,7 +308,8 @@ class Api:
         unknown = sorted(set(item) - {"address", "job", "labels", "ttl_s"})
         if unknown:
             raise TargetError(f"unknown field {unknown[0][:40]!r} (known: address, job, labels, ttl_s)")
-        labels = item.get("labels") if isinstance(item.get("labels"), dict) else {}
+        given = item.get("labels")
+        labels: dict[str, Any] = given if isinstance(given, dict) else {}
         run_credential.check_run(request.run, labels.get("project"), labels.get("experiment_name"), "labels")
         record = self.targets.register(
             item.get("address"), item.get("job"), item.get("labels") or {}, item.get("ttl_s", 90.0)
@@ -320,7 +321,8 @@ class Api:
         if not job or not address:
             raise ApiError(400, "give ?job=JOB&address=HOST:PORT")
         if request.run is not None:
-            labels = next((t["labels"] for t in self.targets.list() if (t["job"], t["address"]) == (job, address)), {})
+            known = [t["labels"] for t in self.targets.list() if (t["job"], t["address"]) == (job, address)]
+            labels = known[0] if known else {}
             run_credential.check_run(request.run, labels.get("project"), labels.get("experiment_name"), "target")
         if not self.targets.remove(address, job):
             raise ApiError(404, f"no target {job[:80]!r} {address[:80]!r}")
