@@ -85,3 +85,54 @@ def test_a_server_pushed_far_past_its_memory_bound_stays_under_it(tmp_path):
         assert status == 422 and "memory_limit_mb" in json.loads(body)["error"]
     finally:
         stop_group(hub)
+
+
+def long_label_pushes(push_count, streams=20, start=1.7e9):
+    """Pushes of ``streams`` streams, each with 16 extra labels of 256 characters (the longest the
+    schema takes) besides project and experiment: every exposition line some 4.5 kB long."""
+    for p in range(push_count):
+        yield {
+            "batches": [
+                {
+                    "project": "p" * 256,
+                    "experiment_name": f"{p:04d}-{s:03d}".ljust(256, "e"),
+                    "step": 1,
+                    "time": start + p,
+                    "labels": {f"l{i}": chr(97 + i) * 256 for i in range(16)},
+                    "metrics": {f"rl_insight_monitor_metric_{i}": i / 7 for i in range(10)},
+                }
+                for s in range(streams)
+            ]
+        }
+
+
+def test_long_labels_are_booked_as_held_so_plain_and_named_scrapes_stay_under_the_bound(tmp_path):
+    port = free_port()
+    limit_mb = 16
+    hub = start_hub_process(port, tmp_path, memory_limit_mb=limit_mb)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _, rss_before = process_figures(hub.pid)
+        refused = None
+        for payload in long_label_pushes(200):
+            status, body = push(url, payload)
+            if status != 200:
+                refused = (status, body)
+                break
+        assert refused is not None and refused[0] == 422, "the bound was never reached"  # the positive control
+        assert b"memory_limit_mb" in refused[1]
+        figures = json.loads(http("GET", url + "/api/v1/hub")[1])
+        assert figures["memory_bytes"] <= limit_mb * 2**20 and figures["series"] > 100
+        for _ in range(3):  # plain scrapes (no token needed), then named ones, each a whole body
+            status, body = http("GET", url + "/metrics", timeout=60)
+            assert status == 200 and body.count(b"rl_insight_monitor_metric_0{") == figures["streams"]
+        for name in ("prometheus-a", "prometheus-b"):
+            assert http("GET", url + f"/metrics?scraper={name}", timeout=60)[0] in (200, 429)
+        _, rss_after = process_figures(hub.pid)
+        # what the process grew by: the booked bytes plus a fixed overhead (allocator slack, the
+        # request bodies in flight), whatever the label lengths
+        assert rss_after - rss_before < (limit_mb + 24) * 2**20, (
+            f"RSS grew by {(rss_after - rss_before) / 2**20:.0f} MiB under a bound of {limit_mb} MiB"
+        )
+    finally:
+        stop_group(hub)

@@ -42,7 +42,14 @@ from verl_rl_insight.server.stores.files import write_atomically
 logger = logging.getLogger("verl_rl_insight.server")
 
 # Estimated bytes, checked against tracemalloc by tests/test_hub_memory.py.
-SERIES_BYTES = 560  # a latest value, its dict slot, its cached line in the stream and in the shared body
+SERIES_BYTES = 400  # a latest value and its dict slot
+# A series' exposition line is held in five copies at the most: cached in its stream, in the
+# shared /metrics body, twice while a body is rendered (its pieces, then the whole; renders go one
+# at a time, ``_render_lock``) and in one named scrape's body while it is sent. They are booked
+# with the series; a named scrape books its history's lines, and its live lines too when another
+# named scrape's body is held.
+LINE_COPIES = 5
+LINE_EXTRA = 40  # a line's braces, space, value and newline
 SNAPSHOT_BYTES = 420  # a snapshot, its values tuple, its identity in the stream's set of seen ones
 VALUE_BYTES = 40  # a value in a snapshot (a tuple slot and its float), and its share of a names tuple
 STREAM_BYTES = 4096  # a stream's own objects
@@ -97,6 +104,7 @@ class Stream:
         "seen",
         "names",
         "cache",
+        "booked",
     )
 
     def __init__(self, key: StreamKey) -> None:
@@ -112,6 +120,10 @@ class Stream:
         self.seen: set[tuple[int | None, float]] = set()
         self.names: tuple[str, ...] = ()  # the names tuple of the newest snapshot: the next one shares it when equal
         self.cache: tuple[int, list[Line]] = (-1, [])  # (version, [(name, line)]): the live lines of that version
+        self.booked = STREAM_BYTES + len(self.labels)  # what the hub counts for it, history aside
+
+    def series_cost(self, name: str) -> int:
+        return series_cost(len(self.labels), name)
 
     def live_lines(self, latest: dict[str, float], version: int) -> list[Line]:
         cached_version, lines = self.cache
@@ -120,6 +132,16 @@ class Stream:
             if version >= self.cache[0]:
                 self.cache = (version, lines)
         return lines
+
+
+def series_cost(labels_chars: int, name: str) -> int:
+    """Bytes one series holds: its value and every copy of its exposition line."""
+    return SERIES_BYTES + LINE_COPIES * (labels_chars + len(name) + LINE_EXTRA)
+
+
+def labels_chars(key: StreamKey) -> int:
+    """About the length of ``key``'s label text (escaping aside), without building it."""
+    return sum(len(name) + len(value) + 4 for name, value in key)
 
 
 class Scraper:
@@ -163,8 +185,13 @@ class Exposure:
         self.stats = stats
         self.marks: dict[StreamKey, Mark] = {}
         self.settled = False
+        self.reserved = 0  # bytes booked for this body until ``commit``
 
     def body(self) -> bytes:
+        with self.hub._render_lock:
+            return self._render()
+
+    def _render(self) -> bytes:
         families: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
         for stream, latest, version, sent, history in self.entries:
             for snapshot, ts_ms in sent:
@@ -248,7 +275,8 @@ class MetricHub:
         self._version = 0
         self._scrapers: dict[str, Scraper] = {}
         self._next_sweep = 0.0
-        self._live_lock = threading.Lock()
+        self._render_lock = threading.Lock()  # one body rendered at a time: its copies are booked
+        self._held_named = 0  # named scrapes whose body is rendered or being sent
         self._live_body = (-1, b"")
         self._state_lock = threading.Lock()
         self._state_dirty = False
@@ -296,7 +324,7 @@ class MetricHub:
                 stream = self._streams.get(batch.labels)
                 if stream is None:
                     stream = self._streams[batch.labels] = Stream(batch.labels)
-                    self._bytes += STREAM_BYTES
+                    self._bytes += stream.booked
                 identity = (batch.step, batch.time)
                 if batch.timed and identity in stream.seen:
                     duplicates += 1
@@ -314,6 +342,7 @@ class MetricHub:
                 if batch.timed:
                     stream.seen.add(identity)
                 before = len(latest)
+                fresh = [name for name in batch.names if name not in latest]
                 if batch.time >= stream.newest_time:  # a late copy never turns values back
                     latest.update(batch.metrics)
                     stream.newest_time = batch.time
@@ -324,7 +353,9 @@ class MetricHub:
                     for name, value in batch.metrics.items():
                         latest.setdefault(name, value)
                 self._series += len(latest) - before
-                self._bytes += SERIES_BYTES * (len(latest) - before)
+                cost = sum(stream.series_cost(name) for name in fresh)
+                stream.booked += cost
+                self._bytes += cost
                 stream.updated = now
                 accepted += 1
                 added.append(batch)
@@ -353,10 +384,13 @@ class MetricHub:
                 fresh.update(batch.metrics.keys() - stream.latest.keys())
             needed += SNAPSHOT_BYTES + VALUE_BYTES * len(batch.names)
         new_series = sum(len(names) for names in new_names.values())
+        for key, names in new_names.items():
+            chars = labels_chars(key)
+            needed += sum(series_cost(chars, name) for name in names)
         if self._series + new_series > self.max_series:
             self.stats["rejected_series_limit"] += 1
             raise OverCapacity(f"series limit reached ({self.max_series}); raise the hub's max_series")
-        needed += new_series * SERIES_BYTES + STREAM_BYTES * sum(1 for k in new_names if k not in self._streams)
+        needed += sum(STREAM_BYTES + labels_chars(k) for k in new_names if k not in self._streams)
         if self._bytes + needed > self.memory_limit_bytes:
             self._evict(self._bytes + needed - self.memory_limit_bytes)
         if self._bytes + needed > self.memory_limit_bytes:
@@ -419,7 +453,7 @@ class MetricHub:
     def _forget(self, key: StreamKey) -> int:
         stream = self._streams.pop(key)
         self._series -= len(stream.latest)
-        self._bytes -= STREAM_BYTES + SERIES_BYTES * len(stream.latest) + sum(s.nbytes for s in stream.history)
+        self._bytes -= stream.booked + sum(s.nbytes for s in stream.history)
         for scraper in self._scrapers.values():
             scraper.marks.pop(key, None)
         self._version += 1
@@ -470,12 +504,40 @@ class MetricHub:
                 history = list(stream.history) if len(sent) < len(pending) else None
                 entries.append((stream, stream.latest, stream.version, sent, history))
             stats = self._stats_locked()
-        return Exposure(self, state, arrival_ms, entries, stats)
+            exposure = Exposure(self, state, arrival_ms, entries, stats)
+            try:
+                self._reserve(exposure)
+            except Busy:
+                state.busy.release()
+                raise
+        return exposure
+
+    def _reserve(self, exposure: Exposure) -> None:
+        """Book what this named scrape's body adds to the booked copies: its history's lines (held
+        in pieces, joined, encoded) and, when another named body is held, its live lines."""
+        history = live = 0
+        for stream, latest, _, sent, _ in exposure.entries:
+            chars = len(stream.labels) + LINE_EXTRA + 14  # + the timestamp
+            for snapshot, _ in sent:
+                history += len(snapshot.values) * chars + sum(map(len, snapshot.names))
+            live += (stream.booked - STREAM_BYTES - len(stream.labels) - SERIES_BYTES * len(latest)) // LINE_COPIES
+        reserve = 3 * history + (live if self._held_named else 0)
+        if self._bytes + reserve > self.memory_limit_bytes:
+            self.stats["scrapes_refused_memory"] += 1
+            raise Busy(
+                f"memory bound: this scrape's body (~{reserve / 2**20:.0f} MiB of history) does not fit now "
+                f"under memory_limit_mb ({self.memory_limit_bytes / 2**20:.0f} MiB); retry, or raise it"
+            )
+        self._bytes += reserve
+        self._held_named += 1
+        exposure.reserved = reserve
 
     def _settle(self, exposure: Exposure, written: bool) -> None:
         state = exposure.scraper
         assert state is not None
         with self._lock:
+            self._bytes -= exposure.reserved
+            self._held_named -= 1
             state.last_ms = max(state.last_ms or 0, exposure.arrival_ms or 0)
             if written:
                 for key, mark in exposure.marks.items():
@@ -486,14 +548,14 @@ class MetricHub:
 
     def live_body(self) -> bytes:
         """The live values of every stream (what an unnamed scrape gets), rendered once per change."""
-        with self._live_lock:
+        with self._render_lock:
             with self._lock:
                 version = self._version
                 if self._live_body[0] == version:
                     return self._live_body[1]
                 entries: list[Entry] = [(s, s.latest, s.version, [], None) for s in self._streams.values()]
                 stats = self._stats_locked()
-            body = Exposure(self, None, None, entries, stats).body()
+            body = Exposure(self, None, None, entries, stats)._render()  # under _render_lock already
             self._live_body = (version, body)
             return body
 
