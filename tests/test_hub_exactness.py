@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from tests.helpers import http, push
+from tests.helpers import http, push, wait_for
 
 LINE = re.compile(
     r'^rl_insight_monitor_training_global_step\{experiment_name="([^"]+)",project="race"\} (\S+)(?: (\d+))?$'
@@ -97,13 +97,16 @@ def test_concurrent_pushers_and_two_named_scrapers_see_every_step_exactly_once_i
         thread.start()
     for thread in pushers:
         thread.join(120)
-    time.sleep(1.5)  # a few more scrapes take what is left
+    pushed = time.time()
+    # two more scrapes each, begun after the last push, take what is left (a condition, not a sleep)
+    wait_for(lambda: all(sum(t > pushed for t, _ in r) >= 2 for r in records.values()), 60, what="two more scrapes")
     stop.set()
     for thread in scrapers:
         thread.join(30)
     assert not errors, errors[:3]
     for name, record in records.items():
-        assert len(record) > 10, f"{name} scraped only {len(record)} times"
+        # the positive control: scrapes did run while the pushers pushed
+        assert any(t < pushed for t, _ in record[:-2]), f"{name} never scraped while the pushers ran"
         stored, refused = replay(record)
         assert not refused, f"{name}: Prometheus would refuse {len(refused)} steps, e.g. {refused[:3]}"
         for run in range(runs):
@@ -144,3 +147,37 @@ def test_a_scrape_cut_off_mid_response_loses_nothing(hub_server):
     stored, refused = replay([(time.time(), http("GET", server.url + "/metrics?scraper=cut")[1].decode())])
     assert not refused
     assert [value for value, _ in stored["cut"]] == list(range(1, 51))
+
+
+def test_after_a_hub_restart_a_step_stamped_by_a_slower_clock_is_sent_once_and_resent_copies_are_not(tmp_path):
+    """Sent positions survive a restart per batch, not per time: step 11, pushed by a second pusher
+    whose clock is 2 s behind, is stamped before the step 10 the scraper already has; it must still
+    reach the scraper, once, and the re-sent copies of steps 6-10 must not reach it again."""
+    from verl_rl_insight.server.metrics.hub import MetricHub
+
+    state = tmp_path / "hub-state.json"
+    t0 = time.time() - 100
+
+    def batch(step, stamped):
+        return {"project": "race", "experiment_name": "skew", "step": step, "time": stamped, "metrics": {"m": step}}
+
+    def scrape(hub, at):
+        exposure = hub.expose("prometheus", at)
+        body = exposure.body().decode()
+        exposure.commit(True)
+        hub.save_state()
+        return [int(float(m.group(2))) for m in map(LINE.match, body.splitlines()) if m and m.group(3)]
+
+    first = MetricHub(state_path=state, history_s=3600)
+    for step in range(1, 11):
+        first.push({"batches": [batch(step, t0 + step)]})
+    assert scrape(first, t0 + 20) == list(range(1, 11))  # the positive control: history is sent in order
+
+    restarted = MetricHub(state_path=state, history_s=3600)  # the same state file: a restart
+    # the sender's 409 path: the batches it delivered recently come again, then the new step from
+    # the pusher whose clock is 2 s slow
+    restarted.push({"batches": [batch(step, t0 + step) for step in range(6, 11)]})
+    restarted.push({"batches": [batch(11, t0 + 10 - 2)]})
+    assert scrape(restarted, t0 + 30) == [11]
+    restarted.push({"batches": [batch(12, t0 + 12)]})
+    assert scrape(restarted, t0 + 31) == [12]

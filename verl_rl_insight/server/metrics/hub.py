@@ -144,8 +144,12 @@ def labels_chars(key: StreamKey) -> int:
     return sum(len(name) + len(value) + 4 for name, value in key)
 
 
+Identity = tuple[int | None, float]  # (step, trainer time): a batch, and every resent copy of it
+RECENT_SENT = 64  # per scraper and stream, the identities last sent: kept across a restart
+
+
 class Scraper:
-    __slots__ = ("name", "last_ms", "marks", "seen_at", "busy")
+    __slots__ = ("name", "last_ms", "marks", "seen_at", "busy", "recent")
 
     def __init__(
         self, name: str, last_ms: int | None = None, marks: dict[StreamKey, Mark] | None = None, seen_at: float = 0.0
@@ -155,12 +159,30 @@ class Scraper:
         self.marks = marks or {}  # stream key -> (seq or None after a restart, trainer time) last sent
         self.seen_at = seen_at
         self.busy = threading.Lock()
+        # stream key -> the identities of the batches last sent (saved; after a restart they, not
+        # the time, say what a resent copy is: a batch stamped before the last one sent, by a
+        # pusher with a slower clock, was not sent because of its time)
+        self.recent: dict[StreamKey, collections.deque[Identity]] = {}
 
     def sent(self, key: StreamKey, snapshot: Snapshot) -> bool:
         mark = self.marks.get(key)
         if mark is None:
             return False
-        return snapshot.seq <= mark[0] if mark[0] is not None else snapshot.time <= mark[1]
+        if mark[0] is not None:
+            return snapshot.seq <= mark[0]
+        recent = self.recent.get(key)
+        if not recent:  # a state file from before identities were kept
+            return snapshot.time <= mark[1]
+        # older than every identity kept: sent before them
+        return (snapshot.step, snapshot.time) in recent or snapshot.time < min(t for _, t in recent)
+
+    def restored(self, key: StreamKey) -> bool:
+        """Whether what was sent of ``key`` is known by identities only (since a restart)."""
+        mark = self.marks.get(key)
+        return mark is not None and mark[0] is None
+
+    def record(self, key: StreamKey, identities: list[Identity]) -> None:
+        self.recent.setdefault(key, collections.deque(maxlen=RECENT_SENT)).extend(identities)
 
 
 # (stream, its latest values, their version, [(snapshot, ts_ms)] to send, history or None)
@@ -184,6 +206,7 @@ class Exposure:
         self.entries = entries  # [(stream, latest, version, [(snapshot, ts_ms)], history or None)]
         self.stats = stats
         self.marks: dict[StreamKey, Mark] = {}
+        self.sent_ids: dict[StreamKey, list[Identity]] = {}
         self.settled = False
         self.reserved = 0  # bytes booked for this body until ``commit``
 
@@ -199,6 +222,7 @@ class Exposure:
                     families[name].append(line)
             if sent:
                 self.marks[stream.key] = (sent[-1][0].seq, sent[-1][0].time)
+                self.sent_ids[stream.key] = [(snapshot.step, snapshot.time) for snapshot, _ in sent]
             if history is None:
                 lines = stream.live_lines(latest, version)
             else:
@@ -456,6 +480,7 @@ class MetricHub:
         self._bytes -= stream.booked + sum(s.nbytes for s in stream.history)
         for scraper in self._scrapers.values():
             scraper.marks.pop(key, None)
+            scraper.recent.pop(key, None)
         self._version += 1
         return len(stream.latest)
 
@@ -493,10 +518,13 @@ class MetricHub:
             entries: list[Entry] = []
             for stream in self._streams.values():
                 pending: list[Snapshot] = []
+                restored = state.restored(stream.key)  # resent copies and new batches in any order
                 for snapshot in reversed(stream.history):
-                    if state.sent(stream.key, snapshot) or (
-                        stream.key not in state.marks and snapshot.received * 1000 <= floor_ms
-                    ):
+                    if state.sent(stream.key, snapshot):
+                        if restored:
+                            continue
+                        break
+                    if stream.key not in state.marks and snapshot.received * 1000 <= floor_ms:
                         break
                     pending.append(snapshot)
                 pending.reverse()
@@ -543,6 +571,7 @@ class MetricHub:
                 for key, mark in exposure.marks.items():
                     if key in self._streams:
                         state.marks[key] = mark
+                        state.record(key, exposure.sent_ids[key])
             self._state_dirty = True
         state.busy.release()
 
@@ -617,7 +646,8 @@ class MetricHub:
                         name: {
                             "last_ms": s.last_ms,
                             "seen_at": s.seen_at,
-                            "marks": [[key, mark[1]] for key, mark in s.marks.items()],  # tuples encode as arrays
+                            # tuples encode as arrays: [key, time, [[step, time], ...]]
+                            "marks": [[key, mark[1], list(s.recent.get(key, ()))] for key, mark in s.marks.items()],
                         }
                         for name, s in self._scrapers.items()
                     }
@@ -631,12 +661,17 @@ class MetricHub:
         try:
             state = json.loads(self.state_path.read_text())
             for name, saved in state["scrapers"].items():
-                marks: dict[StreamKey, Mark] = {
-                    tuple((str(name), str(value)) for name, value in key): (None, float(t)) for key, t in saved["marks"]
-                }
-                self._scrapers[check_scraper_name(name)] = Scraper(
-                    name, int(saved["last_ms"]) if saved["last_ms"] is not None else None, marks, self.clock()
+                scraper = Scraper(
+                    check_scraper_name(name),
+                    int(saved["last_ms"]) if saved["last_ms"] is not None else None,
+                    seen_at=self.clock(),
                 )
+                for key, t, *ids in saved["marks"]:
+                    stream_key = tuple((str(label), str(value)) for label, value in key)
+                    scraper.marks[stream_key] = (None, float(t))
+                    for step, when in ids[0] if ids else ():
+                        scraper.record(stream_key, [(None if step is None else int(step), float(when))])
+                self._scrapers[name] = scraper
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning("metric hub: cannot read %s (%s); named scrapers start afresh", self.state_path, exc)
             self._scrapers.clear()
