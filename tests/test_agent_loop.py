@@ -5,7 +5,6 @@ rl_insight_agent_*; verl's own sampling (trace=False) is respected; the Hydra ov
 accepted by verl's config; RLInsightLogger.agent_loop_session returns a working session."""
 
 import asyncio
-import time
 
 import pytest
 
@@ -128,11 +127,23 @@ def test_a_traced_trajectory_becomes_a_span_with_its_ops_and_metrics(receiver, r
     assert values["rl_insight_agent_tool_latency_seconds"] >= 0.02
 
 
-def test_other_backends_and_no_backend_are_untouched(rollout_trace, receiver):
+def test_other_backends_and_no_backend_are_untouched(rollout_trace, receiver, hub_server, monkeypatch):
     rollout_trace.RolloutTraceConfig.init("agents", "none", backend=None)
     asyncio.run(one_trajectory(rollout_trace, 1))
-    time.sleep(1.5)
-    assert [s for s in receiver.spans if s["name"] == "agent trajectory"] == []
+    # the positive control: the same process, then traced with rl_insight, does send its span;
+    # once it has arrived, the untraced one (sent first, if at all) would have arrived too
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", hub_server().url)
+    import verl_rl_insight
+
+    verl_rl_insight.init("agents", "traced")
+    rollout_trace.RolloutTraceConfig.reset()
+    rollout_trace.RolloutTraceConfig.init("agents", "traced", backend="rl_insight", max_samples_per_step_per_worker=1)
+    asyncio.run(one_trajectory(rollout_trace, 2))
+    verl_rl_insight.finish()
+    trajectories = wait_for(
+        lambda: [s for s in receiver.spans if s["name"] == "agent trajectory"], 10, what="the traced trajectory"
+    )
+    assert [s["attributes"]["sample_index"] for s in trajectories] == [2]
 
 
 def test_the_hydra_override_is_accepted_by_verls_config():

@@ -218,6 +218,7 @@ def test_beyond_loopback_strangers_cannot_write_and_prometheus_cannot_be_stopped
         wait_for(lambda: json.loads(http("GET", query)[1])["data"]["result"], what="Prometheus scraping the hub")
         assert statuses[12:14] == [401, 401], statuses
         assert not isinstance(statuses[14], int), "Alertmanager must listen on loopback only"
+        assert http("GET", f"http://127.0.0.1:{config['alertmanager_port']}/-/ready")[0] == 200, "and run there"
         assert json.loads(http("GET", f"http://{here}:{config['port']}/api/v1/targets")[1])["targets"] == []
         # with Prometheus on loopback its admin API is on: `runs delete` removes the run's series
         run = local + "/api/v1/query?" + urllib.parse.urlencode({"query": '{experiment_name="stranger"}'})
