@@ -106,13 +106,44 @@ CASES = [
     ("demo with -1 steps", ["demo", "--steps", "-1"], {}, 2, "must be a whole number above 0"),
     ("a command without its subcommand", ["server"], {}, 2, "the following arguments are required: COMMAND"),
     ("run without a command", ["run"], {}, 2, "give a command to run"),
+    (
+        "a trainer config file that is not YAML",
+        ["config"],
+        {"RL_INSIGHT_CONFIG_FILE": "{tmp}/bad.yaml"},
+        2,
+        "is not valid YAML (while parsing a flow sequence",
+    ),
+    (
+        "a trainer config file that is not there",
+        ["plugins"],
+        {"RL_INSIGHT_CONFIG_FILE": "{tmp}/none.yaml"},
+        2,
+        "none.yaml does not exist (from RL_INSIGHT_CONFIG_FILE); fix the path or unset RL_INSIGHT_CONFIG_FILE",
+    ),
+    (
+        "VERL_RL_INSIGHT_CONFIG that is not JSON",
+        ["config"],
+        {"VERL_RL_INSIGHT_CONFIG": "{plugins: 1"},
+        2,
+        "VERL_RL_INSIGHT_CONFIG is not valid JSON",
+    ),
+    (
+        "a plugin nobody provides",
+        ["plugins"],
+        {"VERL_RL_INSIGHT_CONFIG": '{"plugins": {"gpu_stats": {"enabled": true}}}'},
+        2,
+        "unknown rl-insight plugin(s) in config: gpu_stats; known plugins: agent_loop,",
+    ),
 ]
 
 
 @pytest.mark.parametrize("what, args, env, code, message", CASES, ids=[c[0] for c in CASES])
 def test_every_mistake_is_one_line_with_its_exit_code_and_no_traceback(files, what, args, env, code, message):
-    got, out = run(*[a.format(tmp=files) for a in args], env=env)
+    got, out = run(
+        *[a.format(tmp=files) for a in args], env={k: v.replace("{tmp}", str(files)) for k, v in env.items()}
+    )
     assert got == code, f"{what}: exit {got}\n{out}"
+    assert "unexpected error" not in out
     assert message in out, f"{what}:\n{out}"
     assert "Traceback" not in out and "server_cmd" not in out and "targets_cmd" not in out
     assert len(out.strip().splitlines()) <= 2, f"{what}: more than two lines\n{out}"

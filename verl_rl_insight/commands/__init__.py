@@ -17,6 +17,7 @@ from verl_rl_insight.commands.server import command as server
 from verl_rl_insight.commands.timeline import command as timeline
 from verl_rl_insight.commands.watch import command as watch
 from verl_rl_insight.contract import environment
+from verl_rl_insight.contract.errors import ConfigError
 
 FILE_MISTAKES = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
@@ -56,6 +57,9 @@ def main(argv: Any = None) -> int:
     except CliError as exc:
         print(f"rl-insight: {exc}" + (f"\n  fix: {exc.fix}" if exc.fix else ""), file=sys.stderr)
         return int(exc.code)
+    except ConfigError as exc:  # a config file, variable or setting to fix: its message says which
+        print(f"rl-insight: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return REFUSED
     except KeyboardInterrupt:
         print("rl-insight: interrupted", file=sys.stderr)
         return 130

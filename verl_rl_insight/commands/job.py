@@ -35,11 +35,21 @@ def run(args: argparse.Namespace) -> int:
         return 127
 
 
-def plugins(args: argparse.Namespace) -> int:
-    from verl_rl_insight.trainer.config import load_config, plugin_settings
-    from verl_rl_insight.trainer.manager import DEFAULT_PLUGINS, discover
+def checked_config() -> Any:
+    """The merged config, refused (one line, exit 2) when it names a plugin that nobody provides."""
+    from verl_rl_insight.trainer.config import check_plugin_names, load_config
+    from verl_rl_insight.trainer.manager import discover
 
     config = load_config()
+    check_plugin_names(config, discover())
+    return config
+
+
+def plugins(args: argparse.Namespace) -> int:
+    from verl_rl_insight.trainer.config import plugin_settings
+    from verl_rl_insight.trainer.manager import DEFAULT_PLUGINS, discover
+
+    config = checked_config()
     rows = []
     for name in discover():
         source = "built-in" if any(p.endswith("." + name) for p in DEFAULT_PLUGINS) else "entry point"
@@ -56,9 +66,7 @@ def plugins(args: argparse.Namespace) -> int:
 def config(args: argparse.Namespace) -> int:
     from omegaconf import OmegaConf
 
-    from verl_rl_insight.trainer.config import load_config
-
-    shown = OmegaConf.to_container(load_config())
+    shown = OmegaConf.to_container(checked_config())
     assert isinstance(shown, dict)
     if shown.get("token"):  # the server's token or a run credential: a secret either way
         shown["token"] = "***"

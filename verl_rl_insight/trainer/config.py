@@ -167,9 +167,12 @@ def _env_layer(environ: Any) -> dict[str, Any]:
         try:
             layer = json.loads(environ[ENV_CONFIG_JSON])
         except ValueError as exc:
-            raise ConfigError(f"{ENV_CONFIG_JSON} is not valid JSON: {exc}") from None
+            raise ConfigError(
+                f"{ENV_CONFIG_JSON} is not valid JSON ({exc}); set it to a JSON object like "
+                f"'{{\"plugins\": {{\"hardware\": {{\"enabled\": false}}}}}}' or unset it"
+            ) from None
         if not isinstance(layer, dict):
-            raise ConfigError(f"{ENV_CONFIG_JSON} must be a JSON object like the rl_insight block")
+            raise ConfigError(f"{ENV_CONFIG_JSON} must be a JSON object like the rl_insight block, or unset")
     if environ.get(ENV_SERVER_URL):
         layer["server_url"] = environ[ENV_SERVER_URL]
     if environ.get(ENV_TOKEN):
@@ -206,8 +209,16 @@ def load_config(trainer_config: Any = None, config_file: str | None = None, envi
     if config_file:
         try:
             layers.append((str(config_file), OmegaConf.load(config_file)))
+        except FileNotFoundError:
+            raise ConfigError(
+                f"config file {config_file} does not exist (from {ENV_CONFIG_FILE}); "
+                f"fix the path or unset {ENV_CONFIG_FILE}"
+            ) from None
         except Exception as exc:  # OmegaConf raises several types for a bad file
-            raise ConfigError(f"cannot read rl-insight config file {config_file}: {exc}") from None
+            problem = " ".join(str(exc).split())[:200]
+            raise ConfigError(
+                f"config file {config_file} is not valid YAML ({problem}); fix it or unset {ENV_CONFIG_FILE}"
+            ) from None
     layers.append(("the rl_insight block of the trainer config", OmegaConf.create(hydra_block(trainer_config))))
     layers.append(("the environment", OmegaConf.create(_env_layer(environ))))
     config = _merge(layers)
