@@ -13,6 +13,7 @@ from typing import Any
 from verl_rl_insight.commands.api import call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
+from verl_rl_insight.contract.naming import STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 
 
@@ -52,8 +53,9 @@ def known_runs(base: Any, token: str | None, prom: Any, project: str | None = No
         selector = run_selector(project, None) if project else ""
         try:
             steps = prom.query(f"max by (project, experiment_name) (last_over_time({STEP}{selector}[{since}]))")
+            # the last step's own time, as a value (a sample's timestamp is the last scrape's)
             seen = prom.query(
-                f"max by (project, experiment_name) (timestamp(last_over_time({STEP}{selector}[{since}])))"
+                f"max by (project, experiment_name) (last_over_time({STEP_TIME_METRIC}{selector}[{since}]))"
             )
             finished = prom.query(
                 f"max by (project, experiment_name) (last_over_time(rl_insight_run_finished{selector}[{since}]))"
@@ -97,7 +99,8 @@ def show(args: argparse.Namespace) -> int:
         )
         return 0
     rows = [("PROJECT", "EXPERIMENT", "LAST STEP", "LAST PUSH", "SERIES", "STATE")]
-    for (project, experiment), run in sorted(runs.items(), key=lambda item: item[1]["last_push_s"] or 1e18):
+    newest_first = sorted(runs.items(), key=lambda item: (item[1]["last_push_s"] is None, item[1]["last_push_s"] or 0))
+    for (project, experiment), run in newest_first:
         state = (
             "finished"
             if run["finished"]

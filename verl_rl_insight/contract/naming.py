@@ -30,6 +30,9 @@ def metric_name(prefix: str, key: object) -> str:
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 GLOBAL_STEP_METRIC = "rl_insight_monitor_training_global_step"
+# the trainer's time of the stream's last step, as a value: how long ago a run last stepped,
+# also after a restart (a sample's timestamp is the last scrape's, not the step's)
+STEP_TIME_METRIC = "rl_insight_monitor_training_step_time_seconds"
 
 
 def escape_label_value(value: str) -> str:

@@ -32,6 +32,7 @@ from verl_rl_insight.contract.naming import (
     LABEL_NAME_PATTERN,
     LABEL_VALUE_PATTERN,
     METRIC_NAME_PATTERN,
+    STEP_TIME_METRIC,
 )
 
 HUB_HEADER = "X-RL-Insight-Hub"  # the hub instance a sender expects; a restarted hub answers 409
@@ -230,7 +231,7 @@ def check_metric_names(where: str, metrics: dict[str, Any]) -> None:
                 f"{where}.metrics: invalid metric name {_show(name, MAX_NAME)} "
                 f"(must match [a-zA-Z_:][a-zA-Z0-9_:]*, at most {MAX_NAME} characters)"
             )
-        if name.startswith(RESERVED_PREFIX) or name == GLOBAL_STEP_METRIC:
+        if name.startswith(RESERVED_PREFIX) or name in (GLOBAL_STEP_METRIC, STEP_TIME_METRIC):
             raise PushError(
                 f"{where}.metrics.{name}: {name} and names starting with {RESERVED_PREFIX} are the hub's own"
             )
@@ -263,10 +264,11 @@ def _batch(i: int, body: BatchBody, now: float, max_future_s: float = MAX_FUTURE
         labels.extend(body.labels.items())
         labels.sort()
     metrics = _numbers(body.metrics)
+    stamp = body.time if body.time is not None else now
     if body.step is not None:
         metrics[GLOBAL_STEP_METRIC] = float(body.step)
-    timed = body.time is not None
-    return Batch(tuple(labels), body.step, body.time if body.time is not None else now, timed, metrics)
+        metrics[STEP_TIME_METRIC] = float(stamp)
+    return Batch(tuple(labels), body.step, stamp, body.time is not None, metrics)
 
 
 def decode_push(body: bytes, now: float, max_future_s: float = MAX_FUTURE_S) -> list[Batch]:

@@ -7,12 +7,13 @@ the dashboards use must appear as a string literal in verl), so the check follow
 
 from typing import Any
 
-from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, TIMELINE_SERIES
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC, TIMELINE_SERIES
 from verl_rl_insight.trainer.samplers.hardware import HostSampler
 
 # What the hub, the trainer-side plugins and the hardware sampler push.
 PRODUCED = {
     GLOBAL_STEP_METRIC,
+    STEP_TIME_METRIC,
     *TIMELINE_SERIES,
     "rl_insight_run_finished",
     "rl_insight_profiled_steps_total",

@@ -46,6 +46,18 @@ def overview_rows(layout: Any) -> None:
         )
     )
     layout.add(timeseries("Entropy", [series("actor/entropy", "entropy")]))
+    layout.add(timeseries("Global step", [(f"{M}training_global_step{{{RUN}}}", "{{experiment_name}}")]), w=12, h=6)
+    layout.add(
+        timeseries(
+            "Time since the last step",
+            [(f"time() - max by (experiment_name) ({M}training_step_time_seconds{{{RUN}}})", "{{experiment_name}}")],
+            unit="s",
+            description="now minus the trainer's time of its last logged step: it climbs while a step runs and "
+            "drops at each new one; a line that keeps climbing is a stall (RLInsightTrainingStalled)",
+        ),
+        w=12,
+        h=6,
+    )
     layout.add(timeseries("Policy loss", [series("actor/pg_loss", "pg_loss")]), w=8)
     layout.add(
         timeseries(
@@ -161,4 +173,9 @@ def shown() -> Any:
     """A regex of every metric name the key rows show (for the catch-all panel's exclusion)."""
     exact = sorted(metric(k)[len(M) :] for k in catalogue.trainer_keys())
     patterns = [metric_regex(regex)[len(M) :] for _, _, regex, _ in catalogue.PATTERN_FAMILIES]
-    return M + "(" + "|".join([re.escape(e) for e in exact] + patterns + ["training_global_step"]) + ")"
+    return (
+        M
+        + "("
+        + "|".join([re.escape(e) for e in exact] + patterns + ["training_global_step", "training_step_time_seconds"])
+        + ")"
+    )

@@ -169,7 +169,7 @@ def _env_layer(environ: Any) -> dict[str, Any]:
         except ValueError as exc:
             raise ConfigError(
                 f"{ENV_CONFIG_JSON} is not valid JSON ({exc}); set it to a JSON object like "
-                f"'{{\"plugins\": {{\"hardware\": {{\"enabled\": false}}}}}}' or unset it"
+                f'\'{{"plugins": {{"hardware": {{"enabled": false}}}}}}\' or unset it'
             ) from None
         if not isinstance(layer, dict):
             raise ConfigError(f"{ENV_CONFIG_JSON} must be a JSON object like the rl_insight block, or unset")
