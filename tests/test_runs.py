@@ -148,3 +148,36 @@ def test_the_compare_dashboard_shows_both_runs(two_runs):
     xy = [p for p in every_panel(dashboard) if p["type"] == "xychart"]
     assert len(xy) >= 8 and all(p["options"]["dims"]["x"] == "step" for p in xy)
     assert checked >= 20
+
+
+def test_after_a_server_restart_runs_list_keeps_each_runs_age_and_shows_the_newest_first(tmp_path):
+    """The hub forgets its streams in a restart; `runs list` then reads Prometheus alone, and the
+    ages must still be those of each run's last step (not the restart's, not 0s ago)."""
+    from tests.helpers import free_port, require_prometheus
+
+    require_prometheus()
+    hub_port, prom_port = free_port(), free_port()
+    start = ("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port),
+             "--prometheus-port", str(prom_port), "--scrape-interval", "1", "--data-dir", str(tmp_path / "data"),
+             "--no-tempo", "--no-grafana", "--no-alertmanager")  # fmt: skip
+    hub, prom = f"http://127.0.0.1:{hub_port}", f"http://127.0.0.1:{prom_port}"
+    assert rl_insight(*start).returncode == 0
+    try:
+        now = time.time()
+        for run, minutes_ago in (("old-run", 40), ("new-run", 3), ("mid-run", 15)):
+            for step in (1, 2):
+                stamped = now - minutes_ago * 60 - (2 - step) * 10
+                batch = {"project": PROJECT, "experiment_name": run, "step": step, "time": stamped,
+                         "metrics": {"rl_insight_monitor_actor_entropy": 0.5}}  # fmt: skip
+                assert push(hub, {"batches": [batch]})[0] == 200
+        wait_for(lambda: len(query(prom, f'rl_insight_monitor_training_step_time_seconds{{project="{PROJECT}"}}')) == 3)
+        assert rl_insight("server", "stop").returncode == 0
+        assert rl_insight(*start).returncode == 0
+        listed = rl_insight("runs", "list", "--server", hub, "--project", PROJECT)
+        assert listed.returncode == 0, listed.stderr
+        rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+        assert [(r[1], r[3]) for r in rows] == [("new-run", "3m"), ("mid-run", "15m"), ("old-run", "40m")], (
+            listed.stdout
+        )
+    finally:
+        rl_insight("server", "stop")
