@@ -346,3 +346,56 @@ def test_a_python_without_the_data_filter_refuses_to_extract(tmp_path, monkeypat
     with pytest.raises(installer.InstallError, match="no safe tar extraction"):
         installer.safe_extract(archive, tmp_path / "tree")
     assert not (tmp_path / "tree").exists()
+
+
+def test_the_readme_own_job_lines_without_internet_leave_a_server_and_doctors_fix_works_pasted(tmp_path):
+    """The README's own-job line run as written, on a machine where nothing answers downloads
+    (RL_INSIGHT_MIRROR: a loopback port where nothing listens): Prometheus and Alertmanager are the
+    machine's, Tempo and Grafana cannot be had. A server must run, install and status exit 0 and
+    say what it runs without; then doctor's fix for the unset URL, pasted into a shell, makes a
+    push succeed."""
+    import socket
+
+    require_prometheus()
+    for port in (18080, 9090, 9093):  # the README line uses the default ports
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is taken: the README line needs it"
+    line = next(
+        x for x in (REPO / "README.md").read_text().splitlines() if x.startswith("rl-insight server install &&")
+    )
+    command = line.split("#")[0].strip()
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{unused.getsockname()[1]}"
+    env = dict(os.environ, RL_INSIGHT_MIRROR=dead, RL_INSIGHT_HOME=str(tmp_path / "home"))
+    env.pop("RL_INSIGHT_SERVER_URL", None)
+
+    def shell(script):
+        return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=300)
+
+    ran = shell(command)
+    try:
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "The server runs without Tempo and Grafana" in ran.stdout and "--local-archive DIR" in ran.stdout
+        assert "cannot download from " + dead in ran.stdout  # the network is named, not the checksum
+        assert "tempo        not installed: the server keeps the spans itself" in ran.stdout
+        status = shell("rl-insight server status")
+        assert status.returncode == 0, status.stdout
+        assert "grafana      -        absent" in status.stdout and "prometheus" in status.stdout
+
+        doctor = shell("rl-insight doctor")
+        problems = [x for x in doctor.stdout.splitlines() if x.startswith("PROBLEM")]
+        assert [x.split(":")[0] for x in problems] == ["PROBLEM  RL_INSIGHT_SERVER_URL"], doctor.stdout
+        assert "skipped  service grafana: not installed" in doctor.stdout
+        fix = doctor.stdout.split("PROBLEM  RL_INSIGHT_SERVER_URL", 1)[1].split("fix: ", 1)[1].splitlines()[0]
+        token = (tmp_path / "home" / "data" / "secrets" / "hub-token").read_text().strip()
+        assert token not in doctor.stdout
+        pushed = shell(
+            fix
+            + " && python3 -c \"import verl_rl_insight as v, time; v.init('readme', 'pasted'); "
+            + "v.log({'actor/entropy': 0.5}, step=1); v.finish()\" && rl-insight runs list --project readme"
+        )
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        assert "pasted" in pushed.stdout and "401" not in pushed.stdout + pushed.stderr
+    finally:
+        shell("rl-insight server stop")

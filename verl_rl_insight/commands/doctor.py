@@ -82,6 +82,9 @@ def check_server(report: Report, url: str, token: str | None) -> bool:
 
 
 def check_services(report: Report, url: str) -> Any:
+    from verl_rl_insight.commands.server import control
+    from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
+
     status, _, body = fetch(url + "/api/v1/services")
     services = json.loads(body)["services"] if status == 200 else {}
     for name in ("prometheus", "alertmanager", "tempo", "grafana"):
@@ -94,6 +97,8 @@ def check_services(report: Report, url: str) -> Any:
                 "not run by this server",
                 f"rl-insight server install {name}, then restart the server",
             )
+        elif svc.get("missing") and control.optional_absent(name, svc["missing"]):
+            report.skip(f"service {name}", f"not installed: {OPTIONAL_SERVICES[name]}; to add it: {svc.get('fix')}")
         elif svc.get("missing"):
             report.problem(f"service {name}", svc["missing"], svc.get("fix") or "see the server log")
         elif not svc.get("healthy"):
@@ -107,12 +112,17 @@ def check_services(report: Report, url: str) -> Any:
     return services
 
 
-def check_targets(report: Report, prometheus_url: Any) -> None:
-    status, _, body = fetch(prometheus_url + "/api/v1/targets")
-    if status != 200:
-        report.skip("Prometheus targets", "Prometheus does not answer")
-        return
-    targets = json.loads(body)["data"]["activeTargets"]
+def check_targets(report: Report, prometheus_url: Any, wait_s: float = 10.0) -> None:
+    deadline = time.monotonic() + wait_s  # a server started a moment ago: its first scrapes are coming
+    while True:
+        status, _, body = fetch(prometheus_url + "/api/v1/targets")
+        if status != 200:
+            report.skip("Prometheus targets", "Prometheus does not answer")
+            return
+        targets = json.loads(body)["data"]["activeTargets"]
+        if (targets and all(t["health"] != "unknown" for t in targets)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     down = [t for t in targets if t["health"] != "up"]
     for t in down:
         report.problem(
@@ -225,8 +235,10 @@ def check_provisioning(report: Report, state: dict[str, Any]) -> None:
         )
 
 
-def _url_fix(url: str, needs_token: bool) -> str:
+def _url_fix(url: str, needs_token: bool, server_here: bool = False) -> str:
     bare = url or "http://<server-ip>:18080"
+    if server_here and needs_token:  # works when pasted, and this report (often pasted on) holds no token
+        return 'export RL_INSIGHT_SERVER_URL="$(rl-insight server url)"'
     if not needs_token:
         return f"export RL_INSIGHT_SERVER_URL={bare}"
     scheme, _, rest = bare.partition("://")  # the URL carries the token; this report (often pasted) never shows it
@@ -236,12 +248,14 @@ def _url_fix(url: str, needs_token: bool) -> str:
     )
 
 
-def check_environment(report: Report, url: str, needs_token: bool = False) -> None:
+def check_environment(report: Report, url: str, needs_token: bool = False, server_here: bool = False) -> None:
     if os.environ.get(environment.SERVER_URL):
         report.ok("RL_INSIGHT_SERVER_URL", server_url.redact(os.environ[environment.SERVER_URL]))
     else:
         report.problem(
-            "RL_INSIGHT_SERVER_URL", "not set in this shell: trainers would send nothing", _url_fix(url, needs_token)
+            "RL_INSIGHT_SERVER_URL",
+            "not set in this shell: trainers would send nothing",
+            _url_fix(url, needs_token, server_here),
         )
     try:
         import verl
@@ -381,15 +395,21 @@ def run(
             "rl-insight server start --detach, then export the line it prints",
         )
     if reachable:
-        check_services(report, url)
+        services = check_services(report, url)
         status, _, body = fetch(url + "/api/v1/info")
         info = json.loads(body) if status == 200 else {}
         if "prometheus" in info.get("services", ()):
             check_targets(report, info["prometheus"])
             check_remote_write(report, info["prometheus"])
         check_samples(report, url, project, experiment)
-    check_provisioning(report, state)
-    check_environment(report, url, needs_token=bool(token or (state and state.get("token"))))
+    grafana = services.get("grafana") if reachable else None
+    if grafana is not None and grafana.get("missing") and control.optional_absent("grafana", grafana["missing"]):
+        report.skip(
+            "Grafana provisioning", "no Grafana here (see above); rl-insight dashboards export DIR for your own"
+        )
+    else:
+        check_provisioning(report, state)
+    check_environment(report, url, needs_token=bool(token or (state and state.get("token"))), server_here=bool(state))
     check_overrides(report, overrides)
     print(f"\n{report.problems} problem(s)" if report.problems else "\nall checks passed", file=out)
     return 1 if report.problems else 0

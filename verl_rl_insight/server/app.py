@@ -115,7 +115,7 @@ def fix_command(name: str) -> str:
     if name in ("prometheus", "alertmanager"):
         package = "prometheus" if name == "prometheus" else "prometheus-alertmanager"
         return f"rl-insight server install {name}   (or: apt-get install -y {package})"
-    return f"rl-insight server install {name}   (offline: --local-archive DIR)"
+    return f"rl-insight server install {name} (offline: --local-archive DIR)"
 
 
 class Server:

@@ -9,6 +9,7 @@ import yaml
 from verl_rl_insight.commands import checks
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
 from verl_rl_insight.contract import environment
+from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
 
 
 def load_settings(config: Any, **overrides: Any) -> Any:
@@ -57,6 +58,17 @@ def status(args: argparse.Namespace) -> Any:
     return control.status(show_secrets=args.secrets)
 
 
+def url(args: argparse.Namespace) -> Any:
+    """The URL trainers export as RL_INSIGHT_SERVER_URL, with the token: for scripts and pasted fixes."""
+    from verl_rl_insight.commands.server import control
+
+    state = control.read_state()
+    if state is None:
+        raise CliError("no rl-insight server runs here", fix="rl-insight server start --detach", code=3)
+    print(control.trainer_url(state, local=args.local))
+    return 0
+
+
 def install(args: argparse.Namespace) -> Any:
     from verl_rl_insight.commands.server import installer
     from verl_rl_insight.server.managed.releases import SERVICES
@@ -75,7 +87,7 @@ def install(args: argparse.Namespace) -> Any:
     if args.local_archive and not os.path.isdir(args.local_archive):
         raise CliError(f"--local-archive {args.local_archive} is not a folder")
     mirror = args.mirror or os.environ.get(environment.MIRROR)
-    failed = 0
+    failed: list[str] = []
     for name in names:
         try:
             record = installer.install_one(
@@ -88,14 +100,22 @@ def install(args: argparse.Namespace) -> Any:
             )
         except installer.InstallError as exc:
             print(f"  {name:<11} FAILED: {exc}")
-            failed += 1
+            failed.append(name)
             continue
         if record.get("note"):
             detail = record["note"]
         else:
             detail = f"{record['source']}; sha256 {record['sha256']} verified against {record['checksum_source']}"
         print(f"  {name:<11} {record['version']:<9} {record['binary']}   ({detail})")
-    return PROBLEMS if failed else 0
+    # without names, "everything": what is optional and could not be had is a note, not a failure
+    optional = [name for name in failed if name in OPTIONAL_SERVICES and not args.services]
+    if optional:
+        print(
+            f"\nThe server runs without {' and '.join(n.capitalize() for n in optional)} "
+            f"({'; '.join(OPTIONAL_SERVICES[n] for n in optional)}). Add later, offline too: "
+            f"rl-insight server install {' '.join(optional)} --local-archive DIR"
+        )
+    return PROBLEMS if set(failed) - set(optional) else 0
 
 
 def add_parsers(sub: Any) -> None:
@@ -120,6 +140,12 @@ def add_parsers(sub: Any) -> None:
     state = server_sub.add_parser("status", help="every service: pid, health, restarts, version, data size")
     state.add_argument("--secrets", action="store_true", help="also show the write token and the Grafana password")
     state.set_defaults(func=status)
+    where = server_sub.add_parser(
+        "url",
+        help='the URL trainers export (with the token): export RL_INSIGHT_SERVER_URL="$(rl-insight server url)"',
+    )
+    where.add_argument("--local", action="store_true", help="the loopback address, for trainers on this machine")
+    where.set_defaults(func=url)
     setup = server_sub.add_parser(
         "install",
         help="install Prometheus, Alertmanager, Tempo, Grafana (verified "

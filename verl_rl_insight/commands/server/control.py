@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.server import app
+from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
 from verl_rl_insight.server.managed.supervisor import (
     http_ok,
     pid_alive,
@@ -96,7 +97,11 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
         name = f" {entry['name']}" if entry.get("name") else ""
         lines.append(f"  remote write{name}: {entry['url']}   (every series Prometheus stores goes there too)")
     for name, (what, fix) in state["missing"].items():
-        lines.append(f"  {name:<12} NOT RUNNING: {what}" + (f"\n               fix: {fix}" if fix else ""))
+        if optional_absent(name, what):
+            lines.append(f"  {name:<12} not installed: {OPTIONAL_SERVICES[name]}")
+            lines.append(f"               to add it: {fix}")
+        else:
+            lines.append(f"  {name:<12} NOT RUNNING: {what}" + (f"\n               fix: {fix}" if fix else ""))
     lines.append(
         "  writes       "
         + (
@@ -109,8 +114,18 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
     return "\n".join(lines)
 
 
+def optional_absent(name: str, what: str) -> bool:
+    """An optional service (Grafana, Tempo) that is simply not installed: a state, not a failure."""
+    return name in OPTIONAL_SERVICES and "not installed" in what
+
+
+def failing(missing: dict[str, Any]) -> bool:
+    return any(not optional_absent(name, what) for name, (what, _) in missing.items())
+
+
 def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdout) -> Any:
-    """Exit code: 0 all running, 1 running but a service is missing, 2 not started."""
+    """Exit code: 0 running (without an optional service that is not installed), 1 running but a
+    service failed, 2 not started."""
     state = read_state()
     if state is not None:
         print(
@@ -123,7 +138,7 @@ def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdo
         result = {}
 
         def on_ready(state: dict[str, Any]) -> None:
-            result["missing"] = bool(state["missing"])
+            result["missing"] = failing(state["missing"])
             print(panel(state) + "\n\nCtrl+C stops the server and every service.", file=out, flush=True)
 
         try:
@@ -164,7 +179,7 @@ def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdo
             state = None
         if state is not None and state.get("pid") == process.pid and http_ok(state["local_hub_url"] + "/-/ready"):
             print(panel(state), file=out)
-            return 1 if state["missing"] else 0
+            return 1 if failing(state["missing"]) else 0
         time.sleep(0.1)
     print(f"rl-insight server did not become ready within {START_TIMEOUT_S} s; see {log_path}", file=out)
     return 2
@@ -226,8 +241,9 @@ def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> Any:
     unhealthy = False
     for name, svc in services.items():
         if "missing" in svc and not svc.get("pid"):
-            print(f"  {name:<12} -        missing   -         -         -", file=out)
-            unhealthy = True
+            absent = optional_absent(name, svc["missing"])
+            print(f"  {name:<12} -        {'absent' if absent else 'missing':<9} -         -         -", file=out)
+            unhealthy |= not absent
             continue
         unhealthy |= not svc["healthy"]
         size = "-" if svc.get("data_bytes") is None else f"{svc['data_bytes'] / 2**20:.1f} MiB"

@@ -18,6 +18,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
@@ -275,6 +276,16 @@ def expected_sha256(name: str, rel: Any, explicit: Any = None, local_archive: An
         else:
             with urllib.request.urlopen(where, timeout=30) as response:
                 text = response.read(1 << 20).decode(errors="replace")
+    except urllib.error.HTTPError:
+        raise InstallError(
+            f"{name}: no checksum for {rel['file']}: cannot read {where} (not there); the release "
+            f"publishes {rel['checksums']} beside the archive: put it there, {instead}"
+        ) from None
+    except urllib.error.URLError as exc:  # the network, not the checksum: say so, and the offline path
+        raise InstallError(
+            f"{name}: cannot download from {where.rsplit('/', 1)[0]} ({exc.reason}); nothing was installed. "
+            f"Offline? Put {rel['file']} and {rel['checksums']} in a folder and use --local-archive DIR"
+        ) from None
     except (OSError, ValueError) as exc:
         raise InstallError(
             f"{name}: no checksum for {rel['file']}: cannot read {where} ({exc}); the release "

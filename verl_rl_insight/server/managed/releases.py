@@ -77,6 +77,12 @@ RELEASES: dict[str, dict[str, Any]] = {
 
 SERVICES = tuple(RELEASES)
 
+# what the server does without each optional service (it runs, and says so, instead of failing)
+OPTIONAL_SERVICES = {
+    "grafana": "no dashboards; Prometheus has every series and rl-insight watch draws the run",
+    "tempo": "the server keeps the spans itself (rl-insight timeline, the swimlane of rl-insight watch)",
+}
+
 
 def machine_arch(machine: Any = None) -> str:
     """amd64 or arm64 for this machine; anything else is not supported by the pinned releases."""
