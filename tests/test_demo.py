@@ -323,3 +323,14 @@ def test_every_key_verls_own_functions_compute_is_on_a_panel_that_shows_it(demo_
         elif not dashboard_shows(dashboard, name):
             problems.append(f"{key}: on no panel of its own")
     assert problems == []
+
+
+def test_the_demo_prints_its_own_lines_and_sends_verl_and_ray_to_its_log(demo_run):
+    out, _, _, _, err = demo_run
+    own = ("[demo]", "  ", "rl-insight server", "On every training node", "This was a SIMULATION")
+    foreign = [line for line in (out + err).splitlines() if line.strip() and not line.startswith(own)]
+    assert len(foreign) <= 20, "\n".join(foreign)
+    assert "\x1b[" not in out + err  # no colour codes
+    [log] = re.findall(r"\[demo\] what verl and Ray print goes to (\S+)", out)
+    text = open(log).read()
+    assert "SimulatedTaskRunner" in text and "\x1b[" not in text  # the positive control: they did print, there

@@ -1,9 +1,12 @@
 """``rl-insight demo``: the server stack (whatever is installed), then a SIMULATED verl run
 through verl's real ``run_ppo`` and the real patches; at the end, where to look."""
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 from verl_rl_insight.contract import environment
@@ -146,8 +149,13 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
     run = f"--project {PROJECT} --experiment {experiment}"
     print(f"  terminal    rl-insight watch {run}", file=out)
     print(f"  timeline    rl-insight timeline export {run} -o trace.json   (Perfetto UI, chrome://tracing)", file=out)
+    from verl_rl_insight.commands.server.control import optional_absent
+
     for name, (what, fix) in state["missing"].items():
-        print(f"  {name:<11} not running: {what}" + (f"; fix: {fix}" if fix else ""), file=out)
+        if optional_absent(name, what):
+            print(f"  {name:<11} not installed (optional): {fix}", file=out)
+        else:
+            print(f"  {name:<11} not running: {what}" + (f"; fix: {fix}" if fix else ""), file=out)
 
 
 def run(
@@ -190,15 +198,59 @@ def run(
         file=out,
         flush=True,
     )
-    from verl.trainer.main_ppo import run_ppo
+    log_path = Path(state["settings"]["data_dir"]) / "logs" / f"demo-{experiment}.log"
+    print(f"[demo] what verl and Ray print goes to {log_path}", file=out, flush=True)
+    os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # no colour codes in the log file
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # its "[repeated Nx]" notes are coloured whatever the setting
+    with output_to(log_path, out) as shown:
+        import ray
+        from verl.trainer.main_ppo import run_ppo
 
-    from verl_rl_insight.commands.demo.simulation import SimulatedTaskRunner
+        from verl_rl_insight.commands.demo.simulation import SimulatedTaskRunner
 
-    config = compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, transfer_queue)
-    progress = Progress(state["local_hub_url"], experiment, steps, out)
-    try:
-        run_ppo(config, task_runner_class=SimulatedTaskRunner)
-    finally:
+        config = compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, transfer_queue)
+        progress = Progress(state["local_hub_url"], experiment, steps, shown)
+        try:
+            run_ppo(config, task_runner_class=SimulatedTaskRunner)
+        except BaseException:
+            progress.stop()
+            print(f"[demo] the run failed; the end of {log_path}:\n{_tail(log_path)}", file=shown, flush=True)
+            raise
+        finally:
+            ray.shutdown()  # here, not at exit: its last words go to the log too
         progress.stop()
     where_to_look(state, experiment, engine, out)
     return 0
+
+
+@contextlib.contextmanager
+def output_to(log_path: Path, out: TextIO) -> Iterator[TextIO]:
+    """Everything this process and its Ray workers write to stdout and stderr goes to ``log_path``
+    (file descriptors 1 and 2: also what C code and subprocesses write) while the block runs; it
+    yields a stream to what ``out`` showed, for the demo's own lines."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    shown = os.fdopen(os.dup(saved[0]), "w", buffering=1) if out is sys.stdout else out
+    try:
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        yield shown
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, log):
+            os.close(fd)
+        if shown is not out:
+            shown.close()
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(cannot read it)"
