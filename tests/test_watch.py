@@ -172,3 +172,16 @@ def test_once_with_json_is_the_frames_data_for_scripts(watched_run):
     assert score[-1] == [12, pytest.approx(0.2 + 0.05 * 12)]
     missing = rl_insight("watch", "--once", "--json", "--server", hub, "--experiment", "nope")
     assert missing.returncode == 1 and "no run */nope" in missing.stderr and missing.stdout == ""
+    # the same data in an 80-column terminal, for a run with a long name: the header stays one line
+    # with the step and state, and no line of the frame is wider than the terminal
+    from rich.console import Console
+
+    from verl_rl_insight.commands.watch.view import frame as draw
+
+    frame["experiment"] = "grpo-qwen2.5-7b-math-lr1e-6-kl0.001-rollout16-" + "x" * 40
+    frame["throughput"] = 123456.7
+    console = Console(width=80, record=True, color_system=None)
+    console.print(draw(frame, 80, 24))
+    lines = console.export_text().splitlines()
+    assert lines[0].startswith(f"{PROJECT}/grpo-qwen") and "step 12" in lines[0] and lines[0].endswith("(running)")
+    assert max(len(line) for line in lines) <= 80

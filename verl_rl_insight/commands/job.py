@@ -134,11 +134,29 @@ def add_parsers(sub: Any) -> None:
 
     sub.add_parser("config", help="print the merged trainer-side config").set_defaults(func=config)
 
-    simulation = sub.add_parser("demo", help="server stack + a SIMULATED verl run through the real patches")
-    simulation.add_argument("--steps", type=checks.positive_int, default=20)
-    simulation.add_argument("--step-seconds", type=checks.positive_float, default=2.0)
-    simulation.add_argument("--engine", choices=["vllm", "sglang"], default="vllm")
-    simulation.add_argument("--replicas", type=checks.positive_int, default=2)
+    simulation = sub.add_parser(
+        "demo",
+        help="server stack + a SIMULATED verl run through the real patches",
+        description="Starts the server (unless one runs), then a SIMULATED verl PPO run through verl's real "
+        "run_ppo, Tracking and patches, with simulated replicas and GPUs; prints where to look. "
+        "What verl and Ray print goes to the run's log file.",
+    )
+    simulation.add_argument(
+        "--steps", type=checks.positive_int, default=20, metavar="N", help="trainer steps to run (default 20)"
+    )
+    simulation.add_argument(
+        "--step-seconds",
+        type=checks.positive_float,
+        default=2.0,
+        metavar="S",
+        help="how long one simulated step takes (default 2.0)",
+    )
+    simulation.add_argument(
+        "--engine", choices=["vllm", "sglang"], default="vllm", help="the rollout engine simulated (default vllm)"
+    )
+    simulation.add_argument(
+        "--replicas", type=checks.positive_int, default=2, metavar="N", help="rollout replicas (default 2)"
+    )
     simulation.add_argument("--experiment", help="experiment_name (default: simulated-<time>)")
     simulation.add_argument("--config", help="server config, when the demo starts the server")
     simulation.add_argument("--no-transfer-queue", action="store_true", help="skip the TransferQueue part")

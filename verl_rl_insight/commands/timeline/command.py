@@ -125,7 +125,7 @@ def add_parsers(sub: Any) -> None:
     out = timeline_sub.add_parser("export", help="write the run's timeline as Chrome trace-event JSON")
     out.add_argument("--project", required=True)
     out.add_argument("--experiment", required=True, help="the experiment_name")
-    out.add_argument("--steps", type=steps_range, help="only these trainer steps: A:B, A:, :B or A")
+    out.add_argument("--steps", type=steps_range, help="only these trainer steps: A:B (both included), A:, :B or A")
     out.add_argument("-o", "--output", required=True, help="the file to write (trace.json)")
     out.add_argument("--tempo", help="read from this Tempo (its HTTP API URL) instead of asking the server")
     common_options(out, top=True)

@@ -90,13 +90,19 @@ def swimlane(timeline: dict[str, Any], width: int, rows: int) -> list[Any]:
 def frame(data: Any, width: int = 80, height: int = 24) -> Any:
     """The renderable for ``data`` (watch.data.snapshot) in a terminal of width x height."""
     state = "finished" if data["finished"] else "running"
-    head = Text.assemble(
-        (f"{data['project']}/{data['experiment']}", "bold"),
-        f"  step {data['step']}",
-        f"  step time {number(data['step_time_s'], 3)} s" if data["step_time_s"] is not None else "",
-        f"  throughput {number(data['throughput'], 4)} tok/s" if data["throughput"] is not None else "",
-        f"  ({state})",
+    rest = "".join(
+        (
+            f"  step {data['step']}",
+            f"  step time {number(data['step_time_s'], 3)} s" if data["step_time_s"] is not None else "",
+            f"  {number(data['throughput'], 4)} tok/s" if data["throughput"] is not None else "",
+            f"  ({state})",
+        )
     )
+    run = f"{data['project']}/{data['experiment']}"
+    if len(run) + len(rest) > width:  # one line: the run's name gives way, the figures stay
+        run = run[: max(12, width - len(rest) - 1)] + "…"
+    head = Text.assemble((run, "bold"), rest, no_wrap=True, overflow="ellipsis")
+    head.truncate(width, overflow="ellipsis")
     spark_width = max(10, width - 40)
     curves = Table(box=None, pad_edge=False, show_header=True, header_style="dim", expand=False)
     curves.add_column("curve", no_wrap=True, min_width=13)
