@@ -335,3 +335,68 @@ def test_the_check_refuses_a_state_timeline_without_a_run_filter():
     dashboards = {"d.json": {"panels": [panel], "templating": {"list": []}}}
     found = generate.problems(dashboards, known_names(), generate.verl_keys())
     assert len(found) == 1 and "does not filter on the run" in found[0], found
+
+
+def panels_showing(dashboard, name):
+    """The panels (not the catch-all) whose queries select metric ``name``, by name or by regex."""
+    import re as regex
+
+    from verl_rl_insight.dashboards import generate
+    from verl_rl_insight.dashboards.panels import every_panel
+
+    found = []
+    for panel in every_panel(dashboard):
+        if panel.get("title") == "Every other key the trainer logs":
+            continue
+        for t in panel.get("targets", []):
+            text = t.get("expr", "")
+            by_name = regex.search(rf"(?<![\w:]){regex.escape(name)}(?![\w:])", text)
+            by_regex = any(op == "=~" and regex.fullmatch(r, name) for op, r in generate.NAME_MATCHER.findall(text))
+            if by_name or by_regex:
+                found.append(panel)
+                break
+    return found
+
+
+@pytest.mark.parametrize(
+    "key, unit",
+    [
+        ("global_seqlen/balanced_max", None),
+        ("global_seqlen/mean", None),
+        ("training/off_policy/evicted_samples_staleness/mean", None),
+        ("gdpo/format_reward/mean", None),
+        ("rollout/moe/max_vio/layer_17", None),
+        ("rollout/moe/avg_vio/max", None),
+        ("agent_loop/generate_sequences/max", "s"),
+        ("agent_loop/slowest/tool_calls", "s"),
+        ("perf/max_memory_allocated_gb", "gbytes"),
+        ("checkpoint_engine/payload_mbytes", "mbytes"),
+    ],
+)
+def test_keys_verl_builds_at_run_time_have_panels_of_their_own_in_their_units(key, unit):
+    """Read against verl 0.9.1's source: f-string keys (seqlen balancing, the replay buffer, GDPO, MoE
+    routing per layer) are on panels, not in the catch-all; times in seconds, GiB and MiB as verl divides."""
+    from verl_rl_insight.contract.naming import metric_name
+
+    name = metric_name("rl_insight_monitor_", key)
+    dashboard = build()["verl_trainer_v1_with_vllm_engine.json"]
+    shown = panels_showing(dashboard, name)
+    assert shown, f"{key} is on no panel of its own"
+    if unit is not None:
+        assert {p["fieldConfig"]["defaults"]["unit"] for p in shown} == {unit}, [p["title"] for p in shown]
+
+
+def test_gpu_panels_and_the_gpu_variable_follow_the_node_selector():
+    """GPU series carry dcgm-exporter's Hostname (the host series carry node): the node selector
+    must reach GPU queries through Hostname, or GPU 0 of every node is one line."""
+    from verl_rl_insight.dashboards.panels import every_panel
+
+    for file in ("verl_trainer_v1_with_vllm_engine.json", "rl_insight_hardware.json"):
+        dashboard = build()[file]
+        gpu_queries = [
+            t["expr"] for p in every_panel(dashboard) for t in p.get("targets", []) if "DCGM_" in t.get("expr", "")
+        ]
+        assert len(gpu_queries) >= 8
+        assert all('Hostname=~"$node"' in q for q in gpu_queries), [q for q in gpu_queries if "Hostname" not in q]
+        [gpu] = [v for v in dashboard["templating"]["list"] if v["name"] == "gpu"]
+        assert 'Hostname=~"$node"' in gpu["query"]["query"]

@@ -356,8 +356,12 @@ def transfer_queue_probe_rows(layout: Any) -> Any:
     return {title: "storage capacity and the accept-queue probe are reported only when configured"}
 
 
-def hardware_rows(layout: Any) -> None:
-    gpu = f'{RUN},gpu=~"$gpu"'
+GPU_FAULTS_ROW = "GPU faults: XID errors, ECC errors, clock throttling (where NVML reports them)"
+
+
+def hardware_rows(layout: Any) -> Any:
+    """GPU series carry dcgm-exporter's ``Hostname`` (not ``node``): the node selector filters on it."""
+    gpu = f'{RUN},Hostname=~"$node",gpu=~"$gpu"'
     node = f'{RUN},node=~"$node"'
     layout.row("Hardware")
     layout.add(
@@ -381,6 +385,16 @@ def hardware_rows(layout: Any) -> None:
     )
     layout.add(
         timeseries("GPU temperature", [(f"DCGM_FI_DEV_GPU_TEMP{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")], unit="celsius")
+    )
+    layout.add(
+        timeseries(
+            "GPU PCIe throughput",
+            [
+                (f"DCGM_FI_PROF_PCIE_TX_BYTES{{{gpu}}}", "tx {{Hostname}} gpu {{gpu}}"),
+                (f"DCGM_FI_PROF_PCIE_RX_BYTES{{{gpu}}}", "rx {{Hostname}} gpu {{gpu}}"),
+            ],
+            unit="Bps",
+        )
     )
     layout.add(
         timeseries("Host CPU", [(f"rl_insight_host_cpu_utilization_percent{{{node}}}", "{{node}}")], unit="percent")
@@ -407,6 +421,69 @@ def hardware_rows(layout: Any) -> None:
             ],
             unit="Bps",
         )
+    )
+    layout.row(GPU_FAULTS_ROW, collapsed=True)
+    layout.add(
+        timeseries(
+            "XID errors (the last XID code per GPU)",
+            [(f"DCGM_FI_DEV_XID_ERRORS{{{gpu}}}", "{{Hostname}} gpu {{gpu}}")],
+            description="NVIDIA's XID code of the last critical error (e.g. 79: fell off the bus, 48: DBE, "
+            "13/31/43: faults in user code); any value here deserves a look at dmesg on that node",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "ECC errors since the driver loaded",
+            [
+                (f"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{gpu}}}", "corrected {{Hostname}} gpu {{gpu}}"),
+                (f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{gpu}}}", "uncorrected {{Hostname}} gpu {{gpu}}"),
+            ],
+            description="uncorrected (double-bit) errors kill the process using that memory: drain the GPU",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Clock throttle reasons (bit mask)",
+            [(f"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{{{gpu}}} > 1", "{{Hostname}} gpu {{gpu}}")],
+            description="NVML's throttle-reason bits, idle (1) left out: 4 power cap, 8 HW slowdown, 32 SW thermal, "
+            "64 HW thermal, 128 power brake; a GPU held back slows every step",
+        ),
+        w=8,
+    )
+    return {GPU_FAULTS_ROW: "only when a GPU reports an XID, ECC error or throttling"}
+
+
+def monitoring_rows(layout: Any) -> None:
+    """The monitor's own health: the hub's memory, what it refused or dropped, spans lost on the way."""
+    layout.row("The monitor itself", collapsed=True)
+    layout.add(
+        timeseries(
+            "Hub memory",
+            [("rl_insight_hub_memory_bytes", "booked"), ("rl_insight_hub_memory_limit_bytes", "limit")],
+            unit="bytes",
+            description="what the hub holds against its memory_limit_mb; at the limit pushes are refused (422)",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Hub: refused and dropped",
+            [
+                ("increase(rl_insight_hub_rejected_pushes_total[5m])", "pushes refused"),
+                ("increase(rl_insight_hub_history_evicted_unsent_total[5m])", "steps dropped before a scrape"),
+            ],
+            description="anything above 0 lost data: see rl-insight server status and the server log",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Hub: series and streams",
+            [("rl_insight_hub_series", "series"), ("rl_insight_hub_streams", "streams")],
+        ),
+        w=8,
     )
 
 
@@ -560,7 +637,8 @@ def build(conditional: Any = None) -> Any:
         transfer_queue_rows(layout)
         rows_logged_sometimes.update(transfer_queue_probe_rows(layout))
         rows_logged_sometimes.update(agent_loop_rows(layout))
-        hardware_rows(layout)
+        rows_logged_sometimes.update(hardware_rows(layout))
+        monitoring_rows(layout)
         uid = f"verl_trainer_v1_with_{engine}_engine"
         out[f"{uid}.json"] = dashboard(uid, f"verl trainer v1 with {engine} engine", layout, ENGINES[engine])
     layout = Layout()

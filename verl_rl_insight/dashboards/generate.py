@@ -35,6 +35,7 @@ METRIC_TOKEN = re.compile(
     r"(rl_insight_[a-zA-Z0-9_]+|vllm:[a-zA-Z0-9_:]+|sglang:[a-zA-Z0-9_:]+|tq_[a-zA-Z0-9_]+|"
     r"DCGM_[A-Z0-9_]+)"
 )
+SERVER_WIDE = "rl_insight_hub_"  # the monitor's own series: the server's, of no run
 NAME_MATCHER = re.compile(r'__name__(=~|!~)"([^"]*)"')
 TRACE_ID = re.compile(r"\$\{?trace_id\}?|[0-9a-fA-F]{16,32}")
 
@@ -108,8 +109,12 @@ def problems(dashboards: Any, known: Any, trainer_names: Any, families: Any = No
                 if not TRACE_ID.fullmatch(text):
                     found += [f"{file}: TraceQL {text}: {problem}" for problem in traceql.check(text)]
                 continue
-            if kind == "promql" and (
-                'project=~"$project"' not in text or 'experiment_name=~"$experiment_name"' not in text
+            names = set(METRIC_TOKEN.findall(text))
+            server_wide = bool(names) and all(n.startswith(SERVER_WIDE) for n in names)  # the hub's own: no run
+            if (
+                kind == "promql"
+                and not server_wide
+                and ('project=~"$project"' not in text or 'experiment_name=~"$experiment_name"' not in text)
             ):
                 found.append(f"{file}: query does not filter on project and experiment_name: {text}")
             for op, regex in NAME_MATCHER.findall(text):

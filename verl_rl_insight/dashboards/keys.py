@@ -43,12 +43,21 @@ GROUPS = {
     "dynamic_resource": ("Dynamic resources", "with dynamic resource allocation"),
     "checkpoint_engine": ("Checkpoint engine", "with the checkpoint engine for weight sync"),
     "distillation": ("Distillation", "in distillation runs"),
+    "gdpo": ("GDPO reward components", "with the GDPO advantage estimator"),
     "variance_proxy": ("Variance proxy", "with the variance proxy metrics on"),
 }
 # Literal in verl's source, never logged under that name (renamed first: perf/mfu/actor, ...).
-NOT_LOGGED = {"actor/mfu", "critic/mfu", "training/global_step"}
+NOT_LOGGED = {"actor/mfu", "critic/mfu", "training/global_step", "rollout/moe"}
 # Keys verl builds at run time (a prefix joined to a worker's metric name): not literal in its source.
 RUNTIME_KEYS = {
+    # utils/seqlen_balancing.py log_seqlen_unbalance(prefix="global_seqlen"): every step
+    *(f"global_seqlen/{s}" for s in ("min", "max", "minmax_diff", "balanced_min", "balanced_max", "mean")),
+    # trainer/ppo/v1/replay_buffer.py: f"{prefix}/off_policy/..." with prefix training or validation
+    *(
+        f"{p}/off_policy/{k}"
+        for p in ("training", "validation")
+        for k in ("evicted_samples", *(f"evicted_samples_staleness/{s}" for s in ("mean", "max", "min")))
+    ),
     "actor/lr",
     "actor/kl_loss",
     "actor/kl_coef",
@@ -65,6 +74,10 @@ PATTERN_FAMILIES = [
     ("rollout_corr", "Importance-sampling weights", r"rollout_corr/rollout_is_[A-Za-z0-9_]+", "short"),
     ("rollout_corr", "Rejection sampling", r"rollout_corr/rollout_rs_[A-Za-z0-9_]+", "short"),
     ("val-core", "Validation scores (per data source)", r"val-core/.+", "short"),
+    # metric_utils._compute_rollout_moe_load_balance_metrics_from_counts: one key per MoE layer
+    ("rollout", "MoE load imbalance per layer", r"rollout/moe/(max|min|avg)_vio/layer_\d+", "short"),
+    ("rollout", "MoE load imbalance over the layers", r"rollout/moe/(max|min|avg)_vio/(max|avg)", "short"),
+    ("gdpo", "GDPO reward components", r"gdpo/.+", "short"),
     ("val-aux", "Validation, auxiliary", r"val-aux/.+", "short"),
 ]
 STATS = {"mean", "max", "min", "std", "minmax_diff"}
@@ -137,7 +150,16 @@ def family_of(key: str) -> Any:
     return head if head and last in STATS else key
 
 
+AGENT_LOOP_SECONDS = re.compile(r"agent_loop/(slowest/)?(generate_sequences|tool_calls|compute_score)(/\w+)?")
+
+
 def unit_of(key: str) -> str:
+    if AGENT_LOOP_SECONDS.fullmatch(key):  # verl's agent loop times each sample's phases in seconds
+        return "s"
+    if key.startswith("perf/") and key.endswith("_gb"):  # verl divides by 1024**3: GiB
+        return "gbytes"
+    if key.endswith("_mbytes"):  # checkpoint_engine/payload_mbytes: bytes / (1 << 20), MiB
+        return "mbytes"
     if key.startswith("timing_s/") or key in ("perf/time_per_step",) or key.endswith(("_time", "time_s", "_seconds")):
         return "s"
     if key.startswith("timing_per_token_ms/"):

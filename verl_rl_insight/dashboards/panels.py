@@ -339,7 +339,7 @@ def variables(engine_metric: Any) -> Any:
         query("experiment_name", f'label_values({M}training_global_step{{project=~"$project"}}, experiment_name)'),
         *([query("replica", f"label_values({engine_metric}{{{RUN}}}, replica)", True, True)] if engine_metric else []),
         query("node", f"label_values(rl_insight_host_load1{{{RUN}}}, node)", True, True),
-        query("gpu", f"label_values(DCGM_FI_DEV_GPU_UTIL{{{RUN}}}, gpu)", True, True),
+        query("gpu", f'label_values(DCGM_FI_DEV_GPU_UTIL{{{RUN},Hostname=~"$node"}}, gpu)', True, True),
         {
             "name": "trace_id",
             "type": "textbox",
