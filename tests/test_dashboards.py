@@ -400,3 +400,24 @@ def test_gpu_panels_and_the_gpu_variable_follow_the_node_selector():
         assert all('Hostname=~"$node"' in q for q in gpu_queries), [q for q in gpu_queries if "Hostname" not in q]
         [gpu] = [v for v in dashboard["templating"]["list"] if v["name"] == "gpu"]
         assert 'Hostname=~"$node"' in gpu["query"]["query"]
+
+
+def test_every_xy_chart_is_in_the_current_schema_with_one_series_per_experiment():
+    """Grafana 11's XY chart options (mapping / series with field matchers, pluginVersion set, so no
+    migration guesses), the step and the value merged on time and run, then split by experiment:
+    two experiments selected are two lines, not a join that breaks."""
+    from verl_rl_insight.dashboards.panels import every_panel
+
+    charts = [p for d in build().values() for p in every_panel(d) if p["type"] == "xychart"]
+    assert len(charts) >= 10
+    for chart in charts:
+        assert chart["pluginVersion"].startswith("11.") and "dims" not in chart["options"], chart["title"]
+        assert chart["options"]["mapping"] == "auto" and "seriesMapping" not in chart["options"]
+        assert chart["options"]["series"][0]["x"]["field"]["matcher"] == {"id": "byName", "options": "step"}
+        ids = [t["id"] for t in chart["transformations"]]
+        assert ids == ["merge", "organize", "partitionByValues"], chart["title"]
+        assert chart["transformations"][2]["options"]["fields"] == ["experiment_name"]
+        assert all(
+            t["format"] == "table" and t["expr"].startswith("max by (project, experiment_name)")
+            for t in chart["targets"]
+        )

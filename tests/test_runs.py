@@ -146,7 +146,7 @@ def test_the_compare_dashboard_shows_both_runs(two_runs):
             assert {r["metric"].get("experiment_name") for r in result} == {"run-a", "run-b"}, panel["title"]
             checked += 1
     xy = [p for p in every_panel(dashboard) if p["type"] == "xychart"]
-    assert len(xy) >= 8 and all(p["options"]["dims"]["x"] == "step" for p in xy)
+    assert len(xy) >= 8 and all(p["options"]["series"][0]["x"]["field"]["matcher"]["options"] == "step" for p in xy)
     assert checked >= 20
 
 

@@ -9,7 +9,7 @@ against value: an XY chart whose series are named by experiment.
 
 from typing import Any
 
-from verl_rl_insight.dashboards.panels import PROM, RUN, Layout, M, target, timeseries
+from verl_rl_insight.dashboards.panels import BY_RUN, PROM, RUN, Layout, M, step_axis, target, timeseries
 from verl_rl_insight.dashboards.training import EXP, metric
 
 CURVES = (
@@ -24,33 +24,10 @@ CURVES = (
     ("Throughput", "perf/throughput", "tokens/s"),
     ("Time per step", "perf/time_per_step", "s"),
 )
-BY_RUN = "max by (project, experiment_name)"
 
 
 def by_step(title: str, key: str, unit: str) -> Any:
-    step = target(f"{BY_RUN} ({M}training_global_step{{{RUN}}})", "step", "A", fmt="table")
-    value = target(f"{BY_RUN} ({metric(key)}{{{RUN}}})", key, "B", fmt="table")
-    return {
-        "type": "xychart",
-        "title": f"{title} by training step",
-        "datasource": PROM,
-        "description": f"{key} against the global step, one line per experiment",
-        "targets": [step, value],
-        "transformations": [
-            {"id": "merge", "options": {}},
-            {"id": "organize", "options": {"renameByName": {"Value #A": "step", "Value #B": key}}},
-            {
-                "id": "partitionByValues",
-                "options": {"fields": ["experiment_name"], "keepFields": False, "naming": {"asLabels": False}},
-            },
-        ],
-        "options": {
-            "seriesMapping": "auto",
-            "dims": {"x": "step", "exclude": ["Time", "project"]},
-            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-        },
-        "fieldConfig": {"defaults": {"unit": unit, "custom": {"show": "lines"}}, "overrides": []},
-    }
+    return step_axis(title, metric(key)[len(M) :], unit)
 
 
 def build(variables: Any) -> Any:

@@ -27,6 +27,14 @@ def quantiles(name: str, qs: Any = (0.5, 0.9, 0.99)) -> Any:
     ]
 
 
+def mean(name: str) -> Any:
+    """A histogram's mean per replica: its sum's rate over its count's rate."""
+    return (
+        f"{by_replica('sum', rate(name + '_sum'))} / {by_replica('sum', rate(name + '_count'))}",
+        "mean replica {{replica}}",
+    )
+
+
 def busy_share(running: Any) -> Any:
     """Share of wall time with at least one request running (0-100 %), next to the mean in flight."""
     return timeseries(
@@ -138,6 +146,16 @@ def vllm_rows(layout: Any) -> None:
         ),
         w=8,
     )
+    drafts = by_replica("sum", rate("vllm:spec_decode_num_drafts_total"))
+    layout.add(
+        timeseries(
+            "Speculative decoding: mean acceptance length",
+            [(f"1 + {accepted} / {drafts}", "replica {{replica}}")],
+            description="tokens each verification step yields: 1 + accepted draft tokens per draft, as vLLM "
+            "reports it (empty without speculative decoding)",
+        ),
+        w=8,
+    )
     layout.add(timeseries("Prompt length per request", quantiles("vllm:request_prompt_tokens", (0.5, 0.99))), w=8)
     layout.add(
         timeseries("Generated length per request", quantiles("vllm:request_generation_tokens", (0.5, 0.99))), w=8
@@ -154,7 +172,7 @@ def latency_panels(layout: Any, engine: str, own: Any, w: Any) -> None:
         ("End-to-end request latency", "e2e_request_latency_seconds"),
     )
     for title, name in (*shared, *own):
-        layout.add(timeseries(title, quantiles(f"{engine}:{name}"), unit="s"), w=w)
+        layout.add(timeseries(title, [*quantiles(f"{engine}:{name}"), mean(f"{engine}:{name}")], unit="s"), w=w)
     for title, name in (
         ("Time to first token (heatmap)", "time_to_first_token_seconds"),
         ("End-to-end latency (heatmap)", "e2e_request_latency_seconds"),

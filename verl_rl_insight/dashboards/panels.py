@@ -111,17 +111,45 @@ def heatmap(title: str, expr: str, unit: str, description: str = "") -> Any:
     }
 
 
-def step_axis(title: str, key: str, unit: str = "short") -> Any:
-    """A training-step x axis: Prometheus is time-only, so the value and the global step (pushed
-    together, same timestamps) are joined and plotted as an XY chart."""
+XY_PLUGIN_VERSION = "11.2.0"  # the XY chart's current options (mapping / series), as Grafana 11 saves them
+BY_RUN = "max by (project, experiment_name)"
+
+
+def step_axis(title: str, key: str, unit: str = "short", description: str = "") -> Any:
+    """A training-step x axis, one line per experiment: Prometheus is time-only, so the value and
+    the global step (pushed together, same timestamps) come as tables, are merged on time and run,
+    split by experiment and plotted as an XY chart. 11,000 points at most (Prometheus' limit): at
+    24 h, steps shorter than 8 s share a point."""
+    step = target(f"{BY_RUN} ({M}training_global_step{{{RUN}}})", "step", "A", fmt="table")
+    value = target(f"{BY_RUN} ({M}{key}{{{RUN}}})", key, "B", fmt="table")
     return {
         "type": "xychart",
+        "pluginVersion": XY_PLUGIN_VERSION,
         "title": f"{title} by training step",
         "datasource": PROM,
-        "targets": [target(f"{M}training_global_step{{{RUN}}}", "step", "A"), target(f"{M}{key}{{{RUN}}}", key, "B")],
-        "transformations": [{"id": "joinByField", "options": {"mode": "inner"}}],
-        "options": {"seriesMapping": "auto", "dims": {"x": "step"}},
-        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "description": description or f"{key} against the global step, one line per experiment",
+        "maxDataPoints": 11000,
+        "targets": [step, value],
+        "transformations": [
+            {"id": "merge", "options": {}},
+            {"id": "organize", "options": {"renameByName": {"Value #A": "step", "Value #B": key}}},
+            {
+                "id": "partitionByValues",
+                "options": {"fields": ["experiment_name"], "keepFields": False, "naming": {"asLabels": False}},
+            },
+        ],
+        "options": {
+            "mapping": "auto",
+            "series": [
+                {
+                    "x": {"field": {"matcher": {"id": "byName", "options": "step"}}},
+                    "y": {"field": {"matcher": {"id": "byName", "options": key}}},
+                }
+            ],
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "single"},
+        },
+        "fieldConfig": {"defaults": {"unit": unit, "custom": {"show": "lines"}}, "overrides": []},
     }
 
 
