@@ -23,6 +23,7 @@ def test_committed_dashboards_are_current_and_their_queries_check_out():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in DASHBOARDS_DIR.glob("*.json")) == [
+        "rl_insight_agent_trajectories.json",
         "rl_insight_compare_runs.json",
         "rl_insight_hardware.json",
         "verl_trainer_v1_with_sglang_engine.json",
@@ -421,3 +422,19 @@ def test_every_xy_chart_is_in_the_current_schema_with_one_series_per_experiment(
             t["format"] == "table" and t["expr"].startswith("max by (project, experiment_name)")
             for t in chart["targets"]
         )
+
+
+def test_the_trajectory_dashboard_reads_the_spans_this_package_sends():
+    """Its TraceQL selects what state_timeline.rl_insight_trajectory makes (service verl, lane
+    agent_loop, span "agent trajectory", ops as children) for the selected run only (the check)."""
+    from verl_rl_insight.dashboards import traceql
+    from verl_rl_insight.trainer.plugins import state_timeline
+
+    dashboard = build()["rl_insight_agent_trajectories.json"]
+    queries = [t["query"] for p in every_panel(dashboard) for t in p.get("targets", []) if "query" in t]
+    assert len(queries) >= 4 and all(traceql.check(q) == [] for q in queries)
+    source = open(state_timeline.__file__).read()
+    assert '"agent trajectory"' in source and '"agent_loop"' in source and '"service.name": "verl"' in source
+    assert any('name = "agent trajectory"' in q and "span.sample_index" in q and "status" in q for q in queries)
+    assert any("status = error" in q for q in queries)
+    assert [v["name"] for v in dashboard["templating"]["list"]] == ["project", "experiment_name", "trace_id"]

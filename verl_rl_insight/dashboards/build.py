@@ -7,7 +7,7 @@ are multi-select); every TraceQL query constrains both too.
 
 from typing import Any
 
-from verl_rl_insight.dashboards import compare, engines, training
+from verl_rl_insight.dashboards import compare, engines, training, trajectories
 from verl_rl_insight.dashboards.panels import (
     PROM,
     RUN,
@@ -650,6 +650,8 @@ def build(conditional: Any = None) -> Any:
         if v["name"] in ("project", "experiment_name")
     ]
     out["rl_insight_compare_runs.json"] = compare.build(run_variables)
+    out["rl_insight_agent_trajectories.json"] = trajectories.build(run_variables)
+    rows_logged_sometimes[trajectories.PER_STEP_ROW] = trajectories.CONDITION
     if conditional is not None:
         conditional.update(rows_logged_sometimes)
     return out

@@ -1,0 +1,127 @@
+"""The agent-loop trajectory dashboard: each traced trajectory (a verl rollout_trace session) as a
+row, its turns and tool calls, the failed ones, and the counts per step, read from the spans this
+package's backend sends (``agent trajectory`` on lane ``agent_loop``, its ops as children)."""
+
+from typing import Any
+
+from verl_rl_insight.dashboards.panels import RUN, TEMPO, TRACE_RUN, Layout, timeseries, trace_view
+
+SPANS = f'resource.service.name = "verl" && {TRACE_RUN}'
+RATE = "[$__rate_interval]"
+PER_STEP_ROW = "Agent loops per step"
+CONDITION = "with actor_rollout_ref.rollout.trace.backend=rl_insight"
+
+
+def table(title: str, query: str, description: str, sort: str = "Start time") -> dict[str, Any]:
+    return {
+        "type": "table",
+        "title": title,
+        "datasource": TEMPO,
+        "description": description,
+        "targets": [
+            {
+                "datasource": TEMPO,
+                "queryType": "traceql",
+                "query": query,
+                "refId": "A",
+                "limit": 200,
+                "spss": 100,
+                "tableType": "spans",
+            }
+        ],
+        "options": {"showHeader": True, "sortBy": [{"displayName": sort, "desc": True}]},
+        "fieldConfig": {"defaults": {}, "overrides": []},
+    }
+
+
+def build(run_variables: Any) -> dict[str, Any]:
+    layout = Layout()
+    layout.row("Trajectories (actor_rollout_ref.rollout.trace.backend=rl_insight)")
+    layout.add(
+        table(
+            "Trajectories, newest first",
+            f'{{ {SPANS} && name = "agent trajectory" }} '
+            "| select(span.verl.step, span.sample_index, span.rollout_n, span.validate, span.ops, span.ops_dropped, "
+            "status, span.node)",
+            "one row per traced trajectory: its step, sample, how many turns and tool calls (ops) and its "
+            "status; the trace ID opens its turns below (trace_id at the top). The reward is scored after "
+            "the trajectory ends and is not on its span: see the samples table of the training dashboard",
+        ),
+        w=24,
+        h=10,
+    )
+    layout.add(
+        table(
+            "Failed trajectories, turns and tool calls",
+            f'{{ {SPANS} && span.state_lane_id = "agent_loop" && status = error }} '
+            "| select(span.state_name, span.op, span.verl.step, span.sample_index, statusMessage)",
+            "every trajectory or op whose status is error, with its message",
+        ),
+        w=12,
+        h=10,
+    )
+    layout.add(
+        table(
+            "Turns and tool calls",
+            f'{{ {SPANS} && span.state_lane_id = "agent_loop" && name != "agent trajectory" }} '
+            "| select(span.state_name, span.op, span.verl.step, span.sample_index, status)",
+            "generate turns and tool calls of the traced trajectories, with their duration",
+        ),
+        w=12,
+        h=10,
+    )
+    layout.add(
+        trace_view("Selected trajectory", "the trajectory whose trace ID is in trace_id: its turns in order"),
+        w=24,
+        h=12,
+    )
+    layout.row(PER_STEP_ROW)
+
+    def total(name: str) -> str:
+        return f"sum by (validate) (rate(rl_insight_agent_{name}_total{{{RUN}}}{RATE}))"
+
+    layout.add(
+        timeseries(
+            "Turns and tool calls per trajectory",
+            [
+                (f"avg(rl_insight_agent_turns_per_trajectory{{{RUN}}})", "turns"),
+                (f"avg(rl_insight_agent_tool_calls_per_trajectory{{{RUN}}})", "tool calls"),
+            ],
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Failed trajectories",
+            [(total("failed_trajectories"), "validate={{validate}}")],
+            unit="ops",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Tool latency",
+            [
+                (
+                    f"sum(rate(rl_insight_agent_tool_seconds_total{{{RUN}}}{RATE})) / "
+                    f"sum(rate(rl_insight_agent_tool_calls_total{{{RUN}}}{RATE}))",
+                    "mean",
+                )
+            ],
+            unit="s",
+        ),
+        w=8,
+    )
+    trace_id = {"name": "trace_id", "type": "textbox", "label": "trace ID", "query": ""}
+    return {
+        "uid": "rl_insight_agent_trajectories",
+        "title": "RL-Insight agent trajectories",
+        "tags": ["rl-insight", "verl", "agent"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "editable": False,
+        "templating": {"list": [*run_variables, trace_id]},
+        "panels": layout.panels,
+    }
