@@ -189,15 +189,15 @@ def test_max_request_bytes_changes_how_the_sender_splits_requests(hub_server, mo
 
     server = hub_server()
     sizes = []
-    push = server.api._push
+    push = server.hub.push_body
 
-    def slow_first_push(body):  # the batches logged meanwhile queue up: the next request could take them all
+    def slow_first_push(body, run=None):  # the batches logged meanwhile queue up: the next request could take them all
         if not sizes:
             time.sleep(0.5)
         sizes.append(len(body))
-        return push(body)
+        return push(body, run)
 
-    monkeypatch.setattr(server.api, "_push", slow_first_push)
+    monkeypatch.setattr(server.hub, "push_body", slow_first_push)
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
     verl_rl_insight.init("p", "small", config={"plugins": {"metric_push": {"max_request_bytes": 4096}}})
     assert metric_push.sender().max_request_bytes == 4096

@@ -166,8 +166,8 @@ def test_streams_endpoint_lists_what_the_hub_holds(hub_server, monkeypatch):
     tracking.log({"x": 1.0}, step=5)
     tracking.finish()
     body = json.loads(wait_for(lambda: http("GET", server.url + "/api/v1/streams")[1], what="streams"))
-    # x, the global step gauge and rl_insight_run_finished
-    assert body["streams"][0]["step"] == 5 and body["streams"][0]["series"] == 3
+    # x, the global step gauge, the step's time and rl_insight_run_finished
+    assert body["streams"][0]["step"] == 5 and body["streams"][0]["series"] == 4
 
 
 def test_monitoring_that_cannot_start_does_not_stop_tracking(monkeypatch, caplog):
