@@ -500,33 +500,8 @@ def agent_loop_rows(layout: Any) -> Any:
     layout.add(
         timeseries("Trajectories traced", [(total("trajectories"), "validate={{validate}}")], unit="ops"), w=8, h=7
     )
-    layout.add(
-        timeseries(
-            "Turns and tool calls per trajectory",
-            [
-                (f"avg(rl_insight_agent_turns_per_trajectory{{{RUN}}})", "turns"),
-                (f"avg(rl_insight_agent_tool_calls_per_trajectory{{{RUN}}})", "tool calls"),
-            ],
-            description="per worker for the newest step it traced, averaged over workers",
-        ),
-        w=8,
-        h=7,
-    )
-    layout.add(
-        timeseries(
-            "Tool latency",
-            [
-                (
-                    f"sum(rate(rl_insight_agent_tool_seconds_total{{{RUN}}}{RATE})) / "
-                    f"sum(rate(rl_insight_agent_tool_calls_total{{{RUN}}}{RATE}))",
-                    "mean",
-                )
-            ],
-            unit="s",
-        ),
-        w=8,
-        h=7,
-    )
+    layout.add(trajectories.per_trajectory(), w=8, h=7)
+    layout.add(trajectories.tool_latency(), w=8, h=7)
     layout.add(
         timeseries(
             "Failed ops and trajectories",

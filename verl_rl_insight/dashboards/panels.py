@@ -162,11 +162,10 @@ def lanes_query(lanes: str) -> str:
     )
 
 
-def spans_table(title: str, lanes: Any, description: Any) -> Any:
-    """The spans of the lanes matching ``lanes`` (a TraceQL regex), newest first, one row each:
-    what a TraceQL search returns, shown the way Grafana shows a search (a table whose trace IDs
-    open the trace), never in a Traces panel, which renders one trace by its ID."""
-    query = lanes_query(lanes)
+def traceql_table(title: str, query: str, description: Any, limit: int = 100, spss: int = 50) -> Any:
+    """What a TraceQL search returns, newest first, one row per span: shown the way Grafana shows a
+    search (a table whose trace IDs open the trace), never in a Traces panel, which renders one
+    trace by its ID."""
     return {
         "type": "table",
         "title": title,
@@ -178,14 +177,19 @@ def spans_table(title: str, lanes: Any, description: Any) -> Any:
                 "queryType": "traceql",
                 "query": query,
                 "refId": "A",
-                "limit": 100,
-                "spss": 50,
+                "limit": limit,
+                "spss": spss,
                 "tableType": "spans",
             }
         ],
         "options": {"showHeader": True, "sortBy": [{"displayName": "Start time", "desc": True}]},
         "fieldConfig": {"defaults": {}, "overrides": []},
     }
+
+
+def spans_table(title: str, lanes: Any, description: Any) -> Any:
+    """The spans of the lanes matching ``lanes`` (a TraceQL regex)."""
+    return traceql_table(title, lanes_query(lanes), description)
 
 
 SAMPLE_FIELDS = ("verl.step", "sample.kind", "sample.rank", "sample.score", "sample.length", "sample.mismatch")

@@ -4,7 +4,7 @@ package's backend sends (``agent trajectory`` on lane ``agent_loop``, its ops as
 
 from typing import Any
 
-from verl_rl_insight.dashboards.panels import RUN, TEMPO, TRACE_RUN, Layout, timeseries, trace_view
+from verl_rl_insight.dashboards.panels import RUN, TRACE_RUN, Layout, timeseries, trace_view, traceql_table
 
 SPANS = f'resource.service.name = "verl" && {TRACE_RUN}'
 RATE = "[$__rate_interval]"
@@ -12,26 +12,34 @@ PER_STEP_ROW = "Agent loops per step"
 CONDITION = "with actor_rollout_ref.rollout.trace.backend=rl_insight"
 
 
-def table(title: str, query: str, description: str, sort: str = "Start time") -> dict[str, Any]:
-    return {
-        "type": "table",
-        "title": title,
-        "datasource": TEMPO,
-        "description": description,
-        "targets": [
-            {
-                "datasource": TEMPO,
-                "queryType": "traceql",
-                "query": query,
-                "refId": "A",
-                "limit": 200,
-                "spss": 100,
-                "tableType": "spans",
-            }
+def table(title: str, query: str, description: str) -> Any:
+    return traceql_table(title, query, description, limit=200, spss=100)
+
+
+def per_trajectory() -> Any:
+    """Turns and tool calls per trajectory (per worker for its newest step, averaged)."""
+    return timeseries(
+        "Turns and tool calls per trajectory",
+        [
+            (f"avg(rl_insight_agent_turns_per_trajectory{{{RUN}}})", "turns"),
+            (f"avg(rl_insight_agent_tool_calls_per_trajectory{{{RUN}}})", "tool calls"),
         ],
-        "options": {"showHeader": True, "sortBy": [{"displayName": sort, "desc": True}]},
-        "fieldConfig": {"defaults": {}, "overrides": []},
-    }
+        description="per worker for the newest step it traced, averaged over workers",
+    )
+
+
+def tool_latency() -> Any:
+    return timeseries(
+        "Tool latency",
+        [
+            (
+                f"sum(rate(rl_insight_agent_tool_seconds_total{{{RUN}}}{RATE})) / "
+                f"sum(rate(rl_insight_agent_tool_calls_total{{{RUN}}}{RATE}))",
+                "mean",
+            )
+        ],
+        unit="s",
+    )
 
 
 def build(run_variables: Any) -> dict[str, Any]:
@@ -80,16 +88,7 @@ def build(run_variables: Any) -> dict[str, Any]:
     def total(name: str) -> str:
         return f"sum by (validate) (rate(rl_insight_agent_{name}_total{{{RUN}}}{RATE}))"
 
-    layout.add(
-        timeseries(
-            "Turns and tool calls per trajectory",
-            [
-                (f"avg(rl_insight_agent_turns_per_trajectory{{{RUN}}})", "turns"),
-                (f"avg(rl_insight_agent_tool_calls_per_trajectory{{{RUN}}})", "tool calls"),
-            ],
-        ),
-        w=8,
-    )
+    layout.add(per_trajectory(), w=8)
     layout.add(
         timeseries(
             "Failed trajectories",
@@ -98,20 +97,7 @@ def build(run_variables: Any) -> dict[str, Any]:
         ),
         w=8,
     )
-    layout.add(
-        timeseries(
-            "Tool latency",
-            [
-                (
-                    f"sum(rate(rl_insight_agent_tool_seconds_total{{{RUN}}}{RATE})) / "
-                    f"sum(rate(rl_insight_agent_tool_calls_total{{{RUN}}}{RATE}))",
-                    "mean",
-                )
-            ],
-            unit="s",
-        ),
-        w=8,
-    )
+    layout.add(tool_latency(), w=8)
     trace_id = {"name": "trace_id", "type": "textbox", "label": "trace ID", "query": ""}
     return {
         "uid": "rl_insight_agent_trajectories",
