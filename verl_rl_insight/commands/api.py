@@ -44,9 +44,9 @@ def server(args: argparse.Namespace) -> Any:
     return base, os.environ.get(ENV_TOKEN) or token
 
 
-def call(method: Any, url: str, token: str | None, body: Any = None) -> Any:
+def call(method: Any, url: str, token: str | None, body: Any = None, timeout_s: float = 10) -> Any:
     try:
-        reply = HttpClient(token).request(method, url, data=body, timeout_s=10)
+        reply = HttpClient(token).request(method, url, data=body, timeout_s=timeout_s)
     except Unreachable as exc:
         raise CliError(f"cannot reach the server at {url.rsplit('/api/', 1)[0]}: {exc}", code=PROBLEMS) from None
     if not reply.ok:

@@ -204,7 +204,7 @@ def delete(args: argparse.Namespace) -> Any:
             print("nothing deleted")
             return 0
     query = urllib.parse.urlencode({"project": args.project, "experiment_name": args.experiment})
-    result = call("DELETE", f"{base}/api/v1/runs?{query}", token)
+    result = call("DELETE", f"{base}/api/v1/runs?{query}", token, timeout_s=90)  # two deletes, a scrape apart
     if args.json:
         print(json.dumps(result))
         return 0

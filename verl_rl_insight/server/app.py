@@ -193,20 +193,26 @@ class Server:
             self.figures.tick()
 
     def delete_series(self, project: str, experiment: str | None) -> str:
-        """Delete a run's series in this server's Prometheus (admin API: loopback only); says what happened."""
+        """Delete a run's series in this server's Prometheus (its admin API, on loopback); says what happened."""
         service = self.services.get("prometheus")
         if service is None:
             return "no Prometheus runs here"
-        try:
-            reply = HttpClient().request(
-                "POST",
-                f"{service.url}/api/v1/admin/tsdb/delete_series",
-                params={"match[]": run_selector(project, experiment)},
-                timeout_s=30,
-            )
-        except Unreachable as exc:
-            return f"not deleted: {exc}"
-        return "deleted" if reply.ok else f"not deleted: Prometheus answered {reply.status}: {reply.error()}"
+        # twice: a scrape served just before the hub forgot the run may land after the first delete
+        for attempt in range(2):
+            if attempt:
+                time.sleep(min(self.settings.scrape_interval_s, 30.0) + 1.0)
+            try:
+                reply = HttpClient().request(
+                    "POST",
+                    f"{service.url}/api/v1/admin/tsdb/delete_series",
+                    params={"match[]": run_selector(project, experiment)},
+                    timeout_s=30,
+                )
+            except Unreachable as exc:
+                return f"not deleted: {exc}"
+            if not reply.ok:
+                return f"not deleted: Prometheus answered {reply.status}: {reply.error()}"
+        return "deleted"
 
     def _restarted(self, service: Any) -> None:
         if service.name == "alertmanager" and self.alerting is not None:
