@@ -104,7 +104,7 @@ class Stream:
         "seen",
         "names",
         "cache",
-        "booked",
+        "line_chars",
     )
 
     def __init__(self, key: StreamKey) -> None:
@@ -120,10 +120,14 @@ class Stream:
         self.seen: set[tuple[int | None, float]] = set()
         self.names: tuple[str, ...] = ()  # the names tuple of the newest snapshot: the next one shares it when equal
         self.cache: tuple[int, list[Line]] = (-1, [])  # (version, [(name, line)]): the live lines of that version
-        self.booked = STREAM_BYTES + len(self.labels)  # what the hub counts for it, history aside
+        self.line_chars = 0  # the characters of its live exposition lines, all series together
 
-    def series_cost(self, name: str) -> int:
-        return series_cost(len(self.labels), name)
+    def line_length(self, name: str) -> int:
+        return line_length(len(self.labels), name)
+
+    def booked(self) -> int:
+        """What the hub counts for it, history aside: its objects, label text, values and line copies."""
+        return STREAM_BYTES + len(self.labels) + SERIES_BYTES * len(self.latest) + LINE_COPIES * self.line_chars
 
     def live_lines(self, latest: dict[str, float], version: int) -> list[Line]:
         cached_version, lines = self.cache
@@ -134,9 +138,13 @@ class Stream:
         return lines
 
 
+def line_length(labels_chars: int, name: str) -> int:
+    return labels_chars + len(name) + LINE_EXTRA
+
+
 def series_cost(labels_chars: int, name: str) -> int:
     """Bytes one series holds: its value and every copy of its exposition line."""
-    return SERIES_BYTES + LINE_COPIES * (labels_chars + len(name) + LINE_EXTRA)
+    return SERIES_BYTES + LINE_COPIES * line_length(labels_chars, name)
 
 
 def labels_chars(key: StreamKey) -> int:
@@ -348,7 +356,7 @@ class MetricHub:
                 stream = self._streams.get(batch.labels)
                 if stream is None:
                     stream = self._streams[batch.labels] = Stream(batch.labels)
-                    self._bytes += stream.booked
+                    self._bytes += stream.booked()
                 identity = (batch.step, batch.time)
                 if batch.timed and identity in stream.seen:
                     duplicates += 1
@@ -365,7 +373,6 @@ class MetricHub:
                 self._bytes += snapshot.nbytes
                 if batch.timed:
                     stream.seen.add(identity)
-                before = len(latest)
                 fresh = [name for name in batch.names if name not in latest]
                 if batch.time >= stream.newest_time:  # a late copy never turns values back
                     latest.update(batch.metrics)
@@ -376,10 +383,10 @@ class MetricHub:
                 else:
                     for name, value in batch.metrics.items():
                         latest.setdefault(name, value)
-                self._series += len(latest) - before
-                cost = sum(stream.series_cost(name) for name in fresh)
-                stream.booked += cost
-                self._bytes += cost
+                self._series += len(fresh)
+                chars = sum(stream.line_length(name) for name in fresh)
+                stream.line_chars += chars
+                self._bytes += SERIES_BYTES * len(fresh) + LINE_COPIES * chars
                 stream.updated = now
                 accepted += 1
                 added.append(batch)
@@ -477,7 +484,7 @@ class MetricHub:
     def _forget(self, key: StreamKey) -> int:
         stream = self._streams.pop(key)
         self._series -= len(stream.latest)
-        self._bytes -= stream.booked + sum(s.nbytes for s in stream.history)
+        self._bytes -= stream.booked() + sum(s.nbytes for s in stream.history)
         for scraper in self._scrapers.values():
             scraper.marks.pop(key, None)
             scraper.recent.pop(key, None)
@@ -544,11 +551,11 @@ class MetricHub:
         """Book what this named scrape's body adds to the booked copies: its history's lines (held
         in pieces, joined, encoded) and, when another named body is held, its live lines."""
         history = live = 0
-        for stream, latest, _, sent, _ in exposure.entries:
+        for stream, _, _, sent, _ in exposure.entries:
             chars = len(stream.labels) + LINE_EXTRA + 14  # + the timestamp
             for snapshot, _ in sent:
                 history += len(snapshot.values) * chars + sum(map(len, snapshot.names))
-            live += (stream.booked - STREAM_BYTES - len(stream.labels) - SERIES_BYTES * len(latest)) // LINE_COPIES
+            live += stream.line_chars
         reserve = 3 * history + (live if self._held_named else 0)
         if self._bytes + reserve > self.memory_limit_bytes:
             self.stats["scrapes_refused_memory"] += 1
