@@ -66,8 +66,8 @@ def scoped_to_run(env: dict[str, str]) -> dict[str, str]:
         except ValueError:
             block = None
         if isinstance(block, dict):
-            token = token or block.pop("token", None)
-            block.pop("token", None)
+            from_block = block.pop("token", None)
+            token = token or from_block
             if isinstance(block.get("server_url"), str):
                 block["server_url"], from_url = _split(block["server_url"])
                 token = token or from_url
