@@ -65,14 +65,16 @@ class Prometheus:
     """A real Prometheus scraping the given targets every second, in its own process group, as the
     named scraper ``test-prometheus`` (what a Prometheus of your own does: see README)."""
 
-    def __init__(self, tmp_path, targets, rule_files=()):
+    def __init__(self, tmp_path, targets, rule_files=(), out_of_order_s=None):
         binary = require_prometheus()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = tmp_path / "prometheus-test.yml"
+        storage = {"storage": {"tsdb": {"out_of_order_time_window": f"{out_of_order_s}s"}}} if out_of_order_s else {}
         config.write_text(
             json.dumps(
                 {  # JSON is YAML
+                    **storage,
                     "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                     "scrape_configs": [
                         {

@@ -67,6 +67,16 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
         assert float(step[0]["value"][1]) == 3.0
         grad = query('rl_insight_monitor_actor_grad_norm{project="e2e"}')
         assert float(grad[0]["value"][1]) == 4.0
+
+        # the server's own Prometheus confirms what it stored: the hub lets the steps go (a healthy
+        # run: no scrape found missing)
+        def delivery():
+            figures = json.loads(http("GET", f"http://127.0.0.1:{hub_port}/api/v1/hub")[1])
+            return figures, figures["scraper_names"][f"prometheus-{prom_port}"]
+
+        wait_for(lambda: delivery()[1]["scrapes_awaiting_store"] <= 2, 20, what="scrapes confirmed by Prometheus")
+        assert delivery()[0]["scrapes_not_stored_total"] == 0
+        assert query('rl_insight_hub_scrape_number{scraper="prometheus-%d"}' % prom_port)
     finally:
         stopped = cli("server", "stop", env=env)
         assert stopped.returncode == 0, stopped.stdout

@@ -473,8 +473,13 @@ def monitoring_rows(layout: Any) -> None:
             [
                 ("increase(rl_insight_hub_rejected_pushes_total[5m])", "pushes refused"),
                 ("increase(rl_insight_hub_history_evicted_unsent_total[5m])", "steps dropped before a scrape"),
+                ("increase(rl_insight_hub_batches_lost_total[5m])", "steps the store never confirmed"),
+                ("increase(rl_insight_hub_batches_resent_total[5m])", "steps sent again (a scrape not stored)"),
             ],
-            description="anything above 0 lost data: see rl-insight server status and the server log",
+            description=(
+                "pushes refused and steps dropped or never confirmed lost data: see rl-insight server status and "
+                "the server log; steps sent again were not lost (a scrape the store did not get, sent again)"
+            ),
         ),
         w=8,
     )

@@ -35,6 +35,7 @@ from verl_rl_insight.server.managed import (
     tempo,
 )
 from verl_rl_insight.server.managed.supervisor import Service, Supervisor
+from verl_rl_insight.server.metrics.delivery import DeliveryCheck
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings, default_home
 from verl_rl_insight.server.stores import credentials
@@ -118,6 +119,15 @@ def fix_command(name: str) -> str:
     return f"rl-insight server install {name} (offline: --local-archive DIR)"
 
 
+def confirm_stores(settings: ServerSettings) -> dict[str, str]:
+    """Named scrapers whose store is read back before their history goes: the server's own
+    Prometheus, and those configured."""
+    stores = dict(settings.confirm_scrapers)
+    if settings.enabled("prometheus"):
+        stores[prometheus.scraper_name(settings)] = prometheus.url(settings)
+    return stores
+
+
 class Server:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
@@ -127,6 +137,10 @@ class Server:
             history_s=settings.history_s,
             state_path=settings.data_path / "hub-state.json",
             max_future_s=settings.max_future_s,
+            confirming=frozenset(confirm_stores(settings)),
+        )
+        self.delivery = DeliveryCheck(
+            self.hub, confirm_stores(settings), settle_s=max(2.0, float(settings.scrape_interval_s))
         )
         self.targets = TargetRegistry(settings.data_path / "targets.json")
         self.api: Api | None = None
@@ -182,6 +196,9 @@ class Server:
             self.relay = self.api.span_relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
         self.api.figures = self.figures
         threading.Thread(target=self._tick, name="rl-insight-timeline-figures", daemon=True).start()
+        threading.Thread(
+            target=self.delivery.run, args=(self._ticking,), name="rl-insight-delivery", daemon=True
+        ).start()
         self.supervisor = Supervisor(self.services, on_restart=self._restarted)
         self.supervisor.start()
         self.api.ready = True

@@ -44,6 +44,8 @@ def check_http_url(name: str, value: Any) -> Any:
         raise ValueError(f"{name} must be an http:// or https:// URL with a host, got {value!r}")
 
 
+SCRAPER_NAME = re.compile(r"[a-zA-Z0-9_.:-]{1,64}")  # what ``/metrics?scraper=`` takes
+
 # header names whose values are credentials
 SECRET_HEADER = re.compile(r"auth|token|secret|password|key|cookie", re.IGNORECASE)
 
@@ -117,6 +119,9 @@ class ServerSettings:
         default_factory=dict
     )  # receivers, route, ...: Alertmanager's syntax
     alerts: dict[str, Any] = dataclasses.field(default_factory=dict)  # alert thresholds (server/alert_rules.py)
+    # named scrapers whose history goes only once their store shows it: name -> that Prometheus'
+    # base URL (its query API); the server's own Prometheus is always one
+    confirm_scrapers: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> Any:
         if not self.data_dir:
@@ -156,6 +161,12 @@ class ServerSettings:
         check_external_labels(self.external_labels)
         for name in ("otlp_endpoint", "tempo_query_url"):
             check_http_url(name, getattr(self, name))
+        if not isinstance(self.confirm_scrapers, dict):
+            raise ValueError("confirm_scrapers must be a mapping of scraper name to its Prometheus' URL")
+        for name, url in self.confirm_scrapers.items():
+            if not isinstance(name, str) or not SCRAPER_NAME.fullmatch(name):
+                raise ValueError(f"confirm_scrapers: {name!r} is not a scraper name (1 to 64 of [a-zA-Z0-9_.:-])")
+            check_http_url(f"confirm_scrapers.{name}", url)
         ports = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.endswith("port")}
         for name, value in ports.items():
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:

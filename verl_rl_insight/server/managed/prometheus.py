@@ -72,6 +72,9 @@ def render_config(
             },
         ],
     }
+    # a scrape the store did not get is sent again with its own timestamps, behind newer samples
+    # (metrics/delivery.py): the out-of-order window takes it, for as long as the hub holds history
+    config["storage"] = {"tsdb": {"out_of_order_time_window": f"{int(settings.history_s) + 60}s"}}
     if settings.external_labels:
         config["global"]["external_labels"] = dict(settings.external_labels)
     if settings.remote_write:

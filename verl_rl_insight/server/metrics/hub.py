@@ -10,6 +10,11 @@ What a user can rely on:
   stamped with the trainer's own time (moved later only where Prometheus would refuse it: not
   before this scraper's previous visit). What it has seen moves on only once its response was
   written (``commit``) and is kept on disk, so a restarted hub sends no step twice;
+- a *confirming* scraper (the server's own Prometheus, and any in ``confirm_scrapers``) has its
+  history let go only once its store shows the scrape: each of its scrapes carries a number
+  (``rl_insight_hub_scrape_number``), the server reads the numbers back from the store
+  (``delivery.py``), and a scrape the store does not have (cut off after the kernel took the bytes,
+  refused) is sent again, with the same timestamps: a copy the store has already is one sample;
 - an unnamed client gets the live values only, from one shared rendering: it cannot make the
   hub do more work than one scrape;
 - memory (latest values, history, caches) is accounted and kept under ``memory_limit_bytes``:
@@ -154,10 +159,14 @@ def labels_chars(key: StreamKey) -> int:
 
 Identity = tuple[int | None, float]  # (step, trainer time): a batch, and every resent copy of it
 RECENT_SENT = 64  # per scraper and stream, the identities last sent: kept across a restart
+SCRAPE_NUMBER = "rl_insight_hub_scrape_number"  # in a confirming scraper's body: read back from its store
+# a batch sent and not confirmed: (its identity, the timestamp it was sent with, when first sent)
+Stamped = tuple[Identity, int, float]
+Inflight = tuple[float, dict[StreamKey, list[Stamped]]]  # (written at, what a scrape sent, per stream)
 
 
 class Scraper:
-    __slots__ = ("name", "last_ms", "marks", "seen_at", "busy", "recent")
+    __slots__ = ("name", "last_ms", "marks", "seen_at", "busy", "recent", "confirm", "number", "inflight", "resend")
 
     def __init__(
         self, name: str, last_ms: int | None = None, marks: dict[StreamKey, Mark] | None = None, seen_at: float = 0.0
@@ -171,6 +180,18 @@ class Scraper:
         # the time, say what a resent copy is: a batch stamped before the last one sent, by a
         # pusher with a slower clock, was not sent because of its time)
         self.recent: dict[StreamKey, collections.deque[Identity]] = {}
+        self.confirm = False  # whether its store is read back before its history is let go
+        self.number = 0  # its last scrape's number (milliseconds, unique across restarts)
+        self.inflight: dict[int, Inflight] = {}  # scrape number -> what it sent, not yet seen in the store
+        # stream key -> {identity: (timestamp ms, first sent at)}: not in the store, sent again as it was
+        self.resend: dict[StreamKey, dict[Identity, tuple[int, float]]] = {}
+
+    def held_keys(self) -> set[StreamKey]:
+        """The streams of which this scraper holds batches not yet confirmed by its store."""
+        keys = set(self.resend)
+        for _, streams in self.inflight.values():
+            keys.update(streams)
+        return keys
 
     def sent(self, key: StreamKey, snapshot: Snapshot) -> bool:
         mark = self.marks.get(key)
@@ -215,6 +236,9 @@ class Exposure:
         self.stats = stats
         self.marks: dict[StreamKey, Mark] = {}
         self.sent_ids: dict[StreamKey, list[Identity]] = {}
+        self.stamped: dict[StreamKey, list[tuple[Identity, int]]] = {}
+        self.number = 0  # a confirming scraper's scrape number, in the body
+        self.resent: dict[StreamKey, list[tuple[Snapshot, int, float]]] = {}  # sent again: (snapshot, ts, since)
         self.settled = False
         self.reserved = 0  # bytes booked for this body until ``commit``
 
@@ -225,12 +249,16 @@ class Exposure:
     def _render(self) -> bytes:
         families: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
         for stream, latest, version, sent, history in self.entries:
+            for snapshot, ts_ms, _ in self.resent.get(stream.key, ()):
+                for name, line in exposition.series_lines(stream.labels, snapshot.names, snapshot.values, ts_ms):
+                    families[name].append(line)
             for snapshot, ts_ms in sent:
                 for name, line in exposition.series_lines(stream.labels, snapshot.names, snapshot.values, ts_ms):
                     families[name].append(line)
             if sent:
                 self.marks[stream.key] = (sent[-1][0].seq, sent[-1][0].time)
                 self.sent_ids[stream.key] = [(snapshot.step, snapshot.time) for snapshot, _ in sent]
+                self.stamped[stream.key] = [((snapshot.step, snapshot.time), ts) for snapshot, ts in sent]
             if history is None:
                 lines = stream.live_lines(latest, version)
             else:
@@ -239,7 +267,13 @@ class Exposure:
             for name, line in lines:
                 families[name].append(line)
             exposition.pause()
-        return exposition.body(families, _stats_lines(self.stats))
+        trailer = _stats_lines(self.stats)
+        if self.number and self.scraper is not None:
+            trailer += [
+                f"# TYPE {SCRAPE_NUMBER} gauge",
+                f'{SCRAPE_NUMBER}{{scraper="{self.scraper.name}"}} {self.number}',
+            ]
+        return exposition.body(families, trailer)
 
     def commit(self, written: bool = True) -> None:
         """The response was written (or, ``written=False``, could not be): move this scraper on."""
@@ -287,8 +321,10 @@ class MetricHub:
         state_path: Path | None = None,
         clock: Callable[[], float] = time.time,
         max_future_s: float = MAX_FUTURE_S,
+        confirming: frozenset[str] = frozenset(),
     ) -> None:
         self.max_future_s = max_future_s
+        self.confirming = confirming  # scraper names whose store is read back (delivery.py)
         self.max_series = max_series
         self.memory_limit_bytes = int(memory_limit_bytes)
         self.history_s = history_s
@@ -443,7 +479,11 @@ class MetricHub:
                 snapshot = oldest.history[0]
                 freed += self._drop_oldest(oldest)
                 self.stats["history_evicted"] += 1
-                if any(not scraper.sent(oldest.key, snapshot) for scraper in self._scrapers.values()):
+                if any(
+                    not scraper.sent(oldest.key, snapshot)
+                    or (snapshot.step, snapshot.time) in scraper.resend.get(oldest.key, {})
+                    for scraper in self._scrapers.values()
+                ):
                     self.stats["history_evicted_unsent"] += 1
             if not oldest.history:
                 streams.remove(oldest)
@@ -472,14 +512,32 @@ class MetricHub:
         for key in [k for k, s in self._streams.items() if now - s.updated > self.stream_ttl_s]:
             self._forget(key)
         horizon = now - self.history_s
+        held: set[StreamKey] = set()
+        for scraper in self._scrapers.values():
+            self._give_up(scraper, horizon)
+            held |= scraper.held_keys()
         for stream in self._streams.values():
             history = stream.history
             while (
-                history
+                stream.key not in held
+                and history
                 and history[0].received < horizon
                 and all(scraper.sent(stream.key, history[0]) for scraper in self._scrapers.values())
             ):
                 self._drop_oldest(stream)
+
+    def _give_up(self, scraper: Scraper, horizon: float) -> None:
+        """Unconfirmed for longer than history_s: the store cannot be asked, or keeps refusing."""
+        for number in [n for n, (at, _) in scraper.inflight.items() if at < horizon]:
+            del scraper.inflight[number]
+            self.stats["scrapes_unconfirmed"] += 1
+        for key in list(scraper.resend):
+            wanted = scraper.resend[key]
+            for identity in [i for i, (_, since) in wanted.items() if since < horizon]:
+                del wanted[identity]
+                self.stats["batches_lost"] += 1
+            if not wanted:
+                del scraper.resend[key]
 
     def _forget(self, key: StreamKey) -> int:
         stream = self._streams.pop(key)
@@ -488,6 +546,9 @@ class MetricHub:
         for scraper in self._scrapers.values():
             scraper.marks.pop(key, None)
             scraper.recent.pop(key, None)
+            scraper.resend.pop(key, None)
+            for _, streams in scraper.inflight.values():
+                streams.pop(key, None)
         self._version += 1
         return len(stream.latest)
 
@@ -516,6 +577,7 @@ class MetricHub:
                 if len(self._scrapers) >= MAX_SCRAPERS:
                     raise Busy(f"at most {MAX_SCRAPERS} named scrapers; unnamed scrapes get live values")
                 state = self._scrapers[scraper] = Scraper(scraper)
+                state.confirm = scraper in self.confirming
             if not state.busy.acquire(blocking=False):
                 raise ScrapeBusy(f"a scrape by {scraper} is still being served")
             state.seen_at = self.clock()
@@ -540,6 +602,9 @@ class MetricHub:
                 entries.append((stream, stream.latest, stream.version, sent, history))
             stats = self._stats_locked()
             exposure = Exposure(self, state, arrival_ms, entries, stats)
+            if state.confirm:
+                exposure.number = state.number = max(arrival_ms, state.number + 1)
+                exposure.resent = self._resends(state)
             try:
                 self._reserve(exposure)
             except Busy:
@@ -547,13 +612,29 @@ class MetricHub:
                 raise
         return exposure
 
+    def _resends(self, state: Scraper) -> dict[StreamKey, list[tuple[Snapshot, int, float]]]:
+        """The batches ``state``'s store did not get that the hub still holds, with their timestamps."""
+        resent: dict[StreamKey, list[tuple[Snapshot, int, float]]] = {}
+        for key, wanted in state.resend.items():
+            stream = self._streams.get(key)
+            if stream is None:
+                continue
+            found = []
+            for snapshot in stream.history:
+                again = wanted.get((snapshot.step, snapshot.time))
+                if again is not None:
+                    found.append((snapshot, *again))
+            if found:
+                resent[key] = found
+        return resent
+
     def _reserve(self, exposure: Exposure) -> None:
         """Book what this named scrape's body adds to the booked copies: its history's lines (held
         in pieces, joined, encoded) and, when another named body is held, its live lines."""
         history = live = 0
         for stream, _, _, sent, _ in exposure.entries:
             chars = len(stream.labels) + LINE_EXTRA + 14  # + the timestamp
-            for snapshot, _ in sent:
+            for snapshot, *_ in [*sent, *exposure.resent.get(stream.key, ())]:
                 history += len(snapshot.values) * chars + sum(map(len, snapshot.names))
             live += stream.line_chars
         reserve = 3 * history + (live if self._held_named else 0)
@@ -579,8 +660,71 @@ class MetricHub:
                     if key in self._streams:
                         state.marks[key] = mark
                         state.record(key, exposure.sent_ids[key])
+                if state.confirm:
+                    self._await_store(state, exposure)
             self._state_dirty = True
         state.busy.release()
+
+    def _await_store(self, state: Scraper, exposure: Exposure) -> None:
+        """What a confirming scraper was written waits for its store to show the scrape."""
+        now = self.clock()
+        streams: dict[StreamKey, list[Stamped]] = {}
+        for key, items in exposure.resent.items():
+            wanted = state.resend.get(key, {})
+            for snapshot, ts, since in items:
+                wanted.pop((snapshot.step, snapshot.time), None)
+                streams.setdefault(key, []).append(((snapshot.step, snapshot.time), ts, since))
+            if not wanted:
+                state.resend.pop(key, None)
+        for key, stamped in exposure.stamped.items():
+            if key in self._streams:
+                streams.setdefault(key, []).extend((identity, ts, now) for identity, ts in stamped)
+        if streams:
+            state.inflight[exposure.number] = (now, streams)
+
+    # -- what the store confirms -------------------------------------------------------------
+    def awaiting(self, written_before: float) -> dict[str, tuple[list[int], float]]:
+        """Per confirming scraper: its scrapes written before ``written_before`` that its store has
+        not been asked about yet, and when the oldest of them was written."""
+        with self._lock:
+            waiting: dict[str, tuple[list[int], float]] = {}
+            for name, state in self._scrapers.items():
+                numbers = [n for n, (at, _) in state.inflight.items() if at <= written_before]
+                if numbers:
+                    waiting[name] = (numbers, min(state.inflight[n][0] for n in numbers))
+            return waiting
+
+    def confirm(self, name: str, numbers: Sequence[int], stored: set[int]) -> int:
+        """Settle scrapes ``numbers`` of scraper ``name``: those in ``stored`` its store has, and
+        their history may go; the batches of the others are sent again at the next scrape, with
+        the timestamps they were sent with. Returns how many batches will be sent again."""
+        again = 0
+        with self._lock:
+            state = self._scrapers.get(name)
+            if state is None:
+                return 0
+            for number in numbers:
+                entry = state.inflight.pop(number, None)
+                if entry is None or number in stored:
+                    continue
+                self.stats["scrapes_not_stored"] += 1
+                for key, items in entry[1].items():
+                    if key in self._streams:
+                        wanted = state.resend.setdefault(key, {})
+                        for identity, ts, since in items:
+                            wanted.setdefault(identity, (ts, since))
+                            again += 1
+            self.stats["batches_resent"] += again
+            self._state_dirty = True
+        if again:
+            logger.warning(
+                "metric hub: %d scrape(s) by %s are not in its store (cut off or refused); "
+                "sending their %d batches again, with the same timestamps",
+                len(set(numbers) - stored),
+                name,
+                again,
+            )
+        return again
 
     def live_body(self) -> bytes:
         """The live values of every stream (what an unnamed scrape gets), rendered once per change."""
@@ -609,6 +753,10 @@ class MetricHub:
             ("rl_insight_hub_rejected_pushes_total", "counter", self.stats["rejected"]),
             ("rl_insight_hub_history_evicted_total", "counter", self.stats["history_evicted"]),
             ("rl_insight_hub_history_evicted_unsent_total", "counter", self.stats["history_evicted_unsent"]),
+            ("rl_insight_hub_scrapes_not_stored_total", "counter", self.stats["scrapes_not_stored"]),
+            ("rl_insight_hub_batches_resent_total", "counter", self.stats["batches_resent"]),
+            ("rl_insight_hub_scrapes_unconfirmed_total", "counter", self.stats["scrapes_unconfirmed"]),
+            ("rl_insight_hub_batches_lost_total", "counter", self.stats["batches_lost"]),
         )
 
     def summary(self) -> dict[str, Any]:
@@ -617,7 +765,12 @@ class MetricHub:
         with self._lock:
             figures: dict[str, Any] = {name[len("rl_insight_hub_") :]: value for name, _, value in self._stats_locked()}
             figures["scraper_names"] = {
-                name: {"last_scrape_s_ago": round(now - s.seen_at, 1), "streams": len(s.marks)}
+                name: {
+                    "last_scrape_s_ago": round(now - s.seen_at, 1),
+                    "streams": len(s.marks),
+                    **({"scrapes_awaiting_store": len(s.inflight)} if s.confirm else {}),
+                    **({"batches_to_resend": sum(map(len, s.resend.values()))} if s.confirm else {}),
+                }
                 for name, s in self._scrapers.items()
             }
             figures["instance"] = self.instance
@@ -655,6 +808,12 @@ class MetricHub:
                             "seen_at": s.seen_at,
                             # tuples encode as arrays: [key, time, [[step, time], ...]]
                             "marks": [[key, mark[1], list(s.recent.get(key, ()))] for key, mark in s.marks.items()],
+                            # [number, written at, [[key, [[[step, time], ts, since], ...]], ...]]
+                            "inflight": [[n, at, list(streams.items())] for n, (at, streams) in s.inflight.items()],
+                            "resend": [
+                                [key, [[i, ts, since] for i, (ts, since) in w.items()]] for key, w in s.resend.items()
+                            ],
+                            "number": s.number,
                         }
                         for name, s in self._scrapers.items()
                     }
@@ -678,10 +837,31 @@ class MetricHub:
                     scraper.marks[stream_key] = (None, float(t))
                     for step, when in ids[0] if ids else ():
                         scraper.record(stream_key, [(None if step is None else int(step), float(when))])
+                scraper.confirm = name in self.confirming
+                scraper.number = int(saved.get("number", 0))
+                for number, at, streams in saved.get("inflight", ()):
+                    scraper.inflight[int(number)] = (
+                        float(at),
+                        {
+                            _key(key): [(_identity(i), int(ts), float(since)) for i, ts, since in items]
+                            for key, items in streams
+                        },
+                    )
+                for key, items in saved.get("resend", ()):
+                    scraper.resend[_key(key)] = {_identity(i): (int(ts), float(since)) for i, ts, since in items}
                 self._scrapers[name] = scraper
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning("metric hub: cannot read %s (%s); named scrapers start afresh", self.state_path, exc)
             self._scrapers.clear()
+
+
+def _key(saved: Any) -> StreamKey:
+    return tuple((str(label), str(value)) for label, value in saved)
+
+
+def _identity(saved: Any) -> Identity:
+    step, when = saved
+    return (None if step is None else int(step), float(when))
 
 
 def _stamp(pending: list[Snapshot], prev_ms: int, limit_ms: int) -> list[tuple[Snapshot, int]]:
