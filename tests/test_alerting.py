@@ -270,3 +270,28 @@ def test_unsilence_takes_only_a_silence_id(tmp_path):
         with pytest.raises(AlertingError) as refused:
             alerting.unsilence(bad)
         assert http_status(refused.value) == 400 and "silence ID" in str(refused.value)
+
+
+def test_silences_are_bounded_in_count_and_the_one_too_many_is_a_4xx_saying_what_to_do(tmp_path):
+    """1,000 running silences kept (as a long-lived server would have them after a script went
+    wild): one more is refused with 422 before Alertmanager is asked, naming the command that ends
+    some; once one has ended, a silence is taken again (the positive control: it reaches the
+    Alertmanager, here an address nobody listens on, so it fails there as unreachable)."""
+    import json as json_
+
+    from verl_rl_insight.server.api.errors import http_status
+    from tests.helpers import free_port
+    from verl_rl_insight.server.stores.silences import MAX_SILENCES, Alerting, AlertmanagerDown, _iso
+
+    later = _iso(time.time() + 3600)
+    kept = [{"matchers": [], "endsAt": later, "id": f"{i:08x}", "ids": [f"{i:08x}"]} for i in range(MAX_SILENCES)]
+    state = tmp_path / "silences.json"
+    state.write_text(json_.dumps(kept))
+    alerting = Alerting(f"http://127.0.0.1:{free_port()}", state, timeout_s=1)
+    body = {"project": "p", "experiment_name": "e", "duration_s": 3600}
+    with pytest.raises(Exception) as refused:
+        alerting.silence(body)
+    assert http_status(refused.value) == 422 and "alerts unsilence" in str(refused.value)
+    alerting._kept[0]["endsAt"] = _iso(time.time() - 1)  # one has ended
+    with pytest.raises(AlertmanagerDown):
+        alerting.silence(body)

@@ -269,3 +269,67 @@ def test_spans_waiting_for_their_step_are_bounded_in_all_whatever_a_client_sends
         b for body in pushed for b in body["batches"] if b["experiment_name"] == "real" and not b["labels"].get("lane")
     ]
     assert [b["metrics"]["rl_insight_timeline_generate_calls"] for b in made] == [4, 4, 4]
+
+
+def test_spans_waiting_are_booked_under_the_memory_bound_and_never_crowd_out_the_trainers_pushes():
+    """Spans of the largest kind the span reader lets through (32 attributes of 256 characters, a
+    prompt and a response of 4,096) flood the figures of a server whose hub has a 16 MiB bound:
+    what they hold is booked (never less than Python allocated for them: tracemalloc), stays
+    within the quarter of the bound the hub lends, the rest is dropped and counted, and a trainer's
+    push still fits afterwards; figures made give their bytes back."""
+    import gc
+    import tracemalloc
+
+    from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, MetricHub
+    from verl_rl_insight.server.timeline.live import LiveFigures
+
+    hub = MetricHub(memory_limit_bytes=16 * 2**20)
+    live = LiveFigures(hub.push, settle_s=0, book=lambda n: hub.book_other("timeline", n))
+
+    def big(run, i):
+        attributes = {f"attribute_{k:02d}": f"{i:08d}" + "x" * 248 for k in range(30)}
+        attributes.update({"state_lane_id": "replica_0", "state_name": "vllm_generate"})
+        attributes.update({"sample.prompt": f"{i}" + "p" * 4090, "sample.response": f"{i}" + "r" * 4090})
+        start = T0 + i * S
+        return (
+            "p",
+            f"flood-{run}",
+            {
+                "trace_id": f"{i:032x}",
+                "span_id": f"{i:016x}",
+                "parent_span_id": "",
+                "name": "vllm_generate",
+                "start_ns": start,
+                "end_ns": start + S,
+                "attributes": attributes,
+            },
+        )
+
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for run in range(4):
+        live.observe([big(run, i) for i in range(400)])
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    booked = hub.summary()["memory_booked_by_others"]["timeline"]
+    assert live._total > 100  # the positive control: spans are held
+    assert held <= booked <= 2 * held, (held, booked)
+    assert booked <= OTHERS_SHARE * 16 * 2**20
+    assert live.stats["dropped_memory"] > 0 and live._total < 1600
+    # the trainer's steps still fit
+    push = {"project": "p", "experiment_name": "trainer", "step": 1, "time": T0 / S, "metrics": {"m": 1.0}}
+    assert hub.push({"batches": [push]})["accepted"] == 1
+    # a run that settles gives its spans' bytes back
+    live.observe(records_of_sync_run())
+    live.tick()
+    for key in list(live._runs):
+        live._forget(key)
+    assert hub.summary()["memory_booked_by_others"]["timeline"] == 0
+
+
+def records_of_sync_run():
+    from verl_rl_insight.server.stores.spans import records
+
+    return list(records(otlp(sync_run(), experiment="real")))

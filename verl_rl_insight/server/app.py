@@ -151,7 +151,11 @@ class Server:
         self.alerting: Alerting | None = None
         self.spans: SpanStore | None = None
         self.relay: SpanRelay | None = None
-        self.figures = LiveFigures(self.hub.push, settle_s=settings.timeline_settle_s)
+        self.figures = LiveFigures(
+            self.hub.push,
+            settle_s=settings.timeline_settle_s,
+            book=lambda nbytes: self.hub.book_other("timeline", nbytes),
+        )
         self.health = HealthMonitor(self.hub.push, alert_rules.health_params(settings.alerts))
         self.hub.listeners.append(self.health.observe)
         self._ticking = threading.Event()

@@ -60,6 +60,7 @@ VALUE_BYTES = 40  # a value in a snapshot (a tuple slot and its float), and its 
 STREAM_BYTES = 4096  # a stream's own objects
 LIVE_MARGIN_MS = 50  # history is stamped this far before the scrape's own time, at the latest
 MAX_SCRAPERS = 16
+OTHERS_SHARE = 0.25  # what the server may hold beside the hub under memory_limit_mb (book_other), at most
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 
 
@@ -342,6 +343,7 @@ class MetricHub:
         self._seq = 0
         self._version = 0
         self._scrapers: dict[str, Scraper] = {}
+        self._others: dict[str, int] = {}  # bytes booked by others under the same bound (book_other)
         self._next_sweep = 0.0
         self._render_lock = threading.Lock()  # one body rendered at a time: its copies are booked
         self._held_named = 0  # named scrapes whose body is rendered or being sent
@@ -373,6 +375,23 @@ class MetricHub:
                 labels = dict(batch.labels)
                 check_run(run, labels.get("project"), labels.get("experiment_name"), f"batches[{i}]")
         return self._tell(*self._apply(batches, now))
+
+    def book_other(self, owner: str, nbytes: int) -> bool:
+        """Book ``nbytes`` (negative: give back) for what the server holds beside the hub, under the
+        same bound (the timeline's waiting spans): False, and nothing booked, when it does not fit,
+        or when others would hold more than ``OTHERS_SHARE`` of it. It never drops history to make
+        room: the trainer's steps come first, and always have the rest of the bound."""
+        with self._lock:
+            others = sum(self._others.values())
+            if nbytes > 0 and (
+                self._bytes + nbytes > self.memory_limit_bytes
+                or others + nbytes > OTHERS_SHARE * self.memory_limit_bytes
+            ):
+                self.stats["rejected_other_memory"] += 1
+                return False
+            self._bytes += nbytes
+            self._others[owner] = self._others.get(owner, 0) + nbytes
+            return True
 
     def _tell(self, result: dict[str, Any], added: list[Batch]) -> dict[str, Any]:
         for listener in self.listeners:
@@ -774,6 +793,7 @@ class MetricHub:
                 for name, s in self._scrapers.items()
             }
             figures["instance"] = self.instance
+            figures["memory_booked_by_others"] = dict(self._others)
         return figures
 
     def streams(self) -> list[dict[str, Any]]:

@@ -4,6 +4,9 @@ Alertmanager it runs (v2 API, on loopback).
 Silences made here are also kept in ``<data>/silences.json``: Alertmanager writes its own to
 disk only every minute, so after a crash the hub puts back those still running (under new IDs;
 the ones people were given keep working for ``unsilence``).
+
+Bounded: at most ``MAX_SILENCES`` running silences made here (each at most some 2 KB: its fields
+are bounded by the wire schema); one more is refused (422) until some end or are expired.
 """
 
 import datetime
@@ -16,12 +19,14 @@ from typing import Any
 
 import msgspec
 
-from verl_rl_insight.contract.errors import BadInput, NotFound, Unavailable
+from verl_rl_insight.contract.errors import BadInput, NotFound, OverCapacity, Unavailable
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 from verl_rl_insight.contract.wire import SilenceBody, field_problem
 from verl_rl_insight.server.stores.files import write_atomically
 
 logger = logging.getLogger("verl_rl_insight.server")
+
+MAX_SILENCES = 1000
 
 
 class AlertingError(BadInput):
@@ -77,8 +82,8 @@ class Alerting:
         self._client = HttpClient()
         self._lock = threading.Lock()
         try:
-            self._kept = json.loads(state_path.read_text())
-        except (OSError, ValueError):
+            self._kept = json.loads(state_path.read_text())[-MAX_SILENCES:]
+        except (OSError, ValueError, TypeError, KeyError):
             self._kept = []
 
     # -- Alertmanager's API ------------------------------------------------------------------
@@ -122,6 +127,13 @@ class Alerting:
 
     def silence(self, item: Any) -> Any:
         request = silence_request(item)
+        with self._lock:
+            self._kept = [k for k in self._kept if _timestamp(k["endsAt"]) > time.time()]
+            if len(self._kept) >= MAX_SILENCES:
+                raise OverCapacity(
+                    f"{MAX_SILENCES} silences are running already; end some with `rl-insight alerts unsilence ID` "
+                    "(`rl-insight alerts silences` lists them)"
+                )
         created = self._call("POST", "/api/v2/silences", request)
         with self._lock:
             self._kept = [k for k in self._kept if _timestamp(k["endsAt"]) > time.time()]

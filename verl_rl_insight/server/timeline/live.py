@@ -25,8 +25,10 @@ Series per run; gauges hold the last step's figure, counters add every step's (a
 Bounded: at most ``max_runs`` runs (the one heard from longest ago goes first), ``max_spans``
 spans waiting per run (the oldest go first) and ``max_total_spans`` in all (beyond it the run
 heard from longest ago is forgotten, so a flood of spans that never settle cannot starve a run
-that has steps); what is not kept is counted in ``stats["dropped"]``. About 1 KiB a span: the
-defaults hold at most some 100 MiB, whatever a client sends.
+that has steps); what is not kept is counted in ``stats["dropped"]``. And in bytes: each span
+waiting is booked (``span_bytes``) through ``book``, the hub's memory bound (``memory_limit_mb``)
+that pushes are held to as well; a span that does not fit makes the runs heard from longest ago go,
+or is dropped and counted (``stats["dropped_memory"]``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,20 @@ SOURCE_LABEL = {"source": "timeline"}
 LAST_STEP_LANES = 64  # what ``last_step`` keeps of a step: this many lanes (the trainer's first) ...
 LAST_STEP_SPANS = 256  # ... and this many spans per lane
 SLOWEST_MIN_SHARE = 0.05  # a replica last by less than this share of the step held nothing back
+# Estimated bytes of a span record held here (its dicts, ids, numbers), checked against tracemalloc
+# by tests/test_timeline_store.py; attribute keys and values add their own length.
+SPAN_BYTES = 1100
+ATTRIBUTE_BYTES = 120  # a dict slot, and a str's or a number's object
+
+
+def span_bytes(record: dict[str, Any]) -> int:
+    """What a span record holds, booked while it waits here."""
+    attributes = record.get("attributes") or {}
+    return (
+        SPAN_BYTES
+        + len(record.get("name", ""))
+        + sum(ATTRIBUTE_BYTES + len(k) + (len(v) if isinstance(v, str) else 0) for k, v in attributes.items())
+    )
 
 
 @dataclass
@@ -159,7 +175,10 @@ class LiveFigures:
         max_spans: int = 20_000,
         max_total_spans: int = 100_000,
         clock: Callable[[], float] = time.time,
+        book: Callable[[int], bool] = lambda nbytes: True,
     ) -> None:
+        self.book = book  # books bytes (negative: gives them back) under the server's memory bound; False: no room
+        self._bytes = 0  # booked for the spans waiting
         self.max_total_spans = max_total_spans
         self._total = 0  # spans waiting, all runs together
         self.emit = emit
@@ -167,7 +186,7 @@ class LiveFigures:
         self.max_runs = max_runs
         self.max_spans = max_spans
         self.clock = clock
-        self.stats = {"steps": 0, "dropped": 0, "failed": 0}
+        self.stats = {"steps": 0, "dropped": 0, "failed": 0, "dropped_memory": 0}
         self._runs: OrderedDict[tuple[str, str], _Run] = OrderedDict()
         self._last: dict[tuple[str, str], dict[str, Any]] = {}  # the newest step made, per run, as lanes
         self._lock = threading.Lock()
@@ -183,7 +202,7 @@ class LiveFigures:
                     while len(self._runs) > self.max_runs:
                         gone_key, gone = self._runs.popitem(last=False)
                         self._last.pop(gone_key, None)
-                        self._total -= len(gone.spans)
+                        self._let_go(gone.spans)
                 self._runs.move_to_end(key)
                 if _is_step_span(record):
                     step = record["attributes"]["verl.step"]
@@ -196,26 +215,52 @@ class LiveFigures:
                     if self._total >= self.max_total_spans:
                         self.stats["dropped"] += 1
                         continue
+                    cost = span_bytes(record)
+                    if not (self.book(cost) or self._free_for(key, cost)):
+                        self.stats["dropped"] += 1
+                        self.stats["dropped_memory"] += 1
+                        continue
+                    self._bytes += cost
                     run.spans.append(record)
                     self._total += 1
                     if len(run.spans) > self.max_spans:
                         cut = len(run.spans) - self.max_spans
+                        self._let_go(run.spans[:cut])
                         del run.spans[:cut]
-                        self._total -= cut
                         self.stats["dropped"] += cut
             self._make(self._ready(now))  # under the lock: a run's steps are pushed in order
+
+    def _let_go(self, spans: list[dict[str, Any]]) -> None:
+        """Spans no longer waiting: their count and bytes given back."""
+        if spans:
+            freed = sum(map(span_bytes, spans))
+            self._total -= len(spans)
+            self._bytes -= freed
+            self.book(-freed)
 
     def _make_room(self, keep: tuple[str, str]) -> None:
         """Forget runs, the one heard from longest ago first, until the spans fit (never ``keep``)."""
         for key in list(self._runs):
             if self._total < self.max_total_spans:
                 return
-            if key == keep:
-                continue
-            gone = self._runs.pop(key)
-            self._last.pop(key, None)
-            self._total -= len(gone.spans)
-            self.stats["dropped"] += len(gone.spans)
+            if key != keep:
+                self._forget(key)
+
+    def _free_for(self, keep: tuple[str, str], nbytes: int) -> bool:
+        """Forget runs, the one heard from longest ago first (never ``keep``), until ``nbytes`` can
+        be booked; whether they were."""
+        for key in list(self._runs):
+            if key != keep:
+                self._forget(key)
+                if self.book(nbytes):
+                    return True
+        return False
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        gone = self._runs.pop(key)
+        self._last.pop(key, None)
+        self._let_go(gone.spans)
+        self.stats["dropped"] += len(gone.spans)
 
     def last_step(self, project: str, experiment: str) -> dict[str, Any] | None:
         """The newest step made of the run, as lanes of (state, start, end) seconds from its start."""
@@ -242,9 +287,8 @@ class LiveFigures:
                 else:
                     break
             if made:
-                before = len(run.spans)
+                self._let_go([s for s in run.spans if s["end_ns"] <= run.done_end_ns])
                 run.spans = [s for s in run.spans if s["end_ns"] > run.done_end_ns]
-                self._total -= before - len(run.spans)
         return out
 
     def _make(self, ready: list[tuple[str, str, _Run, dict[str, Any], list[dict[str, Any]]]]) -> None:
