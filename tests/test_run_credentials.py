@@ -112,3 +112,62 @@ def test_rl_insight_config_shows_that_a_token_is_set_not_the_token():
     shown = rl_insight("config", env={"RL_INSIGHT_SERVER_URL": f"http://rl-insight:{TOKEN}@127.0.0.1:18080"})
     assert shown.returncode == 0 and "server_url: http://127.0.0.1:18080" in shown.stdout
     assert TOKEN not in shown.stdout + shown.stderr and "token: '***'" in shown.stdout
+
+
+def test_one_runs_credentials_are_revoked_and_a_job_started_afterwards_writes_again(tmp_path):
+    """A credential leaked in a training log: `rl-insight runs revoke` refuses it (403 naming the
+    revocation) and every credential of that run minted before, not another run's; a credential
+    minted afterwards (the job restarted) writes again; the revocation survives a server restart,
+    and only the token may revoke (a run credential gets 403, a stranger 401)."""
+    import os
+    import stat
+
+    from tests.helpers import rl_insight
+    from verl_rl_insight.server.stores.revocations import Revocations
+
+    def serve():
+        revocations = Revocations(tmp_path / "revoked-runs.json")
+        api = Api(MetricHub(), token=TOKEN, revocations=revocations)
+        return api, HttpServer(api, "127.0.0.1", 0).start()
+
+    api, http_server = serve()
+    url = f"http://127.0.0.1:{http_server.port}"
+    leaked, other = worker_credential(url), run_credential.mint(TOKEN, "p", "other")
+    assert call("POST", url + "/api/v1/push", leaked, push_body("e"))[0] == 200  # the positive control
+    assert call("POST", url + "/api/v1/runs/revoke?project=p&experiment_name=e", leaked)[0] == 403
+    assert http("POST", url + "/api/v1/runs/revoke?project=p&experiment_name=e")[0] == 401
+    env = dict(os.environ, RL_INSIGHT_SERVER_URL=url, RL_INSIGHT_TOKEN=TOKEN)
+    revoked = rl_insight("runs", "revoke", "--project", "p", "--experiment", "e", env=env)
+    assert revoked.returncode == 0 and "revoked p/e" in revoked.stdout, revoked.stdout + revoked.stderr
+    status, answer = call("POST", url + "/api/v1/push", leaked, push_body("e"))
+    assert status == 403 and "was revoked at" in answer
+    assert call("POST", url + "/api/v1/push", other, push_body("other"))[0] == 200  # another run: untouched
+    restarted_job = run_credential.mint(TOKEN, "p", "e")
+    assert call("POST", url + "/api/v1/push", restarted_job, push_body("e"))[0] == 200
+    assert stat.S_IMODE((tmp_path / "revoked-runs.json").stat().st_mode) == 0o600
+    http_server.stop()
+    api.close()
+    api, http_server = serve()  # the server restarted
+    url = f"http://127.0.0.1:{http_server.port}"
+    try:
+        assert call("POST", url + "/api/v1/push", leaked, push_body("e"))[0] == 403
+        assert call("POST", url + "/api/v1/push", restarted_job, push_body("e"))[0] == 200
+    finally:
+        http_server.stop()
+        api.close()
+
+
+def test_a_damaged_revocation_file_refuses_every_credential_minted_before_and_the_server_starts(tmp_path):
+    from verl_rl_insight.server.stores.revocations import Revocations
+
+    path = tmp_path / "revoked-runs.json"
+    before = run_credential.mint(TOKEN, "p", "e")
+    path.write_text('{"runs": [["p", "e"')  # cut mid-write by an older release
+    revocations = Revocations(path)
+    with pytest.raises(run_credential.Forbidden, match="revoked"):
+        run_credential.verify(TOKEN, before, revoked=revocations.revoked_at)
+    assert list(tmp_path.glob("revoked-runs.json.damaged-*"))
+    import time
+
+    time.sleep(0.01)
+    assert run_credential.verify(TOKEN, run_credential.mint(TOKEN, "p", "e"), revoked=revocations.revoked_at)

@@ -219,8 +219,25 @@ def delete(args: argparse.Namespace) -> Any:
     return 0 if whole else PROBLEMS
 
 
+def revoke(args: argparse.Namespace) -> Any:
+    base, token = server(args)
+    query = urllib.parse.urlencode({"project": args.project, "experiment_name": args.experiment})
+    result = call("POST", f"{base}/api/v1/runs/revoke?{query}", token)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(result["revoked_at"]))
+    print(
+        f"revoked {args.project}/{args.experiment}: its run credentials minted until {at} are refused (403)\n"
+        "  its trainers and Ray workers stop reaching the monitor (training goes on); "
+        "a job started now carries a new credential\n"
+        "  every credential of every run at once: change the server's token (RL_INSIGHT_TOKEN) and restart it"
+    )
+    return 0
+
+
 def add_parsers(sub: Any) -> None:
-    runs = sub.add_parser("runs", help="the runs the server knows: list, export to CSV / Parquet, delete")
+    runs = sub.add_parser("runs", help="the runs the server knows: list, export to CSV / Parquet, delete, revoke")
     runs_sub = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     listing = runs_sub.add_parser("list", help="every run: last step, last push, series, state")
     listing.add_argument("--project")
@@ -238,5 +255,11 @@ def add_parsers(sub: Any) -> None:
     gone.add_argument("--experiment", required=True, help="the experiment_name")
     gone.add_argument("--yes", action="store_true", help="do not ask")
     gone.set_defaults(func=delete)
-    for parser in (listing, out, gone):
+    revoked = runs_sub.add_parser(
+        "revoke", help="refuse the run credentials a run's trainers carry (leaked in a log?): minted until now"
+    )
+    revoked.add_argument("--project", required=True)
+    revoked.add_argument("--experiment", required=True, help="the experiment_name")
+    revoked.set_defaults(func=revoke)
+    for parser in (listing, out, gone, revoked):
         common_options(parser, top=True)

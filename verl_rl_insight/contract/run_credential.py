@@ -5,8 +5,9 @@ experiment and an expiry; the signature is an HMAC keyed by the server's token. 
 one from the token it was given (no request to the server, so a server that is down delays
 nothing) and hands only it to the Ray workers, whose environment verl prints. The server checks
 the signature with its token: the credential writes that run's metrics, targets, spans and
-profile reports, and nothing else; it reads nothing. It expires (``RUN_CREDENTIAL_DAYS``), and
-changing the server's token revokes every one at once.
+profile reports, and nothing else; it reads nothing. It expires (``RUN_CREDENTIAL_DAYS``); the
+server revokes one run's credentials minted before a time (``rl-insight runs revoke``: the payload
+carries when it was minted), and changing the server's token revokes every one at once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Callable
 
 from verl_rl_insight.contract.errors import Forbidden
 
@@ -45,24 +47,38 @@ def is_run_credential(value: str | None) -> bool:
 
 def mint(token: str, project: str, experiment: str, days: float = RUN_CREDENTIAL_DAYS) -> str:
     """A credential for ``project`` / ``experiment``, valid ``days`` from now."""
-    payload = _b64(json.dumps([project, experiment, int(time.time() + days * 86400)]).encode())
+    now = time.time()
+    payload = _b64(json.dumps([project, experiment, int(now + days * 86400), round(now, 3)]).encode())
     return f"{PREFIX}{payload}.{_sign(token, payload)}"
 
 
-def verify(token: str, credential: str, now: float | None = None) -> tuple[str, str]:
-    """(project, experiment) of a credential signed with ``token``; Forbidden when it is not."""
+def verify(
+    token: str,
+    credential: str,
+    now: float | None = None,
+    revoked: Callable[[str, str], float | None] | None = None,
+) -> tuple[str, str]:
+    """(project, experiment) of a credential signed with ``token``; Forbidden when it is not, has
+    expired, or was minted before ``revoked(project, experiment)``."""
     _, _, rest = credential.partition(PREFIX)
     payload, _, signature = rest.partition(".")
     if not payload or not hmac.compare_digest(signature.encode(), _sign(token, payload).encode()):
         raise Forbidden("run credential not signed by this server's token (rotated since it was made?)")
     try:
-        project, experiment, expires = json.loads(_unb64(payload))
-    except (ValueError, TypeError):
+        project, experiment, expires, *minted = json.loads(_unb64(payload))
+        issued = float(minted[0]) if minted else float(expires) - RUN_CREDENTIAL_DAYS * 86400
+    except (ValueError, TypeError, IndexError):
         raise Forbidden("run credential is damaged") from None
     if (time.time() if now is None else now) > float(expires):
         raise Forbidden(
             f"run credential for {project}/{experiment} expired at "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(float(expires)))}; restart the job to get a new one"
+        )
+    at = revoked(str(project), str(experiment)) if revoked is not None else None
+    if at is not None and issued <= at:
+        raise Forbidden(
+            f"run credential for {project}/{experiment} was revoked at "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(at))}; a job started since then carries a new one"
         )
     return str(project), str(experiment)
 

@@ -116,6 +116,17 @@ def document() -> dict[str, Any]:
                 errors=(400, 401),
             )
         },
+        "/api/v1/runs/revoke": {
+            "post": _write(
+                "refuse the run credentials of a run minted until now (what its trainers and Ray workers carry; "
+                "a job started afterwards writes again); the token only",
+                parameters=[
+                    _query("project", {"type": "string"}, True, "the run's project"),
+                    _query("experiment_name", {"type": "string"}, True, "the run's experiment_name"),
+                ],
+                errors=(400, 401, 403, 422),
+            )
+        },
         "/v1/traces": {
             "post": {
                 "summary": "OTLP/HTTP spans (protobuf ExportTraceServiceRequest), kept per run when Tempo "

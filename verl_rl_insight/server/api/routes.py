@@ -18,6 +18,8 @@ GET  /api/v1/timeline/last_step?project=P&experiment_name=E   the newest step ma
 POST /api/v1/profiles         {"project", "experiment_name", "first_step", ...}: profile future steps
 GET  /api/v1/profiles[?project=P&experiment_name=E]   requests and how they went
 POST /api/v1/profiles/report  the trainer's word on its requests (and what its profiler can do)
+DELETE /api/v1/runs?project=P&experiment_name=E        forget a run (hub, spans, Prometheus)
+POST /api/v1/runs/revoke?project=P&experiment_name=E   refuse the run's credentials minted until now
 
 With a token set, every write (POST, DELETE) and every named scrape needs it, as
 ``Authorization: Bearer <token>`` or HTTP Basic with the token as password (else 401, before
@@ -50,6 +52,7 @@ from verl_rl_insight.server.api.errors import http_status
 from verl_rl_insight.server.api.http_server import response_written
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.metrics.hub import check_scraper_name
+from verl_rl_insight.server.stores.revocations import Revocations
 from verl_rl_insight.server.stores.spans import decode as decode_spans
 from verl_rl_insight.server.stores.spans import records as span_records
 from verl_rl_insight.server.stores.targets import TargetError, TargetRegistry
@@ -121,6 +124,7 @@ class Api:
         figures: Any = None,
         profiles: Any = None,
         delete_series: Any = None,
+        revocations: Any = None,
         workers: int = 4,
         body_budget_bytes: Any = 64 * 1024 * 1024,
         save_every_s: float = 1.0,
@@ -137,6 +141,7 @@ class Api:
         self.figures = figures  # the timeline's per-step figures, made from every span that arrives
         self.profiles = profiles  # profile requests (rl-insight profile) and what trainers say of them
         self.delete_series = delete_series  # (project, experiment) -> what Prometheus said
+        self.revocations = revocations if revocations is not None else Revocations()  # run credentials refused
         self.save_every_s = save_every_s
         self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api")
@@ -168,6 +173,7 @@ class Api:
             ),
             ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
             ("DELETE", "/api/v1/runs"): (self.delete_run, True),
+            ("POST", "/api/v1/runs/revoke"): (self.revoke_run, True),
             ("POST", "/v1/traces"): (self.post_traces, True),
             ("GET", "/api/v1/spans"): (self.get_spans, True),  # token2text spans carry prompts: token rules
             ("GET", "/api/v1/timeline/last_step"): (self.get_last_step, True),
@@ -231,7 +237,7 @@ class Api:
             except (binascii.Error, UnicodeDecodeError):
                 given = None
         if run_credential.is_run_credential(given):
-            run = run_credential.verify(self.token, str(given))
+            run = run_credential.verify(self.token, str(given), revoked=self.revocations.revoked_at)
             if not run_may:
                 method, path = request.scope["method"], request.scope["path"]
                 raise ApiError(
@@ -349,6 +355,14 @@ class Api:
         result = await self._in_thread(delete)
         self._save_soon()
         await self._send_json(request.send, 200, result)
+
+    async def revoke_run(self, request: Any) -> Any:
+        """Refuse the run credentials of a run minted until now (the token only: ``_authorize``)."""
+        project, experiment = request.param("project"), request.param("experiment_name")
+        if not project or not experiment:
+            raise ApiError(400, "give ?project=P&experiment_name=E")
+        at = await self._in_thread(self.revocations.revoke, project, experiment)
+        await self._send_json(request.send, 200, {"project": project, "experiment_name": experiment, "revoked_at": at})
 
     def _span_store(self) -> Any:
         if self.spans is None:
