@@ -137,7 +137,7 @@ def test_hub_restarted_mid_run_every_step_reaches_prometheus_once_in_order_with_
             what="every step in prometheus",
         )
         steps = [v for i, (_, v) in enumerate(samples) if i == 0 or samples[i - 1][1] != v]  # live repeats folded
-        assert steps == list(range(1, 31)), steps
+        assert steps == list(range(1, 31)), (steps, samples)
         first_seen = {}
         for t, v in samples:
             first_seen.setdefault(v, t)
@@ -173,3 +173,40 @@ def test_server_down_for_the_whole_run_training_finishes_and_nothing_blocks(monk
     tracking.finish()
     assert caplog.text.count("cannot reach the monitoring server") == 1
     assert "could not be delivered" in caplog.text
+
+
+def test_a_clean_restart_keeps_a_slow_runs_series_whole(tmp_path):
+    """A run whose steps take longer than Prometheus' 5-minute lookback: the server is restarted
+    (SIGTERM, as `rl-insight server stop` does) between two steps. The restarted hub exposes the
+    run's latest values at once, so its series carries on in Prometheus without a break until the
+    next step (before, it had nothing to expose until then: the curve broke off)."""
+    from tests.helpers import stop_group
+
+    port = free_port()
+    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"])
+    url = f"http://127.0.0.1:{port}"
+    hub = start_hub_process(port, tmp_path)
+    batch = {"project": "e2e", "experiment_name": "slow", "step": 1, "time": time.time(), "metrics": {"rl_insight_monitor_actor_pg_loss": 0.5}}
+    try:
+        assert http("POST", url + "/api/v1/push", json.dumps({"batches": [batch]}).encode())[0] == 200
+        selector = 'rl_insight_monitor_actor_pg_loss{experiment_name="slow"}'
+        wait_for(lambda: prometheus.query(selector), 20, what="the step in Prometheus")  # the positive control
+        stop_group(hub)
+        assert (tmp_path / "data" / "hub-latest.json").exists()
+        hub = start_hub_process(port, tmp_path)
+        restarted = time.time()
+        assert not (tmp_path / "data" / "hub-latest.json").exists()  # read once: never an older copy later
+        wait_for(
+            lambda: [
+                t for values in prometheus.raw_samples(selector, 30).values() for _, t in values if t > restarted + 1
+            ],
+            20,
+            what="the series carrying on after the restart, without a new step",
+        )
+        samples = prometheus.raw_samples(selector, 60)
+        assert {v for values in samples.values() for v, _ in values} == {0.5}
+        step = prometheus.query('rl_insight_monitor_training_global_step{experiment_name="slow"}')
+        assert float(step[0]["value"][1]) == 1.0
+    finally:
+        stop_group(hub)
+        prometheus.stop()

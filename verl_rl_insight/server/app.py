@@ -137,6 +137,7 @@ class Server:
             memory_limit_bytes=int(settings.memory_limit_mb * 2**20),
             history_s=settings.history_s,
             state_path=settings.data_path / "hub-state.json",
+            latest_path=settings.data_path / "hub-latest.json",
             max_future_s=settings.max_future_s,
             confirming=frozenset(confirm_stores(settings)),
         )
@@ -380,6 +381,10 @@ class Server:
             self.http.stop()
         if self.api is not None:
             self.api.close()
+        try:
+            self.hub.save_latest()  # no push comes any more: a restarted hub exposes these at once
+        except OSError as exc:
+            logger.warning("metric hub: cannot save the latest values: %s", exc)
         if self.relay is not None:
             self.relay.close()
         if self.spans is not None:

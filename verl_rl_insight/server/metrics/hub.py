@@ -323,7 +323,9 @@ class MetricHub:
         clock: Callable[[], float] = time.time,
         max_future_s: float = MAX_FUTURE_S,
         confirming: frozenset[str] = frozenset(),
+        latest_path: Path | None = None,
     ) -> None:
+        self.latest_path = latest_path  # the latest values, written at a clean stop, read back at start
         self.max_future_s = max_future_s
         self.confirming = confirming  # scraper names whose store is read back (delivery.py)
         self.max_series = max_series
@@ -354,6 +356,7 @@ class MetricHub:
         # outside its lock: the server's health detectors read the trainers' steps here
         self.listeners: list[Callable[[list[Batch]], None]] = []
         self._load_state()
+        self._load_latest()
 
     # -- pushes ----------------------------------------------------------------------------
     def push(self, payload: Any) -> dict[str, Any]:
@@ -840,6 +843,63 @@ class MetricHub:
                 }
             self.state_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.state_path, json.dumps(state))
+
+    def save_latest(self) -> int:
+        """At a clean stop: write every stream's latest values, so that a restarted hub exposes them
+        at once and a run's series do not break off until its next step (a step longer than
+        Prometheus' 5-minute lookback would leave a gap). A stream with history a named scraper has
+        not been sent is left out: its trainer's sender sends it again. Returns the streams written."""
+        if self.latest_path is None:
+            return 0
+        with self._lock:
+            # only streams every named scraper has been sent whole: exposing a newer value than a
+            # scraper was sent, before the history that leads to it, would put a step out of order
+            taken = [
+                (s.key, s.step, s.newest_time, s.updated, s.latest)
+                for s in self._streams.values()
+                if all(scraper.sent(s.key, snapshot) for snapshot in s.history for scraper in self._scrapers.values())
+            ]
+        streams = [
+            [key, step, newest, updated, list(latest), list(latest.values())]
+            for key, step, newest, updated, latest in taken
+        ]
+        write_atomically(self.latest_path, json.dumps({"saved_at": self.clock(), "streams": streams}))
+        return len(streams)
+
+    def _load_latest(self) -> None:
+        """The latest values a clean stop wrote, once (the file goes: an older copy must never come
+        back after a later crash), within the series and memory bounds."""
+        path = self.latest_path
+        if path is None or not path.exists():
+            return
+        try:
+            saved = json.loads(path.read_text())
+            path.unlink()
+            now = self.clock()
+            for key, step, newest, updated, names, values in saved["streams"]:
+                if now - float(updated) > self.stream_ttl_s:
+                    continue
+                stream = Stream(_key(key))
+                stream.latest = {str(n): float(v) for n, v in zip(names, values, strict=True)}
+                stream.line_chars = sum(stream.line_length(n) for n in stream.latest)
+                cost = stream.booked()
+                if self._bytes + cost > self.memory_limit_bytes or self._series + len(stream.latest) > self.max_series:
+                    logger.warning(
+                        "metric hub: the latest values saved at stop do not all fit; the rest come with the next steps"
+                    )
+                    break
+                stream.step = None if step is None else int(step)
+                stream.newest_time = float(newest)
+                stream.updated = float(updated)
+                stream.version = 1
+                self._streams[stream.key] = stream
+                self._bytes += cost
+                self._series += len(stream.latest)
+            self._version += 1
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning(
+                "metric hub: cannot read the latest values saved at stop (%s); they come with the next steps", exc
+            )
 
     def _load_state(self) -> None:
         if self.state_path is None or not self.state_path.exists():
