@@ -53,11 +53,30 @@ def agent_classes(rollout_trace_op):
     return LLMClient(), ToolParser(), SearchTool()
 
 
-async def one_trajectory(rollout_trace, sample_index, trace=True, fail_tool=False):
+def agent_loop(rollout_trace_op):
+    """An agent loop whose ``run`` is traced (as verl's single-turn and tool agent loops are),
+    returning verl's own AgentLoopOutput."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+
+    class ToolAgentLoop:
+        @rollout_trace_op
+        async def run(self, sampling_params, **kwargs):
+            await asyncio.sleep(0.01)
+            return AgentLoopOutput(
+                prompt_ids=[1, 2], response_ids=[3, 4], response_mask=[1, 1], num_turns=4, metrics=AgentLoopMetrics()
+            )
+
+    return ToolAgentLoop()
+
+
+async def one_trajectory(rollout_trace, sample_index, trace=True, fail_tool=False, reward=None):
     llm, parser, tool = agent_classes(rollout_trace.rollout_trace_op)
     with rollout_trace.rollout_trace_attr(
         sample_index=sample_index, step=7, rollout_n=1, validate=False, name="agent_loop", trace=trace
     ):
+        if reward is not None:  # as verl's _run_agent_loop: run, then _compute_score sets the reward on the output
+            output = await agent_loop(rollout_trace.rollout_trace_op).run({})
+            output.reward_score = reward
         for turn in range(2):
             await llm.generate(f"r{turn}", prompt_ids=[1, 2, 3])
             await parser.extract_tool_calls([4, 5])
@@ -79,7 +98,8 @@ def test_a_traced_trajectory_becomes_a_span_with_its_ops_and_metrics(receiver, r
 
     async def step():  # as verl's AgentLoopWorker: one task per sample, only the sampled one traced
         await asyncio.gather(
-            one_trajectory(rollout_trace, 3, fail_tool=True), one_trajectory(rollout_trace, 4, trace=False)
+            one_trajectory(rollout_trace, 3, fail_tool=True, reward=0.75),
+            one_trajectory(rollout_trace, 4, trace=False, reward=0.25),
         )
 
     asyncio.run(step())
@@ -91,8 +111,10 @@ def test_a_traced_trajectory_becomes_a_span_with_its_ops_and_metrics(receiver, r
     attrs = trajectory["attributes"]
     assert (attrs["sample_index"], attrs["verl.step"], attrs["rollout_n"], attrs["validate"]) == (3, 7, 1, False)
     assert attrs["experiment_name"] == "agent-run" and attrs["state_lane_id"] == "agent_loop"
+    # the reward scored on the output after the loop ran, and its turns: on the trajectory's span
+    assert attrs["reward"] == 0.75 and attrs["num_turns"] == 4
     children = [s for s in receiver.spans if s["parent_span_id"] == trajectory["span_id"]]
-    assert [s["name"] for s in sorted(children, key=lambda s: s["start_ns"])] == [
+    assert [s["name"] for s in sorted(children, key=lambda s: s["start_ns"])] == ["agent loop run"] + [
         "agent generate turn",
         "agent tool parsing",
         "agent tool call",
@@ -125,6 +147,7 @@ def test_a_traced_trajectory_becomes_a_span_with_its_ops_and_metrics(receiver, r
     assert values["rl_insight_agent_tool_calls_total"] == 2 and values["rl_insight_agent_failed_ops_total"] == 1
     assert values["rl_insight_agent_turns_per_trajectory"] == 2 and values["rl_insight_agent_step"] == 7
     assert values["rl_insight_agent_tool_latency_seconds"] >= 0.02
+    assert values["rl_insight_agent_reward_per_trajectory"] == 0.75  # the traced one only
 
 
 def test_other_backends_and_no_backend_are_untouched(rollout_trace, receiver, hub_server, monkeypatch):

@@ -71,6 +71,7 @@ PRODUCED = {
     "rl_insight_agent_turns_per_trajectory",
     "rl_insight_agent_tool_calls_per_trajectory",
     "rl_insight_agent_tool_latency_seconds",
+    "rl_insight_agent_reward_per_trajectory",
 }
 
 

@@ -28,6 +28,14 @@ def per_trajectory() -> Any:
     )
 
 
+def reward_per_trajectory() -> Any:
+    return timeseries(
+        "Reward per trajectory",
+        [(f"avg(rl_insight_agent_reward_per_trajectory{{{RUN}}})", "mean")],
+        description="the traced trajectories of each worker's newest step that were scored as they ended, averaged",
+    )
+
+
 def tool_latency() -> Any:
     return timeseries(
         "Tool latency",
@@ -49,11 +57,12 @@ def build(run_variables: Any) -> dict[str, Any]:
         table(
             "Trajectories, newest first",
             f'{{ {SPANS} && name = "agent trajectory" }} '
-            "| select(span.verl.step, span.sample_index, span.rollout_n, span.validate, span.ops, span.ops_dropped, "
-            "status, span.node)",
-            "one row per traced trajectory: its step, sample, how many turns and tool calls (ops) and its "
-            "status; the trace ID opens its turns below (trace_id at the top). The reward is scored after "
-            "the trajectory ends and is not on its span: see the samples table of the training dashboard",
+            "| select(span.verl.step, span.sample_index, span.rollout_n, span.validate, span.reward, "
+            "span.num_turns, span.ops, span.ops_dropped, status, span.node)",
+            "one row per traced trajectory: its step, sample, reward, turns, how many traced ops and its "
+            "status; the trace ID opens its turns below (trace_id at the top). The reward is there when verl "
+            "scores each trajectory as it ends (the reward loop); otherwise see the samples table of the "
+            "training dashboard",
         ),
         w=24,
         h=10,
@@ -88,16 +97,17 @@ def build(run_variables: Any) -> dict[str, Any]:
     def total(name: str) -> str:
         return f"sum by (validate) (rate(rl_insight_agent_{name}_total{{{RUN}}}{RATE}))"
 
-    layout.add(per_trajectory(), w=8)
+    layout.add(per_trajectory(), w=6)
+    layout.add(reward_per_trajectory(), w=6)
     layout.add(
         timeseries(
             "Failed trajectories",
             [(total("failed_trajectories"), "validate={{validate}}")],
             unit="ops",
         ),
-        w=8,
+        w=6,
     )
-    layout.add(tool_latency(), w=8)
+    layout.add(tool_latency(), w=6)
     trace_id = {"name": "trace_id", "type": "textbox", "label": "trace ID", "query": ""}
     return {
         "uid": "rl_insight_agent_trajectories",

@@ -5,7 +5,10 @@ into spans on the RL timeline and counts.
 ``rollout_trace_attr`` opens a trajectory (sample_index, step, rollout_n, validate,
 experiment_name); every ``rollout_trace_op`` call inside it (a generate turn, a tool call, tool
 parsing) is recorded with its duration and, with ``token2text``, bounded inputs and outputs;
-when the trajectory ends, plugins get it whole (``rl_insight_trajectory``). verl decides which
+when the trajectory ends, plugins get it whole (``rl_insight_trajectory``), with the reward and
+turn count of the agent loop's output (``AgentLoopOutput`` from the traced ``run``: verl's
+``_compute_score`` sets ``reward_score`` on that very object before the trajectory ends, when
+rewards are scored per trajectory; otherwise it stays None and the span has no reward). verl decides which
 samples are traced (``max_samples_per_step_per_worker``: the others run with ``trace=False``).
 Other backends (weave, mlflow, trackio) go through verl's own code, untouched.
 """
@@ -100,9 +103,10 @@ def make_trace_attr(original: Any) -> Any:
                 "experiment": getattr(config, "experiment_name", None),
                 "trace_name": name,
             }
+            kept: dict[str, Any] = {k: v for k, v in attributes.items() if v is not None}
             record = {
                 "start_ns": time.time_ns(),
-                "attributes": {k: v for k, v in attributes.items() if v is not None},
+                "attributes": kept,
                 "ops": [],
                 "ops_dropped": 0,
             }
@@ -115,10 +119,23 @@ def make_trace_attr(original: Any) -> Any:
             finally:
                 _trajectory.reset(token)
                 record["end_ns"] = time.time_ns()
+                kept.update(outcome(record.pop("output", None)))
                 _emit(record)
 
     rollout_trace_attr.__wrapped_by_rl_insight__ = original  # type: ignore[attr-defined]
     return rollout_trace_attr
+
+
+def outcome(output: Any) -> dict[str, Any]:
+    """The reward and turn count an agent loop's output carries (verl's ``AgentLoopOutput``)."""
+    found: dict[str, Any] = {}
+    reward = getattr(output, "reward_score", None)
+    if isinstance(reward, (int, float)) and not isinstance(reward, bool) and reward == reward:
+        found["reward"] = float(reward)
+    turns = getattr(output, "num_turns", None)
+    if isinstance(turns, int) and not isinstance(turns, bool):
+        found["num_turns"] = turns
+    return found
 
 
 def _begin(func: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -135,10 +152,12 @@ def _begin(func: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     return op, inputs
 
 
-def _end(record: Any, op: Any, error: Any = None) -> None:
+def _end(record: Any, op: Any, error: Any = None, result: Any = None) -> None:
     op["end_ns"] = time.time_ns()
     if error is not None:
         op["error"] = type(error).__name__
+    if op["kind"] == "agent_loop" and result is not None:
+        record.setdefault("output", result)  # read at the trajectory's end: the reward is set on it later
     if len(record["ops"]) < MAX_OPS:
         record["ops"].append(op)
     else:
@@ -177,7 +196,7 @@ def make_trace_op(original: Any) -> Any:
                     raise
                 if inputs is not None:
                     op["attributes"].update(await _texts(self, inputs, result))
-                _end(record, op)
+                _end(record, op, result=result)
                 return result
 
             return async_wrapper
@@ -195,7 +214,7 @@ def make_trace_op(original: Any) -> Any:
                 raise
             if inputs is not None:
                 op["attributes"].update({"input": _bounded(inputs), "output": _bounded(result)})
-            _end(record, op)
+            _end(record, op, result=result)
             return result
 
         return wrapper

@@ -3,7 +3,8 @@ verl's rollout_trace reports with backend rl_insight (hooks/rollout_trace.py).
 
 Per worker process (label ``worker``) and ``validate``: trajectories, generate turns, tool calls,
 tool seconds, failed ops and trajectories as totals; for the newest step a worker saw, turns and
-tool calls per trajectory and the mean tool latency.
+tool calls per trajectory, the mean tool latency and the mean reward of the trajectories that
+carried one (scored per trajectory: rollout_trace.outcome).
 """
 
 import collections
@@ -35,7 +36,7 @@ def rl_insight_configure(config: Any) -> None:
 def rl_insight_trajectory(run: Any, trajectory: Any) -> None:
     ops = trajectory["ops"]
     tools = [op for op in ops if op["kind"] == "tool"]
-    figures = collections.Counter(
+    figures: collections.Counter[str] = collections.Counter(
         trajectories=1,
         turns=sum(op["kind"] == "generate" for op in ops),
         tool_calls=len(tools),
@@ -43,6 +44,9 @@ def rl_insight_trajectory(run: Any, trajectory: Any) -> None:
         failed_ops=sum("error" in op for op in ops),
         failed_trajectories=int("error" in trajectory),
     )
+    reward = trajectory["attributes"].get("reward")
+    if isinstance(reward, float):
+        figures.update({"rewarded": 1, "reward_sum": reward})
     validate = bool(trajectory["attributes"].get("validate"))
     step = trajectory["attributes"].get("step")
     key = (run.project, run.experiment_name)
@@ -100,6 +104,11 @@ def rl_insight_collect(run: Any) -> Any:
                         "rl_insight_agent_tool_calls_per_trajectory": step.get("tool_calls", 0) / n,
                         "rl_insight_agent_tool_latency_seconds": (
                             step.get("tool_seconds", 0.0) / step["tool_calls"] if step.get("tool_calls") else 0.0
+                        ),
+                        **(
+                            {"rl_insight_agent_reward_per_trajectory": step["reward_sum"] / step["rewarded"]}
+                            if step.get("rewarded")
+                            else {}
                         ),
                     },
                     labels={"worker": _worker},
