@@ -69,6 +69,17 @@ def build(run_variables: Any) -> dict[str, Any]:
     )
     layout.add(
         table(
+            "Agent sessions (RLInsightLogger.agent_loop_session), newest first",
+            f'{{ {SPANS} && name = "agent session" }} '
+            "| select(span.sample, span.session, span.traj, span.verl.step, span.outcome.reward, status)",
+            "sessions an agent loop of your own opened with verl's RLInsightLogger.agent_loop_session and closed "
+            "with finish(reward=..., ...): each outcome is a column outcome.<name>",
+        ),
+        w=24,
+        h=8,
+    )
+    layout.add(
+        table(
             "Failed trajectories, turns and tool calls",
             f'{{ {SPANS} && span.state_lane_id = "agent_loop" && status = error }} '
             "| select(span.state_name, span.op, span.verl.step, span.sample_index, statusMessage)",
