@@ -171,3 +171,20 @@ def test_a_damaged_revocation_file_refuses_every_credential_minted_before_and_th
 
     time.sleep(0.01)
     assert run_credential.verify(TOKEN, run_credential.mint(TOKEN, "p", "e"), revoked=revocations.revoked_at)
+
+
+def test_a_config_that_is_not_a_json_object_is_not_handed_to_ray_workers():
+    """VERL_RL_INSIGHT_CONFIG written as YAML by mistake (with the token in it): the driver cannot
+    take the token out of it, so the workers do not get it at all (and could not read it)."""
+    env = scoped_to_run(
+        {
+            "VERL_RL_INSIGHT_CONFIG": f"token: {TOKEN}",
+            "RL_INSIGHT_TOKEN": TOKEN,
+            "VERL_RL_INSIGHT_PROJECT": "p",
+            "VERL_RL_INSIGHT_EXPERIMENT": "e",
+        }
+    )
+    assert TOKEN not in json.dumps(env) and "VERL_RL_INSIGHT_CONFIG" not in env
+    assert run_credential.is_run_credential(env["RL_INSIGHT_TOKEN"])  # the positive control: a credential instead
+    kept = scoped_to_run({"VERL_RL_INSIGHT_CONFIG": json.dumps({"token": TOKEN, "plugins": {"hardware": False}})})
+    assert json.loads(kept["VERL_RL_INSIGHT_CONFIG"]) == {"plugins": {"hardware": False}}

@@ -97,7 +97,7 @@ def check_services(report: Report, url: str) -> Any:
                 "not run by this server",
                 f"rl-insight server install {name}, then restart the server",
             )
-        elif svc.get("missing") and control.optional_absent(name, svc["missing"]):
+        elif svc.get("missing") and control.optional_absent(name, svc):
             report.skip(f"service {name}", f"not installed: {OPTIONAL_SERVICES[name]}; to add it: {svc.get('fix')}")
         elif svc.get("missing"):
             report.problem(f"service {name}", svc["missing"], svc.get("fix") or "see the server log")
@@ -403,7 +403,7 @@ def run(
             check_remote_write(report, info["prometheus"])
         check_samples(report, url, project, experiment)
     grafana = services.get("grafana") if reachable else None
-    if grafana is not None and grafana.get("missing") and control.optional_absent("grafana", grafana["missing"]):
+    if grafana is not None and grafana.get("missing") and control.optional_absent("grafana", grafana):
         report.skip(
             "Grafana provisioning", "no Grafana here (see above); rl-insight dashboards export DIR for your own"
         )

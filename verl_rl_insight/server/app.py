@@ -149,6 +149,7 @@ class Server:
         self.http: HttpServer | None = None
         self.services: dict[str, Service] = {}
         self.missing: dict[str, list[str]] = {}  # service -> [what is missing, the command that fixes it]
+        self.absent: set[str] = set()  # services whose binary is not installed at all (a state when optional)
         self.supervisor: Supervisor | None = None
         self.alerting: Alerting | None = None
         self.spans: SpanStore | None = None
@@ -251,6 +252,8 @@ class Server:
             configured = s.service(name).get("binary")
             what = f"configured binary {configured} is not executable" if configured else f"{name} is not installed"
             self.missing[name] = [what, fix_command(name)]
+            if not configured:
+                self.absent.add(name)
             return
         module = MODULES[name]
         if name == "grafana":
@@ -330,7 +333,7 @@ class Server:
     def service_status(self) -> Any:
         status = {name: svc.status() for name, svc in self.services.items()}
         for name, (what, fix) in self.missing.items():
-            status.setdefault(name, {}).update({"missing": what, "fix": fix})
+            status.setdefault(name, {}).update({"missing": what, "fix": fix, "absent": name in self.absent})
         return status
 
     def state(self) -> Any:
@@ -357,6 +360,7 @@ class Server:
                 for name, svc in self.services.items()
             },
             "missing": self.missing,
+            "absent": sorted(self.absent),
             "token": bool(s.token),
             "secrets_dir": str(s.data_path / "secrets"),
             "grafana_admin_user": s.grafana_admin_user,

@@ -152,7 +152,7 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
     from verl_rl_insight.commands.server.control import optional_absent
 
     for name, (what, fix) in state["missing"].items():
-        if optional_absent(name, what):
+        if optional_absent(name, state):
             print(f"  {name:<11} not installed (optional): {fix}", file=out)
         else:
             print(f"  {name:<11} not running: {what}" + (f"; fix: {fix}" if fix else ""), file=out)

@@ -97,7 +97,7 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
         name = f" {entry['name']}" if entry.get("name") else ""
         lines.append(f"  remote write{name}: {entry['url']}   (every series Prometheus stores goes there too)")
     for name, (what, fix) in state["missing"].items():
-        if optional_absent(name, what):
+        if optional_absent(name, state):
             lines.append(f"  {name:<12} not installed: {OPTIONAL_SERVICES[name]}")
             lines.append(f"               to add it: {fix}")
         else:
@@ -114,13 +114,15 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
     return "\n".join(lines)
 
 
-def optional_absent(name: str, what: str) -> bool:
-    """An optional service (Grafana, Tempo) that is simply not installed: a state, not a failure."""
-    return name in OPTIONAL_SERVICES and "not installed" in what
+def optional_absent(name: str, state: dict[str, Any]) -> bool:
+    """An optional service (Grafana, Tempo) that is simply not installed: a state, not a failure.
+    ``state``: the server's state (its ``absent`` names) or one service's status (``absent``)."""
+    absent = state.get("absent")
+    return name in OPTIONAL_SERVICES and (absent is True or (isinstance(absent, list) and name in absent))
 
 
-def failing(missing: dict[str, Any]) -> bool:
-    return any(not optional_absent(name, what) for name, (what, _) in missing.items())
+def failing(state: dict[str, Any]) -> bool:
+    return any(not optional_absent(name, state) for name in state["missing"])
 
 
 def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdout) -> Any:
@@ -138,7 +140,7 @@ def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdo
         result = {}
 
         def on_ready(state: dict[str, Any]) -> None:
-            result["missing"] = failing(state["missing"])
+            result["missing"] = failing(state)
             print(panel(state) + "\n\nCtrl+C stops the server and every service.", file=out, flush=True)
 
         try:
@@ -179,7 +181,7 @@ def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdo
             state = None
         if state is not None and state.get("pid") == process.pid and http_ok(state["local_hub_url"] + "/-/ready"):
             print(panel(state), file=out)
-            return 1 if failing(state["missing"]) else 0
+            return 1 if failing(state) else 0
         time.sleep(0.1)
     print(f"rl-insight server did not become ready within {START_TIMEOUT_S} s; see {log_path}", file=out)
     return 2
@@ -241,7 +243,7 @@ def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> Any:
     unhealthy = False
     for name, svc in services.items():
         if "missing" in svc and not svc.get("pid"):
-            absent = optional_absent(name, svc["missing"])
+            absent = optional_absent(name, svc)
             print(f"  {name:<12} -        {'absent' if absent else 'missing':<9} -         -         -", file=out)
             unhealthy |= not absent
             continue

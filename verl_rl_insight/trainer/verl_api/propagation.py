@@ -65,7 +65,13 @@ def scoped_to_run(env: dict[str, str]) -> dict[str, str]:
             block = json.loads(env[ENV_CONFIG_JSON])
         except ValueError:
             block = None
-        if isinstance(block, dict):
+        if not isinstance(block, dict):  # the workers could not read it either; it may hold a token
+            del env[ENV_CONFIG_JSON]
+            logger.warning(
+                "rl-insight: %s is not a JSON object; not handed to the Ray workers (they use their defaults)",
+                ENV_CONFIG_JSON,
+            )
+        else:
             from_block = block.pop("token", None)
             token = token or from_block
             if isinstance(block.get("server_url"), str):
