@@ -142,7 +142,10 @@ class Server:
             confirming=frozenset(confirm_stores(settings)),
         )
         self.delivery = DeliveryCheck(
-            self.hub, confirm_stores(settings), settle_s=max(2.0, float(settings.scrape_interval_s))
+            self.hub,
+            confirm_stores(settings),
+            settle_s=max(2.0, float(settings.scrape_interval_s)),
+            jobs={prometheus.scraper_name(settings): prometheus.HUB_JOB},
         )
         self.targets = TargetRegistry(settings.data_path / "targets.json")
         self.api: Api | None = None

@@ -16,6 +16,7 @@ HEALTH_PATH = "/-/ready"
 # Prometheus listens on loopback only: Grafana and the hub reach it here; nobody elsewhere reads a
 # run, its config (remote_write secrets) or its admin API, which is therefore always on
 LISTEN = "127.0.0.1"
+HUB_JOB = "rl_insight_hub"  # the job of the hub's scrapes (the targets' job cannot take this label: no honor_labels)
 
 
 def connect_host(bind: str) -> Any:
@@ -53,7 +54,7 @@ def render_config(
     interval = f"{int(settings.scrape_interval_s * 1000)}ms"
     hub = f"{connect_host(settings.bind)}:{settings.port}"
     hub_job = {
-        "job_name": "rl_insight_hub",
+        "job_name": HUB_JOB,
         "honor_labels": True,
         "honor_timestamps": True,
         "params": {"scraper": [scraper_name(settings)]},

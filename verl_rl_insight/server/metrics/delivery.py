@@ -31,10 +31,14 @@ class DeliveryCheck:
         hub: MetricHub,
         stores: dict[str, str],
         settle_s: float,
+        jobs: dict[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.hub = hub
         self.stores = dict(stores)  # scraper name -> the base URL of its store's Prometheus query API
+        # scraper name -> the job its scrapes of the hub are stored under: another target of that
+        # Prometheus cannot then fake the hub's scrape numbers (its own job label is renamed)
+        self.jobs = dict(jobs or {})
         self.settle_s = settle_s
         self.clock = clock
         self.client = HttpClient(timeout_s=10.0)
@@ -54,7 +58,8 @@ class DeliveryCheck:
     def stored(self, url: str, name: str, window_s: float) -> set[int] | None:
         """The scrape numbers of ``name`` the store at ``url`` holds from the last ``window_s``;
         None when it cannot be asked."""
-        query = f'{SCRAPE_NUMBER}{{scraper="{name}"}}[{int(window_s) + 1}s]'
+        job = f',job="{self.jobs[name]}"' if name in self.jobs else ""
+        query = f'{SCRAPE_NUMBER}{{scraper="{name}"{job}}}[{int(window_s) + 1}s]'
         try:
             reply = self.client.request("GET", f"{url}/api/v1/query", params={"query": query})
             if not reply.ok:
