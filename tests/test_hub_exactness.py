@@ -181,3 +181,37 @@ def test_after_a_hub_restart_a_step_stamped_by_a_slower_clock_is_sent_once_and_r
     assert scrape(restarted, t0 + 30) == [11]
     restarted.push({"batches": [batch(12, t0 + 12)]})
     assert scrape(restarted, t0 + 31) == [12]
+
+
+def test_values_read_back_after_a_clean_stop_reach_only_the_scrapers_that_had_the_history(tmp_path):
+    """The latest values written at a clean stop are exposed at once after the restart, to unnamed
+    scrapes and to the named scraper that had been sent every step; a scraper that had not (it
+    began scraping only now) gets no value newer than the history it lacks: the steps the trainer's
+    sender sends again reach it first, in order."""
+    from verl_rl_insight.server.metrics.hub import MetricHub
+
+    paths = {"state_path": tmp_path / "hub-state.json", "latest_path": tmp_path / "hub-latest.json"}
+    t0 = time.time() - 100
+
+    def batch(step):
+        return {"project": "race", "experiment_name": "clean", "step": step, "time": t0 + step, "metrics": {"m": step}}
+
+    def scrape(hub, name, at):
+        exposure = hub.expose(name, at)
+        body = exposure.body().decode()
+        exposure.commit(True)
+        return [(int(float(m.group(2))), bool(m.group(3))) for m in map(LINE.match, body.splitlines()) if m]
+
+    first = MetricHub(history_s=3600, **paths)
+    for step in (1, 2, 3):
+        first.push({"batches": [batch(step)]})
+    assert scrape(first, "had-it", t0 + 10) == [(1, True), (2, True), (3, True), (3, False)]
+    first.save_state()
+    assert first.save_latest() == 1
+    restarted = MetricHub(history_s=3600, **paths)
+    assert 'experiment_name="clean",project="race"} 3.0' in restarted.live_body().decode()
+    assert scrape(restarted, "had-it", t0 + 20) == [(3, False)]  # the value, at once
+    assert scrape(restarted, "new-one", t0 + 20) == []  # not before the history it lacks
+    restarted.push({"batches": [batch(step) for step in (1, 2, 3)]})  # the sender's resend after a 409
+    assert scrape(restarted, "new-one", t0 + 21) == [(1, True), (2, True), (3, True), (3, False)]
+    assert scrape(restarted, "had-it", t0 + 21) == [(3, False)]  # and nothing twice

@@ -51,7 +51,7 @@ from verl_rl_insight.server.api import openapi
 from verl_rl_insight.server.api.errors import http_status
 from verl_rl_insight.server.api.http_server import response_written
 from verl_rl_insight.server.metrics import exposition
-from verl_rl_insight.server.metrics.hub import check_scraper_name
+from verl_rl_insight.server.metrics.positions import check_scraper_name
 from verl_rl_insight.server.stores.revocations import Revocations
 from verl_rl_insight.server.stores.spans import decode as decode_spans
 from verl_rl_insight.server.stores.spans import records as span_records

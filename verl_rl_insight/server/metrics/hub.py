@@ -40,8 +40,15 @@ from typing import Any
 
 from verl_rl_insight.contract.errors import Busy, OverCapacity
 from verl_rl_insight.contract.run_credential import check_run
-from verl_rl_insight.contract.wire import MAX_FUTURE_S, Batch, PushError, decode_push, validate_push
+from verl_rl_insight.contract.wire import MAX_FUTURE_S, Batch, decode_push, validate_push
 from verl_rl_insight.server.metrics import exposition
+from verl_rl_insight.server.metrics.positions import (
+    Identity,
+    Mark,
+    Scraper,
+    StreamKey,
+    stream_key,
+)
 from verl_rl_insight.server.stores.files import write_atomically
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -61,24 +68,14 @@ STREAM_BYTES = 4096  # a stream's own objects
 LIVE_MARGIN_MS = 50  # history is stamped this far before the scrape's own time, at the latest
 MAX_SCRAPERS = 16
 OTHERS_SHARE = 0.25  # what the server may hold beside the hub under memory_limit_mb (book_other), at most
-NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 
 
-StreamKey = tuple[tuple[str, str], ...]  # the stream's label pairs, sorted
 Line = tuple[str, str]  # (metric name, exposition line)
-Mark = tuple[int | None, float]  # (seq or None after a restart, trainer time) last sent
 Stat = tuple[str, str, float]
 
 
 class ScrapeBusy(Busy):
     """A scrape by the same named scraper is still being served."""
-
-
-def check_scraper_name(name: object) -> str:
-    """A scraper name as ``?scraper=`` gives it; raises PushError when it is not one."""
-    if not isinstance(name, str) or not 0 < len(name) <= 64 or not set(name) <= NAME_CHARS:
-        raise PushError("scraper must be 1 to 64 characters of [a-zA-Z0-9_.:-]")
-    return name
 
 
 @dataclasses.dataclass(slots=True)
@@ -111,6 +108,7 @@ class Stream:
         "names",
         "cache",
         "line_chars",
+        "restored_for",
     )
 
     def __init__(self, key: StreamKey) -> None:
@@ -127,6 +125,9 @@ class Stream:
         self.names: tuple[str, ...] = ()  # the names tuple of the newest snapshot: the next one shares it when equal
         self.cache: tuple[int, list[Line]] = (-1, [])  # (version, [(name, line)]): the live lines of that version
         self.line_chars = 0  # the characters of its live exposition lines, all series together
+        # read back from a clean stop: the named scrapers that had been sent all of it then; the
+        # others do not get these values (newer than the history they lack) until the next push
+        self.restored_for: frozenset[str] | None = None
 
     def line_length(self, name: str) -> int:
         return line_length(len(self.labels), name)
@@ -158,61 +159,7 @@ def labels_chars(key: StreamKey) -> int:
     return sum(len(name) + len(value) + 4 for name, value in key)
 
 
-Identity = tuple[int | None, float]  # (step, trainer time): a batch, and every resent copy of it
-RECENT_SENT = 64  # per scraper and stream, the identities last sent: kept across a restart
 SCRAPE_NUMBER = "rl_insight_hub_scrape_number"  # in a confirming scraper's body: read back from its store
-# a batch sent and not confirmed: (its identity, the timestamp it was sent with, when first sent)
-Stamped = tuple[Identity, int, float]
-Inflight = tuple[float, dict[StreamKey, list[Stamped]]]  # (written at, what a scrape sent, per stream)
-
-
-class Scraper:
-    __slots__ = ("name", "last_ms", "marks", "seen_at", "busy", "recent", "confirm", "number", "inflight", "resend")
-
-    def __init__(
-        self, name: str, last_ms: int | None = None, marks: dict[StreamKey, Mark] | None = None, seen_at: float = 0.0
-    ) -> None:
-        self.name = name
-        self.last_ms = last_ms  # the arrival time (ms) of its last scrape: history goes after it
-        self.marks = marks or {}  # stream key -> (seq or None after a restart, trainer time) last sent
-        self.seen_at = seen_at
-        self.busy = threading.Lock()
-        # stream key -> the identities of the batches last sent (saved; after a restart they, not
-        # the time, say what a resent copy is: a batch stamped before the last one sent, by a
-        # pusher with a slower clock, was not sent because of its time)
-        self.recent: dict[StreamKey, collections.deque[Identity]] = {}
-        self.confirm = False  # whether its store is read back before its history is let go
-        self.number = 0  # its last scrape's number (milliseconds, unique across restarts)
-        self.inflight: dict[int, Inflight] = {}  # scrape number -> what it sent, not yet seen in the store
-        # stream key -> {identity: (timestamp ms, first sent at)}: not in the store, sent again as it was
-        self.resend: dict[StreamKey, dict[Identity, tuple[int, float]]] = {}
-
-    def held_keys(self) -> set[StreamKey]:
-        """The streams of which this scraper holds batches not yet confirmed by its store."""
-        keys = set(self.resend)
-        for _, streams in self.inflight.values():
-            keys.update(streams)
-        return keys
-
-    def sent(self, key: StreamKey, snapshot: Snapshot) -> bool:
-        mark = self.marks.get(key)
-        if mark is None:
-            return False
-        if mark[0] is not None:
-            return snapshot.seq <= mark[0]
-        recent = self.recent.get(key)
-        if not recent:  # a state file from before identities were kept
-            return snapshot.time <= mark[1]
-        # older than every identity kept: sent before them
-        return (snapshot.step, snapshot.time) in recent or snapshot.time < min(t for _, t in recent)
-
-    def restored(self, key: StreamKey) -> bool:
-        """Whether what was sent of ``key`` is known by identities only (since a restart)."""
-        mark = self.marks.get(key)
-        return mark is not None and mark[0] is None
-
-    def record(self, key: StreamKey, identities: list[Identity]) -> None:
-        self.recent.setdefault(key, collections.deque(maxlen=RECENT_SENT)).extend(identities)
 
 
 # (stream, its latest values, their version, [(snapshot, ts_ms)] to send, history or None)
@@ -451,6 +398,7 @@ class MetricHub:
             for key, latest in touched.items():
                 stream = self._streams[key]
                 stream.latest = latest
+                stream.restored_for = None
                 stream.version += 1
             if touched:
                 self._version += 1
@@ -536,7 +484,9 @@ class MetricHub:
         horizon = now - self.history_s
         held: set[StreamKey] = set()
         for scraper in self._scrapers.values():
-            self._give_up(scraper, horizon)
+            unconfirmed, lost = scraper.give_up(horizon)
+            self.stats["scrapes_unconfirmed"] += unconfirmed
+            self.stats["batches_lost"] += lost
             held |= scraper.held_keys()
         for stream in self._streams.values():
             history = stream.history
@@ -547,19 +497,6 @@ class MetricHub:
                 and all(scraper.sent(stream.key, history[0]) for scraper in self._scrapers.values())
             ):
                 self._drop_oldest(stream)
-
-    def _give_up(self, scraper: Scraper, horizon: float) -> None:
-        """Unconfirmed for longer than history_s: the store cannot be asked, or keeps refusing."""
-        for number in [n for n, (at, _) in scraper.inflight.items() if at < horizon]:
-            del scraper.inflight[number]
-            self.stats["scrapes_unconfirmed"] += 1
-        for key in list(scraper.resend):
-            wanted = scraper.resend[key]
-            for identity in [i for i, (_, since) in wanted.items() if since < horizon]:
-                del wanted[identity]
-                self.stats["batches_lost"] += 1
-            if not wanted:
-                del scraper.resend[key]
 
     def _forget(self, key: StreamKey) -> int:
         stream = self._streams.pop(key)
@@ -621,7 +558,10 @@ class MetricHub:
                 pending.reverse()
                 sent = _stamp(pending, prev_start, limit_ms)
                 history = list(stream.history) if len(sent) < len(pending) else None
-                entries.append((stream, stream.latest, stream.version, sent, history))
+                if stream.restored_for is None or scraper in stream.restored_for:
+                    entries.append((stream, stream.latest, stream.version, sent, history))
+                else:  # values read back at start, newer than the history this scraper lacks
+                    entries.append((stream, {}, -2, sent, history))
             stats = self._stats_locked()
             exposure = Exposure(self, state, arrival_ms, entries, stats)
             if state.confirm:
@@ -683,26 +623,10 @@ class MetricHub:
                         state.marks[key] = mark
                         state.record(key, exposure.sent_ids[key])
                 if state.confirm:
-                    self._await_store(state, exposure)
+                    stamped = {k: v for k, v in exposure.stamped.items() if k in self._streams}
+                    state.await_store(exposure.number, self.clock(), exposure.resent, stamped)
             self._state_dirty = True
         state.busy.release()
-
-    def _await_store(self, state: Scraper, exposure: Exposure) -> None:
-        """What a confirming scraper was written waits for its store to show the scrape."""
-        now = self.clock()
-        streams: dict[StreamKey, list[Stamped]] = {}
-        for key, items in exposure.resent.items():
-            wanted = state.resend.get(key, {})
-            for snapshot, ts, since in items:
-                wanted.pop((snapshot.step, snapshot.time), None)
-                streams.setdefault(key, []).append(((snapshot.step, snapshot.time), ts, since))
-            if not wanted:
-                state.resend.pop(key, None)
-        for key, stamped in exposure.stamped.items():
-            if key in self._streams:
-                streams.setdefault(key, []).extend((identity, ts, now) for identity, ts in stamped)
-        if streams:
-            state.inflight[exposure.number] = (now, streams)
 
     # -- what the store confirms -------------------------------------------------------------
     def awaiting(self, written_before: float) -> dict[str, tuple[list[int], float]]:
@@ -725,17 +649,8 @@ class MetricHub:
             state = self._scrapers.get(name)
             if state is None:
                 return 0
-            for number in numbers:
-                entry = state.inflight.pop(number, None)
-                if entry is None or number in stored:
-                    continue
-                self.stats["scrapes_not_stored"] += 1
-                for key, items in entry[1].items():
-                    if key in self._streams:
-                        wanted = state.resend.setdefault(key, {})
-                        for identity, ts, since in items:
-                            wanted.setdefault(identity, (ts, since))
-                            again += 1
+            missing, again = state.settle(numbers, stored, self._streams.keys())
+            self.stats["scrapes_not_stored"] += missing
             self.stats["batches_resent"] += again
             self._state_dirty = True
         if again:
@@ -824,47 +739,39 @@ class MetricHub:
                 if not self._state_dirty:
                     return
                 self._state_dirty = False
-                state = {
-                    "scrapers": {
-                        name: {
-                            "last_ms": s.last_ms,
-                            "seen_at": s.seen_at,
-                            # tuples encode as arrays: [key, time, [[step, time], ...]]
-                            "marks": [[key, mark[1], list(s.recent.get(key, ()))] for key, mark in s.marks.items()],
-                            # [number, written at, [[key, [[[step, time], ts, since], ...]], ...]]
-                            "inflight": [[n, at, list(streams.items())] for n, (at, streams) in s.inflight.items()],
-                            "resend": [
-                                [key, [[i, ts, since] for i, (ts, since) in w.items()]] for key, w in s.resend.items()
-                            ],
-                            "number": s.number,
-                        }
-                        for name, s in self._scrapers.items()
-                    }
-                }
+                state = {"scrapers": {name: s.to_saved() for name, s in self._scrapers.items()}}
             self.state_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.state_path, json.dumps(state))
 
     def save_latest(self) -> int:
         """At a clean stop: write every stream's latest values, so that a restarted hub exposes them
         at once and a run's series do not break off until its next step (a step longer than
-        Prometheus' 5-minute lookback would leave a gap). A stream with history a named scraper has
-        not been sent is left out: its trainer's sender sends it again. Returns the streams written."""
+        Prometheus' 5-minute lookback would leave a gap). Only the named scrapers that had been sent
+        all of a stream get its values back (and unnamed scrapes); another named scraper gets them
+        with the stream's next push, after the history its trainer's sender sends again. Returns the
+        streams written."""
         if self.latest_path is None:
             return 0
         with self._lock:
-            # only streams every named scraper has been sent whole: exposing a newer value than a
-            # scraper was sent, before the history that leads to it, would put a step out of order
+            # with the named scrapers that had been sent all of each stream: only they get the values
+            # back (a newer value before the history leading to it would put a step out of order)
             taken = [
-                (s.key, s.step, s.newest_time, s.updated, s.latest)
-                for s in self._streams.values()
-                if all(scraper.sent(s.key, snapshot) for snapshot in s.history for scraper in self._scrapers.values())
+                (s.key, s.step, s.newest_time, s.updated, s.latest, self._sent_whole(s)) for s in self._streams.values()
             ]
         streams = [
-            [key, step, newest, updated, list(latest), list(latest.values())]
-            for key, step, newest, updated, latest in taken
+            [key, step, newest, updated, list(latest), list(latest.values()), whole]
+            for key, step, newest, updated, latest, whole in taken
         ]
         write_atomically(self.latest_path, json.dumps({"saved_at": self.clock(), "streams": streams}))
         return len(streams)
+
+    def _sent_whole(self, stream: Stream) -> list[str]:
+        """The named scrapers that have been sent every batch of ``stream`` the hub holds."""
+        return [
+            name
+            for name, scraper in self._scrapers.items()
+            if stream.key in scraper.marks and all(scraper.sent(stream.key, s) for s in stream.history)
+        ]
 
     def _load_latest(self) -> None:
         """The latest values a clean stop wrote, once (the file goes: an older copy must never come
@@ -876,10 +783,10 @@ class MetricHub:
             saved = json.loads(path.read_text())
             path.unlink()
             now = self.clock()
-            for key, step, newest, updated, names, values in saved["streams"]:
+            for key, step, newest, updated, names, values, whole in saved["streams"]:
                 if now - float(updated) > self.stream_ttl_s:
                     continue
-                stream = Stream(_key(key))
+                stream = Stream(stream_key(key))
                 stream.latest = {str(n): float(v) for n, v in zip(names, values, strict=True)}
                 stream.line_chars = sum(stream.line_length(n) for n in stream.latest)
                 cost = stream.booked()
@@ -892,6 +799,7 @@ class MetricHub:
                 stream.newest_time = float(newest)
                 stream.updated = float(updated)
                 stream.version = 1
+                stream.restored_for = frozenset(map(str, whole))
                 self._streams[stream.key] = stream
                 self._bytes += cost
                 self._series += len(stream.latest)
@@ -907,41 +815,10 @@ class MetricHub:
         try:
             state = json.loads(self.state_path.read_text())
             for name, saved in state["scrapers"].items():
-                scraper = Scraper(
-                    check_scraper_name(name),
-                    int(saved["last_ms"]) if saved["last_ms"] is not None else None,
-                    seen_at=self.clock(),
-                )
-                for key, t, *ids in saved["marks"]:
-                    stream_key = tuple((str(label), str(value)) for label, value in key)
-                    scraper.marks[stream_key] = (None, float(t))
-                    for step, when in ids[0] if ids else ():
-                        scraper.record(stream_key, [(None if step is None else int(step), float(when))])
-                scraper.confirm = name in self.confirming
-                scraper.number = int(saved.get("number", 0))
-                for number, at, streams in saved.get("inflight", ()):
-                    scraper.inflight[int(number)] = (
-                        float(at),
-                        {
-                            _key(key): [(_identity(i), int(ts), float(since)) for i, ts, since in items]
-                            for key, items in streams
-                        },
-                    )
-                for key, items in saved.get("resend", ()):
-                    scraper.resend[_key(key)] = {_identity(i): (int(ts), float(since)) for i, ts, since in items}
-                self._scrapers[name] = scraper
+                self._scrapers[name] = Scraper.from_saved(name, saved, self.clock(), name in self.confirming)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning("metric hub: cannot read %s (%s); named scrapers start afresh", self.state_path, exc)
             self._scrapers.clear()
-
-
-def _key(saved: Any) -> StreamKey:
-    return tuple((str(label), str(value)) for label, value in saved)
-
-
-def _identity(saved: Any) -> Identity:
-    step, when = saved
-    return (None if step is None else int(step), float(when))
 
 
 def _stamp(pending: list[Snapshot], prev_ms: int, limit_ms: int) -> list[tuple[Snapshot, int]]:
