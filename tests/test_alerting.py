@@ -279,8 +279,8 @@ def test_silences_are_bounded_in_count_and_the_one_too_many_is_a_4xx_saying_what
     Alertmanager, here an address nobody listens on, so it fails there as unreachable)."""
     import json as json_
 
-    from verl_rl_insight.server.api.errors import http_status
     from tests.helpers import free_port
+    from verl_rl_insight.server.api.errors import http_status
     from verl_rl_insight.server.stores.silences import MAX_SILENCES, Alerting, AlertmanagerDown, _iso
 
     later = _iso(time.time() + 3600)

@@ -76,7 +76,7 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
 
         wait_for(lambda: delivery()[1]["scrapes_awaiting_store"] <= 2, 20, what="scrapes confirmed by Prometheus")
         assert delivery()[0]["scrapes_not_stored_total"] == 0
-        assert query('rl_insight_hub_scrape_number{scraper="prometheus-%d"}' % prom_port)
+        assert query(f'rl_insight_hub_scrape_number{{scraper="prometheus-{prom_port}"}}')
     finally:
         stopped = cli("server", "stop", env=env)
         assert stopped.returncode == 0, stopped.stdout
@@ -186,7 +186,13 @@ def test_a_clean_restart_keeps_a_slow_runs_series_whole(tmp_path):
     prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"])
     url = f"http://127.0.0.1:{port}"
     hub = start_hub_process(port, tmp_path)
-    batch = {"project": "e2e", "experiment_name": "slow", "step": 1, "time": time.time(), "metrics": {"rl_insight_monitor_actor_pg_loss": 0.5}}
+    batch = {
+        "project": "e2e",
+        "experiment_name": "slow",
+        "step": 1,
+        "time": time.time(),
+        "metrics": {"rl_insight_monitor_actor_pg_loss": 0.5},
+    }
     try:
         assert http("POST", url + "/api/v1/push", json.dumps({"batches": [batch]}).encode())[0] == 200
         selector = 'rl_insight_monitor_actor_pg_loss{experiment_name="slow"}'

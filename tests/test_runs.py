@@ -150,9 +150,12 @@ def test_the_compare_dashboard_shows_both_runs(two_runs):
     assert checked >= 20
 
 
-def test_after_a_server_restart_runs_list_keeps_each_runs_age_and_shows_the_newest_first(tmp_path):
-    """The hub forgets its streams in a restart; `runs list` then reads Prometheus alone, and the
-    ages must still be those of each run's last step (not the restart's, not 0s ago)."""
+@pytest.mark.parametrize("restart", ["clean", "crash"])
+def test_after_a_server_restart_runs_list_keeps_each_runs_age_and_shows_the_newest_first(tmp_path, restart):
+    """Each run's age is that of its last step by the trainer's time (the runs pushed just now,
+    stamped 3, 15 and 40 minutes ago), whoever gives it: the hub, which keeps its streams across a
+    clean restart, or, when the hub lost them (a crash: the values written at stop removed),
+    Prometheus alone. Not the restart's time, not "0s ago", not the time of the push."""
     from tests.helpers import free_port, require_prometheus
 
     require_prometheus()
@@ -172,6 +175,8 @@ def test_after_a_server_restart_runs_list_keeps_each_runs_age_and_shows_the_newe
                 assert push(hub, {"batches": [batch]})[0] == 200
         wait_for(lambda: len(query(prom, f'rl_insight_monitor_training_step_time_seconds{{project="{PROJECT}"}}')) == 3)
         assert rl_insight("server", "stop").returncode == 0
+        if restart == "crash":
+            (tmp_path / "data" / "hub-latest.json").unlink()
         assert rl_insight(*start).returncode == 0
         listed = rl_insight("runs", "list", "--server", hub, "--project", PROJECT)
         assert listed.returncode == 0, listed.stderr
@@ -179,5 +184,8 @@ def test_after_a_server_restart_runs_list_keeps_each_runs_age_and_shows_the_newe
         assert [(r[1], r[3]) for r in rows] == [("new-run", "3m"), ("mid-run", "15m"), ("old-run", "40m")], (
             listed.stdout
         )
+        where = {r["experiment_name"]: r["where"] for r in json.loads(
+            rl_insight("runs", "list", "--server", hub, "--project", PROJECT, "--json").stdout)}  # fmt: skip
+        assert all(("hub" in w) == (restart == "clean") for w in where.values()), where
     finally:
         rl_insight("server", "stop")

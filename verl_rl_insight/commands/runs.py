@@ -47,7 +47,10 @@ def known_runs(base: Any, token: str | None, prom: Any, project: str | None = No
         run["series"] += stream.get("series", 0)
         if stream.get("step") is not None:
             run["step"] = max(run["step"] or 0, stream["step"])
-        idle = stream.get("idle_s")
+        # the newest step's own time: the same age Prometheus gives after a crash, and one that a
+        # clean restart (which keeps the streams) does not reset
+        age = stream.get("last_step_s_ago")
+        idle = age if age is not None else stream.get("idle_s")
         run["last_push_s"] = idle if run["last_push_s"] is None else min(run["last_push_s"], idle)
     if prom is not None:
         selector = run_selector(project, None) if project else ""
@@ -98,7 +101,7 @@ def show(args: argparse.Namespace) -> int:
             "first logged step)"
         )
         return 0
-    rows = [("PROJECT", "EXPERIMENT", "LAST STEP", "LAST PUSH", "SERIES", "STATE")]
+    rows = [("PROJECT", "EXPERIMENT", "LAST STEP", "LOGGED", "SERIES", "STATE")]
     newest_first = sorted(runs.items(), key=lambda item: (item[1]["last_push_s"] is None, item[1]["last_push_s"] or 0))
     for (project, experiment), run in newest_first:
         state = (

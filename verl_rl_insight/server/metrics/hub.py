@@ -715,7 +715,8 @@ class MetricHub:
         return figures
 
     def streams(self) -> list[dict[str, Any]]:
-        """A summary per stream: labels, last step, series count, seconds since the last push."""
+        """A summary per stream: labels, last step, series count, seconds since the last push and
+        since its newest step's own time."""
         now = self.clock()
         with self._lock:
             return [
@@ -725,6 +726,8 @@ class MetricHub:
                     "series": len(s.latest),
                     "batches_kept": len(s.history),
                     "idle_s": round(now - s.updated, 3),
+                    # the age of its newest step by the trainer's own time (what `runs list` shows)
+                    "last_step_s_ago": round(now - s.newest_time, 3) if math.isfinite(s.newest_time) else None,
                 }
                 for s in self._streams.values()
             ]
