@@ -10,6 +10,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 from tests.helpers import Prometheus, free_port, http, push, start_hub_process, stop_group, wait_for
@@ -215,3 +216,66 @@ def test_a_scrape_not_yet_confirmed_when_the_hub_restarts_is_still_checked_and_s
     restarted.confirm("prometheus", numbers, stored=set(numbers))
     assert restarted.summary()["scraper_names"]["prometheus"]["scrapes_awaiting_store"] == 0
     assert scrape(restarted, t0 + 21) == {}
+
+
+def test_a_registered_target_cannot_confirm_a_scrape_for_the_hub(tmp_path):
+    """A scrape target registered with the server (any run credential may register one) exposes
+    the hub's scrape-number series with the hub's job label and a number of its choosing: the
+    server's own Prometheus stores it under `exported_job` (the targets' job keeps its own labels),
+    and the server's read-back, which asks for job rl_insight_hub, sees only the hub's numbers."""
+    import os
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tests.helpers import rl_insight
+    from verl_rl_insight.server.metrics.delivery import DeliveryCheck
+    from verl_rl_insight.server.metrics.hub import MetricHub
+
+    hub_port, prom_port = free_port(), free_port()
+    scraper = f"prometheus-{prom_port}"
+    fake = f'rl_insight_hub_scrape_number{{scraper="{scraper}",job="rl_insight_hub"}} 12345\n'.encode()
+
+    class Target(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(fake)))
+            self.end_headers()
+            self.wfile.write(fake)
+
+        def log_message(self, *args):
+            pass
+
+    target = ThreadingHTTPServer(("127.0.0.1", 0), Target)
+    threading.Thread(target=target.serve_forever, daemon=True).start()
+    start = ("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port),
+             "--prometheus-port", str(prom_port), "--scrape-interval", "1", "--data-dir", str(tmp_path / "data"),
+             "--no-tempo", "--no-grafana", "--no-alertmanager")  # fmt: skip
+    env = dict(os.environ)
+    assert rl_insight(*start, env=env).returncode == 0
+    prom = f"http://127.0.0.1:{prom_port}"
+    try:
+        registration = {
+            "address": f"127.0.0.1:{target.server_address[1]}",
+            "job": "vllm",
+            "labels": {"project": "p", "experiment_name": "e"},
+            "ttl_s": 600,
+        }
+        assert http("POST", f"http://127.0.0.1:{hub_port}/api/v1/targets", json.dumps(registration).encode())[0] == 200
+        batch = {"project": "p", "experiment_name": "e", "step": 1, "time": time.time(), "metrics": {"m": 1.0}}
+        assert push(f"http://127.0.0.1:{hub_port}", {"batches": [batch]})[0] == 200
+
+        def stored_fake():
+            query = urllib.parse.urlencode({"query": "rl_insight_hub_scrape_number == 12345"})
+            status, body = http("GET", f"{prom}/api/v1/query?{query}")
+            return status == 200 and json.loads(body)["data"]["result"]
+
+        [faked] = wait_for(stored_fake, 30, what="the target's fake number in Prometheus")  # it did land
+        assert faked["metric"]["exported_job"] == "rl_insight_hub" and faked["metric"]["job"] != "rl_insight_hub"
+        check = DeliveryCheck(MetricHub(), {scraper: prom}, settle_s=0, jobs={scraper: "rl_insight_hub"})
+        numbers = wait_for(lambda: check.stored(prom, scraper, 120), 20, what="the hub's own scrape numbers")
+        assert 12345 not in numbers and all(n > 10**12 for n in numbers)  # milliseconds: the hub's
+        unfiltered = DeliveryCheck(MetricHub(), {scraper: prom}, settle_s=0)  # the negative control
+        assert 12345 in unfiltered.stored(prom, scraper, 120)
+    finally:
+        rl_insight("server", "stop", env=env)
+        target.shutdown()
