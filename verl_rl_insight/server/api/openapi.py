@@ -56,6 +56,13 @@ def _query(name: str, schema: Any, required: Any, description: Any) -> Any:
     return {"name": name, "in": "query", "required": required, "description": description, "schema": schema}
 
 
+# ?project=P&experiment_name=E: the run a request is about
+RUN_PARAMETERS = [
+    _query("project", {"type": "string"}, True, "the run's project"),
+    _query("experiment_name", {"type": "string"}, True, "the run's experiment_name"),
+]
+
+
 def schemas() -> dict[str, Any]:
     """The request and error bodies, generated from the wire schema's msgspec Structs."""
     _, components = msgspec.json.schema_components(
@@ -109,10 +116,7 @@ def document() -> dict[str, Any]:
             "delete": _write(
                 "forget a run: its hub streams, its spans, its series in Prometheus "
                 "(where Prometheus listens on loopback)",
-                parameters=[
-                    _query("project", {"type": "string"}, True, "the run's project"),
-                    _query("experiment_name", {"type": "string"}, True, "the run's experiment_name"),
-                ],
+                parameters=RUN_PARAMETERS,
                 errors=(400, 401),
             )
         },
@@ -120,10 +124,7 @@ def document() -> dict[str, Any]:
             "post": _write(
                 "refuse the run credentials of a run minted until now (what its trainers and Ray workers carry; "
                 "a job started afterwards writes again); the token only",
-                parameters=[
-                    _query("project", {"type": "string"}, True, "the run's project"),
-                    _query("experiment_name", {"type": "string"}, True, "the run's experiment_name"),
-                ],
+                parameters=RUN_PARAMETERS,
                 errors=(400, 401, 403, 422),
             )
         },
@@ -151,10 +152,7 @@ def document() -> dict[str, Any]:
                     "a run's kept spans, one JSON object a line (needs the token when one is "
                     "set: with token2text they carry prompts)",
                     {"description": "ok", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}},
-                    [
-                        _query("project", {"type": "string"}, True, "the run's project"),
-                        _query("experiment_name", {"type": "string"}, True, "the run's experiment_name"),
-                    ],
+                    RUN_PARAMETERS,
                     (400, 401, 404),
                 ),
                 "security": [{"token": []}, {"basic": []}],
@@ -203,10 +201,7 @@ def document() -> dict[str, Any]:
                     "the newest step the server made timeline figures of: its lanes (state, start and end "
                     "seconds from the step's start) and figures (long tail, slowest replica, idle shares)",
                     JSON_OK,
-                    [
-                        _query("project", {"type": "string"}, True, "the run's project"),
-                        _query("experiment_name", {"type": "string"}, True, "the run's experiment_name"),
-                    ],
+                    RUN_PARAMETERS,
                     (400, 401, 404),
                 ),
                 "security": [{"token": []}, {"basic": []}],

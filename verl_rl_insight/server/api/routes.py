@@ -335,9 +335,7 @@ class Api:
         await self._send_json(request.send, 200, {"removed": {"job": job, "address": address}})
 
     async def delete_run(self, request: Any) -> Any:
-        project, experiment = request.param("project"), request.param("experiment_name")
-        if not project or not experiment:
-            raise ApiError(400, "give ?project=P&experiment_name=E")
+        project, experiment = _run_of(request)
 
         def delete() -> Any:
             streams, series = self.hub.delete_run(project, experiment)
@@ -358,9 +356,7 @@ class Api:
 
     async def revoke_run(self, request: Any) -> Any:
         """Refuse the run credentials of a run minted until now (the token only: ``_authorize``)."""
-        project, experiment = request.param("project"), request.param("experiment_name")
-        if not project or not experiment:
-            raise ApiError(400, "give ?project=P&experiment_name=E")
+        project, experiment = _run_of(request)
         at = await self._in_thread(self.revocations.revoke, project, experiment)
         await self._send_json(request.send, 200, {"project": project, "experiment_name": experiment, "revoked_at": at})
 
@@ -441,9 +437,7 @@ class Api:
 
     async def get_last_step(self, request: Any) -> Any:
         """The newest step the server made figures of, as lanes (what ``rl-insight watch`` draws)."""
-        project, experiment = request.param("project"), request.param("experiment_name")
-        if not project or not experiment:
-            raise ApiError(400, "give ?project=P&experiment_name=E")
+        project, experiment = _run_of(request)
         last = self.figures.last_step(project, experiment) if self.figures is not None else None
         if last is None:
             raise ApiError(404, f"no step of {project[:100]!r} / {experiment[:100]!r} has come with its spans yet")
@@ -451,9 +445,7 @@ class Api:
 
     async def get_spans(self, request: Any) -> Any:
         store = self._span_store()
-        project, experiment = request.param("project"), request.param("experiment_name")
-        if not project or not experiment:
-            raise ApiError(400, "give ?project=P&experiment_name=E")
+        project, experiment = _run_of(request)
         body = await self._in_thread(store.read, project, experiment)
         if body is None:
             raise ApiError(
@@ -573,6 +565,14 @@ class Api:
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._save()
+
+
+def _run_of(request: Any) -> tuple[str, str]:
+    """The run a request names in ``?project=P&experiment_name=E``; 400 when either is missing."""
+    project, experiment = request.param("project"), request.param("experiment_name")
+    if not project or not experiment:
+        raise ApiError(400, "give ?project=P&experiment_name=E")
+    return project, experiment
 
 
 def _spans_of_run(otlp: Any, found: list[Any], run: tuple[str, str]) -> None:

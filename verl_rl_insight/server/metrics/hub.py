@@ -183,7 +183,6 @@ class Exposure:
         self.entries = entries  # [(stream, latest, version, [(snapshot, ts_ms)], history or None)]
         self.stats = stats
         self.marks: dict[StreamKey, Mark] = {}
-        self.sent_ids: dict[StreamKey, list[Identity]] = {}
         self.stamped: dict[StreamKey, list[tuple[Identity, int]]] = {}
         self.number = 0  # a confirming scraper's scrape number, in the body
         self.resent: dict[StreamKey, list[tuple[Snapshot, int, float]]] = {}  # sent again: (snapshot, ts, since)
@@ -205,7 +204,6 @@ class Exposure:
                     families[name].append(line)
             if sent:
                 self.marks[stream.key] = (sent[-1][0].seq, sent[-1][0].time)
-                self.sent_ids[stream.key] = [(snapshot.step, snapshot.time) for snapshot, _ in sent]
                 self.stamped[stream.key] = [((snapshot.step, snapshot.time), ts) for snapshot, ts in sent]
             if history is None:
                 lines = stream.live_lines(latest, version)
@@ -621,7 +619,7 @@ class MetricHub:
                 for key, mark in exposure.marks.items():
                     if key in self._streams:
                         state.marks[key] = mark
-                        state.record(key, exposure.sent_ids[key])
+                        state.record(key, [identity for identity, _ in exposure.stamped[key]])
                 if state.confirm:
                     stamped = {k: v for k, v in exposure.stamped.items() if k in self._streams}
                     state.await_store(exposure.number, self.clock(), exposure.resent, stamped)

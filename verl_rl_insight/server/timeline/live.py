@@ -178,7 +178,6 @@ class LiveFigures:
         book: Callable[[int], bool] = lambda nbytes: True,
     ) -> None:
         self.book = book  # books bytes (negative: gives them back) under the server's memory bound; False: no room
-        self._bytes = 0  # booked for the spans waiting
         self.max_total_spans = max_total_spans
         self._total = 0  # spans waiting, all runs together
         self.emit = emit
@@ -220,7 +219,6 @@ class LiveFigures:
                         self.stats["dropped"] += 1
                         self.stats["dropped_memory"] += 1
                         continue
-                    self._bytes += cost
                     run.spans.append(record)
                     self._total += 1
                     if len(run.spans) > self.max_spans:
@@ -235,7 +233,6 @@ class LiveFigures:
         if spans:
             freed = sum(map(span_bytes, spans))
             self._total -= len(spans)
-            self._bytes -= freed
             self.book(-freed)
 
     def _make_room(self, keep: tuple[str, str]) -> None:
