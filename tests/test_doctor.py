@@ -6,6 +6,7 @@ import json
 import pytest
 
 from tests.helpers import REPO, free_port, http, require_prometheus, rl_insight, wait_for, write_server_config
+from verl_rl_insight.commands.demo.verl_step import step_metrics
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")
 RIGHT = ["trainer.logger=[console,rl_insight]", "actor_rollout_ref.rollout.disable_log_stats=False"]
@@ -33,7 +34,7 @@ def test_healthy_setup_every_check_is_ok(server, monkeypatch):
     from verl.utils.tracking import Tracking
 
     tracking = Tracking("doc", "healthy", default_backend=["rl_insight"])
-    tracking.log({"actor/pg_loss": 0.1}, step=1)
+    tracking.log(step_metrics(1), step=1)  # what verl's trainer logs at a step
     tracking.finish()
     prom = f"http://127.0.0.1:{server['prometheus_port']}"
     wait_for(

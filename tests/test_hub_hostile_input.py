@@ -63,6 +63,10 @@ def test_the_servers_own_metric_names_are_dropped_from_a_push_naming_them_and_th
     text = good_run_still_scrapes(server)
     assert 'loss{experiment_name="bad",project="p"} 0.25' in text
     assert f"{name}{{" not in text and f"{name} 1" not in text
+    # the trainer's own rl_insight_timeline_* span counters are not the server's
+    counter = "rl_insight_timeline_exported_spans_total"
+    assert push(server.url, {"batches": [batch(step=2, metrics={counter: 3})]})[0] == 200
+    assert f'{counter}{{experiment_name="bad",project="p"}} 3.0' in good_run_still_scrapes(server)
 
 
 @pytest.mark.parametrize(

@@ -102,6 +102,7 @@ def test_a_batch_with_reserved_names_applies_every_other_key_counts_them_and_the
         metrics = step_metrics(step, 6)
         logged[step] = metrics
         raw = {metric_name(PREFIX, k): v for k, v in metrics.items()} | RESERVED
+        raw["rl_insight_timeline_exported_spans_total"] = 12.0  # the trainer's span counter: not the server's
         sender.submit(MetricBatch("p", "reserved", step, 1.7e9 + step, raw))
         assert sender.flush(10)
     assert sender.stats["rejected_batches"] == 0 and sender.stats["sent_batches"] == 6
@@ -114,6 +115,7 @@ def test_a_batch_with_reserved_names_applies_every_other_key_counts_them_and_the
     for name in ("rl_insight_health_finding", "rl_insight_health_findings_total", "rl_insight_timeline_idle_ratio"):
         assert name not in body
     assert "rl_insight_hub_series 5.0" not in body
+    assert 'rl_insight_timeline_exported_spans_total{experiment_name="reserved",project="p"} 12.0' in body  # trainer's
     assert f'{STEP_TIME_METRIC}{{experiment_name="reserved",project="p"}} {1.7e9 + 6!r}' in body  # the hub's own
     assert 'rl_insight_hub_keys_dropped_total{reason="reserved"} 30' in body
     assert json.loads(http("GET", server.url + "/api/v1/hub")[1])["keys_dropped_total"]["reserved"] == 30

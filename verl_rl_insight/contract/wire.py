@@ -64,8 +64,9 @@ ALERT_NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]{0,127}(?!\n)$"
 RESERVED_LABELS = frozenset({"project", "experiment_name", "job", "instance"})
 RESERVED_PREFIX = "rl_insight_hub_"  # the hub's own series
 # every name the server makes itself: the hub's figures, the detectors' findings (server/health), the
-# timeline's per-step figures (server/timeline); a client's key of that name is dropped
-RESERVED_PREFIXES = (RESERVED_PREFIX, "rl_insight_health_", "rl_insight_timeline_")
+# timeline's per-step figures (server/timeline: those names only; the trainer's span counters are
+# rl_insight_timeline_* too), the step time; a client's key of such a name is dropped
+RESERVED_PREFIXES = (RESERVED_PREFIX, "rl_insight_health_")
 RESERVED_NAMES = frozenset({STEP_TIME_METRIC, *TIMELINE_SERIES})
 MAX_DROPPED_NAMED = 100  # the names a push's answer lists at most (it counts them all)
 SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
@@ -78,7 +79,8 @@ Metrics = Annotated[
     Meta(
         max_length=MAX_METRICS_PER_BATCH,
         description=f"metric name: value; a name the server makes itself (starting with "
-        f"{', '.join(RESERVED_PREFIXES)}, or {STEP_TIME_METRIC}) is dropped, the rest applied, and the answer "
+        f"{', '.join(RESERVED_PREFIXES)}, or one of the timeline's figures or {STEP_TIME_METRIC}) is dropped, "
+        "the rest applied, and the answer "
         f"names it; {GLOBAL_STEP_METRIC} (verl's training/global_step) is the step: it wins over `step`",
         extra_json_schema={"propertyNames": {"pattern": METRIC_NAME_PATTERN, "maxLength": MAX_NAME}},
     ),
@@ -263,7 +265,7 @@ def is_reserved(name: str) -> bool:
     return name.startswith(RESERVED_PREFIXES) or name in RESERVED_NAMES
 
 
-RESERVED_WHY = "the server's own name (rl_insight_hub_*, rl_insight_health_*, rl_insight_timeline_*, step time)"
+RESERVED_WHY = "the server's own name (rl_insight_hub_*, rl_insight_health_*, the timeline's figures, the step time)"
 NOT_A_STEP_WHY = f"{GLOBAL_STEP_METRIC} is the step: it must be a whole number from 0 to {MAX_STEP}"
 
 

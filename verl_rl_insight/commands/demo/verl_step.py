@@ -20,6 +20,7 @@ the entropy falls. Seeded by the step: the same step gives the same dict.
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 from collections.abc import Iterator
@@ -234,7 +235,9 @@ def step_metrics(
     metrics.update({"actor/entropy": entropy.detach().item(), "perf/mfu/actor_infer": 0.25 + rng.gauss(0, 0.02)})
     metrics.update(calculate_debug_metrics(batch))
     if "advantages" not in batch.batch.keys():
-        batch = compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=ROLLOUT_N)
+        # verl's own, not through this package's patch: what a plugin adds at a step is its own to add
+        advantage = inspect.unwrap(compute_advantage)
+        batch = advantage(batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=ROLLOUT_N)
     if use_critic:
         metrics.update(_critic_figures(progress, rng))
     metrics.update(_policy_figures(batch, progress, rng))
