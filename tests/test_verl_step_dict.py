@@ -138,6 +138,10 @@ def test_a_credential_cannot_push_findings_the_answer_names_what_it_dropped(hub_
     exposed = http("GET", server.url + "/metrics")[1].decode()
     assert 'rl_insight_monitor_actor_pg_loss{experiment_name="fake"' in exposed
     assert "rl_insight_health_finding" not in exposed
+    # the sender's copy of that step (resent after an outage) is not counted again
+    status, body = push(server.url, {"batches": [batch]})
+    assert status == 200 and json.loads(body)["duplicates"] == 1 and "dropped_keys" not in json.loads(body)
+    assert json.loads(http("GET", server.url + "/api/v1/hub")[1])["keys_dropped_total"]["reserved"] == len(RESERVED)
 
 
 def test_training_global_step_that_disagrees_with_the_step_wins_and_is_counted(hub_server, monkeypatch, caplog):

@@ -370,8 +370,6 @@ class MetricHub:
             dropped: dict[str, str] = {}
             touched: dict[StreamKey, dict[str, float]] = {}
             for batch in batches:
-                if batch.dropped is not None or batch.step_disagrees:  # counted also when it is a copy
-                    disagreements += self._count_left_out(batch, dropped)
                 stream = self._streams.get(batch.labels)
                 if stream is None:
                     stream = self._streams[batch.labels] = Stream(batch.labels)
@@ -380,6 +378,8 @@ class MetricHub:
                 if batch.timed and identity in stream.seen:
                     duplicates += 1
                     continue
+                if batch.dropped is not None or batch.step_disagrees:  # counted once a step, not per copy
+                    disagreements += self._count_left_out(batch, dropped)
                 if stream.key not in touched:
                     touched[stream.key] = dict(stream.latest)  # copy on write: renders keep the old one
                 latest = touched[stream.key]
