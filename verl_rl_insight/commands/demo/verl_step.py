@@ -20,6 +20,7 @@ the entropy falls. Seeded by the step: the same step gives the same dict.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import random
@@ -48,7 +49,7 @@ def score_chance(step: int, total_steps: int) -> float:
 def rollout_batch(
     step: int,
     total_steps: int = 100,
-    prompts: int = 4,
+    prompts: int = 8,
     response_length: int = 64,
     prompt_length: int = 32,
 ) -> DataProto:
@@ -81,7 +82,8 @@ def rollout_batch(
             "old_log_probs": actor,
             "token_level_scores": scores,
             "token_level_rewards": scores.clone(),
-            "values": torch.randn(batch, response_length, generator=g) * 0.1 + 0.3,
+            # the critic's predictions: near what the response scores, as a trained critic's are
+            "values": (right[:, None] - 0.5) * mask + torch.randn(batch, response_length, generator=g) * 0.1,
         },
         non_tensors={
             "uid": np.array([f"step{step}-q{i // ROLLOUT_N}" for i in range(batch)], dtype=object),
@@ -209,7 +211,28 @@ def step_metrics(
 ) -> StepMetrics:
     """One step's ``metrics``, the keys in the order fit adds them, as ``logger.log(data=metrics,
     step=global_steps)`` gets them. ``batch`` / ``timing``: the step's own (the demo's), else made
-    here; ``test_freq``: validation keys on every such step and the last (0: never)."""
+    here (and the result kept: the same step is the same dict, a copy each call); ``test_freq``:
+    validation keys on every such step and the last (0: never)."""
+    if batch is None and timing is None:
+        return dict(_made_step(step, total_steps, epoch, test_freq, use_critic, n_gpus))
+    return _step_metrics(step, total_steps, epoch, test_freq, use_critic, n_gpus, batch, timing)
+
+
+@functools.lru_cache(maxsize=4096)
+def _made_step(step: int, total_steps: int, epoch: int, test_freq: int, use_critic: bool, n_gpus: int) -> StepMetrics:
+    return _step_metrics(step, total_steps, epoch, test_freq, use_critic, n_gpus, None, None)
+
+
+def _step_metrics(
+    step: int,
+    total_steps: int,
+    epoch: int,
+    test_freq: int,
+    use_critic: bool,
+    n_gpus: int,
+    batch: DataProto | None,
+    timing: dict[str, float] | None,
+) -> StepMetrics:
     import torch
     from verl.trainer.ppo import metric_utils
     from verl.trainer.ppo.core_algos import AdvantageEstimator, agg_loss
