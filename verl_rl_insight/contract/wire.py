@@ -78,8 +78,8 @@ Metrics = Annotated[
     dict[str, SampleValue],
     Meta(
         max_length=MAX_METRICS_PER_BATCH,
-        description=f"metric name: value; a name the server makes itself (starting with "
-        f"{', '.join(RESERVED_PREFIXES)}, or one of the timeline's figures or {STEP_TIME_METRIC}) is dropped, "
+        description=f"metric name: value; a name the server makes itself (one starting with "
+        f"{' or '.join(RESERVED_PREFIXES)}, one of the timeline's figures, or {STEP_TIME_METRIC}) is dropped, "
         "the rest applied, and the answer "
         f"names it; {GLOBAL_STEP_METRIC} (verl's training/global_step) is the step: it wins over `step`",
         extra_json_schema={"propertyNames": {"pattern": METRIC_NAME_PATTERN, "maxLength": MAX_NAME}},
