@@ -8,11 +8,16 @@ second and keeps exactly what the log printed: a value printed with a decimal po
 becomes a float, one printed as a bare integer an int, ``nan``/``inf`` a float that orjson writes as
 ``null``. Nothing is filled in, smoothed or reordered; a line that does not parse stops the script.
 
+A console capture can cut long lines: wandb's ``files/output.log`` keeps at most 4096 characters of a
+line, so a step line with many validation keys loses its tail. ``--cut-at 4096`` marks a line of exactly
+that length as cut: its last item (possibly a partial key or number) is dropped, the items before it are
+kept, and the keys after the cut are simply absent from that step.
+
 A log can hold more than one run (a restart prints ``step:1`` again). verl's file logger opens its
 file anew for each run, so ``--segment K`` picks the K-th run (0 = the first; -1 = the last) where
 a segment starts whenever the step goes down.
 
-    python3 benchmarks/real_runs_convert.py RUN.log OUT.jsonl [--segment K] [--last-step N]
+    python3 benchmarks/real_runs_convert.py RUN.log OUT.jsonl [--segment K] [--last-step N] [--cut-at 4096]
 """
 
 from __future__ import annotations
@@ -52,14 +57,20 @@ def parse_value(text: str) -> Value:
     raise UnparsedLine(f"not a number: {text!r}")
 
 
-def parse_line(line: str) -> Step | None:
-    """``(step, data)`` of one console line, or None when the line is not a step line."""
-    match = _STEP_LINE.search(line.rstrip("\r\n"))
+def parse_line(line: str, cut_at: int | None = None) -> Step | None:
+    """``(step, data)`` of one console line, or None when the line is not a step line.
+
+    A line exactly ``cut_at`` characters long was cut by the capture: its last item is dropped."""
+    text = line.rstrip("\r\n")
+    match = _STEP_LINE.search(text)
     if match is None:
         return None
     step = int(match.group(1))
+    items = match.group(2).split(" - ")
+    if cut_at is not None and len(text) == cut_at:
+        items = items[:-1]
     data: dict[str, Value] = {}
-    for item in match.group(2).split(" - "):
+    for item in items:
         key, sep, text = item.rpartition(":")
         if not sep or not key:
             raise UnparsedLine(f"step {step}: item without key:value: {item!r}")
@@ -69,12 +80,12 @@ def parse_line(line: str) -> Step | None:
     return step, data
 
 
-def parse_log(lines: list[str]) -> list[list[Step]]:
+def parse_log(lines: list[str], cut_at: int | None = None) -> list[list[Step]]:
     """Every step line of the log, split into runs wherever the step goes down."""
     segments: list[list[Step]] = [[]]
     for number, line in enumerate(lines, start=1):
         try:
-            parsed = parse_line(line)
+            parsed = parse_line(line, cut_at)
         except UnparsedLine as error:
             raise UnparsedLine(f"line {number}: {error}") from None
         if parsed is None:
@@ -97,9 +108,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--segment", type=int, default=None, help="which run of a restarted log (0, 1, ..., -1)")
     parser.add_argument("--last-step", type=int, default=None, help="drop steps after this one")
+    parser.add_argument("--cut-at", type=int, default=None, help="lines this long were cut: drop their last item")
     args = parser.parse_args(argv)
     lines = args.log.read_text(encoding="utf-8", errors="replace").splitlines()
-    segments = parse_log(lines)
+    segments = parse_log(lines, args.cut_at)
     if not segments:
         print(f"{args.log}: no step lines", file=sys.stderr)
         return 1
@@ -115,6 +127,9 @@ def main(argv: list[str]) -> int:
     repeated = sorted({s for s, _ in steps if sum(1 for t, _ in steps if t == s) > 1})
     if repeated:
         print(f"{args.log}: steps logged in more than one call (kept as separate lines): {repeated[:10]}")
+    if args.cut_at is not None:
+        cut = [line for line in lines if len(line) == args.cut_at and _STEP_LINE.search(line)]
+        print(f"{args.log}: {len(cut)} step lines cut at {args.cut_at} characters (their last item dropped)")
     args.out.write_bytes(to_jsonl(steps))
     non_finite = sum(1 for _, data in steps for v in data.values() if isinstance(v, float) and not math.isfinite(v))
     keys = sorted({k for _, data in steps for k in data})
