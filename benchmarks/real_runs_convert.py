@@ -9,9 +9,11 @@ becomes a float, one printed as a bare integer an int, ``nan``/``inf`` a float t
 ``null``. Nothing is filled in, smoothed or reordered; a line that does not parse stops the script.
 
 A console capture can cut long lines: wandb's ``files/output.log`` keeps at most 4096 characters of a
-line, so a step line with many validation keys loses its tail. ``--cut-at 4096`` marks a line of exactly
-that length as cut: its last item (possibly a partial key or number) is dropped, the items before it are
-kept, and the keys after the cut are simply absent from that step.
+line (and strips the space the cut may leave at the end), so a step line with many validation keys loses
+its tail. ``--cut-at 4096`` marks a line of 4095 or 4096 characters as cut: its last item (possibly a
+partial key or number) is dropped, the items before it are kept, and the keys after the cut are simply
+absent from that step. (A complete line of exactly that length would lose one real item: never a made-up
+one.)
 
 A log can hold more than one run (a restart prints ``step:1`` again). verl's file logger opens its
 file anew for each run, so ``--segment K`` picks the K-th run (0 = the first; -1 = the last) where
@@ -60,14 +62,14 @@ def parse_value(text: str) -> Value:
 def parse_line(line: str, cut_at: int | None = None) -> Step | None:
     """``(step, data)`` of one console line, or None when the line is not a step line.
 
-    A line exactly ``cut_at`` characters long was cut by the capture: its last item is dropped."""
+    A line ``cut_at`` or ``cut_at - 1`` characters long was cut by the capture: its last item is dropped."""
     text = line.rstrip("\r\n")
     match = _STEP_LINE.search(text)
     if match is None:
         return None
     step = int(match.group(1))
     items = match.group(2).split(" - ")
-    if cut_at is not None and len(text) == cut_at:
+    if cut_at is not None and len(text) >= cut_at - 1:
         items = items[:-1]
     data: dict[str, Value] = {}
     for item in items:
@@ -128,7 +130,7 @@ def main(argv: list[str]) -> int:
     if repeated:
         print(f"{args.log}: steps logged in more than one call (kept as separate lines): {repeated[:10]}")
     if args.cut_at is not None:
-        cut = [line for line in lines if len(line) == args.cut_at and _STEP_LINE.search(line)]
+        cut = [line for line in lines if len(line) >= args.cut_at - 1 and _STEP_LINE.search(line)]
         print(f"{args.log}: {len(cut)} step lines cut at {args.cut_at} characters (their last item dropped)")
     args.out.write_bytes(to_jsonl(steps))
     non_finite = sum(1 for _, data in steps for v in data.values() if isinstance(v, float) and not math.isfinite(v))
