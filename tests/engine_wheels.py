@@ -142,9 +142,10 @@ class _Scope:
             for literal in self.literals(iterable):
                 if isinstance(literal, (ast.List, ast.Tuple, ast.Set)):
                     for element in literal.elts:
-                        item = element.elts[index] if index >= 0 and isinstance(element, ast.Tuple) else element
-                        if index < 0 or isinstance(element, ast.Tuple):
-                            found += self.values(item, prefix, depth + 1)
+                        if index < 0:
+                            found += self.values(element, prefix, depth + 1)
+                        elif isinstance(element, ast.Tuple) and len(element.elts) > index:
+                            found += self.values(element.elts[index], prefix, depth + 1)
         return [s for s in found if s.startswith(prefix)]
 
     def _joined(self, node: ast.JoinedStr, prefix: str, depth: int) -> list[str]:

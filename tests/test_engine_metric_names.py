@@ -86,6 +86,33 @@ def test_a_metric_renamed_retyped_or_relabelled_upstream_fails_the_check():
     )
 
 
+def test_the_definitions_reader_follows_literals_f_strings_loops_and_class_attributes():
+    """The shapes the engines write their definitions in, in one made-up module; a log call is no metric."""
+    source = """
+import prometheus_client
+from prometheus_client import Gauge
+PREFIX = "vllm:"
+
+class Logger:
+    _histogram_cls = prometheus_client.Histogram
+
+    def __init__(self, labelnames):
+        Gauge(name="vllm:plain", documentation="d", labelnames=labelnames + ["reason"])
+        prometheus_client.Counter(f"{PREFIX}formatted", "d")
+        specs = [("vllm:looped_a", "d"), ("vllm:looped_b", "d")]
+        for name, doc in specs:
+            self._histogram_cls(name=name, documentation=doc)
+        logger.info("vllm:not_a_metric %s", 1)
+"""
+    defined = engine_wheels.definitions({"vllm/fake.py": source}, "vllm")
+    assert {name: (d.kind, sorted(d.labels)) for name, d in defined.items()} == {
+        "vllm:plain": ("gauge", ["reason"]),
+        "vllm:formatted": ("counter", []),
+        "vllm:looped_a": ("histogram", []),
+        "vllm:looped_b": ("histogram", []),
+    }
+
+
 def dashboard_names(file: str) -> set[str]:
     return set(ENGINE_NAME.findall((DASHBOARDS_DIR / file).read_text()))
 
