@@ -41,7 +41,7 @@ from typing import Any
 from verl_rl_insight.contract.errors import Busy, OverCapacity
 from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.contract.wire import MAX_FUTURE_S, Batch, decode_push, validate_push
-from verl_rl_insight.server.metrics import exposition
+from verl_rl_insight.server.metrics import budgets, exposition
 from verl_rl_insight.server.metrics.positions import (
     Identity,
     Mark,
@@ -109,6 +109,7 @@ class Stream:
         "cache",
         "line_chars",
         "restored_for",
+        "run",
     )
 
     def __init__(self, key: StreamKey) -> None:
@@ -128,6 +129,7 @@ class Stream:
         # read back from a clean stop: the named scrapers that had been sent all of it then; the
         # others do not get these values (newer than the history they lack) until the next push
         self.restored_for: frozenset[str] | None = None
+        self.run = budgets.run_of(key)  # whose share of the memory bound it is booked to
 
     def line_length(self, name: str) -> int:
         return line_length(len(self.labels), name)
@@ -291,6 +293,7 @@ class MetricHub:
         self._version = 0
         self._scrapers: dict[str, Scraper] = {}
         self._others: dict[str, int] = {}  # bytes booked by others under the same bound (book_other)
+        self._runs = budgets.RunBudgets()  # what each run holds: its share of the bound (budgets.py)
         self._next_sweep = 0.0
         self._render_lock = threading.Lock()  # one body rendered at a time: its copies are booked
         self._held_named = 0  # named scrapes whose body is rendered or being sent
@@ -359,7 +362,7 @@ class MetricHub:
                 stream = self._streams.get(batch.labels)
                 if stream is None:
                     stream = self._streams[batch.labels] = Stream(batch.labels)
-                    self._bytes += stream.booked()
+                    self._charge(stream, stream.booked())
                 identity = (batch.step, batch.time)
                 if batch.timed and identity in stream.seen:
                     duplicates += 1
@@ -373,7 +376,7 @@ class MetricHub:
                 self._seq += 1
                 snapshot = Snapshot(self._seq, batch.step, batch.time, now, names, batch.values)
                 stream.history.append(snapshot)
-                self._bytes += snapshot.nbytes
+                self._charge(stream, snapshot.nbytes)
                 if batch.timed:
                     stream.seen.add(identity)
                 fresh = [name for name in batch.names if name not in latest]
@@ -389,7 +392,7 @@ class MetricHub:
                 self._series += len(fresh)
                 chars = sum(stream.line_length(name) for name in fresh)
                 stream.line_chars += chars
-                self._bytes += SERIES_BYTES * len(fresh) + LINE_COPIES * chars
+                self._charge(stream, SERIES_BYTES * len(fresh) + LINE_COPIES * chars)
                 stream.updated = now
                 accepted += 1
                 added.append(batch)
@@ -407,9 +410,10 @@ class MetricHub:
         return {"accepted": accepted, "duplicates": duplicates, "hub": self.instance}, added
 
     def _make_room(self, batches: list[Batch], now: float) -> None:
-        """Refuse a push over the series limit; free history for it under the memory bound."""
+        """Refuse a push over the series limit; free history for it under the memory bound and
+        each run's share of it (budgets.py)."""
         new_names: dict[StreamKey, set[str]] = {}
-        needed = 0
+        needed: collections.Counter[budgets.Run] = collections.Counter()  # per run
         for batch in batches:
             stream = self._streams.get(batch.labels)
             fresh = new_names.setdefault(batch.labels, set())
@@ -417,28 +421,55 @@ class MetricHub:
                 fresh.update(batch.metrics)
             elif not batch.metrics.keys() <= stream.latest.keys():
                 fresh.update(batch.metrics.keys() - stream.latest.keys())
-            needed += SNAPSHOT_BYTES + VALUE_BYTES * len(batch.names)
+            run = stream.run if stream is not None else budgets.run_of(batch.labels)
+            needed[run] += SNAPSHOT_BYTES + VALUE_BYTES * len(batch.names)
         new_series = sum(len(names) for names in new_names.values())
         for key, names in new_names.items():
             chars = labels_chars(key)
-            needed += sum(series_cost(chars, name) for name in names)
+            needed[budgets.run_of(key)] += sum(series_cost(chars, name) for name in names) + (
+                STREAM_BYTES + chars if key not in self._streams else 0
+            )
         if self._series + new_series > self.max_series:
             self.stats["rejected_series_limit"] += 1
             raise OverCapacity(f"series limit reached ({self.max_series}); raise the hub's max_series")
-        needed += sum(STREAM_BYTES + labels_chars(k) for k in new_names if k not in self._streams)
-        if self._bytes + needed > self.memory_limit_bytes:
-            self._evict(self._bytes + needed - self.memory_limit_bytes)
-        if self._bytes + needed > self.memory_limit_bytes:
+        share = self._fit_shares(needed)
+        total = sum(needed.values())
+        if self._bytes + total > self.memory_limit_bytes:  # the runs over their share give way first
+            self._evict(self._bytes + total - self.memory_limit_bytes, self._runs.over_share(share))
+        if self._bytes + total > self.memory_limit_bytes:  # then the pushing runs' own oldest history
+            self._evict(self._bytes + total - self.memory_limit_bytes, set(needed))
+        if self._bytes + total > self.memory_limit_bytes:
             self.stats["rejected_memory"] += 1
             raise OverCapacity(
                 f"memory bound reached ({self.memory_limit_bytes / 2**20:.0f} MiB of latest values "
                 "and history); raise the hub's memory_limit_mb or finish old runs"
             )
 
-    def _evict(self, amount: int) -> None:
-        """Drop the oldest history, across streams, until ``amount`` bytes are free (or none is left)."""
+    def _fit_shares(self, needed: collections.Counter[budgets.Run]) -> int:
+        """Hold each run of a push to its share: its own oldest history goes to make room; a run
+        whose latest values leave none is refused (429: its sender retries). Returns the share."""
+        limit = self.memory_limit_bytes
+        share = self._runs.share(limit, needed)
+        for run, amount in needed.items():
+            if amount > share:  # not even alone in its share: the data itself is too big (422)
+                self.stats["rejected_memory"] += 1
+                raise OverCapacity(
+                    f"a push of {amount / 2**20:.1f} MiB for run {run[1][:80]!r} is more than a run's share of "
+                    f"the hub's memory ({share / 2**20:.1f} MiB of memory_limit_mb): send smaller batches "
+                    "or fewer label sets, or raise memory_limit_mb"
+                )
+            if self._runs.held[run] + amount > share:
+                self._evict(self._runs.held[run] + amount - share, {run})
+            if self._runs.held[run] + amount > share:
+                self.stats["rejected_run_share"] += 1
+                raise budgets.refusal(run, share, limit)
+        return share
+
+    def _evict(self, amount: int, runs: set[budgets.Run]) -> None:
+        """Drop the oldest history of ``runs``' streams, across them, until ``amount`` bytes are
+        free (or none is left)."""
         freed = 0
-        streams = [s for s in self._streams.values() if s.history]
+        streams = [s for s in self._streams.values() if s.history and s.run in runs]
         while freed < amount and streams:
             oldest = min(streams, key=lambda s: s.history[0].seq)
             # evict a run of the oldest stream's snapshots at once: one scan of the streams per run
@@ -466,8 +497,13 @@ class MetricHub:
     def _drop_oldest(self, stream: Stream) -> int:
         snapshot = stream.history.popleft()
         stream.seen.discard((snapshot.step, snapshot.time))
-        self._bytes -= snapshot.nbytes
+        self._charge(stream, -snapshot.nbytes)
         return snapshot.nbytes
+
+    def _charge(self, stream: Stream, nbytes: int) -> None:
+        """Book ``nbytes`` (negative: give back) to the bound and to the stream's run."""
+        self._bytes += nbytes
+        self._runs.charge(stream.run, nbytes)
 
     def _sweep(self, now: float) -> None:
         """At most once a second: forget idle streams and scrapers, drop history everyone has seen."""
@@ -499,7 +535,7 @@ class MetricHub:
     def _forget(self, key: StreamKey) -> int:
         stream = self._streams.pop(key)
         self._series -= len(stream.latest)
-        self._bytes -= stream.booked() + sum(s.nbytes for s in stream.history)
+        self._charge(stream, -(stream.booked() + sum(s.nbytes for s in stream.history)))
         for scraper in self._scrapers.values():
             scraper.marks.pop(key, None)
             scraper.recent.pop(key, None)
@@ -802,7 +838,7 @@ class MetricHub:
                 stream.version = 1
                 stream.restored_for = frozenset(map(str, whole))
                 self._streams[stream.key] = stream
-                self._bytes += cost
+                self._charge(stream, cost)
                 self._series += len(stream.latest)
             self._version += 1
         except (OSError, ValueError, KeyError, TypeError) as exc:
