@@ -380,9 +380,12 @@ class MetricHub:
                 if batch.timed:
                     stream.seen.add(identity)
                 fresh = [name for name in batch.names if name not in latest]
-                if batch.time >= stream.newest_time:  # a late copy never turns values back
+                # a late copy never turns values back; a batch stamped ahead of this clock (within
+                # max_future_s) counts as of its arrival: it cannot hold the live values while newer steps arrive
+                arrived = min(batch.time, now)
+                if arrived >= stream.newest_time:
                     latest.update(batch.metrics)
-                    stream.newest_time = batch.time
+                    stream.newest_time = arrived
                     stream.names = names
                     if batch.step is not None:
                         stream.step = batch.step
