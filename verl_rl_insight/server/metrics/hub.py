@@ -34,7 +34,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,10 +190,15 @@ class Exposure:
         self.resent: dict[StreamKey, list[tuple[Snapshot, int, float]]] = {}  # sent again: (snapshot, ts, since)
         self.settled = False
         self.reserved = 0  # bytes booked for this body until ``commit``
+        self.serial = 0  # a named scrape's number in its scraper's scrapes of this process
 
     def body(self) -> bytes:
+        """The body; a named scrape's timestamps are on disk before it returns (``promised``)."""
         with self.hub._render_lock:
-            return self._render()
+            body = self._render()
+        if self.scraper is not None and any(sent for _, _, _, sent, _ in self.entries):
+            self.hub.save_promises()
+        return body
 
     def _render(self) -> bytes:
         families: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
@@ -300,6 +305,9 @@ class MetricHub:
         self._live_body = (-1, b"")
         self._state_lock = threading.Lock()
         self._state_dirty = False
+        self._promises_lock = threading.Lock()
+        # the timestamps named scrapes gave, written ahead of their bodies (save_promises)
+        self._promises_path = state_path.with_name("hub-promises.json") if state_path is not None else Path()
         # called with the batches each push added (not its duplicates), after the hub has them,
         # outside its lock: the server's health detectors read the trainers' steps here
         self.listeners: list[Callable[[list[Batch]], None]] = []
@@ -543,6 +551,7 @@ class MetricHub:
             scraper.marks.pop(key, None)
             scraper.recent.pop(key, None)
             scraper.resend.pop(key, None)
+            scraper.promised.pop(key, None)
             for _, streams in scraper.inflight.values():
                 streams.pop(key, None)
         self._version += 1
@@ -593,7 +602,10 @@ class MetricHub:
                         break
                     pending.append(snapshot)
                 pending.reverse()
-                sent = _stamp(pending, prev_start, limit_ms)
+                promised = state.promised.get(stream.key, {})
+                sent = _stamp(pending, prev_start, limit_ms, promised)
+                if sent:
+                    state.promise(stream.key, [((s.step, s.time), ts) for s, ts in sent], state.serial + 1)
                 history = list(stream.history) if len(sent) < len(pending) else None
                 if stream.restored_for is None or scraper in stream.restored_for:
                     entries.append((stream, stream.latest, stream.version, sent, history))
@@ -601,6 +613,8 @@ class MetricHub:
                     entries.append((stream, {}, -2, sent, history))
             stats = self._stats_locked()
             exposure = Exposure(self, state, arrival_ms, entries, stats)
+            state.serial += 1
+            exposure.serial = state.serial
             if state.confirm:
                 exposure.number = state.number = max(arrival_ms, state.number + 1)
                 exposure.resent = self._resends(state)
@@ -654,6 +668,7 @@ class MetricHub:
             self._bytes -= exposure.reserved
             self._held_named -= 1
             state.last_ms = max(state.last_ms or 0, exposure.arrival_ms or 0)
+            state.settled_serial = max(state.settled_serial, exposure.serial)
             if written:
                 for key, mark in exposure.marks.items():
                     if key in self._streams:
@@ -780,8 +795,32 @@ class MetricHub:
                     return
                 self._state_dirty = False
                 state = {"scrapers": {name: s.to_saved() for name, s in self._scrapers.items()}}
+                settled = {name: s.settled_serial for name, s in self._scrapers.items()}
             self.state_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.state_path, json.dumps(state))
+            horizon_ms = int((self.clock() - self.history_s) * 1000)
+            with self._lock:  # the positions of those scrapes are on disk: their promises may go
+                for name, through in settled.items():
+                    scraper = self._scrapers.get(name)
+                    if scraper is not None:
+                        scraper.keep_promises(through, horizon_ms)
+
+    def save_promises(self) -> None:
+        """Write the timestamps the named scrapes gave since the positions were last saved
+        (``positions.Scraper.promised``), before a body that gave them is sent: after a crash a
+        batch sent again gets the same timestamp. A failure to write is logged, the scrape goes on."""
+        if self.state_path is None:
+            return
+        with self._promises_lock:
+            with self._lock:
+                promised = {name: s.promises_saved() for name, s in self._scrapers.items() if s.promised}
+            try:
+                self.state_path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomically(self._promises_path, json.dumps(promised))
+            except OSError as exc:
+                if not self.stats["warned_promises"]:
+                    self.stats["warned_promises"] = 1
+                    logger.warning("metric hub: cannot write %s (%s)", self._promises_path, exc)
 
     def save_latest(self) -> int:
         """At a clean stop: write every stream's latest values, so that a restarted hub exposes them
@@ -859,11 +898,26 @@ class MetricHub:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning("metric hub: cannot read %s (%s); named scrapers start afresh", self.state_path, exc)
             self._scrapers.clear()
+            return
+        try:  # what the scrapes since that save promised (a crash: they were not saved there)
+            promised = json.loads(self._promises_path.read_text()) if self._promises_path.exists() else {}
+            for name, saved in promised.items():
+                if name in self._scrapers:
+                    self._scrapers[name].restore_promises(saved)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning(
+                "metric hub: cannot read %s (%s); steps sent again may be stamped anew", self._promises_path, exc
+            )
 
 
-def _stamp(pending: list[Snapshot], prev_ms: int, limit_ms: int) -> list[tuple[Snapshot, int]]:
+def _stamp(
+    pending: list[Snapshot], prev_ms: int, limit_ms: int, promised: Mapping[Identity, tuple[int, int]]
+) -> list[tuple[Snapshot, int]]:
     """(snapshot, timestamp ms) for the snapshots that fit between ``prev_ms`` and ``limit_ms``, in
-    order: the trainer's own time where it fits, strictly increasing; what does not fit waits."""
+    order: the trainer's own time where it fits, strictly increasing; what does not fit waits. A
+    batch a scrape was given before (``promised``: a crash lost its position) gets that timestamp
+    again, never a new one, even behind this scraper's previous visit: a store that has it keeps
+    one sample, one that lacks it takes it in its out-of-order window, as a resent scrape."""
     room = limit_ms - prev_ms
     if room <= 0:
         return []
@@ -871,6 +925,11 @@ def _stamp(pending: list[Snapshot], prev_ms: int, limit_ms: int) -> list[tuple[S
     n = len(pending)
     stamped: list[tuple[Snapshot, int]] = []
     for i, snapshot in enumerate(pending):
+        given = promised.get((snapshot.step, snapshot.time))
+        if given is not None and given[0] <= limit_ms - (n - i - 1):
+            stamped.append((snapshot, given[0]))
+            prev_ms = max(prev_ms, given[0])
+            continue
         ts = min(max(int(snapshot.time * 1000), prev_ms + 1), limit_ms - (n - i - 1))
         stamped.append((snapshot, ts))
         prev_ms = ts
