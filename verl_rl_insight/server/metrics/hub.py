@@ -19,7 +19,9 @@ What a user can rely on:
   hub do more work than one scrape;
 - memory (latest values, history, caches) is accounted and kept under ``memory_limit_bytes``:
   history every named scraper has seen is dropped after ``history_s``; under pressure the oldest
-  history goes first and is counted; a push that needs more room than history can free is refused.
+  history goes first and is counted; a push that needs more room than history can free is refused;
+  each run holds at most its share of the bound (``budgets.py``): at its share it loses its own
+  oldest history, or is told to retry later (429), and never takes another run's;
 - rendering formats outside the push lock: a push waits for a render only while references are
   taken (O(streams)), never for the formatting of every series.
 """
@@ -764,6 +766,8 @@ class MetricHub:
             }
             figures["instance"] = self.instance
             figures["memory_booked_by_others"] = dict(self._others)
+            figures["memory_run_share_bytes"] = self._runs.share(self.memory_limit_bytes)  # what one run may hold
+            figures["pushes_refused_run_share"] = self.stats["rejected_run_share"]
         return figures
 
     def streams(self) -> list[dict[str, Any]]:
