@@ -328,3 +328,37 @@ def test_a_batch_stamped_ahead_of_the_server_does_not_pin_the_runs_live_step(ser
     assert re.search(r'^loss\{experiment_name="skewed",project="p"\} 0\.1$', live, re.M)
     [stream] = server.hub.streams()
     assert stream["step"] == 10 and stream["last_step_s_ago"] >= 0
+
+
+def test_a_run_over_its_share_when_another_run_comes_still_logs_its_steps():
+    """A run alone grows its latest values to over half the bound (its share alone is three
+    quarters); a second run arrives (the share is now half): the first run's steps on its existing
+    series are still taken, and the second run's steps too; only new series of the first run would
+    be refused."""
+    hub = MetricHub(memory_limit_bytes=LIMIT)
+
+    def push(run, step, streams, series=40):
+        return hub.push(
+            {
+                "batches": [
+                    {
+                        "project": "p",
+                        "experiment_name": run,
+                        "step": step,
+                        "labels": {"replica": str(s), "long": "x" * 256},
+                        "metrics": {f"rl_insight_monitor_m{i}": float(step) for i in range(series)},
+                    }
+                    for s in range(streams)
+                ]
+            }
+        )
+
+    push("big", 1, 110)
+    assert hub.summary()["memory_bytes"] > 0.55 * LIMIT  # over half the bound in latest values
+    push("small", 1, 1)
+    assert hub.summary()["memory_run_share_bytes"] == LIMIT // 2
+    for step in range(2, 6):
+        assert push("big", step, 110)["accepted"] == 110
+        assert push("small", step, 1)["accepted"] == 1
+    with pytest.raises(Exception, match="share"):  # growth past its share: 429, retried by its sender
+        push("big", 6, 130)

@@ -11,11 +11,13 @@ The rule: with ``n`` runs holding memory in the hub (the pushing one counted), a
   than a quarter because others exist (100 runs are bounded by the whole bound, and none of them by
   a hundredth of it), and never more than its fair share once the bound is full.
 
-A push that would take its run over its share first drops that run's own oldest history; when the
-run's latest values leave no room, the push is refused with ``RunShareFull`` (429, Retry-After: the
-sender keeps the batches and sends them again later, nothing is dropped as bad data). When the
-whole bound is full, the oldest history of the runs over their share goes first, then the pushing
-run's own; a run under its share never loses a batch to another run's push.
+A push that would grow its run (new streams or series: latest values, which cannot be dropped
+later) past its share first drops that run's own oldest history; when its latest values leave no
+room, the push is refused with ``RunShareFull`` (429, Retry-After: the sender keeps the batches and
+sends them again later, nothing is dropped as bad data). History is held to the shares when the
+whole bound is full: the oldest history of the runs over their share goes first, then the pushing
+run's own; a run under its share never loses a batch to another run's push, and a run alone may
+fill the whole bound with history.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class RunBudgets:
 
     def share(self, limit: int, pushing: Iterable[Run] = ()) -> int:
         """What one run may hold under ``limit`` now, with the runs of a push (``pushing``) counted."""
-        return share_of(limit, len(self.held.keys() | set(pushing)))
+        return share_of(limit, len(self.held) + sum(1 for run in pushing if run not in self.held))
 
     def over_share(self, share: int) -> set[Run]:
         """The runs that hold more than ``share``: theirs is the history that goes first."""

@@ -427,6 +427,7 @@ class MetricHub:
         each run's share of it (budgets.py)."""
         new_names: dict[StreamKey, set[str]] = {}
         needed: collections.Counter[budgets.Run] = collections.Counter()  # per run
+        grows: collections.Counter[budgets.Run] = collections.Counter()  # of it, new streams and series
         for batch in batches:
             stream = self._streams.get(batch.labels)
             fresh = new_names.setdefault(batch.labels, set())
@@ -439,13 +440,15 @@ class MetricHub:
         new_series = sum(len(names) for names in new_names.values())
         for key, names in new_names.items():
             chars = labels_chars(key)
-            needed[budgets.run_of(key)] += sum(series_cost(chars, name) for name in names) + (
+            cost = sum(series_cost(chars, name) for name in names) + (
                 STREAM_BYTES + chars if key not in self._streams else 0
             )
+            needed[budgets.run_of(key)] += cost
+            grows[budgets.run_of(key)] += cost
         if self._series + new_series > self.max_series:
             self.stats["rejected_series_limit"] += 1
             raise OverCapacity(f"series limit reached ({self.max_series}); raise the hub's max_series")
-        share = self._fit_shares(needed)
+        share = self._fit_shares(needed, grows)
         total = sum(needed.values())
         if self._bytes + total > self.memory_limit_bytes:  # the runs over their share give way first
             self._evict(self._bytes + total - self.memory_limit_bytes, self._runs.over_share(share))
@@ -458,9 +461,11 @@ class MetricHub:
                 "and history); raise the hub's memory_limit_mb or finish old runs"
             )
 
-    def _fit_shares(self, needed: collections.Counter[budgets.Run]) -> int:
-        """Hold each run of a push to its share: its own oldest history goes to make room; a run
-        whose latest values leave none is refused (429: its sender retries). Returns the share."""
+    def _fit_shares(self, needed: collections.Counter[budgets.Run], grows: collections.Counter[budgets.Run]) -> int:
+        """Hold each run of a push to its share: a run that would grow (new streams or series, which
+        cannot be dropped later) past it gives up its own oldest history for the room, or is refused
+        (429: its sender retries). History alone is held to the share only when the bound is full
+        (``_make_room``: the runs over their share give way first). Returns the share."""
         limit = self.memory_limit_bytes
         share = self._runs.share(limit, needed)
         for run, amount in needed.items():
@@ -471,8 +476,9 @@ class MetricHub:
                     f"the hub's memory ({share / 2**20:.1f} MiB of memory_limit_mb): send smaller batches "
                     "or fewer label sets, or raise memory_limit_mb"
                 )
-            if self._runs.held[run] + amount > share:
-                self._evict(self._runs.held[run] + amount - share, {run})
+            if not grows[run] or self._runs.held[run] + amount <= share:
+                continue
+            self._evict(self._runs.held[run] + amount - share, {run})
             if self._runs.held[run] + amount > share:
                 self.stats["rejected_run_share"] += 1
                 raise budgets.refusal(run, share, limit)
