@@ -40,6 +40,13 @@ class RunShareFull(Busy):
     retry_after_s = RETRY_AFTER_S
 
 
+class BoundFull(Busy):
+    """The whole bound is held by latest values every run still needs: a full budget, not bad data,
+    so the sender keeps the batch and retries (429 with Retry-After), as for a run's share."""
+
+    retry_after_s = RETRY_AFTER_S
+
+
 def share_of(limit: int, runs: int) -> int:
     """What one of ``runs`` runs may hold of ``limit``: max(MIN_SHARE, min(SOLO_SHARE, 1 / runs)) of it."""
     return int(limit * max(MIN_SHARE, min(SOLO_SHARE, 1 / max(runs, 1))))

@@ -456,9 +456,9 @@ class MetricHub:
             self._evict(self._bytes + total - self.memory_limit_bytes, set(needed))
         if self._bytes + total > self.memory_limit_bytes:
             self.stats["rejected_memory"] += 1
-            raise OverCapacity(
+            raise budgets.BoundFull(  # the data is fine, the room is not: kept and sent again (429)
                 f"memory bound reached ({self.memory_limit_bytes / 2**20:.0f} MiB of latest values "
-                "and history); raise the hub's memory_limit_mb or finish old runs"
+                "and history); retry later, or raise the hub's memory_limit_mb or finish old runs"
             )
 
     def _fit_shares(self, needed: collections.Counter[budgets.Run], grows: collections.Counter[budgets.Run]) -> int:
