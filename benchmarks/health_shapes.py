@@ -103,11 +103,12 @@ def grpo_run(
     step_s: float = 600.0,
     checkpoint_every: int = 0,
     solved: bool = False,
+    validate_every: int = VALIDATE_EVERY,
 ) -> Run:
     """A long-CoT GRPO run as verl logs it (the keys of compute_data_metrics, the actor update,
     timing and throughput): the score climbs and levels off, entropy decays, responses grow
     R1-style and more of them reach the limit as they grow, grad norms are heavy-tailed, ppo_kl is
-    noise around 0 (one mini-batch per step), a validation every 10 steps over ``questions``
+    noise around 0 (one mini-batch per step), a validation every ``validate_every`` steps over ``questions``
     questions (binomial noise)."""
     rng = random.Random(f"{name}/{seed}")
     history: History = {}
@@ -157,7 +158,7 @@ def grpo_run(
             "perf/throughput": 2500 * length / 2000 * 600 / duration * math.exp(rng.gauss(0, 0.03)),
             "timing_s/step": duration,
         }
-        if step % VALIDATE_EVERY == 0:
+        if step % validate_every == 0:
             correct = sum(rng.random() < min(1.0, p + 0.03) for _ in range(questions))
             values["val-core/math/acc/mean@1"] = correct / questions
         for k, v in values.items():
@@ -168,7 +169,7 @@ def grpo_run(
 HEALTHY_SHAPES: dict[str, Callable[[int], Run]] = {
     "slow entropy decay, R1 length growth, truncation rising with length": lambda s: grpo_run("r1", s),
     "base model: entropy falls fast while it learns the format": lambda s: grpo_run("base", s, base_model=True),
-    "30-question validation set": lambda s: grpo_run("val30", s, questions=30),
+    "30-question validation set": lambda s: grpo_run("val30", s, questions=30, validate_every=5),
     "40-minute steps, checkpoint steps 3x longer": lambda s: grpo_run("slowsteps", s, step_s=2400, checkpoint_every=20),
     "a solved task (the score levels off near 1)": lambda s: grpo_run("solved", s, solved=True, length_growth=False),
 }

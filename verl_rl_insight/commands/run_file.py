@@ -68,7 +68,7 @@ def read_csv(path: Path) -> History:
         reader = csv.reader(f)
         header = next(reader, None)
         if not header or header[0] != "step" or len(header) < 2:
-            raise RunFileError(f"{path}:1: expected {CSV_HEADER}")
+            raise RunFileError(f"{path}:1: expected {JSONL}, or {CSV_HEADER}")
         history: History = {}
         for number, row in enumerate(reader, 2):
             if not row:

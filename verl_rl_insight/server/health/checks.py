@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from verl_rl_insight.server.health.signals import Series, fmt, noise, quantile, robust, split, theil_sen
+from verl_rl_insight.server.health.signals import (
+    Series,
+    curvature_noise,
+    fmt,
+    noise,
+    quantile,
+    robust,
+    split,
+    theil_sen,
+)
 
 Params = Mapping[str, float]
 Extra = Mapping[str, Series]  # verl key -> its series up to the step (the detector's other keys)
@@ -122,15 +131,15 @@ def entropy_blowup(series: Series, extra: Extra, p: Params) -> Check | None:
 
 
 def persistent_spike(series: Series, extra: Extra, p: Params) -> Check | None:
-    """Every one of the newest steps above ``grad_norm_ratio`` x the median before and above the
-    run's own tail (``grad_norm_tail`` x the 90th percentile of the steps before): single spikes of
+    """Every one of the newest steps above ``spike_ratio`` x the median before and above the
+    run's own tail (``spike_tail`` x the 90th percentile of the steps before): single spikes of
     3-10x are normal in real runs, a norm that stays above the run's tail is not."""
-    parts = split(series, int(p["grad_norm_steps"]), int(p["grad_norm_window"]), int(p["min_history"]))
+    parts = split(series, int(p["spike_steps"]), int(p["spike_window"]), int(p["min_history"]))
     if parts is None:
         return None
     recent, before = parts
     level = statistics.median(before)
-    bar = max(p["grad_norm_ratio"] * level, p["grad_norm_tail"] * quantile(before, 0.9))
+    bar = max(p["spike_ratio"] * level, p["spike_tail"] * quantile(before, 0.9))
     x = min(recent)
     evidence = (
         f"the last {len(recent)} steps all at or above {fmt(x)}; the median of the {len(before)} steps before "
@@ -174,16 +183,42 @@ def plateau(series: Series, extra: Extra, p: Params) -> Check | None:
     )
 
 
+def questions(values: Sequence[float], most: int = 500) -> int | None:
+    """How many questions a validation score in [0, 1] is the share of: the fewest ``n`` for which
+    every value is a whole number of ``n``-ths (as printed: within 3 decimals); None when none up
+    to ``most`` is (a large validation set, or not a share)."""
+    if not values or any(not 0 <= v <= 1 for v in values):
+        return None
+    for n in range(2, most + 1):
+        tolerance = n * 5e-4 + 1e-9  # a value printed with 3 decimals
+        if tolerance >= 0.25:
+            return None
+        if all(abs(v * n - round(v * n)) <= tolerance for v in values):
+            return n
+    return None
+
+
+def validation_noise(values: Sequence[float]) -> float:
+    """A validation score's noise: its step-to-step changes, and never below the binomial noise of
+    a share of ``questions(values)`` questions (a 30-question set moves by 0.09 between two
+    validations of the same policy)."""
+    spread = curvature_noise(values)
+    n = questions(values)
+    if n is not None:
+        p = min(max(statistics.median(values), 1 / n), 1 - 1 / n)
+        spread = max(spread, math.sqrt(p * (1 - p) / n))
+    return spread
+
+
 def validation_drop(series: Series, extra: Extra, p: Params) -> Check | None:
     """The latest validation against the median of the three before it, beyond both a share of
-    it and the validation set's own noise (its step-to-step changes over the validations before):
-    a 30-question set moves by 0.1 between two healthy validations."""
+    it and the validation set's own noise (``validation_noise`` of the validations before)."""
     values = [v for _, v in series][-int(p["validation_window"]) :]
     if len(values) < 5:
         return None
     before = statistics.median(values[-4:-1])
     x = values[-1]
-    spread = noise(values[:-1])
+    spread = validation_noise(values[:-1])
     drop = before - x
     flagged = drop > p["validation_drop"] * abs(before) and drop > p["validation_mads"] * spread and drop > 0.01
     return Check(
@@ -195,33 +230,38 @@ def validation_drop(series: Series, extra: Extra, p: Params) -> Check | None:
 
 
 def train_val_divergence(series: Series, extra: Extra, p: Params) -> Check | None:
-    """Validation falling while the training score rises over the last ``divergence_steps``
-    steps: the policy learns the training reward, not the task (reward hacking, overfitting)."""
-    span = int(p["divergence_steps"])
+    """Validation sliding from its best of the last ``divergence_steps`` steps while the training
+    score rose over the same steps, each beyond its own noise: the policy learns the training
+    reward, not the task (reward hacking, overfitting to the training prompts)."""
     last = series[-1][0]
-    val = [(s, v) for s, v in series if s > last - span]
+    val = [(s, v) for s, v in series if s > last - int(p["divergence_steps"])]
     score = next((extra[k] for k in ("critic/score/mean", "critic/rewards/mean") if extra.get(k)), None)
-    if len(val) < 4 or score is None:
+    if len(val) < 5 or score is None:
         return None
-    train = [(s, v) for s, v in score if val[0][0] <= s <= last]
-    if len(train) < int(p["min_history"]):
+    values = [v for _, v in val]
+    rolling = [(val[i][0], statistics.median(values[i - 1 : i + 2])) for i in range(1, len(val) - 2)]
+    if not rolling:
         return None
-    fall = -theil_sen(val) * (last - val[0][0])
-    rise = theil_sen(train) * (last - val[0][0])
-    val_noise = noise([v for _, v in series][-int(p["validation_window"]) :])
-    t_level, t_spread = robust([v for _, v in train])
-    v_level = statistics.median(v for _, v in val)
+    peak_step, peak = max(rolling, key=lambda sv: sv[1])
+    now = statistics.median(values[-3:])
+    at_peak = [v for s, v in score if peak_step - 5 <= s <= peak_step + 5]
+    lately = [v for _, v in score[-10:]]
+    if len(at_peak) < 5 or score[-1][0] < last - 5:
+        return None
+    rise = statistics.median(lately) - statistics.median(at_peak)
+    train_noise = max(noise([v for _, v in score[-50:]]), 1e-12)
+    fall = peak - now
+    val_noise = validation_noise([v for _, v in series][-int(p["validation_window"]) :])
     flagged = (
         fall > p["divergence_mads"] * val_noise
-        and fall > p["divergence_share"] * abs(v_level)
-        and rise > p["divergence_mads"] * t_spread * math.sqrt(12 / len(train))
-        and rise > 0
+        and fall > p["divergence_share"] * abs(peak)
+        and rise > p["divergence_mads"] * 0.6 * train_noise
     )
     evidence = (
-        f"validation {fmt(val[0][1])} -> {fmt(val[-1][1])} (trend {-fall:+.3g}) while the training score "
-        f"rose {rise:+.3g} over steps {val[0][0]}-{last}"
+        f"validation {fmt(now)} (median of the last 3), down from {fmt(peak)} at step {peak_step}, while the "
+        f"training score rose {rise:+.3g} since then"
     )
-    return Check(flagged, val[-1][1], v_level, evidence)
+    return Check(flagged, now, peak, evidence)
 
 
 _ZERO = 1e-12

@@ -88,17 +88,17 @@ DEFAULTS: dict[str, float] = {
     "kl_ratio": 3.0,  # KL to the reference above this many times its median before ...
     "kl_mads": 6,
     "kl_rise": 0.1,  # ... and this far above it (nats): KL grows from 0 in every run
-    "grad_norm_steps": 3,  # this many steps in a row ...
-    "grad_norm_window": 50,
-    "grad_norm_ratio": 3.0,  # ... all above this many times the median before ...
-    "grad_norm_tail": 1.5,  # ... and this many times the 90th percentile before (the run's own tail)
+    "spike_steps": 3,  # this many steps in a row ...
+    "spike_window": 50,
+    "spike_ratio": 3.0,  # ... all above this many times the median before ...
+    "spike_tail": 1.5,  # ... and this many times the 90th percentile before (the run's own tail)
     "clip_ratio": 2.0,
     "clip_mads": 5,
     "clip_min": 0.05,  # a clip fraction below this is never a runaway
     "length_ratio": 1.5,
     "length_mads": 5,
     "length_window": 30,
-    "length_collapse_share": 0.4,  # mean response length below this share of its level before
+    "length_collapse_share": 0.5,  # mean response length below this share of its level before
     "length_mads_collapse": 4,
     "truncation_window": 30,
     "truncation_rise": 0.15,  # response_length/clip_ratio up by this much (absolute) ...
@@ -106,9 +106,9 @@ DEFAULTS: dict[str, float] = {
     "validation_window": 20,  # validations whose changes are the validation set's noise
     "validation_drop": 0.15,  # a validation score this share below the median of the three before ...
     "validation_mads": 3,  # ... and this many times its noise
-    "divergence_steps": 50,  # training score up, validation down over this many steps ...
+    "divergence_steps": 100,  # validation down from its best of this many steps, the training score up ...
     "divergence_mads": 3,  # ... each beyond this many times its noise
-    "divergence_share": 0.05,  # ... validation down by this share of its level
+    "divergence_share": 0.1,  # ... validation down by this share of its level
     "throughput_ratio": 0.5,
     "throughput_mads": 4,
     "mismatch_warning": 0.005,  # training/rollout_probs_diff_mean, as RLInsightRolloutProbsDiff*
@@ -276,7 +276,7 @@ DETECTORS: tuple[Detector, ...] = (
         "train_val_divergence",
         VALIDATION_KEYS,
         "warning",
-        2,
+        1,
         checks.train_val_divergence,
         "the training reward rises while validation falls: the policy learns the reward, not the task "
         "(reward hacking, overfitting to the training prompts)",
@@ -291,7 +291,7 @@ DETECTORS: tuple[Detector, ...] = (
         ("perf/throughput",),
         "warning",
         3,
-        checks.drops("throughput_ratio", "throughput_mads"),
+        checks.falls_from_level("throughput_ratio", "throughput_mads", "entropy_window"),
         "throughput fell far below the run's own level: a slow node, memory pressure or a longer tail",
         "the RL state timeline (long tail, idle), GPU utilisation and memory, the engine panels",
         "find the slow replica or node, check preemption and memory, cap response length",

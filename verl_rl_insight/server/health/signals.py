@@ -33,6 +33,15 @@ def noise(values: Sequence[float]) -> float:
     return statistics.median(diffs) * MAD_SCALE / math.sqrt(2)
 
 
+def curvature_noise(values: Sequence[float]) -> float:
+    """One value's noise from the median second difference: neither a trend nor a level shift
+    counts (for short series that trend, such as a validation score every few steps)."""
+    if len(values) < 4:
+        return noise(values)
+    second = [abs(c - 2 * b + a) for a, b, c in zip(values, values[1:], values[2:])]
+    return statistics.median(second) * MAD_SCALE / math.sqrt(6)
+
+
 def quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     at = q * (len(ordered) - 1)
