@@ -137,8 +137,7 @@ def grpo_run(
         t += duration
         times.append((step, t))
         values = {
-            "training/global_step": step,
-            "training/epoch": step // 100,
+            "training/epoch": step // 100,  # training/global_step is the step itself (the hub's own series)
             "critic/score/mean": score,
             "critic/score/max": 1.0,
             "critic/score/min": 0.0,

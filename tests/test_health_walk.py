@@ -93,3 +93,57 @@ def test_online_and_offline_find_the_same_on_a_real_run(run):
     found, emitted = online(run)
     assert [f.as_json() for f in found] == [f.as_json() for f in offline(run)]
     assert emitted  # the monitor pushed what it said
+
+
+NEW_MODES = (
+    "entropy_collapse",
+    "entropy_blowup",
+    "response_length_collapse",
+    "no_learning_signal",
+    "train_val_divergence",
+)
+SLOWEST = {"train_val_divergence": 60}  # validations come every 10 steps: it needs a few of them
+
+
+@pytest.mark.parametrize("on_shape", (False, True), ids=("real run", "long-CoT GRPO shape"))
+@pytest.mark.parametrize("failure", NEW_MODES)
+def test_each_new_mode_is_found_online_and_offline_near_the_step_it_began(failure, on_shape):
+    """The failure grows over tens of steps from ``inject_at`` (entropy 50x down over 30 steps,
+    10x up, lengths to a tenth, reward / advantages / gradient exactly 0, validation sliding 0.25
+    over 50 steps while the score rises), injected into a real healthy run or the realistic shape."""
+    if on_shape:
+        run = shapes.inject(shapes.grpo_run("r1", 0), failure, 150)
+    else:
+        base, at = shapes.FAILURES[failure]
+        run = shapes.inject(shapes.real_run(base), failure, at)
+    found = offline(run)
+    steps = shapes.detection(run, found)
+    assert steps is not None and 0 <= steps <= SLOWEST.get(failure, 35), (steps, found)
+    live, _ = online(run)
+    assert shapes.detection(run, live) == steps
+    assert [f.as_json() for f in live] == [f.as_json() for f in found]
+
+
+def test_no_learning_signal_is_critical_and_says_why():
+    base, at = shapes.FAILURES["no_learning_signal"]
+    run = shapes.inject(shapes.real_run(base), "no_learning_signal", at)
+    [finding] = [f for f in offline(run) if f.detector == "no_learning_signal"]
+    assert finding.severity == "critical"
+    assert finding.first_step == at and finding.found_at == at + 2  # three steps without a signal
+    assert "every advantage is 0" in finding.evidence and "actor/grad_norm is 0" in finding.evidence
+
+
+@pytest.mark.parametrize("run", shapes.healthy_shapes(seeds=3), ids=lambda r: r.name)
+def test_a_realistic_healthy_shape_gets_no_critical_and_at_most_one_warning(run):
+    """Slow entropy decay, a base model's fast entropy drop, R1 length growth with truncation rising
+    with it, a 30-question validation set, 40-minute steps with checkpoint steps 3x longer, ppo_kl
+    noise around 0, a solved task."""
+    found = [f for f in offline(run) if f.severity != "info"]
+    assert [f for f in found if f.severity == "critical"] == []
+    assert len(found) <= 1, found
+
+
+def test_a_plateau_is_information_not_a_warning():
+    run = shapes.grpo_run("solved", 0, solved=True, length_growth=False)
+    found = offline(run)
+    assert {f.detector for f in found} == {"reward_plateau"} and {f.severity for f in found} == {"info"}

@@ -35,9 +35,10 @@ DASHBOARD = "verl_trainer_v1_with_vllm_engine"
 
 
 def _names() -> str:
-    wanted = {detectors.series_name(k) for d in detectors.ALL for k in d.keys if not k.endswith("/")}
-    wanted |= {detectors.series_name(k) for k in detectors.NON_FINITE_KEYS} | {GLOBAL_STEP_METRIC}
-    return "|".join(sorted(wanted)) + "|" + detectors.VALIDATION + ".*"
+    keys = {k for d in detectors.ALL for k in (*d.keys, *d.extra)} | set(detectors.NON_FINITE_KEYS)
+    wanted = {detectors.series_name(k) for k in keys if not k.endswith("/")} | {GLOBAL_STEP_METRIC}
+    families = {detectors.series_name(k) + ".*" for k in keys if k.endswith("/")}
+    return "|".join(sorted(wanted) + sorted(families))
 
 
 def read_history(prom: Prometheus, project: str, experiment: str, now: float) -> tuple[dict[str, Any], list[Any]]:
