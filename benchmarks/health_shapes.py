@@ -47,6 +47,17 @@ KNOWN = {
     },
 }
 
+# Real runs their source labels failures, and what must be found in them by which step.
+EXPECTED = {
+    "jianghoucheng_opd_grpo_qwen3_4b_dapo_math_collapse": {
+        # "response_length/mean 1759 (step 1) -> ... 4.8 (11) -> 1.0 from step 12 to the end; actor/entropy
+        # 0.21 -> 0.007 (12); critic/score/mean -0.68 -> -1.0 (the minimum) from step 11"
+        "response_length_collapse": 16,
+        "entropy_collapse": 16,
+        "no_learning_signal": 14,
+    },
+}
+
 History = dict[str, list[tuple[int, float]]]
 
 
@@ -69,17 +80,19 @@ def real_run_files() -> list[Path]:
     return [found[name] for name in sorted(found)]
 
 
-def real_runs() -> list[Run]:
+def real_runs(label: str | None = "healthy") -> list[Run]:
+    """The real runs whose source's label starts with ``label`` (None: every one)."""
     runs = []
     for path in real_run_files():
         source = path.with_suffix(".source.json")
-        label = json.loads(source.read_text()).get("label", "") if source.exists() else ""
-        runs.append(Run(path.stem, read_run(path), source=label))
+        text = json.loads(source.read_text()).get("label", "") if source.exists() else ""
+        if label is None or text.startswith(label):
+            runs.append(Run(path.stem, read_run(path), source=text))
     return runs
 
 
 def real_run(name: str) -> Run:
-    [run] = [r for r in real_runs() if r.name == name]
+    [run] = [r for r in real_runs(None) if r.name == name]
     return run
 
 

@@ -56,8 +56,9 @@ def offline(run, resets=()):
 
 def test_there_are_real_runs_to_judge_on():
     runs = shapes.real_runs()
-    assert len(runs) >= 4, [r.name for r in runs]
+    assert len(runs) >= 4, [r.name for r in runs]  # ../shared/real_runs has 4
     assert all(r.source == "healthy" for r in runs)
+    assert set(shapes.EXPECTED) <= {r.name for r in shapes.real_runs("failure")}
 
 
 def planned_drop(at=200):
@@ -88,7 +89,7 @@ def test_a_planned_change_at_a_reset_step_is_no_finding_online():
     assert [f for f in late if f.severity != "info"] == []
 
 
-@pytest.mark.parametrize("run", shapes.real_runs(), ids=lambda r: r.name)
+@pytest.mark.parametrize("run", shapes.real_runs(None), ids=lambda r: r.name)
 def test_online_and_offline_find_the_same_on_a_real_run(run):
     found, emitted = online(run)
     assert [f.as_json() for f in found] == [f.as_json() for f in offline(run)]
@@ -147,3 +148,18 @@ def test_a_plateau_is_information_not_a_warning():
     run = shapes.grpo_run("solved", 0, solved=True, length_growth=False)
     found = offline(run)
     assert {f.detector for f in found} == {"reward_plateau"} and {f.severity for f in found} == {"info"}
+
+
+@pytest.mark.parametrize("name", sorted(shapes.EXPECTED))
+def test_a_real_failed_run_is_found_by_the_step_its_source_describes(name):
+    """A real run its source labels a failure (a GRPO run whose responses collapse to one token):
+    each mode it shows is found by the step the source describes, online as offline."""
+    run = shapes.real_run(name)
+    assert run.source.startswith("failure")
+    found = offline(run)
+    for detector, by in shapes.EXPECTED[name].items():
+        mine = [f for f in found if f.detector == detector]
+        assert mine and mine[0].found_at <= by, (detector, found)
+    assert found[0].severity == "critical"
+    live, _ = online(run)
+    assert [f.as_json() for f in live] == [f.as_json() for f in found]
