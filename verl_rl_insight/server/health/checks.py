@@ -6,6 +6,7 @@ settings are ``DEFAULTS`` in ``detectors.py``.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +46,10 @@ def _recent(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def _against(x: float, level: float, steps: int) -> str:
+    return f"{fmt(x)} against a median of {fmt(level)} over the {steps} steps before"
+
+
 def falls_from_level(share: str, mads: str, window: str) -> Test:
     """Flagged when the newest steps' median is below ``share`` of the run's level over the
     ``window`` steps before (their upper quartile: what it was, not one wild step) and ``mads``
@@ -60,27 +65,10 @@ def falls_from_level(share: str, mads: str, window: str) -> Test:
         evidence = (
             f"{fmt(x)} (median of the last {len(recent)} steps), down from {fmt(level)} over the "
             f"{len(before)} steps before"
+            if flagged
+            else ""
         )
         return Check(flagged, x, level, evidence)
-
-    return test
-
-
-def drops(share: str, mads: str) -> Test:
-    """Flagged when the newest steps' median is ``share`` below the median of the steps before
-    and ``mads`` noise deviations under it (``mads`` of the values' own spread)."""
-
-    def test(series: Series, extra: Extra, p: Params) -> Check | None:
-        parts = split(series, int(p["recent"]), int(p["window"]), int(p["min_history"]))
-        if parts is None:
-            return None
-        recent, before = parts
-        x = _recent(recent)
-        level, spread = robust(before)
-        flagged = level - x > p[share] * abs(level) and level - x > p[mads] * max(spread, noise(before))
-        return Check(
-            flagged, x, level, f"{fmt(x)} against a median of {fmt(level)} over the {len(before)} steps before"
-        )
 
     return test
 
@@ -103,9 +91,7 @@ def rises_from_level(ratio: str, mads: str, window: str, floor: str | None = Non
             and (floor is None or x > p[floor])
             and (at_least is None or x - level > p[at_least])
         )
-        return Check(
-            flagged, x, level, f"{fmt(x)} against a median of {fmt(level)} over the {len(before)} steps before"
-        )
+        return Check(flagged, x, level, _against(x, level, len(before)) if flagged else "")
 
     return test
 
@@ -183,10 +169,15 @@ def plateau(series: Series, extra: Extra, p: Params) -> Check | None:
     )
 
 
-def questions(values: Sequence[float], most: int = 500) -> int | None:
+def questions(values: Sequence[float], most: int = 200) -> int | None:
     """How many questions a validation score in [0, 1] is the share of: the fewest ``n`` for which
-    every value is a whole number of ``n``-ths (as printed: within 3 decimals); None when none up
-    to ``most`` is (a large validation set, or not a share)."""
+    each of the last 10 values is a whole number of ``n``-ths (as printed: within 3 decimals); None
+    when none up to ``most`` is (a large validation set, or not a share)."""
+    return _questions(tuple(values[-10:]), most)
+
+
+@functools.lru_cache(maxsize=4096)
+def _questions(values: tuple[float, ...], most: int) -> int | None:
     if not values or any(not 0 <= v <= 1 for v in values):
         return None
     for n in range(2, most + 1):

@@ -79,7 +79,7 @@ DEFAULTS: dict[str, float] = {
     "entropy_mads": 4,
     "entropy_blowup_ratio": 2.5,  # entropy above this many times its lower quartile before ...
     "entropy_blowup_rise": 0.3,  # ... and this many nats above it
-    "reward_drop": 0.3,  # score down by this share of its level (and reward_mads of its noise) ...
+    "reward_collapse_share": 0.7,  # score below this share of its level over reward_window steps ...
     "reward_mads": 4,
     "reward_window": 50,
     "plateau_steps": 40,  # the score's trend over this many steps ...
@@ -91,7 +91,7 @@ DEFAULTS: dict[str, float] = {
     "spike_steps": 3,  # this many steps in a row ...
     "spike_window": 50,
     "spike_ratio": 3.0,  # ... all above this many times the median before ...
-    "spike_tail": 1.5,  # ... and this many times the 90th percentile before (the run's own tail)
+    "spike_tail": 1.2,  # ... and this many times the 90th percentile before (the run's own tail)
     "clip_ratio": 2.0,
     "clip_mads": 5,
     "clip_min": 0.05,  # a clip fraction below this is never a runaway
@@ -310,7 +310,6 @@ DETECTORS: tuple[Detector, ...] = (
         online=False,  # online: RLInsightRolloutProbsDiffWarning / Critical
     ),
 )
-DEFAULTS["reward_collapse_share"] = 1 - DEFAULTS["reward_drop"]
 
 NON_FINITE_KEYS = (
     "actor/pg_loss",
@@ -367,12 +366,14 @@ def _family_member(prefix: str, names: Iterable[str]) -> str | None:
     return (means or found)[0] if found else None
 
 
-def pick(detector: Detector, names: Iterable[str] | Mapping[str, float]) -> tuple[int, str] | None:
+def pick(
+    detector: Detector, names: Iterable[str] | Mapping[str, float], better_than: int | None = None
+) -> tuple[int, str] | None:
     """(rank, series name) of the key the detector reads among ``names`` (series names): its first
-    key present (rank 0 is its first key); for a family (``val-core/``) its first reward, score or
-    accuracy mean."""
+    key present (rank 0 is its first key), only of a rank below ``better_than``; for a family
+    (``val-core/``) its first reward, score or accuracy mean."""
     present = names if isinstance(names, Mapping) else set(names)
-    for rank, key in enumerate(detector.keys):
+    for rank, key in enumerate(detector.keys[:better_than]):
         if key.endswith("/"):
             member = _family_member(series_name(key), present)
             if member is not None:
@@ -432,7 +433,7 @@ class Streak:
             if x is not None and math.isfinite(x) and (not values or step > values[-1][0]):
                 values.append((step, x))
             _trim(values, self.keep, since)
-        found = pick(self.detector, metrics) if self.rank > 0 or self.metric not in metrics else None
+        found = pick(self.detector, metrics, self.rank) if self.rank > 0 else None  # a key it prefers?
         if found is not None and found[0] < self.rank:  # the run logs a key the detector prefers: follow it
             self.rank, self.metric, self.series, self.run, self.active = found[0], found[1], [], [], False
         if self.metric is None:

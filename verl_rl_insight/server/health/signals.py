@@ -53,15 +53,17 @@ def quantile(values: Sequence[float], q: float) -> float:
 def split(series: Series, recent: int, window: int, min_history: int) -> tuple[list[float], list[float]] | None:
     """(the newest ``recent`` values, the up to ``window`` values before them); None while fewer
     than ``min_history`` values come before them."""
-    values = [v for _, v in series]
-    if len(values) < recent + min_history:
+    if len(series) < recent + min_history:
         return None
-    return values[-recent:], values[-recent - window : -recent]
+    values = [v for _, v in series[-recent - window :]]
+    return values[-recent:], values[:-recent]
 
 
 def theil_sen(points: Series) -> float:
-    """The median of the pairwise slopes: a trend that a few wild steps do not move."""
-    slopes = [(v2 - v1) / (s2 - s1) for i, (s1, v1) in enumerate(points) for s2, v2 in points[i + 1 :] if s2 != s1]
+    """The median of the slopes between each point and the one half the points later (Theil-Sen
+    on those pairs: a trend that a few wild steps do not move, in linear time)."""
+    half = len(points) // 2
+    slopes = [(v2 - v1) / (s2 - s1) for (s1, v1), (s2, v2) in zip(points, points[half:]) if s2 != s1]
     return statistics.median(slopes) if slopes else 0.0
 
 
