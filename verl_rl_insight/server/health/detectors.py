@@ -28,7 +28,8 @@ PREFIX = "rl_insight_monitor_"  # the trainer scalars' series (plugin trainer_me
 VALIDATION_KEYS = ("val-core/", "val/test_score/", "test_score/")  # verl's, then older verl's validation keys
 VALIDATION = metric_name(PREFIX, "val-core/")
 SEVERITIES = ("critical", "warning", "info")  # info: worth knowing, not a problem (a plateau)
-KEEP = 200  # steps each detector keeps of a run (online and offline alike: the same findings)
+KEEP = 120  # values each detector keeps of a series (online and offline alike: the same findings); its
+# longest look back: the training score over the 100 steps of train_val_divergence
 
 Findings = list["Finding"]
 JsonValue = str | int | float | None
@@ -47,6 +48,7 @@ class Detector:
     panel: str  # the dashboard panel to open
     online: bool = True  # the server pushes its findings per step (stall and mismatch have their own rules)
     extra: tuple[str, ...] = ()  # the run's other keys the test reads
+    extra_keep: int = KEEP  # how many values of each it needs
 
     @property
     def alert(self) -> str:
@@ -144,6 +146,7 @@ DETECTORS: tuple[Detector, ...] = (
         "(rollout.n > 1 for GRPO), that the task is neither all solved nor all failed",
         "Training: what to check first",
         extra=SIGNAL_KEYS,
+        extra_keep=1,  # the step's own values
     ),
     Detector(
         "entropy_collapse",
@@ -432,7 +435,7 @@ class Streak:
             x = metrics.get(series_name(key))
             if x is not None and math.isfinite(x) and (not values or step > values[-1][0]):
                 values.append((step, x))
-            _trim(values, self.keep, since)
+            _trim(values, min(self.keep, self.detector.extra_keep), since)
         found = pick(self.detector, metrics, self.rank) if self.rank > 0 else None  # a key it prefers?
         if found is not None and found[0] < self.rank:  # the run logs a key the detector prefers: follow it
             self.rank, self.metric, self.series, self.run, self.active = found[0], found[1], [], [], False

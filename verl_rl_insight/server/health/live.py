@@ -9,8 +9,16 @@
 - ``rl_insight_health_value`` and ``rl_insight_health_baseline``: the value tested and the run's
   own baseline (median of the steps before), the evidence.
 
+Also, per run, the stall detector's stream (``detector="stall"``): the latest step's duration and
+the run's median step time, which ``RLInsightTrainingStalled`` compares with the time since the
+run's last step (so it never fires before a run has a step time).
+
+``reset_baseline(project, experiment, step)``: every baseline of the run starts again at ``step``
+(a planned change: ``rl-insight runs mark --reset-baseline``).
+
 Bounded: ``max_runs`` runs (the one heard from longest ago is forgotten first), each detector
-keeping the last 200 steps. A server restart starts the baselines again from the next steps.
+keeping the last ``KEEP`` (120) values of what it reads. A server restart starts the baselines again
+from the next steps.
 """
 
 from __future__ import annotations
