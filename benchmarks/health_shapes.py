@@ -55,6 +55,7 @@ EXPECTED = {
         "response_length_collapse": 16,
         "entropy_collapse": 16,
         "no_learning_signal": 14,
+        "kl_blowup": 10,  # "actor/reward_kl_penalty 0.83 -> 16.6"
     },
 }
 
@@ -234,7 +235,7 @@ def inject(base: Run, failure: str, at: int) -> Run:
     elif failure == "reward_collapse":  # the score loses 80 % over 30 steps
         _change(run, score, at, lambda s, v, r: v * (1 - 0.8 * r))
     elif failure == "kl_blowup":  # the KL the run is held to grows 20x over 30 steps
-        k = next(k for k in ("actor/kl_loss", "critic/kl") if key(k) in run.history)
+        k = next(k for k in detectors.BY_NAME["kl_blowup"].keys if key(k) in run.history)
         _change(run, k, at, lambda s, v, r: max(v, 0.01) * math.exp(math.log(30) * r) + 0.3 * r)
     elif failure == "grad_norm_spike":  # the gradient norm climbs 10x over 30 steps: a divergence
         _change(run, "actor/grad_norm", at, lambda s, v, r: v * (1 + 9 * r))

@@ -73,13 +73,21 @@ def falls_from_level(share: str, mads: str, window: str) -> Test:
     return test
 
 
-def rises_from_level(ratio: str, mads: str, window: str, floor: str | None = None, at_least: str | None = None) -> Test:
+def rises_from_level(
+    ratio: str,
+    mads: str,
+    window: str,
+    floor: str | None = None,
+    at_least: str | None = None,
+    history: str = "min_history",
+) -> Test:
     """Flagged when the newest steps (their median) are above ``ratio`` x the median of the
     ``window`` steps before and ``mads`` deviations over it; ``floor``: and above this value;
-    ``at_least``: and this far above the median (an absolute rise)."""
+    ``at_least``: and this far above the median (an absolute rise); ``history``: the steps it
+    needs before the newest."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
-        parts = split(series, int(p["recent"]), int(p[window]), int(p["min_history"]))
+        parts = split(series, int(p["recent"]), int(p[window]), int(p[history]))
         if parts is None:
             return None
         recent, before = parts

@@ -90,6 +90,7 @@ DEFAULTS: dict[str, float] = {
     "kl_ratio": 3.0,  # KL to the reference above this many times its median before ...
     "kl_mads": 6,
     "kl_rise": 0.1,  # ... and this far above it (nats): KL grows from 0 in every run
+    "kl_min_history": 3,  # a KL that runs away in a run's first 10 steps is found there
     "spike_steps": 3,  # this many steps in a row ...
     "spike_window": 50,
     "spike_ratio": 3.0,  # ... all above this many times the median before ...
@@ -197,12 +198,12 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "kl_blowup",
-        ("actor/kl_loss", "critic/kl"),
+        ("actor/kl_loss", "actor/reward_kl_penalty", "critic/kl"),  # critic/kl: older verl's reward penalty
         "critical",
         2,
-        checks.rises_from_level("kl_ratio", "kl_mads", "window", at_least="kl_rise"),
+        checks.rises_from_level("kl_ratio", "kl_mads", "window", at_least="kl_rise", history="kl_min_history"),
         "the policy is running away from the reference policy it is held to (the KL loss or the reward's KL penalty)",
-        "actor/kl_loss or critic/kl by step, grad norm, the clip fraction",
+        "actor/kl_loss or actor/reward_kl_penalty by step, grad norm, the clip fraction",
         "lower the learning rate, raise the KL coefficient, tighten the clip range, check the log-prob mismatch",
         "Actor",
     ),
