@@ -70,11 +70,16 @@ def offline(run: shapes.Run) -> list[detectors.Finding]:
 
 
 def false_findings(runs: list[shapes.Run]) -> dict[str, int]:
+    """{detector: its warning or critical findings on these healthy runs}; for an information-only
+    detector (a plateau): the runs where it spoke."""
     counts: dict[str, int] = {}
     for run in runs:
-        for f in offline(run):
+        found = offline(run)
+        for f in found:
             if f.severity != "info" and not shapes.known(run, f):
                 counts[f.detector] = counts.get(f.detector, 0) + 1
+        for name in {f.detector for f in found if f.severity == "info"}:
+            counts[name] = counts.get(name, 0) + 1
     return counts
 
 
@@ -101,7 +106,9 @@ def cost_ratio(run: shapes.Run) -> tuple[float, float, float]:
         for batches in decoded:
             monitor.observe(batches)
 
-    d, o = timed(decode_all), timed(observe_all)
+    d, o = math.inf, math.inf
+    for _ in range(5):  # interleaved, the fastest of each: the machine's load moves both alike
+        d, o = min(d, timed(decode_all, 1)), min(o, timed(observe_all, 1))
     return o / d, o / len(pushes) * 1e6, d / len(pushes) * 1e6
 
 
@@ -137,8 +144,9 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- |")
     for d in detectors.ALL:
         s = steps.get(d.name, {})
+        info = " runs with it (information)" if d.severity == "info" else ""
         print(
-            f"| `{d.name}` ({d.severity}) | {on_real.get(d.name, 0)} | {on_shapes.get(d.name, 0)} | "
+            f"| `{d.name}` ({d.severity}) | {on_real.get(d.name, 0)}{info} | {on_shapes.get(d.name, 0)}{info} | "
             f"{show(s['real']) if 'real' in s else '-'} | {show(s['shape']) if 'shape' in s else '-'} |"
         )
     print("\nonline and offline found the same findings on every failure run")
