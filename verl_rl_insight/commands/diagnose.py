@@ -24,7 +24,7 @@ from verl_rl_insight.commands.checks import CliError
 from verl_rl_insight.commands.run_file import RunFileError, read_run
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.watch.data import DataError, Prometheus
-from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.server.health import detectors
 
@@ -125,7 +125,8 @@ def from_file(args: argparse.Namespace) -> int:
     steps = sorted({s for values in history.values() for s, _ in values})
     if not steps:
         raise CliError(f"{path}: no step with a number in it", code=CANNOT)
-    findings = detectors.diagnose(history, finished=True)
+    times = history.pop(STEP_TIME_METRIC, [])  # a runs export CSV has each step's own time
+    findings = detectors.diagnose(history, times, finished=True)
     return report(args, str(path), {"file": str(path)}, (steps[0], steps[-1]), findings)
 
 
