@@ -52,8 +52,9 @@ def _against(x: float, level: float, steps: int) -> str:
 
 def falls_from_level(share: str, mads: str, window: str) -> Test:
     """Flagged when the newest steps' median is below ``share`` of the run's level over the
-    ``window`` steps before (their upper quartile: what it was, not one wild step) and ``mads``
-    noise deviations under it: a fall over tens of steps, not only a cliff."""
+    ``window`` steps before (their upper quartile: what it was, not one wild step; for a negative
+    level, ``1 - share`` of its size below it) and ``mads`` noise deviations under it: a fall over
+    tens of steps, not only a cliff."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
         parts = split(series, int(p["recent"]), int(p[window]), int(p["min_history"]))
@@ -61,7 +62,8 @@ def falls_from_level(share: str, mads: str, window: str) -> Test:
             return None
         recent, before = parts
         x, level = _recent(recent), quantile(before, 0.75)
-        flagged = x < p[share] * level and level - x > p[mads] * noise(before)
+        fall = level - x  # a share of the level's size: a reward in [-1, 0] falls as one in [0, 1] does
+        flagged = fall > (1 - p[share]) * abs(level) and fall > p[mads] * noise(before)
         evidence = (
             f"{fmt(x)} (median of the last {len(recent)} steps), down from {fmt(level)} over the "
             f"{len(before)} steps before"
