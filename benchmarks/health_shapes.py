@@ -16,6 +16,7 @@ A run is ``{verl key: [(step, value)]}`` and its steps' times.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
@@ -81,14 +82,20 @@ def real_run_files() -> list[Path]:
     return [found[name] for name in sorted(found)]
 
 
+@functools.lru_cache(maxsize=64)
+def _read(path: Path) -> tuple[History, str]:
+    source = path.with_suffix(".source.json")
+    return read_run(path), json.loads(source.read_text()).get("label", "") if source.exists() else ""
+
+
 def real_runs(label: str | None = "healthy") -> list[Run]:
-    """The real runs whose source's label starts with ``label`` (None: every one)."""
+    """The real runs whose source's label starts with ``label`` (None: every one); each call gets
+    its own copy to change."""
     runs = []
     for path in real_run_files():
-        source = path.with_suffix(".source.json")
-        text = json.loads(source.read_text()).get("label", "") if source.exists() else ""
+        history, text = _read(path)
         if label is None or text.startswith(label):
-            runs.append(Run(path.stem, read_run(path), source=text))
+            runs.append(Run(path.stem, dict(history), source=text))
     return runs
 
 
