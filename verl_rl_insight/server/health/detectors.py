@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.server.health import checks
@@ -572,26 +572,20 @@ class Said:
     baseline: float | None
 
 
-@dataclass
 class RunHealth:
     """Every detector's walk over one run."""
 
-    params: Mapping[str, float]
-    keep: int = KEEP
-    streaks: list[Streak] = field(default_factory=list)
-    non_finite: Findings = field(default_factory=list)
-    times: StepTimes | None = None
-
-    def __post_init__(self) -> None:
-        self.streaks = [Streak(d, self.params, self.keep) for d in DETECTORS]
-        self.times = StepTimes(self.params, self.keep)
+    def __init__(self, params: Mapping[str, float], keep: int = KEEP) -> None:
+        self.params = params
+        self.streaks = [Streak(d, params, keep) for d in DETECTORS]
+        self.non_finite: Findings = []
+        self.times = StepTimes(params, keep)
 
     def reset_baseline(self, step: int) -> None:
         """Every detector's baseline starts again at ``step``: the steps before it are not baseline
         once the run is there (a finding under way ends)."""
         for streak in self.streaks:
             streak.reset_baseline(step)
-        assert self.times is not None
         self.times.resets = sorted({*self.times.resets, step})
 
     def add(self, step: int, metrics: Mapping[str, float], at: float | None = None) -> list[Said]:
@@ -618,14 +612,12 @@ class RunHealth:
                         streak.detector.name, verl_key(streak.metric or ""), streak.active, check.value, check.baseline
                     )
                 )
-        assert self.times is not None
         duration = self.times.add(step, metrics, at)
         if duration is not None:
             said.append(Said("stall", "step time", False, duration, self.times.median()))
         return said
 
     def findings(self, finished: bool = True, now: float = 0.0) -> Findings:
-        assert self.times is not None
         found = [*self.non_finite, *(f for s in self.streaks for f in s.findings), *self.times.findings]
         gap = None if finished else self.times.open_gap(now)
         return ranked([*found, *([gap] if gap else [])])
