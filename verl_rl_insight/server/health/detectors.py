@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from verl_rl_insight.contract.naming import metric_name
@@ -658,20 +658,3 @@ def diagnose(
     for step in sorted(set(steps) | set(at)):  # a step with a time and no scalar here still has a time
         walk.add(step, steps.get(step, {}), at.get(step))
     return walk.findings(finished, now)
-
-
-def walk_steps(
-    steps: Iterable[tuple[int, Mapping[str, float]]],
-    params: Mapping[str, float] | None = None,
-    resets: Sequence[int] = (),
-    on_step: Callable[[int, list[Said]], None] | None = None,
-) -> RunHealth:
-    """The walk over steps given in order (step, {series name: value}), as the server walks them."""
-    walk = RunHealth({**DEFAULTS, **(params or {})})
-    for step in resets:
-        walk.reset_baseline(step)
-    for step, metrics in steps:
-        said = walk.add(step, metrics)
-        if on_step is not None:
-            on_step(step, said)
-    return walk
