@@ -11,6 +11,7 @@ from typing import Any
 
 from verl_rl_insight.contract import environment
 from verl_rl_insight.trainer import runtime
+from verl_rl_insight.trainer.client.run_card import RunCardSender
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -26,8 +27,11 @@ class RLInsightBackend:
         self._log_metrics = self._runtime.hook.rl_insight_log_metrics
         self._failed = False
         self._runtime.hook.rl_insight_run_start(run=self._run, trainer_config=config)
+        self._card = _card_sender(self._runtime.config, self._run, config)
 
     def log(self, data: Any, step: int | None) -> None:
+        if self._card is not None:  # the run's card goes out with its first logged step
+            self._card.first_log()
         try:
             self._log_metrics(run=self._run, metrics=dict(data), step=step, timestamp=time.time())
         except Exception:
@@ -38,6 +42,20 @@ class RLInsightBackend:
     def finish(self) -> None:
         """Flush what is pending (bounded by ``metric_push.flush_timeout_s``) and stop."""
         try:
+            if self._card is not None:
+                self._card.close(timeout_s=2.0)
             runtime.shutdown()
         except Exception:  # called from Tracking.__del__ during interpreter teardown too
             pass
+
+
+def _card_sender(settings: Any, run: Any, config: Any) -> RunCardSender | None:
+    """The sender of the run's card (None without a server, or when it cannot start)."""
+    url = settings.get("server_url")
+    if not url or not str(url).startswith(("http://", "https://")):
+        return None
+    try:
+        return RunCardSender(str(url), settings.get("token"), run.project, run.experiment_name, config)
+    except Exception:
+        logger.exception("rl-insight: the run's card is not sent; training goes on")
+        return None
