@@ -133,6 +133,7 @@ def test_the_run_card_from_verls_hydra_config_is_shown_diffed_and_holds_no_secre
     assert fields["commit"].startswith(head)  # pytest runs in the repository: its commit
     assert fields["command"] == shlex.join(sys.argv)  # the driver's command line
     assert fields["nodes x GPUs"] == "1 x 8" and fields["model"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert lines[7].startswith("config (") and all(line.startswith("  ") and " = " in line for line in lines[8:])
     assert "  actor_rollout_ref.actor.optim.lr = 1e-06" in lines
     assert "  actor_rollout_ref.rollout.n = 4" in lines
     assert f"  trainer.wandb_api_key = {MASK}" in lines

@@ -154,7 +154,7 @@ def depth_of(value: Json) -> int:
 def flatten(value: Json, prefix: str = "") -> dict[str, Json]:
     """Nested blocks as dotted keys (``actor_rollout_ref.actor.optim.lr``); a list is one value,
     in full; an empty block is one value too."""
-    if isinstance(value, dict) and value:
+    if isinstance(value, dict) and (value or not prefix):
         out: dict[str, Json] = {}
         for k, v in value.items():
             out.update(flatten(v, f"{prefix}.{k}" if prefix else k))
