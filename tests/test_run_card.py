@@ -292,3 +292,16 @@ def test_a_card_not_sent_before_the_first_step_is_not_sent_at_all(hub_server):
     assert len(server.api.run_cards) == 0
     sender.close()
     assert sender.state == "not sent: no step was logged"
+
+
+def test_the_trainer_masks_every_secret_before_the_card_leaves_its_process(monkeypatch):
+    from omegaconf import OmegaConf
+
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", "http://rl-insight:server-token-1a2b@127.0.0.1:1")
+    config = OmegaConf.to_container(verl_config("masked", "1e-6", 4), resolve=True)
+    config["trainer"]["monitor"] = "see http://127.0.0.1:1 with server-token-1a2b"  # the token under a plain key
+    secrets = card_client.secrets_known(None, os.environ)
+    card = json.dumps(card_client.build_card(PROJECT, "masked", config, secrets))
+    for secret in (*SECRETS, "server-token-1a2b"):
+        assert secret not in card
+    assert card.count(MASK) == 4 and '"prompt_key": "prompt"' in card  # a column name is no secret

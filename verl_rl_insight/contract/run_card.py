@@ -89,6 +89,19 @@ def redact(value: Json, secrets: Iterable[str] = (), key: str = "") -> Json:
     return value
 
 
+def redact_card(card: Mapping[str, Json], secrets: Iterable[str] = ()) -> dict[str, Json]:
+    """A card with every secret masked; its ``derived`` (key -> key) is names, not values: only the
+    text in it is searched for secrets, a token-named key there is kept."""
+    known = tuple(secrets)
+    derived = card.get("derived")
+    out = {k: redact(v, known, k) for k, v in card.items() if k != "derived"}
+    if isinstance(derived, dict):
+        out["derived"] = {redact_text(k, known): redact(v, known) for k, v in derived.items()}
+    elif "derived" in card:
+        out["derived"] = redact(derived, known)
+    return out
+
+
 def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
     """A command line with secrets masked: ``a.b.hf_token=X`` (a Hydra override), ``--token X``,
     ``--api-key=X``, and secrets inside any argument."""

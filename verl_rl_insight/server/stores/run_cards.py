@@ -22,7 +22,7 @@ from pathlib import Path
 
 from verl_rl_insight.contract.errors import BadInput, NotFound, TooLarge
 from verl_rl_insight.contract.naming import label_value_problem
-from verl_rl_insight.contract.run_card import CARD_FIELDS, MAX_CARD_BYTES, MAX_DEPTH, Json, depth_of, redact
+from verl_rl_insight.contract.run_card import CARD_FIELDS, MAX_CARD_BYTES, MAX_DEPTH, Json, depth_of, redact_card
 from verl_rl_insight.server.stores.files import private_folder, write_atomically
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -85,9 +85,7 @@ def check_card(body: bytes, secrets: tuple[str, ...] = ()) -> dict[str, Json]:
     created = card.get("created")
     if created is not None and (isinstance(created, bool) or not isinstance(created, (int, float))):
         raise RunCardError("created: must be a time in seconds or null")
-    redacted = redact(card, secrets)
-    assert isinstance(redacted, dict)  # redact keeps a dict a dict
-    return redacted
+    return redact_card(card, secrets)
 
 
 class RunCardStore:

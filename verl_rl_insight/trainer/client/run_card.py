@@ -26,7 +26,7 @@ from pathlib import Path
 
 from verl_rl_insight.contract import environment, run_credential, server_url
 from verl_rl_insight.contract.http_client import HttpClient
-from verl_rl_insight.contract.run_card import MAX_CARD_BYTES, Json, plain, redact, redact_argv
+from verl_rl_insight.contract.run_card import MAX_CARD_BYTES, Json, plain, redact_argv, redact_card
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -175,7 +175,7 @@ def build_card(
         "derived": dict(_derived_keys_or_none(notes)),
         "notes": list(notes),
     }
-    card = redact(card, secrets)  # type: ignore[assignment]  # a dict stays a dict
+    card = redact_card(card, secrets)
     if len(json.dumps(card)) > MAX_CARD_BYTES:
         card["config"] = None
         card["notes"] = [*notes, f"config left out: the card is over {MAX_CARD_BYTES // 1024} KiB"]

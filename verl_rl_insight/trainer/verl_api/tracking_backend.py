@@ -28,9 +28,11 @@ class RLInsightBackend:
         self._failed = False
         self._runtime.hook.rl_insight_run_start(run=self._run, trainer_config=config)
         self._card = _card_sender(self._runtime.config, self._run, config)
+        self._card_waits = self._card is not None
 
     def log(self, data: Any, step: int | None) -> None:
-        if self._card is not None:  # the run's card goes out with its first logged step
+        if self._card_waits and self._card is not None:  # the run's card goes out with its first logged step
+            self._card_waits = False
             self._card.first_log()
         try:
             self._log_metrics(run=self._run, metrics=dict(data), step=step, timestamp=time.time())
@@ -43,7 +45,10 @@ class RLInsightBackend:
         """Flush what is pending (bounded by ``metric_push.flush_timeout_s``) and stop."""
         try:
             if self._card is not None:
-                self._card.close(timeout_s=2.0)
+                self._card.close(timeout_s=1.0)  # a send under way may end; no new try starts
+        except Exception:
+            pass
+        try:
             runtime.shutdown()
         except Exception:  # called from Tracking.__del__ during interpreter teardown too
             pass
