@@ -186,6 +186,9 @@ def test_a_card_survives_a_restart_and_the_oldest_leaves_beyond_the_bound(tmp_pa
     assert len(again) == 3 and again.get("p", "e3")["card"]["config"] == {"a": {"b": [1, 2]}}
     with pytest.raises(LookupError, match="no card of 'p' / 'e0'"):
         again.get("p", "e0")
+    files = sorted(p.stat().st_size for p in (tmp_path / "cards").iterdir())
+    smaller = RunCardStore(tmp_path / "cards", max_total_bytes=sum(files) - 1)  # bytes bound: oldest out
+    assert len(smaller) == 2 and len(list((tmp_path / "cards").iterdir())) == 2
 
 
 @pytest.mark.parametrize(
