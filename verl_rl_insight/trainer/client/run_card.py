@@ -45,23 +45,28 @@ def _version(distribution: str) -> str | None:
 
 
 def git_state(folder: str, timeout_s: float = GIT_TIMEOUT_S) -> dict[str, Json] | None:
-    """``{"commit", "dirty"}`` of the git work tree ``folder`` is in; None without git or a repository."""
+    """``{"commit", "dirty"}`` of the git work tree ``folder`` is in (``dirty`` None when git could
+    not tell in time); None without git or a repository. Takes no lock in the user's repository."""
+    git = ["git", "--no-optional-locks", "-C", folder]
     try:
         commit = subprocess.run(
-            ["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=timeout_s, check=False
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=timeout_s, check=False
         )
-        if commit.returncode != 0:
-            return None
+    except (OSError, subprocess.SubprocessError):  # no git, a slow file system
+        return None
+    if commit.returncode != 0:
+        return None
+    try:
         status = subprocess.run(
-            ["git", "-C", folder, "status", "--porcelain", "--untracked-files=no"],
+            [*git, "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
             timeout=timeout_s,
             check=False,
         )
-    except (OSError, subprocess.SubprocessError):  # no git, a slow file system
-        return None
-    dirty: bool | None = bool(status.stdout.strip()) if status.returncode == 0 else None
+        dirty: bool | None = bool(status.stdout.strip()) if status.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):  # a large work tree: the commit is still known
+        dirty = None
     return {"commit": commit.stdout.strip(), "dirty": dirty}
 
 
