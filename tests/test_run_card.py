@@ -205,6 +205,7 @@ def test_a_card_survives_a_restart_and_the_oldest_leaves_beyond_the_bound(tmp_pa
         (json.dumps({"project": "", "experiment_name": "e"}).encode(), 400, "project:"),
         (json.dumps({"project": "p", "experiment_name": "e", "wat": 1}).encode(), 400, "unknown field 'wat'"),
     ],
+    ids=["not-an-object", "config-not-an-object", "too-large", "too-deep", "empty-project", "unknown-field"],
 )
 def test_a_bad_card_gets_a_4xx_naming_the_field(hub_server, body, status, field):
     server = hub_server(token="t0ken-xyz")
@@ -308,3 +309,14 @@ def test_the_trainer_masks_every_secret_before_the_card_leaves_its_process(monke
     for secret in (*SECRETS, "server-token-1a2b"):
         assert secret not in card
     assert card.count(MASK) == 4 and '"prompt_key": "prompt"' in card  # a column name is no secret
+
+
+def test_a_command_line_that_differs_only_by_the_overrides_shown_and_the_names_is_set_apart():
+    def card(experiment, lr, script="main_ppo.py"):
+        command = [script, f"a.lr={lr}", f"trainer.experiment_name={experiment}"]
+        return {"project": "p", "experiment_name": experiment, "command": command, "config": {"a": {"lr": lr}}}
+
+    found, by_nature = differences(card("run-1", 1e-6), card("run-2", 3e-6))
+    assert [k for k, _, _ in found] == ["a.lr"] and by_nature == ["command"]
+    found, _ = differences(card("run-1", 1e-6), card("run-2", 3e-6, script="other.py"))  # another script: shown
+    assert [k for k, _, _ in found] == ["a.lr", "command"]

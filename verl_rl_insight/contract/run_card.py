@@ -231,8 +231,9 @@ def differences(first: Mapping[str, Json], second: Mapping[str, Json]) -> tuple[
     are read as the second's (``trainer.experiment_name``, ``trainer.default_local_dir``, a command
     line that names the experiment) is identity too; and so is a key that verl's own config makes
     a copy of another (``actor_rollout_ref.actor.rollout_n: ${actor_rollout_ref.rollout.n}``, the
-    card's ``derived``) while it holds that key's value in both runs. Those are set apart, not
-    listed as differences: the key they follow is."""
+    card's ``derived``) while it holds that key's value in both runs; and the command line when it
+    differs only by the runs' names and the overrides of keys the diff shows. Those are set apart,
+    not listed as differences: what they follow is."""
     a, b = card_keys(first, identity=False), card_keys(second, identity=False)
     names = {
         str(first.get(k)): str(second.get(k))
@@ -257,4 +258,25 @@ def differences(first: Mapping[str, Json], second: Mapping[str, Json]) -> tuple[
             found.append((key, left, right))
         else:
             found.append((key, a[key] if key in a else ABSENT, b[key] if key in b else ABSENT))
+    told = {key for key, _, _ in found} | set(by_name)
+    for item in [d for d in found if d[0] == "command"]:
+        if _overrides_of(item[1], item[2], told, names):
+            found.remove(item)
+            by_name.append("command")
     return found, by_name
+
+
+def _overrides_of(left: Json | Absent, right: Json | Absent, keys: set[str], names: Mapping[str, str]) -> bool:
+    """True when two command lines differ only in Hydra overrides (``a.b=v``) of ``keys`` (the keys
+    the diff shows already) and in the runs' names: the command adds nothing to the diff then."""
+    if not (isinstance(left, list) and isinstance(right, list)) or len(left) != len(right):
+        return False
+    for one, other in zip(left, right):
+        if one == other or (names and _named(one, names) == json.dumps(other, sort_keys=True)):
+            continue
+        if not (isinstance(one, str) and isinstance(other, str)):
+            return False
+        key, eq, _ = one.partition("=")
+        if not eq or other.partition("=")[0] != key or key.lstrip("+~") not in keys:
+            return False
+    return True
