@@ -13,7 +13,6 @@ import re
 import shlex
 import time
 import urllib.parse
-from typing import Any
 
 from verl_rl_insight.commands.api import call, print_table, server
 from verl_rl_insight.commands.checks import CliError
@@ -42,12 +41,14 @@ def shown(value: Json | Absent) -> str:
     return printable(value if isinstance(value, str) else json.dumps(value))
 
 
-def fetch(base: str, token: str | None, run: tuple[str, str]) -> dict[str, Any]:
+def fetch(base: str, token: str | None, run: tuple[str, str]) -> tuple[dict[str, Json], dict[str, Json]]:
+    """(what the server keeps: card and time received, the card itself)."""
     query = urllib.parse.urlencode({"project": run[0], "experiment_name": run[1]})
     kept = call("GET", f"{base}/api/v1/runs/card?{query}", token)
-    if not isinstance(kept, dict) or not isinstance(kept.get("card"), dict):
+    card = kept.get("card") if isinstance(kept, dict) else None
+    if not isinstance(card, dict):
         raise CliError(f"the server's card of {run[0]}/{run[1]} is not an object")
-    return kept
+    return kept, card
 
 
 def _summary(card: dict[str, Json], received: object) -> list[tuple[str, str]]:
@@ -80,11 +81,10 @@ def _summary(card: dict[str, Json], received: object) -> list[tuple[str, str]]:
 
 def show_card(args: argparse.Namespace) -> int:
     base, token = server(args)
-    kept = fetch(base, token, args.run)
+    kept, card = fetch(base, token, args.run)
     if args.json:
         print(json.dumps(kept))
         return 0
-    card = kept["card"]
     rows = _summary(card, kept.get("received"))
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
@@ -99,7 +99,7 @@ def show_card(args: argparse.Namespace) -> int:
 
 def diff_cards(args: argparse.Namespace) -> int:
     base, token = server(args)
-    first, second = (fetch(base, token, run)["card"] for run in (args.first, args.second))
+    first, second = (fetch(base, token, run)[1] for run in (args.first, args.second))
     found, by_nature = differences(first, second)
     names = ["/".join(args.first), "/".join(args.second)]
     if args.json:
@@ -127,7 +127,7 @@ def diff_cards(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(runs_sub: Any) -> list[Any]:
+def add_parsers(runs_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> list[argparse.ArgumentParser]:
     """``runs show`` and ``runs diff`` (their parsers, for the common options)."""
     show = runs_sub.add_parser(
         "show", help="a run's card: versions, commit, command, nodes x GPUs, model, then its config as dotted keys"

@@ -9,6 +9,8 @@ import os
 import time
 from typing import Any
 
+from omegaconf import DictConfig
+
 from verl_rl_insight.contract import environment
 from verl_rl_insight.trainer import runtime
 from verl_rl_insight.trainer.client.run_card import RunCardSender
@@ -54,7 +56,7 @@ class RLInsightBackend:
             pass
 
 
-def _card_sender(settings: Any, run: Any, config: Any) -> RunCardSender | None:
+def _card_sender(settings: DictConfig, run: runtime.RunInfo, config: object) -> RunCardSender | None:
     """The sender of the run's card (None without a server, or when it cannot start)."""
     url = settings.get("server_url")
     if not url or not str(url).startswith(("http://", "https://")):
