@@ -10,6 +10,7 @@ import time
 import urllib.parse
 from typing import Any
 
+from verl_rl_insight.commands import run_card
 from verl_rl_insight.commands.api import call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
@@ -264,5 +265,6 @@ def add_parsers(sub: Any) -> None:
     revoked.add_argument("--project", required=True)
     revoked.add_argument("--experiment", required=True, help="the experiment_name")
     revoked.set_defaults(func=revoke)
-    for parser in (listing, out, gone, revoked):
+    cards = run_card.add_parsers(runs_sub)  # runs show, runs diff
+    for parser in (listing, out, gone, revoked, *cards):
         common_options(parser, top=True)

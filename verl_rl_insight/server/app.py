@@ -42,6 +42,7 @@ from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import private_folder, write_atomically
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.revocations import Revocations
+from verl_rl_insight.server.stores.run_cards import RunCardStore
 from verl_rl_insight.server.stores.silences import Alerting
 from verl_rl_insight.server.stores.span_relay import SpanRelay
 from verl_rl_insight.server.stores.spans import SpanStore
@@ -194,6 +195,7 @@ class Server:
             delete_series=self.delete_series,
             profiles=ProfileStore(s.data_path / "profiles.json"),
             revocations=Revocations(s.data_path / "revoked-runs.json"),
+            run_cards=RunCardStore(s.data_path / "run-cards"),
         )
         self.api.ready = False  # until the span store and the services are in place
         self.http = HttpServer(self.api, s.bind, s.port)
