@@ -13,6 +13,7 @@ import time
 import urllib.parse
 from typing import Any
 
+from verl_rl_insight.commands import marks as run_marks
 from verl_rl_insight.commands.api import call, common_options, server
 from verl_rl_insight.commands.checks import CliError
 from verl_rl_insight.commands.timeline.command import steps_range
@@ -93,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     if not times:
         raise CliError(f"no step of {args.project}/{args.experiment} in Prometheus", code=CANNOT)
     params = {**detectors.DEFAULTS, **(info.get("health") or {})}
-    findings = detectors.diagnose(history, times, finished=finished, now=time.time(), params=params)
+    marks = run_marks.fetch(base, token, args.project, args.experiment)
+    findings = run_marks.diagnose(history, times, finished, time.time(), params, run_marks.resets(marks))
     first, last = args.steps or (None, None)
     findings = [
         f for f in findings if (first is None or f.last_step >= first) and (last is None or f.first_step <= last)
@@ -112,12 +114,14 @@ def run(args: argparse.Namespace) -> int:
                     "experiment_name": args.experiment,
                     "steps": [times[0][0], times[-1][0]],
                     "findings": [f.as_json() for f in findings],
+                    "marks": marks,
                 }
             )
         )
         return 1 if findings else 0
     if not findings:
         print(f"{args.project}/{args.experiment} ({steps}): no finding ({len(detectors.ALL)} detectors)")
+        run_marks.print_marks(marks)
         return 0
     print(f"{args.project}/{args.experiment} ({steps}): {len(findings)} finding(s), the most severe first")
     for f in findings:
@@ -128,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"          look first: {d.look}")
         print(f"          people usually: {d.usually}")
         print(f"          panel: {f.panel}")
+    run_marks.print_marks(marks)
     return 1
 
 

@@ -20,6 +20,9 @@ GET  /api/v1/profiles[?project=P&experiment_name=E]   requests and how they went
 POST /api/v1/profiles/report  the trainer's word on its requests (and what its profiler can do)
 DELETE /api/v1/runs?project=P&experiment_name=E        forget a run (hub, spans, Prometheus)
 POST /api/v1/runs/revoke?project=P&experiment_name=E   refuse the run's credentials minted until now
+POST /api/v1/runs/marks       {"project", "experiment_name", "step", "text", "reset_baseline"?}: mark a step
+GET  /api/v1/runs/marks?project=P&experiment_name=E    the run's marks
+DELETE /api/v1/runs/marks?project=P&experiment_name=E&step=N   remove one
 
 With a token set, every write (POST, DELETE) and every named scrape needs it, as
 ``Authorization: Bearer <token>`` or HTTP Basic with the token as password (else 401, before
@@ -52,6 +55,7 @@ from verl_rl_insight.server.api.errors import http_status
 from verl_rl_insight.server.api.http_server import response_written
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.metrics.positions import check_scraper_name
+from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.revocations import Revocations
 from verl_rl_insight.server.stores.spans import decode as decode_spans
 from verl_rl_insight.server.stores.spans import records as span_records
@@ -70,8 +74,11 @@ RUN_CREDENTIAL_ROUTES = frozenset(
         ("POST", "/v1/traces"),
         ("GET", "/api/v1/profiles"),
         ("POST", "/api/v1/profiles/report"),
+        ("POST", "/api/v1/runs/marks"),
+        ("DELETE", "/api/v1/runs/marks"),
     }
 )
+MAX_MARK_BODY_BYTES = 128 * 1024  # an oversized text is read, and refused naming the field (400)
 CHUNK_BYTES = 256 * 1024  # responses go out in pieces: a slow reader holds one, not the body
 
 
@@ -125,6 +132,7 @@ class Api:
         profiles: Any = None,
         delete_series: Any = None,
         revocations: Any = None,
+        marks: MarkStore | None = None,
         workers: int = 4,
         body_budget_bytes: Any = 64 * 1024 * 1024,
         save_every_s: float = 1.0,
@@ -142,6 +150,7 @@ class Api:
         self.profiles = profiles  # profile requests (rl-insight profile) and what trainers say of them
         self.delete_series = delete_series  # (project, experiment) -> what Prometheus said
         self.revocations = revocations if revocations is not None else Revocations()  # run credentials refused
+        self.marks = marks if marks is not None else MarkStore()  # people's marks on steps (rl-insight runs mark)
         self.save_every_s = save_every_s
         self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api")
@@ -174,6 +183,9 @@ class Api:
             ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
             ("DELETE", "/api/v1/runs"): (self.delete_run, True),
             ("POST", "/api/v1/runs/revoke"): (self.revoke_run, True),
+            ("POST", "/api/v1/runs/marks"): (self.post_mark, True),
+            ("GET", "/api/v1/runs/marks"): (self.get_marks, False),
+            ("DELETE", "/api/v1/runs/marks"): (self.delete_mark, True),
             ("POST", "/v1/traces"): (self.post_traces, True),
             ("GET", "/api/v1/spans"): (self.get_spans, True),  # token2text spans carry prompts: token rules
             ("GET", "/api/v1/timeline/last_step"): (self.get_last_step, True),
@@ -359,6 +371,24 @@ class Api:
         project, experiment = _run_of(request)
         at = await self._in_thread(self.revocations.revoke, project, experiment)
         await self._send_json(request.send, 200, {"project": project, "experiment_name": experiment, "revoked_at": at})
+
+    async def post_mark(self, request: Request) -> None:
+        """Mark a step (the token, or a run credential of that run: the store checks which run)."""
+        async with self._body(request, MAX_MARK_BODY_BYTES) as body:
+            record = await self._in_thread(self.marks.add, bytes(body), request.run)
+        await self._send_json(request.send, 200, record)
+
+    async def get_marks(self, request: Request) -> None:
+        project, experiment = _run_of(request)
+        await self._json_from(request, lambda: self.marks.of_run(project, experiment))
+
+    async def delete_mark(self, request: Request) -> None:
+        project, experiment = _run_of(request)
+        step = request.param("step")
+        if not isinstance(step, str) or not step.isascii() or not step.isdigit() or len(step) > 16:
+            raise ApiError(400, "step must be given as a whole number: ?step=N")
+        result = await self._in_thread(self.marks.remove, project, experiment, int(step), request.run)
+        await self._send_json(request.send, 200, result)
 
     def _span_store(self) -> Any:
         if self.spans is None:
