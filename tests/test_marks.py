@@ -16,13 +16,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers import Prometheus, free_port, http, push, rl_insight, start_hub_process, stop_group, wait_for
-from verl_rl_insight.commands import marks as run_marks
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.errors import OverCapacity
 from verl_rl_insight.contract.marks import MARK_METRIC, MAX_MARK_TEXT
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.app import step_time_in
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.stores.marks import MarkStore
@@ -258,8 +258,11 @@ def test_a_real_prometheus_answers_the_annotation_query_with_the_marked_steps_ti
         (series,) = prometheus.query_range(expr, now - 30, now, step="5s")
         assert series["metric"]["mark"] == 'stage "2" \\ begins' and series["metric"]["step"] == "2"
         assert {float(v) for _, v in series["values"]} == {int(steps[1]["time"] * 1000)}
-        # and diagnose lists the run's marks with its findings
+        # where the hub no longer holds a step (a restart), the server reads its time from Prometheus
         wait_for(lambda: prometheus.query('rl_insight_monitor_training_global_step{project="p"} == 4'), 20)
+        assert [step_time_in(prometheus.url, "p", "e", s["step"]) for s in steps] == [s["time"] for s in steps]
+        assert step_time_in(prometheus.url, "p", "e", 5) is None
+        # and diagnose lists the run's marks with its findings
         said = rl_insight(
             "diagnose", "--project", "p", "--experiment", "e", "--server", url, "--prometheus", prometheus.url
         )
@@ -287,21 +290,64 @@ def shifted_history(at, factor):
     return history
 
 
-def test_with_reset_baseline_a_planned_score_change_at_the_mark_is_not_a_finding():
-    history = shifted_history(200, 0.4)
-    params = detectors.DEFAULTS
-    unmarked = run_marks.diagnose(history, (), True, 0.0, params, [])
-    assert [(f.first_step, f.detector) for f in unmarked if f.detector == "reward_collapse"] == [
-        (200, "reward_collapse")
+def shifted_batches(at, factor, count=260, step_s=5.0):
+    """The first ``count`` steps of the real run, scaled from ``at`` on, as batches ``step_s`` apart
+    ending now (the time compressed, as the health corpus pushes it), then its ``finish()``."""
+    history = shifted_history(at, factor)
+    rows = [json.loads(line) for line in REAL_RUN.read_text().splitlines()][:count]
+    by_step = {name: dict(series) for name, series in history.items()}
+    start = time.time() - step_s * count
+    batches = [
+        {
+            "project": "p",
+            "experiment_name": "e",
+            "step": row["step"],
+            "time": start + step_s * i,
+            "metrics": {name: values[row["step"]] for name, values in by_step.items() if row["step"] in values},
+        }
+        for i, row in enumerate(rows)
     ]
-    marked = run_marks.diagnose(history, (), True, 0.0, params, [200])
-    assert not [f for f in marked if f.detector == "reward_collapse"], marked
-    # a real collapse after the mark is still found, against the new baseline
-    later = shifted_history(200, 0.4)
-    name = detectors.series_name("critic/score/mean")
-    later[name] = [(s, v * (0.2 if s >= 300 else 1.0)) for s, v in later[name]]
-    found = run_marks.diagnose(later, (), True, 0.0, params, [200])
-    assert [f.first_step for f in found if f.detector == "reward_collapse"] == [300]
+    end = {
+        "project": "p",
+        "experiment_name": "e",
+        "time": start + step_s * count,
+        "metrics": {"rl_insight_run_finished": 1},
+    }
+    return [*batches, end]
+
+
+def test_with_reset_baseline_a_planned_score_change_at_the_mark_is_not_a_finding_in_diagnose(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start_hub_process(port, tmp_path)
+    prometheus = None
+    try:
+        prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"])  # scraping before the run's first step
+        batches = shifted_batches(200, 0.4)
+        for i in range(0, len(batches), 50):
+            assert push(url, {"batches": batches[i : i + 50]})[0] == 200
+        wait_for(
+            lambda: prometheus.query(
+                'count_over_time(rl_insight_monitor_training_global_step{project="p"}[1h]) >= 260'
+            ),
+            30,
+        )
+
+        def diagnose():
+            said = rl_insight(
+                "diagnose", "--project", "p", "--experiment", "e", "--server", url, "--prometheus", prometheus.url,
+                "--json",
+            )  # fmt: skip
+            assert said.returncode in (0, 1), said.stderr
+            return [(f["detector"], f["first_step"]) for f in json.loads(said.stdout)["findings"]]
+
+        assert ("reward_collapse", 200) in diagnose()  # unmarked, the planned change reads as a collapse
+        assert post(url, mark_body(step=200, text="data stage 2: harder problems", reset_baseline=True))[0] == 200
+        assert [f for f in diagnose() if f[0] == "reward_collapse"] == []
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        stop_group(process)
 
 
 @pytest.mark.skipif(

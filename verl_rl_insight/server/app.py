@@ -253,23 +253,10 @@ class Server:
         return "deleted"
 
     def step_time(self, project: str, experiment: str, step: int) -> float | None:
-        """The trainer's time of ``step`` (or of the first step after it that Prometheus has) from
-        this server's Prometheus, read on a one-minute grid; None where it does not say."""
+        """The trainer's time of ``step`` from this server's Prometheus (None: it runs none, or does not say)."""
         service = self.services.get("prometheus")
-        if service is None:
-            return None
-        run = run_selector(project, experiment)
-        query = (
-            f"min(min_over_time(({STEP_TIME_METRIC}{run} and on(project, experiment_name) "
-            f"({GLOBAL_STEP_METRIC}{run} >= {int(step)}))[35d:1m]))"
-        )
-        try:
-            reply = HttpClient().request("GET", f"{service.url}/api/v1/query", params={"query": query}, timeout_s=20)
-            found = reply.json()["data"]["result"] if reply.ok else []
-            return float(found[0]["value"][1]) if found else None
-        except (Unreachable, ValueError, KeyError, IndexError, TypeError) as exc:
-            logger.warning("marks: step %d of %s/%s: no time from Prometheus (%s)", step, project, experiment, exc)
-            return None
+        url = service.url if service is not None else None
+        return step_time_in(url, project, experiment, step) if url else None
 
     def _restarted(self, service: Any) -> None:
         if service.name == "alertmanager" and self.alerting is not None:
@@ -426,6 +413,23 @@ class Server:
         if self.spans is not None:
             self.spans.close()
         self.targets.close()
+
+
+def step_time_in(prometheus_url: str, project: str, experiment: str, step: int) -> float | None:
+    """The trainer's time of ``step`` (or of the first step after it that Prometheus has), read on a
+    one-minute grid over the last 35 days: exact for steps of a minute or more; None where it does not say."""
+    run = run_selector(project, experiment)
+    query = (
+        f"min(min_over_time(({STEP_TIME_METRIC}{run} and on(project, experiment_name) "
+        f"({GLOBAL_STEP_METRIC}{run} >= {int(step)}))[35d:1m]))"
+    )
+    try:
+        reply = HttpClient().request("GET", f"{prometheus_url}/api/v1/query", params={"query": query}, timeout_s=20)
+        found = reply.json()["data"]["result"] if reply.ok else []
+        return float(found[0]["value"][1]) if found else None
+    except (Unreachable, ValueError, KeyError, IndexError, TypeError) as exc:
+        logger.warning("marks: step %d of %s/%s: no time from Prometheus (%s)", step, project, experiment, exc)
+        return None
 
 
 def write_state(server: Server) -> None:

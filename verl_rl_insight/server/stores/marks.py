@@ -190,6 +190,7 @@ class MarkStore:
         """A hub listener: the trainer's steps and their times; a mark waiting for its step gets its time."""
         placed = False
         with self._lock:
+            touched: set[Run] = set()
             for batch in batches:
                 labels = dict(batch.labels)
                 if batch.step is None or set(labels) != {"project", "experiment_name"}:
@@ -204,10 +205,14 @@ class MarkStore:
                 recent.setdefault(batch.step, batch.time)
                 while len(recent) > RECENT_STEPS:
                     recent.popitem(last=False)
-                for mark in self._marks.get(run, {}).values():
-                    if mark.time is None and mark.step <= batch.step:
-                        mark.time = batch.time  # its step, or the first after it the trainer logged
-                        placed = True
+                touched.add(run)
+            for run in touched & self._marks.keys():
+                for mark in self._marks[run].values():
+                    if mark.time is None:
+                        after = [(s, t) for s, t in self._recent[run].items() if s >= mark.step]
+                        if after:
+                            mark.time = min(after)[1]  # its step, or the first after it the trainer logged
+                            placed = True
             if placed:
                 self._save()
         if placed:
