@@ -4,7 +4,7 @@ while the scrape still parses, drawn on the dashboards by a Prometheus annotatio
 Prometheus answers with the step's time, and with ``--reset-baseline`` a planned score change at
 the mark is no finding in ``diagnose``.
 
-The steps pushed are a real verl run's (``/work/shared/real_runs``, verl's ``file`` logger format)."""
+The steps pushed are a real verl run's (``tests/data/real_runs``, verl's ``file`` logger format)."""
 
 import json
 import shutil
@@ -28,7 +28,7 @@ from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.stores.marks import MarkStore
 
 TOKEN = "the-servers-own-token"
-REAL_RUN = Path("/work/shared/real_runs/verldata_ppo_qwen05b_gsm8k_resp512.jsonl")
+REAL_RUN = Path(__file__).parent / "data" / "real_runs" / "diqiu_gpg_qwen2_7b_gsm8k_math_fsdp.jsonl"  # steps 0-210
 
 
 def real_steps(first=1, count=5, start=None):
@@ -42,10 +42,16 @@ def real_steps(first=1, count=5, start=None):
             "experiment_name": "e",
             "step": step,
             "time": start + 60 * i,
-            "metrics": {detectors.series_name(k): v for k, v in rows[step]["data"].items() if v is not None},
+            "metrics": {detectors.series_name(k): v for k, v in rows[step]["data"].items() if wired(k, v)},
         }
         for i, step in enumerate(range(first, first + count))
     ]
+
+
+def wired(key, value):
+    """A logged key the hub's wire carries as a metric: verl's ``training/global_step`` goes as the
+    batch's ``step``, and orjson's null (a NaN) is left out."""
+    return value is not None and key != "training/global_step"
 
 
 def mark_body(**fields):
@@ -275,6 +281,9 @@ def test_a_real_prometheus_answers_the_annotation_query_with_the_marked_steps_ti
         stop_group(process)
 
 
+PLANNED = 120  # the step at which the (made-up) curriculum moves on to harder data
+
+
 def shifted_history(at, factor):
     """A real verl run's history with its score scaled by ``factor`` from step ``at`` on: a planned
     switch to harder data (a curriculum stage) as the detectors see it."""
@@ -282,7 +291,7 @@ def shifted_history(at, factor):
     for line in REAL_RUN.read_text().splitlines():
         row = json.loads(line)
         for key, value in row["data"].items():
-            if value is None:
+            if not wired(key, value):
                 continue
             if row["step"] >= at and key in ("critic/score/mean", "critic/rewards/mean"):
                 value *= factor
@@ -290,7 +299,7 @@ def shifted_history(at, factor):
     return history
 
 
-def shifted_batches(at, factor, count=260, step_s=5.0):
+def shifted_batches(at, factor, count=211, step_s=5.0):
     """The first ``count`` steps of the real run, scaled from ``at`` on, as batches ``step_s`` apart
     ending now (the time compressed, as the health corpus pushes it), then its ``finish()``."""
     history = shifted_history(at, factor)
@@ -323,12 +332,12 @@ def test_with_reset_baseline_a_planned_score_change_at_the_mark_is_not_a_finding
     prometheus = None
     try:
         prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"])  # scraping before the run's first step
-        batches = shifted_batches(200, 0.4)
+        batches = shifted_batches(PLANNED, 0.4)
         for i in range(0, len(batches), 50):
             assert push(url, {"batches": batches[i : i + 50]})[0] == 200
         wait_for(
             lambda: prometheus.query(
-                'count_over_time(rl_insight_monitor_training_global_step{project="p"}[1h]) >= 260'
+                'count_over_time(rl_insight_monitor_training_global_step{project="p"}[1h]) >= 211'
             ),
             30,
         )
@@ -341,8 +350,9 @@ def test_with_reset_baseline_a_planned_score_change_at_the_mark_is_not_a_finding
             assert said.returncode in (0, 1), said.stderr
             return [(f["detector"], f["first_step"]) for f in json.loads(said.stdout)["findings"]]
 
-        assert ("reward_collapse", 200) in diagnose()  # unmarked, the planned change reads as a collapse
-        assert post(url, mark_body(step=200, text="data stage 2: harder problems", reset_baseline=True))[0] == 200
+        collapses = [step for detector, step in diagnose() if detector == "reward_collapse"]
+        assert len(collapses) == 1 and PLANNED <= collapses[0] <= PLANNED + 5  # unmarked, it reads as a collapse
+        assert post(url, mark_body(step=PLANNED, text="data stage 2: harder problems", reset_baseline=True))[0] == 200
         assert [f for f in diagnose() if f[0] == "reward_collapse"] == []
     finally:
         if prometheus is not None:
@@ -350,46 +360,23 @@ def test_with_reset_baseline_a_planned_score_change_at_the_mark_is_not_a_finding
         stop_group(process)
 
 
-@pytest.mark.skipif(
-    not hasattr(__import__("verl_rl_insight.server.health.live", fromlist=["HealthMonitor"]).HealthMonitor,
-                "reset_baseline"),
-    reason="pending: HealthMonitor.reset_baseline comes with the detectors branch",
-)  # fmt: skip
-def test_a_reset_mark_resets_the_live_detectors_so_no_online_finding_at_the_planned_change(tmp_path):
-    from verl_rl_insight.server.app import Server
-    from verl_rl_insight.server.settings import ServerSettings
-
-    services = {name: {"enabled": False} for name in ("prometheus", "alertmanager", "tempo", "grafana")}
-    server = Server(ServerSettings(bind="127.0.0.1", port=free_port(), data_dir=str(tmp_path), services=services))
-    server.start()
+def test_a_reset_mark_made_ahead_restarts_the_live_detectors_there_so_the_planned_change_is_no_online_finding(
+    tmp_path,
+):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start_hub_process(port, tmp_path)
     try:
-        url = f"http://127.0.0.1:{server.settings.port}"
-        history = shifted_history(200, 0.4)
-        rows = [json.loads(line) for line in REAL_RUN.read_text().splitlines()]
-        assert post(url, mark_body(step=200, text="data stage 2", reset_baseline=True))[0] == 200
-        start = time.time() - 60 * len(rows)
-        batches = [
-            {
-                "project": "p",
-                "experiment_name": "e",
-                "step": row["step"],
-                "time": start + 60 * i,
-                "metrics": {
-                    name: next(v for s, v in series if s == row["step"])
-                    for name, series in history.items()
-                    if any(s == row["step"] for s, _ in series)
-                },
-            }
-            for i, row in enumerate(rows[:260])
-        ]
-        for i in range(0, len(batches), 20):
-            assert push(url, {"batches": batches[i : i + 20]})[0] == 200
-        families = scrape(url)
+        assert post(url, mark_body(step=PLANNED, text="data stage 2", reset_baseline=True))[0] == 200  # before the run
+        for experiment in ("e", "unmarked"):
+            batches = [{**b, "experiment_name": experiment} for b in shifted_batches(PLANNED, 0.4)]
+            for i in range(0, len(batches), 50):
+                assert push(url, {"batches": batches[i : i + 50]})[0] == 200
         counts = {
-            s.labels["detector"]: s.value
-            for s in families["rl_insight_health_findings_total"].samples
-            if s.labels.get("experiment_name") == "e"
+            (s.labels["experiment_name"], s.labels["detector"]): s.value
+            for s in scrape(url)["rl_insight_health_findings_total"].samples
         }
-        assert counts.get("reward_collapse", 0.0) == 0.0, counts
+        assert counts.get(("unmarked", "reward_collapse"), 0.0) > 0  # without the mark: a collapse at step 200
+        assert counts.get(("e", "reward_collapse"), 0.0) == 0.0, counts
     finally:
-        server.stop()
+        stop_group(process)

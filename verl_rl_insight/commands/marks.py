@@ -1,6 +1,6 @@
 """``rl-insight runs mark | marks | unmark``: a person's notes on a run's steps, and what
-``rl-insight diagnose`` does with them (lists them with the findings; the reset-baseline steps
-start the detectors' baselines again)."""
+``rl-insight diagnose`` takes from them (it lists them with the findings, and passes the
+reset-baseline steps to the detectors: their baselines start again there)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 
 from verl_rl_insight.commands.api import call, print_table, server
 from verl_rl_insight.contract.marks import MAX_MARK_TEXT
-from verl_rl_insight.server.health import detectors
-from verl_rl_insight.server.health.detectors import Finding, Series
 
 Mark = Mapping[str, object]
 
@@ -97,31 +95,6 @@ def step(text: str) -> int:
 # -- diagnose ------------------------------------------------------------------------------
 def resets(marks: Sequence[Mark]) -> list[int]:
     return sorted(int(str(m["step"])) for m in marks if m.get("reset_baseline"))
-
-
-def diagnose(
-    history: Mapping[str, Series],
-    step_times: Series,
-    finished: bool,
-    now: float,
-    params: Mapping[str, float],
-    reset_at: Sequence[int],
-) -> list[Finding]:
-    """``detectors.diagnose`` with the baselines started again at each of ``reset_at``: the history
-    cut there, each part walked on its own (the stalls over the whole run, a cut is no gap)."""
-    cuts = sorted(set(reset_at))
-    if not cuts:
-        return detectors.diagnose(history, step_times, finished=finished, now=now, params=params)
-    bounds = [None, *cuts, None]
-    findings: list[Finding] = []
-    for low, high in zip(bounds, bounds[1:]):
-        part = {
-            name: [(s, v) for s, v in series if (low is None or s >= low) and (high is None or s < high)]
-            for name, series in history.items()
-        }
-        findings += detectors.diagnose(part, (), finished=True, now=now, params=params)
-    findings += detectors.stalls(step_times, finished, now, {**detectors.DEFAULTS, **params})
-    return sorted(findings, key=lambda f: (f.severity != "critical", f.first_step, f.detector))
 
 
 def print_marks(marks: Sequence[Mark]) -> None:

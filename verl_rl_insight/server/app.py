@@ -182,10 +182,8 @@ class Server:
                     check_port_free(listen, port, what)
         if s.enabled("alertmanager"):
             self.alerting = Alerting(alertmanager.url(s), s.data_path / "silences.json")
-        # the live detectors' reset (HealthMonitor.reset_baseline, from the detectors work) where there is one
-        marks = MarkStore(
-            s.data_path / "marks.json", on_reset=getattr(self.health, "reset_baseline", None), step_time=self.step_time
-        )
+        # a mark with reset_baseline starts the live detectors' baselines again at its step
+        marks = MarkStore(s.data_path / "marks.json", on_reset=self.health.reset_baseline, step_time=self.step_time)
         marks.on_change = self.hub.changed
         self.hub.listeners.append(marks.observe)
         self.hub.collectors.append(marks.lines)
