@@ -154,6 +154,20 @@ def test_a_run_credential_marks_its_own_run_and_gets_403_for_another(api):
     assert status == 403
     status, body = http("GET", url + "/api/v1/runs/marks?project=p&experiment_name=other")
     assert status == 200 and json.loads(body) == {"marks": []}  # nothing written to the other run
+    status, _ = http("DELETE", url + "/api/v1/runs/marks?project=p&experiment_name=e&step=3", headers=headers)
+    assert status == 200  # its own run's mark it may remove
+
+
+def test_deleting_a_run_removes_its_marks_and_they_leave_the_scrape(api):
+    url, _ = api
+    assert push(url, {"batches": real_steps()}, token=TOKEN)[0] == 200
+    assert post(url, mark_body())[0] == 200
+    assert MARK_METRIC in scrape(url)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    status, body = http("DELETE", url + "/api/v1/runs?project=p&experiment_name=e", headers=headers)
+    assert status == 200 and json.loads(body)["marks"] == 1
+    assert MARK_METRIC not in scrape(url)
+    assert json.loads(http("GET", url + "/api/v1/runs/marks?project=p&experiment_name=e")[1]) == {"marks": []}
 
 
 @pytest.mark.parametrize(

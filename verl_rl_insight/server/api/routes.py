@@ -353,6 +353,7 @@ class Api:
             streams, series = self.hub.delete_run(project, experiment)
             spans = self.spans.delete(project, experiment) if self.spans is not None else False
             prometheus = self.delete_series(project, experiment) if self.delete_series else "no Prometheus here"
+            marks = self.marks.forget(project, experiment)
             return {
                 "project": project,
                 "experiment_name": experiment,
@@ -360,6 +361,7 @@ class Api:
                 "hub_series": series,
                 "spans": spans,
                 "prometheus": prometheus,
+                "marks": marks,
             }
 
         result = await self._in_thread(delete)

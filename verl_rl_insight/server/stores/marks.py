@@ -181,6 +181,17 @@ class MarkStore:
         self._changed()
         return {"removed": mark.as_json((project, experiment))}
 
+    def forget(self, project: str, experiment: str) -> int:
+        """Remove every mark of a run (``rl-insight runs delete``); returns how many there were."""
+        with self._lock:
+            gone = self._marks.pop((project, experiment), {})
+            self._recent.pop((project, experiment), None)
+            if gone:
+                self._save()
+        if gone:
+            self._changed()
+        return len(gone)
+
     def resets(self, project: str, experiment: str) -> list[int]:
         with self._lock:
             return sorted(m.step for m in self._marks.get((project, experiment), {}).values() if m.reset_baseline)
