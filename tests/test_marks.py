@@ -239,6 +239,22 @@ def test_marks_are_bounded_per_run_and_one_more_is_a_422(tmp_path):
     assert [m["text"] for m in store.of_run("p", "e")["marks"]] == ["data stage 2", "data stage 2", "replaced"]
 
 
+def test_marks_count_against_the_servers_memory_bound_and_one_beyond_it_is_a_422(tmp_path):
+    hub = MetricHub(memory_limit_bytes=100_000)  # others may hold a quarter of it: 25 kB
+    store = MarkStore(tmp_path / "marks.json")
+    store.book_all(lambda nbytes: hub.book_other("marks", nbytes))
+    for step in range(5):
+        store.add(mark_body(step=step, text="x" * MAX_MARK_TEXT))
+    assert hub.summary()["memory_booked_by_others"]["marks"] > 5 * 5 * MAX_MARK_TEXT
+    with pytest.raises(OverCapacity, match="memory_limit_mb"):
+        for step in range(5, 100):
+            store.add(mark_body(step=step, text="x" * MAX_MARK_TEXT))
+    held = len(store.of_run("p", "e")["marks"])
+    assert 5 < held < 100
+    store.forget("p", "e")
+    assert hub.summary()["memory_booked_by_others"]["marks"] == 0
+
+
 def annotation():
     board = json.loads((DASHBOARDS_DIR / "verl_trainer_v1_with_vllm_engine.json").read_text())
     (found,) = [a for a in board["annotations"]["list"] if a["name"] == "marks"]

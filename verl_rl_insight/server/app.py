@@ -185,6 +185,7 @@ class Server:
         # a mark with reset_baseline starts the live detectors' baselines again at its step
         marks = MarkStore(s.data_path / "marks.json", on_reset=self.health.reset_baseline, step_time=self.step_time)
         marks.on_change = self.hub.changed
+        marks.book_all(lambda nbytes: self.hub.book_other("marks", nbytes))
         self.hub.listeners.append(marks.observe)
         self.hub.collectors.append(marks.lines)
         self.api = Api(

@@ -43,6 +43,8 @@ from verl_rl_insight.server.stores.files import set_aside, write_atomically
 
 logger = logging.getLogger("verl_rl_insight.server")
 
+MARK_BYTES = 600  # a mark's record and its slot in the store
+LINE_COPIES = 5  # its exposition line, in as many copies as the hub holds of a series' line (hub.py)
 RECENT_STEPS = 64  # per run: the steps' trainer times kept to place a mark made just after
 RECENT_RUNS = 256
 Run = tuple[str, str]
@@ -63,6 +65,11 @@ class Mark:
     def as_json(self, run: Run) -> dict[str, object]:
         return {"project": run[0], "experiment_name": run[1], **asdict(self)}
 
+    def nbytes(self, run: Run) -> int:
+        """What holding it costs: the record, and its line in every copy of a scrape's body."""
+        line = len(MARK_METRIC) + 120 + len(run[0].encode()) + len(run[1].encode()) + len(self.text.encode())
+        return MARK_BYTES + LINE_COPIES * line
+
 
 class MarkStore:
     def __init__(
@@ -77,6 +84,8 @@ class MarkStore:
         self.on_reset = on_reset  # the live detectors start their baselines again at the step
         self.step_time = step_time  # a step's trainer time from the server's Prometheus
         self.on_change: Callable[[], None] | None = None  # the hub's exposition changed
+        # books bytes (negative: gives back) under the hub's memory bound: hub.book_other("marks", n)
+        self.book: Callable[[int], bool] = lambda nbytes: True
         self.max_per_run, self.max_total = max_per_run, max_total
         self._lock = threading.Lock()
         self._marks: dict[Run, dict[int, Mark]] = {}
@@ -112,6 +121,12 @@ class MarkStore:
             marks = [m.as_json(run) for run, by_step in self._marks.items() for m in by_step.values()]
             write_atomically(self.path, json.dumps({"marks": marks}), mode=0o600)
 
+    def book_all(self, book: Callable[[int], bool]) -> None:
+        """Book what the marks read back hold, and every mark from now on, with ``book``."""
+        with self._lock:
+            self.book = book
+            book(sum(m.nbytes(run) for run, marks in self._marks.items() for m in marks.values()))
+
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change()
@@ -145,6 +160,8 @@ class MarkStore:
             old = here.get(ask.step)
             if old is not None and mark.time is None:
                 mark.time = old.time
+            if not self.book(mark.nbytes(run) - (old.nbytes(run) if old is not None else 0)):
+                raise OverCapacity("the server's memory bound (memory_limit_mb) has no room for one more mark")
             self._marks.setdefault(run, {})[ask.step] = mark
             self._save()
         if mark.reset_baseline and self.on_reset is not None:
@@ -175,6 +192,7 @@ class MarkStore:
             mark = self._marks.get((project, experiment), {}).pop(step, None)
             if mark is None:
                 raise NotFound(f"step: no mark at step {step} of {project[:100]}/{experiment[:100]}")
+            self.book(-mark.nbytes((project, experiment)))
             if not self._marks[(project, experiment)]:
                 del self._marks[(project, experiment)]
             self._save()
@@ -186,6 +204,7 @@ class MarkStore:
         with self._lock:
             gone = self._marks.pop((project, experiment), {})
             self._recent.pop((project, experiment), None)
+            self.book(-sum(m.nbytes((project, experiment)) for m in gone.values()))
             if gone:
                 self._save()
         if gone:
