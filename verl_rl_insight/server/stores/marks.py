@@ -237,8 +237,9 @@ class MarkStore:
                     recent.popitem(last=False)
                 touched.add(run)
             for run in touched & self._marks.keys():
+                newest = max(self._recent[run])
                 for mark in self._marks[run].values():
-                    if mark.time is None:
+                    if mark.time is None and mark.step <= newest:
                         after = [(s, t) for s, t in self._recent[run].items() if s >= mark.step]
                         if after:
                             mark.time = min(after)[1]  # its step, or the first after it the trainer logged
