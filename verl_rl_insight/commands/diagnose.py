@@ -19,6 +19,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from verl_rl_insight.commands import marks as run_marks
 from verl_rl_insight.commands.api import call, common_options, server
 from verl_rl_insight.commands.checks import CliError
 from verl_rl_insight.commands.run_file import RunFileError, read_run
@@ -105,14 +106,19 @@ def run(args: argparse.Namespace) -> int:
     if not times:
         raise CliError(f"no step of {args.project}/{args.experiment} in Prometheus", code=CANNOT)
     params = {**detectors.DEFAULTS, **(info.get("health") or {})}
-    findings = detectors.diagnose(history, times, finished=finished, now=time.time(), params=params)
+    marks = run_marks.fetch(base, token, args.project, args.experiment)  # rl-insight runs mark
+    resets = run_marks.resets(marks)
+    findings = detectors.diagnose(history, times, finished=finished, now=time.time(), params=params, resets=resets)
     link = panel_link(
         info.get("grafana") if "grafana" in info.get("services", ()) else None, args.project, args.experiment
     )
     for finding in findings:
         finding.panel = f"{finding.panel}: {link}" if link else finding.panel
     run_id = {"project": args.project, "experiment_name": args.experiment}
-    return report(args, f"{args.project}/{args.experiment}", run_id, (times[0][0], times[-1][0]), findings)
+    code = report(args, f"{args.project}/{args.experiment}", run_id, (times[0][0], times[-1][0]), findings)
+    if not args.json:
+        run_marks.print_marks(marks)
+    return code
 
 
 def from_file(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from verl_rl_insight import __version__
+from verl_rl_insight.contract.marks import MarkBody
 from verl_rl_insight.contract.run_card import MAX_CARD_BYTES, MAX_DEPTH
 from verl_rl_insight.contract.wire import (
     ErrorBody,
@@ -95,7 +96,7 @@ RUN_CARD = {
 def schemas() -> dict[str, Any]:
     """The request and error bodies, generated from the wire schema's msgspec Structs."""
     _, components = msgspec.json.schema_components(
-        (PushBody, TargetBody, SilenceBody, ProfileBody, ProfileReportBody, ErrorBody),
+        (PushBody, TargetBody, SilenceBody, ProfileBody, ProfileReportBody, MarkBody, ErrorBody),
         ref_template="#/components/schemas/{name}",
     )
     components["Error"] = components.pop("ErrorBody")
@@ -176,6 +177,23 @@ def document() -> dict[str, Any]:
                 ),
                 "security": [{"token": []}, {"basic": []}],
             },
+        },
+        "/api/v1/runs/marks": {
+            "post": _write(
+                "mark a step of a run (drawn on the dashboards, listed by diagnose; reset_baseline: the detectors "
+                "start their baselines again there); the token, or a run credential of that run",
+                {"$ref": "#/components/schemas/MarkBody"},
+                errors=(400, 401, 403, 413, 422),
+            ),
+            "get": _get("a run's marks, by step", JSON_OK, RUN_PARAMETERS, (400,)),
+            "delete": _write(
+                "remove the mark of a step",
+                parameters=[
+                    *RUN_PARAMETERS,
+                    _query("step", {"type": "integer", "minimum": 0}, True, "the marked step"),
+                ],
+                errors=(400, 401, 403, 404),
+            ),
         },
         "/v1/traces": {
             "post": {

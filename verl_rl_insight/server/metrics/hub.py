@@ -223,6 +223,8 @@ class Exposure:
                 families[name].append(line)
             exposition.pause()
         trailer = _stats_lines(self.stats)
+        for collect in self.hub.collectors:
+            trailer += collect()
         if self.number and self.scraper is not None:
             trailer += [
                 f"# TYPE {SCRAPE_NUMBER} gauge",
@@ -313,6 +315,9 @@ class MetricHub:
         # called with the batches each push added (not its duplicates), after the hub has them,
         # outside its lock: the server's health detectors read the trainers' steps here
         self.listeners: list[Callable[[list[Batch]], None]] = []
+        # typed exposition lines of the server's own that every scrape ends with (the marks); their
+        # owner calls ``changed`` when they change
+        self.collectors: list[Callable[[], list[str]]] = []
         self._load_state()
         self._load_latest()
 
@@ -722,6 +727,11 @@ class MetricHub:
                 again,
             )
         return again
+
+    def changed(self) -> None:
+        """What a collector exposes has changed: the next unnamed scrape renders again."""
+        with self._lock:
+            self._version += 1
 
     def live_body(self) -> bytes:
         """The live values of every stream (what an unnamed scrape gets), rendered once per change."""
