@@ -17,6 +17,11 @@ HEALTH_PATH = "/-/ready"
 # run, its config (remote_write secrets) or its admin API, which is therefore always on
 LISTEN = "127.0.0.1"
 HUB_JOB = "rl_insight_hub"  # the job of the hub's scrapes (the targets' job cannot take this label: no honor_labels)
+TARGETS_JOB = "rl_insight_targets"  # the registered targets, through http_sd
+PROMETHEUS_JOB = "rl_insight_prometheus"  # Prometheus' own remote-write figures
+# every job this server's Prometheus scrapes itself: a registered target may not take one (its
+# series would pass for the hub's, e.g. a fake scrape number confirming a scrape never stored)
+OWN_JOBS = (HUB_JOB, TARGETS_JOB, PROMETHEUS_JOB)
 
 
 def connect_host(bind: str) -> Any:
@@ -68,7 +73,7 @@ def render_config(
             hub_job,
             {
                 # job, replica, node, project, ... come from the registry as target labels
-                "job_name": "rl_insight_targets",
+                "job_name": TARGETS_JOB,
                 "http_sd_configs": [{"url": f"http://{hub}/api/v1/sd", "refresh_interval": interval}],
             },
         ],
@@ -83,7 +88,7 @@ def render_config(
         # Prometheus' own remote-write figures, for `rl-insight doctor` here and the store's users there
         config["scrape_configs"].append(
             {
-                "job_name": "rl_insight_prometheus",
+                "job_name": PROMETHEUS_JOB,
                 "static_configs": [{"targets": [f"{LISTEN}:{settings.prometheus_port}"]}],
                 "metric_relabel_configs": [
                     {"source_labels": ["__name__"], "regex": "prometheus_remote_storage_.*", "action": "keep"}
