@@ -13,7 +13,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from tests.helpers import Prometheus, free_port, http, push, start_hub_process, stop_group, wait_for
+from tests.helpers import Prometheus, free_port, http, push, stack_prometheus, start_hub_process, stop_group, wait_for
 
 STEP_LINE = re.compile(
     r'^rl_insight_monitor_training_global_step\{experiment_name="cut",project="acked"\} (\S+) (\d+)$'
@@ -252,7 +252,7 @@ def test_a_registered_target_cannot_confirm_a_scrape_for_the_hub(tmp_path):
              "--no-tempo", "--no-grafana", "--no-alertmanager")  # fmt: skip
     env = dict(os.environ)
     assert rl_insight(*start, env=env).returncode == 0
-    prom = f"http://127.0.0.1:{prom_port}"
+    prom = stack_prometheus(tmp_path / "data", prom_port)
     try:
         registration = {
             "address": f"127.0.0.1:{target.server_address[1]}",

@@ -9,7 +9,7 @@ import urllib.parse
 
 import pytest
 
-from tests.helpers import http, require_prometheus, rl_insight, write_server_config
+from tests.helpers import http, require_prometheus, rl_insight, stack_prometheus, write_server_config
 from verl_rl_insight.dashboards import generate
 from verl_rl_insight.dashboards.build import build
 
@@ -41,7 +41,7 @@ def demo_run(request, tmp_path_factory):
     )
     try:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        yield result.stdout, f"http://127.0.0.1:{config['prometheus_port']}", engine, env, result.stderr
+        yield result.stdout, stack_prometheus(config["data_dir"], config["prometheus_port"]), engine, env, result.stderr
     finally:
         rl_insight("server", "stop", env=env, timeout=60)
 

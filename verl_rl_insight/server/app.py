@@ -124,8 +124,8 @@ def confirm_stores(settings: ServerSettings) -> dict[str, str]:
     """Named scrapers whose store is read back before their history goes: the server's own
     Prometheus, and those configured."""
     stores = dict(settings.confirm_scrapers)
-    if settings.enabled("prometheus"):
-        stores[prometheus.scraper_name(settings)] = prometheus.url(settings)
+    if settings.enabled("prometheus"):  # with its login, once the server has made one
+        stores[prometheus.scraper_name(settings)] = prometheus.login_url(settings)
     return stores
 
 
@@ -166,20 +166,25 @@ class Server:
         self.hub.listeners.append(self.health.observe)
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
+        self.logins: dict[str, tuple[str, str]] = {}  # service -> its login (Prometheus, Alertmanager)
 
     def start(self) -> Any:
         s = self.settings
         os.umask(0o077)  # every file and folder this server and its services make: this user's only
         private_folder(s.data_path)  # and one made before this release becomes so too
         credentials.resolve(s)
+        self.logins = credentials.write_service_logins(s.data_path)
+        self.delivery.stores = confirm_stores(s)  # the Prometheus login written just now
         check_port_free(s.bind, s.port, "metric hub")
         for name in SERVICE_NAMES:
             if s.enabled(name):
-                listen = prometheus.LISTEN if name == "prometheus" else s.bind
+                listen = {"prometheus": prometheus.LISTEN, "tempo": tempo.HOST}.get(name, s.bind)
                 for port, what in service_ports(s, name):
                     check_port_free(listen, port, what)
         if s.enabled("alertmanager"):
-            self.alerting = Alerting(alertmanager.url(s), s.data_path / "silences.json")
+            self.alerting = Alerting(
+                alertmanager.url(s), s.data_path / "silences.json", login=self.logins["alertmanager"]
+            )
         self.api = Api(
             self.hub,
             targets=self.targets,
@@ -230,7 +235,7 @@ class Server:
             if attempt:
                 time.sleep(min(self.settings.scrape_interval_s, 30.0) + 1.0)
             try:
-                reply = HttpClient().request(
+                reply = HttpClient(basic_auth=self.logins["prometheus"]).request(
                     "POST",
                     f"{service.url}/api/v1/admin/tsdb/delete_series",
                     params={"match[]": run_selector(project, experiment)},
@@ -289,7 +294,8 @@ class Server:
             "grafana": s.grafana_port,
             "alertmanager": s.alertmanager_port,
         }[name]
-        url = {"alertmanager": alertmanager.url(s), "prometheus": prometheus.url(s)}.get(name, f"http://{host}:{port}")
+        urls = {"alertmanager": alertmanager.url(s), "prometheus": prometheus.url(s), "tempo": tempo.url(s)}
+        url = urls.get(name, f"http://{host}:{port}")
         service = Service(
             name,
             module.command(found["binary"], s, config_path),
@@ -300,6 +306,7 @@ class Server:
             binary=found["binary"],
             data_dir=s.data_path / name,
             cwd=str(s.data_path),
+            login=self.logins.get(name),
         )
         service.start()
         self.services[name] = service
@@ -350,8 +357,8 @@ class Server:
             "hub_url": f"http://{ip}:{s.port}",
             "local_hub_url": f"http://{prometheus.connect_host(s.bind)}:{s.port}",
             "public_urls": {
-                "prometheus": prometheus.url(s),  # loopback only
-                "tempo": f"http://{ip}:{s.tempo_port}",
+                "prometheus": prometheus.url(s),  # loopback only, with a login (rl-insight server url --prometheus)
+                "tempo": tempo.url(s),  # loopback only: no login of its own
                 "otlp_http": f"http://{ip}:{s.otlp_http_port}",
                 "otlp_grpc": f"{ip}:{s.otlp_grpc_port}",
                 "grafana": f"http://{ip}:{s.grafana_port}",
