@@ -195,7 +195,7 @@ class Server:
             alerting=self.alerting,
             delete_series=self.delete_series,
             profiles=ProfileStore(s.data_path / "profiles.json"),
-            revocations=Revocations(s.data_path / "revoked-runs.json"),
+            revocations=Revocations(s.data_path / "revoked-runs.json", future_s=s.max_future_s),
         )
         self.api.ready = False  # until the span store and the services are in place
         self.http = HttpServer(self.api, s.bind, s.port)
