@@ -49,6 +49,11 @@ class Prometheus:
         try:
             body = self._client.get_json(f"{self.url}{path}", params=params, timeout_s=self.timeout)
         except Refused as exc:
+            if exc.status == 401:
+                raise DataError(
+                    f"Prometheus at {self.shown} takes the server's login (401): run this as the user that "
+                    "started the server, who may read it"
+                ) from None
             raise DataError(f"Prometheus at {self.shown} refused a query ({exc.status})") from None
         except Unreachable as exc:
             raise DataError(f"Prometheus at {self.shown} does not answer ({exc})") from None
