@@ -53,7 +53,7 @@ def render_ini(settings: ServerSettings) -> Any:
     return out.getvalue()
 
 
-def prometheus_login(settings: ServerSettings) -> dict[str, Any]:
+def prometheus_login(settings: ServerSettings) -> dict[str, bool | str | dict[str, str]]:
     """The datasource's login to the server's Prometheus (the provisioning file is 0600)."""
     login = credentials.service_login(settings.data_path, "prometheus")
     if login is None:
