@@ -36,7 +36,7 @@ from verl_rl_insight.server.managed import (
 )
 from verl_rl_insight.server.managed.supervisor import Service, Supervisor
 from verl_rl_insight.server.metrics.delivery import DeliveryCheck
-from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, MetricHub
 from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings, default_home
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import private_folder, write_atomically
@@ -147,7 +147,9 @@ class Server:
             settle_s=max(2.0, float(settings.scrape_interval_s)),
             jobs={prometheus.scraper_name(settings): prometheus.HUB_JOB},
         )
-        self.targets = TargetRegistry(settings.data_path / "targets.json")
+        self.targets = TargetRegistry(
+            settings.data_path / "targets.json", max_per_run=int(settings.max_targets_per_run)
+        )
         self.api: Api | None = None
         self.http: HttpServer | None = None
         self.services: dict[str, Service] = {}
@@ -161,6 +163,7 @@ class Server:
             self.hub.push,
             settle_s=settings.timeline_settle_s,
             book=lambda nbytes: self.hub.book_other("timeline", nbytes),
+            budget_bytes=int(OTHERS_SHARE * self.hub.memory_limit_bytes),
         )
         self.health = HealthMonitor(self.hub.push, alert_rules.health_params(settings.alerts))
         self.hub.listeners.append(self.health.observe)

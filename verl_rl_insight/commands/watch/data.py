@@ -4,6 +4,7 @@ curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
 from typing import Any
 
 from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract.engine_metrics import exposed
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient, Refused, Unreachable
 from verl_rl_insight.contract.naming import metric_name
@@ -20,9 +21,11 @@ CURVES = (
     ("response len", "response_length/mean", ()),
     ("logp mismatch", "training/rollout_probs_diff_mean", (0.005, 0.01)),
 )
-ENGINES = {  # running, waiting, KV cache share
-    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
-    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
+ENGINES = {  # running, waiting, KV cache share: series of the engine metric list
+    "vllm": tuple(
+        exposed(n) for n in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+    ),
+    "sglang": tuple(exposed(n) for n in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")),
 }
 
 

@@ -90,7 +90,9 @@ def document() -> dict[str, Any]:
         "/api/v1/hub": {"get": _get("the hub's own figures: memory, series, history, scrapers")},
         "/api/v1/push": {
             "post": _write(
-                "metric batches from trainers", {"$ref": "#/components/schemas/PushBody"}, errors=(400, 401, 413, 422)
+                "metric batches from trainers",
+                {"$ref": "#/components/schemas/PushBody"},
+                errors=(400, 401, 413, 422, 429),
             )
         },
         "/api/v1/targets": {

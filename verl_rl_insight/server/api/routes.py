@@ -48,7 +48,7 @@ from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.errors import Forbidden, RLInsightError
 from verl_rl_insight.contract.wire import HUB_HEADER, PushError
 from verl_rl_insight.server.api import openapi
-from verl_rl_insight.server.api.errors import http_status
+from verl_rl_insight.server.api.errors import http_status, retry_headers
 from verl_rl_insight.server.api.http_server import response_written
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.metrics.positions import check_scraper_name
@@ -204,7 +204,7 @@ class Api:
         except ApiError as exc:
             await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
         except RLInsightError as exc:  # what the hub and the stores refuse, each kind to its status
-            await self._send_json(send, http_status(exc), {"error": str(exc)})
+            await self._send_json(send, http_status(exc), {"error": str(exc)}, headers=retry_headers(exc))
         except ClientGone:
             return
         except Exception:
