@@ -31,6 +31,7 @@ from verl_rl_insight.server.managed import (
     alertmanager,
     binaries,
     grafana,
+    jobs,
     prometheus,
     tempo,
 )
@@ -145,7 +146,7 @@ class Server:
             self.hub,
             confirm_stores(settings),
             settle_s=max(2.0, float(settings.scrape_interval_s)),
-            jobs={prometheus.scraper_name(settings): prometheus.HUB_JOB},
+            jobs={prometheus.scraper_name(settings): jobs.HUB_JOB},
         )
         self.targets = TargetRegistry(
             settings.data_path / "targets.json", max_per_run=int(settings.max_targets_per_run)

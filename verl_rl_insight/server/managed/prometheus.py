@@ -6,6 +6,7 @@ from typing import Any
 import yaml
 
 from verl_rl_insight.contract import server_url
+from verl_rl_insight.server.managed.jobs import HUB_JOB, PROMETHEUS_JOB, TARGETS_JOB
 from verl_rl_insight.server.settings import ServerSettings
 from verl_rl_insight.server.stores import credentials
 
@@ -18,12 +19,6 @@ HEALTH_PATH = "/-/ready"
 # run, its config (remote_write secrets) or its admin API; a local user without the server's
 # files neither: every request takes the login of credentials.py (its --web.config.file)
 LISTEN = "127.0.0.1"
-HUB_JOB = "rl_insight_hub"  # the job of the hub's scrapes (the targets' job cannot take this label: no honor_labels)
-TARGETS_JOB = "rl_insight_targets"  # the registered targets, through http_sd
-PROMETHEUS_JOB = "rl_insight_prometheus"  # Prometheus' own remote-write figures
-# every job this server's Prometheus scrapes itself: a registered target may not take one (its
-# series would pass for the hub's, e.g. a fake scrape number confirming a scrape never stored)
-OWN_JOBS = (HUB_JOB, TARGETS_JOB, PROMETHEUS_JOB)
 
 
 def connect_host(bind: str) -> Any:

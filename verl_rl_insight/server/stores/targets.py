@@ -17,7 +17,7 @@ import msgspec
 from verl_rl_insight.contract.errors import BadInput
 from verl_rl_insight.contract.naming import label_value_problem
 from verl_rl_insight.contract.wire import TargetBody, field_problem
-from verl_rl_insight.server.managed.prometheus import OWN_JOBS
+from verl_rl_insight.server.managed.jobs import OWN_JOBS
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
 
 MAX_TARGETS = 10_000
