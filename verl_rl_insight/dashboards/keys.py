@@ -67,6 +67,9 @@ RUNTIME_KEYS = {
     ),
     "actor/lr",
     "actor/kl_loss",
+    # workers/engine_workers.py: the engine worker's loss and memory figures, renamed by rename_dict(..., "actor/")
+    "actor/loss",
+    *(f"actor/perf/{k}" for k in ("max_memory_allocated_gb", "max_memory_reserved_gb", "cpu_memory_used_gb")),
     "actor/kl_coef",
     "critic/lr",
     "critic/grad_norm",
@@ -90,7 +93,7 @@ PATTERN_FAMILIES = [
 STATS = {"mean", "max", "min", "std", "minmax_diff"}
 FAMILIES = [
     (re.compile(r"perf/mfu/.+"), "perf/mfu"),
-    (re.compile(r"perf/(max_memory_\w+|cpu_memory_used_gb)"), "perf/memory"),
+    (re.compile(r"(actor/)?perf/(max_memory_\w+|cpu_memory_used_gb)"), "perf/memory"),
 ]
 FRACTION = re.compile(
     r"(clipfrac|clip_ratio|aborted_ratio|_fraction|fraction_|frac_gt|mfu|idle_ratio|"

@@ -89,7 +89,9 @@ def check_card(body: bytes, secrets: tuple[str, ...] = ()) -> dict[str, Json]:
 
 
 class RunCardStore:
-    def __init__(self, folder: Path | None = None, max_runs: int = MAX_RUNS, max_total_bytes: int = MAX_TOTAL_BYTES):
+    def __init__(
+        self, folder: Path | None = None, max_runs: int = MAX_RUNS, max_total_bytes: int = MAX_TOTAL_BYTES
+    ) -> None:
         self.folder = folder
         self.max_runs = max_runs
         self.max_total_bytes = max_total_bytes
