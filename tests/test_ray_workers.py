@@ -95,3 +95,9 @@ def test_worker_logs_reach_the_hub_with_env_from_the_driver_only(ray_cluster, hu
     # max_batches_per_request=1 (a Hydra override) reached the worker: one request per batch
     # (3 steps, and rl_insight_run_finished set to 0 at the first log and to 1 at finish)
     assert server.hub.stats["batches"] == 5 and server.hub.stats["pushes"] == 5
+    # the run's card, sent from the Ray worker with the run credential: the driver's command line
+    # and its working folder's commit (the worker's own are Ray's)
+    card = wait_for(lambda: len(server.api.run_cards) and server.api.run_cards.get("ray-proj", "ray-exp")["card"], 10)
+    assert card["command"][0].endswith("ray_driver.py") and card["command"][2:4] == ["ray-proj", "ray-exp"]
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert card["git"]["commit"] == head.strip() and card["config"]["trainer"]["experiment_name"] == "ray-exp"

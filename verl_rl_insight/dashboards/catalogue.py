@@ -8,6 +8,7 @@ the dashboards use must appear as a string literal in verl), so the check follow
 from typing import Any
 
 from verl_rl_insight.contract import engine_metrics
+from verl_rl_insight.contract.marks import MARK_METRIC
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC, TIMELINE_SERIES
 from verl_rl_insight.trainer.samplers.hardware import HostSampler
 
@@ -44,6 +45,7 @@ PRODUCED = {
     "rl_insight_hub_scrapes_unconfirmed_total",
     "rl_insight_hub_batches_lost_total",
     "rl_insight_hub_scrape_number",
+    MARK_METRIC,  # the marks of runs' steps (rl-insight runs mark)
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_MEM_COPY_UTIL",
     "DCGM_FI_DEV_FB_USED",

@@ -22,6 +22,7 @@ from typing import Any
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.routes import Api
@@ -36,12 +37,14 @@ from verl_rl_insight.server.managed import (
 )
 from verl_rl_insight.server.managed.supervisor import Service, Supervisor
 from verl_rl_insight.server.metrics.delivery import DeliveryCheck
-from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, MetricHub
 from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings, default_home
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import private_folder, write_atomically
+from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.revocations import Revocations
+from verl_rl_insight.server.stores.run_cards import RunCardStore
 from verl_rl_insight.server.stores.silences import Alerting
 from verl_rl_insight.server.stores.span_relay import SpanRelay
 from verl_rl_insight.server.stores.spans import SpanStore
@@ -147,7 +150,9 @@ class Server:
             settle_s=max(2.0, float(settings.scrape_interval_s)),
             jobs={prometheus.scraper_name(settings): prometheus.HUB_JOB},
         )
-        self.targets = TargetRegistry(settings.data_path / "targets.json")
+        self.targets = TargetRegistry(
+            settings.data_path / "targets.json", max_per_run=int(settings.max_targets_per_run)
+        )
         self.api: Api | None = None
         self.http: HttpServer | None = None
         self.services: dict[str, Service] = {}
@@ -161,6 +166,7 @@ class Server:
             self.hub.push,
             settle_s=settings.timeline_settle_s,
             book=lambda nbytes: self.hub.book_other("timeline", nbytes),
+            budget_bytes=int(OTHERS_SHARE * self.hub.memory_limit_bytes),
         )
         self.health = HealthMonitor(self.hub.push, alert_rules.health_params(settings.alerts))
         self.hub.listeners.append(self.health.observe)
@@ -180,6 +186,12 @@ class Server:
                     check_port_free(listen, port, what)
         if s.enabled("alertmanager"):
             self.alerting = Alerting(alertmanager.url(s), s.data_path / "silences.json")
+        # a mark with reset_baseline starts the live detectors' baselines again at its step
+        marks = MarkStore(s.data_path / "marks.json", on_reset=self.health.reset_baseline, step_time=self.step_time)
+        marks.on_change = self.hub.changed
+        marks.book_all(lambda nbytes: self.hub.book_other("marks", nbytes))
+        self.hub.listeners.append(marks.observe)
+        self.hub.collectors.append(marks.lines)
         self.api = Api(
             self.hub,
             targets=self.targets,
@@ -191,6 +203,8 @@ class Server:
             delete_series=self.delete_series,
             profiles=ProfileStore(s.data_path / "profiles.json"),
             revocations=Revocations(s.data_path / "revoked-runs.json"),
+            run_cards=RunCardStore(s.data_path / "run-cards"),
+            marks=marks,
         )
         self.api.ready = False  # until the span store and the services are in place
         self.http = HttpServer(self.api, s.bind, s.port)
@@ -241,6 +255,12 @@ class Server:
             if not reply.ok:
                 return f"not deleted: Prometheus answered {reply.status}: {reply.error()}"
         return "deleted"
+
+    def step_time(self, project: str, experiment: str, step: int) -> float | None:
+        """The trainer's time of ``step`` from this server's Prometheus (None: it runs none, or does not say)."""
+        service = self.services.get("prometheus")
+        url = service.url if service is not None else None
+        return step_time_in(url, project, experiment, step) if url else None
 
     def _restarted(self, service: Any) -> None:
         if service.name == "alertmanager" and self.alerting is not None:
@@ -397,6 +417,23 @@ class Server:
         if self.spans is not None:
             self.spans.close()
         self.targets.close()
+
+
+def step_time_in(prometheus_url: str, project: str, experiment: str, step: int) -> float | None:
+    """The trainer's time of ``step`` (or of the first step after it that Prometheus has), read on a
+    one-minute grid over the last 35 days: exact for steps of a minute or more; None where it does not say."""
+    run = run_selector(project, experiment)
+    query = (
+        f"min(min_over_time(({STEP_TIME_METRIC}{run} and on(project, experiment_name) "
+        f"({GLOBAL_STEP_METRIC}{run} >= {int(step)}))[35d:1m]))"
+    )
+    try:
+        reply = HttpClient().request("GET", f"{prometheus_url}/api/v1/query", params={"query": query}, timeout_s=20)
+        found = reply.json()["data"]["result"] if reply.ok else []
+        return float(found[0]["value"][1]) if found else None
+    except (Unreachable, ValueError, KeyError, IndexError, TypeError) as exc:
+        logger.warning("marks: step %d of %s/%s: no time from Prometheus (%s)", step, project, experiment, exc)
+        return None
 
 
 def write_state(server: Server) -> None:

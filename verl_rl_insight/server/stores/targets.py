@@ -20,6 +20,10 @@ from verl_rl_insight.contract.wire import TargetBody, field_problem
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
 
 MAX_TARGETS = 10_000
+# a run's own targets at most (its labels' project and experiment_name): the largest job one hub
+# holds, 16,384 GPUs as 2,048 nodes of 8, registers a rollout replica per node (2,048) and its
+# TransferQueue endpoint; 64 more for other endpoints of its own. Setting: max_targets_per_run.
+MAX_TARGETS_PER_RUN = 2_048 + 64
 
 
 class TargetError(BadInput):
@@ -51,7 +55,14 @@ def check_target(address: Any, job: Any, labels: Any, ttl_s: Any) -> dict[str, s
 
 
 class TargetRegistry:
-    def __init__(self, store_path: Any = None, clock: Any = time.monotonic, save_interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        store_path: Any = None,
+        clock: Any = time.monotonic,
+        save_interval_s: float = 0.5,
+        max_per_run: int = MAX_TARGETS_PER_RUN,
+    ) -> None:
+        self.max_per_run = max_per_run  # one run's targets at most (check_run_cap)
         self.store_path = store_path
         self.clock = clock
         self.save_interval_s = save_interval_s
@@ -75,11 +86,30 @@ class TargetRegistry:
             previous = self._targets.get(key)
             if previous is None and len(self._targets) >= MAX_TARGETS:
                 raise TargetError(f"at most {MAX_TARGETS} targets")
+            if previous is None:
+                self._check_run_cap(labels)
             expires = None if not ttl_s else self.clock() + ttl_s
             self._targets[key] = {"labels": labels, "ttl_s": ttl_s, "expires": expires}
             if not ttl_s or (previous is not None and not previous["ttl_s"]):
                 self._changed()
             return self._record(key)
+
+    def _check_run_cap(self, labels: dict[str, str]) -> None:
+        """Refuse a new target of a run that has ``max_per_run`` already (one run credential
+        cannot fill the registry, nor Prometheus with what those targets serve)."""
+        project, experiment = labels.get("project"), labels.get("experiment_name")
+        if project is None or experiment is None:
+            return  # not a run's (``rl-insight targets add`` of a node exporter): MAX_TARGETS holds it
+        held = sum(
+            1
+            for e in self._targets.values()
+            if e["labels"].get("project") == project and e["labels"].get("experiment_name") == experiment
+        )
+        if held >= self.max_per_run:
+            raise TargetError(
+                f"labels: run {project[:80]!r} / {experiment[:80]!r} has {held} targets, the most a run may "
+                f"register (max_targets_per_run: {self.max_per_run}); remove some, or raise max_targets_per_run"
+            )
 
     def remove(self, address: str, job: str) -> bool:
         with self._lock:
