@@ -143,6 +143,7 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
     if "prometheus" in state["services"]:
         print(f"  Prometheus  {urls['prometheus']}/graph?g0.expr=rl_insight_monitor_critic_score_mean{query}", file=out)
         print(f"              {urls['prometheus']}/alerts", file=out)
+        print("              (login: rl-insight, password: rl-insight server url --prometheus)", file=out)
     if "tempo" in state["services"]:
         print(f'  Tempo       {urls["tempo"]} (TraceQL: {{ span.experiment_name = "{experiment}" }})', file=out)
     print(f"  metric hub  {state['hub_url']}/metrics", file=out)

@@ -259,7 +259,7 @@ class Api:
             except (binascii.Error, UnicodeDecodeError):
                 given = None
         if run_credential.is_run_credential(given):
-            run = run_credential.verify(self.token, str(given), revoked=self.revocations.revoked_at)
+            run = run_credential.verify(self.token, str(given), refusal=self.revocations.refusal)
             if not run_may:
                 method, path = request.scope["method"], request.scope["path"]
                 raise ApiError(

@@ -17,6 +17,7 @@ import msgspec
 from verl_rl_insight.contract.errors import BadInput
 from verl_rl_insight.contract.naming import label_value_problem
 from verl_rl_insight.contract.wire import TargetBody, field_problem
+from verl_rl_insight.server.managed.jobs import OWN_JOBS
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
 
 MAX_TARGETS = 10_000
@@ -54,6 +55,17 @@ def check_target(address: Any, job: Any, labels: Any, ttl_s: Any) -> dict[str, s
     return dict(body.labels)
 
 
+def check_job_not_reserved(job: object) -> None:
+    """A TargetError when ``job`` is one the server's Prometheus scrapes itself (``rl_insight_hub``,
+    ...): a target under that job would pass for the hub, and its fake scrape numbers for scrapes
+    the store has."""
+    if job in OWN_JOBS:
+        raise TargetError(
+            f"job {job!r} is reserved: the server's Prometheus scrapes it itself "
+            f"(reserved: {', '.join(OWN_JOBS)}); give the target a job of its own"
+        )
+
+
 class TargetRegistry:
     def __init__(
         self,
@@ -79,6 +91,7 @@ class TargetRegistry:
     def register(self, address: Any, job: Any, labels: Any = None, ttl_s: Any = 90.0) -> Any:
         """Register (or renew) a target; every argument is checked here, whoever calls."""
         """Add or refresh a target (a heartbeat is the same call). Returns its record."""
+        check_job_not_reserved(job)
         labels = check_target(address, job, labels or {}, ttl_s)
         with self._lock:
             self._expire()
