@@ -177,7 +177,13 @@ def test_dashboards_have_the_rows_variables_and_datasources_users_look_for():
     assert list(variables) == ["project", "experiment_name", "replica", "node", "gpu", "trace_id"]
     assert variables["project"]["multi"] and variables["experiment_name"]["multi"]  # compare runs
     rows = [p["title"] for p in vllm["panels"] if p["type"] == "row"]
-    assert rows[:3] == ["Training: what to check first", "RL state timeline", "vLLM engines (per replica)"]
+    assert rows[:5] == [
+        "Training: what to check first",
+        "Training signal: groups, advantages, percentiles",
+        "Per data source",
+        "RL state timeline",
+        "vLLM engines (per replica)",
+    ]
     for row in (
         "Actor",
         "Critic, rewards and advantages",

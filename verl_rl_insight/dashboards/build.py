@@ -626,6 +626,7 @@ def build(conditional: Any = None) -> Any:
     for engine in ("vllm", "sglang"):
         layout = Layout()
         training.overview_rows(layout)
+        training.signal_rows(layout)
         timeline_rows(layout)
         engines.ROWS[engine](layout)
         rows_logged_sometimes.update(training.key_rows(layout))

@@ -45,7 +45,10 @@ GROUPS = {
     "distillation": ("Distillation", "in distillation runs"),
     "gdpo": ("GDPO reward components", "with the GDPO advantage estimator"),
     "variance_proxy": ("Variance proxy", "with the variance proxy metrics on"),
+    "rl_insight": ("Batch statistics (plugin group_stats)", None),
 }
+# Groups of this package's own keys (not in verl's source): their run-time families are this package's.
+OWN_GROUPS = {"rl_insight"}
 # Literal in verl's source, never logged as a scalar under that name: renamed first (perf/mfu/actor, ...),
 # or sent to wandb alone, as a table (DAPO's DapoFilteredRewardTableLogger: filtered_reward_counts).
 NOT_LOGGED = {
@@ -89,14 +92,24 @@ PATTERN_FAMILIES = [
     ("rollout", "MoE load imbalance over the layers", r"rollout/moe/(max|min|avg)_vio/(max|avg)", "short"),
     ("gdpo", "GDPO reward components", r"gdpo/.+", "short"),
     ("val-aux", "Validation, auxiliary", r"val-aux/.+", "short"),
+    # plugin group_stats: one key per data source (the first 32 of a run, then "other")
+    ("rl_insight", "Score mean per data source, by key", r"rl_insight/source/.+/score/mean", "short"),
+    (
+        "rl_insight",
+        "Response length mean per data source, by key",
+        r"rl_insight/source/.+/response_length/mean",
+        "short",
+    ),
+    ("rl_insight", "Clip ratio per data source, by key", r"rl_insight/source/.+/clip_ratio", "short"),
+    ("rl_insight", "Responses per data source, by key", r"rl_insight/source/.+/count", "short"),
 ]
-STATS = {"mean", "max", "min", "std", "minmax_diff"}
+STATS = {"mean", "max", "min", "std", "minmax_diff", "p10", "p50", "p90"}
 FAMILIES = [
     (re.compile(r"perf/mfu/.+"), "perf/mfu"),
     (re.compile(r"(actor/)?perf/(max_memory_\w+|cpu_memory_used_gb)"), "perf/memory"),
 ]
 FRACTION = re.compile(
-    r"(clipfrac|clip_ratio|aborted_ratio|_fraction|fraction_|frac_gt|mfu|idle_ratio|"
+    r"(clipfrac|clip_ratio|aborted_ratio|_fraction|fraction_|frac_gt|_share|mfu|idle_ratio|"
     r"utilization|partial_ratio|overlap_ratio|changed_ratio|accept_rate)"
 )
 KEY = re.compile(r"[\"']([a-zA-Z_][\w\-]*(?:/[\w\-@.]+)+)[\"']")
@@ -117,21 +130,22 @@ def verl_literals() -> Any:
 
 
 def families_in_verl() -> Any:
-    """The PATTERN_FAMILIES whose group verl's source names (``f"rollout_corr/{key}"``, ``"val-core"``):
-    their members are named at run time, so only the group can be checked."""
+    """The PATTERN_FAMILIES whose group verl's source names (``f"rollout_corr/{key}"``, ``"val-core"``),
+    and those of this package's own groups: their members are named at run time, so only the group
+    can be checked."""
     texts = _verl_sources()
     return [
         family
         for family in PATTERN_FAMILIES
-        if any(f'"{family[0]}' in text or f"'{family[0]}" in text for text in texts)
+        if family[0] in OWN_GROUPS or any(f'"{family[0]}' in text or f"'{family[0]}" in text for text in texts)
     ]
 
 
 def own_keys() -> Any:
-    """The keys this package's plugins add (the log-prob mismatch extras)."""
-    from verl_rl_insight.trainer.plugins import probs_diff
+    """The keys this package's plugins add (the log-prob mismatch extras, the batch statistics)."""
+    from verl_rl_insight.trainer.plugins import group_stats, probs_diff
 
-    return set(probs_diff.KEYS)
+    return set(probs_diff.KEYS) | set(group_stats.KEYS)
 
 
 def group_of(key: str) -> Any:

@@ -188,3 +188,83 @@ def shown() -> Any:
         + "|".join([re.escape(e) for e in exact] + patterns + ["training_global_step", "training_step_time_seconds"])
         + ")"
     )
+
+
+SOURCE_STATS = (  # (stat of plugin group_stats' per-source keys, panel title, unit)
+    ("score/mean", "Score mean per data source", "short"),
+    ("response_length/mean", "Response length mean per data source", "short"),
+    ("clip_ratio", "Clipped at max length, per data source", "percentunit"),
+    ("count", "Responses per data source", "short"),
+)
+
+
+def per_source(stat: str) -> str:
+    """Every source's series of ``rl_insight/source/<source>/<stat>``, with the source as a label
+    (``source``) taken from the metric name."""
+    pattern = metric_regex(f"rl_insight/source/.+/{stat}")
+    tail = metric_regex(f"/{stat}")[len(M) :]
+    return (
+        f"label_replace({{__name__=~{promql_string(pattern)},{RUN}}}, "
+        f'"source", "$1", "__name__", {promql_string(".+_source_(.+)" + tail)})'
+    )
+
+
+def percentiles(key: str, title: str, what: str) -> Any:
+    return timeseries(
+        title,
+        [series(f"{key}/p{q}", f"p{q}") for q in (10, 50, 90)],
+        description=f"{what} of the step's responses: p10 / p50 / p90 (the band between p10 and p90 holds "
+        "80 % of them)",
+    )
+
+
+def signal_rows(layout: Any) -> None:
+    """Plugin group_stats: where a step's learning signal is (groups GRPO learns nothing from),
+    percentile bands of score and length, and each data source on its own line."""
+    layout.row("Training signal: groups, advantages, percentiles")
+    layout.add(
+        timeseries(
+            "Groups with no signal",
+            [
+                series("rl_insight/group/zero_variance_share", "all rewards equal"),
+                series("rl_insight/group/solve_all_share", "all solved"),
+                series("rl_insight/group/solve_none_share", "none solved"),
+            ],
+            unit="percentunit",
+            description="share of the step's groups (verl's uid) whose rewards are all equal (GRPO gives them "
+            "zero advantage), all at the batch's highest reward, all at its lowest",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Responses with a non-zero advantage",
+            [series("rl_insight/advantage/nonzero_share", "non-zero advantage")],
+            unit="percentunit",
+            description="share of the step's responses with a non-zero advantage on a response token: "
+            "the part of the batch the policy update learns from",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Reward spread within groups",
+            [series("rl_insight/group/reward_std/mean", "reward std, mean over groups")],
+            description="the rewards' standard deviation in each group of two or more, averaged over groups",
+        ),
+        w=8,
+    )
+    layout.add(percentiles("rl_insight/score", "Score p10 / p50 / p90", "sequence score (verl's critic/score)"))
+    layout.add(percentiles("rl_insight/response_length", "Response length p10 / p50 / p90", "response length"))
+    layout.row("Per data source")
+    for stat, title, unit in SOURCE_STATS:
+        expr = per_source(stat)
+        layout.add(
+            timeseries(
+                title,
+                [(f"clamp({expr}, 0, 1)" if unit == "percentunit" else expr, "{{source}} " + EXP)],
+                unit=unit,
+                description="one line per data_source (the first 32 of a run; the rest are summed up as other)",
+            ),
+            w=6,
+        )

@@ -106,6 +106,7 @@ class BuiltinPlugins:
     rollout_engines: RolloutEnginesSettings = field(default_factory=RolloutEnginesSettings)
     transfer_queue: SwitchSettings = field(default_factory=SwitchSettings)
     probs_diff: SwitchSettings = field(default_factory=SwitchSettings)
+    group_stats: SwitchSettings = field(default_factory=SwitchSettings)  # rl_insight/* batch statistics
     agent_loop: SwitchSettings = field(default_factory=SwitchSettings)  # rl_insight_agent_* (trace.backend)
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
     profiler: ProfilerSettings = field(default_factory=ProfilerSettings)

@@ -66,6 +66,12 @@ def rl_insight_train_batch(run: Any, batch: Any, step: int | None, trainer: Any)
 
 
 @hookspec
+def rl_insight_advantage_batch(run: Any, batch: Any, step: int | None, trainer: Any) -> None:
+    """The same batch as verl's ``compute_advantage`` returned it (``advantages`` and ``returns`` set);
+    read it, never change it. On the training thread: a measured budget (benchmarks/)."""
+
+
+@hookspec
 def rl_insight_rollout_servers(run: Any, engine: str, addresses: Any, replica_ranks: Any, log_stats: Any) -> None:
     """verl started rollout replicas (``addresses[i]`` is replica ``replica_ranks[i]``); ``log_stats`` is
     ``not disable_log_stats``: whether they serve engine metrics at ``/metrics``."""

@@ -32,6 +32,7 @@ DEFAULT_PLUGINS = (
     "verl_rl_insight.trainer.plugins.rollout_engines",
     "verl_rl_insight.trainer.plugins.transfer_queue",
     "verl_rl_insight.trainer.plugins.probs_diff",
+    "verl_rl_insight.trainer.plugins.group_stats",
     "verl_rl_insight.trainer.plugins.agent_loop",
     "verl_rl_insight.trainer.plugins.hardware",
     "verl_rl_insight.trainer.plugins.profiler",

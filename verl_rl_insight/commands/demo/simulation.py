@@ -162,7 +162,8 @@ def curves(step: int, total: Any, rng: Any, timing: Any, batch: Any) -> Any:
     metrics = verl_metrics(batch, timing, step, total)
     for key in sorted(keys.trainer_keys()):  # every other key of an every-step group
         group = keys.group_of(key)
-        if key not in metrics and keys.GROUPS[group][1] is None and not key.startswith("training/rollout_"):
+        by_plugins = key.startswith(("training/rollout_", "rl_insight/"))  # probs_diff, group_stats: from the batch
+        if key not in metrics and keys.GROUPS[group][1] is None and not by_plugins:
             metrics[key] = abs(rng.gauss(0.05, 0.02)) if keys.is_fraction(key) else abs(rng.gauss(1.0, 0.1))
     return metrics
 

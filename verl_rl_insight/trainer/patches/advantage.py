@@ -1,6 +1,7 @@
 """verl's ``compute_advantage``: the one call per step that sees the whole batch after the actor
 recomputed ``old_log_probs`` (and the rollout returned ``rollout_log_probs``); the batch goes to
-the plugins (probs_diff) before it. Wrapped where the trainers use it by name."""
+the plugins (probs_diff) before it and, with its advantages, after it (group_stats). Wrapped
+where the trainers use it by name."""
 
 import sys
 from typing import Any
@@ -11,16 +12,21 @@ from verl_rl_insight.trainer import runtime
 def _wrap(original: Any) -> Any:
     def compute_advantage(data: Any, *args: object, **kwargs: Any) -> Any:
         rt = runtime.get_runtime()
-        if rt is not None:
-            caller = sys._getframe(1).f_locals.get("self")
-            step = getattr(caller, "global_steps", None)
-            try:
-                rt.hook.rl_insight_train_batch(
-                    run=rt.current_run(), batch=data, step=step if isinstance(step, int) else None, trainer=caller
-                )
-            except Exception:  # a training step never fails because of monitoring
-                pass
-        return original(data, *args, **kwargs)
+        if rt is None:
+            return original(data, *args, **kwargs)
+        caller = sys._getframe(1).f_locals.get("self")
+        step = getattr(caller, "global_steps", None)
+        step = step if isinstance(step, int) else None
+        try:
+            rt.hook.rl_insight_train_batch(run=rt.current_run(), batch=data, step=step, trainer=caller)
+        except Exception:  # a training step never fails because of monitoring
+            pass
+        result = original(data, *args, **kwargs)
+        try:
+            rt.hook.rl_insight_advantage_batch(run=rt.current_run(), batch=result, step=step, trainer=caller)
+        except Exception:
+            pass
+        return result
 
     compute_advantage.__wrapped__ = original  # type: ignore[attr-defined]
     compute_advantage._rl_insight_advantage = True  # type: ignore[attr-defined]

@@ -1,0 +1,119 @@
+"""Cost of the batch statistics (plugin group_stats) on the training thread: one step's batch of
+8,192 responses in groups of 16 (verl's uid strings), after verl's real ``compute_advantage``
+(GRPO), against verl's own ``compute_data_metrics`` on the same batch, interleaved rounds in one
+process. Reports median and p99 of each (ms) and the ratio of the medians (group_stats / verl).
+
+    python benchmarks/bench_group_stats.py [--responses 8192] [--group 16] [--response-length 1024]
+        [--sources 4] [--rounds 50] [--threads N]
+
+The issue's budget: under 20 ms, the median of rounds, for 8,192 responses in groups of 16.
+The token-level tensors dominate (scores, advantages, masks: 8,192 x response length), as they
+do in verl's own function; ``--response-length`` sets their width.
+"""
+
+import argparse
+import json
+import statistics
+import time
+import uuid
+
+
+def step_batch(responses, group, response_length, prompt_length, sources, seed=0):
+    """A DataProto as verl's trainer holds it at compute_advantage: prompts, responses, masks, a
+    0/1 score at each response's last token, uid per group and data_source per prompt."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, response_length + 1, (responses,), generator=g)
+    mask = (torch.arange(response_length)[None, :] < lengths[:, None]).long()
+    scores = torch.zeros(responses, response_length)
+    solved = torch.rand(responses // group, 1, generator=g).expand(-1, group).reshape(-1)  # per-prompt difficulty
+    scores[torch.arange(responses), lengths - 1] = (torch.rand(responses, generator=g) < solved).float()
+    uids = [str(uuid.UUID(int=i)) for i in range(responses // group)]
+    return DataProto.from_dict(
+        tensors={
+            "prompts": torch.randint(0, 32000, (responses, prompt_length), generator=g),
+            "responses": torch.randint(0, 32000, (responses, response_length), generator=g),
+            "attention_mask": torch.cat([torch.ones(responses, prompt_length, dtype=torch.long), mask], dim=1),
+            "response_mask": mask,
+            "token_level_scores": scores,
+            "token_level_rewards": scores.clone(),
+        },
+        non_tensors={
+            "uid": np.array([uids[i // group] for i in range(responses)], dtype=object),
+            "data_source": np.array([f"source_{(i // group) % sources}" for i in range(responses)], dtype=object),
+        },
+    )
+
+
+def figures(samples_ms):
+    ordered = sorted(samples_ms)
+    return {
+        "median_ms": round(statistics.median(ordered), 3),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 3),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--responses", type=int, default=8192)
+    parser.add_argument("--group", type=int, default=16)
+    parser.add_argument("--response-length", type=int, default=1024)
+    parser.add_argument("--prompt-length", type=int, default=512)
+    parser.add_argument("--sources", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=50)
+    # verl's driver loop runs in a Ray actor (TaskRunner, num_cpus=1): Ray sets OMP_NUM_THREADS to
+    # its CPUs, so torch works on one thread there
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
+    args = parser.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from verl.trainer.ppo.core_algos import AdvantageEstimator
+    from verl.trainer.ppo.metric_utils import compute_data_metrics
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    from verl_rl_insight.trainer.plugins.group_stats import batch_metrics
+
+    batch = step_batch(args.responses, args.group, args.response_length, args.prompt_length, args.sources)
+    compute = getattr(compute_advantage, "__wrapped__", compute_advantage)  # verl's own, unwrapped
+    batch = compute(batch, adv_estimator=AdvantageEstimator.GRPO)
+    ours, verls = [], []
+    for _ in range(3):  # warm-up
+        batch_metrics(batch, {})
+        compute_data_metrics(batch, use_critic=False)
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        stats = batch_metrics(batch, {})
+        t1 = time.perf_counter()
+        compute_data_metrics(batch, use_critic=False)
+        t2 = time.perf_counter()
+        ours.append((t1 - t0) * 1000)
+        verls.append((t2 - t1) * 1000)
+    assert stats and "rl_insight/group/zero_variance_share" in stats
+    result = {
+        "batch": {
+            "responses": args.responses,
+            "group": args.group,
+            "response_length": args.response_length,
+            "sources": args.sources,
+            "torch_threads": torch.get_num_threads(),
+        },
+        "group_stats": figures(ours),
+        "verl_compute_data_metrics": figures(verls),
+        "rounds": args.rounds,
+    }
+    result["ratio_median"] = round(
+        result["group_stats"]["median_ms"] / result["verl_compute_data_metrics"]["median_ms"], 3
+    )
+    result["budget_ms"] = 20
+    result["within_budget"] = result["group_stats"]["median_ms"] < 20
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

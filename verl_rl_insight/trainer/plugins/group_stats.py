@@ -1,0 +1,221 @@
+"""Batch statistics of the step's rollouts, from the batch verl's ``compute_advantage`` returns
+(rewards, advantages, lengths, groups and data sources all in one place), logged under ``rl_insight/``:
+
+- ``rl_insight/group/zero_variance_share``: share of groups (verl's ``uid``) whose rewards are all
+  equal (GRPO gives them no signal); ``solve_all_share`` / ``solve_none_share``: share of groups
+  whose every reward equals the batch's highest / lowest reward; ``reward_std/mean``: the mean over
+  groups of two or more of the rewards' standard deviation (``torch.std``, as GRPO's own);
+- ``rl_insight/advantage/nonzero_share``: share of responses with a non-zero advantage on one of
+  their response tokens;
+- ``rl_insight/score/p10|p50|p90`` and ``rl_insight/response_length/p10|p50|p90``: percentiles
+  (linear interpolation) of the sequence score and the response length as verl's
+  ``compute_data_metrics`` defines them (score over the responses that were not aborted);
+- ``rl_insight/source/<data_source>/score/mean``, ``.../response_length/mean``,
+  ``.../clip_ratio`` and ``.../count``, per ``data_source``: the first 32 sources a run shows get
+  their own keys, later ones are summed up as ``other``.
+
+A reward is the response's ``token_level_rewards`` summed (what GRPO normalises), a score its
+``token_level_scores`` summed (verl's ``critic/score``). Computed on the training thread with torch
+ops (benchmarks/bench_group_stats.py); merged into the step's ``Tracking.log``, where a key verl
+already logged keeps verl's value.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING
+
+from verl_rl_insight.trainer.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+PREFIX = "rl_insight/"
+MAX_SOURCES = 32  # per run; the rest are "other"
+OTHER = "other"
+KEYS = tuple(
+    PREFIX + name
+    for name in (
+        "group/zero_variance_share",
+        "group/solve_all_share",
+        "group/solve_none_share",
+        "group/reward_std/mean",
+        "advantage/nonzero_share",
+        *(f"{what}/p{q}" for what in ("score", "response_length") for q in (10, 50, 90)),
+    )
+)
+SOURCE_STATS = ("score/mean", "response_length/mean", "clip_ratio", "count")
+QUANTILES = (0.1, 0.5, 0.9)
+
+_pending: dict[tuple[Hashable, int | None], dict[str, float]] = {}
+_sources: dict[Hashable, dict[str, None]] = {}  # run -> the sources that have keys of their own
+_lock = threading.Lock()
+
+
+def source_key(source: str, stat: str) -> str:
+    return f"{PREFIX}source/{source}/{stat}"
+
+
+def _codes(values: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The distinct values (as text, in order of first appearance) and each element's index into
+    them (int64): pandas' hash-based factorize, 4x faster than numpy's sort on 8,192 uid strings."""
+    import numpy as np
+    import pandas as pd  # type: ignore[import-untyped]  # a dependency of verl
+
+    codes, names = pd.factorize(np.asarray(values, dtype=object).reshape(-1))
+    return [str(n) for n in names.tolist()], codes.astype(np.int64, copy=False)
+
+
+def _group_metrics(rewards: torch.Tensor, uids: np.ndarray) -> dict[str, float]:
+    import torch
+
+    index = torch.from_numpy(_codes(uids)[1])
+    groups = int(index.max().item()) + 1
+    size = torch.zeros(groups, dtype=torch.float64).index_add_(0, index, torch.ones_like(rewards))
+    low = torch.full((groups,), float("inf"), dtype=torch.float64).scatter_reduce(0, index, rewards, "amin")
+    high = torch.full((groups,), float("-inf"), dtype=torch.float64).scatter_reduce(0, index, rewards, "amax")
+    total = torch.zeros(groups, dtype=torch.float64).index_add_(0, index, rewards)
+    mean = total / size
+    squares = torch.zeros(groups, dtype=torch.float64).index_add_(0, index, (rewards - mean[index]) ** 2)
+    several = size > 1
+    metrics = {
+        PREFIX + "group/zero_variance_share": (low == high).double().mean().item(),
+        PREFIX + "group/solve_all_share": (low == rewards.max()).double().mean().item(),
+        PREFIX + "group/solve_none_share": (high == rewards.min()).double().mean().item(),
+    }
+    if bool(several.any()):
+        std = torch.sqrt(squares[several] / (size[several] - 1))
+        metrics[PREFIX + "group/reward_std/mean"] = std.mean().item()
+    return metrics
+
+
+def _quantiles(name: str, values: torch.Tensor) -> dict[str, float]:
+    import torch
+
+    if values.numel() == 0:
+        return {}
+    found = torch.quantile(values, torch.tensor(QUANTILES, dtype=values.dtype)).tolist()
+    return {f"{PREFIX}{name}/p{round(q * 100)}": v for q, v in zip(QUANTILES, found)}
+
+
+def _source_metrics(
+    sources: np.ndarray,
+    score: torch.Tensor,
+    length: torch.Tensor,
+    clipped: torch.Tensor | None,
+    scored: torch.Tensor,
+    known: dict[str, None],
+) -> dict[str, float]:
+    import torch
+
+    names, inverse = _codes(sources)
+    labels = []
+    for name in names:
+        if name not in known and len(known) < MAX_SOURCES:
+            known[name] = None
+        labels.append(name if name in known else OTHER)
+    merged = sorted(set(labels))
+    slot = torch.tensor([merged.index(label) for label in labels], dtype=torch.int64)
+    index = slot[torch.from_numpy(inverse)]
+    n = len(merged)
+
+    def summed(values: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(n, dtype=torch.float64).index_add_(0, index, values.double())
+
+    count, scored_count = summed(torch.ones_like(length)), summed(scored)
+    length_mean = summed(length) / count
+    clip_ratio = None if clipped is None else summed(clipped) / count
+    score_mean = summed(torch.where(scored, score, torch.zeros_like(score))) / scored_count
+    metrics: dict[str, float] = {}
+    for i, label in enumerate(merged):
+        metrics[source_key(label, "count")] = count[i].item()
+        metrics[source_key(label, "response_length/mean")] = length_mean[i].item()
+        if clip_ratio is not None:
+            metrics[source_key(label, "clip_ratio")] = clip_ratio[i].item()
+        if scored_count[i] > 0:
+            metrics[source_key(label, "score/mean")] = score_mean[i].item()
+    return metrics
+
+
+def _response_lengths(tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """verl's response length (metric_utils._compute_response_info): the batch's own
+    ``response_length``, or the response part of the attention mask; where the batch has neither
+    (verl's v1 trainer hands compute_advantage a few fields only), the response mask."""
+    keys = tensors.keys()
+    if "response_length" in keys:
+        return tensors["response_length"].double()
+    if "attention_mask" in keys and "responses" in keys:
+        width = tensors["responses"].shape[-1]
+        return tensors["attention_mask"][:, -width:].sum(-1).double()
+    return tensors["response_mask"].sum(-1).double()
+
+
+def batch_metrics(batch: object, known_sources: dict[str, None] | None = None) -> dict[str, float] | None:
+    """The statistics of a verl DataProto after advantage estimation, or None when it lacks what
+    they are made of (rewards, scores and the response mask). What needs more is left out where the
+    batch lacks it: groups without ``uid``, the non-zero advantage share without ``advantages``, the
+    per-source keys without ``data_source``, the clip ratio without ``responses`` (the configured
+    maximum length). ``known_sources`` (changed in place) are the sources that already have keys of
+    their own in this run."""
+    import torch
+
+    tensors = getattr(batch, "batch", None)
+    needed = ("token_level_rewards", "token_level_scores", "response_mask")
+    if tensors is None or any(k not in tensors.keys() for k in needed) or len(tensors["response_mask"]) == 0:
+        return None
+    non_tensors = getattr(batch, "non_tensor_batch", None) or {}
+    with torch.no_grad():
+        score = tensors["token_level_scores"].sum(-1).double()
+        same = tensors["token_level_rewards"] is tensors["token_level_scores"]  # no KL in the reward: verl's default
+        rewards = score if same else tensors["token_level_rewards"].sum(-1).double()
+        length = _response_lengths(tensors)
+        scored = length != 0  # verl's score statistics leave aborted responses out
+        metrics: dict[str, float] = {}
+        if "uid" in non_tensors:
+            metrics.update(_group_metrics(rewards, non_tensors["uid"]))
+        if "advantages" in tensors.keys():
+            nonzero = tensors["advantages"].ne(0) & tensors["response_mask"].bool()
+            # a row's any() as the max of its bytes: the same answer, a vectorised reduction (6 ms -> 0.2 ms)
+            rows = nonzero.view(torch.uint8).amax(-1)
+            metrics[PREFIX + "advantage/nonzero_share"] = rows.double().mean().item()
+        metrics.update(_quantiles("score", score[scored]))
+        metrics.update(_quantiles("response_length", length))
+        if "data_source" in non_tensors:
+            width = tensors["responses"].shape[-1] if "responses" in tensors.keys() else None
+            clipped = None if width is None else (length == width).double()
+            known = {} if known_sources is None else known_sources
+            metrics.update(_source_metrics(non_tensors["data_source"], score, length, clipped, scored, known))
+        return metrics
+
+
+@hookimpl
+def rl_insight_configure(config: object) -> None:
+    with _lock:
+        _pending.clear()
+        _sources.clear()
+
+
+@hookimpl
+def rl_insight_advantage_batch(run: Hashable, batch: object, step: int | None) -> None:
+    with _lock:
+        known = _sources.setdefault(run, {})
+    metrics = batch_metrics(batch, known)
+    if metrics is not None:
+        with _lock:
+            _pending[(run, step)] = metrics
+            while len(_pending) > 8:  # steps that never got logged
+                _pending.pop(next(iter(_pending)))
+
+
+@hookimpl(tryfirst=True)
+def rl_insight_log_metrics(run: Hashable, metrics: dict[str, object], step: int | None, timestamp: float) -> None:
+    if not _pending:  # the common case, on the training thread: no lock
+        return
+    with _lock:
+        # step None: the trainer's step was not visible at compute time; it belongs to the next log
+        computed = _pending.pop((run, step), None) or _pending.pop((run, None), None)
+    if computed:
+        for key, value in computed.items():
+            metrics.setdefault(key, value)  # verl's own values win
