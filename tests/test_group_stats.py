@@ -164,9 +164,8 @@ def test_through_compute_advantage_and_tracking_prometheus_shows_each_value(hub_
             return grpo(grpo_batch())
 
     out = Trainer().step()
-    # fit's dict for the step: verl's compute_data_metrics plus training/epoch (training/global_step, which
-    # fit adds too, is refused by this hub until the `regression` branch makes it the step)
-    step_metrics = {"training/epoch": 0, **compute_data_metrics(out, use_critic=False)}
+    # fit's dict for the step: the keys fit adds, then verl's compute_data_metrics on the step's batch
+    step_metrics = {"training/global_step": 7, "training/epoch": 0, **compute_data_metrics(out, use_critic=False)}
     tracking.log(step_metrics, step=7)
     tracking.finish()
     text = http("GET", server.url + "/metrics")[1].decode()
@@ -231,7 +230,8 @@ def test_the_signal_and_per_source_panels_show_those_values_in_a_real_prometheus
 
         tracking = Tracking("proj", "panels", default_backend=["rl_insight"])
         out = grpo(grpo_batch())
-        tracking.log({"training/epoch": 0, **compute_data_metrics(out, use_critic=False)}, step=1)
+        fit_keys = {"training/global_step": 1, "training/epoch": 0}
+        tracking.log({**fit_keys, **compute_data_metrics(out, use_critic=False)}, step=1)
         tracking.finish()
         panels = {p["title"]: p for p in every_panel(build()["verl_trainer_v1_with_vllm_engine.json"])}
 
