@@ -14,6 +14,7 @@ import time
 import urllib.parse
 from typing import Any, TextIO
 
+from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract import environment, server_url
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
@@ -21,19 +22,21 @@ SUPPORTED_VERL = ((0, 6), (0, 10))  # 0.6 <= verl < 0.10
 
 
 class Report:
+    """The checklist's lines; what a check shows of a server's answer is made printable here."""
+
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.problems = 0
 
     def ok(self, what: Any, detail: str = "") -> None:
-        print(f"ok       {what}" + (f": {detail}" if detail else ""), file=self.out)
+        print(printable(f"ok       {what}" + (f": {detail}" if detail else "")), file=self.out)
 
     def problem(self, what: Any, detail: Any, fix: Any) -> None:
         self.problems += 1
-        print(f"PROBLEM  {what}: {detail}\n         fix: {fix}", file=self.out)
+        print(printable(f"PROBLEM  {what}: {detail}"), printable(f"         fix: {fix}"), sep="\n", file=self.out)
 
     def skip(self, what: Any, why: Any) -> None:
-        print(f"skipped  {what}: {why}", file=self.out)
+        print(printable(f"skipped  {what}: {why}"), file=self.out)
 
 
 def fetch(url: str, method: str = "GET", body: Any = None, token: str | None = None, timeout: int = 5) -> Any:

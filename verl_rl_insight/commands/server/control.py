@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.server import app
@@ -227,8 +228,8 @@ def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> Any:
         print("  (rl-insight server status --secrets shows the token and the Grafana password)", file=out)
     try:
         client = HttpClient(timeout_s=5)
-        services = client.get_json(state["local_hub_url"] + "/api/v1/services")["services"]
-        hub = client.get_json(state["local_hub_url"] + "/api/v1/hub")
+        services = printable(client.get_json(state["local_hub_url"] + "/api/v1/services")["services"])
+        hub = printable(client.get_json(state["local_hub_url"] + "/api/v1/hub"))
     except Exception as exc:
         print(f"\n  (cannot ask the server for service details: {exc})", file=out)
         return 1

@@ -3,6 +3,7 @@ curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
 
 from typing import Any
 
+from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient, Refused, Unreachable
 from verl_rl_insight.contract.naming import metric_name
@@ -47,7 +48,7 @@ class Prometheus:
             raise DataError(f"Prometheus at {self.url} refused a query ({exc.status})") from None
         except Unreachable as exc:
             raise DataError(f"Prometheus at {self.url} does not answer ({exc})") from None
-        return body["data"]
+        return printable(body["data"])
 
     def query(self, promql: str) -> Any:
         return self._get("/api/v1/query", {"query": promql})["result"]
