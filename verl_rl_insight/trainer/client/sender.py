@@ -35,6 +35,8 @@ from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.wire import HUB_HEADER
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 
+ANSWER_BYTES = 2**20  # what is read of the server's answer to a push ({"hub": ...}): any server can be at the URL
+
 logger = logging.getLogger("verl_rl_insight")
 
 _STOP = object()
@@ -325,7 +327,12 @@ class BatchSender:
         headers = {HUB_HEADER: self._hub} if self._hub else None
         try:
             reply = self._client.request(
-                "POST", self.url, data=body, headers=headers, timeout_s=(min(2.0, self.timeout_s), self.timeout_s)
+                "POST",
+                self.url,
+                data=body,
+                headers=headers,
+                timeout_s=(min(2.0, self.timeout_s), self.timeout_s),
+                max_bytes=ANSWER_BYTES,
             )
         except Exception as exc:  # connection refused, DNS, timeout: all mean "not reachable now"
             return None, f"{type(exc).__name__}: {exc}", None
