@@ -75,6 +75,22 @@ RUN_CREDENTIAL_ROUTES = frozenset(
 CHUNK_BYTES = 256 * 1024  # responses go out in pieces: a slow reader holds one, not the body
 
 
+# What the server that owns this API attaches after its port opens (the span store, Tempo's relay,
+# the timeline's figures) and what reads them: until it is ``ready`` these answer 503 with
+# Retry-After, which OTLP exporters and the trainer retry, never a 404 that says "no spans here".
+NEEDS_START = frozenset(
+    {
+        ("POST", "/v1/traces"),
+        ("GET", "/api/v1/spans"),
+        ("GET", "/api/v1/spans/runs"),
+        ("GET", "/api/v1/timeline/last_step"),
+        ("GET", "/api/v1/info"),
+        ("DELETE", "/api/v1/runs"),
+    }
+)
+RETRY_AFTER_S = 1
+
+
 class ApiError(Exception):
     """An answer before, or instead of, reading the body: the connection stays open and the server
     reads what the client still sends and drops it, so that the client gets to read the answer
@@ -200,6 +216,12 @@ class Api:
             handler, write = entry
             if write:
                 self._authorize(request, (method, scope["path"]) in RUN_CREDENTIAL_ROUTES)
+            if not self.ready and (method, scope["path"]) in NEEDS_START:
+                raise ApiError(
+                    503,
+                    f"the server is starting (its span store is not open yet); retry in {RETRY_AFTER_S} s",
+                    headers=[(b"retry-after", str(RETRY_AFTER_S).encode())],
+                )
             await handler(request)
         except ApiError as exc:
             await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
