@@ -185,3 +185,19 @@ def test_a_host_clock_far_from_the_servers_is_named_once_and_the_steps_still_arr
     assert len(warnings) == 1 and re.search(r"clock is -(599|600|601) s from the server's", warnings[0]), warnings
     assert skewed.stats["clock_offset_s"] in range(-602, -597) and "clock_offset_s" not in in_sync.stats
     assert {s["labels"]["experiment_name"]: s["step"] for s in server.hub.streams()} == {"behind": 3, "on-time": 3}
+
+
+def test_a_wrong_token_is_named_as_refused_not_as_an_outage_and_no_replay_is_promised(hub_server, caplog):
+    server = hub_server(token="the-right-one")
+    sender = BatchSender(server.url + "/api/v1/push", token="a-wrong-one", linger_s=0.01)
+    with caplog.at_level("WARNING", logger="verl_rl_insight"):
+        sender.submit(batch(1))
+        said = wait_for(
+            lambda: [r.getMessage() for r in caplog.records if "rl-insight" in r.getMessage()], 10, 0.05, "the warning"
+        )
+    assert len(said) == 1, said
+    assert f"the server at {server.url}/api/v1/push refused the token (HTTP 401: " in said[0]
+    assert "rl-insight server url" in said[0]
+    assert "cannot reach" not in said[0] and "replayed" not in said[0]
+    assert server.hub.streams() == []
+    sender.close(0.5)

@@ -190,7 +190,8 @@ class BatchSender:
                 self.stats["dropped_batches"] += 1
                 self._warn_once(
                     "spool_full",
-                    "rl-insight: spool full (%d batches) while the server is unreachable; dropping the oldest",
+                    "rl-insight: spool full (%d batches) while the server is unreachable or refuses the token; "
+                    "dropping the oldest",
                     self.spool_batches,
                 )
             while self._spool and time.monotonic() >= self._next_attempt:
@@ -281,13 +282,24 @@ class BatchSender:
             self._down_since = time.monotonic()
             self._hub = None
             self._resend_recent()
-            logger.warning(
-                "rl-insight: cannot reach the monitoring server at %s (%s); training continues, "
-                "metrics are kept (up to %d batches) and replayed when it is back",
-                self.url,
-                message,
-                self.spool_batches,
-            )
+            if status in (401, 403):  # it answered: no outage to wait out, a credential to fix
+                logger.warning(
+                    "rl-insight: the server at %s refused the %s (HTTP %s: %s); training continues, but no "
+                    "metric reaches the server until it accepts the credential: export the RL_INSIGHT_SERVER_URL "
+                    "line that `rl-insight server url` prints on the server",
+                    self.url,
+                    "token" if status == 401 else "credential",
+                    status,
+                    message,
+                )
+            else:
+                logger.warning(
+                    "rl-insight: cannot reach the monitoring server at %s (%s); training continues, "
+                    "metrics are kept (up to %d batches) and replayed when it is back",
+                    self.url,
+                    message,
+                    self.spool_batches,
+                )
         return False
 
     def _refused(self, chunk: list[bytes], status: int, message: str) -> bool:
