@@ -111,7 +111,17 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
             else "open to local users only (listening on loopback)"
         )
     )
-    lines += ["", "On every training node:", f"  export RL_INSIGHT_SERVER_URL={trainer_url(state, reveal_token)}"]
+    lines += ["", "On every training node:"]
+    if reveal_token or not state.get("token"):
+        lines.append(f"  export RL_INSIGHT_SERVER_URL={trainer_url(state)}")
+    else:  # the token is not printed here: a placeholder the shell refuses, and the commands that print it
+        scheme, _, rest = state["hub_url"].partition("://")
+        lines += [
+            f"  export RL_INSIGHT_SERVER_URL={scheme}://{server_url.TOKEN_USER}:<token>@{rest}",
+            "  (<token>: the token is not shown here; `rl-insight server url` prints the whole URL, "
+            "`rl-insight server status --secrets` the token)",
+            '  on this machine: export RL_INSIGHT_SERVER_URL="$(rl-insight server url --local)"',
+        ]
     return "\n".join(lines)
 
 
