@@ -5,6 +5,7 @@ import contextlib
 import os
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -129,6 +130,26 @@ class Progress:
             print(file=self.out, flush=True)
 
 
+def prometheus_links(url: str, expr: str) -> tuple[str, str]:
+    """(a graph of ``expr``, the alerts page) that open on the Prometheus at ``url``: 3.x has its query
+    page at /query and alerts at /alerts; 2.x has /graph and /alerts, or only its classic UI
+    (/classic/graph, /classic/alerts: Debian's package, whose build leaves the React UI out). The
+    version comes from /api/v1/status/buildinfo; the expression is percent-encoded."""
+    from verl_rl_insight.contract.http_client import HttpClient, Unreachable
+
+    client = HttpClient(timeout_s=2)
+    try:
+        version = str(client.get_json(url + "/api/v1/status/buildinfo")["data"]["version"])
+        major = int(version.split(".")[0])
+        classic = major < 3 and client.request("GET", url + "/alerts").status == 404
+    except (Unreachable, KeyError, TypeError, ValueError):
+        major, classic = 2, False
+    if major >= 3:
+        return f"{url}/query?{urllib.parse.urlencode({'g0.expr': expr, 'g0.tab': 'graph'})}", f"{url}/alerts"
+    root = f"{url}/classic" if classic else url
+    return f"{root}/graph?{urllib.parse.urlencode({'g0.expr': expr, 'g0.tab': '0'})}", f"{root}/alerts"
+
+
 def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, out: TextIO) -> None:
     urls = state["public_urls"]
     query = f'{{project="{PROJECT}",experiment_name="{experiment}"}}'
@@ -141,8 +162,9 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
             file=out,
         )
     if "prometheus" in state["services"]:
-        print(f"  Prometheus  {urls['prometheus']}/graph?g0.expr=rl_insight_monitor_critic_score_mean{query}", file=out)
-        print(f"              {urls['prometheus']}/alerts", file=out)
+        graph, alerts = prometheus_links(urls["prometheus"], f"rl_insight_monitor_critic_score_mean{query}")
+        print(f"  Prometheus  {graph}", file=out)
+        print(f"              {alerts}", file=out)
     if "tempo" in state["services"]:
         print(f'  Tempo       {urls["tempo"]} (TraceQL: {{ span.experiment_name = "{experiment}" }})', file=out)
     print(f"  metric hub  {state['hub_url']}/metrics", file=out)
