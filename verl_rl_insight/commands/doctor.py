@@ -5,6 +5,7 @@ check found a problem. Hydra overrides after ``--`` are checked as the training 
 them (``rl-insight doctor -- actor_rollout_ref.rollout.disable_log_stats=True``).
 """
 
+import contextlib
 import email.utils
 import json
 import logging
@@ -12,6 +13,8 @@ import os
 import sys
 import time
 import urllib.parse
+import warnings
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from verl_rl_insight.commands.printable import printable
@@ -37,6 +40,20 @@ class Report:
 
     def skip(self, what: Any, why: Any) -> None:
         print(printable(f"skipped  {what}: {why}"), file=self.out)
+
+
+@contextlib.contextmanager
+def third_party_quiet() -> Iterator[None]:
+    """No log record or Python warning of WARNING or below while the block runs (verl, Hydra and Ray
+    log theirs on import: "No supported accelerator detected"); doctor's own lines are printed, not logged."""
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(before)
 
 
 def fetch(url: str, method: str = "GET", body: Any = None, token: str | None = None, timeout: int = 5) -> Any:
@@ -412,7 +429,10 @@ def run(
         )
     else:
         check_provisioning(report, state)
-    check_environment(report, url, needs_token=bool(token or (state and state.get("token"))), server_here=bool(state))
-    check_overrides(report, overrides)
+    with third_party_quiet():  # importing verl logs its platform warnings: not a check's finding
+        check_environment(
+            report, url, needs_token=bool(token or (state and state.get("token"))), server_here=bool(state)
+        )
+        check_overrides(report, overrides)
     print(f"\n{report.problems} problem(s)" if report.problems else "\nall checks passed", file=out)
     return 1 if report.problems else 0
