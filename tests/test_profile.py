@@ -53,21 +53,22 @@ def test_the_requested_step_and_only_it_is_profiled_in_the_demo(tmp_path):
             return max(found, default=0)
 
         at = wait_for(lambda: step() >= 2 and step(), 180, what="the demo at step 2")
-        target = at + 3
         passed = rl_insight("profile", "--project", PROJECT, "--experiment", "profiled", "--steps", str(at), env=env)
         assert passed.returncode == 1 and f"step {at} has begun or passed" in passed.stderr
+        target = step() + 5  # 7.5 s ahead: the command's own start-up takes seconds on a loaded machine
         asked = rl_insight(
             "profile", "--project", PROJECT, "--experiment", "profiled", "--steps", str(target), "--wait",
             "--timeout", "120", env=env,
         )  # fmt: skip
         assert asked.returncode == 0, asked.stdout + asked.stderr
         assert f"steps {target}..{target} of {PROJECT}/profiled" in asked.stdout
-        assert f"finished: profiled steps {target}; traces in {tmp_path / 'outputs' / 'profile'}" in asked.stdout
+        under_data = tmp_path / "data" / "profiles" / PROJECT / "profiled"  # the server's data dir, not ./outputs
+        assert f"finished: profiled steps {target}; traces in {under_data}" in asked.stdout
         listed = rl_insight("profile", "list", "--project", PROJECT, "--experiment", "profiled", "--json", env=env)
         [record] = json.loads(listed.stdout)["profiles"]
         assert record["state"] == "finished" and record["steps"] == [target]
         traces = Path(record["trace_dir"])
-        assert traces == tmp_path / "outputs" / "profile"  # verl's default save_path, made absolute
+        assert traces == under_data and not (tmp_path / "outputs").exists()
         files = sorted(traces.glob("*.json.gz"))
         assert [f.name.split("_")[:4] for f in files] == [["actor", "train", f"step{target}", "rank0"]]
         events = json.loads(gzip.decompress(files[0].read_bytes()))["traceEvents"]
@@ -113,6 +114,25 @@ def test_arming_gives_a_dormant_torch_profiler_and_requests_beyond_it_are_refuse
     assert refusal({"role": "actor", "ranks": [0]}, able) is None
     assert "actor_rollout_ref.actor.profiler.ranks=[0,1]" in refusal({"role": "actor", "ranks": [0, 1]}, able)
     assert "actor_rollout_ref.ref.profiler.enable=True" in refusal({"role": "ref", "ranks": None}, able)
+
+
+def test_an_armed_profiler_writes_under_rl_insight_home_or_the_path_named_not_in_the_working_directory(
+    verl_config, tmp_path, monkeypatch
+):
+    from omegaconf import OmegaConf
+
+    monkeypatch.chdir(tmp_path)  # the directory the job happens to be started from
+    settings = {"arm": "torch", "arm_roles": ["actor"], "arm_ranks": [0]}
+    config = verl_config.copy()
+    assert arm(config, OmegaConf.create(settings))
+    home = tmp_path / "home"  # RL_INSIGHT_HOME (conftest)
+    assert config.global_profiler.save_path == str(home / "profiles" / PROJECT / "x")
+    config = verl_config.copy()
+    assert arm(config, OmegaConf.create({**settings, "save_path": str(tmp_path / "named")}))
+    assert config.global_profiler.save_path == str(tmp_path / "named")
+    config = verl_config.copy()
+    OmegaConf.update(config, "global_profiler.save_path", "/data/my-traces")  # the job's own choice stays
+    assert arm(config, OmegaConf.create(settings)) and config.global_profiler.save_path == "/data/my-traces"
 
 
 @pytest.fixture

@@ -89,6 +89,9 @@ class ProfilerSettings:
     arm: str | None = None  # "torch": configure a dormant torch profiler at launch (no step profiled)
     arm_roles: list[str] = field(default_factory=lambda: ["actor"])  # the roles it arms
     arm_ranks: list[int] = field(default_factory=lambda: [0])  # the ranks it arms ([]: all)
+    # where an armed profiler writes its traces when verl's save_path is its default (outputs/profile,
+    # relative to whatever directory the job starts in); None: <RL_INSIGHT_HOME>/profiles/<project>/<experiment>
+    save_path: str | None = None
 
 
 @dataclass

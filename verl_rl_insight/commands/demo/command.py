@@ -36,7 +36,10 @@ def compose(
     gpus: Any,
     linger_s: Any,
     transfer_queue: Any,
+    profile_dir: str | None = None,
 ) -> Any:
+    """verl's own ppo_trainer config for the demo's run; ``profile_dir``: where `rl-insight profile`
+    traces go (the server's data dir; else the profiler plugin's default, under RL_INSIGHT_HOME)."""
     import verl.trainer.main_ppo as main_ppo
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -66,6 +69,7 @@ def compose(
                 "+rl_insight.plugins.profiler.arm=torch",  # `rl-insight profile` works on the demo
                 "+rl_insight.plugins.profiler.poll_interval_s=1",
                 "+rl_insight.plugins.samples.enabled=True",  # synthetic prompts: `rl-insight samples` shows them
+                *([f"+rl_insight.plugins.profiler.save_path={profile_dir}"] if profile_dir else []),
             ],
         )
 
@@ -230,7 +234,8 @@ def run(
 
         from verl_rl_insight.commands.demo.simulation import SimulatedTaskRunner
 
-        config = compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, transfer_queue)
+        traces = Path(state["settings"]["data_dir"]) / "profiles" / PROJECT / str(experiment)
+        config = compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, transfer_queue, str(traces))
         progress = Progress(state["local_hub_url"], experiment, steps, shown)
         try:
             run_ppo(config, task_runner_class=SimulatedTaskRunner)

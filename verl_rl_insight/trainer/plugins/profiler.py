@@ -116,6 +116,30 @@ def bound_problem(request: object) -> str | None:
     return None
 
 
+VERL_DEFAULT_SAVE_PATH = "outputs/profile"  # verl's own default: relative to the job's working directory
+
+
+def traces_folder(verl_config: Any, settings: Any) -> str:
+    """Where an armed profiler writes: a save_path the job set itself (absolute); else
+    ``plugins.profiler.save_path``; else ``<RL_INSIGHT_HOME>/profiles/<project>/<experiment>``,
+    not ``./outputs`` in whatever directory the job was started from."""
+    from omegaconf import OmegaConf
+
+    from verl_rl_insight.contract import environment
+
+    given = str(OmegaConf.select(verl_config, "global_profiler.save_path", default=None) or VERL_DEFAULT_SAVE_PATH)
+    if given.rstrip("/") != VERL_DEFAULT_SAVE_PATH:
+        return os.path.abspath(given)
+    if settings.get("save_path"):
+        return os.path.abspath(os.path.expanduser(str(settings.save_path)))
+    home = os.environ.get(environment.HOME) or os.path.join(os.path.expanduser("~"), ".rl-insight")
+    run = [
+        re.sub(r"[^A-Za-z0-9._-]", "_", str(OmegaConf.select(verl_config, f"trainer.{key}", default=None) or "run"))
+        for key in ("project_name", "experiment_name")
+    ]
+    return os.path.abspath(os.path.join(home, "profiles", *run))
+
+
 def arm(verl_config: Any, settings: Any) -> bool:
     """``plugins.profiler.arm``: give the job a torch profiler that profiles nothing until asked
     (tool, empty steps, the roles and ranks of the settings, an absolute folder). True if armed."""
@@ -132,9 +156,7 @@ def arm(verl_config: Any, settings: Any) -> bool:
             profiler.tool = "torch"
         if OmegaConf.select(profiler, "steps", default=None) is None:
             profiler.steps = []
-        profiler.save_path = os.path.abspath(
-            str(OmegaConf.select(profiler, "save_path", default=None) or "outputs/profile")
-        )
+        profiler.save_path = traces_folder(verl_config, settings)
         for role in settings.arm_roles:
             path = ROLE_PATHS.get(str(role))
             if path is None:
