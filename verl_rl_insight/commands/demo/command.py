@@ -239,15 +239,49 @@ def run(
         progress = Progress(state["local_hub_url"], experiment, steps, shown)
         try:
             run_ppo(config, task_runner_class=SimulatedTaskRunner)
+        except KeyboardInterrupt:  # Ctrl+C: a person stopping the demo, not a failure to explain
+            interrupted = True
         except BaseException:
             progress.stop()
             print(f"[demo] the run failed; the end of {log_path}:\n{_tail(log_path)}", file=shown, flush=True)
             raise
+        else:
+            interrupted = False
         finally:
             ray.shutdown()  # here, not at exit: its last words go to the log too
         progress.stop()
+        if interrupted:
+            marked = mark_finished(control.trainer_url(state, local=True), str(experiment))
+            print(
+                f"[demo] interrupted at step {progress.shown or 0} of {steps}; the run is "
+                + (
+                    "marked finished (rl-insight runs list)"
+                    if marked
+                    else "not marked finished: the server did not answer"
+                )
+                + f"; what verl and Ray printed is in {log_path}",
+                file=shown,
+                flush=True,
+            )
+            return 130
     where_to_look(state, experiment, engine, out)
     return 0
+
+
+def mark_finished(trainer_url: str, experiment: str) -> bool:
+    """Say to the server that the demo's run has ended (``rl_insight_run_finished`` 1, what a run's
+    ``finish()`` says): its trainer, a Ray actor, was stopped before it could. True when delivered."""
+    from verl_rl_insight.contract import server_url
+    from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+    from verl_rl_insight.trainer.client.sender import BatchSender
+    from verl_rl_insight.trainer.plugins.trainer_metrics import FINISHED
+
+    base, token = server_url.split(trainer_url)
+    sender = BatchSender(base + "/api/v1/push", token=token, linger_s=0.01)
+    sender.submit(MetricBatch(PROJECT, experiment, None, time.time(), {FINISHED: 1.0}))
+    delivered = sender.flush(5.0) and sender.stats["sent_batches"] == 1
+    sender.close(1.0)
+    return bool(delivered)
 
 
 @contextlib.contextmanager
