@@ -201,3 +201,45 @@ def test_a_wrong_token_is_named_as_refused_not_as_an_outage_and_no_replay_is_pro
     assert "cannot reach" not in said[0] and "replayed" not in said[0]
     assert server.hub.streams() == []
     sender.close(0.5)
+
+
+def test_a_burst_of_2000_log_calls_with_a_healthy_server_loses_none(hub_server, monkeypatch):
+    """verl's real Tracking, logging a step dict made by verl's own metric functions 2,000 times
+    back to back (faster than the sender's 0.25 s poll): every batch reaches the hub."""
+    import random
+
+    from verl.utils.tracking import Tracking
+
+    from tests.test_profile import verl_step
+    from verl_rl_insight.trainer.plugins import metric_push
+
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    tracking = Tracking("p", "burst", default_backend=["rl_insight"])
+    logged = verl_step(1, random.Random(0))
+    for step in range(1, 2001):
+        tracking.log(dict(logged), step=step)
+    sender = metric_push._sender
+    assert sender is not None and sender.flush(60)
+    assert sender.stats["dropped_batches"] == 0, dict(sender.stats)
+    assert sender.stats["sent_batches"] >= 2000
+    [stream] = [s for s in server.hub.streams() if s["labels"]["experiment_name"] == "burst"]
+    assert stream["step"] == 2000
+    tracking.finish()
+
+
+def test_the_hand_off_queue_is_bounded_by_the_values_it_holds_not_only_by_batches(hub_server, caplog):
+    server = hub_server()
+    sender = BatchSender(server.url + "/api/v1/push", queue_values=1000, linger_s=5.0)  # takes the queue in 5 s
+    wide = {f"actor/key_{i}": float(i) for i in range(100)}
+    with caplog.at_level("WARNING", logger="verl_rl_insight"):
+        for step in range(1, 21):
+            sender.submit(MetricBatch("p", "wide", step, time.time(), dict(wide), prefix="m_"))
+    assert sender.stats["dropped_batches"] == 10 and sender.pending() == 10  # 1,000 values held, not 2,000
+    said = [r.getMessage() for r in caplog.records if "queue full" in r.getMessage()]
+    assert said == [
+        "rl-insight: sender queue full (16384 batches or 1000 values); dropping metrics. "
+        "Raise plugins.metric_push.queue_batches / queue_values?"
+    ]
+    assert sender.flush(20) and sender.stats["sent_batches"] == 10
+    sender.close(1)

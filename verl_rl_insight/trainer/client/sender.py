@@ -60,7 +60,8 @@ class BatchSender:
         self,
         url: str,
         token: str | None = None,
-        queue_batches: int = 1024,
+        queue_batches: int = 16384,
+        queue_values: int = 500_000,
         spool_batches: int = 20000,
         max_batches_per_request: int = 200,
         max_request_bytes: int = 4 * 1024 * 1024,
@@ -77,6 +78,7 @@ class BatchSender:
         self.max_request_bytes = max(1024, int(max_request_bytes))
         self.spool_batches = max(1, int(spool_batches))
         self.queue_batches = max(1, int(queue_batches))
+        self.queue_values = max(1, int(queue_values))
         self.resend_window_s = resend_window_s
         self.linger_s = linger_s
         self._reset()
@@ -87,7 +89,7 @@ class BatchSender:
         self.stats: collections.Counter[str] = collections.Counter()
         self.clock = time.time  # this host's clock, which stamps the batches
         # deque.append/popleft are atomic in CPython: no lock on the training thread's path
-        self._queue: collections.deque[Any] = collections.deque()  # MetricBatch or _STOP
+        self._queue: collections.deque[Any] = collections.deque()  # (MetricBatch, its values) or _STOP
         self._spool: collections.deque[bytes] = collections.deque()  # encoded batches, oldest first
         # (monotonic time, encoded batch) of the last resend_window_s
         self._delivered: collections.deque[tuple[float, bytes]] = collections.deque()
@@ -100,6 +102,7 @@ class BatchSender:
         self._next_attempt = 0.0
         self._warned: set[object] = set()
         self._outstanding = 0  # submitted, not yet delivered, dropped or refused
+        self._queued_values = 0  # values of the batches in the hand-off queue (the memory it holds)
         self._limit: int | None = None  # while searching for refused batches: the request size to try
         self._suspect = 0  # how many batches at the head of the spool that search covers
         self._hub: str | None = None  # the hub instance that accepted our last push
@@ -111,18 +114,21 @@ class BatchSender:
         """Hand a batch over; never blocks. Counts (and warns once) when the hand-off queue is full."""
         if self._thread is None:
             self._start()
-        if len(self._queue) >= self.queue_batches:
+        values = len(batch.raw or ())
+        if len(self._queue) >= self.queue_batches or self._queued_values + values > self.queue_values:
             self.stats["dropped_batches"] += 1
             self._warn_once(
                 "queue_full",
-                "rl-insight: sender queue full (%d batches); dropping metrics. "
-                "Raise plugins.metric_push.queue_batches?",
+                "rl-insight: sender queue full (%d batches or %d values); dropping metrics. "
+                "Raise plugins.metric_push.queue_batches / queue_values?",
                 self.queue_batches,
+                self.queue_values,
             )
             return
         with self._count_lock:
             self._outstanding += 1
-        self._queue.append(batch)
+            self._queued_values += values
+        self._queue.append((batch, values))
 
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until everything submitted so far was delivered.
@@ -205,10 +211,13 @@ class BatchSender:
     def _take_queue(self) -> bool:
         stop = False
         while self._queue:
-            item = self._queue.popleft()
-            if item is _STOP:
+            entry = self._queue.popleft()
+            if entry is _STOP:
                 stop = True
                 continue
+            item, values = entry
+            with self._count_lock:
+                self._queued_values -= values
             try:
                 skipped = item.samples()[1]  # converts here, off the training thread
                 encoded = encode(item)
