@@ -166,8 +166,10 @@ def test_streams_endpoint_lists_what_the_hub_holds(hub_server, monkeypatch):
     tracking.log({"x": 1.0}, step=5)
     tracking.finish()
     body = json.loads(wait_for(lambda: http("GET", server.url + "/api/v1/streams")[1], what="streams"))
-    # x, the global step gauge, the step's time and rl_insight_run_finished
-    assert body["streams"][0]["step"] == 5 and body["streams"][0]["series"] == 4
+    # the series it counts are the run's series the hub exposes (x among them), whatever the hub adds
+    exposed = [line for line in series(server).splitlines() if 'experiment_name="listed"' in line]
+    assert any(line.startswith("rl_insight_monitor_x{") for line in exposed)
+    assert body["streams"][0]["step"] == 5 and body["streams"][0]["series"] == len(exposed), exposed
 
 
 def test_monitoring_that_cannot_start_does_not_stop_tracking(monkeypatch, caplog):
