@@ -108,12 +108,13 @@ class ClientGone(Exception):
 
 
 class Request:
-    __slots__ = ("scope", "receive", "send", "headers", "query", "run")
+    __slots__ = ("scope", "receive", "_send", "answered", "headers", "query", "run")
 
     def __init__(self, scope: Any, receive: Any, send: Any) -> None:
         self.scope = scope
         self.receive = receive
-        self.send = send
+        self._send = send
+        self.answered = False  # its response has begun: an error after that cannot become an answer
         self.headers: dict[str, str] = {}
         for name, value in scope["headers"]:
             self.headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
@@ -123,6 +124,11 @@ class Request:
     def param(self, name: str) -> Any:
         values = self.query.get(name)
         return values[-1] if values else None
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.answered = True
+        await self._send(message)
 
 
 class Api:
@@ -223,15 +229,18 @@ class Api:
                     headers=[(b"retry-after", str(RETRY_AFTER_S).encode())],
                 )
             await handler(request)
-        except ApiError as exc:
-            await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
-        except RLInsightError as exc:  # what the hub and the stores refuse, each kind to its status
-            await self._send_json(send, http_status(exc), {"error": str(exc)})
         except ClientGone:
             return
-        except Exception:
-            logger.exception("error while serving %s %s", scope["method"], scope["path"])
-            await self._send_json(send, 500, {"error": "internal error, see the server log"})
+        except Exception as exc:
+            if request.answered:  # its answer (a 200, ...) went out: a second one is not an answer to count
+                logger.exception("error after answering %s %s", scope["method"], scope["path"])
+            elif isinstance(exc, ApiError):
+                await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
+            elif isinstance(exc, RLInsightError):  # what the hub and the stores refuse, each to its status
+                await self._send_json(send, http_status(exc), {"error": str(exc)})
+            else:
+                logger.exception("error while serving %s %s", scope["method"], scope["path"])
+                await self._send_json(send, 500, {"error": "internal error, see the server log"})
 
     def _no_route(self, method: str, path: str) -> ApiError:
         known = sorted({p for _, p in self.routes})
