@@ -243,3 +243,31 @@ def test_a_mistyped_run_is_refused_naming_the_known_ones_and_wait_ends_when_the_
     assert waited.returncode == 1, waited.stdout + waited.stderr
     assert "no new step of proj/run-a for" in waited.stderr and "(it is at step 2)" in waited.stderr
     tracking.finish()
+
+
+def test_wait_on_a_run_that_has_finished_ends_with_a_line_saying_so(monitoring_server, monkeypatch):
+    import random
+    import urllib.parse
+
+    from verl.utils.tracking import Tracking
+
+    hub, prom = monitoring_server
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", hub)
+    tracking = Tracking("proj", "done", default_backend=["rl_insight"])
+    rng = random.Random(0)
+    for step in (1, 2):
+        tracking.log(verl_step(step, rng), step=step)
+    tracking.finish()  # rl_insight_run_finished 1
+
+    def finished_in_prometheus():
+        query = 'rl_insight_run_finished{project="proj",experiment_name="done"}'
+        found = json.loads(http("GET", f"{prom}/api/v1/query?query={urllib.parse.quote(query)}")[1])["data"]["result"]
+        return found and float(found[0]["value"][1]) == 1
+
+    wait_for(finished_in_prometheus, 30, what="the finished flag scraped")
+    waited = rl_insight(
+        "profile", "--project", "proj", "--experiment", "done", "--steps", "9", "--wait", "--timeout", "120",
+        "--server", hub, timeout=120,
+    )  # fmt: skip
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    assert "proj/done has finished at step 2: its requested steps will not come" in waited.stderr
