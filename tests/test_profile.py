@@ -22,6 +22,7 @@ from tests.helpers import (
     wait_for,
     write_server_config,
 )
+from tests.verl_steps import verl_step
 from verl_rl_insight.commands.demo.command import PROJECT, compose
 from verl_rl_insight.trainer.plugins.profiler import arm, capability, refusal
 
@@ -196,20 +197,6 @@ def profile_server():
     yield SimpleNamespace(url=f"http://127.0.0.1:{http_server.port}", hub=hub)
     http_server.stop()
     api.close()
-
-
-def verl_step(step, rng):
-    """What verl's fit loop logs at a step: verl's own metric functions on a step's batch (the demo's)."""
-    from verl.trainer.ppo import ray_trainer
-    from verl.trainer.ppo.core_algos import AdvantageEstimator
-
-    from verl_rl_insight.commands.demo.simulation import batch_for, curves
-
-    timing = {"gen": 0.4, "update_actor": 0.3, "step": 1.0}
-    batch = ray_trainer.compute_advantage(batch_for(step, rng), adv_estimator=AdvantageEstimator.GRPO)
-    # fit's training/global_step is left out here: the hub refuses the batch that carries it (another
-    # branch of this round fixes that); curves() has training/epoch
-    return curves(step, 10, rng, timing, batch)
 
 
 def test_a_mistyped_run_is_refused_naming_the_known_ones_and_wait_ends_when_the_run_logs_no_more(

@@ -212,7 +212,7 @@ def test_a_burst_of_2000_log_calls_with_a_healthy_server_loses_none(hub_server, 
 
     from verl.utils.tracking import Tracking
 
-    from tests.test_profile import verl_step
+    from tests.verl_steps import verl_step
     from verl_rl_insight.trainer.plugins import metric_push
 
     server = hub_server()
