@@ -1,10 +1,14 @@
-"""The training-health evaluation: the corpus (benchmarks/health_corpus.py) pushed step by step
-through the real path (the server process, its detectors on every step, a real Prometheus
-scraping it), then per detector: the steps from the injection to the first online finding (the
-server's ``rl_insight_health_findings_total`` rising) and to the first step diagnose reports
-(offline, reading Prometheus back), and the false findings on the healthy runs.
+"""The training-health evaluation (``benchmarks/health_shapes.py``), per detector:
 
-    python benchmarks/bench_health.py [--seeds 3]
+- false findings (warning or critical; a plateau is information) on every real healthy verl run
+  and on the realistic healthy shapes (``--seeds`` of each);
+- steps from the injection to the finding on real runs and on the realistic long-CoT GRPO shape
+  with a failure that grows over tens of steps, offline (``diagnose``) and online (the server's
+  ``HealthMonitor`` fed the batches the hub accepts, step by step);
+- the online cost: ``HealthMonitor.observe`` of one step against decoding that step's push body
+  (``contract.wire.decode_push``, what the hub does with every push), the same steps, this run.
+
+    python benchmarks/bench_health.py [--seeds 5]
 """
 
 from __future__ import annotations
@@ -13,123 +17,144 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import health_corpus as corpus
-from tests.helpers import Prometheus, free_port, http, push, start_hub_process, stop_group, wait_for
+from benchmarks import health_shapes as shapes
+from verl_rl_insight.contract.wire import decode_push
 from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health.live import HealthMonitor
+
+NOW = 1_700_000_000.0
 
 
 def wire(value: float) -> float | str:
     return value if math.isfinite(value) else ("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
 
 
-def online_count(hub: str, experiment: str, detector: str) -> float:
-    """The server's rl_insight_health_findings_total of one run and detector, from its live /metrics."""
-    status, body = http("GET", hub + "/metrics")
-    for line in body.decode().splitlines():
-        if (
-            line.startswith("rl_insight_health_findings_total{")
-            and f'detector="{detector}"' in line
-            and f'experiment_name="{experiment}"' in line
-        ):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+def bodies(run: shapes.Run) -> list[bytes]:
+    at = dict(run.times)
+    return [
+        json.dumps(
+            {
+                "batches": [
+                    {
+                        "project": "p",
+                        "experiment_name": "e",
+                        "step": step,
+                        "time": NOW + at.get(step, float(step)),
+                        "metrics": {name: wire(v) for name, v in metrics.items()},
+                    }
+                ]
+            }
+        ).encode()
+        for step, metrics in detectors.steps_of(run.history)
+    ]
 
 
-def runs_in(prometheus: Prometheus) -> int:
-    found = prometheus.query('count_over_time(rl_insight_monitor_training_global_step{project="eval"}[10m])')
-    return len(found)
+def online(run: shapes.Run) -> list[detectors.Finding]:
+    monitor = HealthMonitor(lambda out: None)
+    for body in bodies(run):
+        monitor.observe(decode_push(body, now=NOW + 10**9))
+    return monitor.findings("p", "e")
+
+
+def offline(run: shapes.Run) -> list[detectors.Finding]:
+    at = dict(run.times)
+    times = [(s, NOW + at.get(s, float(s))) for s, _ in detectors.steps_of(run.history)]
+    return detectors.diagnose(run.history, times)
+
+
+def false_findings(runs: list[shapes.Run]) -> dict[str, int]:
+    """{detector: its warning or critical findings on these healthy runs}; for an information-only
+    detector (a plateau): the runs where it spoke."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        found = offline(run)
+        for f in found:
+            if f.severity != "info" and not shapes.known(run, f):
+                counts[f.detector] = counts.get(f.detector, 0) + 1
+        for name in {f.detector for f in found if f.severity == "info"}:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def timed(fn: Callable[[], object], repeat: int = 3) -> float:
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def cost_ratio(run: shapes.Run) -> tuple[float, float, float]:
+    """(observe / decode, us per step observed, us per step decoded) over the run's steps."""
+    pushes = bodies(run)
+    decoded = [decode_push(b, now=NOW + 10**9) for b in pushes]
+
+    def decode_all() -> None:
+        for b in pushes:
+            decode_push(b, now=NOW + 10**9)
+
+    def observe_all() -> None:
+        monitor = HealthMonitor(lambda out: None)
+        for batches in decoded:
+            monitor.observe(batches)
+
+    d, o = math.inf, math.inf
+    for _ in range(5):  # interleaved, the fastest of each: the machine's load moves both alike
+        d, o = min(d, timed(decode_all, 1)), min(o, timed(observe_all, 1))
+    return o / d, o / len(pushes) * 1e6, d / len(pushes) * 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp())
-    port = free_port()
-    process = start_hub_process(port, tmp, alerts={"stalled_for": "60s"})  # the corpus' stall is 90 s
-    hub = f"http://127.0.0.1:{port}"
-    prometheus: Prometheus | None = None
-    all_runs: list[tuple[int, str, str | None]] = []
-    online: dict[str, list[int]] = {}
-    offline: dict[str, list[int]] = {}
-    false: dict[str, int] = {}
-    try:
-        start = time.time() - corpus.STEPS * corpus.STEP_S - corpus.STALL_S - 30
-        for seed in range(args.seeds):
-            runs = [(s, None, corpus.run(s, seed=seed)) for s in corpus.HEALTHY]
-            runs += [(f"inject-{f}", f, corpus.run("rising", f, seed=seed)) for f in corpus.FAILURES]
-            for name, failure, history in runs:
-                experiment = f"{name}-{seed}"
-                first_online = None
-                for step, (metrics, at) in enumerate(zip(history, corpus.times(failure), strict=True), 1):
-                    batch = {
-                        "project": "eval",
-                        "experiment_name": experiment,
-                        "step": step,
-                        "time": start + at,
-                        "metrics": {detectors.series_name(k): wire(v) for k, v in metrics.items()},
-                    }
-                    push(hub, {"batches": [batch]})
-                    if failure and first_online is None and detectors.BY_NAME[failure].online:
-                        if online_count(hub, experiment, failure) > 0:
-                            first_online = step
-                done = {"project": "eval", "experiment_name": experiment, "time": start + corpus.times(failure)[-1] + 1}
-                push(hub, {"batches": [{**done, "metrics": {"rl_insight_run_finished": 1}}]})  # as finish() does
-                if failure and first_online is not None:
-                    online.setdefault(failure, []).append(first_online - corpus.INJECT_AT)
-                all_runs.append((seed, name, failure))
-        # Prometheus from here on: a new scraper is sent the history with the trainers' own times
-        # (a scraper that had scraped during the pushes would get the steps stamped at its scrapes)
-        prometheus = Prometheus(tmp, [f"127.0.0.1:{port}"])
-        wait_for(lambda: runs_in(prometheus) >= len(all_runs), 60)
-        time.sleep(2)
-        for seed, name, failure in all_runs:
-            result = subprocess.run(
-                [sys.executable, "-m", "verl_rl_insight", "diagnose", "--project", "eval", "--experiment",
-                 f"{name}-{seed}", "--server", hub, "--prometheus", prometheus.url, "--json"],
-                capture_output=True, text=True,
-            )  # fmt: skip
-            found = json.loads(result.stdout)["findings"]
-            if failure is None:
-                for f in found:
-                    if not (name == "flat" and f["detector"] == "reward_plateau"):
-                        false[f["detector"]] = false.get(f["detector"], 0) + 1
-                continue
-            mine = [f for f in found if f["detector"] == failure and f["last_step"] >= corpus.INJECT_AT]
-            if mine:
-                seen = mine[0]["found_at"] or mine[0]["first_step"]
-                offline.setdefault(failure, []).append(seen - corpus.INJECT_AT)
-            for f in found:
-                if f["detector"] != failure and f["detector"] not in ("reward_plateau", "validation_drop"):
-                    false[f["detector"]] = false.get(f["detector"], 0) + 1
-    finally:
-        if prometheus is not None:
-            prometheus.stop()
-        stop_group(process)
-    runs_total = f"{len(corpus.HEALTHY)} healthy + {len(corpus.FAILURES)} injected runs"
-    print(f"{args.seeds} seeds x {runs_total} of {corpus.STEPS} steps, injected at step {corpus.INJECT_AT}")
-    print("| detector | steps to detection, online (median / max) | offline (median / max) | found | false findings |")
+    real = shapes.real_runs()
+    healthy = shapes.healthy_shapes(args.seeds)
+    on_real, on_shapes = false_findings(real), false_findings(healthy)
+    print(f"{len(real)} real healthy runs ({sum(len(detectors.steps_of(r.history)) for r in real)} steps); ")
+    print(f"{len(healthy)} realistic healthy runs ({len(shapes.HEALTHY_SHAPES)} shapes x {args.seeds} seeds)\n")
+    failures = shapes.failures(on_shapes=True, seeds=args.seeds)
+    steps: dict[str, dict[str, list[int | None]]] = {}
+    for run in failures:
+        assert run.failure is not None
+        where = "shape" if run.name.endswith(tuple(f"#{s}" for s in range(args.seeds))) else "real"
+        found_off, found_on = offline(run), online(run)
+        assert [f.as_json() for f in found_off] == [f.as_json() for f in found_on], run.name
+        steps.setdefault(run.failure, {}).setdefault(where, []).append(shapes.detection(run, found_off))
+
+    def show(xs: list[int | None]) -> str:
+        got = [x for x in xs if x is not None]
+        if not got:
+            return f"not found (0/{len(xs)})"
+        found = "" if len(got) == len(xs) else f", found {len(got)}/{len(xs)}"
+        return f"{statistics.median(got):g} / {max(got)}{found}" if len(xs) > 1 else f"{got[0]}{found}"
+
+    print(
+        "| detector | false findings: real healthy runs | realistic healthy shapes | "
+        "steps to detection: real run (injected) | long-CoT GRPO shape (median / max) |"
+    )
     print("| --- | --- | --- | --- | --- |")
-    for failure in corpus.FAILURES:
-        on, off = online.get(failure, []), offline.get(failure, [])
-
-        def show(xs: list[int]) -> str:
-            return f"{statistics.median(xs):g} / {max(xs)}" if xs else "-"
-
-        shown_online = show(on) if detectors.BY_NAME[failure].online else "its own rule"
-        found = f"{len(off)}/{args.seeds}"
-        print(f"| {failure} | {shown_online} | {show(off)} | {found} | {false.get(failure, 0)} |")
-    others = {k: v for k, v in false.items() if k not in corpus.FAILURES}
-    if others:
-        print("other false findings:", others)
+    for d in detectors.ALL:
+        s = steps.get(d.name, {})
+        info = " runs with it (information)" if d.severity == "info" else ""
+        print(
+            f"| `{d.name}` ({d.severity}) | {on_real.get(d.name, 0)}{info} | {on_shapes.get(d.name, 0)}{info} | "
+            f"{show(s['real']) if 'real' in s else '-'} | {show(s['shape']) if 'shape' in s else '-'} |"
+        )
+    print("\nonline and offline found the same findings on every failure run")
+    ratio, observe_us, decode_us = cost_ratio(shapes.real_run("yushengsu_amd_grpo_deepseek7b_gsm8k"))
+    print(
+        f"online cost: HealthMonitor.observe {observe_us:.0f} us a step, {ratio:.2f}x decoding the step's push "
+        f"({decode_us:.0f} us), over a real 1,120-step GRPO run"
+    )
 
 
 if __name__ == "__main__":

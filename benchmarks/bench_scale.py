@@ -52,8 +52,10 @@ def proc_figures(pid):
 
 
 def get_json(url):
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.loads(response.read())
+    """GET a JSON document; a ``user:password@`` URL (the server's Prometheus) logs in."""
+    from verl_rl_insight.contract.http_client import HttpClient
+
+    return HttpClient(timeout_s=30).get_json(url)
 
 
 def prom_query(prom, promql, at=None):
@@ -311,7 +313,9 @@ def simulate(args):
         if started.returncode != 0:
             raise SystemExit(f"the server did not start:\n{started.stdout}{started.stderr}")
         state = json.loads((home / "server.json").read_text())
-        hub, prom = state["local_hub_url"], state["public_urls"]["prometheus"]
+        password = (Path(tmp) / "data" / "secrets" / "prometheus-password").read_text().strip()
+        hub = state["local_hub_url"]
+        prom = state["public_urls"]["prometheus"].replace("http://", f"http://rl-insight:{password}@")
         prom_pid = state["services"]["prometheus"]["pid"]
         sink = SpanSink()
         args.hub, args.otlp, args.token = hub, sink.url, None

@@ -98,7 +98,9 @@ def monitoring_server(tmp_path):
         "--no-alertmanager",
     )
     assert started.returncode == 0, started.stdout + started.stderr
-    yield f"http://127.0.0.1:{hub}", f"http://127.0.0.1:{prom}"
+    from tests.helpers import stack_prometheus
+
+    yield f"http://127.0.0.1:{hub}", stack_prometheus(tmp_path / "data", prom)
     rl_insight("server", "stop")
 
 

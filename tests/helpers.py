@@ -25,7 +25,15 @@ def free_port():
 
 
 def http(method, url, body=None, headers=None, timeout=10):
-    """(status, body bytes) for any answer, also 4xx/5xx; (None, b"") when nothing answers."""
+    """(status, body bytes) for any answer, also 4xx/5xx; (None, b"") when nothing answers. A
+    ``user:password@`` URL (the stack's Prometheus, see stack_prometheus) logs in with basic auth."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is not None:
+        import base64
+
+        login = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password)}"
+        headers = {"Authorization": "Basic " + base64.b64encode(login.encode()).decode(), **(headers or {})}
+        url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
     request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -296,3 +304,16 @@ def cpu_seconds(pid):
     """User + system CPU time a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stack_login(data_dir, service="prometheus"):
+    """The login of the running stack's Prometheus (or Alertmanager) started with ``data_dir``:
+    (user, password), as the server keeps it in its 0600 file."""
+    return "rl-insight", (Path(data_dir) / "secrets" / f"{service}-password").read_text().strip()
+
+
+def stack_prometheus(data_dir, port, service="prometheus"):
+    """The running stack's Prometheus (or Alertmanager) URL with its login, as
+    ``rl-insight server url --prometheus`` prints it: ``http://rl-insight:<password>@127.0.0.1:<port>``."""
+    user, password = stack_login(data_dir, service)
+    return f"http://{user}:{urllib.parse.quote(password, safe='')}@127.0.0.1:{port}"

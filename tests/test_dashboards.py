@@ -438,3 +438,22 @@ def test_the_trajectory_dashboard_reads_the_spans_this_package_sends():
     assert any('name = "agent trajectory"' in q and "span.sample_index" in q and "status" in q for q in queries)
     assert any("status = error" in q for q in queries)
     assert [v["name"] for v in dashboard["templating"]["list"]] == ["project", "experiment_name", "trace_id"]
+
+
+def test_no_panel_draws_the_key_verl_sends_only_to_wandb_as_a_table():
+    """DAPO's ``training/filter_groups/filtered_reward_counts``: verl's trainer pops it out of the metrics
+    before ``logger.log`` and hands it to DapoFilteredRewardTableLogger, which sends a ``wandb.Table``: no
+    scalar of it ever reaches a logger, so a panel of it would stay empty."""
+    from pathlib import Path
+
+    import verl
+
+    root = Path(verl.__file__).parent
+    assert (
+        'wandb.log({"training/filter_groups/filtered_reward_counts": table}'
+        in (root / "utils" / "tracking.py").read_text()
+    )
+    fit = (root / "trainer" / "ppo" / "v1" / "trainer_base.py").read_text()
+    assert re.search(r"metrics\.pop\(DAPO_FILTERED_REWARD_COUNTS_KEY, None\)\s+self\.logger\.log\(data=metrics", fit)
+    for path in DASHBOARDS_DIR.glob("*.json"):
+        assert "filtered_reward_counts" not in path.read_text(), path.name

@@ -13,7 +13,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from tests.helpers import Prometheus, free_port, http, push, start_hub_process, stop_group, wait_for
+from tests.helpers import Prometheus, free_port, http, push, stack_prometheus, start_hub_process, stop_group, wait_for
 
 STEP_LINE = re.compile(
     r'^rl_insight_monitor_training_global_step\{experiment_name="cut",project="acked"\} (\S+) (\d+)$'
@@ -252,7 +252,7 @@ def test_a_registered_target_cannot_confirm_a_scrape_for_the_hub(tmp_path):
              "--no-tempo", "--no-grafana", "--no-alertmanager")  # fmt: skip
     env = dict(os.environ)
     assert rl_insight(*start, env=env).returncode == 0
-    prom = f"http://127.0.0.1:{prom_port}"
+    prom = stack_prometheus(tmp_path / "data", prom_port)
     try:
         registration = {
             "address": f"127.0.0.1:{target.server_address[1]}",
@@ -279,3 +279,39 @@ def test_a_registered_target_cannot_confirm_a_scrape_for_the_hub(tmp_path):
     finally:
         rl_insight("server", "stop", env=env)
         target.shutdown()
+
+
+def test_a_run_credential_cannot_register_a_target_under_a_job_the_server_scrapes_itself(tmp_path):
+    """A target registered as job rl_insight_hub would have its series stored with the hub's job,
+    fake scrape numbers included, and the read-back would count scrapes the store never got: every
+    job of the managed prometheus.yml is refused (400 naming it), whoever registers; another job is taken."""
+    import yaml
+
+    from verl_rl_insight.contract import run_credential
+    from verl_rl_insight.server.api.http_server import HttpServer
+    from verl_rl_insight.server.api.routes import Api
+    from verl_rl_insight.server.managed import prometheus
+    from verl_rl_insight.server.metrics.hub import MetricHub
+    from verl_rl_insight.server.settings import ServerSettings
+
+    token = "the-servers-own-token"
+    api = Api(MetricHub(), token=token)
+    server = HttpServer(api, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{server.port}/api/v1/targets"
+    settings = ServerSettings(data_dir=str(tmp_path), remote_write=[{"url": "http://127.0.0.1:1/write"}])
+    jobs = [job["job_name"] for job in yaml.safe_load(prometheus.render_config(settings))["scrape_configs"]]
+    assert "rl_insight_hub" in jobs and len(jobs) == 3
+    credential = run_credential.mint(token, "p", "e")
+    try:
+        for job, who in [(j, credential) for j in jobs] + [("rl_insight_hub", token)]:
+            body = {"address": "127.0.0.1:8000", "job": job, "labels": {"project": "p", "experiment_name": "e"}}
+            headers = {"Authorization": f"Bearer {who}", "Content-Type": "application/json"}
+            status, answer = http("POST", url, json.dumps(body).encode(), headers)
+            assert status == 400 and f"job {job!r} is reserved" in answer.decode(), (job, status, answer)
+        body = {"address": "127.0.0.1:8000", "job": "vllm", "labels": {"project": "p", "experiment_name": "e"}}
+        headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json"}
+        assert http("POST", url, json.dumps(body).encode(), headers)[0] == 200  # the positive control
+        assert [t["job"] for t in api.targets.list()] == ["vllm"]
+    finally:
+        server.stop()
+        api.close()

@@ -9,7 +9,7 @@ import urllib.parse
 
 import pytest
 
-from tests.helpers import http, require_prometheus, rl_insight, write_server_config
+from tests.helpers import http, require_prometheus, rl_insight, stack_prometheus, write_server_config
 from verl_rl_insight.dashboards import generate
 from verl_rl_insight.dashboards.build import build
 
@@ -41,7 +41,7 @@ def demo_run(request, tmp_path_factory):
     )
     try:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        yield result.stdout, f"http://127.0.0.1:{config['prometheus_port']}", engine, env, result.stderr
+        yield result.stdout, stack_prometheus(config["data_dir"], config["prometheus_port"]), engine, env, result.stderr
     finally:
         rl_insight("server", "stop", env=env, timeout=60)
 
@@ -50,9 +50,11 @@ def test_demo_says_it_is_a_simulation_and_where_to_look(demo_run):
     out, prom, engine, _, err = demo_run
     assert f"2 simulated {engine} replicas" in out
     assert "SIMULATED verl run" in out and "This was a SIMULATION" in out
-    links = re.findall(rf"({re.escape(prom)}/\S+)", out)  # the graph and the alerts page: both open
-    assert len(links) == 2 and all(http("GET", link)[0] == 200 for link in links), links
+    shown = "http://" + prom.rpartition("@")[2]  # the demo prints the address, not the login
+    links = re.findall(rf"({re.escape(shown)}/\S+)", out)  # the graph and the alerts page: both open
+    assert len(links) == 2 and all(http("GET", link.replace(shown, prom))[0] == 200 for link in links), links
     assert "g0.expr=rl_insight_monitor_critic_score_mean%7Bproject%3D%22rl-insight-demo%22" in links[0]
+    assert "password: rl-insight server url --prometheus" in out
     assert "SIMULATED step 8/8 [##############################]" in out
     # not a terminal here: a progress line per quarter of the run, not one per step
     assert len(re.findall(r"SIMULATED step \d+/8 ", out)) <= 5

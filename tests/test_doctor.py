@@ -5,7 +5,16 @@ import json
 
 import pytest
 
-from tests.helpers import REPO, free_port, http, require_prometheus, rl_insight, wait_for, write_server_config
+from tests.helpers import (
+    REPO,
+    free_port,
+    http,
+    require_prometheus,
+    rl_insight,
+    stack_prometheus,
+    wait_for,
+    write_server_config,
+)
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")
 RIGHT = ["trainer.logger=[console,rl_insight]", "actor_rollout_ref.rollout.disable_log_stats=False"]
@@ -35,7 +44,7 @@ def test_healthy_setup_every_check_is_ok(server, monkeypatch):
     tracking = Tracking("doc", "healthy", default_backend=["rl_insight"])
     tracking.log({"actor/pg_loss": 0.1}, step=1)
     tracking.finish()
-    prom = f"http://127.0.0.1:{server['prometheus_port']}"
+    prom = stack_prometheus(server["data_dir"], server["prometheus_port"])
     wait_for(
         lambda: (
             json.loads(http("GET", prom + "/api/v1/targets")[1] or b'{"data":{"activeTargets":[]}}')["data"][

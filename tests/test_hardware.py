@@ -231,3 +231,58 @@ def test_verl_workers_start_monitoring_when_the_run_enables_it(hub_server, monke
         10,
         what="the worker's GPU series at the hub",
     )
+
+
+SQUATTER = """
+import fcntl, os, sys
+temp, uid = sys.argv[1], int(sys.argv[2])
+old = os.path.join(temp, f"rl-insight-hardware-{uid}.lock")  # the name the lock had in the shared temp dir
+fd = os.open(old, os.O_CREAT | os.O_RDWR, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+os.mkdir(os.path.join(temp, f"rl-insight-{uid}"), 0o777)  # and the private folder's name, taken first
+os.chmod(os.path.join(temp, f"rl-insight-{uid}"), 0o777)
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_another_user_cannot_take_the_node_lock_and_switch_the_gpu_metrics_off(tmp_path, monkeypatch):
+    """User nobody takes the lock file and the folder names first, in the temp dir every user
+    shares: the sampler still gets its lock, in a folder only its user may enter."""
+    import stat
+    import subprocess
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to be another user (CI runs as root)")
+    temp = tempfile.mkdtemp(prefix="rl-insight-test-shared-tmp-", dir="/tmp")  # like /tmp: 1777
+    os.chmod(temp, 0o1777)
+    squatter = subprocess.Popen(
+        ["/usr/bin/python3", "-c", SQUATTER, temp, str(os.getuid())],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, user=65534, group=65534, extra_groups=[],
+        cwd="/", env={},
+    )  # fmt: skip
+    try:
+        assert squatter.stdout.readline().strip() == "holding"
+        monkeypatch.setenv("TMPDIR", temp)
+        monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+        run = RunInfo("p", "e")
+        sampler = hardware.HardwareSampler(
+            lambda batch: None, lambda: run, interval_s=0.05, nvml_loader=lambda: make_nvml(gpus=1)
+        ).start()
+        try:
+            wait_for(lambda: sampler.samples >= 2, 10, what="the sampler holding its lock")
+            folder = os.path.dirname(sampler.lock.path)
+            st = os.lstat(folder)
+            assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+            assert folder != os.path.join(temp, f"rl-insight-{os.getuid()}")  # nobody's folder is not used
+        finally:
+            sampler.close()
+    finally:
+        squatter.stdin.close()
+        squatter.wait(10)
+        tempfile.tempdir = None
+        import shutil
+
+        shutil.rmtree(temp, ignore_errors=True)

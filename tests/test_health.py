@@ -1,8 +1,13 @@
-"""Training health: the evaluation corpus (benchmarks/health_corpus.py: healthy runs of four
-shapes, and runs with one failure mode injected at a known step) pushed through the real path (the
-server process, whose detectors run on every step, and a real Prometheus scraping it with the
-shipped rules loaded); `rl-insight diagnose` reads each run back. Then a NaN loss logged by verl's
-real `Tracking` fires RLInsightNonFinite."""
+"""Training health through the real path: the server process (its detectors on every step it
+accepts) and a real Prometheus scraping it with the shipped rules loaded.
+
+- Every real verl run (``../shared/real_runs``, ``tests/data/real_runs``: verl's ``file`` logger
+  output) pushed step by step: ``rl-insight diagnose --file`` raises no critical finding and at most
+  one warning on it, and the server found online what diagnose finds (the same detectors).
+- Real runs with one failure injected (``benchmarks/health_shapes.py``: growing over tens of
+  steps): ``rl-insight diagnose`` reading Prometheus back finds each with its detector near its
+  step, the server found the same online, and each mode's ``RLInsight<Mode>`` fires for its run.
+- A NaN loss logged by verl's real ``Tracking`` fires RLInsightNonFinite."""
 
 import json
 import math
@@ -10,10 +15,11 @@ import time
 
 import pytest
 
-from benchmarks import health_corpus as corpus
+from benchmarks import health_shapes as shapes
 from tests.helpers import (
     Prometheus,
     free_port,
+    http,
     push,
     rl_insight,
     run_python,
@@ -25,22 +31,26 @@ from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.managed.alert_rules import render
 
 PROJECT = "health"
+REAL_RUNS = shapes.real_runs()
+FAILURES = [r for r in shapes.failures(on_shapes=False)]
 
 
 def wire(value):
     return value if math.isfinite(value) else ("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
 
 
-def push_run(hub, experiment, history, start, failure=None):
+def push_run(hub, experiment, run, start):
+    """The run's steps as its trainer sends them (a step's values and its own time), then finish()."""
+    at = dict(run.times)
     batches = [
         {
             "project": PROJECT,
             "experiment_name": experiment,
             "step": step,
-            "time": start + at,
-            "metrics": {detectors.series_name(k): wire(v) for k, v in metrics.items()},
+            "time": start + at.get(step, float(step)),
+            "metrics": {name: wire(v) for name, v in metrics.items()},
         }
-        for step, (metrics, at) in enumerate(zip(history, corpus.times(failure, len(history)), strict=True), 1)
+        for step, metrics in detectors.steps_of(run.history)
     ]
     finished = {"rl_insight_run_finished": 1}  # what finish() sends: a run that ended is no stall
     batches.append(
@@ -51,31 +61,87 @@ def push_run(hub, experiment, history, start, failure=None):
         assert status == 200, body
 
 
+def online_findings(hub, experiment):
+    """{detector: steps in a finding} the server counted online (its live rl_insight_health_findings_total)."""
+    status, body = http("GET", hub + "/metrics")
+    assert status == 200
+    found = {}
+    for line in body.decode().splitlines():
+        if line.startswith("rl_insight_health_findings_total{") and f'experiment_name="{experiment}"' in line:
+            detector = line.split('detector="', 1)[1].split('"', 1)[0]
+            if float(line.rsplit(" ", 1)[1]) > 0:
+                found[detector] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def offline_online(found):
+    """The findings of the detectors the server pushes online ({detector: steps})."""
+    steps = {}
+    for f in found:
+        if detectors.BY_NAME[f["detector"]].online:
+            steps[f["detector"]] = steps.get(f["detector"], 0) + f["last_step"] - f["first_step"] + 1
+    return steps
+
+
 @pytest.fixture(scope="module")
-def corpus_pushed(tmp_path_factory):
+def real_runs_pushed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("health-real")
+    port = free_port()
+    process = start_hub_process(port, tmp)
+    hub = f"http://127.0.0.1:{port}"
+    try:
+        start = time.time() - 5000
+        for run in REAL_RUNS:
+            push_run(hub, run.name, run, start)
+        yield hub
+    finally:
+        stop_group(process)
+
+
+@pytest.mark.parametrize("run", REAL_RUNS, ids=lambda r: r.name)
+def test_a_real_healthy_run_gets_no_critical_and_at_most_one_warning_through_file_and_server(real_runs_pushed, run):
+    path = next(p for p in shapes.real_run_files() if p.stem == run.name)
+    result = rl_insight("diagnose", "--file", str(path), "--json")
+    assert result.returncode in (0, 1), result.stderr
+    found = json.loads(result.stdout)["findings"]
+    as_findings = [detectors.Finding(**f) for f in found]
+    false = [f for f in as_findings if f.severity != "info" and not shapes.known(run, f)]
+    assert [f for f in false if f.severity == "critical"] == [], false
+    assert len(false) <= 1, false
+    assert result.returncode == (1 if any(f.severity != "info" for f in as_findings) else 0)
+    for detector, (first, last) in shapes.KNOWN.get(run.name, {}).items():  # what the run's source describes
+        assert any(f.detector == detector and first <= f.first_step <= last for f in as_findings), (detector, found)
+    # the server, fed the same steps one push at a time, found the same online
+    assert set(online_findings(real_runs_pushed, run.name)) == set(offline_online(found)), found
+
+
+@pytest.fixture(scope="module")
+def failures_pushed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("health")
     port = free_port()
-    process = start_hub_process(port, tmp, alerts={"stalled_for": "60s"})  # the corpus' stall is 90 s
+    process = start_hub_process(port, tmp)
     hub = f"http://127.0.0.1:{port}"
     rules = tmp / "rules.yml"
-    rules.write_text(render({"health_hold": "10m", "stalled_for": "60s"}))
+    rules.write_text(render({"health_hold": "30m"}))
     prometheus = None
     try:
         prometheus = Prometheus(tmp, [f"127.0.0.1:{port}"], rule_files=[rules])
-        start = time.time() - corpus.STEPS * corpus.STEP_S - corpus.STALL_S - 30
-        runs = corpus.runs()
-        for name, failure, history in runs:
-            push_run(hub, name, history, start, failure)
+        # scraping before the pushes: each scrape then brings a few steps' history (one first scrape
+        # after all of them, some 400,000 samples, brought the live values only here)
+        wait_for(lambda: prometheus.query("up"), 30, what="Prometheus scraping the hub")
+        start = time.time() - 1000
+        for run in FAILURES:
+            push_run(hub, run.failure, run, start)
 
         def complete():
             found = prometheus.query(
-                f'count_over_time(rl_insight_monitor_training_global_step{{project="{PROJECT}"}}[10m])'
+                f'count_over_time(rl_insight_monitor_training_global_step{{project="{PROJECT}"}}[30m])'
             )
-            return len(found) == len(runs)
+            return len(found) == len(FAILURES)
 
-        wait_for(complete, 30, what="every run in Prometheus")
+        wait_for(complete, 60, what="every run in Prometheus")
         time.sleep(2)  # one more scrape: the last pushes' history
-        yield hub, prometheus, runs
+        yield hub, prometheus
     finally:
         if prometheus is not None:
             prometheus.stop()
@@ -89,54 +155,29 @@ def diagnose(hub, prometheus, experiment, *more):
     )  # fmt: skip
     assert result.returncode in (0, 1), result.stderr
     found = json.loads(result.stdout)["findings"]
-    assert result.returncode == (1 if found else 0)
+    assert result.returncode == (1 if any(f["severity"] != "info" for f in found) else 0)
     return found
 
 
-@pytest.mark.parametrize("shape", corpus.HEALTHY)
-def test_no_finding_on_a_healthy_run(corpus_pushed, shape):
-    hub, prometheus, _ = corpus_pushed
-    found = diagnose(hub, prometheus, shape)
-    if shape == "flat":
-        assert {f["detector"] for f in found} == {"reward_plateau"}  # the one thing a flat run may show
-    else:
-        assert found == []
-
-
-@pytest.mark.parametrize("failure", corpus.FAILURES)
-def test_each_injected_failure_is_found_with_its_detector_and_steps(corpus_pushed, failure):
-    hub, prometheus, _ = corpus_pushed
-    found = diagnose(hub, prometheus, f"inject-{failure}")
-    mine = [f for f in found if f["detector"] == failure]
+@pytest.mark.parametrize("run", FAILURES, ids=lambda r: r.failure)
+def test_each_injected_failure_is_found_near_its_step_online_and_offline(failures_pushed, run):
+    hub, prometheus = failures_pushed
+    found = diagnose(hub, prometheus, run.failure)
+    mine = [f for f in found if f["detector"] == run.failure and f["last_step"] >= run.inject_at]
     assert mine, found
-    assert any(f["first_step"] <= corpus.INJECT_AT <= f["last_step"] for f in mine), mine
-    assert found[0]["severity"] == "critical" or all(f["severity"] == "warning" for f in found)  # ranked
+    assert run.inject_at <= mine[0]["found_at"] <= run.inject_at + 40, mine  # failures grow over ~30 steps
+    assert [SEVERITY[f["severity"]] for f in found] == sorted(SEVERITY[f["severity"]] for f in found)  # ranked
     assert all(f["evidence"] and f["metric"] for f in mine)
+    assert set(online_findings(hub, run.failure)) == set(offline_online(found)), found
 
 
-def test_the_online_findings_agree_with_diagnose_and_fire_their_alerts(corpus_pushed):
-    """What the server found step by step (rl_insight_health_findings_total) is what diagnose finds
-    offline; every injected mode with an online rule fires RLInsight<Mode> for its run only."""
-    hub, prometheus, runs = corpus_pushed
-    for name, _, _ in runs:
-        offline = {
-            f["detector"]: sum(f["last_step"] - f["first_step"] + 1 for f in found)
-            for found in [diagnose(hub, prometheus, name)]
-            for f in found
-            if detectors.BY_NAME[f["detector"]].online and f["detector"] != "reward_plateau"
-        }
-        online = {
-            r["metric"]["detector"]: float(r["value"][1])
-            for r in prometheus.query(f'rl_insight_health_findings_total{{experiment_name="{name}"}} > 0')
-            if r["metric"]["detector"] != "reward_plateau"
-        }
-        # a streak's steps are counted online as they come: the steps of its sustain before it
-        # became a finding are not (diagnose counts them in its first step)
-        assert set(online) == set(offline), name
+SEVERITY = {s: i for i, s in enumerate(detectors.SEVERITIES)}
+
+
+def test_each_injected_online_mode_fires_its_alert_for_its_run(failures_pushed):
+    hub, prometheus = failures_pushed
     expected = {
-        (detectors.BY_NAME[failure].alert, f"inject-{failure}")
-        for failure in corpus.FAILURES
-        if detectors.BY_NAME[failure].online
+        (detectors.BY_NAME[r.failure].alert, r.failure) for r in FAILURES if detectors.BY_NAME[r.failure].online
     }
 
     def firing():
@@ -147,8 +188,9 @@ def test_the_online_findings_agree_with_diagnose_and_fire_their_alerts(corpus_pu
         }
 
     wait_for(lambda: firing() >= expected, 30, what="the alert of every injected mode")
-    extra = {(alert, run) for alert, run in firing() - expected if alert != "RLInsightRewardPlateau"}
-    assert extra <= {("RLInsightValidationDrop", "inject-reward_collapse")}, extra  # a collapse drops validation too
+    # what else fires is what diagnose finds in the same run (a collapse to 0 is a reward collapse too)
+    for alert, experiment in firing() - expected:
+        assert alert in {detectors.BY_NAME[f["detector"]].alert for f in diagnose(hub, prometheus, experiment)}
 
 
 NAN_SCRIPT = """

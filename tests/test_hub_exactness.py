@@ -215,3 +215,104 @@ def test_values_read_back_after_a_clean_stop_reach_only_the_scrapers_that_had_th
     restarted.push({"batches": [batch(step) for step in (1, 2, 3)]})  # the sender's resend after a 409
     assert scrape(restarted, "new-one", t0 + 21) == [(1, True), (2, True), (3, True), (3, False)]
     assert scrape(restarted, "had-it", t0 + 21) == [(3, False)]  # and nothing twice
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_hub_stopped_or_killed_mid_run_sends_no_step_again_with_a_new_timestamp(tmp_path, how):
+    """The real server process, a named scraper at 5 Hz and a run's real sender: the hub is stopped
+    (or killed) at step 31 and started again at once on the same data dir. The positions of the last
+    scrapes were not saved before a SIGKILL (they are saved at most once a second), so the sender's
+    resent steps go out again: each with the timestamp it was first sent with, never a new one (a
+    store keeps a sample per timestamp: two timestamps would store the step twice)."""
+    import os
+    import signal
+
+    from tests.helpers import free_port, start_hub_process, stop_group
+    from tests.test_run_budgets import verl_step
+    from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+    from verl_rl_insight.trainer.client.sender import BatchSender
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    hub = start_hub_process(port, tmp_path)
+    record, stop = [], threading.Event()
+
+    def scraper():
+        opener = urllib.request.build_opener()
+        while not stop.is_set():
+            try:
+                with opener.open(f"{url}/metrics?scraper=prometheus-a", timeout=10) as response:
+                    record.append((time.time(), response.read().decode()))
+            except OSError:  # the hub is away
+                pass
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=scraper)
+    thread.start()
+    sender = BatchSender(url + "/api/v1/push", linger_s=0.1)
+    metrics = verl_step()
+    try:
+        for step in range(1, 61):
+            if step == 31:
+                if how == "SIGKILL":
+                    os.killpg(hub.pid, signal.SIGKILL)
+                    hub.wait(10)
+                else:
+                    stop_group(hub)
+                hub = start_hub_process(port, tmp_path)
+            sender.submit(MetricBatch("p", "crash", step, time.time(), metrics, "rl_insight_monitor_"))
+            time.sleep(0.05)
+        assert sender.flush(30)
+        flushed = time.time()
+        wait_for(lambda: sum(t > flushed for t, _ in record) >= 3, 30, what="three more scrapes")
+    finally:
+        stop.set()
+        thread.join(30)
+        sender.close(1)
+        stop_group(hub)
+    assert sender.stats["resent_batches"] > 0  # the positive control: the sender sent steps again
+    line = re.compile(
+        r'^rl_insight_monitor_training_global_step\{experiment_name="crash",project="p"\} (\S+) (\d+)$', re.M
+    )
+    stamps = collections.defaultdict(set)
+    for _, body in record:
+        for value, ts in line.findall(body):
+            stamps[int(float(value))].add(int(ts))
+    assert sorted(stamps) == list(range(1, 61)), sorted(set(range(1, 61)) - set(stamps))
+    twice = {step: sorted(ts) for step, ts in stamps.items() if len(ts) > 1}
+    assert not twice, f"{len(twice)} of 60 steps sent again with a new timestamp: {twice}"
+
+
+def test_a_scrape_whose_positions_a_crash_lost_gives_its_batches_the_same_timestamps_again(tmp_path):
+    """The deterministic core of the test above: a scrape is written and its positions are not saved
+    (the crash comes first); the restarted hub gets the sender's resent batches after the scraper's
+    next visit and sends them with the timestamps of the first body, not new ones."""
+    from verl_rl_insight.server.metrics.hub import MetricHub
+
+    state = tmp_path / "hub-state.json"
+    t0 = time.time() - 100
+
+    def batch(step, stamped=None):
+        stamped = t0 + step if stamped is None else stamped
+        return {"project": "race", "experiment_name": "crash", "step": step, "time": stamped, "metrics": {"m": step}}
+
+    def scrape(hub, at):
+        exposure = hub.expose("prometheus", at)
+        body = exposure.body().decode()
+        exposure.commit(True)  # written; hub-state.json is saved later, at most once a second
+        return {int(float(m.group(2))): int(m.group(3)) for m in map(LINE.match, body.splitlines()) if m and m.group(3)}
+
+    first = MetricHub(state_path=state, history_s=3600)
+    first.push({"batches": [batch(step) for step in range(1, 4)]})
+    scrape(first, t0 + 5)
+    first.save_state()  # steps 1-3: positions on disk
+    first.push({"batches": [batch(step) for step in range(4, 7)]})
+    first.push({"batches": [batch(7, t0 + 4.5)]})  # a slow pusher's step, stamped before the last visit
+    sent = scrape(first, t0 + 8)  # written, then the crash: its positions never saved
+    assert sorted(sent) == [4, 5, 6, 7] and sent[7] > (t0 + 5) * 1000  # the positive control: 7 was moved
+
+    restarted = MetricHub(state_path=state, history_s=3600)
+    assert scrape(restarted, t0 + 9) == {}  # its first visit comes before the sender's resend
+    restarted.push({"batches": [*(batch(step) for step in range(1, 7)), batch(7, t0 + 4.5)]})  # the sender's 409 path
+    again = scrape(restarted, t0 + 10)
+    assert again == sent, f"sent again with new timestamps: {again} (first sent {sent})"

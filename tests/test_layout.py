@@ -1,15 +1,10 @@
-"""The package's layout: the layering contracts hold (and catch a break), the paths of release 0.1 still work."""
+"""The package's layout: the layering contracts hold (and catch a break), every function is annotated."""
 
-import importlib
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
-
-from verl_rl_insight._old_paths import OLD_PATHS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,47 +40,6 @@ def test_the_layers_hold_and_a_lower_room_importing_a_higher_one_breaks_them(tmp
     assert broken.returncode != 0
     assert "layers follow the data path BROKEN" in broken.stdout
     assert "verl_rl_insight.contract.naming -> verl_rl_insight.commands.doctor" in broken.stdout
-
-
-@pytest.mark.parametrize("old", sorted(OLD_PATHS))
-def test_every_old_module_path_is_the_module_at_its_new_path(old):
-    assert importlib.import_module(f"verl_rl_insight.{old}") is importlib.import_module(
-        f"verl_rl_insight.{OLD_PATHS[old]}"
-    )
-
-
-def test_old_paths_in_use_config_hub_plugin_api_and_dashboard_check(tmp_path):
-    from verl_rl_insight import hookimpl, plugin_settings
-    from verl_rl_insight.config import ConfigError, load_config  # old path
-    from verl_rl_insight.hookspecs import hookimpl as old_hookimpl  # old path
-    from verl_rl_insight.server.hub import MetricHub  # old path
-
-    assert hookimpl is old_hookimpl
-    config = load_config({"rl_insight": {"plugins": {"hardware": {"interval_s": 2}}}}, environ={})
-    assert plugin_settings(config, "hardware").interval_s == 2
-    with pytest.raises(ConfigError):
-        load_config({"rl_insight": {"plugins": {"metric_push": {"queue_batchez": 1}}}}, environ={})
-    hub = MetricHub()
-    hub.push({"batches": [{"project": "p", "experiment_name": "e", "step": 1, "metrics": {"m": 1.0}}]})
-    assert 'm{experiment_name="e",project="p"} 1.0' in hub.live_body().decode()
-    result = subprocess.run(
-        [sys.executable, "-m", "verl_rl_insight.grafana.generate", "--check"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-
-
-def test_verl_use_external_modules_with_the_old_activate_path_activates():
-    code = (
-        "import importlib, sys; importlib.import_module('verl_rl_insight.activate'); "
-        "from verl_rl_insight.trainer.activation import bootstrap; sys.exit(0 if bootstrap.active() else 3)"
-    )
-    env = {**os.environ, "VERL_RL_INSIGHT_AUTOLOAD": "0"}
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
 
 
 def test_every_function_of_the_package_is_annotated():

@@ -6,7 +6,16 @@ import time
 
 import pytest
 
-from tests.helpers import Prometheus, free_port, http, require_prometheus, rl_insight, start_hub_process, wait_for
+from tests.helpers import (
+    Prometheus,
+    free_port,
+    http,
+    require_prometheus,
+    rl_insight,
+    stack_prometheus,
+    start_hub_process,
+    wait_for,
+)
 from verl_rl_insight.trainer.plugins import metric_push
 
 cli = rl_insight
@@ -52,7 +61,7 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
             tracking.log({"actor/pg_loss": -0.25 * step, "actor/grad_norm": 1.0 + step}, step=step)
         tracking.finish()
 
-        prom = f"http://127.0.0.1:{prom_port}"
+        prom = stack_prometheus(tmp_path / "data", prom_port)
 
         def query(promql):
             status, body = http("GET", prom + "/api/v1/query?query=" + promql)

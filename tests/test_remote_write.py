@@ -20,6 +20,7 @@ from tests.helpers import (
     push,
     require_prometheus,
     rl_insight,
+    stack_prometheus,
     stop_group,
     wait_for,
     write_server_config,
@@ -143,8 +144,8 @@ def test_every_series_reaches_victoriametrics_and_doctor_names_the_refused_queue
             and os.path.exists(f"/proc/{pid}/cmdline")
             and "prometheus" in open(f"/proc/{pid}/cmdline").read()
         )
-        prom = f"http://127.0.0.1:{config['prometheus_port']}"
-        shown += json.loads(http("GET", prom + "/api/v1/status/config")[1])["data"]["yaml"]  # any local user reads it
+        prom = stack_prometheus(config["data_dir"], config["prometheus_port"])
+        shown += json.loads(http("GET", prom + "/api/v1/status/config")[1])["data"]["yaml"]  # with its login
         assert "<secret>" in shown  # the positive control: Prometheus' config was read
         assert password not in shown and "not-it" not in shown
         assert write in status.stdout  # status names where the series go

@@ -188,3 +188,53 @@ def test_a_config_that_is_not_a_json_object_is_not_handed_to_ray_workers():
     assert run_credential.is_run_credential(env["RL_INSIGHT_TOKEN"])  # the positive control: a credential instead
     kept = scoped_to_run({"VERL_RL_INSIGHT_CONFIG": json.dumps({"token": TOKEN, "plugins": {"hardware": False}})})
     assert json.loads(kept["VERL_RL_INSIGHT_CONFIG"]) == {"plugins": {"hardware": False}}
+
+
+def test_a_revoke_goes_by_the_servers_clock_not_by_the_minting_nodes(tmp_path):
+    """A driver whose clock is 10 minutes fast mints a credential that says it was made after any
+    revoke of the next 10 minutes: the server refuses it after the revoke all the same (it saw
+    it in use before), and one of that node first seen after the revoke; a job started since on a
+    node with a right clock writes; it all survives a restart. A clock further ahead than the
+    server's future window is refused at once, naming the skew."""
+    import time
+
+    from verl_rl_insight.server.stores.revocations import Revocations
+
+    def serve(future_s):
+        api = Api(MetricHub(), token=TOKEN, revocations=Revocations(tmp_path / "revoked-runs.json", future_s=future_s))
+        server = HttpServer(api, "127.0.0.1", 0).start()
+        return api, server, f"http://127.0.0.1:{server.port}"
+
+    api, http_server, url = serve(future_s=900)  # this server takes clocks up to 15 minutes ahead
+    try:
+        fast = run_credential.mint(TOKEN, "p", "e", now=time.time() + 600)
+        unused_fast = run_credential.mint(TOKEN, "p", "e", now=time.time() + 590)  # minted before, used after
+        assert call("POST", url + "/api/v1/push", fast, push_body("e"))[0] == 200  # in use before the revoke
+        revoke = url + "/api/v1/runs/revoke?project=p&experiment_name=e"
+        assert http("POST", revoke, headers={"Authorization": f"Bearer {TOKEN}"})[0] == 200
+        status, answer = call("POST", url + "/api/v1/push", fast, push_body("e"))
+        assert status == 403 and "was revoked at" in answer and "in use then" in answer, answer
+        status, answer = call("POST", url + "/api/v1/push", unused_fast, push_body("e"))
+        assert status == 403 and "by a clock ahead of this server's" in answer, answer
+        time.sleep(0.01)
+        restarted_job = run_credential.mint(TOKEN, "p", "e")  # a node with a right clock
+        assert call("POST", url + "/api/v1/push", restarted_job, push_body("e"))[0] == 200
+    finally:
+        http_server.stop()
+        api.close()
+    api, http_server, url = serve(future_s=900)  # the server restarted
+    try:
+        for refused in (fast, unused_fast):
+            assert call("POST", url + "/api/v1/push", refused, push_body("e"))[0] == 403
+        assert call("POST", url + "/api/v1/push", restarted_job, push_body("e"))[0] == 200
+    finally:
+        http_server.stop()
+        api.close()
+    api, http_server, url = serve(future_s=300)  # the default window: 10 minutes ahead is past it
+    try:
+        other_run = run_credential.mint(TOKEN, "p", "other", now=time.time() + 600)
+        status, answer = call("POST", url + "/api/v1/push", other_run, push_body("other"))
+        assert status == 403 and "ahead of this server's clock" in answer and "max_future_s" in answer, answer
+    finally:
+        http_server.stop()
+        api.close()

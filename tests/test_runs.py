@@ -10,7 +10,7 @@ import urllib.parse
 
 import pytest
 
-from tests.helpers import http, push, rl_insight, wait_for
+from tests.helpers import http, push, rl_insight, stack_prometheus, wait_for
 from verl_rl_insight.dashboards.build import build
 from verl_rl_insight.dashboards.compare import CURVES
 from verl_rl_insight.dashboards.panels import every_panel
@@ -163,8 +163,9 @@ def test_after_a_server_restart_runs_list_keeps_each_runs_age_and_shows_the_newe
     start = ("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port),
              "--prometheus-port", str(prom_port), "--scrape-interval", "1", "--data-dir", str(tmp_path / "data"),
              "--no-tempo", "--no-grafana", "--no-alertmanager")  # fmt: skip
-    hub, prom = f"http://127.0.0.1:{hub_port}", f"http://127.0.0.1:{prom_port}"
+    hub = f"http://127.0.0.1:{hub_port}"
     assert rl_insight(*start).returncode == 0
+    prom = stack_prometheus(tmp_path / "data", prom_port)
     try:
         now = time.time()
         for run, minutes_ago in (("old-run", 40), ("new-run", 3), ("mid-run", 15)):

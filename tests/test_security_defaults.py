@@ -16,7 +16,7 @@ import urllib.parse
 import pytest
 import yaml
 
-from tests.helpers import REPO, http, require_prometheus, rl_insight, wait_for, write_server_config
+from tests.helpers import REPO, http, require_prometheus, rl_insight, stack_prometheus, wait_for, write_server_config
 from verl_rl_insight.server import app
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")
@@ -69,7 +69,7 @@ def test_no_secret_on_any_command_line_or_in_any_log(tmp_path):
             assert token not in line and password not in line, f"pid {pid}: {line}"
         assert token not in app.state_path().read_text() and password not in app.state_path().read_text()
         # Prometheus reads the token from its 0600 file and scrapes the hub as a named scraper
-        prom = f"http://127.0.0.1:{config['prometheus_port']}"
+        prom = stack_prometheus(config["data_dir"], config["prometheus_port"])
 
         def hub_up():
             result = json.loads(http("GET", prom + "/api/v1/query?query=up{job='rl_insight_hub'}")[1])["data"]["result"]
@@ -212,13 +212,14 @@ def test_beyond_loopback_strangers_cannot_write_and_prometheus_cannot_be_stopped
         assert statuses[5:8] == [200, 200, 200], statuses
         # Prometheus listens on loopback only: nothing of it (config, admin API, lifecycle) answers there
         assert not any(isinstance(s, int) for s in statuses[8:12]), statuses
-        local = f"http://127.0.0.1:{config['prometheus_port']}"
+        local = stack_prometheus(config["data_dir"], config["prometheus_port"])
         assert http("GET", local + "/-/ready")[0] == 200, "Prometheus must run, on loopback"
         query = local + "/api/v1/query?query=up{job='rl_insight_hub'}==1"
         wait_for(lambda: json.loads(http("GET", query)[1])["data"]["result"], what="Prometheus scraping the hub")
         assert statuses[12:14] == [401, 401], statuses
         assert not isinstance(statuses[14], int), "Alertmanager must listen on loopback only"
-        assert http("GET", f"http://127.0.0.1:{config['alertmanager_port']}/-/ready")[0] == 200, "and run there"
+        alertmanager = stack_prometheus(config["data_dir"], config["alertmanager_port"], "alertmanager")
+        assert http("GET", alertmanager + "/-/ready")[0] == 200, "and run there"
         assert json.loads(http("GET", f"http://{here}:{config['port']}/api/v1/targets")[1])["targets"] == []
         # with Prometheus on loopback its admin API is on: `runs delete` removes the run's series
         run = local + "/api/v1/query?" + urllib.parse.urlencode({"query": '{experiment_name="stranger"}'})

@@ -18,6 +18,7 @@ from tests.helpers import (
     http,
     require_prometheus,
     rl_insight,
+    stack_prometheus,
     stop_group,
     wait_for,
     write_server_config,
@@ -103,7 +104,7 @@ def test_start_supervise_discover_and_stop(server_config):
         # a target registered through the API reaches Prometheus through http_sd
         added = cli("targets", "add", exporter.address, "--job", "node-exporter", "--label", "node=n1")
         assert added.returncode == 0, added.stderr
-        prom = f"http://127.0.0.1:{config['prometheus_port']}"
+        prom = stack_prometheus(config["data_dir"], config["prometheus_port"])
 
         def node_load():
             status, body = http("GET", prom + "/api/v1/query?query=node_load1")
@@ -266,9 +267,9 @@ def test_prometheus_data_survives_a_server_restart(server_config):
     config["services"] = {"tempo": {"enabled": False}, "grafana": {"enabled": False}}
     path.write_text(yaml.safe_dump(config))
     hub = f"http://127.0.0.1:{config['port']}"
-    prom = f"http://127.0.0.1:{config['prometheus_port']}"
 
     def stored():
+        prom = stack_prometheus(config["data_dir"], config["prometheus_port"])
         status, body = http("GET", prom + "/api/v1/query?query=rl_insight_monitor_persisted[1h]")
         return json.loads(body)["data"]["result"] if status == 200 else []
 

@@ -98,3 +98,45 @@ def test_server_settings_reject_bad_files(tmp_path):
         ServerSettings(grafana_port=3000, prometheus_port=3000)
     with pytest.raises(ValueError, match="unknown service"):
         ServerSettings(services={"jaeger": {}})
+
+
+def test_grafana_and_prometheus_log_in_to_the_servers_prometheus_and_alertmanager(settings):
+    """Prometheus and Alertmanager take a login: Grafana's datasource carries it (its provisioning
+    file is 0600), and prometheus.yml reads the passwords from their 0600 files for the alerts it
+    sends to Alertmanager and for its own remote-write figures; no password in prometheus.yml."""
+    import os
+    import stat
+
+    from verl_rl_insight.server.stores import credentials
+
+    logins = credentials.write_service_logins(settings.data_path)
+    settings.remote_write = [{"url": "http://127.0.0.1:1/write"}]
+    config = yaml.safe_load(
+        prometheus.render_config(settings, alertmanager=f"http://127.0.0.1:{settings.alertmanager_port}")
+    )
+    [alertmanagers] = config["alerting"]["alertmanagers"]
+    password_file = alertmanagers["basic_auth"]["password_file"]
+    assert alertmanagers["basic_auth"]["username"] == "rl-insight"
+    with open(password_file) as f:
+        assert f.read().strip() == logins["alertmanager"][1]
+    assert stat.S_IMODE(os.stat(password_file).st_mode) == 0o600
+    [own] = [job for job in config["scrape_configs"] if job["job_name"] == "rl_insight_prometheus"]
+    assert own["basic_auth"]["password_file"].endswith("secrets/prometheus-password")
+    text = prometheus.render_config(settings, alertmanager=f"http://127.0.0.1:{settings.alertmanager_port}")
+    assert logins["prometheus"][1] not in text and logins["alertmanager"][1] not in text
+    datasource = yaml.safe_load(grafana.render_datasources(settings))["datasources"][0]
+    assert datasource["basicAuth"] is True and datasource["basicAuthUser"] == "rl-insight"
+    assert datasource["secureJsonData"] == {"basicAuthPassword": logins["prometheus"][1]}
+    grafana.write_files(settings)
+    provisioned = settings.data_path / "grafana" / "provisioning" / "datasources" / "rl-insight.yaml"
+    assert stat.S_IMODE(provisioned.stat().st_mode) == 0o600
+
+
+def test_tempo_listens_on_loopback_whatever_the_bind(settings):
+    """Tempo has no login and its spans hold prompts: loopback only, also when the hub listens
+    on every interface; Grafana reads it there."""
+    settings.bind = "0.0.0.0"
+    server = yaml.safe_load(tempo.render_config(settings))["server"]
+    assert server["http_listen_address"] == "127.0.0.1" and server["grpc_listen_address"] == "127.0.0.1"
+    tempo_source = yaml.safe_load(grafana.render_datasources(settings))["datasources"][1]
+    assert tempo_source["url"] == f"http://127.0.0.1:{settings.tempo_port}"

@@ -14,8 +14,6 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
-from verl_rl_insight import _old_paths
-
 if TYPE_CHECKING:
     from verl_rl_insight.trainer.config import plugin_settings
     from verl_rl_insight.trainer.hookspecs import hookimpl
@@ -23,8 +21,6 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = ["init", "log", "state", "register_target", "finish", "hookimpl", "plugin_settings", "__version__"]
-
-_old_paths.install()
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,12 @@
 history read back from Prometheus, walked by the same detectors the server runs on every step
 (``server/health/detectors.py``), and the findings ranked by severity.
 
-Exit codes: 0 nothing found, 1 findings, 2 could not diagnose (usage, an unknown run, no Prometheus).
+``rl-insight diagnose --file RUN.jsonl [--json]``: a finished run without a server, from verl's
+``file`` logger output or a ``runs export`` CSV (``commands/run_file.py``): the same walk, findings
+and exit codes.
+
+Exit codes: 0 nothing found (or information only: a plateau), 1 a warning or critical finding,
+2 could not diagnose (usage, an unknown run, no Prometheus, a file that is not a run).
 """
 
 from __future__ import annotations
@@ -11,13 +16,16 @@ import argparse
 import json
 import time
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
+from verl_rl_insight.commands import marks as run_marks
 from verl_rl_insight.commands.api import call, common_options, server
 from verl_rl_insight.commands.checks import CliError
+from verl_rl_insight.commands.run_file import RunFileError, read_run
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.watch.data import DataError, Prometheus
-from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.server.health import detectors
 
@@ -28,9 +36,10 @@ DASHBOARD = "verl_trainer_v1_with_vllm_engine"
 
 
 def _names() -> str:
-    wanted = {detectors.series_name(k) for d in detectors.ALL for k in d.keys if not k.endswith("/")}
-    wanted |= {detectors.series_name(k) for k in detectors.NON_FINITE_KEYS} | {GLOBAL_STEP_METRIC}
-    return "|".join(sorted(wanted)) + "|" + detectors.VALIDATION + ".*"
+    keys = {k for d in detectors.ALL for k in (*d.keys, *d.extra)} | set(detectors.NON_FINITE_KEYS)
+    wanted = {detectors.series_name(k) for k in keys if not k.endswith("/")} | {GLOBAL_STEP_METRIC}
+    families = {detectors.series_name(k) + ".*" for k in keys if k.endswith("/")}
+    return "|".join(sorted(wanted) + sorted(families))
 
 
 def read_history(prom: Prometheus, project: str, experiment: str, now: float) -> tuple[dict[str, Any], list[Any]]:
@@ -79,6 +88,10 @@ def panel_link(grafana: str | None, project: str, experiment: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.file is not None:
+        return from_file(args)
+    if not args.project or not args.experiment:
+        raise CliError("--project and --experiment name the run (or --file RUN.jsonl: a run's file)", code=CANNOT)
     base, token = server(args)
     info = call("GET", base + "/api/v1/info", token)
     prom_url = args.prometheus or info.get("prometheus")
@@ -93,33 +106,51 @@ def run(args: argparse.Namespace) -> int:
     if not times:
         raise CliError(f"no step of {args.project}/{args.experiment} in Prometheus", code=CANNOT)
     params = {**detectors.DEFAULTS, **(info.get("health") or {})}
-    findings = detectors.diagnose(history, times, finished=finished, now=time.time(), params=params)
-    first, last = args.steps or (None, None)
-    findings = [
-        f for f in findings if (first is None or f.last_step >= first) and (last is None or f.first_step <= last)
-    ]
+    marks = run_marks.fetch(base, token, args.project, args.experiment)  # rl-insight runs mark
+    resets = run_marks.resets(marks)
+    findings = detectors.diagnose(history, times, finished=finished, now=time.time(), params=params, resets=resets)
     link = panel_link(
         info.get("grafana") if "grafana" in info.get("services", ()) else None, args.project, args.experiment
     )
     for finding in findings:
         finding.panel = f"{finding.panel}: {link}" if link else finding.panel
-    steps = f"steps {times[0][0]}-{times[-1][0]}"
+    run_id = {"project": args.project, "experiment_name": args.experiment}
+    code = report(args, f"{args.project}/{args.experiment}", run_id, (times[0][0], times[-1][0]), findings)
+    if not args.json:
+        run_marks.print_marks(marks)
+    return code
+
+
+def from_file(args: argparse.Namespace) -> int:
+    """A finished run from verl's ``file`` logger output or a ``runs export`` CSV."""
+    path = Path(args.file)
+    try:
+        history = read_run(path)
+    except RunFileError as exc:
+        raise CliError(str(exc), code=CANNOT) from None
+    steps = sorted({s for values in history.values() for s, _ in values})
+    if not steps:
+        raise CliError(f"{path}: no step with a number in it", code=CANNOT)
+    times = history.pop(STEP_TIME_METRIC, [])  # a runs export CSV has each step's own time
+    findings = detectors.diagnose(history, times, finished=True)
+    return report(args, str(path), {"file": str(path)}, (steps[0], steps[-1]), findings)
+
+
+def report(
+    args: argparse.Namespace, name: str, run_id: dict[str, str], steps: tuple[int, int], found: list[Any]
+) -> int:
+    """The findings within ``--steps``, ranked, as text or JSON; the exit code."""
+    first, last = args.steps or (None, None)
+    findings = [f for f in found if (first is None or f.last_step >= first) and (last is None or f.first_step <= last)]
+    code = 1 if any(f.severity != "info" for f in findings) else 0
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "project": args.project,
-                    "experiment_name": args.experiment,
-                    "steps": [times[0][0], times[-1][0]],
-                    "findings": [f.as_json() for f in findings],
-                }
-            )
-        )
-        return 1 if findings else 0
+        print(json.dumps({**run_id, "steps": list(steps), "findings": [f.as_json() for f in findings]}))
+        return code
+    span_all = f"steps {steps[0]}-{steps[1]}"
     if not findings:
-        print(f"{args.project}/{args.experiment} ({steps}): no finding ({len(detectors.ALL)} detectors)")
+        print(f"{name} ({span_all}): no finding ({len(detectors.ALL)} detectors)")
         return 0
-    print(f"{args.project}/{args.experiment} ({steps}): {len(findings)} finding(s), the most severe first")
+    print(f"{name} ({span_all}): {len(findings)} finding(s), the most severe first")
     for f in findings:
         d = detectors.BY_NAME[f.detector]
         span = f"step {f.first_step}" if f.first_step == f.last_step else f"steps {f.first_step}-{f.last_step}"
@@ -128,17 +159,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"          look first: {d.look}")
         print(f"          people usually: {d.usually}")
         print(f"          panel: {f.panel}")
-    return 1
+    return code
 
 
 def add_parsers(sub: Any) -> None:
     parser = sub.add_parser(
         "diagnose",
         help="find known RL failure modes in a run's whole history (what the alerts find online)",
-        description="Exit codes: 0 nothing found, 1 findings, 2 could not diagnose.",
+        description="Exit codes: 0 nothing found (or information only), 1 a warning or critical finding, "
+        "2 could not diagnose.",
     )
-    parser.add_argument("--project", required=True)
-    parser.add_argument("--experiment", required=True, help="the experiment_name")
+    parser.add_argument("--project", help="the run's project (read from the server's Prometheus)")
+    parser.add_argument("--experiment", help="the experiment_name")
+    parser.add_argument(
+        "--file",
+        help="a finished run without a server: verl's file logger output (trainer.logger=['file'], JSONL) "
+        "or a `runs export` CSV",
+    )
     parser.add_argument(
         "--steps", type=steps_range, help="only findings within these steps: A:B (both included), A:, :B"
     )

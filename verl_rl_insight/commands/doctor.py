@@ -136,6 +136,9 @@ def check_targets(report: Report, prometheus_url: Any, wait_s: float = 10.0) -> 
     deadline = time.monotonic() + wait_s  # a server started a moment ago: its first scrapes are coming
     while True:
         status, _, body = fetch(prometheus_url + "/api/v1/targets")
+        if status == 401:
+            report.skip("Prometheus targets", "Prometheus takes its login, which only the server's user may read")
+            return
         if status != 200:
             report.skip("Prometheus targets", "Prometheus does not answer")
             return
@@ -419,8 +422,11 @@ def run(
         status, _, body = fetch(url + "/api/v1/info")
         info = json.loads(body) if status == 200 else {}
         if "prometheus" in info.get("services", ()):
-            check_targets(report, info["prometheus"])
-            check_remote_write(report, info["prometheus"])
+            from verl_rl_insight.commands.server.control import with_login
+
+            prometheus = with_login(info["prometheus"])  # the login of the server here, when this user may read it
+            check_targets(report, prometheus)
+            check_remote_write(report, prometheus)
         check_samples(report, url, project, experiment)
     grafana = services.get("grafana") if reachable else None
     if grafana is not None and grafana.get("missing") and control.optional_absent("grafana", grafana):

@@ -1,5 +1,6 @@
 """``rl-insight runs list | export | delete``: the runs the server knows, as a table, as a file
-(one row per step, one column per logged scalar), or gone."""
+(one row per step, one column per logged scalar), or gone; ``runs mark | marks | unmark``: notes on
+a run's steps (commands/marks.py)."""
 
 import argparse
 import csv
@@ -10,6 +11,7 @@ import time
 import urllib.parse
 from typing import Any
 
+from verl_rl_insight.commands import marks, run_card
 from verl_rl_insight.commands.api import call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
@@ -240,7 +242,7 @@ def revoke(args: argparse.Namespace) -> Any:
 
 
 def add_parsers(sub: Any) -> None:
-    runs = sub.add_parser("runs", help="the runs the server knows: list, export to CSV / Parquet, delete, revoke")
+    runs = sub.add_parser("runs", help="the runs the server knows: list, export, delete, revoke; mark steps")
     runs_sub = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     listing = runs_sub.add_parser("list", help="every run: last step, last push, series, state")
     listing.add_argument("--project")
@@ -264,5 +266,26 @@ def add_parsers(sub: Any) -> None:
     revoked.add_argument("--project", required=True)
     revoked.add_argument("--experiment", required=True, help="the experiment_name")
     revoked.set_defaults(func=revoke)
-    for parser in (listing, out, gone, revoked):
+    cards = run_card.add_parsers(runs_sub)  # runs show, runs diff
+    marked = runs_sub.add_parser(
+        "mark", help="mark a step (a planned data or curriculum change): on the dashboards and in diagnose"
+    )
+    marked.add_argument("--project", required=True)
+    marked.add_argument("--experiment", required=True, help="the experiment_name")
+    marked.add_argument("--step", required=True, type=marks.step, help="the step marked")
+    marked.add_argument("--text", required=True, help="what happened there, in a few words")
+    marked.add_argument(
+        "--reset-baseline", action="store_true", help="the detectors start their baselines again at this step"
+    )
+    marked.set_defaults(func=marks.mark)
+    marks_of = runs_sub.add_parser("marks", help="a run's marks, by step")
+    marks_of.add_argument("--project", required=True)
+    marks_of.add_argument("--experiment", required=True, help="the experiment_name")
+    marks_of.set_defaults(func=marks.show)
+    unmarked = runs_sub.add_parser("unmark", help="remove the mark of a step")
+    unmarked.add_argument("--project", required=True)
+    unmarked.add_argument("--experiment", required=True, help="the experiment_name")
+    unmarked.add_argument("--step", required=True, type=marks.step)
+    unmarked.set_defaults(func=marks.unmark)
+    for parser in (listing, out, gone, revoked, marked, marks_of, unmarked, *cards):
         common_options(parser, top=True)

@@ -9,6 +9,8 @@ PROJECT = "VERL_RL_INSIGHT_PROJECT"  # the run, handed to workers
 EXPERIMENT = "VERL_RL_INSIGHT_EXPERIMENT"
 AUTOLOAD = "VERL_RL_INSIGHT_AUTOLOAD"  # 0: the .pth file does not activate
 PLUGINS = "VERL_RL_INSIGHT_PLUGINS"  # allow-list of external plugins (none: no external one)
+COMMAND = "VERL_RL_INSIGHT_COMMAND"  # the driver's command line (JSON, redacted), for the run's card
+WORKDIR = "VERL_RL_INSIGHT_WORKDIR"  # the driver's working folder, for the run's card (its git commit)
 VERL_ENABLE = "VERL_RL_INSIGHT_ENABLE"  # what verl 0.9's main_ppo sets for trainer.logger rl_insight
 # everything starting with one of these is forwarded to Ray workers
 FORWARDED_PREFIXES = ("RL_INSIGHT_", "VERL_RL_INSIGHT_")

@@ -39,7 +39,9 @@ class OverCapacity(RLInsightError):
 
 
 class Busy(RLInsightError):
-    """Too many at once (scrapers, renders); retry later."""
+    """Too many at once (scrapers, renders, a run's whole share of memory); retry later."""
+
+    retry_after_s = 1  # what the answer tells the client to wait (HTTP Retry-After)
 
 
 class Unavailable(RLInsightError):

@@ -3,10 +3,12 @@ server, the CLI (doctor, watch, timeline, runs, alerts, targets) to the server, 
 Tempo, the server to its Alertmanager and Prometheus.
 
 On ``requests``: one kept-alive session per client, a timeout on every call, the bearer token in
-a header (never in a URL), and every way of not getting an answer (refused, reset, DNS, timeout)
-raised as one ``Unreachable`` naming the address without its query. Any HTTP status is an answer:
-the caller decides what a 4xx means. A request sent on a kept-alive connection that the server
-had just closed while idle is sent once more on a new one, so an idle timeout is not an outage.
+a header (never in a URL), basic auth for Prometheus and Alertmanager (``basic_auth``, or a
+``user:password@`` URL, taken out of the URL before it is sent or named in an error), and every
+way of not getting an answer (refused, reset, DNS, timeout) raised as one ``Unreachable`` naming
+the address without its query. Any HTTP status is an answer: the caller decides what a 4xx means.
+A request sent on a kept-alive connection that the server had just closed while idle is sent once
+more on a new one, so an idle timeout is not an outage.
 ``requests`` is imported on first use: the trainer side's ``import verl_rl_insight`` stays light.
 """
 
@@ -19,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from verl_rl_insight.contract import server_url
 from verl_rl_insight.contract.errors import Unavailable
 
 if TYPE_CHECKING:
@@ -86,8 +89,11 @@ def _closed_while_idle(exc: BaseException) -> bool:
 class HttpClient:
     """A session to one or more servers; thread-safe (one session per thread that uses it)."""
 
-    def __init__(self, token: str | None = None, timeout_s: Timeout = 10.0) -> None:
+    def __init__(
+        self, token: str | None = None, timeout_s: Timeout = 10.0, basic_auth: tuple[str, str] | None = None
+    ) -> None:
         self.token = token
+        self.basic_auth = basic_auth  # (user, password): the server's Prometheus and Alertmanager
         self.timeout_s = timeout_s
         self._local = threading.local()
 
@@ -117,8 +123,14 @@ class HttpClient:
         import requests
 
         all_headers = {"Content-Type": "application/json"} if data is not None or json_body is not None else {}
+        try:
+            url, login = server_url.user_and_password(url)
+        except ValueError:  # not a URL requests takes either: it says so below, as Unreachable
+            login = None
+        login = self.basic_auth or login
         if self.token:
             all_headers["Authorization"] = f"Bearer {self.token}"
+            login = None
         all_headers.update(headers or {})
         if json_body is not None:
             data = json.dumps(json_body).encode()
@@ -131,6 +143,7 @@ class HttpClient:
                 params=params,
                 data=data,
                 headers=all_headers,
+                auth=login,
                 timeout=timeout_s if timeout_s is not None else self.timeout_s,
                 stream=max_bytes is not None,
             )
@@ -153,6 +166,7 @@ class HttpClient:
         """GET a JSON document; a status other than 2xx or a body that is not JSON is Unreachable
         too, with the server's own words."""
         reply = self.request("GET", url, params=params, timeout_s=timeout_s)
+        url = server_url.redact(url)
         if not reply.ok:
             raise Refused(reply.status, f"{url.split('?')[0]} answered {reply.status}: {reply.error()}")
         try:

@@ -45,11 +45,17 @@ def is_run_credential(value: str | None) -> bool:
     return bool(value) and str(value).startswith(PREFIX)
 
 
-def mint(token: str, project: str, experiment: str, days: float = RUN_CREDENTIAL_DAYS) -> str:
-    """A credential for ``project`` / ``experiment``, valid ``days`` from now."""
-    now = time.time()
+def mint(token: str, project: str, experiment: str, days: float = RUN_CREDENTIAL_DAYS, now: float | None = None) -> str:
+    """A credential for ``project`` / ``experiment``, valid ``days`` from ``now`` (this node's clock)."""
+    now = time.time() if now is None else now
     payload = _b64(json.dumps([project, experiment, int(now + days * 86400), round(now, 3)]).encode())
     return f"{PREFIX}{payload}.{_sign(token, payload)}"
+
+
+def credential_id(credential: str) -> str:
+    """What the server remembers of a credential it has seen (a digest of its signature: not the
+    credential itself)."""
+    return hashlib.sha256(credential.rpartition(".")[2].encode()).hexdigest()[:32]
 
 
 def verify(
@@ -57,9 +63,11 @@ def verify(
     credential: str,
     now: float | None = None,
     revoked: Callable[[str, str], float | None] | None = None,
+    refusal: Callable[[str, str, float, str], str | None] | None = None,
 ) -> tuple[str, str]:
     """(project, experiment) of a credential signed with ``token``; Forbidden when it is not, has
-    expired, or was minted before ``revoked(project, experiment)``."""
+    expired, was minted before ``revoked(project, experiment)``, or when ``refusal(project,
+    experiment, minted, credential_id)`` (the server's revocations, by its own clock) says why not."""
     _, _, rest = credential.partition(PREFIX)
     payload, _, signature = rest.partition(".")
     if not payload or not hmac.compare_digest(signature.encode(), _sign(token, payload).encode()):
@@ -74,6 +82,10 @@ def verify(
             f"run credential for {project}/{experiment} expired at "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(float(expires)))}; restart the job to get a new one"
         )
+    if refusal is not None:
+        reason = refusal(str(project), str(experiment), issued, credential_id(credential))
+        if reason is not None:
+            raise Forbidden(f"run credential for {project}/{experiment} {reason}")
     at = revoked(str(project), str(experiment)) if revoked is not None else None
     if at is not None and issued <= at:
         raise Forbidden(

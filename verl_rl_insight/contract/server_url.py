@@ -35,6 +35,27 @@ def split(url: str) -> tuple[str, str | None]:
     return bare, token
 
 
+def user_and_password(url: str) -> tuple[str, tuple[str, str] | None]:
+    """(url without credentials, (user, password) or None): what a ``user:password@`` URL of
+    Prometheus or Alertmanager (``rl-insight server url --prometheus``) logs in with."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    user, password = urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
+    return split(url)[0], (user, password)
+
+
+def with_user(url: str, user: str, password: str) -> str:
+    """``url`` with ``user:password@`` (both quoted)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    login = f"{urllib.parse.quote(user, safe='')}:{urllib.parse.quote(password, safe='')}"
+    netloc = f"{login}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
 def without_credentials(url: str) -> str:
     """``url`` with any user:password@ taken out, for status and logs."""
     return split(url)[0]

@@ -7,6 +7,7 @@ are multi-select); every TraceQL query constrains both too.
 
 from typing import Any
 
+from verl_rl_insight.contract.marks import MARK_METRIC
 from verl_rl_insight.dashboards import compare, engines, training, trajectories
 from verl_rl_insight.dashboards.panels import (
     PROM,
@@ -600,6 +601,20 @@ ANNOTATIONS = [
             "{{experiment_name}}: `rl-insight profile list` says where the traces are",
         ),
     )
+] + [
+    # a person's marks (rl-insight runs mark): the hub exposes each with its step's trainer time (ms)
+    # as the value, and Grafana draws it there (useValueForTime), however long after the step it was made
+    {
+        "name": "marks",
+        "datasource": PROM,
+        "enable": True,
+        "iconColor": "yellow",
+        "expr": f"{MARK_METRIC}{{{RUN}}}",
+        "step": "60s",
+        "titleFormat": "step {{step}}: {{mark}}",
+        "textFormat": "{{experiment_name}} (reset_baseline={{reset_baseline}}): rl-insight runs marks",
+        "useValueForTime": True,
+    }
 ]
 
 

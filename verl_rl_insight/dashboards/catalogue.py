@@ -7,6 +7,8 @@ the dashboards use must appear as a string literal in verl), so the check follow
 
 from typing import Any
 
+from verl_rl_insight.contract import engine_metrics
+from verl_rl_insight.contract.marks import MARK_METRIC
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC, TIMELINE_SERIES
 from verl_rl_insight.trainer.samplers.hardware import HostSampler
 
@@ -43,6 +45,7 @@ PRODUCED = {
     "rl_insight_hub_scrapes_unconfirmed_total",
     "rl_insight_hub_batches_lost_total",
     "rl_insight_hub_scrape_number",
+    MARK_METRIC,  # the marks of runs' steps (rl-insight runs mark)
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_MEM_COPY_UTIL",
     "DCGM_FI_DEV_FB_USED",
@@ -80,42 +83,10 @@ def _histogram(name: str) -> Any:
 
 
 # What the scrape targets registered by rollout_engines / transfer_queue serve: the engines' own
-# names (vllm/v1/metrics/loggers.py, sglang/srt/metrics/collector.py) and TransferQueue's
-# (transfer_queue/metrics.py).
+# names (the one list, contract/engine_metrics.py, checked against the engines' releases) and
+# TransferQueue's (transfer_queue/metrics.py).
 SCRAPED = {
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "vllm:prefix_cache_queries_total",
-    "vllm:prefix_cache_hits_total",
-    "vllm:num_preemptions_total",
-    "vllm:request_success_total",
-    "vllm:spec_decode_num_drafts_total",
-    "vllm:spec_decode_num_draft_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_total",
-    *_histogram("vllm:time_to_first_token_seconds"),
-    *_histogram("vllm:inter_token_latency_seconds"),
-    *_histogram("vllm:e2e_request_latency_seconds"),
-    *_histogram("vllm:request_queue_time_seconds"),
-    *_histogram("vllm:request_prefill_time_seconds"),
-    *_histogram("vllm:request_decode_time_seconds"),
-    *_histogram("vllm:request_prompt_tokens"),
-    *_histogram("vllm:request_generation_tokens"),
-    "sglang:num_running_reqs",
-    "sglang:num_queue_reqs",
-    "sglang:token_usage",
-    "sglang:gen_throughput",
-    "sglang:cache_hit_rate",
-    "sglang:spec_accept_length",
-    "sglang:prompt_tokens_total",
-    "sglang:generation_tokens_total",
-    "sglang:num_requests_total",
-    *_histogram("sglang:time_to_first_token_seconds"),
-    *_histogram("sglang:inter_token_latency_seconds"),
-    *_histogram("sglang:e2e_request_latency_seconds"),
-    *_histogram("sglang:queue_time_seconds"),
+    *engine_metrics.all_series(),
     "tq_controller_uptime_seconds",
     "tq_controller_memory_rss_bytes",
     "tq_controller_request_total",
@@ -151,9 +122,9 @@ SCRAPED = {
 }
 # Metrics whose values lie in 0-1 by their definition (what percentunit panels may show as they are).
 FRACTIONS = {
-    "vllm:kv_cache_usage_perc",
-    "sglang:token_usage",
-    "sglang:cache_hit_rate",
+    engine_metrics.exposed("vllm:kv_cache_usage_perc"),
+    engine_metrics.exposed("sglang:token_usage"),
+    engine_metrics.exposed("sglang:cache_hit_rate"),
     "tq_storage_utilization_ratio",
     "tq_storage_accept_queue_peak_utilization_ratio",
     "tq_partition_production_progress",

@@ -3,6 +3,7 @@ so the engine index inside a replica never splits a line; units on every panel."
 
 from typing import Any
 
+from verl_rl_insight.contract.engine_metrics import exposed
 from verl_rl_insight.dashboards.panels import RUN, heatmap, timeseries
 
 SEL = f'{RUN},replica=~"$replica"'
@@ -13,8 +14,14 @@ def by_replica(fn: Any, expr: str) -> str:
     return f"{fn} by (replica) ({expr})"
 
 
+def selector(name: str, extra: str = "") -> str:
+    """``name{run, replica}``: ``name`` must be a series of the engine metric list
+    (contract/engine_metrics.py, checked against the engines' releases), else KeyError."""
+    return f"{exposed(name)}{{{SEL}{extra}}}"
+
+
 def rate(name: str, extra: str = "") -> str:
-    return f"rate({name}{{{SEL}{extra}}}{RATE})"
+    return f"rate({selector(name, extra)}{RATE})"
 
 
 def quantiles(name: str, qs: Any = (0.5, 0.9, 0.99)) -> Any:
@@ -41,7 +48,7 @@ def busy_share(running: Any) -> Any:
         "Busy share (at least one request running)",
         [
             (
-                f"clamp(avg_over_time(({by_replica('sum', f'{running}{{{SEL}}}')} > bool 0)[$__rate_interval:]), 0, 1)",
+                f"clamp(avg_over_time(({by_replica('sum', selector(running))} > bool 0)[$__rate_interval:]), 0, 1)",
                 "replica {{replica}}",
             )
         ],
@@ -69,15 +76,15 @@ def load_panels(layout: Any, running: Any, waiting: Any, waiting_word: Any, usag
         timeseries(
             f"Running / {waiting_word} requests",
             [
-                (by_replica("sum", f"{running}{{{SEL}}}"), "running replica {{replica}}"),
-                (by_replica("sum", f"{waiting}{{{SEL}}}"), f"{waiting_word} replica {{{{replica}}}}"),
+                (by_replica("sum", selector(running)), "running replica {{replica}}"),
+                (by_replica("sum", selector(waiting)), f"{waiting_word} replica {{{{replica}}}}"),
             ],
         )
     )
     layout.add(busy_share(running), w=8)
     layout.add(in_flight(), w=8)
     layout.add(
-        timeseries(usage_title, [(by_replica("max", f"{usage}{{{SEL}}}"), "replica {{replica}}")], unit="percentunit"),
+        timeseries(usage_title, [(by_replica("max", selector(usage)), "replica {{replica}}")], unit="percentunit"),
         w=8,
     )
 
@@ -186,7 +193,7 @@ def sglang_rows(layout: Any) -> None:
         timeseries(
             "Generation throughput",
             [
-                (by_replica("sum", f"sglang:gen_throughput{{{SEL}}}"), "reported replica {{replica}}"),
+                (by_replica("sum", selector("sglang:gen_throughput")), "reported replica {{replica}}"),
                 (by_replica("sum", rate("sglang:generation_tokens_total")), "generated replica {{replica}}"),
                 (by_replica("sum", rate("sglang:prompt_tokens_total")), "prompt replica {{replica}}"),
             ],
@@ -204,7 +211,7 @@ def sglang_rows(layout: Any) -> None:
     layout.add(
         timeseries(
             "Prefix cache hit rate",
-            [(by_replica("max", f"sglang:cache_hit_rate{{{SEL}}}"), "replica {{replica}}")],
+            [(by_replica("max", selector("sglang:cache_hit_rate")), "replica {{replica}}")],
             unit="percentunit",
         ),
         w=8,
@@ -220,7 +227,7 @@ def sglang_rows(layout: Any) -> None:
     layout.add(
         timeseries(
             "Speculative decoding accept length",
-            [(by_replica("avg", f"sglang:spec_accept_length{{{SEL}}}"), "replica {{replica}}")],
+            [(by_replica("avg", selector("sglang:spec_accept_length")), "replica {{replica}}")],
             description="accepted tokens per verification step (empty without speculative decoding)",
         ),
         w=8,
@@ -229,4 +236,4 @@ def sglang_rows(layout: Any) -> None:
 
 
 ROWS = {"vllm": vllm_rows, "sglang": sglang_rows}
-RUNNING = {"vllm": "vllm:num_requests_running", "sglang": "sglang:num_running_reqs"}
+RUNNING = {"vllm": exposed("vllm:num_requests_running"), "sglang": exposed("sglang:num_running_reqs")}

@@ -36,8 +36,13 @@ METRIC_TOKEN = re.compile(
     r"DCGM_[A-Z0-9_]+)"
 )
 SERVER_WIDE = "rl_insight_hub_"  # the monitor's own series: the server's, of no run
-NAME_MATCHER = re.compile(r'__name__(=~|!~)"([^"]*)"')
+NAME_MATCHER = re.compile(r'__name__(=~|!~)"((?:[^"\\]|\\.)*)"')
 TRACE_ID = re.compile(r"\$\{?trace_id\}?|[0-9a-fA-F]{16,32}")
+
+
+def unquote(body: str) -> str:
+    """What Prometheus reads in a double-quoted PromQL string's ``body`` (``\\\\`` is one backslash)."""
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
 
 
 def render(dashboard: Any) -> Any:
@@ -117,7 +122,8 @@ def problems(dashboards: Any, known: Any, trainer_names: Any, families: Any = No
                 and ('project=~"$project"' not in text or 'experiment_name=~"$experiment_name"' not in text)
             ):
                 found.append(f"{file}: query does not filter on project and experiment_name: {text}")
-            for op, regex in NAME_MATCHER.findall(text):
+            for op, quoted in NAME_MATCHER.findall(text):
+                regex = unquote(quoted)
                 if op == "=~" and regex not in families and not any(re.fullmatch(regex, name) for name in pool):
                     found.append(f"{file}: {regex} matches no metric anything produces: {text}")
             for name in METRIC_TOKEN.findall(NAME_MATCHER.sub("", text)):

@@ -46,8 +46,15 @@ GROUPS = {
     "gdpo": ("GDPO reward components", "with the GDPO advantage estimator"),
     "variance_proxy": ("Variance proxy", "with the variance proxy metrics on"),
 }
-# Literal in verl's source, never logged under that name (renamed first: perf/mfu/actor, ...).
-NOT_LOGGED = {"actor/mfu", "critic/mfu", "training/global_step", "rollout/moe"}
+# Literal in verl's source, never logged as a scalar under that name: renamed first (perf/mfu/actor, ...),
+# or sent to wandb alone, as a table (DAPO's DapoFilteredRewardTableLogger: filtered_reward_counts).
+NOT_LOGGED = {
+    "actor/mfu",
+    "critic/mfu",
+    "training/global_step",
+    "rollout/moe",
+    "training/filter_groups/filtered_reward_counts",
+}
 # Keys verl builds at run time (a prefix joined to a worker's metric name): not literal in its source.
 RUNTIME_KEYS = {
     # utils/seqlen_balancing.py log_seqlen_unbalance(prefix="global_seqlen"): every step
@@ -75,7 +82,7 @@ PATTERN_FAMILIES = [
     ("rollout_corr", "Rejection sampling", r"rollout_corr/rollout_rs_[A-Za-z0-9_]+", "short"),
     ("val-core", "Validation scores (per data source)", r"val-core/.+", "short"),
     # metric_utils._compute_rollout_moe_load_balance_metrics_from_counts: one key per MoE layer
-    ("rollout", "MoE load imbalance per layer", r"rollout/moe/(max|min|avg)_vio/layer_\d+", "short"),
+    ("rollout", "MoE load imbalance per layer", r"rollout/moe/(max|min|avg)_vio/layer_[0-9]+", "short"),
     ("rollout", "MoE load imbalance over the layers", r"rollout/moe/(max|min|avg)_vio/(max|avg)", "short"),
     ("gdpo", "GDPO reward components", r"gdpo/.+", "short"),
     ("val-aux", "Validation, auxiliary", r"val-aux/.+", "short"),

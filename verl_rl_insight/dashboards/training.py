@@ -130,11 +130,19 @@ def family_panels() -> Any:
             rows[title][1].append(timeseries(family, [series(k, leg) for k, leg in zip(members, legends)], unit=unit))
         for pattern_group, name, regex, unit in catalogue.PATTERN_FAMILIES:
             if pattern_group == group:
-                selector = metric_regex(regex)
+                selector = promql_string(metric_regex(regex))
                 rows[title][1].append(
-                    timeseries(name, [(f'{{__name__=~"{selector}",{RUN}}}', "{{__name__}} " + EXP)], unit=unit)
+                    timeseries(name, [(f"{{__name__=~{selector},{RUN}}}", "{{__name__}} " + EXP)], unit=unit)
                 )
     return rows
+
+
+def promql_string(text: str) -> str:
+    r"""``text`` as a double-quoted PromQL string: a backslash doubled (``"\\d"`` in a query is the
+    regex ``\d``; a lone ``"\d"`` is refused by Prometheus' parser)."""
+    from verl_rl_insight.contract.naming import escape_label_value
+
+    return f'"{escape_label_value(text)}"'
 
 
 def metric_regex(key_regex: Any) -> Any:
@@ -156,10 +164,11 @@ def key_rows(layout: Any) -> Any:
         if condition:
             conditional[row_title] = condition
     layout.row("Keys without a panel of their own", collapsed=True)
+    everything, drawn = promql_string(M + ".+"), promql_string(shown())
     layout.add(
         timeseries(
             "Every other key the trainer logs",
-            [(f'{{__name__=~"{M}.+",__name__!~"{shown()}",{RUN}}}', "{{__name__}} " + EXP)],
+            [(f"{{__name__=~{everything},__name__!~{drawn},{RUN}}}", "{{__name__}} " + EXP)],
             description="keys no panel above shows (a key a newer verl adds): empty when every key has its panel",
         ),
         w=24,

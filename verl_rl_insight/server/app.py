@@ -22,6 +22,7 @@ from typing import Any
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.routes import Api
@@ -31,17 +32,20 @@ from verl_rl_insight.server.managed import (
     alertmanager,
     binaries,
     grafana,
+    jobs,
     prometheus,
     tempo,
 )
 from verl_rl_insight.server.managed.supervisor import Service, Supervisor
 from verl_rl_insight.server.metrics.delivery import DeliveryCheck
-from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, MetricHub
 from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings, default_home
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import private_folder, write_atomically
+from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.revocations import Revocations
+from verl_rl_insight.server.stores.run_cards import RunCardStore
 from verl_rl_insight.server.stores.silences import Alerting
 from verl_rl_insight.server.stores.span_relay import SpanRelay
 from verl_rl_insight.server.stores.spans import SpanStore
@@ -124,8 +128,8 @@ def confirm_stores(settings: ServerSettings) -> dict[str, str]:
     """Named scrapers whose store is read back before their history goes: the server's own
     Prometheus, and those configured."""
     stores = dict(settings.confirm_scrapers)
-    if settings.enabled("prometheus"):
-        stores[prometheus.scraper_name(settings)] = prometheus.url(settings)
+    if settings.enabled("prometheus"):  # with its login, once the server has made one
+        stores[prometheus.scraper_name(settings)] = prometheus.login_url(settings)
     return stores
 
 
@@ -145,9 +149,11 @@ class Server:
             self.hub,
             confirm_stores(settings),
             settle_s=max(2.0, float(settings.scrape_interval_s)),
-            jobs={prometheus.scraper_name(settings): prometheus.HUB_JOB},
+            jobs={prometheus.scraper_name(settings): jobs.HUB_JOB},
         )
-        self.targets = TargetRegistry(settings.data_path / "targets.json")
+        self.targets = TargetRegistry(
+            settings.data_path / "targets.json", max_per_run=int(settings.max_targets_per_run)
+        )
         self.api: Api | None = None
         self.http: HttpServer | None = None
         self.services: dict[str, Service] = {}
@@ -161,25 +167,37 @@ class Server:
             self.hub.push,
             settle_s=settings.timeline_settle_s,
             book=lambda nbytes: self.hub.book_other("timeline", nbytes),
+            budget_bytes=int(OTHERS_SHARE * self.hub.memory_limit_bytes),
         )
         self.health = HealthMonitor(self.hub.push, alert_rules.health_params(settings.alerts))
         self.hub.listeners.append(self.health.observe)
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
+        self.logins: dict[str, tuple[str, str]] = {}  # service -> its login (Prometheus, Alertmanager)
 
     def start(self) -> Any:
         s = self.settings
         os.umask(0o077)  # every file and folder this server and its services make: this user's only
         private_folder(s.data_path)  # and one made before this release becomes so too
         credentials.resolve(s)
+        self.logins = credentials.write_service_logins(s.data_path)
+        self.delivery.stores = confirm_stores(s)  # the Prometheus login written just now
         check_port_free(s.bind, s.port, "metric hub")
         for name in SERVICE_NAMES:
             if s.enabled(name):
-                listen = prometheus.LISTEN if name == "prometheus" else s.bind
+                listen = {"prometheus": prometheus.LISTEN, "tempo": tempo.HOST}.get(name, s.bind)
                 for port, what in service_ports(s, name):
                     check_port_free(listen, port, what)
         if s.enabled("alertmanager"):
-            self.alerting = Alerting(alertmanager.url(s), s.data_path / "silences.json")
+            self.alerting = Alerting(
+                alertmanager.url(s), s.data_path / "silences.json", login=self.logins["alertmanager"]
+            )
+        # a mark with reset_baseline starts the live detectors' baselines again at its step
+        marks = MarkStore(s.data_path / "marks.json", on_reset=self.health.reset_baseline, step_time=self.step_time)
+        marks.on_change = self.hub.changed
+        marks.book_all(lambda nbytes: self.hub.book_other("marks", nbytes))
+        self.hub.listeners.append(marks.observe)
+        self.hub.collectors.append(marks.lines)
         self.api = Api(
             self.hub,
             targets=self.targets,
@@ -190,7 +208,9 @@ class Server:
             alerting=self.alerting,
             delete_series=self.delete_series,
             profiles=ProfileStore(s.data_path / "profiles.json"),
-            revocations=Revocations(s.data_path / "revoked-runs.json"),
+            revocations=Revocations(s.data_path / "revoked-runs.json", future_s=s.max_future_s),
+            run_cards=RunCardStore(s.data_path / "run-cards"),
+            marks=marks,
         )
         self.api.ready = False  # until the span store and the services are in place
         self.http = HttpServer(self.api, s.bind, s.port)
@@ -230,7 +250,7 @@ class Server:
             if attempt:
                 time.sleep(min(self.settings.scrape_interval_s, 30.0) + 1.0)
             try:
-                reply = HttpClient().request(
+                reply = HttpClient(basic_auth=self.logins["prometheus"]).request(
                     "POST",
                     f"{service.url}/api/v1/admin/tsdb/delete_series",
                     params={"match[]": run_selector(project, experiment)},
@@ -241,6 +261,12 @@ class Server:
             if not reply.ok:
                 return f"not deleted: Prometheus answered {reply.status}: {reply.error()}"
         return "deleted"
+
+    def step_time(self, project: str, experiment: str, step: int) -> float | None:
+        """The trainer's time of ``step`` from this server's Prometheus (None: it runs none, or does not say)."""
+        service = self.services.get("prometheus")
+        url = service.url if service is not None else None
+        return step_time_in(url, project, experiment, step, self.logins["prometheus"]) if url else None
 
     def _restarted(self, service: Any) -> None:
         if service.name == "alertmanager" and self.alerting is not None:
@@ -289,7 +315,8 @@ class Server:
             "grafana": s.grafana_port,
             "alertmanager": s.alertmanager_port,
         }[name]
-        url = {"alertmanager": alertmanager.url(s), "prometheus": prometheus.url(s)}.get(name, f"http://{host}:{port}")
+        urls = {"alertmanager": alertmanager.url(s), "prometheus": prometheus.url(s), "tempo": tempo.url(s)}
+        url = urls.get(name, f"http://{host}:{port}")
         service = Service(
             name,
             module.command(found["binary"], s, config_path),
@@ -300,6 +327,7 @@ class Server:
             binary=found["binary"],
             data_dir=s.data_path / name,
             cwd=str(s.data_path),
+            login=self.logins.get(name),
         )
         service.start()
         self.services[name] = service
@@ -350,8 +378,8 @@ class Server:
             "hub_url": f"http://{ip}:{s.port}",
             "local_hub_url": f"http://{prometheus.connect_host(s.bind)}:{s.port}",
             "public_urls": {
-                "prometheus": prometheus.url(s),  # loopback only
-                "tempo": f"http://{ip}:{s.tempo_port}",
+                "prometheus": prometheus.url(s),  # loopback only, with a login (rl-insight server url --prometheus)
+                "tempo": tempo.url(s),  # loopback only: no login of its own
                 "otlp_http": f"http://{ip}:{s.otlp_http_port}",
                 "otlp_grpc": f"{ip}:{s.otlp_grpc_port}",
                 "grafana": f"http://{ip}:{s.grafana_port}",
@@ -397,6 +425,27 @@ class Server:
         if self.spans is not None:
             self.spans.close()
         self.targets.close()
+
+
+def step_time_in(
+    prometheus_url: str, project: str, experiment: str, step: int, login: tuple[str, str] | None = None
+) -> float | None:
+    """The trainer's time of ``step`` (or of the first step after it that Prometheus has), read on a
+    one-minute grid over the last 35 days: exact for steps of a minute or more; None where it does not say."""
+    run = run_selector(project, experiment)
+    query = (
+        f"min(min_over_time(({STEP_TIME_METRIC}{run} and on(project, experiment_name) "
+        f"({GLOBAL_STEP_METRIC}{run} >= {int(step)}))[35d:1m]))"
+    )
+    try:
+        reply = HttpClient(basic_auth=login).request(
+            "GET", f"{prometheus_url}/api/v1/query", params={"query": query}, timeout_s=20
+        )
+        found = reply.json()["data"]["result"] if reply.ok else []
+        return float(found[0]["value"][1]) if found else None
+    except (Unreachable, ValueError, KeyError, IndexError, TypeError) as exc:
+        logger.warning("marks: step %d of %s/%s: no time from Prometheus (%s)", step, project, experiment, exc)
+        return None
 
 
 def write_state(server: Server) -> None:

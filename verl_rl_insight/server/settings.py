@@ -18,6 +18,7 @@ import yaml
 
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.naming import is_label_name
+from verl_rl_insight.server.stores.targets import MAX_TARGETS_PER_RUN
 
 SERVICE_NAMES = ("prometheus", "alertmanager", "tempo", "grafana")
 
@@ -104,6 +105,7 @@ class ServerSettings:
     grafana_anonymous_viewer: bool = False
     memory_limit_mb: float = 1024  # the metric hub's latest values and history together
     max_series: int = 500_000  # the metric hub's series, all runs together
+    max_targets_per_run: int = MAX_TARGETS_PER_RUN  # scrape targets one run may register (stores/targets.py)
     history_s: float = 600.0  # history every scraper has seen is dropped after this
     max_body_mb: float = 8  # one push request
     max_future_s: float = 300.0  # a batch stamped further ahead of this server's clock is refused (400)
@@ -149,6 +151,7 @@ class ServerSettings:
             "scrape_interval_s",
             "timeline_settle_s",
             "max_future_s",
+            "max_targets_per_run",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:

@@ -134,18 +134,20 @@ class Progress:
             print(file=self.out, flush=True)
 
 
-def prometheus_links(url: str, expr: str) -> tuple[str, str]:
+def prometheus_links(url: str, expr: str, probe: str | None = None) -> tuple[str, str]:
     """(a graph of ``expr``, the alerts page) that open on the Prometheus at ``url``: 3.x has its query
     page at /query and alerts at /alerts; 2.x has /graph and /alerts, or only its classic UI
     (/classic/graph, /classic/alerts: Debian's package, whose build leaves the React UI out). The
-    version comes from /api/v1/status/buildinfo; the expression is percent-encoded."""
+    version comes from /api/v1/status/buildinfo (asked at ``probe``: the URL with its login, which
+    the links do not show); the expression is percent-encoded."""
     from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
     client = HttpClient(timeout_s=2)
+    asked = (probe or url).rstrip("/")
     try:
-        version = str(client.get_json(url + "/api/v1/status/buildinfo")["data"]["version"])
+        version = str(client.get_json(asked + "/api/v1/status/buildinfo")["data"]["version"])
         major = int(version.split(".")[0])
-        classic = major < 3 and client.request("GET", url + "/alerts").status == 404
+        classic = major < 3 and client.request("GET", asked + "/alerts").status == 404
     except (Unreachable, KeyError, TypeError, ValueError):
         major, classic = 2, False
     if major >= 3:
@@ -166,9 +168,16 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
             file=out,
         )
     if "prometheus" in state["services"]:
-        graph, alerts = prometheus_links(urls["prometheus"], f"rl_insight_monitor_critic_score_mean{query}")
+        from verl_rl_insight.commands.server import control
+
+        graph, alerts = prometheus_links(
+            urls["prometheus"],
+            f"rl_insight_monitor_critic_score_mean{query}",
+            probe=control.with_login(urls["prometheus"]),
+        )
         print(f"  Prometheus  {graph}", file=out)
         print(f"              {alerts}", file=out)
+        print("              (login: rl-insight, password: rl-insight server url --prometheus)", file=out)
     if "tempo" in state["services"]:
         print(f'  Tempo       {urls["tempo"]} (TraceQL: {{ span.experiment_name = "{experiment}" }})', file=out)
     print(f"  metric hub  {state['hub_url']}/metrics", file=out)

@@ -1,7 +1,7 @@
 """SIMULATED rollout engines (vLLM and SGLang cannot run on CPU), for the demo and the tests:
-HTTP servers exposing ``/metrics`` through prometheus_client, as the engines do, with the
-engines' real metric names and label names (vllm/v1/metrics/loggers.py;
-sglang/srt/metrics/collector.py)."""
+HTTP servers exposing ``/metrics`` through prometheus_client, as the engines do, with the metrics of
+the engine metric list (contract/engine_metrics.py: the engines' own names, kinds and labels, checked
+against their releases) and the engines' label names."""
 
 from typing import Any
 
@@ -13,53 +13,15 @@ from prometheus_client import (
     generate_latest,
 )
 
-# name -> kind; counters are named without _total (prometheus_client adds it), as in the engines
-ENGINE_METRICS: dict[str, dict[str, Any]] = {
-    "vllm": {
-        "metrics": {
-            "vllm:num_requests_running": "gauge",
-            "vllm:num_requests_waiting": "gauge",
-            "vllm:kv_cache_usage_perc": "gauge",
-            "vllm:prompt_tokens": "counter",
-            "vllm:generation_tokens": "counter",
-            "vllm:prefix_cache_queries": "counter",
-            "vllm:prefix_cache_hits": "counter",
-            "vllm:num_preemptions": "counter",
-            "vllm:spec_decode_num_drafts": "counter",
-            "vllm:spec_decode_num_draft_tokens": "counter",
-            "vllm:spec_decode_num_accepted_tokens": "counter",
-            "vllm:time_to_first_token_seconds": "histogram",
-            "vllm:inter_token_latency_seconds": "histogram",
-            "vllm:e2e_request_latency_seconds": "histogram",
-            "vllm:request_queue_time_seconds": "histogram",
-            "vllm:request_prefill_time_seconds": "histogram",
-            "vllm:request_decode_time_seconds": "histogram",
-            "vllm:request_prompt_tokens": "histogram",
-            "vllm:request_generation_tokens": "histogram",
-        },
-        "finished": "vllm:request_success",  # a counter with label finished_reason
-        "labels": {"model_name": "Qwen2.5-0.5B-Instruct", "engine": "0"},  # engine: vLLM's own engine index
-    },
-    "sglang": {
-        "metrics": {
-            "sglang:num_running_reqs": "gauge",
-            "sglang:num_queue_reqs": "gauge",
-            "sglang:token_usage": "gauge",
-            "sglang:gen_throughput": "gauge",
-            "sglang:cache_hit_rate": "gauge",
-            "sglang:spec_accept_length": "gauge",
-            "sglang:prompt_tokens": "counter",
-            "sglang:generation_tokens": "counter",
-            "sglang:num_requests": "counter",
-            "sglang:time_to_first_token_seconds": "histogram",
-            "sglang:inter_token_latency_seconds": "histogram",
-            "sglang:e2e_request_latency_seconds": "histogram",
-            "sglang:queue_time_seconds": "histogram",
-        },
-        "finished": None,
-        "labels": {"model_name": "Qwen2.5-0.5B-Instruct"},
-    },
+from verl_rl_insight.contract import engine_metrics
+from verl_rl_insight.contract.engine_metrics import EngineMetric
+
+# the labels each engine puts on every series (vLLM's engine: its own engine index in a replica)
+ENGINE_LABELS = {
+    "vllm": {"model_name": "Qwen2.5-0.5B-Instruct", "engine": "0"},
+    "sglang": {"model_name": "Qwen2.5-0.5B-Instruct"},
 }
+FINISHED_REASONS = ("stop", "length", "abort")
 TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, float("inf"))
 
 
@@ -107,28 +69,23 @@ class EngineSimulator:
 
         self.engine = engine
         self.replica_rank = replica_rank
-        self.spec: dict[str, Any] = ENGINE_METRICS[engine]
         self.random = random.Random(replica_rank)
         self.registry = CollectorRegistry()
-        names = list(self.spec["labels"])
-        values = list(self.spec["labels"].values())
-        self.series = {}
-        for name, kind in self.spec["metrics"].items():
-            if kind == "gauge":
-                metric: Any = Gauge(name, name, names, registry=self.registry)
-            elif kind == "counter":
-                metric = Counter(name, name, names, registry=self.registry)
-            else:
-                buckets = TOKEN_BUCKETS if name.endswith("_tokens") else Histogram.DEFAULT_BUCKETS
-                metric = Histogram(name, name, names, registry=self.registry, buckets=buckets)
-            self.series[name] = metric.labels(*values)
+        names = list(ENGINE_LABELS[engine])
+        values = list(ENGINE_LABELS[engine].values())
+        self.kinds = {metric.name: metric.kind for metric in engine_metrics.of(engine)}
+        self.series: dict[str, Any] = {}
         self.finished: Counter | None = None
-        if self.spec["finished"]:
-            self.finished = Counter(
-                self.spec["finished"], "finished requests", names + ["finished_reason"], registry=self.registry
-            )
-            for reason in ("stop", "length", "abort"):
-                self.finished.labels(*values, reason).inc(0)
+        for spec in engine_metrics.of(engine):
+            metric = self._register(spec, names)
+            if spec.labels == ("finished_reason",) and isinstance(metric, Counter):
+                self.finished = metric
+                for reason in FINISHED_REASONS:
+                    metric.labels(*values, reason).inc(0)
+            elif spec.labels:
+                raise ValueError(f"the simulator has no values for the labels {spec.labels} of {spec.name}")
+            else:
+                self.series[spec.name] = metric.labels(*values)
         self.label_values = values
         prefix = f"{engine}:"
         running, waiting = (
@@ -142,15 +99,26 @@ class EngineSimulator:
             (replica_rank + 2) / 10
         )
         for name, series in self.series.items():
-            if self.spec["metrics"][name] == "histogram":
+            if self.kinds[name] == "histogram":
                 series.observe(0.05 * (replica_rank + 1) if name.endswith("seconds") else 256)
         registry = self.registry
         self.endpoint = MetricsEndpoint(lambda: generate_latest(registry), host)
         self.address = self.endpoint.address
 
+    def _register(self, spec: EngineMetric, labels: list[str]) -> Gauge | Counter | Histogram:
+        """The metric as the engine makes it: its own name (prometheus_client adds a counter's ``_total``
+        and a histogram's ``_bucket`` / ``_sum`` / ``_count``, as in the engine) and its labels."""
+        names = labels + list(spec.labels)
+        if spec.kind == "gauge":
+            return Gauge(spec.name, spec.name, names, registry=self.registry)
+        if spec.kind == "counter":
+            return Counter(spec.name, spec.name, names, registry=self.registry)
+        buckets = TOKEN_BUCKETS if spec.name.endswith("_tokens") else Histogram.DEFAULT_BUCKETS
+        return Histogram(spec.name, spec.name, names, registry=self.registry, buckets=buckets)
+
     def simulate_generate(self, requests: Any, response_tokens: Any) -> None:
         """A batch of ``requests`` generations of about ``response_tokens`` tokens each."""
-        r, s, p = self.random, self.series, f"{self.engine}:"
+        r, s = self.random, self.series
         prompt = requests * r.randint(50, 300)
         generated = requests * response_tokens
         if self.engine == "vllm":
@@ -167,7 +135,7 @@ class EngineSimulator:
             s["vllm:spec_decode_num_accepted_tokens"].inc(int(drafted * r.uniform(0.5, 0.8)))
             for _ in range(requests):
                 assert self.finished is not None
-                self.finished.labels(*self.label_values, r.choices(["stop", "length", "abort"], [85, 13, 2])[0]).inc()
+                self.finished.labels(*self.label_values, r.choices(FINISHED_REASONS, [85, 13, 2])[0]).inc()
         else:
             s["sglang:num_running_reqs"].set(round(requests * r.uniform(0.6, 1.0)))
             s["sglang:num_queue_reqs"].set(round(requests * r.uniform(0, 0.3)))
@@ -175,10 +143,15 @@ class EngineSimulator:
             s["sglang:gen_throughput"].set(r.uniform(500, 3000))
             s["sglang:cache_hit_rate"].set(r.uniform(0.2, 0.7))
             s["sglang:spec_accept_length"].set(r.uniform(1.5, 3.5))
-            s["sglang:num_requests"].inc(requests)
-        s[p + "prompt_tokens"].inc(prompt)
-        s[p + "generation_tokens"].inc(generated)
-        for name, kind in self.spec["metrics"].items():
+            s["sglang:num_requests_total"].inc(requests)
+        prompt_tokens, generation_tokens = (
+            ("vllm:prompt_tokens", "vllm:generation_tokens")
+            if self.engine == "vllm"
+            else ("sglang:prompt_tokens_total", "sglang:generation_tokens_total")
+        )
+        s[prompt_tokens].inc(prompt)
+        s[generation_tokens].inc(generated)
+        for name, kind in self.kinds.items():
             if kind != "histogram":
                 continue
             for _ in range(requests):

@@ -65,6 +65,18 @@ def url(args: argparse.Namespace) -> Any:
     state = control.read_state()
     if state is None:
         raise CliError("no rl-insight server runs here", fix="rl-insight server start --detach", code=3)
+    if args.prometheus:
+        if "prometheus" not in state["services"]:
+            raise CliError("the server here runs no Prometheus", code=3)
+        shown = control.with_login(state["public_urls"]["prometheus"])
+        if shown == state["public_urls"]["prometheus"]:
+            raise CliError(
+                "cannot read the Prometheus login (the server's secrets are its user's only)",
+                fix="run this as the user that started the server",
+                code=3,
+            )
+        print(shown)
+        return 0
     print(control.trainer_url(state, local=args.local))
     return 0
 
@@ -145,6 +157,12 @@ def add_parsers(sub: Any) -> None:
         help='the URL trainers export (with the token): export RL_INSIGHT_SERVER_URL="$(rl-insight server url)"',
     )
     where.add_argument("--local", action="store_true", help="the loopback address, for trainers on this machine")
+    where.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="the server's Prometheus with its login (http://rl-insight:<password>@127.0.0.1:9090), for "
+        "scripts and a browser on this machine",
+    )
     where.set_defaults(func=url)
     setup = server_sub.add_parser(
         "install",

@@ -66,6 +66,17 @@ def trainer_url(state: dict[str, Any], reveal: bool = True, local: bool = False)
     return server_url.with_token(url, token) if token else url
 
 
+def with_login(url: str, service: str = "prometheus") -> str:
+    """``url`` with the login of this machine's server's ``service`` (Prometheus, Alertmanager)
+    when ``url`` is that service and this user may read the server's files; else unchanged."""
+    state = read_state()
+    bare = url.rstrip("/")
+    if state is None or not state.get("settings") or state["public_urls"].get(service) != bare:
+        return url
+    login = credentials.service_login(Path(state["settings"]["data_dir"]), service)
+    return server_url.with_user(bare, *login) if login else url
+
+
 def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
     urls = state["public_urls"]
     services = state["services"]
@@ -82,7 +93,7 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
             f"rl-insight server status --secrets{anonymous}; folder RL-Insight)"
         )
     if "prometheus" in services:
-        lines.append(f"  Prometheus   {urls['prometheus']}")
+        lines.append(f"  Prometheus   {urls['prometheus']}   (with its login: rl-insight server url --prometheus)")
     if "alertmanager" in services:
         receivers = state.get("alert_receivers") or []
         sent = f"notifies {', '.join(receivers)}" if receivers else "no receivers: alerts are shown, not sent"

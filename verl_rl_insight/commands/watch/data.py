@@ -4,6 +4,8 @@ curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
 from typing import Any
 
 from verl_rl_insight.commands.printable import printable
+from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract.engine_metrics import exposed
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient, Refused, Unreachable
 from verl_rl_insight.contract.naming import metric_name
@@ -20,9 +22,11 @@ CURVES = (
     ("response len", "response_length/mean", ()),
     ("logp mismatch", "training/rollout_probs_diff_mean", (0.005, 0.01)),
 )
-ENGINES = {  # running, waiting, KV cache share
-    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
-    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
+ENGINES = {  # running, waiting, KV cache share: series of the engine metric list
+    "vllm": tuple(
+        exposed(n) for n in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+    ),
+    "sglang": tuple(exposed(n) for n in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")),
 }
 
 
@@ -37,7 +41,11 @@ def metric(key: str) -> str:
 
 class Prometheus:
     def __init__(self, url: str, timeout: int = 5) -> None:
-        self.url = url.rstrip("/")
+        from verl_rl_insight.commands.server.control import with_login
+
+        # the login of the server here when this user may read it (or one the URL carries already)
+        self.url = with_login(url).rstrip("/")
+        self.shown = server_url.redact(self.url)  # what messages name
         self.timeout = timeout
         self._client = HttpClient()
 
@@ -45,9 +53,14 @@ class Prometheus:
         try:
             body = self._client.get_json(f"{self.url}{path}", params=params, timeout_s=self.timeout)
         except Refused as exc:
-            raise DataError(f"Prometheus at {self.url} refused a query ({exc.status})") from None
+            if exc.status == 401:
+                raise DataError(
+                    f"Prometheus at {self.shown} takes the server's login (401): run this as the user that "
+                    "started the server, who may read it"
+                ) from None
+            raise DataError(f"Prometheus at {self.shown} refused a query ({exc.status})") from None
         except Unreachable as exc:
-            raise DataError(f"Prometheus at {self.url} does not answer ({exc})") from None
+            raise DataError(f"Prometheus at {self.shown} does not answer ({exc})") from None
         return printable(body["data"])
 
     def query(self, promql: str) -> Any:

@@ -25,6 +25,11 @@ _STATUS: tuple[tuple[type[RLInsightError], int], ...] = (
 )
 
 
+def retry_headers(error: RLInsightError) -> list[tuple[bytes, bytes]]:
+    """``Retry-After`` for an error that passes by itself (Busy): the client keeps what it sent and retries."""
+    return [(b"retry-after", str(error.retry_after_s).encode())] if isinstance(error, Busy) else []
+
+
 def http_status(error: RLInsightError) -> int:
     """The status that answers ``error`` (500 for a kind the API should never see)."""
     for kind, status in _STATUS:

@@ -11,6 +11,8 @@ from typing import Any
 import msgspec
 
 from verl_rl_insight import __version__
+from verl_rl_insight.contract.marks import MarkBody
+from verl_rl_insight.contract.run_card import MAX_CARD_BYTES, MAX_DEPTH
 from verl_rl_insight.contract.wire import (
     ErrorBody,
     ProfileBody,
@@ -63,13 +65,42 @@ RUN_PARAMETERS = [
 ]
 
 
+_TEXT = {"type": "string"}
+_WHOLE = {"type": ["integer", "null"], "minimum": 0}
+RUN_CARD = {
+    "type": "object",
+    "description": f"one run's card, at most {MAX_CARD_BYTES} bytes, its config nested at most {MAX_DEPTH} deep",
+    "required": ["project", "experiment_name"],
+    "additionalProperties": False,
+    "properties": {
+        "project": {"type": "string", "minLength": 1, "maxLength": 256, "pattern": r"^[^\x00-\x1f\x7f-\x9f]+$"},
+        "experiment_name": {"type": "string", "minLength": 1, "maxLength": 256, "pattern": r"^[^\x00-\x1f\x7f-\x9f]+$"},
+        "created": {"type": ["number", "null"]},
+        "versions": {"type": ["object", "null"], "additionalProperties": {"type": ["string", "null"]}},
+        "git": {"type": ["object", "null"]},
+        "command": {"type": ["array", "null"], "items": _TEXT},
+        "nodes": _WHOLE,
+        "gpus_per_node": _WHOLE,
+        "model": {"type": ["string", "null"]},
+        "config": {"type": ["object", "null"], "description": "verl's resolved config (OmegaConf.to_container)"},
+        "derived": {
+            "type": ["object", "null"],
+            "additionalProperties": _TEXT,
+            "description": "config key -> the key verl's own config makes it a copy of",
+        },
+        "notes": {"type": ["array", "null"], "items": _TEXT},
+    },
+}
+
+
 def schemas() -> dict[str, Any]:
     """The request and error bodies, generated from the wire schema's msgspec Structs."""
     _, components = msgspec.json.schema_components(
-        (PushBody, TargetBody, SilenceBody, ProfileBody, ProfileReportBody, ErrorBody),
+        (PushBody, TargetBody, SilenceBody, ProfileBody, ProfileReportBody, MarkBody, ErrorBody),
         ref_template="#/components/schemas/{name}",
     )
     components["Error"] = components.pop("ErrorBody")
+    components["RunCard"] = RUN_CARD
     return components
 
 
@@ -90,7 +121,9 @@ def document() -> dict[str, Any]:
         "/api/v1/hub": {"get": _get("the hub's own figures: memory, series, history, scrapers")},
         "/api/v1/push": {
             "post": _write(
-                "metric batches from trainers", {"$ref": "#/components/schemas/PushBody"}, errors=(400, 401, 413, 422)
+                "metric batches from trainers",
+                {"$ref": "#/components/schemas/PushBody"},
+                errors=(400, 401, 413, 422, 429),
             )
         },
         "/api/v1/targets": {
@@ -127,6 +160,40 @@ def document() -> dict[str, Any]:
                 parameters=RUN_PARAMETERS,
                 errors=(400, 401, 403, 422),
             )
+        },
+        "/api/v1/runs/card": {
+            "put": _write(
+                "the run's card: verl's resolved config, versions, git commit, command line, nodes x GPUs, "
+                "model (what the trainer sends with its first step; a run credential writes its own run's)",
+                {"$ref": "#/components/schemas/RunCard"},
+                errors=(400, 401, 403, 413),
+            ),
+            "get": {
+                **_get(
+                    "the run's card, as kept (needs the token when one is set: it holds paths and the command line)",
+                    JSON_OK,
+                    RUN_PARAMETERS,
+                    (400, 401, 404),
+                ),
+                "security": [{"token": []}, {"basic": []}],
+            },
+        },
+        "/api/v1/runs/marks": {
+            "post": _write(
+                "mark a step of a run (drawn on the dashboards, listed by diagnose; reset_baseline: the detectors "
+                "start their baselines again there); the token, or a run credential of that run",
+                {"$ref": "#/components/schemas/MarkBody"},
+                errors=(400, 401, 403, 413, 422),
+            ),
+            "get": _get("a run's marks, by step", JSON_OK, RUN_PARAMETERS, (400,)),
+            "delete": _write(
+                "remove the mark of a step",
+                parameters=[
+                    *RUN_PARAMETERS,
+                    _query("step", {"type": "integer", "minimum": 0}, True, "the marked step"),
+                ],
+                errors=(400, 401, 403, 404),
+            ),
         },
         "/v1/traces": {
             "post": {

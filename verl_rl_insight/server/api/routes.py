@@ -20,6 +20,11 @@ GET  /api/v1/profiles[?project=P&experiment_name=E]   requests and how they went
 POST /api/v1/profiles/report  the trainer's word on its requests (and what its profiler can do)
 DELETE /api/v1/runs?project=P&experiment_name=E        forget a run (hub, spans, Prometheus)
 POST /api/v1/runs/revoke?project=P&experiment_name=E   refuse the run's credentials minted until now
+PUT  /api/v1/runs/card        the run's card (config, versions, commit, command): the trainer's, once
+GET  /api/v1/runs/card?project=P&experiment_name=E      the run's card (the token: it holds paths)
+POST /api/v1/runs/marks       {"project", "experiment_name", "step", "text", "reset_baseline"?}: mark a step
+GET  /api/v1/runs/marks?project=P&experiment_name=E    the run's marks
+DELETE /api/v1/runs/marks?project=P&experiment_name=E&step=N   remove one
 
 With a token set, every write (POST, DELETE) and every named scrape needs it, as
 ``Authorization: Bearer <token>`` or HTTP Basic with the token as password (else 401, before
@@ -46,13 +51,16 @@ from typing import Any
 
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.errors import Forbidden, RLInsightError
+from verl_rl_insight.contract.run_card import MAX_CARD_BYTES
 from verl_rl_insight.contract.wire import HUB_HEADER, PushError
 from verl_rl_insight.server.api import openapi
-from verl_rl_insight.server.api.errors import http_status
+from verl_rl_insight.server.api.errors import http_status, retry_headers
 from verl_rl_insight.server.api.http_server import response_written
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.metrics.positions import check_scraper_name
+from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.revocations import Revocations
+from verl_rl_insight.server.stores.run_cards import RunCardStore
 from verl_rl_insight.server.stores.spans import decode as decode_spans
 from verl_rl_insight.server.stores.spans import records as span_records
 from verl_rl_insight.server.stores.targets import TargetError, TargetRegistry
@@ -61,6 +69,7 @@ logger = logging.getLogger("verl_rl_insight.server")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_TARGET_BODY_BYTES = 64 * 1024
+MAX_RUN_CARD_BODY_BYTES = 2 * MAX_CARD_BYTES  # up to here the store answers, naming the card's size
 # what a run credential may do (the writes of its own run, checked in each handler)
 RUN_CREDENTIAL_ROUTES = frozenset(
     {
@@ -70,8 +79,12 @@ RUN_CREDENTIAL_ROUTES = frozenset(
         ("POST", "/v1/traces"),
         ("GET", "/api/v1/profiles"),
         ("POST", "/api/v1/profiles/report"),
+        ("PUT", "/api/v1/runs/card"),
+        ("POST", "/api/v1/runs/marks"),
+        ("DELETE", "/api/v1/runs/marks"),
     }
 )
+MAX_MARK_BODY_BYTES = 128 * 1024  # an oversized text is read, and refused naming the field (400)
 CHUNK_BYTES = 256 * 1024  # responses go out in pieces: a slow reader holds one, not the body
 
 
@@ -147,6 +160,8 @@ class Api:
         profiles: Any = None,
         delete_series: Any = None,
         revocations: Any = None,
+        run_cards: RunCardStore | None = None,
+        marks: MarkStore | None = None,
         workers: int = 4,
         body_budget_bytes: Any = 64 * 1024 * 1024,
         save_every_s: float = 1.0,
@@ -164,6 +179,8 @@ class Api:
         self.profiles = profiles  # profile requests (rl-insight profile) and what trainers say of them
         self.delete_series = delete_series  # (project, experiment) -> what Prometheus said
         self.revocations = revocations if revocations is not None else Revocations()  # run credentials refused
+        self.run_cards = run_cards if run_cards is not None else RunCardStore()  # in memory without a folder
+        self.marks = marks if marks is not None else MarkStore()  # people's marks on steps (rl-insight runs mark)
         self.save_every_s = save_every_s
         self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api")
@@ -196,6 +213,11 @@ class Api:
             ("GET", "/api/v1/info"): (lambda r: self._json_from(r, lambda: info() if info else {}), False),
             ("DELETE", "/api/v1/runs"): (self.delete_run, True),
             ("POST", "/api/v1/runs/revoke"): (self.revoke_run, True),
+            ("PUT", "/api/v1/runs/card"): (self.put_run_card, True),
+            ("GET", "/api/v1/runs/card"): (self.get_run_card, True),  # paths, the command line: token rules
+            ("POST", "/api/v1/runs/marks"): (self.post_mark, True),
+            ("GET", "/api/v1/runs/marks"): (self.get_marks, False),
+            ("DELETE", "/api/v1/runs/marks"): (self.delete_mark, True),
             ("POST", "/v1/traces"): (self.post_traces, True),
             ("GET", "/api/v1/spans"): (self.get_spans, True),  # token2text spans carry prompts: token rules
             ("GET", "/api/v1/timeline/last_step"): (self.get_last_step, True),
@@ -237,7 +259,7 @@ class Api:
             elif isinstance(exc, ApiError):
                 await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
             elif isinstance(exc, RLInsightError):  # what the hub and the stores refuse, each to its status
-                await self._send_json(send, http_status(exc), {"error": str(exc)})
+                await self._send_json(send, http_status(exc), {"error": str(exc)}, headers=retry_headers(exc))
             else:
                 logger.exception("error while serving %s %s", scope["method"], scope["path"])
                 await self._send_json(send, 500, {"error": "internal error, see the server log"})
@@ -268,7 +290,7 @@ class Api:
             except (binascii.Error, UnicodeDecodeError):
                 given = None
         if run_credential.is_run_credential(given):
-            run = run_credential.verify(self.token, str(given), revoked=self.revocations.revoked_at)
+            run = run_credential.verify(self.token, str(given), refusal=self.revocations.refusal)
             if not run_may:
                 method, path = request.scope["method"], request.scope["path"]
                 raise ApiError(
@@ -372,6 +394,7 @@ class Api:
             streams, series = self.hub.delete_run(project, experiment)
             spans = self.spans.delete(project, experiment) if self.spans is not None else False
             prometheus = self.delete_series(project, experiment) if self.delete_series else "no Prometheus here"
+            marks = self.marks.forget(project, experiment)
             return {
                 "project": project,
                 "experiment_name": experiment,
@@ -379,6 +402,7 @@ class Api:
                 "hub_series": series,
                 "spans": spans,
                 "prometheus": prometheus,
+                "marks": marks,
             }
 
         result = await self._in_thread(delete)
@@ -390,6 +414,35 @@ class Api:
         project, experiment = _run_of(request)
         at = await self._in_thread(self.revocations.revoke, project, experiment)
         await self._send_json(request.send, 200, {"project": project, "experiment_name": experiment, "revoked_at": at})
+
+    async def put_run_card(self, request: Request) -> None:
+        """The trainer's card of its run (a run credential writes its own run's only)."""
+        secrets = (self.token,) if self.token else ()
+        async with self._body(request, MAX_RUN_CARD_BODY_BYTES) as body:
+            result = await self._in_thread(self.run_cards.put, bytes(body), request.run, secrets)
+        await self._send_json(request.send, 200, result)
+
+    async def get_run_card(self, request: Request) -> None:
+        project, experiment = _run_of(request)
+        await self._json_from(request, lambda: self.run_cards.get(project, experiment))
+
+    async def post_mark(self, request: Request) -> None:
+        """Mark a step (the token, or a run credential of that run: the store checks which run)."""
+        async with self._body(request, MAX_MARK_BODY_BYTES) as body:
+            record = await self._in_thread(self.marks.add, bytes(body), request.run)
+        await self._send_json(request.send, 200, record)
+
+    async def get_marks(self, request: Request) -> None:
+        project, experiment = _run_of(request)
+        await self._json_from(request, lambda: self.marks.of_run(project, experiment))
+
+    async def delete_mark(self, request: Request) -> None:
+        project, experiment = _run_of(request)
+        step = request.param("step")
+        if not isinstance(step, str) or not step.isascii() or not step.isdigit() or len(step) > 16:
+            raise ApiError(400, "step must be given as a whole number: ?step=N")
+        result = await self._in_thread(self.marks.remove, project, experiment, int(step), request.run)
+        await self._send_json(request.send, 200, result)
 
     def _span_store(self) -> Any:
         if self.spans is None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from verl_rl_insight.contract.naming import STEP_TIME_METRIC
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.settings import ServerSettings
 
@@ -23,7 +24,7 @@ DEFAULTS = {
     "grad_norm_ratio": 2.0,  # grad norm this many times its earlier level, and still rising
     "grad_norm_window": "30m",
     "grad_norm_for": "15m",
-    "stalled_for": "15m",  # no global step progress for this long (finished runs excluded)
+    "stalled_for": "15m",  # no step for this long at least, and stall_ratio x the run's median step (finished excluded)
     "replica_down_for": "2m",
     "gpu_memory_ratio": 0.95,
     "gpu_memory_for": "5m",
@@ -42,6 +43,7 @@ DEFAULTS = {
 }
 
 RUN = "project, experiment_name"
+BY_STALL = detectors.STALL
 
 
 def thresholds(overrides: Any = None) -> Any:
@@ -204,11 +206,32 @@ def _health_rules(t: Any) -> list[dict[str, Any]]:
     return rules
 
 
+def _stalled(t: Any) -> dict[str, Any]:
+    """No step for ``stall_ratio`` x the run's own median step time (the server's stall detector
+    pushes it, ``rl_insight_health_baseline{detector="stall"}``, once the run has a step time: never
+    before) and at least ``stalled_for``; a run that called ``finish()`` is not stalled."""
+    since = f"time() - max by ({RUN}) ({STEP_TIME_METRIC})"
+    median = f'max by ({RUN}) (rl_insight_health_baseline{{detector="stall"}})'
+    floor = duration_s(str(t["stalled_for"]))
+    return {
+        "alert": "RLInsightTrainingStalled",
+        "expr": f"({since}) > on({RUN}) clamp_min({float(t['stall_ratio']):g} * {median}, {floor:g}) "
+        f"unless on({RUN}) rl_insight_run_finished == 1",
+        "labels": {"severity": "critical"},
+        "annotations": {
+            "summary": "no step of {{ $labels.project }}/{{ $labels.experiment_name }} for "
+            "{{ $value | humanizeDuration }}",
+            "description": f"More than {float(t['stall_ratio']):g}x the run's median step time and at least "
+            f"{t['stalled_for']} since its last step: {BY_STALL.means}. Look first: {BY_STALL.look}. People "
+            f"usually: {BY_STALL.usually}.",
+        },
+    }
+
+
 def render(overrides: Any = None, links_to: Any = None) -> Any:
     t = thresholds(overrides)
     grad = "rl_insight_monitor_actor_grad_norm"
     throughput = "rl_insight_monitor_perf_throughput"
-    step = "rl_insight_monitor_training_global_step"
     rules = [
         _probs_diff(t, "warning", t["probs_diff_warning"]),
         _probs_diff(t, "critical", t["probs_diff_critical"]),
@@ -220,12 +243,7 @@ def render(overrides: Any = None, links_to: Any = None) -> Any:
             "labels": {"severity": "warning"},
             "annotations": {"summary": "actor grad norm keeps rising: {{ $value }}"},
         },
-        {
-            "alert": "RLInsightTrainingStalled",
-            "expr": f"changes({step}[{t['stalled_for']}]) == 0 unless on({RUN}) rl_insight_run_finished == 1",
-            "labels": {"severity": "critical"},
-            "annotations": {"summary": "no global step of {{ $labels.experiment_name }} for " + t["stalled_for"]},
-        },
+        _stalled(t),
         {
             "alert": "RLInsightRolloutReplicaDown",
             "expr": 'up{job=~"vllm|sglang|trtllm"} == 0',

@@ -3,8 +3,10 @@
 Receivers, routes and inhibit rules come from the server config's ``alertmanager:`` mapping in
 Alertmanager's own syntax and are passed through. Without receivers, alerts are kept and shown
 (``rl-insight alerts``, Alertmanager's UI) and nothing is sent. Alertmanager listens on loopback
-only: its API takes silences from anybody who reaches it, so people and scripts elsewhere go
-through the hub's ``/api/v1/alerts`` and ``/api/v1/silences``, where the token rules apply.
+only, and takes the login of credentials.py on every path (its ``--web.config.file``): a local
+user without the server's files can neither silence an alert nor read the config's receivers
+(``/api/v2/status``); people and scripts elsewhere go through the hub's ``/api/v1/alerts`` and
+``/api/v1/silences``, where the token rules apply.
 """
 
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import yaml
 
 from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.stores import credentials
 
 HEALTH_PATH = "/-/ready"
 HOST = "127.0.0.1"
@@ -76,6 +79,7 @@ def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
         f"--config.file={config_path}",
         f"--storage.path={settings.data_path / 'alertmanager'}",
         f"--web.listen-address={HOST}:{settings.alertmanager_port}",
+        f"--web.config.file={credentials.web_config_file(settings.data_path, 'alertmanager')}",
         f"--web.external-url={url(settings)}",
         "--cluster.listen-address=",  # no gossip port: one Alertmanager per server
         "--data.maintenance-interval=1m",  # silences reach the disk within a minute

@@ -14,8 +14,10 @@ from typing import Any
 import yaml
 
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
-from verl_rl_insight.server.managed import prometheus
+from verl_rl_insight.server.managed import prometheus, tempo
 from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.stores import credentials
+from verl_rl_insight.server.stores.files import write_atomically
 
 HEALTH_PATH = "/api/health"
 PROMETHEUS_UID = "rl-insight-prometheus"
@@ -51,6 +53,14 @@ def render_ini(settings: ServerSettings) -> Any:
     return out.getvalue()
 
 
+def prometheus_login(settings: ServerSettings) -> dict[str, bool | str | dict[str, str]]:
+    """The datasource's login to the server's Prometheus (the provisioning file is 0600)."""
+    login = credentials.service_login(settings.data_path, "prometheus")
+    if login is None:
+        return {}
+    return {"basicAuth": True, "basicAuthUser": login[0], "secureJsonData": {"basicAuthPassword": login[1]}}
+
+
 def render_datasources(settings: ServerSettings) -> Any:
     return yaml.safe_dump(
         {
@@ -65,14 +75,14 @@ def render_datasources(settings: ServerSettings) -> Any:
                     "isDefault": True,
                     "editable": False,
                     "jsonData": {"timeInterval": f"{int(settings.scrape_interval_s)}s", "manageAlerts": True},
+                    **prometheus_login(settings),
                 },
                 {
                     "name": "RL-Insight Tempo",
                     "uid": TEMPO_UID,
                     "type": "tempo",
                     "access": "proxy",
-                    "url": settings.tempo_query_url
-                    or f"http://{prometheus.connect_host(settings.bind)}:{settings.tempo_port}",
+                    "url": settings.tempo_query_url or tempo.url(settings),
                     "editable": False,
                     "jsonData": {"nodeGraph": {"enabled": True}, "tracesToMetrics": {"datasourceUid": PROMETHEUS_UID}},
                 },
@@ -114,7 +124,8 @@ def write_files(settings: ServerSettings) -> Any:
     ):
         (data / sub).mkdir(parents=True, exist_ok=True)
     (settings.data_path / "logs" / "grafana").mkdir(parents=True, exist_ok=True)
-    (data / "provisioning" / "datasources" / "rl-insight.yaml").write_text(render_datasources(settings))
+    # 0600: holds the Prometheus login
+    write_atomically(data / "provisioning" / "datasources" / "rl-insight.yaml", render_datasources(settings))
     (data / "provisioning" / "dashboards" / "rl-insight.yaml").write_text(render_dashboard_provider())
     ini_path = settings.data_path / "grafana.ini"
     ini_path.write_text(render_ini(settings))

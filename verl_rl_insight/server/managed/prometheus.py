@@ -6,7 +6,9 @@ from typing import Any
 import yaml
 
 from verl_rl_insight.contract import server_url
+from verl_rl_insight.server.managed.jobs import HUB_JOB, PROMETHEUS_JOB, TARGETS_JOB
 from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.stores import credentials
 
 # remote_write keys whose values are secrets: never in server.json or a log
 SECRET_KEYS = ("basic_auth", "authorization", "bearer_token", "oauth2", "sigv4", "azuread", "headers")
@@ -14,9 +16,9 @@ SECRET_KEYS = ("basic_auth", "authorization", "bearer_token", "oauth2", "sigv4",
 HEALTH_PATH = "/-/ready"
 
 # Prometheus listens on loopback only: Grafana and the hub reach it here; nobody elsewhere reads a
-# run, its config (remote_write secrets) or its admin API, which is therefore always on
+# run, its config (remote_write secrets) or its admin API; a local user without the server's
+# files neither: every request takes the login of credentials.py (its --web.config.file)
 LISTEN = "127.0.0.1"
-HUB_JOB = "rl_insight_hub"  # the job of the hub's scrapes (the targets' job cannot take this label: no honor_labels)
 
 
 def connect_host(bind: str) -> Any:
@@ -26,6 +28,21 @@ def connect_host(bind: str) -> Any:
 
 def url(settings: ServerSettings) -> str:
     return f"http://{LISTEN}:{settings.prometheus_port}"
+
+
+def login_url(settings: ServerSettings) -> str:
+    """``url`` with the login (``http://rl-insight:<password>@127.0.0.1:9090``) for a user who may
+    read the server's files; the bare ``url`` for another."""
+    login = credentials.service_login(settings.data_path, "prometheus")
+    return server_url.with_user(url(settings), *login) if login else url(settings)
+
+
+def basic_auth(settings: ServerSettings, service: str) -> dict[str, str]:
+    """prometheus.yml's login to ``service`` of this server: the password read from its 0600 file."""
+    return {
+        "username": credentials.SERVICE_USER,
+        "password_file": str(credentials.password_file(settings.data_path, service)),
+    }
 
 
 def scraper_name(settings: ServerSettings) -> str:
@@ -68,7 +85,7 @@ def render_config(
             hub_job,
             {
                 # job, replica, node, project, ... come from the registry as target labels
-                "job_name": "rl_insight_targets",
+                "job_name": TARGETS_JOB,
                 "http_sd_configs": [{"url": f"http://{hub}/api/v1/sd", "refresh_interval": interval}],
             },
         ],
@@ -83,8 +100,9 @@ def render_config(
         # Prometheus' own remote-write figures, for `rl-insight doctor` here and the store's users there
         config["scrape_configs"].append(
             {
-                "job_name": "rl_insight_prometheus",
+                "job_name": PROMETHEUS_JOB,
                 "static_configs": [{"targets": [f"{LISTEN}:{settings.prometheus_port}"]}],
+                "basic_auth": basic_auth(settings, "prometheus"),
                 "metric_relabel_configs": [
                     {"source_labels": ["__name__"], "regex": "prometheus_remote_storage_.*", "action": "keep"}
                 ],
@@ -92,7 +110,11 @@ def render_config(
         )
     if alertmanager:
         host = urllib.parse.urlsplit(alertmanager).netloc
-        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [host]}]}]}
+        config["alerting"] = {
+            "alertmanagers": [
+                {"static_configs": [{"targets": [host]}], "basic_auth": basic_auth(settings, "alertmanager")}
+            ]
+        }
     if rule_files:
         config["rule_files"] = [str(p) for p in rule_files]
     return yaml.safe_dump(config, sort_keys=False)
@@ -106,7 +128,8 @@ def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
         f"--storage.tsdb.path={data}",
         f"--storage.tsdb.retention.time={settings.retention}",
         f"--web.listen-address={LISTEN}:{settings.prometheus_port}",
+        f"--web.config.file={credentials.web_config_file(settings.data_path, 'prometheus')}",
         # no --web.enable-lifecycle: nobody can /-/quit; the admin API (`runs delete` deletes a
-        # run's series) is safe on loopback
+        # run's series) takes the login like every other path
         "--web.enable-admin-api",
     ]

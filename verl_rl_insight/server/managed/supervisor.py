@@ -32,6 +32,7 @@ class Service:
         data_dir: Path | None = None,
         env: Any = None,
         cwd: Any = None,
+        login: tuple[str, str] | None = None,
     ) -> None:
         self.name = name
         self.argv = [str(a) for a in argv]
@@ -43,6 +44,7 @@ class Service:
         self.data_dir = data_dir
         self.env = env
         self.cwd = cwd
+        self.login = login  # what the health check logs in with (Prometheus, Alertmanager)
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self.last_exit: int | None = None
@@ -74,14 +76,14 @@ class Service:
         return self.process is not None and self.process.poll() is None
 
     def healthy(self) -> Any:
-        return self.alive() and (self.ready_url is None or http_ok(self.ready_url))
+        return self.alive() and (self.ready_url is None or http_ok(self.ready_url, login=self.login))
 
     def wait_ready(self, timeout_s: float = 60.0) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive():
                 return False
-            if self.ready_url is None or http_ok(self.ready_url):
+            if self.ready_url is None or http_ok(self.ready_url, login=self.login):
                 return True
             time.sleep(0.1)
         return False
@@ -186,9 +188,10 @@ def stop_process_group(pgid: Any, timeout_s: float = 10.0, process: Any = None) 
 _health = HttpClient()
 
 
-def http_ok(url: str, timeout_s: float = 1.0) -> bool:
+def http_ok(url: str, timeout_s: float = 1.0, login: tuple[str, str] | None = None) -> bool:
     try:
-        return _health.request("GET", url, timeout_s=timeout_s).status == 200
+        client = HttpClient(basic_auth=login) if login else _health
+        return client.request("GET", url, timeout_s=timeout_s).status == 200
     except Unreachable:
         return False
 

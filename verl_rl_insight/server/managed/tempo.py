@@ -1,4 +1,7 @@
-"""Tempo as a service of the rl-insight server: tempo.yaml (OTLP in on 4318/4317, local storage)."""
+"""Tempo as a service of the rl-insight server: tempo.yaml (OTLP in on 4318/4317, local storage).
+
+Tempo has no login of its own, and its spans hold prompts: it listens on loopback only, where
+Grafana and the hub's span relay reach it (as Prometheus and Alertmanager do)."""
 
 import re
 from typing import Any
@@ -8,6 +11,7 @@ import yaml
 from verl_rl_insight.server.settings import ServerSettings
 
 HEALTH_PATH = "/ready"
+HOST = "127.0.0.1"
 
 
 def retention_hours(retention: Any) -> str:
@@ -24,9 +28,9 @@ def render_config(settings: ServerSettings) -> Any:
     config = {
         "stream_over_http_enabled": True,
         "server": {
-            "http_listen_address": settings.bind,
+            "http_listen_address": HOST,
             "http_listen_port": settings.tempo_port,
-            "grpc_listen_address": settings.bind,
+            "grpc_listen_address": HOST,
             "grpc_listen_port": settings.tempo_grpc_port,
             "log_level": "info",
         },
@@ -35,8 +39,8 @@ def render_config(settings: ServerSettings) -> Any:
                 "otlp": {
                     "protocols": {
                         # this machine only: trainers send spans to the hub (token checked), which passes them on
-                        "http": {"endpoint": f"127.0.0.1:{settings.otlp_http_port}"},
-                        "grpc": {"endpoint": f"127.0.0.1:{settings.otlp_grpc_port}"},
+                        "http": {"endpoint": f"{HOST}:{settings.otlp_http_port}"},
+                        "grpc": {"endpoint": f"{HOST}:{settings.otlp_grpc_port}"},
                     }
                 }
             }
@@ -53,6 +57,10 @@ def render_config(settings: ServerSettings) -> Any:
         "usage_report": {"reporting_enabled": False},
     }
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def url(settings: ServerSettings) -> str:
+    return f"http://{HOST}:{settings.tempo_port}"
 
 
 def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from verl_rl_insight.contract import server_url
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 from verl_rl_insight.server.metrics.hub import SCRAPE_NUMBER, MetricHub
 
@@ -71,7 +72,7 @@ class DeliveryCheck:
                 self._unreachable.add(name)
                 logger.warning(
                     "metric hub: cannot ask %s whether it stored %s's scrapes (%s); their history is kept",
-                    url,
+                    server_url.redact(url),
                     name,
                     exc,
                 )

@@ -19,7 +19,9 @@ What a user can rely on:
   hub do more work than one scrape;
 - memory (latest values, history, caches) is accounted and kept under ``memory_limit_bytes``:
   history every named scraper has seen is dropped after ``history_s``; under pressure the oldest
-  history goes first and is counted; a push that needs more room than history can free is refused.
+  history goes first and is counted; a push that needs more room than history can free is refused;
+  each run holds at most its share of the bound (``budgets.py``): at its share it loses its own
+  oldest history, or is told to retry later (429), and never takes another run's;
 - rendering formats outside the push lock: a push waits for a render only while references are
   taken (O(streams)), never for the formatting of every series.
 """
@@ -34,14 +36,14 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from verl_rl_insight.contract.errors import Busy, OverCapacity
 from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.contract.wire import MAX_FUTURE_S, Batch, decode_push, validate_push
-from verl_rl_insight.server.metrics import exposition
+from verl_rl_insight.server.metrics import budgets, exposition
 from verl_rl_insight.server.metrics.positions import (
     Identity,
     Mark,
@@ -109,6 +111,7 @@ class Stream:
         "cache",
         "line_chars",
         "restored_for",
+        "run",
     )
 
     def __init__(self, key: StreamKey) -> None:
@@ -128,6 +131,7 @@ class Stream:
         # read back from a clean stop: the named scrapers that had been sent all of it then; the
         # others do not get these values (newer than the history they lack) until the next push
         self.restored_for: frozenset[str] | None = None
+        self.run = budgets.run_of(key)  # whose share of the memory bound it is booked to
 
     def line_length(self, name: str) -> int:
         return line_length(len(self.labels), name)
@@ -188,10 +192,15 @@ class Exposure:
         self.resent: dict[StreamKey, list[tuple[Snapshot, int, float]]] = {}  # sent again: (snapshot, ts, since)
         self.settled = False
         self.reserved = 0  # bytes booked for this body until ``commit``
+        self.serial = 0  # a named scrape's number in its scraper's scrapes of this process
 
     def body(self) -> bytes:
+        """The body; a named scrape's timestamps are on disk before it returns (``promised``)."""
         with self.hub._render_lock:
-            return self._render()
+            body = self._render()
+        if self.scraper is not None and any(sent for _, _, _, sent, _ in self.entries):
+            self.hub.save_promises()
+        return body
 
     def _render(self) -> bytes:
         families: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
@@ -214,6 +223,8 @@ class Exposure:
                 families[name].append(line)
             exposition.pause()
         trailer = _stats_lines(self.stats)
+        for collect in self.hub.collectors:
+            trailer += collect()
         if self.number and self.scraper is not None:
             trailer += [
                 f"# TYPE {SCRAPE_NUMBER} gauge",
@@ -291,15 +302,22 @@ class MetricHub:
         self._version = 0
         self._scrapers: dict[str, Scraper] = {}
         self._others: dict[str, int] = {}  # bytes booked by others under the same bound (book_other)
+        self._runs = budgets.RunBudgets()  # what each run holds: its share of the bound (budgets.py)
         self._next_sweep = 0.0
         self._render_lock = threading.Lock()  # one body rendered at a time: its copies are booked
         self._held_named = 0  # named scrapes whose body is rendered or being sent
         self._live_body = (-1, b"")
         self._state_lock = threading.Lock()
         self._state_dirty = False
+        self._promises_lock = threading.Lock()
+        # the timestamps named scrapes gave, written ahead of their bodies (save_promises)
+        self._promises_path = state_path.with_name("hub-promises.json") if state_path is not None else Path()
         # called with the batches each push added (not its duplicates), after the hub has them,
         # outside its lock: the server's health detectors read the trainers' steps here
         self.listeners: list[Callable[[list[Batch]], None]] = []
+        # typed exposition lines of the server's own that every scrape ends with (the marks); their
+        # owner calls ``changed`` when they change
+        self.collectors: list[Callable[[], list[str]]] = []
         self._load_state()
         self._load_latest()
 
@@ -359,7 +377,7 @@ class MetricHub:
                 stream = self._streams.get(batch.labels)
                 if stream is None:
                     stream = self._streams[batch.labels] = Stream(batch.labels)
-                    self._bytes += stream.booked()
+                    self._charge(stream, stream.booked())
                 identity = (batch.step, batch.time)
                 if batch.timed and identity in stream.seen:
                     duplicates += 1
@@ -373,13 +391,16 @@ class MetricHub:
                 self._seq += 1
                 snapshot = Snapshot(self._seq, batch.step, batch.time, now, names, batch.values)
                 stream.history.append(snapshot)
-                self._bytes += snapshot.nbytes
+                self._charge(stream, snapshot.nbytes)
                 if batch.timed:
                     stream.seen.add(identity)
                 fresh = [name for name in batch.names if name not in latest]
-                if batch.time >= stream.newest_time:  # a late copy never turns values back
+                # a late copy never turns values back; a batch stamped ahead of this clock (within
+                # max_future_s) counts as of its arrival: it cannot hold the live values while newer steps arrive
+                arrived = min(batch.time, now)
+                if arrived >= stream.newest_time:
                     latest.update(batch.metrics)
-                    stream.newest_time = batch.time
+                    stream.newest_time = arrived
                     stream.names = names
                     if batch.step is not None:
                         stream.step = batch.step
@@ -389,7 +410,7 @@ class MetricHub:
                 self._series += len(fresh)
                 chars = sum(stream.line_length(name) for name in fresh)
                 stream.line_chars += chars
-                self._bytes += SERIES_BYTES * len(fresh) + LINE_COPIES * chars
+                self._charge(stream, SERIES_BYTES * len(fresh) + LINE_COPIES * chars)
                 stream.updated = now
                 accepted += 1
                 added.append(batch)
@@ -407,9 +428,11 @@ class MetricHub:
         return {"accepted": accepted, "duplicates": duplicates, "hub": self.instance}, added
 
     def _make_room(self, batches: list[Batch], now: float) -> None:
-        """Refuse a push over the series limit; free history for it under the memory bound."""
+        """Refuse a push over the series limit; free history for it under the memory bound and
+        each run's share of it (budgets.py)."""
         new_names: dict[StreamKey, set[str]] = {}
-        needed = 0
+        needed: collections.Counter[budgets.Run] = collections.Counter()  # per run
+        grows: collections.Counter[budgets.Run] = collections.Counter()  # of it, new streams and series
         for batch in batches:
             stream = self._streams.get(batch.labels)
             fresh = new_names.setdefault(batch.labels, set())
@@ -417,28 +440,60 @@ class MetricHub:
                 fresh.update(batch.metrics)
             elif not batch.metrics.keys() <= stream.latest.keys():
                 fresh.update(batch.metrics.keys() - stream.latest.keys())
-            needed += SNAPSHOT_BYTES + VALUE_BYTES * len(batch.names)
+            run = stream.run if stream is not None else budgets.run_of(batch.labels)
+            needed[run] += SNAPSHOT_BYTES + VALUE_BYTES * len(batch.names)
         new_series = sum(len(names) for names in new_names.values())
         for key, names in new_names.items():
             chars = labels_chars(key)
-            needed += sum(series_cost(chars, name) for name in names)
+            cost = sum(series_cost(chars, name) for name in names) + (
+                STREAM_BYTES + chars if key not in self._streams else 0
+            )
+            needed[budgets.run_of(key)] += cost
+            grows[budgets.run_of(key)] += cost
         if self._series + new_series > self.max_series:
             self.stats["rejected_series_limit"] += 1
             raise OverCapacity(f"series limit reached ({self.max_series}); raise the hub's max_series")
-        needed += sum(STREAM_BYTES + labels_chars(k) for k in new_names if k not in self._streams)
-        if self._bytes + needed > self.memory_limit_bytes:
-            self._evict(self._bytes + needed - self.memory_limit_bytes)
-        if self._bytes + needed > self.memory_limit_bytes:
+        share = self._fit_shares(needed, grows)
+        total = sum(needed.values())
+        if self._bytes + total > self.memory_limit_bytes:  # the runs over their share give way first
+            self._evict(self._bytes + total - self.memory_limit_bytes, self._runs.over_share(share))
+        if self._bytes + total > self.memory_limit_bytes:  # then the pushing runs' own oldest history
+            self._evict(self._bytes + total - self.memory_limit_bytes, set(needed))
+        if self._bytes + total > self.memory_limit_bytes:
             self.stats["rejected_memory"] += 1
-            raise OverCapacity(
+            raise budgets.BoundFull(  # the data is fine, the room is not: kept and sent again (429)
                 f"memory bound reached ({self.memory_limit_bytes / 2**20:.0f} MiB of latest values "
-                "and history); raise the hub's memory_limit_mb or finish old runs"
+                "and history); retry later, or raise the hub's memory_limit_mb or finish old runs"
             )
 
-    def _evict(self, amount: int) -> None:
-        """Drop the oldest history, across streams, until ``amount`` bytes are free (or none is left)."""
+    def _fit_shares(self, needed: collections.Counter[budgets.Run], grows: collections.Counter[budgets.Run]) -> int:
+        """Hold each run of a push to its share: a run that would grow (new streams or series, which
+        cannot be dropped later) past it gives up its own oldest history for the room, or is refused
+        (429: its sender retries). History alone is held to the share only when the bound is full
+        (``_make_room``: the runs over their share give way first). Returns the share."""
+        limit = self.memory_limit_bytes
+        share = self._runs.share(limit, needed)
+        for run, amount in needed.items():
+            if amount > share:  # not even alone in its share: the data itself is too big (422)
+                self.stats["rejected_memory"] += 1
+                raise OverCapacity(
+                    f"a push of {amount / 2**20:.1f} MiB for run {run[1][:80]!r} is more than a run's share of "
+                    f"the hub's memory ({share / 2**20:.1f} MiB of memory_limit_mb): send smaller batches "
+                    "or fewer label sets, or raise memory_limit_mb"
+                )
+            if not grows[run] or self._runs.held[run] + amount <= share:
+                continue
+            self._evict(self._runs.held[run] + amount - share, {run})
+            if self._runs.held[run] + amount > share:
+                self.stats["rejected_run_share"] += 1
+                raise budgets.refusal(run, share, limit)
+        return share
+
+    def _evict(self, amount: int, runs: set[budgets.Run]) -> None:
+        """Drop the oldest history of ``runs``' streams, across them, until ``amount`` bytes are
+        free (or none is left)."""
         freed = 0
-        streams = [s for s in self._streams.values() if s.history]
+        streams = [s for s in self._streams.values() if s.history and s.run in runs]
         while freed < amount and streams:
             oldest = min(streams, key=lambda s: s.history[0].seq)
             # evict a run of the oldest stream's snapshots at once: one scan of the streams per run
@@ -466,8 +521,13 @@ class MetricHub:
     def _drop_oldest(self, stream: Stream) -> int:
         snapshot = stream.history.popleft()
         stream.seen.discard((snapshot.step, snapshot.time))
-        self._bytes -= snapshot.nbytes
+        self._charge(stream, -snapshot.nbytes)
         return snapshot.nbytes
+
+    def _charge(self, stream: Stream, nbytes: int) -> None:
+        """Book ``nbytes`` (negative: give back) to the bound and to the stream's run."""
+        self._bytes += nbytes
+        self._runs.charge(stream.run, nbytes)
 
     def _sweep(self, now: float) -> None:
         """At most once a second: forget idle streams and scrapers, drop history everyone has seen."""
@@ -499,11 +559,12 @@ class MetricHub:
     def _forget(self, key: StreamKey) -> int:
         stream = self._streams.pop(key)
         self._series -= len(stream.latest)
-        self._bytes -= stream.booked() + sum(s.nbytes for s in stream.history)
+        self._charge(stream, -(stream.booked() + sum(s.nbytes for s in stream.history)))
         for scraper in self._scrapers.values():
             scraper.marks.pop(key, None)
             scraper.recent.pop(key, None)
             scraper.resend.pop(key, None)
+            scraper.promised.pop(key, None)
             for _, streams in scraper.inflight.values():
                 streams.pop(key, None)
         self._version += 1
@@ -554,7 +615,10 @@ class MetricHub:
                         break
                     pending.append(snapshot)
                 pending.reverse()
-                sent = _stamp(pending, prev_start, limit_ms)
+                promised = state.promised.get(stream.key, {})
+                sent = _stamp(pending, prev_start, limit_ms, promised)
+                if sent:
+                    state.promise(stream.key, [((s.step, s.time), ts) for s, ts in sent], state.serial + 1)
                 history = list(stream.history) if len(sent) < len(pending) else None
                 if stream.restored_for is None or scraper in stream.restored_for:
                     entries.append((stream, stream.latest, stream.version, sent, history))
@@ -562,6 +626,8 @@ class MetricHub:
                     entries.append((stream, {}, -2, sent, history))
             stats = self._stats_locked()
             exposure = Exposure(self, state, arrival_ms, entries, stats)
+            state.serial += 1
+            exposure.serial = state.serial
             if state.confirm:
                 exposure.number = state.number = max(arrival_ms, state.number + 1)
                 exposure.resent = self._resends(state)
@@ -615,6 +681,7 @@ class MetricHub:
             self._bytes -= exposure.reserved
             self._held_named -= 1
             state.last_ms = max(state.last_ms or 0, exposure.arrival_ms or 0)
+            state.settled_serial = max(state.settled_serial, exposure.serial)
             if written:
                 for key, mark in exposure.marks.items():
                     if key in self._streams:
@@ -660,6 +727,11 @@ class MetricHub:
                 again,
             )
         return again
+
+    def changed(self) -> None:
+        """What a collector exposes has changed: the next unnamed scrape renders again."""
+        with self._lock:
+            self._version += 1
 
     def live_body(self) -> bytes:
         """The live values of every stream (what an unnamed scrape gets), rendered once per change."""
@@ -710,6 +782,8 @@ class MetricHub:
             }
             figures["instance"] = self.instance
             figures["memory_booked_by_others"] = dict(self._others)
+            figures["memory_run_share_bytes"] = self._runs.share(self.memory_limit_bytes)  # what one run may hold
+            figures["pushes_refused_run_share"] = self.stats["rejected_run_share"]
         return figures
 
     def streams(self) -> list[dict[str, Any]]:
@@ -741,8 +815,32 @@ class MetricHub:
                     return
                 self._state_dirty = False
                 state = {"scrapers": {name: s.to_saved() for name, s in self._scrapers.items()}}
+                settled = {name: s.settled_serial for name, s in self._scrapers.items()}
             self.state_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.state_path, json.dumps(state))
+            horizon_ms = int((self.clock() - self.history_s) * 1000)
+            with self._lock:  # the positions of those scrapes are on disk: their promises may go
+                for name, through in settled.items():
+                    scraper = self._scrapers.get(name)
+                    if scraper is not None:
+                        scraper.keep_promises(through, horizon_ms)
+
+    def save_promises(self) -> None:
+        """Write the timestamps the named scrapes gave since the positions were last saved
+        (``positions.Scraper.promised``), before a body that gave them is sent: after a crash a
+        batch sent again gets the same timestamp. A failure to write is logged, the scrape goes on."""
+        if self.state_path is None:
+            return
+        with self._promises_lock:
+            with self._lock:
+                promised = {name: s.promises_saved() for name, s in self._scrapers.items() if s.promised}
+            try:
+                self.state_path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomically(self._promises_path, json.dumps(promised))
+            except OSError as exc:
+                if not self.stats["warned_promises"]:
+                    self.stats["warned_promises"] = 1
+                    logger.warning("metric hub: cannot write %s (%s)", self._promises_path, exc)
 
     def save_latest(self) -> int:
         """At a clean stop: write every stream's latest values, so that a restarted hub exposes them
@@ -802,7 +900,7 @@ class MetricHub:
                 stream.version = 1
                 stream.restored_for = frozenset(map(str, whole))
                 self._streams[stream.key] = stream
-                self._bytes += cost
+                self._charge(stream, cost)
                 self._series += len(stream.latest)
             self._version += 1
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -820,11 +918,26 @@ class MetricHub:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning("metric hub: cannot read %s (%s); named scrapers start afresh", self.state_path, exc)
             self._scrapers.clear()
+            return
+        try:  # what the scrapes since that save promised (a crash: they were not saved there)
+            promised = json.loads(self._promises_path.read_text()) if self._promises_path.exists() else {}
+            for name, saved in promised.items():
+                if name in self._scrapers:
+                    self._scrapers[name].restore_promises(saved)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning(
+                "metric hub: cannot read %s (%s); steps sent again may be stamped anew", self._promises_path, exc
+            )
 
 
-def _stamp(pending: list[Snapshot], prev_ms: int, limit_ms: int) -> list[tuple[Snapshot, int]]:
+def _stamp(
+    pending: list[Snapshot], prev_ms: int, limit_ms: int, promised: Mapping[Identity, tuple[int, int]]
+) -> list[tuple[Snapshot, int]]:
     """(snapshot, timestamp ms) for the snapshots that fit between ``prev_ms`` and ``limit_ms``, in
-    order: the trainer's own time where it fits, strictly increasing; what does not fit waits."""
+    order: the trainer's own time where it fits, strictly increasing; what does not fit waits. A
+    batch a scrape was given before (``promised``: a crash lost its position) gets that timestamp
+    again, never a new one, even behind this scraper's previous visit: a store that has it keeps
+    one sample, one that lacks it takes it in its out-of-order window, as a resent scrape."""
     room = limit_ms - prev_ms
     if room <= 0:
         return []
@@ -832,6 +945,11 @@ def _stamp(pending: list[Snapshot], prev_ms: int, limit_ms: int) -> list[tuple[S
     n = len(pending)
     stamped: list[tuple[Snapshot, int]] = []
     for i, snapshot in enumerate(pending):
+        given = promised.get((snapshot.step, snapshot.time))
+        if given is not None and given[0] <= limit_ms - (n - i - 1):
+            stamped.append((snapshot, given[0]))
+            prev_ms = max(prev_ms, given[0])
+            continue
         ts = min(max(int(snapshot.time * 1000), prev_ms + 1), limit_ms - (n - i - 1))
         stamped.append((snapshot, ts))
         prev_ms = ts

@@ -5,6 +5,12 @@ after a restart the trainer time, with the identities (step, trainer time) of th
 ``recent``); for a *confirming* scraper also the scrapes written and not yet seen in its store
 (``inflight``) and the batches its store lacks, to be sent again with their timestamps
 (``resend``). All of it is saved in ``hub-state.json`` and read back at start.
+
+And the timestamps a scrape gave its batches (``promised``), on disk before its body is sent (the
+API writes them ahead, ``hub-promises.json``): hub-state.json is written at most once a second, so
+after a crash (SIGKILL) the batches of the last scrapes are sent again, and each gets the timestamp
+it was sent with, never a new one (a store keeps a sample per timestamp: a new one would be a
+second copy of the step). A promise goes once the positions that cover it are on disk.
 """
 
 from __future__ import annotations
@@ -41,10 +47,26 @@ RECENT_SENT = 64  # per scraper and stream, the identities last sent: kept acros
 # a batch sent and not confirmed: (its identity, the timestamp it was sent with, when first sent)
 Stamped = tuple[Identity, int, float]
 Inflight = tuple[float, dict[StreamKey, list[Stamped]]]  # (written at, what a scrape sent, per stream)
+RESTORED = -1  # the serial of a promise read back at start: kept until its batch is sent again
+MAX_PROMISED = 4096  # per scraper and stream, the promises kept at the most (the oldest go first)
 
 
 class Scraper:
-    __slots__ = ("name", "last_ms", "marks", "seen_at", "busy", "recent", "confirm", "number", "inflight", "resend")
+    __slots__ = (
+        "name",
+        "last_ms",
+        "marks",
+        "seen_at",
+        "busy",
+        "recent",
+        "confirm",
+        "number",
+        "inflight",
+        "resend",
+        "promised",
+        "serial",
+        "settled_serial",
+    )
 
     def __init__(
         self, name: str, last_ms: int | None = None, marks: dict[StreamKey, Mark] | None = None, seen_at: float = 0.0
@@ -63,6 +85,47 @@ class Scraper:
         self.inflight: dict[int, Inflight] = {}  # scrape number -> what it sent, not yet seen in the store
         # stream key -> {identity: (timestamp ms, first sent at)}: not in the store, sent again as it was
         self.resend: dict[StreamKey, dict[Identity, tuple[int, float]]] = {}
+        # stream key -> {identity: (timestamp ms, serial of the scrape that gave it)}: the timestamps
+        # given to batches whose positions may not be on disk yet (RESTORED: read back at start)
+        self.promised: dict[StreamKey, dict[Identity, tuple[int, int]]] = {}
+        self.serial = 0  # its scrapes in this process, numbered
+        self.settled_serial = 0  # the last of them whose response was written, or could not be
+
+    def promise(self, key: StreamKey, stamped: Sequence[tuple[Identity, int]], serial: int) -> None:
+        """Scrape ``serial`` gives these batches of ``key`` these timestamps: kept until saved."""
+        promised = self.promised.setdefault(key, {})
+        for identity, ts in stamped:
+            promised.pop(identity, None)  # a batch sent again (its body cut off): newest last
+            promised[identity] = (ts, serial)
+        while len(promised) > MAX_PROMISED:
+            del promised[next(iter(promised))]
+
+    def keep_promises(self, settled_through: int, horizon_ms: int) -> None:
+        """Positions as of scrape ``settled_through`` are on disk: its promises and those before go;
+        those read back at start stay until their batch is sent again, or is older than ``horizon_ms``
+        (the hub holds no history that old: it cannot be sent again)."""
+        for key in list(self.promised):
+            promised = self.promised[key]
+            for identity in [
+                i
+                for i, (ts, serial) in promised.items()
+                if RESTORED < serial <= settled_through or (serial == RESTORED and ts < horizon_ms)
+            ]:
+                del promised[identity]
+            if not promised:
+                del self.promised[key]
+
+    def promises_saved(self) -> list[Any]:
+        """JSON-ready: [[key, [[[step, time], ts], ...]], ...]."""
+        return [[key, [[i, ts] for i, (ts, _) in p.items()]] for key, p in self.promised.items()]
+
+    def restore_promises(self, saved: Iterable[Any]) -> None:
+        """What ``promises_saved`` wrote (here, or in hub-promises.json); raises ValueError,
+        KeyError or TypeError on a damaged entry."""
+        for key, items in saved:
+            promised = self.promised.setdefault(stream_key(key), {})
+            for i, ts in items:
+                promised[identity(i)] = (int(ts), RESTORED)
 
     def held_keys(self) -> set[StreamKey]:
         """The streams of which this scraper holds batches not yet confirmed by its store."""
@@ -160,6 +223,7 @@ class Scraper:
             "inflight": [[n, at, list(streams.items())] for n, (at, streams) in self.inflight.items()],
             "resend": [[key, [[i, ts, since] for i, (ts, since) in w.items()]] for key, w in self.resend.items()],
             "number": self.number,
+            "promised": self.promises_saved(),
         }
 
     @classmethod
@@ -184,6 +248,7 @@ class Scraper:
             )
         for key, items in saved.get("resend", ()):
             scraper.resend[stream_key(key)] = {identity(i): (int(ts), float(since)) for i, ts, since in items}
+        scraper.restore_promises(saved.get("promised", ()))
         return scraper
 
 

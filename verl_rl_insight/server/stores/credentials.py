@@ -1,4 +1,5 @@
-"""The server's secrets: the write token and Grafana's admin password.
+"""The server's secrets: the write token, Grafana's admin password, and the logins of the
+server's Prometheus and Alertmanager.
 
 Secure by default: a hub that listens beyond loopback always requires a token for writes; when
 none is configured one is generated. Grafana always gets a password that is not ``admin``:
@@ -6,6 +7,12 @@ generated when none is configured. Both are kept in files of mode 0600 under
 ``<data_dir>/secrets`` (the same value on every start), are read by the services from files,
 never from a command line, and are shown only by ``rl-insight server start`` (the export line)
 and ``rl-insight server status --secrets``.
+
+Prometheus and Alertmanager listen on loopback, where every local user reaches them: each takes
+basic auth (user ``rl-insight``) with a password generated on the first start. The password is
+kept in ``secrets/<service>-password`` (0600), which the server, Grafana's datasource and the CLI
+read; the service itself gets only a bcrypt hash of it, in ``<service>-web.yml`` (0600, its
+``--web.config.file``), so neither is on a command line.
 """
 
 import ipaddress
@@ -14,12 +21,18 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import bcrypt
+import yaml
+
 from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.server.settings import ServerSettings
 from verl_rl_insight.server.stores.files import write_atomically
 
 TOKEN_FILE = "hub-token"
 GRAFANA_PASSWORD_FILE = "grafana-admin-password"
+SERVICE_USER = "rl-insight"  # the user of the Prometheus and Alertmanager logins
+LOGIN_SERVICES = ("prometheus", "alertmanager")
+BCRYPT_ROUNDS = 10  # each service caches a checked login: the cost is paid once per password
 
 
 class CredentialError(ConfigError):
@@ -72,3 +85,33 @@ def resolve(settings: ServerSettings) -> Any:
         )
     settings.grafana_admin_password = _kept_or_new(data, GRAFANA_PASSWORD_FILE, settings.grafana_admin_password)
     return settings
+
+
+def password_file(data_path: Path, service: str) -> Path:
+    """Where the plain password of ``service``'s login is kept (0600)."""
+    return Path(data_path) / "secrets" / f"{service}-password"
+
+
+def web_config_file(data_path: Path, service: str) -> Path:
+    """``service``'s ``--web.config.file``: its login, the password as a bcrypt hash (0600)."""
+    return Path(data_path) / f"{service}-web.yml"
+
+
+def service_login(data_path: Path, service: str) -> tuple[str, str] | None:
+    """(user, password) of ``service``'s login, for whoever may read the server's files; None for
+    another user, or before the first start."""
+    password = read_secret(data_path, password_file(data_path, service).name)
+    return (SERVICE_USER, password) if password else None
+
+
+def write_service_logins(data_path: Path) -> dict[str, tuple[str, str]]:
+    """Each login service's password (kept from an earlier start, else new) and its web config
+    with the hash; returns service -> (user, password)."""
+    logins = {}
+    for service in LOGIN_SERVICES:
+        password = _kept_or_new(data_path, password_file(data_path, service).name, "")
+        hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
+        config = yaml.safe_dump({"basic_auth_users": {SERVICE_USER: hashed}})
+        write_atomically(web_config_file(data_path, service), config, mode=0o600)
+        logins[service] = (SERVICE_USER, password)
+    return logins

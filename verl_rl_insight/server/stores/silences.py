@@ -75,11 +75,11 @@ def silence_request(item: Any) -> Any:
 
 
 class Alerting:
-    def __init__(self, url: str, state_path: Any, timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, state_path: Any, timeout_s: float = 5.0, login: tuple[str, str] | None = None) -> None:
         self.url = url.rstrip("/")
         self.state_path = state_path
         self.timeout_s = timeout_s
-        self._client = HttpClient()
+        self._client = HttpClient(basic_auth=login)  # Alertmanager's login (credentials.py)
         self._lock = threading.Lock()
         try:
             self._kept = json.loads(state_path.read_text())[-MAX_SILENCES:]

@@ -17,9 +17,14 @@ import msgspec
 from verl_rl_insight.contract.errors import BadInput
 from verl_rl_insight.contract.naming import label_value_problem
 from verl_rl_insight.contract.wire import TargetBody, field_problem
+from verl_rl_insight.server.managed.jobs import OWN_JOBS
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
 
 MAX_TARGETS = 10_000
+# a run's own targets at most (its labels' project and experiment_name): the largest job one hub
+# holds, 16,384 GPUs as 2,048 nodes of 8, registers a rollout replica per node (2,048) and its
+# TransferQueue endpoint; 64 more for other endpoints of its own. Setting: max_targets_per_run.
+MAX_TARGETS_PER_RUN = 2_048 + 64
 
 
 class TargetError(BadInput):
@@ -50,8 +55,26 @@ def check_target(address: Any, job: Any, labels: Any, ttl_s: Any) -> dict[str, s
     return dict(body.labels)
 
 
+def check_job_not_reserved(job: object) -> None:
+    """A TargetError when ``job`` is one the server's Prometheus scrapes itself (``rl_insight_hub``,
+    ...): a target under that job would pass for the hub, and its fake scrape numbers for scrapes
+    the store has."""
+    if job in OWN_JOBS:
+        raise TargetError(
+            f"job {job!r} is reserved: the server's Prometheus scrapes it itself "
+            f"(reserved: {', '.join(OWN_JOBS)}); give the target a job of its own"
+        )
+
+
 class TargetRegistry:
-    def __init__(self, store_path: Any = None, clock: Any = time.monotonic, save_interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        store_path: Any = None,
+        clock: Any = time.monotonic,
+        save_interval_s: float = 0.5,
+        max_per_run: int = MAX_TARGETS_PER_RUN,
+    ) -> None:
+        self.max_per_run = max_per_run  # one run's targets at most (check_run_cap)
         self.store_path = store_path
         self.clock = clock
         self.save_interval_s = save_interval_s
@@ -68,6 +91,7 @@ class TargetRegistry:
     def register(self, address: Any, job: Any, labels: Any = None, ttl_s: Any = 90.0) -> Any:
         """Register (or renew) a target; every argument is checked here, whoever calls."""
         """Add or refresh a target (a heartbeat is the same call). Returns its record."""
+        check_job_not_reserved(job)
         labels = check_target(address, job, labels or {}, ttl_s)
         with self._lock:
             self._expire()
@@ -75,11 +99,30 @@ class TargetRegistry:
             previous = self._targets.get(key)
             if previous is None and len(self._targets) >= MAX_TARGETS:
                 raise TargetError(f"at most {MAX_TARGETS} targets")
+            if previous is None:
+                self._check_run_cap(labels)
             expires = None if not ttl_s else self.clock() + ttl_s
             self._targets[key] = {"labels": labels, "ttl_s": ttl_s, "expires": expires}
             if not ttl_s or (previous is not None and not previous["ttl_s"]):
                 self._changed()
             return self._record(key)
+
+    def _check_run_cap(self, labels: dict[str, str]) -> None:
+        """Refuse a new target of a run that has ``max_per_run`` already (one run credential
+        cannot fill the registry, nor Prometheus with what those targets serve)."""
+        project, experiment = labels.get("project"), labels.get("experiment_name")
+        if project is None or experiment is None:
+            return  # not a run's (``rl-insight targets add`` of a node exporter): MAX_TARGETS holds it
+        held = sum(
+            1
+            for e in self._targets.values()
+            if e["labels"].get("project") == project and e["labels"].get("experiment_name") == experiment
+        )
+        if held >= self.max_per_run:
+            raise TargetError(
+                f"labels: run {project[:80]!r} / {experiment[:80]!r} has {held} targets, the most a run may "
+                f"register (max_targets_per_run: {self.max_per_run}); remove some, or raise max_targets_per_run"
+            )
 
     def remove(self, address: str, job: str) -> bool:
         with self._lock:

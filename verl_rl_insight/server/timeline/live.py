@@ -27,8 +27,11 @@ spans waiting per run (the oldest go first) and ``max_total_spans`` in all (beyo
 heard from longest ago is forgotten, so a flood of spans that never settle cannot starve a run
 that has steps); what is not kept is counted in ``stats["dropped"]``. And in bytes: each span
 waiting is booked (``span_bytes``) through ``book``, the hub's memory bound (``memory_limit_mb``)
-that pushes are held to as well; a span that does not fit makes the runs heard from longest ago go,
-or is dropped and counted (``stats["dropped_memory"]``).
+that pushes are held to as well, and each run holds at most its share of ``budget_bytes`` (what
+``book`` lends: the rule of the hub's own shares, ``metrics/budgets.py``): a run at its share loses
+its own oldest waiting spans; when ``book`` has no room, the runs over their share lose their oldest;
+never does one run's span push out another run under its share, its spans or its pending step. A
+span that still does not fit is dropped and counted (``stats["dropped_memory"]``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_rl_insight.server.metrics.budgets import share_of
 from verl_rl_insight.server.timeline.summary import REPLICA_PREFIX, StepSummary, summarize
 
 SOURCE_LABEL = {"source": "timeline"}
@@ -176,8 +180,11 @@ class LiveFigures:
         max_total_spans: int = 100_000,
         clock: Callable[[], float] = time.time,
         book: Callable[[int], bool] = lambda nbytes: True,
+        budget_bytes: int | None = None,
     ) -> None:
         self.book = book  # books bytes (negative: gives them back) under the server's memory bound; False: no room
+        self.budget_bytes = budget_bytes  # what ``book`` lends at most: each run's share is of this
+        self._held: dict[tuple[str, str], int] = {}  # the bytes of each run's waiting spans
         self.max_total_spans = max_total_spans
         self._total = 0  # spans waiting, all runs together
         self.emit = emit
@@ -201,7 +208,7 @@ class LiveFigures:
                     while len(self._runs) > self.max_runs:
                         gone_key, gone = self._runs.popitem(last=False)
                         self._last.pop(gone_key, None)
-                        self._let_go(gone.spans)
+                        self._let_go(gone_key, gone.spans)
                 self._runs.move_to_end(key)
                 if _is_step_span(record):
                     step = record["attributes"]["verl.step"]
@@ -215,25 +222,55 @@ class LiveFigures:
                         self.stats["dropped"] += 1
                         continue
                     cost = span_bytes(record)
-                    if not (self.book(cost) or self._free_for(key, cost)):
+                    if not self._room_for(key, run, cost):
                         self.stats["dropped"] += 1
                         self.stats["dropped_memory"] += 1
                         continue
                     run.spans.append(record)
+                    self._held[key] = self._held.get(key, 0) + cost
                     self._total += 1
                     if len(run.spans) > self.max_spans:
                         cut = len(run.spans) - self.max_spans
-                        self._let_go(run.spans[:cut])
+                        self._let_go(key, run.spans[:cut])
                         del run.spans[:cut]
                         self.stats["dropped"] += cut
             self._make(self._ready(now))  # under the lock: a run's steps are pushed in order
 
-    def _let_go(self, spans: list[dict[str, Any]]) -> None:
-        """Spans no longer waiting: their count and bytes given back."""
+    def _let_go(self, key: tuple[str, str], spans: list[dict[str, Any]]) -> None:
+        """Spans of run ``key`` no longer waiting: their count and bytes given back."""
         if spans:
             freed = sum(map(span_bytes, spans))
             self._total -= len(spans)
             self.book(-freed)
+            held = self._held.get(key, 0) - freed
+            if held > 0:
+                self._held[key] = held
+            else:
+                self._held.pop(key, None)
+
+    def _room_for(self, key: tuple[str, str], run: _Run, nbytes: int) -> bool:
+        """Book ``nbytes`` for a span of run ``key``: at its share, its own oldest spans go; when the
+        bound has no room, the oldest of the runs over their share; never another run's under it."""
+        share = None if self.budget_bytes is None else share_of(self.budget_bytes, len(self._held.keys() | {key}))
+        if share is not None:
+            if nbytes > share:
+                return False
+            while run.spans and self._held.get(key, 0) + nbytes > share:
+                self._drop_oldest(key, run)
+        if self.book(nbytes):
+            return True
+        for other_key, other in self._runs.items():
+            while other_key != key and other.spans and share is not None and self._held.get(other_key, 0) > share:
+                self._drop_oldest(other_key, other)
+                if self.book(nbytes):
+                    return True
+        return False
+
+    def _drop_oldest(self, key: tuple[str, str], run: _Run) -> None:
+        self._let_go(key, run.spans[:1])
+        del run.spans[:1]
+        self.stats["dropped"] += 1
+        self.stats["dropped_memory"] += 1
 
     def _make_room(self, keep: tuple[str, str]) -> None:
         """Forget runs, the one heard from longest ago first, until the spans fit (never ``keep``)."""
@@ -243,20 +280,10 @@ class LiveFigures:
             if key != keep:
                 self._forget(key)
 
-    def _free_for(self, keep: tuple[str, str], nbytes: int) -> bool:
-        """Forget runs, the one heard from longest ago first (never ``keep``), until ``nbytes`` can
-        be booked; whether they were."""
-        for key in list(self._runs):
-            if key != keep:
-                self._forget(key)
-                if self.book(nbytes):
-                    return True
-        return False
-
     def _forget(self, key: tuple[str, str]) -> None:
         gone = self._runs.pop(key)
         self._last.pop(key, None)
-        self._let_go(gone.spans)
+        self._let_go(key, gone.spans)
         self.stats["dropped"] += len(gone.spans)
 
     def last_step(self, project: str, experiment: str) -> dict[str, Any] | None:
@@ -273,6 +300,7 @@ class LiveFigures:
         """Take the settled steps out (under the lock): (project, experiment, run, step span, spans)."""
         out = []
         for (project, experiment), run in self._runs.items():
+            key = (project, experiment)
             newest, made = max(run.steps, default=None), False
             for step in sorted(run.steps):
                 if step != newest or now - run.arrived[step] >= self.settle_s:
@@ -284,7 +312,7 @@ class LiveFigures:
                 else:
                     break
             if made:
-                self._let_go([s for s in run.spans if s["end_ns"] <= run.done_end_ns])
+                self._let_go(key, [s for s in run.spans if s["end_ns"] <= run.done_end_ns])
                 run.spans = [s for s in run.spans if s["end_ns"] > run.done_end_ns]
         return out
 

@@ -1,6 +1,5 @@
 """Importing this module activates verl_rl_insight:
-``VERL_USE_EXTERNAL_MODULES=verl_rl_insight.trainer.activation.activate`` (or the old path
-``verl_rl_insight.activate``)."""
+``VERL_USE_EXTERNAL_MODULES=verl_rl_insight.trainer.activation.activate``."""
 
 from verl_rl_insight.trainer.activation.bootstrap import activate
 

@@ -5,9 +5,10 @@ encodes each batch to JSON on its own (a batch that cannot be encoded is dropped
 never blocking the others), keeps the encoded batches in a bounded spool, and POSTs them in
 order, at most ``max_batches_per_request`` and ``max_request_bytes`` per request.
 
-- Unreachable server (no answer, 5xx, 401/403, 408, 429): batches stay in the spool (oldest
-  dropped first when it is full, and counted) and are replayed in order when it answers again.
-  One warning per outage, one on recovery.
+- Unreachable server (no answer, 5xx, 401/403, 408) or one that asks to retry later (429: the
+  run holds its whole share of the hub's memory, a scrape is being served): batches stay in the
+  spool (oldest dropped first when it is full, and counted) and are replayed in order when it
+  takes them again, retried at most every ``retry_max_s``. One warning per outage, one on recovery.
 - 4xx for the data itself (400, 413, 422): the request is split in halves until the batches the
   server refuses are found; those are dropped and counted, the rest is delivered.
 - Delivery is at-least-once: a server that dies loses what it had not yet exposed to a scrape,
@@ -303,8 +304,11 @@ class BatchSender:
                 )
             else:
                 logger.warning(
-                    "rl-insight: cannot reach the monitoring server at %s (%s); training continues, "
-                    "metrics are kept (up to %d batches) and replayed when it is back",
+                    "rl-insight: %s %s (%s); training continues, metrics are kept (up to %d batches) and "
+                    "replayed when it takes them",
+                    "the monitoring server asks to retry later:"
+                    if status == 429
+                    else "cannot reach the monitoring server at",
                     self.url,
                     message,
                     self.spool_batches,

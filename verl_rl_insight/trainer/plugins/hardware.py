@@ -11,6 +11,7 @@ import fcntl
 import functools
 import logging
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -41,17 +42,65 @@ def load_nvml() -> Any:
     return pynvml
 
 
+def is_private(path: str) -> bool:
+    """True for a folder (not a link) of this user that nobody else may enter or write."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def private_lock_dir() -> str:
+    """Where this user's node lock lives: a folder only this user may enter (0700, owned by it),
+    so that another user cannot take the lock and switch this node's GPU metrics off.
+    ``$XDG_RUNTIME_DIR`` when it is such a folder, else ``<temp dir>/rl-insight-<uid>`` (made
+    0700). If someone else made that name first, a folder of a random name: this process then
+    samples on its own (a GPU may be reported twice), rather than not at all."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if runtime and is_private(runtime):
+        return runtime
+    path = os.path.join(tempfile.gettempdir(), f"rl-insight-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not os.path.islink(path) and os.path.isdir(path) and os.stat(path).st_uid == os.getuid():
+            os.chmod(path, 0o700)  # this user's own, made more open by hand
+    except OSError:
+        pass
+    if is_private(path):
+        return path
+    logger.warning(
+        "rl-insight: %s belongs to another user or is not a folder: this process's hardware sampler "
+        "takes a lock of its own (its GPUs may be reported twice)",
+        path,
+    )
+    return tempfile.mkdtemp(prefix="rl-insight-hardware-")
+
+
 class NodeLock:
     """Non-blocking per-node, per-user lock: True for exactly one process of the node at a time."""
 
-    def __init__(self, directory: Any = None) -> None:
-        self.path = os.path.join(directory or tempfile.gettempdir(), f"rl-insight-hardware-{os.getuid()}.lock")
+    def __init__(self, directory: str | None = None) -> None:
+        self.directory = directory
+        self.path: str | None = None  # found at the first acquire, in the sampler's thread
         self.fd: int | None = None
+        self.warned = False
 
     def acquire(self) -> bool:
         if self.fd is not None:
             return True
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            if self.path is None:
+                self.path = os.path.join(
+                    self.directory or private_lock_dir(), f"rl-insight-hardware-{os.getuid()}.lock"
+                )
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            if not self.warned:
+                logger.warning("rl-insight: no node lock for the hardware sampler (%s); it does not sample", exc)
+                self.warned = True
+            return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

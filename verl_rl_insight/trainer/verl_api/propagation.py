@@ -3,12 +3,13 @@
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from verl_rl_insight.contract import run_credential, server_url
+from verl_rl_insight.contract import environment, run_credential, server_url
 from verl_rl_insight.trainer.config import ENV_CONFIG_JSON, ENV_PREFIXES, ENV_SERVER_URL, ENV_TOKEN, hydra_block
 from verl_rl_insight.trainer.runtime import ENV_EXPERIMENT, ENV_PROJECT
 from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
@@ -38,12 +39,23 @@ def prepare_driver_environment(trainer_config: Any) -> None:
             inherited = {}
         merged = OmegaConf.merge(OmegaConf.create(inherited), OmegaConf.create(block))  # Hydra wins
         os.environ[ENV_CONFIG_JSON] = json.dumps(OmegaConf.to_container(merged))
+    _publish_command_line()
     trainer = trainer_config.get("trainer") if trainer_config is not None else None
     if trainer is not None:  # rollout replicas have no Tracking: they label their data with these
         if trainer.get("project_name"):
             os.environ[ENV_PROJECT] = str(trainer.get("project_name"))
         if trainer.get("experiment_name"):
             os.environ[ENV_EXPERIMENT] = str(trainer.get("experiment_name"))
+
+
+def _publish_command_line() -> None:
+    """The driver's command line (redacted) and working folder, for the run's card: verl's trainer
+    runs in a Ray actor, whose own command line is Ray's."""
+    from verl_rl_insight.contract.run_card import redact_argv
+    from verl_rl_insight.trainer.client.run_card import secrets_known
+
+    os.environ[environment.COMMAND] = json.dumps(redact_argv(sys.argv, secrets_known(None, os.environ)))
+    os.environ[environment.WORKDIR] = os.getcwd()
 
 
 def forwarded_environment(environ: Mapping[str, str] | None = None) -> Any:

@@ -1,0 +1,282 @@
+"""The run's card: what a run was started with (verl's resolved config, versions, commit, command
+line, nodes x GPUs, model), sent once by the trainer and kept by the server per run.
+
+Shared by both sides: the trainer redacts before the card leaves its process, the server redacts
+again before it keeps it (defence in depth), and the CLI flattens two cards to dotted keys and
+prints where they differ. Redaction is by key name (a word token, key, secret, password, auth...,
+when the value is text or a block) and by value (a URL's user info, a value that is one of the
+secrets the caller knows, a run credential).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+
+from verl_rl_insight.contract.run_credential import PREFIX as RUN_CREDENTIAL_PREFIX
+
+Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
+
+MAX_CARD_BYTES = 256 * 1024  # one card, as JSON
+MAX_DEPTH = 32  # nesting of the config (verl's own is 6 deep)
+MAX_TEXT = 4096  # one string of the config
+MASK = "***"
+CARD_FIELDS = (
+    "project",
+    "experiment_name",
+    "created",
+    "versions",
+    "git",
+    "command",
+    "nodes",
+    "gpus_per_node",
+    "model",
+    "config",
+    "derived",
+    "notes",
+)
+# identity of a run and what is said about the card, not what the run was started with: not compared
+IDENTITY_FIELDS = ("project", "experiment_name", "created", "derived", "notes")
+
+_SECRET_WORDS = frozenset(
+    {"token", "key", "secret", "secrets", "password", "passwd", "passphrase", "apikey", "credential", "credentials"}
+)
+_SECRET_PARTS = ("password", "passwd", "secret", "apikey", "api_key", "accesskey", "access_key")
+# verl's own keys that end in ``_key`` and name a dataset column (``data.prompt_key: prompt``):
+# not secrets while their value is a column name
+COLUMN_KEYS = frozenset({"prompt_key", "reward_fn_key", "image_key", "video_key", "audio_key", "teacher_key"})
+_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
+_WORDS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+_USER_INFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#@\s]*@")
+
+
+def secret_key(name: str) -> bool:
+    """True for a key that names a secret: a word token / key / secret / password / auth...
+    (``hf_token``, ``wandb_api_key``, ``RL_INSIGHT_TOKEN``, ``Authorization``), not ``tokenizer``."""
+    lowered = name.lower()
+    if any(part in lowered for part in _SECRET_PARTS):
+        return True
+    words = [w.lower() for w in _WORDS.split(name) if w]
+    return any(w in _SECRET_WORDS or w.startswith("auth") for w in words)
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with URL user info (``scheme://user:pass@host`` -> ``scheme://***@host``), each of
+    ``secrets`` and any run credential replaced by ``***``."""
+    text = _USER_INFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    if RUN_CREDENTIAL_PREFIX in text:
+        text = re.sub(re.escape(RUN_CREDENTIAL_PREFIX) + r"[A-Za-z0-9_\-.]+", MASK, text)
+    return text
+
+
+def redact(value: Json, secrets: Iterable[str] = (), key: str = "") -> Json:
+    """A copy of ``value`` with every secret masked: the value of a secret-named key when it is
+    text or a block (a number or a flag is not a secret), and secrets inside any text."""
+    known = tuple(secrets)
+    column = key in COLUMN_KEYS and isinstance(value, str) and _COLUMN.fullmatch(value) is not None
+    if key and not column and secret_key(key) and isinstance(value, (str, list, dict)) and value not in ("", [], {}):
+        return MASK
+    if isinstance(value, str):
+        return redact_text(value, known)
+    if isinstance(value, list):
+        return [redact(v, known) for v in value]
+    if isinstance(value, dict):
+        return {k: redact(v, known, k) for k, v in value.items()}
+    return value
+
+
+def redact_card(card: Mapping[str, Json], secrets: Iterable[str] = ()) -> dict[str, Json]:
+    """A card with every secret masked; its ``derived`` (key -> key) is names, not values: only the
+    text in it is searched for secrets, a token-named key there is kept."""
+    known = tuple(secrets)
+    derived = card.get("derived")
+    out = {k: redact(v, known, k) for k, v in card.items() if k != "derived"}
+    if isinstance(derived, dict):
+        out["derived"] = {redact_text(k, known): redact(v, known) for k, v in derived.items()}
+    elif "derived" in card:
+        out["derived"] = redact(derived, known)
+    return out
+
+
+def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
+    """A command line with secrets masked: ``a.b.hf_token=X`` (a Hydra override), ``--token X``,
+    ``--api-key=X``, and secrets inside any argument."""
+    known = tuple(secrets)
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        name, eq, _ = arg.partition("=")
+        last = name.lstrip("+~-").rsplit(".", 1)[-1]
+        if eq and last and secret_key(last):
+            out.append(f"{name}={MASK}")
+        elif arg.startswith("-") and not eq and secret_key(arg.lstrip("-")):
+            out.append(arg)
+            mask_next = True
+        else:
+            out.append(redact_text(arg, known))
+    return out
+
+
+def plain(value: object, notes: list[str], where: str = "config", depth: int = 0) -> Json:
+    """``value`` as JSON can carry it: what cannot be is its ``repr`` (cut), with a note saying
+    where; text is cut at ``MAX_TEXT``, blocks deeper than ``MAX_DEPTH`` are left out."""
+    if value is None or isinstance(value, (bool, int, str)):
+        if isinstance(value, str) and len(value) > MAX_TEXT:
+            notes.append(f"{where}: text of {len(value)} characters cut to {MAX_TEXT}")
+            return value[:MAX_TEXT]
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if depth >= MAX_DEPTH:
+        notes.append(f"{where}: nested deeper than {MAX_DEPTH} levels, left out")
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): plain(v, notes, f"{where}.{k}", depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v, notes, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+    try:
+        shown = repr(value)[:200]
+    except Exception:  # a repr that raises: the type is all there is
+        shown = f"<{type(value).__name__}>"
+    notes.append(f"{where}: a {type(value).__name__}, sent as its repr")
+    return shown
+
+
+def depth_of(value: Json) -> int:
+    """How deep ``value`` nests (a scalar is 0), without recursion."""
+    deepest = 0
+    todo: list[tuple[Json, int]] = [(value, 0)]
+    while todo:
+        item, level = todo.pop()
+        deepest = max(deepest, level)
+        if isinstance(item, dict):
+            todo.extend((v, level + 1) for v in item.values())
+        elif isinstance(item, list):
+            todo.extend((v, level + 1) for v in item)
+    return deepest
+
+
+def flatten(value: Json, prefix: str = "") -> dict[str, Json]:
+    """Nested blocks as dotted keys (``actor_rollout_ref.actor.optim.lr``); a list is one value,
+    in full; an empty block is one value too."""
+    if isinstance(value, dict) and (value or not prefix):
+        out: dict[str, Json] = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else k))
+        return out
+    return {prefix: value}
+
+
+def card_keys(card: Mapping[str, Json], identity: bool = True) -> dict[str, Json]:
+    """A card as dotted keys: its own fields (``versions.verl``, ``git.commit``, ``nodes``...), then
+    the config's keys as verl names them (``actor_rollout_ref.actor.optim.lr``; ``config.`` in front
+    only of a top-level key that a field of the card also has)."""
+    out = flatten({k: v for k, v in card.items() if k != "config" and (identity or k not in IDENTITY_FIELDS)})
+    config = card.get("config")
+    if isinstance(config, dict):
+        for key, value in flatten(config).items():
+            out[f"config.{key}" if key.split(".", 1)[0] in CARD_FIELDS else key] = value
+    return out
+
+
+class Absent:
+    """A key that one card has and the other has not (printed as ``(absent)``)."""
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT = Absent()
+Difference = tuple[str, Json | Absent, Json | Absent]
+
+
+def _named(value: Json, names: Mapping[str, str]) -> str:
+    """``value`` as JSON text with one run's names put in place of the other's."""
+    text = json.dumps(value, sort_keys=True)
+    for old, new in sorted(names.items(), key=lambda item: len(item[0]), reverse=True):
+        text = text.replace(old, new)
+    return text
+
+
+def _derived(card: Mapping[str, Json]) -> dict[str, str]:
+    """The card's {config key: the key it copies}, as the card's dotted keys."""
+    given = card.get("derived")
+    if not isinstance(given, dict):
+        return {}
+    top = set(CARD_FIELDS)
+
+    def dotted(key: str) -> str:
+        return f"config.{key}" if key.split(".", 1)[0] in top else key
+
+    return {dotted(k): dotted(v) for k, v in given.items() if isinstance(v, str)}
+
+
+def _same(a: Json, b: Json) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def differences(first: Mapping[str, Json], second: Mapping[str, Json]) -> tuple[list[Difference], list[str]]:
+    """(the keys whose values differ, sorted; the keys that differ only by nature, set apart).
+
+    The identity fields (project, experiment_name, created, notes) are not compared: two runs are
+    two names by nature. A value that is the same once the first run's project and experiment name
+    are read as the second's (``trainer.experiment_name``, ``trainer.default_local_dir``, a command
+    line that names the experiment) is identity too; and so is a key that verl's own config makes
+    a copy of another (``actor_rollout_ref.actor.rollout_n: ${actor_rollout_ref.rollout.n}``, the
+    card's ``derived``) while it holds that key's value in both runs; and the command line when it
+    differs only by the runs' names and the overrides of keys the diff shows. Those are set apart,
+    not listed as differences: what they follow is."""
+    a, b = card_keys(first, identity=False), card_keys(second, identity=False)
+    names = {
+        str(first.get(k)): str(second.get(k))
+        for k in ("experiment_name", "project")
+        if isinstance(first.get(k), str) and len(str(first.get(k))) >= 3 and first.get(k) != second.get(k)
+    }
+    derived = {**_derived(second), **_derived(first)}
+    found: list[Difference] = []
+    by_name: list[str] = []
+    for key in sorted(set(a) | set(b)):
+        if key in a and key in b:
+            left, right = a[key], b[key]
+            if type(left) is type(right) and left == right:
+                continue
+            if names and _named(left, names) == json.dumps(right, sort_keys=True):
+                by_name.append(key)
+                continue
+            source = derived.get(key)
+            if source in a and source in b and _same(a[source], left) and _same(b[source], right):
+                by_name.append(key)
+                continue
+            found.append((key, left, right))
+        else:
+            found.append((key, a[key] if key in a else ABSENT, b[key] if key in b else ABSENT))
+    told = {key for key, _, _ in found} | set(by_name)
+    for item in [d for d in found if d[0] == "command"]:
+        if _overrides_of(item[1], item[2], told, names):
+            found.remove(item)
+            by_name.append("command")
+    return found, by_name
+
+
+def _overrides_of(left: Json | Absent, right: Json | Absent, keys: set[str], names: Mapping[str, str]) -> bool:
+    """True when two command lines differ only in Hydra overrides (``a.b=v``) of ``keys`` (the keys
+    the diff shows already) and in the runs' names: the command adds nothing to the diff then."""
+    if not (isinstance(left, list) and isinstance(right, list)) or len(left) != len(right):
+        return False
+    for one, other in zip(left, right):
+        if one == other or (names and _named(one, names) == json.dumps(other, sort_keys=True)):
+            continue
+        if not (isinstance(one, str) and isinstance(other, str)):
+            return False
+        key, eq, _ = one.partition("=")
+        if not eq or other.partition("=")[0] != key or key.lstrip("+~") not in keys:
+            return False
+    return True

@@ -1,0 +1,91 @@
+"""Each run's share of the hub's memory bound: one run (one run credential) can never take what another needs.
+
+The rule: with ``n`` runs holding memory in the hub (the pushing one counted), a run may hold at most
+
+    share = memory_limit x max(MIN_SHARE, min(SOLO_SHARE, 1 / n))
+
+- alone, a run may use three quarters of the bound (most of it), and a quarter is always left for
+  the next run to arrive, even when the first one's latest values (which cannot be dropped) fill
+  its share;
+- two runs may hold half each, three a third, four or more a quarter each: a run never holds less
+  than a quarter because others exist (100 runs are bounded by the whole bound, and none of them by
+  a hundredth of it), and never more than its fair share once the bound is full.
+
+A push that would grow its run (new streams or series: latest values, which cannot be dropped
+later) past its share first drops that run's own oldest history; when its latest values leave no
+room, the push is refused with ``RunShareFull`` (429, Retry-After: the sender keeps the batches and
+sends them again later, nothing is dropped as bad data). History is held to the shares when the
+whole bound is full: the oldest history of the runs over their share goes first, then the pushing
+run's own; a run under its share never loses a batch to another run's push, and a run alone may
+fill the whole bound with history.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+
+from verl_rl_insight.contract.errors import Busy
+from verl_rl_insight.server.metrics.positions import StreamKey
+
+Run = tuple[str, str]  # (project, experiment_name)
+MIN_SHARE = 0.25  # a run may always hold this much of the bound, however many runs there are
+SOLO_SHARE = 0.75  # ... and at most this much, even alone: the rest is the next run's
+RETRY_AFTER_S = 5  # what a run refused for its share is told to wait before it sends again
+
+
+class RunShareFull(Busy):
+    """A run holds its whole share of the hub's memory bound: it retries later, nothing is dropped."""
+
+    retry_after_s = RETRY_AFTER_S
+
+
+class BoundFull(Busy):
+    """The whole bound is held by latest values every run still needs: a full budget, not bad data,
+    so the sender keeps the batch and retries (429 with Retry-After), as for a run's share."""
+
+    retry_after_s = RETRY_AFTER_S
+
+
+def share_of(limit: int, runs: int) -> int:
+    """What one of ``runs`` runs may hold of ``limit``: max(MIN_SHARE, min(SOLO_SHARE, 1 / runs)) of it."""
+    return int(limit * max(MIN_SHARE, min(SOLO_SHARE, 1 / max(runs, 1))))
+
+
+def run_of(key: StreamKey) -> Run:
+    """The run a stream belongs to (every pushed stream has both labels)."""
+    labels = dict(key)
+    return (labels.get("project", ""), labels.get("experiment_name", ""))
+
+
+class RunBudgets:
+    """The bytes each run holds in the hub (its streams' booked bytes and history)."""
+
+    def __init__(self) -> None:
+        self.held: collections.Counter[Run] = collections.Counter()
+
+    def charge(self, run: Run, nbytes: int) -> None:
+        """Book ``nbytes`` (negative: give back) to ``run``."""
+        held = self.held[run] + nbytes
+        if held > 0:
+            self.held[run] = held
+        else:
+            del self.held[run]
+
+    def share(self, limit: int, pushing: Iterable[Run] = ()) -> int:
+        """What one run may hold under ``limit`` now, with the runs of a push (``pushing``) counted."""
+        return share_of(limit, len(self.held) + sum(1 for run in pushing if run not in self.held))
+
+    def over_share(self, share: int) -> set[Run]:
+        """The runs that hold more than ``share``: theirs is the history that goes first."""
+        return {run for run, held in self.held.items() if held > share}
+
+
+def refusal(run: Run, share: int, limit: int) -> RunShareFull:
+    project, experiment = run
+    return RunShareFull(
+        f"run {project[:80]!r} / {experiment[:80]!r} holds its whole share of the hub's memory "
+        f"({share / 2**20:.1f} of memory_limit_mb {limit / 2**20:.0f} MiB: a run holds at most "
+        f"max({MIN_SHARE:g}, min({SOLO_SHARE:g}, 1 / runs)) of it) in latest values; retry later, or raise "
+        "memory_limit_mb, or use fewer label sets"
+    )

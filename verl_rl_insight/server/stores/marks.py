@@ -1,0 +1,272 @@
+"""Marks on a run's steps (``rl-insight runs mark``, ``POST /api/v1/runs/marks``).
+
+A mark names one step of one run, a person's text, and whether the detectors start their
+baselines again there. It is kept in ``<data>/marks.json`` (0600, written whole with fsync and
+rename; a damaged file is moved aside and named in the log), one mark per step (marking a step
+again replaces its mark), at most ``MAX_MARKS_PER_RUN`` per run and ``MAX_MARKS`` in all (one more
+is a 422).
+
+The hub exposes each mark whose step's time is known as ``rl_insight_hub_run_mark{project,
+experiment_name, mark, step, reset_baseline}`` with the step's trainer time in ms as its value:
+Grafana's Prometheus annotation with ``useValueForTime`` draws it at that time, whenever the mark
+was made. The step's time comes from the trainer's own steps as the hub takes them (the last
+``RECENT_STEPS`` of each run), else from the server's Prometheus, else it is set when the step
+arrives (a mark made ahead of a planned change).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import msgspec
+
+from verl_rl_insight.contract.errors import BadInput, NotFound, OverCapacity
+from verl_rl_insight.contract.marks import (
+    MARK_METRIC,
+    MARK_TEXT_PATTERN,
+    MARK_TEXT_RULE,
+    MAX_MARKS,
+    MAX_MARKS_PER_RUN,
+    MarkBody,
+)
+from verl_rl_insight.contract.run_credential import check_run
+from verl_rl_insight.contract.wire import Batch, field_problem
+from verl_rl_insight.server.metrics.exposition import label_text
+from verl_rl_insight.server.stores.files import set_aside, write_atomically
+
+logger = logging.getLogger("verl_rl_insight.server")
+
+MARK_BYTES = 600  # a mark's record and its slot in the store
+LINE_COPIES = 5  # its exposition line, in as many copies as the hub holds of a series' line (hub.py)
+RECENT_STEPS = 64  # per run: the steps' trainer times kept to place a mark made just after
+RECENT_RUNS = 256
+Run = tuple[str, str]
+
+
+class MarkError(BadInput):
+    """A mark that breaks a rule; the message names the field."""
+
+
+@dataclass
+class Mark:
+    step: int
+    text: str
+    reset_baseline: bool
+    created: float
+    time: float | None  # the step's trainer time (None: the step has not been seen yet)
+
+    def as_json(self, run: Run) -> dict[str, object]:
+        return {"project": run[0], "experiment_name": run[1], **asdict(self)}
+
+    def nbytes(self, run: Run) -> int:
+        """What holding it costs: the record, and its line in every copy of a scrape's body."""
+        line = len(MARK_METRIC) + 120 + len(run[0].encode()) + len(run[1].encode()) + len(self.text.encode())
+        return MARK_BYTES + LINE_COPIES * line
+
+
+class MarkStore:
+    def __init__(
+        self,
+        path: Path | None = None,
+        on_reset: Callable[[str, str, int], None] | None = None,
+        step_time: Callable[[str, str, int], float | None] | None = None,
+        max_per_run: int = MAX_MARKS_PER_RUN,
+        max_total: int = MAX_MARKS,
+    ) -> None:
+        self.path = path
+        self.on_reset = on_reset  # the live detectors start their baselines again at the step
+        self.step_time = step_time  # a step's trainer time from the server's Prometheus
+        self.on_change: Callable[[], None] | None = None  # the hub's exposition changed
+        # books bytes (negative: gives back) under the hub's memory bound: hub.book_other("marks", n)
+        self.book: Callable[[int], bool] = lambda nbytes: True
+        self.max_per_run, self.max_total = max_per_run, max_total
+        self._lock = threading.Lock()
+        self._marks: dict[Run, dict[int, Mark]] = {}
+        self._recent: OrderedDict[Run, OrderedDict[int, float]] = OrderedDict()
+        if path is not None and path.exists():
+            self._load(path)
+        if on_reset is not None:  # a restarted server's detectors hear the resets again
+            for (project, experiment), marks in self._marks.items():
+                for mark in marks.values():
+                    if mark.reset_baseline:
+                        on_reset(project, experiment, mark.step)
+
+    def _load(self, path: Path) -> None:
+        try:
+            saved = json.loads(path.read_text())
+            for item in saved["marks"]:
+                run = (str(item["project"]), str(item["experiment_name"]))
+                at = item["time"]
+                mark = Mark(
+                    int(item["step"]),
+                    str(item["text"]),
+                    bool(item["reset_baseline"]),
+                    float(item["created"]),
+                    None if at is None else float(at),
+                )
+                self._marks.setdefault(run, {})[mark.step] = mark
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._marks = {}
+            set_aside(path, str(exc)[:200])
+
+    def _save(self) -> None:
+        if self.path is not None:
+            marks = [m.as_json(run) for run, by_step in self._marks.items() for m in by_step.values()]
+            write_atomically(self.path, json.dumps({"marks": marks}), mode=0o600)
+
+    def book_all(self, book: Callable[[int], bool]) -> None:
+        """Book what the marks read back hold, and every mark from now on, with ``book``."""
+        with self._lock:
+            self.book = book
+            book(sum(m.nbytes(run) for run, marks in self._marks.items() for m in marks.values()))
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    # -- what the API does -------------------------------------------------------------------
+    def add(self, body: bytes, run_only: Run | None = None) -> dict[str, object]:
+        """A mark from a ``MarkBody`` (``run_only``: the run a run credential may mark); returns it."""
+        try:
+            ask = msgspec.json.decode(body, type=MarkBody)
+        except msgspec.ValidationError as exc:
+            problem = field_problem(exc, "a mark: project, experiment_name, step, text, reset_baseline?")
+            if problem.startswith("text ") and repr(MARK_TEXT_PATTERN) in str(exc):
+                problem = f"text {MARK_TEXT_RULE}"
+            raise MarkError(problem) from None
+        except msgspec.DecodeError as exc:
+            raise MarkError(f"body is not valid JSON: {str(exc)[:200]}") from None
+        run = (ask.project, ask.experiment_name)
+        check_run(run_only, *run, "project, experiment_name")
+        at = self._known_time(run, ask.step)
+        mark = Mark(ask.step, ask.text, ask.reset_baseline, time.time(), at)
+        with self._lock:
+            here = self._marks.get(run, {})
+            if ask.step not in here:
+                if len(here) >= self.max_per_run:
+                    raise OverCapacity(
+                        f"{run[0]}/{run[1]} has {self.max_per_run} marks already: remove one with "
+                        "`rl-insight runs unmark --step N`"
+                    )
+                if sum(map(len, self._marks.values())) >= self.max_total:
+                    raise OverCapacity(f"{self.max_total} marks on this server already: remove some of old runs")
+            old = here.get(ask.step)
+            if old is not None and mark.time is None:
+                mark.time = old.time
+            if not self.book(mark.nbytes(run) - (old.nbytes(run) if old is not None else 0)):
+                raise OverCapacity("the server's memory bound (memory_limit_mb) has no room for one more mark")
+            self._marks.setdefault(run, {})[ask.step] = mark
+            self._save()
+        if mark.reset_baseline and self.on_reset is not None:
+            self.on_reset(run[0], run[1], mark.step)
+        self._changed()
+        return mark.as_json(run)
+
+    def _known_time(self, run: Run, step: int) -> float | None:
+        with self._lock:
+            recent = self._recent.get(run)
+            if recent is not None:
+                if step in recent:
+                    return recent[step]
+                if step > next(reversed(recent)):
+                    return None  # not reached yet: set when it arrives
+        # None where Prometheus does not say (down, or the step is not there): set when the step arrives
+        return self.step_time(run[0], run[1], step) if self.step_time is not None else None
+
+    def of_run(self, project: str, experiment: str) -> dict[str, object]:
+        """The run's marks, by step."""
+        with self._lock:
+            marks = sorted(self._marks.get((project, experiment), {}).values(), key=lambda m: m.step)
+            return {"marks": [m.as_json((project, experiment)) for m in marks]}
+
+    def remove(self, project: str, experiment: str, step: int, run_only: Run | None = None) -> dict[str, object]:
+        check_run(run_only, project, experiment, "project, experiment_name")
+        with self._lock:
+            mark = self._marks.get((project, experiment), {}).pop(step, None)
+            if mark is None:
+                raise NotFound(f"step: no mark at step {step} of {project[:100]}/{experiment[:100]}")
+            self.book(-mark.nbytes((project, experiment)))
+            if not self._marks[(project, experiment)]:
+                del self._marks[(project, experiment)]
+            self._save()
+        self._changed()
+        return {"removed": mark.as_json((project, experiment))}
+
+    def forget(self, project: str, experiment: str) -> int:
+        """Remove every mark of a run (``rl-insight runs delete``); returns how many there were."""
+        with self._lock:
+            gone = self._marks.pop((project, experiment), {})
+            self._recent.pop((project, experiment), None)
+            self.book(-sum(m.nbytes((project, experiment)) for m in gone.values()))
+            if gone:
+                self._save()
+        if gone:
+            self._changed()
+        return len(gone)
+
+    def resets(self, project: str, experiment: str) -> list[int]:
+        with self._lock:
+            return sorted(m.step for m in self._marks.get((project, experiment), {}).values() if m.reset_baseline)
+
+    # -- what the hub calls ------------------------------------------------------------------
+    def observe(self, batches: Sequence[Batch]) -> None:
+        """A hub listener: the trainer's steps and their times; a mark waiting for its step gets its time."""
+        placed = False
+        with self._lock:
+            touched: set[Run] = set()
+            for batch in batches:
+                labels = dict(batch.labels)
+                if batch.step is None or set(labels) != {"project", "experiment_name"}:
+                    continue
+                run = (labels["project"], labels["experiment_name"])
+                recent = self._recent.get(run)
+                if recent is None:
+                    recent = self._recent[run] = OrderedDict()
+                    while len(self._recent) > RECENT_RUNS:
+                        self._recent.popitem(last=False)
+                self._recent.move_to_end(run)
+                recent.setdefault(batch.step, batch.time)
+                while len(recent) > RECENT_STEPS:
+                    recent.popitem(last=False)
+                touched.add(run)
+            for run in touched & self._marks.keys():
+                newest = max(self._recent[run])
+                for mark in self._marks[run].values():
+                    if mark.time is None and mark.step <= newest:
+                        after = [(s, t) for s, t in self._recent[run].items() if s >= mark.step]
+                        if after:
+                            mark.time = min(after)[1]  # its step, or the first after it the trainer logged
+                            placed = True
+            if placed:
+                self._save()
+        if placed:
+            self._changed()
+
+    def lines(self) -> list[str]:
+        """The mark series in the exposition format (label values escaped; the text has no controls)."""
+        with self._lock:
+            found = [(run, m) for run, marks in self._marks.items() for m in marks.values() if m.time is not None]
+        if not found:
+            return []
+        lines = [f"# TYPE {MARK_METRIC} gauge"]
+        for (project, experiment), mark in found:
+            labels = label_text(
+                sorted(
+                    {
+                        "project": project,
+                        "experiment_name": experiment,
+                        "mark": mark.text,
+                        "step": str(mark.step),
+                        "reset_baseline": "true" if mark.reset_baseline else "false",
+                    }.items()
+                )
+            )
+            lines.append(f"{MARK_METRIC}{{{labels}}} {int((mark.time or 0.0) * 1000)}")
+        return lines
