@@ -2,7 +2,8 @@
 
 1. ingest: samples per second through HTTP (the real server process, pushes of 100 batches x
    300 scalars over one kept-alive connection), against ``json.loads`` of the same bodies in this
-   process (the least work any JSON push API does);
+   process (the least work any JSON push API does); again with ``training/global_step`` in every
+   batch, as verl's trainers log it (``ingest_with_global_step``: the hub reads it as the step);
 2. render: ``/metrics`` of 10k / 100k / 500k series after every series changed, against
    ``prometheus_client.generate_latest`` of a registry holding the same series;
 3. push latency while ``/metrics`` of 500k series is rendered over and over, against push
@@ -28,7 +29,8 @@ from hub_process import free_port, start_hub
 from verl_rl_insight.server.metrics.hub import MetricHub
 
 
-def push_body(streams, series, step, prefix="rl_insight_monitor_metric_"):
+def push_body(streams, series, step, prefix="rl_insight_monitor_metric_", global_step=False):
+    extra = {"rl_insight_monitor_training_global_step": step} if global_step else {}
     return json.dumps(
         {
             "batches": [
@@ -37,7 +39,7 @@ def push_body(streams, series, step, prefix="rl_insight_monitor_metric_"):
                     "experiment_name": f"run-{s}",
                     "step": step,
                     "time": 1.7e9 + step,
-                    "metrics": {f"{prefix}{i}": step + i / 7 for i in range(series)},
+                    "metrics": {**{f"{prefix}{i}": step + i / 7 for i in range(series)}, **extra},
                 }
                 for s in range(streams)
             ]
@@ -45,8 +47,8 @@ def push_body(streams, series, step, prefix="rl_insight_monitor_metric_"):
     ).encode()
 
 
-def ingest(rounds):
-    bodies = [push_body(100, 300, step) for step in range(1, 21)]
+def ingest(rounds, global_step=False):
+    bodies = [push_body(100, 300, step, global_step=global_step) for step in range(1, 21)]
     samples = 100 * 301 * len(bodies)
     parse, served = [], []
     with tempfile.TemporaryDirectory() as data:
@@ -179,7 +181,11 @@ def main():
     args = parser.parse_args()
     sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 500_000)
     seconds = 5 if args.quick else 15
-    result = {"ingest": ingest(args.rounds), "render": render(sizes, args.rounds)}
+    result = {
+        "ingest": ingest(args.rounds),
+        "ingest_with_global_step": ingest(args.rounds, global_step=True),
+        "render": render(sizes, args.rounds),
+    }
     idle = push_latency(0, seconds)
     result["push_latency"] = {"idle": idle, **{f"rendering_{n}": push_latency(n, seconds) for n in (10_000, sizes[-1])}}
     for figures in result["push_latency"].values():

@@ -15,6 +15,7 @@ from tests.helpers import (
     wait_for,
     write_server_config,
 )
+from verl_rl_insight.commands.demo.verl_step import step_metrics
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")
 RIGHT = ["trainer.logger=[console,rl_insight]", "actor_rollout_ref.rollout.disable_log_stats=False"]
@@ -42,7 +43,7 @@ def test_healthy_setup_every_check_is_ok(server, monkeypatch):
     from verl.utils.tracking import Tracking
 
     tracking = Tracking("doc", "healthy", default_backend=["rl_insight"])
-    tracking.log({"actor/pg_loss": 0.1}, step=1)
+    tracking.log(step_metrics(1), step=1)  # what verl's trainer logs at a step
     tracking.finish()
     prom = stack_prometheus(server["data_dir"], server["prometheus_port"])
     wait_for(

@@ -195,10 +195,11 @@ def test_each_injected_online_mode_fires_its_alert_for_its_run(failures_pushed):
 
 NAN_SCRIPT = """
 from verl.utils.tracking import Tracking
+from verl_rl_insight.commands.demo.verl_step import step_metrics  # what verl's trainer logs at a step
 tracking = Tracking("health", "nan-loss", default_backend=["rl_insight"])
 for step in range(1, 6):
-    tracking.log({"actor/pg_loss": 0.5 / step, "actor/grad_norm": 1.0, "actor/entropy": 0.9}, step=step)
-tracking.log({"actor/pg_loss": float("nan"), "actor/grad_norm": 1.0, "actor/entropy": 0.9}, step=6)
+    tracking.log(step_metrics(step, 6), step=step)
+tracking.log({**step_metrics(6, 6), "actor/pg_loss": float("nan")}, step=6)
 tracking.finish()
 print("LOGGED")
 """

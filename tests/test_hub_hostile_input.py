@@ -34,7 +34,6 @@ def batch(**overrides):
         ("label name ending in a newline", {"batches": [batch(labels={"evil\n": "x"})]}, "invalid label name"),
         ("label value with a lone surrogate", {"batches": [batch(labels={"node": "\ud800"})]}, "labels.node"),
         ("experiment with a C1 control", {"batches": [batch(experiment_name="a\x85b")]}, "experiment_name"),
-        ("the hub's own metric name", {"batches": [batch(metrics={"rl_insight_hub_series": 1})]}, "hub's own"),
         ("a 400-digit step", {"batches": [batch(step=10**400)]}, "step"),
         ("a value too large for a float", {"batches": [batch(metrics={"loss": 10**400})]}, "metrics.loss"),
         ("a time in the far future", {"batches": [batch(time=1e300)]}, "time"),
@@ -49,6 +48,25 @@ def test_hostile_pushes_are_refused_naming_the_field_and_every_scrape_still_pars
     assert status == 400, f"{what}: {status} {body[:200]}"
     assert field in json.loads(body)["error"], f"{what}: {body[:300]}"
     assert "bad" not in good_run_still_scrapes(server)
+
+
+@pytest.mark.parametrize(
+    "name", ["rl_insight_hub_series", "rl_insight_health_finding", "rl_insight_timeline_idle_ratio"]
+)
+def test_the_servers_own_metric_names_are_dropped_from_a_push_naming_them_and_the_rest_applied(hub_server, name):
+    """A name the server makes itself is not the client's to write: that key is left out (the
+    answer names it), the rest of the batch applied, and the scrape still parses."""
+    server = hub_server()
+    assert push(server.url, {"batches": [GOOD]})[0] == 200
+    status, body = push(server.url, {"batches": [batch(metrics={name: 1, "loss": 0.25})]})
+    assert status == 200 and name in json.loads(body)["dropped_keys"], body[:300]
+    text = good_run_still_scrapes(server)
+    assert 'loss{experiment_name="bad",project="p"} 0.25' in text
+    assert f"{name}{{" not in text and f"{name} 1" not in text
+    # the trainer's own rl_insight_timeline_* span counters are not the server's
+    counter = "rl_insight_timeline_exported_spans_total"
+    assert push(server.url, {"batches": [batch(step=2, metrics={counter: 3})]})[0] == 200
+    assert f'{counter}{{experiment_name="bad",project="p"}} 3.0' in good_run_still_scrapes(server)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.helpers import REPO, run_python
+from verl_rl_insight.commands.demo.verl_step import step_metrics
 from verl_rl_insight.trainer import hookspecs
 from verl_rl_insight.trainer.config import ConfigError, load_config
 
@@ -42,7 +43,7 @@ def test_unknown_plugin_name_in_a_training_run_is_logged_and_training_goes_on(hu
         default_backend=["rl_insight"],
         config={"rl_insight": {"plugins": {"hardwear": {"enabled": False}}}},
     )
-    tracking.log({"x": 1.0}, step=1)
+    tracking.log(step_metrics(1), step=1)
     tracking.finish()
     assert "unknown rl-insight plugin(s) in config: hardwear" in caplog.text
     assert server.hub.streams()[0]["step"] == 1  # the rest of monitoring still works
@@ -57,7 +58,7 @@ def test_hydra_override_switches_a_plugin_off(hub_server, monkeypatch, where):
     block = {"plugins": {"trainer_metrics": {"enabled": False}}}
     config = {"rl_insight": block} if where == "top-level" else {"trainer": {"rl_insight": block}}
     tracking = Tracking("p", "off", default_backend=["rl_insight"], config=config)
-    tracking.log({"x": 1.0}, step=1)
+    tracking.log(step_metrics(1), step=1)
     tracking.finish()
     assert server.hub.streams() == []
 
@@ -120,9 +121,10 @@ def example_plugin_dir(tmp_path_factory):
 PLUGIN_RUN = """
 import json, os
 from verl.utils.tracking import Tracking
+from verl_rl_insight.commands.demo.verl_step import step_metrics
 config = json.loads(os.environ["PLUGIN_RUN_CONFIG"]) if "PLUGIN_RUN_CONFIG" in os.environ else None
 tracking = Tracking("p", "plugin-run", default_backend=["rl_insight"], config=config)
-tracking.log({"actor/pg_loss": 1.0}, step=1)
+tracking.log(step_metrics(1), step=1)  # what verl's trainer logs at a step
 tracking.finish()
 """
 
@@ -139,7 +141,8 @@ def run_with_plugin(plugin_dir, out, config=None, extra_env=None):
 def test_third_party_plugin_is_called_then_disabled_through_config(example_plugin_dir, tmp_path):
     out = tmp_path / "calls.jsonl"
     [call] = run_with_plugin(example_plugin_dir, out)
-    assert call == {"project": "p", "experiment_name": "plugin-run", "step": 1, "keys": ["actor/pg_loss"]}
+    keys = sorted(step_metrics(1))
+    assert call == {"project": "p", "experiment_name": "plugin-run", "step": 1, "keys": keys}
     out.unlink()
     assert (
         run_with_plugin(

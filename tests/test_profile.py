@@ -22,8 +22,8 @@ from tests.helpers import (
     wait_for,
     write_server_config,
 )
-from tests.verl_steps import verl_step
 from verl_rl_insight.commands.demo.command import PROJECT, compose
+from verl_rl_insight.commands.demo.verl_step import step_metrics
 from verl_rl_insight.trainer.plugins.profiler import arm, capability, refusal
 
 TOKEN = "profile-token"
@@ -202,16 +202,14 @@ def profile_server():
 def test_a_mistyped_run_is_refused_naming_the_known_ones_and_wait_ends_when_the_run_logs_no_more(
     profile_server, monkeypatch
 ):
-    import random
 
     from verl.utils.tracking import Tracking
 
     server = profile_server
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
     tracking = Tracking("proj", "run-a", default_backend=["rl_insight"])
-    rng = random.Random(0)
     for step in (1, 2):
-        tracking.log(verl_step(step, rng), step=step)
+        tracking.log(step_metrics(step, 10), step=step)
     wait_for(lambda: [s for s in server.hub.streams() if s["step"] == 2], 10, what="step 2 at the hub")
 
     typo = rl_insight("profile", "--project", "proj", "--experiment", "run-b", "--steps", "9", "--server", server.url)
@@ -233,7 +231,6 @@ def test_a_mistyped_run_is_refused_naming_the_known_ones_and_wait_ends_when_the_
 
 
 def test_wait_on_a_run_that_has_finished_ends_with_a_line_saying_so(monitoring_server, monkeypatch):
-    import random
     import urllib.parse
 
     from verl.utils.tracking import Tracking
@@ -241,9 +238,8 @@ def test_wait_on_a_run_that_has_finished_ends_with_a_line_saying_so(monitoring_s
     hub, prom = monitoring_server
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", hub)
     tracking = Tracking("proj", "done", default_backend=["rl_insight"])
-    rng = random.Random(0)
     for step in (1, 2):
-        tracking.log(verl_step(step, rng), step=step)
+        tracking.log(step_metrics(step, 10), step=step)
     tracking.finish()  # rl_insight_run_finished 1
 
     def finished_in_prometheus():

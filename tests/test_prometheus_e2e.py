@@ -16,6 +16,7 @@ from tests.helpers import (
     start_hub_process,
     wait_for,
 )
+from verl_rl_insight.commands.demo.verl_step import step_metrics
 from verl_rl_insight.trainer.plugins import metric_push
 
 cli = rl_insight
@@ -57,8 +58,9 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
         from verl.utils.tracking import Tracking
 
         tracking = Tracking("e2e", "prom-run", default_backend=["console", "rl_insight"])
-        for step in (1, 2, 3):
-            tracking.log({"actor/pg_loss": -0.25 * step, "actor/grad_norm": 1.0 + step}, step=step)
+        for step in (1, 2, 3):  # what verl's trainer logs at a step, two of its values pinned
+            pinned = {"actor/pg_loss": -0.25 * step, "actor/grad_norm": 1.0 + step}
+            tracking.log({**step_metrics(step, 3), **pinned}, step=step)
         tracking.finish()
 
         prom = stack_prometheus(tmp_path / "data", prom_port)
@@ -126,7 +128,7 @@ def test_hub_restarted_mid_run_every_step_reaches_prometheus_once_in_order_with_
             if step == 21:
                 hub = start_hub_process(port, tmp_path)  # and comes back
             logged[step] = time.time()
-            tracking.log({"actor/pg_loss": float(step)}, step=step)
+            tracking.log({**step_metrics(step, 30), "actor/pg_loss": float(step)}, step=step)
             sender = sender or metric_push.sender()
             time.sleep(0.2)
         assert sender.stats["failed_requests"] >= 1  # the outage was noticed...
@@ -171,8 +173,8 @@ def test_server_down_for_the_whole_run_training_finishes_and_nothing_blocks(monk
     from verl.utils.tracking import Tracking
 
     tracking = Tracking("e2e", "down", default_backend=["rl_insight"])
-    for step in range(1, 201):
-        tracking.log({f"m/{i}": float(i) for i in range(150)}, step=step)
+    for step in range(1, 201):  # what verl's trainer logs at a step
+        tracking.log(step_metrics(step, 200), step=step)
     sender = metric_push.sender()
     # everything is kept for replay; the training thread never sent anything itself
     # 200 steps and the run's rl_insight_run_finished=0 marker

@@ -15,6 +15,7 @@ from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.utils.tracking import Tracking
 from verl_rl_insight.commands.demo.simulation import SimulatedTokenizer, batch_for
+from verl_rl_insight.commands.demo.verl_step import step_metrics
 
 data = batch_for(3, random.Random(0), batch=8)
 scores = data.batch["token_level_scores"].sum(-1)
@@ -34,7 +35,7 @@ class Trainer:
 
 tracking = Tracking("samples", "run", default_backend=["rl_insight"])
 Trainer().step()
-tracking.log({"actor/pg_loss": 0.5}, step=3)
+tracking.log(step_metrics(3), step=3)  # what verl's trainer logs at a step
 tracking.finish()
 length = int(mask[int(scores.argmin())].sum())
 worst_text = SimulatedTokenizer().decode(data.batch["responses"][int(scores.argmin()), :length].tolist())

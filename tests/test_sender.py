@@ -208,19 +208,17 @@ def test_a_wrong_token_is_named_as_refused_not_as_an_outage_and_no_replay_is_pro
 def test_a_burst_of_2000_log_calls_with_a_healthy_server_loses_none(hub_server, monkeypatch):
     """verl's real Tracking, logging a step dict made by verl's own metric functions 2,000 times
     back to back (faster than the sender's 0.25 s poll): every batch reaches the hub."""
-    import random
-
     from verl.utils.tracking import Tracking
 
-    from tests.verl_steps import verl_step
+    from verl_rl_insight.commands.demo.verl_step import step_metrics
     from verl_rl_insight.trainer.plugins import metric_push
 
     server = hub_server()
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
     tracking = Tracking("p", "burst", default_backend=["rl_insight"])
-    logged = verl_step(1, random.Random(0))
-    for step in range(1, 2001):
-        tracking.log(dict(logged), step=step)
+    logged = [step_metrics(step, 2000) for step in range(1, 2001)]  # made first: then logged back to back
+    for step, metrics in enumerate(logged, start=1):
+        tracking.log(metrics, step=step)
     sender = metric_push._sender
     assert sender is not None and sender.flush(60)
     assert sender.stats["dropped_batches"] == 0, dict(sender.stats)

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from tests.helpers import http, old_verl, run_python, wait_for
+from verl_rl_insight.commands.demo.verl_step import step_metrics
 from verl_rl_insight.trainer.plugins import metric_push
 
 
@@ -20,8 +21,9 @@ def test_verl_0_9_tracking_sends_every_scalar_with_project_and_experiment(hub_se
     from verl.utils.tracking import Tracking
 
     tracking = Tracking("proj", "exp-0.9", default_backend=["console", "rl_insight"])
-    for step in (1, 2, 3):
-        tracking.log({"actor/pg_loss": 0.1 * step, "critic/score/mean": step, "timing_s/gen": 1.5}, step=step)
+    for step in (1, 2, 3):  # what verl's trainer logs at a step, three of its values pinned
+        metrics = {**step_metrics(step, 3), "actor/pg_loss": 0.1 * step, "critic/score/mean": step, "timing_s/gen": 1.5}
+        tracking.log(metrics, step=step)
     tracking.finish()
     [stream] = server.hub.streams()
     assert stream["labels"] == {"project": "proj", "experiment_name": "exp-0.9"}
@@ -99,12 +101,14 @@ def test_verl_0_9_rl_insight_logger_is_routed_here_without_the_rl_insight_packag
 
 
 OLD_VERL_SCRIPT = """
+import json, os
 import verl
 from verl.utils.tracking import Tracking
 assert verl.__version__ == {version!r}, verl.__version__
 tracking = Tracking("proj", "exp-{version}", default_backend=["console", "rl_insight"])
+steps = json.loads(os.environ["VERL_STEPS"])  # what verl's trainer logs at a step (built by the test)
 for step in (1, 2, 3):
-    tracking.log({{"actor/pg_loss": 0.5 / step, "critic/vf_loss": 2.0}}, step=step)
+    tracking.log({{**steps[str(step)], "actor/pg_loss": 0.5 / step, "critic/vf_loss": 2.0}}, step=step)
 print("LOGGED")
 # no finish(): verl < 0.9 has none; the backend must flush at interpreter exit
 """
@@ -114,8 +118,11 @@ print("LOGGED")
 def test_older_verl_accepts_rl_insight_and_flushes_at_exit(hub_server, version):
     server = hub_server()
     target = old_verl(version)
+    steps = json.dumps({step: {k: float(v) for k, v in step_metrics(step, 3).items()} for step in (1, 2, 3)})
     result = run_python(
-        OLD_VERL_SCRIPT.format(version=version), pythonpath=target, env={"RL_INSIGHT_SERVER_URL": server.url}
+        OLD_VERL_SCRIPT.format(version=version),
+        pythonpath=target,
+        env={"RL_INSIGHT_SERVER_URL": server.url, "VERL_STEPS": steps},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "LOGGED" in result.stdout
@@ -131,7 +138,7 @@ def test_training_goes_on_when_no_server_url_is_set(caplog):
     from verl.utils.tracking import Tracking
 
     tracking = Tracking("proj", "no-url", default_backend=["rl_insight"])
-    tracking.log({"x": 1.0}, step=1)
+    tracking.log(step_metrics(1), step=1)
     tracking.finish()
     assert "RL_INSIGHT_SERVER_URL is not set" in caplog.text
 
@@ -152,7 +159,7 @@ def test_a_failing_plugin_does_not_reach_the_training_loop(hub_server, monkeypat
     tracking = Tracking("proj", "broken-plugin", default_backend=["rl_insight"])
     runtime.get_runtime().pm.register(Broken())
     for step in (1, 2):
-        tracking.log({"x": 1.0}, step=step)
+        tracking.log(step_metrics(step), step=step)
     assert caplog.text.count("a plugin failed while logging metrics") == 1
     tracking.finish()
 
@@ -163,13 +170,15 @@ def test_streams_endpoint_lists_what_the_hub_holds(hub_server, monkeypatch):
     from verl.utils.tracking import Tracking
 
     tracking = Tracking("proj", "listed", default_backend=["rl_insight"])
-    tracking.log({"x": 1.0}, step=5)
+    metrics = step_metrics(5)
+    tracking.log(metrics, step=5)
     tracking.finish()
     body = json.loads(wait_for(lambda: http("GET", server.url + "/api/v1/streams")[1], what="streams"))
-    # the series it counts are the run's series the hub exposes (x among them), whatever the hub adds
+    # every key (training/global_step is the global step gauge), the step's time and rl_insight_run_finished
+    assert body["streams"][0]["step"] == 5 and body["streams"][0]["series"] == len(metrics) + 2
+    # and what it counts is what the hub exposes for the run
     exposed = [line for line in series(server).splitlines() if 'experiment_name="listed"' in line]
-    assert any(line.startswith("rl_insight_monitor_x{") for line in exposed)
-    assert body["streams"][0]["step"] == 5 and body["streams"][0]["series"] == len(exposed), exposed
+    assert body["streams"][0]["series"] == len(exposed), exposed
 
 
 def test_monitoring_that_cannot_start_does_not_stop_tracking(monkeypatch, caplog):
@@ -182,7 +191,7 @@ def test_monitoring_that_cannot_start_does_not_stop_tracking(monkeypatch, caplog
 
     monkeypatch.setattr(runtime, "start", broken)
     tracking = Tracking("proj", "broken-start", default_backend=["console", "rl_insight"])
-    tracking.log({"x": 1.0}, step=1)  # console still logs, nothing raises
+    tracking.log(step_metrics(1), step=1)  # console still logs, nothing raises
     assert "rl_insight" not in tracking.logger
     assert "monitoring could not start" in caplog.text
     tracking.finish()

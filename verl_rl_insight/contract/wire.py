@@ -7,8 +7,12 @@ same Structs. Two rules are checked beside the decode, from the constants below:
 - metric names against ``METRIC_NAME_PATTERN``, with a bounded cache of names already accepted:
   a regular expression per key would cost more than the whole decode, and a run pushes the same
   few hundred names every step;
-- the names reserved for the hub (``RESERVED_PREFIX``, the global-step series) and for the
-  server (``RESERVED_LABELS``), so that a refusal says which rule it broke.
+- the names the server makes itself (``RESERVED_PREFIXES``, ``RESERVED_NAMES``): such a key is
+  dropped from its batch, the rest of the batch applied, and the push's answer names it (one key
+  never costs a step); labels the server sets (``RESERVED_LABELS``) are refused, naming the field;
+- the global-step series ``rl_insight_monitor_training_global_step`` (what verl's own
+  ``training/global_step`` becomes) is the step: the batch's ``step`` where that is absent; where
+  both are given and disagree, the key wins and the answer counts it.
 
 A bad body is a PushError (or PushTooLarge) whose message names the field:
 ``batches[3].metrics.loss: ...``.
@@ -33,6 +37,7 @@ from verl_rl_insight.contract.naming import (
     LABEL_VALUE_PATTERN,
     METRIC_NAME_PATTERN,
     STEP_TIME_METRIC,
+    TIMELINE_SERIES,
 )
 
 HUB_HEADER = "X-RL-Insight-Hub"  # the hub instance a sender expects; a restarted hub answers 409
@@ -58,6 +63,12 @@ JOB_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_.\-]{0,63}(?!\n)$"
 ALERT_NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]{0,127}(?!\n)$"
 RESERVED_LABELS = frozenset({"project", "experiment_name", "job", "instance"})
 RESERVED_PREFIX = "rl_insight_hub_"  # the hub's own series
+# every name the server makes itself: the hub's figures, the detectors' findings (server/health), the
+# timeline's per-step figures (server/timeline: those names only; the trainer's span counters are
+# rl_insight_timeline_* too), the step time; a client's key of such a name is dropped
+RESERVED_PREFIXES = (RESERVED_PREFIX, "rl_insight_health_")
+RESERVED_NAMES = frozenset({STEP_TIME_METRIC, *TIMELINE_SERIES})
+MAX_DROPPED_NAMED = 100  # the names a push's answer lists at most (it counts them all)
 SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
 
 LabelValue = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_VALUE, pattern=LABEL_VALUE_PATTERN)]
@@ -67,8 +78,10 @@ Metrics = Annotated[
     dict[str, SampleValue],
     Meta(
         max_length=MAX_METRICS_PER_BATCH,
-        description=f"metric name: value; names starting with {RESERVED_PREFIX} and {GLOBAL_STEP_METRIC} "
-        "are the hub's own",
+        description=f"metric name: value; a name the server makes itself (one starting with "
+        f"{' or '.join(RESERVED_PREFIXES)}, one of the timeline's figures, or {STEP_TIME_METRIC}) is dropped, "
+        "the rest applied, and the answer "
+        f"names it; {GLOBAL_STEP_METRIC} (verl's training/global_step) is the step: it wins over `step`",
         extra_json_schema={"propertyNames": {"pattern": METRIC_NAME_PATTERN, "maxLength": MAX_NAME}},
     ),
 ]
@@ -176,6 +189,31 @@ class ProfileReportBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
     capability: Annotated[dict[str, Any], Meta(max_length=32)] | None = None
 
 
+class PushAnswer(Struct, omit_defaults=True):
+    """The 200 answer to ``POST /api/v1/push``."""
+
+    accepted: Annotated[int, Meta(description="batches applied")]
+    duplicates: Annotated[int, Meta(description="batches the hub already held (a resent copy), skipped")]
+    hub: Annotated[str, Meta(description="this hub instance: send it back in X-RL-Insight-Hub")]
+    dropped_keys: (
+        Annotated[
+            dict[str, str],
+            Meta(
+                description="metric name: why it was dropped from its batches (the rest of each batch was applied); "
+                f"at most {MAX_DROPPED_NAMED} names"
+            ),
+        ]
+        | None
+    ) = None
+    step_disagreements: (
+        Annotated[
+            int,
+            Meta(description=f"batches whose {GLOBAL_STEP_METRIC} (the step the trainer logged) differs from `step`"),
+        ]
+        | None
+    ) = None
+
+
 class ErrorBody(Struct):
     """Every 4xx and 5xx answer: what is wrong, naming the field."""
 
@@ -199,6 +237,9 @@ class Batch:
     time: float
     timed: bool  # the trainer gave its own time (a resent copy can be recognised)
     metrics: dict[str, float]  # name: value, the global step included
+    # what was left out of it, {name: why}, and whether its step key disagreed with its step field
+    dropped: dict[str, str] | None = None
+    step_disagrees: bool = False
     names: tuple[str, ...] = dataclasses.field(init=False)
     values: tuple[float, ...] = dataclasses.field(init=False)  # the decoded float objects: no copy, no boxing
 
@@ -219,10 +260,21 @@ def _show(text: object, limit: int = 60) -> str:
     return repr(text[:limit] if isinstance(text, str) else text)[: limit + 2]
 
 
-def check_metric_names(where: str, metrics: dict[str, Any]) -> None:
-    """Every key a metric name, none of the hub's own; names seen before cost a set look-up."""
+def is_reserved(name: str) -> bool:
+    """A name the server makes itself (the hub's, the detectors', the timeline's, the step time)."""
+    return name.startswith(RESERVED_PREFIXES) or name in RESERVED_NAMES
+
+
+RESERVED_WHY = "the server's own name (rl_insight_hub_*, rl_insight_health_*, the timeline's figures, the step time)"
+NOT_A_STEP_WHY = f"{GLOBAL_STEP_METRIC} is the step: it must be a whole number from 0 to {MAX_STEP}"
+
+
+def check_metric_names(where: str, metrics: dict[str, Any], own: bool = False) -> list[str]:
+    """Every key a metric name (else PushError); returns the keys the server keeps for itself
+    (none when ``own``: the server's own series). Names seen before cost a set look-up."""
     if _known_names.issuperset(metrics):
-        return
+        return []
+    reserved: list[str] = []
     for name in metrics:
         if name in _known_names:
             continue
@@ -231,12 +283,20 @@ def check_metric_names(where: str, metrics: dict[str, Any]) -> None:
                 f"{where}.metrics: invalid metric name {_show(name, MAX_NAME)} "
                 f"(must match [a-zA-Z_:][a-zA-Z0-9_:]*, at most {MAX_NAME} characters)"
             )
-        if name.startswith(RESERVED_PREFIX) or name in (GLOBAL_STEP_METRIC, STEP_TIME_METRIC):
-            raise PushError(
-                f"{where}.metrics.{name}: {name} and names starting with {RESERVED_PREFIX} are the hub's own"
-            )
+        if is_reserved(name):
+            if not own:
+                reserved.append(name)  # never cached: it is looked at again each time
+            continue
         if len(_known_names) < _MAX_KNOWN_NAMES:
             _known_names.add(sys.intern(name))
+    return reserved
+
+
+def _step_of(given: float | str) -> int | None:
+    """The step a global-step key gives: a whole number in range, else None."""
+    if isinstance(given, float) and given.is_integer() and 0 <= given < 2**63:
+        return int(given)
+    return None
 
 
 def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
@@ -248,14 +308,28 @@ def _numbers(metrics: dict[str, Any]) -> dict[str, float]:
     return metrics
 
 
-def _batch(i: int, body: BatchBody, now: float, max_future_s: float = MAX_FUTURE_S) -> Batch:
+def _batch(i: int, body: BatchBody, now: float, max_future_s: float = MAX_FUTURE_S, own: bool = False) -> Batch:
     where = f"batches[{i}]"
     if body.time is not None and body.time > now + max_future_s:
         raise PushError(
             f"{where}.time: {body.time:.3f} is {body.time - now:.0f} s ahead of the server's clock, beyond the "
             f"{max_future_s:g} s allowed (max_future_s); check the trainer's clock (NTP)"
         )
-    check_metric_names(where, body.metrics)
+    step, dropped, disagrees = body.step, None, False
+    given = body.metrics.pop(GLOBAL_STEP_METRIC, None)  # verl's training/global_step: the step
+    if given is not None:
+        step_key = _step_of(given)
+        if step_key is None:
+            dropped = {GLOBAL_STEP_METRIC: NOT_A_STEP_WHY}
+        else:
+            disagrees = step is not None and step != step_key
+            step = step_key
+    reserved = check_metric_names(where, body.metrics, own)
+    if reserved:
+        dropped = dropped or {}
+        for name in reserved:
+            del body.metrics[name]
+            dropped[name] = RESERVED_WHY
     labels = [("experiment_name", body.experiment_name), ("project", body.project)]
     if body.labels:
         for name in body.labels:
@@ -265,30 +339,32 @@ def _batch(i: int, body: BatchBody, now: float, max_future_s: float = MAX_FUTURE
         labels.sort()
     metrics = _numbers(body.metrics)
     stamp = body.time if body.time is not None else now
-    if body.step is not None:
-        metrics[GLOBAL_STEP_METRIC] = float(body.step)
+    if step is not None:
+        metrics[GLOBAL_STEP_METRIC] = float(step)
         metrics[STEP_TIME_METRIC] = float(stamp)
-    return Batch(tuple(labels), body.step, stamp, body.time is not None, metrics)
+    return Batch(tuple(labels), step, stamp, body.time is not None, metrics, dropped, disagrees)
 
 
-def decode_push(body: bytes, now: float, max_future_s: float = MAX_FUTURE_S) -> list[Batch]:
-    """The batches of a push body, every field checked; raises PushError naming the first bad one."""
+def decode_push(body: bytes, now: float, max_future_s: float = MAX_FUTURE_S, own: bool = False) -> list[Batch]:
+    """The batches of a push body, every field checked; raises PushError naming the first bad one.
+    A key the server keeps for itself is left out of its batch (``Batch.dropped``), unless ``own``
+    (the server's own series: the detectors', the timeline's)."""
     try:
         push = _push_decoder.decode(body)
     except msgspec.ValidationError as exc:
         raise _explain(exc, body) from None
     except msgspec.DecodeError as exc:
         raise PushError(_explain_malformed(exc, body)) from None
-    return [_batch(i, b, now, max_future_s) for i, b in enumerate(push.batches)]
+    return [_batch(i, b, now, max_future_s, own) for i, b in enumerate(push.batches)]
 
 
-def validate_push(payload: Any, now: float, max_future_s: float = MAX_FUTURE_S) -> list[Batch]:
+def validate_push(payload: Any, now: float, max_future_s: float = MAX_FUTURE_S, own: bool = False) -> list[Batch]:
     """``decode_push`` for a body already parsed (the Python API and the tests)."""
     try:
         body = json.dumps(payload, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise PushError(f"body is not JSON-serialisable: {exc}") from None
-    return decode_push(body, now, max_future_s)
+    return decode_push(body, now, max_future_s, own)
 
 
 _AT = re.compile(r"^(?P<message>.*?)(?: - at `(?P<key>key` in `)?\$(?P<path>[^`]*)`)?$", re.S)

@@ -3,7 +3,9 @@ that does no training but goes through the real patched paths every step: ``Trac
 ``marked_timer`` phases, a real ``DataProto`` into the real ``compute_advantage`` (log-prob
 mismatch metrics), replicas started through the real ``LLMServerManager`` (simulated
 engines), TransferQueue's real exporter when it starts, and simulated GPUs where there are none.
-Metric curves look like a PPO/GRPO run: score rising, entropy falling, a slowly drifting mismatch.
+Every step logs the dict verl's trainer logs (``verl_step``: ``training/global_step``,
+``training/epoch``, verl's own data, timing and throughput metrics, validation every 5 steps); its
+curves look like a PPO/GRPO run: score rising, entropy falling, a slowly drifting mismatch.
 """
 
 import asyncio
@@ -15,6 +17,7 @@ from typing import Any
 
 import ray
 
+from verl_rl_insight.commands.demo import verl_step
 from verl_rl_insight.trainer.samplers import simulated_nvml
 
 
@@ -132,14 +135,16 @@ def batch_for(step: int, rng: Any, batch: int = 8, length: int = 64, prompt_leng
     )
 
 
-def verl_metrics(batch: Any, timing: Any) -> Any:
-    """What verl's own trainer computes from a step's batch and timings: data, timing, throughput
-    and rollout-correction metrics, by verl's own functions."""
-    from verl.trainer.ppo import metric_utils, rollout_corr_helper
+TEST_FREQ = 5  # trainer.test_freq of the simulated run: validation keys every 5 steps and at the last
 
-    metrics = dict(metric_utils.compute_data_metrics(batch, use_critic=True))
-    metrics.update(metric_utils.compute_timing_metrics(batch, timing))
-    metrics.update(metric_utils.compute_throughout_metrics(batch, timing, n_gpus=8))
+
+def verl_metrics(batch: Any, timing: Any, step: int = 1, total: int = 100) -> Any:
+    """What verl's own trainer logs at a step (``verl_step.step_metrics``: fit's keys, by verl's own
+    functions on the step's batch and timings), and the rollout-correction metrics fit adds when
+    ``algorithm.rollout_correction`` is set."""
+    from verl.trainer.ppo import rollout_corr_helper
+
+    metrics = verl_step.step_metrics(step, total, batch=batch, timing=timing, test_freq=TEST_FREQ)
     metrics.update(
         rollout_corr_helper.compute_rollout_corr_metrics_from_logprobs(
             batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"]
@@ -149,48 +154,12 @@ def verl_metrics(batch: Any, timing: Any) -> Any:
 
 
 def curves(step: int, total: Any, rng: Any, timing: Any, batch: Any) -> Any:
-    """The step's metrics: verl's own where verl computes them from the batch, PPO-shaped curves
-    for what its workers report (score rising, entropy falling), and a plausible value for every
-    other key verl logs in every PPO step, so that every panel of the dashboards has data."""
+    """The step's metrics: the dict verl's trainer logs (``verl_metrics``: the score rises with the
+    batch's rewards, the entropy falls), and a plausible value for every other key of an every-step
+    group of the dashboards that this run's set-up does not log, so that every panel has data."""
     from verl_rl_insight.dashboards import keys
 
-    progress = step / max(total, 1)
-
-    def noise(scale: float) -> float:
-        return float(rng.gauss(0, scale))
-
-    metrics = verl_metrics(batch, timing)
-    score = 0.25 + 0.55 * (1 - math.exp(-3 * progress)) + noise(0.03)
-    metrics.update(
-        {
-            "critic/score/mean": score,
-            "critic/rewards/mean": score - 0.01 * progress,
-            "actor/pg_loss": -0.02 * (1 - progress) + noise(0.01),
-            "actor/entropy": 1.2 * math.exp(-progress) + noise(0.02),
-            "actor/grad_norm": 0.8 + 0.3 * math.exp(-4 * progress) + abs(noise(0.1)),
-            "actor/kl_loss": 0.002 + 0.01 * progress + abs(noise(0.001)),
-            "actor/kl_coef": 0.001,
-            "actor/ppo_kl": abs(noise(0.002)),
-            "actor/lr": 1e-6,
-            "actor/entropy_loss": 1.2 * math.exp(-progress),
-            "actor/pg_clipfrac": min(1.0, abs(0.03 + noise(0.01))),
-            "actor/pg_clipfrac_lower": abs(noise(0.002)),
-            "actor/reward_kl_penalty": 0.001 + 0.01 * progress,
-            "actor/reward_kl_penalty_coeff": 0.001,
-            "critic/vf_loss": 0.5 * math.exp(-2 * progress) + abs(noise(0.02)),
-            "critic/lr": 1e-5,
-            "critic/grad_norm": 1.5 + abs(noise(0.2)),
-            "critic/vf_clipfrac": min(1.0, abs(0.05 + noise(0.01))),
-            "critic/vpred_mean": 0.3 + noise(0.05),
-            "perf/mfu/actor": 0.35 + noise(0.02),
-            "perf/mfu/critic": 0.3 + noise(0.02),
-            "perf/mfu/actor_infer": 0.25 + noise(0.02),
-            "perf/max_memory_allocated_gb": 62 + noise(1),
-            "perf/max_memory_reserved_gb": 70 + noise(1),
-            "perf/cpu_memory_used_gb": 120 + noise(2),
-            "training/epoch": 0,
-        }
-    )
+    metrics = verl_metrics(batch, timing, step, total)
     for key in sorted(keys.trainer_keys()):  # every other key of an every-step group
         group = keys.group_of(key)
         if key not in metrics and keys.GROUPS[group][1] is None and not key.startswith("training/rollout_"):
@@ -325,7 +294,7 @@ class SimulatedTaskRunner:
                     if tq is not None:
                         exchange_through(tq, step)
                     time.sleep(step_s * 0.05)
-                batch = batch_for(step, rng)
+                batch = verl_step.rollout_batch(step, total, prompts=8)
                 with marked_timer("reward", timing):
                     time.sleep(step_s * 0.05)
                 with marked_timer("old_log_prob", timing):
@@ -335,7 +304,9 @@ class SimulatedTaskRunner:
                 with marked_timer("values", timing):
                     time.sleep(step_s * 0.05)
                 with marked_timer("adv", timing):
-                    batch = ray_trainer.compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO)
+                    batch = ray_trainer.compute_advantage(
+                        batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=verl_step.ROLLOUT_N
+                    )
                 with marked_timer("update_critic", timing):
                     time.sleep(step_s * 0.05)
                 with marked_timer("update_actor", timing):

@@ -17,6 +17,7 @@ from verl_rl_insight.contract.wire import (
     ErrorBody,
     ProfileBody,
     ProfileReportBody,
+    PushAnswer,
     PushBody,
     SilenceBody,
     TargetBody,
@@ -41,11 +42,13 @@ def _get(summary: Any, ok: Any = JSON_OK, parameters: Any = (), errors: Any = ()
     return operation
 
 
-def _write(summary: Any, body_schema: Any = None, parameters: Any = (), errors: Any = (400, 401)) -> Any:
+def _write(
+    summary: Any, body_schema: Any = None, parameters: Any = (), errors: Any = (400, 401), ok: Any = JSON_OK
+) -> Any:
     operation = {
         "summary": summary,
         "security": [{"token": []}, {"basic": []}],
-        "responses": {"200": JSON_OK, **_errors(*errors)},
+        "responses": {"200": ok, **_errors(*errors)},
     }
     if body_schema is not None:
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": body_schema}}}
@@ -96,7 +99,7 @@ RUN_CARD = {
 def schemas() -> dict[str, Any]:
     """The request and error bodies, generated from the wire schema's msgspec Structs."""
     _, components = msgspec.json.schema_components(
-        (PushBody, TargetBody, SilenceBody, ProfileBody, ProfileReportBody, MarkBody, ErrorBody),
+        (PushBody, PushAnswer, TargetBody, SilenceBody, ProfileBody, ProfileReportBody, MarkBody, ErrorBody),
         ref_template="#/components/schemas/{name}",
     )
     components["Error"] = components.pop("ErrorBody")
@@ -121,9 +124,14 @@ def document() -> dict[str, Any]:
         "/api/v1/hub": {"get": _get("the hub's own figures: memory, series, history, scrapers")},
         "/api/v1/push": {
             "post": _write(
-                "metric batches from trainers",
+                "metric batches from trainers; a key the server makes itself is dropped from its batch, the rest "
+                "applied, and the answer names it",
                 {"$ref": "#/components/schemas/PushBody"},
                 errors=(400, 401, 413, 422, 429),
+                ok={
+                    "description": "applied (keys left out named in dropped_keys)",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PushAnswer"}}},
+                },
             )
         },
         "/api/v1/targets": {

@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from verl_rl_insight.contract.errors import Busy, OverCapacity
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.run_credential import check_run
-from verl_rl_insight.contract.wire import MAX_FUTURE_S, Batch, decode_push, validate_push
+from verl_rl_insight.contract.wire import MAX_DROPPED_NAMED, MAX_FUTURE_S, Batch, decode_push, validate_push
 from verl_rl_insight.server.metrics import budgets, exposition
 from verl_rl_insight.server.metrics.positions import (
     Identity,
@@ -164,6 +165,7 @@ def labels_chars(key: StreamKey) -> int:
 
 
 SCRAPE_NUMBER = "rl_insight_hub_scrape_number"  # in a confirming scraper's body: read back from its store
+KEYS_DROPPED = "rl_insight_hub_keys_dropped_total"
 
 
 # (stream, its latest values, their version, [(snapshot, ts_ms)] to send, history or None)
@@ -260,8 +262,11 @@ def _values_at(latest: dict[str, float], history: list[Snapshot], last_sent: Sna
 
 def _stats_lines(stats: Sequence[Stat]) -> list[str]:
     lines: list[str] = []
+    family = ""
     for name, kind, value in stats:
-        lines.append(f"# TYPE {name} {kind}")
+        if name.partition("{")[0] != family:  # one TYPE line for the labelled lines of one family
+            family = name.partition("{")[0]
+            lines.append(f"# TYPE {family} {kind}")
         lines.append(f"{name} {value}")
     return lines
 
@@ -323,12 +328,20 @@ class MetricHub:
 
     # -- pushes ----------------------------------------------------------------------------
     def push(self, payload: Any) -> dict[str, Any]:
-        """Validate a whole push (already parsed) and apply it atomically: {"accepted", "duplicates", "hub"}.
+        """Validate a whole push (already parsed) and apply it atomically: {"accepted", "duplicates", "hub"},
+        and ``dropped_keys`` / ``step_disagreements`` where there were any (``wire.PushAnswer``).
 
-        Raises PushError (nothing applied) when any part of it is invalid or does not fit.
+        Raises PushError (nothing applied) when any part of it is invalid or does not fit. A key the
+        server keeps for itself is dropped from its batch, the rest applied (see ``push_own``).
         """
         now = self.clock()
         return self._tell(*self._apply(validate_push(payload, now, self.max_future_s), now))
+
+    def push_own(self, payload: Any) -> dict[str, Any]:
+        """``push`` for the server's own series (the detectors', the timeline's): their names are
+        the ones a client's push may not write."""
+        now = self.clock()
+        return self._tell(*self._apply(validate_push(payload, now, self.max_future_s, own=True), now))
 
     def push_body(self, body: bytes, run: tuple[str, str] | None = None) -> dict[str, Any]:
         """``push`` for the bytes of a push body: decoded and validated in one pass (msgspec builds
@@ -371,7 +384,8 @@ class MetricHub:
         added: list[Batch] = []
         with self._lock:
             self._make_room(batches, now)
-            accepted = duplicates = 0
+            accepted = duplicates = disagreements = 0
+            dropped: dict[str, str] = {}
             touched: dict[StreamKey, dict[str, float]] = {}
             for batch in batches:
                 stream = self._streams.get(batch.labels)
@@ -382,6 +396,8 @@ class MetricHub:
                 if batch.timed and identity in stream.seen:
                     duplicates += 1
                     continue
+                if batch.dropped is not None or batch.step_disagrees:  # counted once a step, not per copy
+                    disagreements += self._count_left_out(batch, dropped)
                 if stream.key not in touched:
                     touched[stream.key] = dict(stream.latest)  # copy on write: renders keep the old one
                 latest = touched[stream.key]
@@ -425,7 +441,22 @@ class MetricHub:
             self.stats["duplicates"] += duplicates
             self.stats["pushes"] += 1
             self._sweep(now)
-        return {"accepted": accepted, "duplicates": duplicates, "hub": self.instance}, added
+        answer: dict[str, Any] = {"accepted": accepted, "duplicates": duplicates, "hub": self.instance}
+        if dropped:
+            answer["dropped_keys"] = dropped
+        if disagreements:
+            answer["step_disagreements"] = disagreements
+        return answer, added
+
+    def _count_left_out(self, batch: Batch, named: dict[str, str]) -> int:
+        """Count what ``batch`` left out (its keys the hub dropped, its step key's disagreement);
+        name the keys in ``named`` (bounded). Returns 1 when its step key disagreed."""
+        for name, why in (batch.dropped or {}).items():
+            self.stats["keys_dropped_not_a_step" if name == GLOBAL_STEP_METRIC else "keys_dropped_reserved"] += 1
+            if len(named) < MAX_DROPPED_NAMED:
+                named[name] = why
+        self.stats["step_disagreements"] += batch.step_disagrees
+        return int(batch.step_disagrees)
 
     def _make_room(self, batches: list[Batch], now: float) -> None:
         """Refuse a push over the series limit; free history for it under the memory bound and
@@ -764,13 +795,23 @@ class MetricHub:
             ("rl_insight_hub_batches_resent_total", "counter", self.stats["batches_resent"]),
             ("rl_insight_hub_scrapes_unconfirmed_total", "counter", self.stats["scrapes_unconfirmed"]),
             ("rl_insight_hub_batches_lost_total", "counter", self.stats["batches_lost"]),
+            # a pushed key left out of its batch (the rest applied), by why; a step key unlike the step field
+            (KEYS_DROPPED + '{reason="reserved"}', "counter", self.stats["keys_dropped_reserved"]),
+            (KEYS_DROPPED + '{reason="not_a_step"}', "counter", self.stats["keys_dropped_not_a_step"]),
+            ("rl_insight_hub_step_disagreements_total", "counter", self.stats["step_disagreements"]),
         )
 
     def summary(self) -> dict[str, Any]:
         """The hub's own figures: memory, series, streams, history, scrapers (``GET /api/v1/hub``)."""
         now = self.clock()
         with self._lock:
-            figures: dict[str, Any] = {name[len("rl_insight_hub_") :]: value for name, _, value in self._stats_locked()}
+            figures: dict[str, Any] = {}
+            for name, _, value in self._stats_locked():
+                family, _, label = name[len("rl_insight_hub_") :].partition("{")
+                if label:  # keys_dropped_total{reason="reserved"} -> keys_dropped_total: {"reserved": n}
+                    figures.setdefault(family, {})[label.split('"')[1]] = value
+                else:
+                    figures[family] = value
             figures["scraper_names"] = {
                 name: {
                     "last_scrape_s_ago": round(now - s.seen_at, 1),

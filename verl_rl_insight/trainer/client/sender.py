@@ -15,6 +15,9 @@ order, at most ``max_batches_per_request`` and ``max_request_bytes`` per request
   so after an outage, and when the server answers 409 (a restarted hub: each push names the hub
   instance it expects), the batches delivered in the last ``resend_window_s`` are sent again
   first; the hub drops the copies it already holds.
+- A key the server keeps for itself (its own series' names) is dropped by the server from its
+  batch and the rest applied; the 2xx answer names it and the sender logs each such name once
+  (a run logs the same key every step), and counts it (``stats["dropped_keys"]``).
 - After ``os.fork`` the child starts with an empty sender of its own (the parent's batches are
   the parent's to send).
 """
@@ -41,6 +44,7 @@ ANSWER_BYTES = 2**20  # what is read of the server's answer to a push ({"hub": .
 logger = logging.getLogger("verl_rl_insight")
 
 _STOP = object()
+MAX_NAMES_WARNED = 100  # names of dropped keys logged at most (each once)
 RETRY_STATUSES = frozenset({401, 403, 408, 409, 429})
 CLOCK_WARN_S = 60.0  # a host clock this far from the server's is worth a warning (HTTP Date has 1 s steps)
 _senders: weakref.WeakSet[BatchSender] = weakref.WeakSet()
@@ -257,9 +261,11 @@ class BatchSender:
 
     def _send_some(self) -> bool:
         chunk = self._chunk()
-        status, message, hub = self._post(b'{"batches":[' + b",".join(chunk) + b"]}")
+        status, message, answer = self._post(b'{"batches":[' + b",".join(chunk) + b"]}")
+        hub = answer.get("hub")
         if status is not None and status < 300:
-            self._hub = hub or self._hub
+            self._hub = hub if isinstance(hub, str) else self._hub
+            self._left_out(answer)
             now = time.monotonic()
             for _ in chunk:
                 self._delivered.append((now, self._spool.popleft()))
@@ -315,6 +321,29 @@ class BatchSender:
                 )
         return False
 
+    def _left_out(self, answer: dict[str, object]) -> None:
+        """What the server left out of delivered batches: named in the log once per name, counted."""
+        dropped = answer.get("dropped_keys")
+        if isinstance(dropped, dict) and dropped:
+            self.stats["dropped_keys"] += len(dropped)
+            for name, why in dropped.items():
+                if len(self._warned) < MAX_NAMES_WARNED:
+                    self._warn_once(
+                        ("dropped_key", name),
+                        "rl-insight: the server leaves metric %s out of every step that logs it (%s); "
+                        "the rest of each step is delivered",
+                        str(name)[:200],
+                        str(why)[:200],
+                    )
+        disagreements = answer.get("step_disagreements")
+        if isinstance(disagreements, int) and disagreements > 0:
+            self.stats["step_disagreements"] += disagreements
+            self._warn_once(
+                "step_disagreement",
+                "rl-insight: a logged training/global_step differs from the step it was logged at; "
+                "the server files the step under training/global_step (rl_insight_hub_step_disagreements_total)",
+            )
+
     def _refused(self, chunk: list[bytes], status: int, message: str) -> bool:
         """The server refused the data itself: split the request until the refused batches are found."""
         if len(chunk) > 1:
@@ -348,7 +377,8 @@ class BatchSender:
         self._spool.extendleft(encoded for _, encoded in reversed(self._delivered))
         self._delivered.clear()
 
-    def _post(self, body: bytes) -> tuple[int | None, str, str | None]:
+    def _post(self, body: bytes) -> tuple[int | None, str, dict[str, object]]:
+        """(status, the answer's first 300 characters, the 2xx answer's JSON object or {})."""
         headers = {HUB_HEADER: self._hub} if self._hub else None
         try:
             reply = self._client.request(
@@ -360,16 +390,16 @@ class BatchSender:
                 max_bytes=ANSWER_BYTES,
             )
         except Exception as exc:  # connection refused, DNS, timeout: all mean "not reachable now"
-            return None, f"{type(exc).__name__}: {exc}", None
-        hub = None
+            return None, f"{type(exc).__name__}: {exc}", {}
+        answer: dict[str, object] = {}
         if reply.ok:
             self._check_clock(reply.headers.get("date"))
             try:
-                answer = reply.json()
-                hub = answer.get("hub") if isinstance(answer, dict) else None
+                parsed = reply.json()
+                answer = parsed if isinstance(parsed, dict) else {}
             except ValueError:
                 pass
-        return reply.status, reply.text[:300], hub
+        return reply.status, reply.text[:300], answer
 
     def _check_clock(self, date: str | None) -> None:
         """Batches carry this host's time: say once when it is far from the server's (HTTP Date)."""
