@@ -256,10 +256,11 @@ def write_server_config(folder, **settings):
     return path, config
 
 
-def start_hub_process(port, tmp_path, open_files=None, **settings):
+def start_hub_process(port, tmp_path, open_files=None, log=None, **settings):
     """The real server process with the hub alone (no Prometheus, Tempo, Grafana), on loopback;
     its settings go through stdin, as ``rl-insight server start --detach`` sends them.
-    ``open_files``: its descriptor limit (soft and hard)."""
+    ``open_files``: its descriptor limit (soft and hard). ``log``: a path its stdout and stderr
+    (its log) go to, kept for the test to read (default: thrown away)."""
     import resource
 
     settings = {
@@ -270,14 +271,17 @@ def start_hub_process(port, tmp_path, open_files=None, **settings):
         **settings,
     }
     limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))) if open_files else None
+    out = open(log, "ab") if log else subprocess.DEVNULL
     process = subprocess.Popen(
         [sys.executable, "-m", "verl_rl_insight.server.app"],
         stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
         start_new_session=True,
         preexec_fn=limit,
     )
+    if log:
+        out.close()  # the server holds its own copy
     process.stdin.write(json.dumps(settings).encode())
     process.stdin.close()
 

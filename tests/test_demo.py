@@ -51,7 +51,9 @@ def test_demo_says_it_is_a_simulation_and_where_to_look(demo_run):
     assert f"2 simulated {engine} replicas" in out
     assert "SIMULATED verl run" in out and "This was a SIMULATION" in out
     shown = "http://" + prom.rpartition("@")[2]  # the demo prints the address, not the login
-    assert f"{shown}/graph?g0.expr=rl_insight_monitor_critic_score_mean" in out
+    links = re.findall(rf"({re.escape(shown)}/\S+)", out)  # the graph and the alerts page: both open
+    assert len(links) == 2 and all(http("GET", link.replace(shown, prom))[0] == 200 for link in links), links
+    assert "g0.expr=rl_insight_monitor_critic_score_mean%7Bproject%3D%22rl-insight-demo%22" in links[0]
     assert "password: rl-insight server url --prometheus" in out
     assert "SIMULATED step 8/8 [##############################]" in out
     # not a terminal here: a progress line per quarter of the run, not one per step

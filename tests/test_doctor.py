@@ -123,3 +123,13 @@ def test_the_fix_for_an_unset_server_url_carries_the_token_where_one_is_needed(m
     out = io.StringIO()
     check_environment(Report(out), "http://127.0.0.1:18080")  # loopback without a token: the plain URL
     assert "fix: export RL_INSIGHT_SERVER_URL=http://127.0.0.1:18080\n" in out.getvalue()
+
+
+def test_doctor_prints_its_own_lines_only_no_raw_warning_of_verl_or_its_libraries():
+    """verl logs "No supported accelerator detected" and more when imported on a machine like this
+    one: doctor imports verl, and the person reads a checklist, not those."""
+    done = cli("doctor", "--", "trainer.logger=[console]")
+    own = ("ok       ", "PROBLEM  ", "skipped  ", "         fix: ", "all checks passed")
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    strays = [line for line in lines if not line.startswith(own) and not line.endswith("problem(s)")]
+    assert "ok       verl version" in done.stdout and strays == [], strays

@@ -207,19 +207,30 @@ def test_hardware_plugin_switched_off_by_override(hub_server, monkeypatch):
     assert json.loads(http("GET", server.url + "/api/v1/streams")[1])["streams"] == []
 
 
-def test_verl_workers_start_monitoring_when_the_run_enables_it(monkeypatch):
+def test_verl_workers_start_monitoring_when_the_run_enables_it(hub_server, monkeypatch, tmp_path):
     from verl.single_controller.base.worker import Worker
 
     from verl_rl_insight.trainer import runtime
 
     assert runtime.get_runtime() is None
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    # the hardware plugin on (conftest turns it off for the other tests), its node lock here
+    hardware_on = {"plugins": {"hardware": {"enabled": True, "interval_s": 0.2, "lock_dir": str(tmp_path)}}}
+    monkeypatch.setenv("VERL_RL_INSIGHT_CONFIG", json.dumps(hardware_on))
+    monkeypatch.setattr(hardware, "load_nvml", lambda: make_nvml(gpus=1))
     monkeypatch.setenv("VERL_RL_INSIGHT_ENABLE", "1")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29500")
     Worker()
-    assert runtime.get_runtime() is not None  # the hardware sampler of this node can run here
+    assert runtime.get_runtime() is not None and hardware.sampler() is not None  # this node's sampler runs
+    wait_for(
+        lambda: any("gpu" in s["labels"] for s in server.hub.streams()),
+        10,
+        what="the worker's GPU series at the hub",
+    )
 
 
 SQUATTER = """

@@ -76,7 +76,9 @@ def test_config_layers_defaults_file_hydra_env(tmp_path):
     assert config.server_url == "http://from-file:1"
     assert config.collect_interval_s == 8  # Hydra beats the file
     assert config.plugins.metric_push.timeout_s == 3  # top-level beats trainer.rl_insight
-    assert config.plugins.metric_push.queue_batches == 1024  # defaults stay
+    from verl_rl_insight.trainer.config import MetricPushSettings
+
+    assert config.plugins.metric_push.queue_batches == MetricPushSettings().queue_batches  # defaults stay
     config = load_config(
         trainer_config,
         environ={"RL_INSIGHT_CONFIG_FILE": str(config_file), "RL_INSIGHT_SERVER_URL": "http://from-env:2/"},

@@ -23,6 +23,7 @@ from tests.helpers import (
     write_server_config,
 )
 from verl_rl_insight.commands.demo.command import PROJECT, compose
+from verl_rl_insight.commands.demo.verl_step import step_metrics
 from verl_rl_insight.trainer.plugins.profiler import arm, capability, refusal
 
 TOKEN = "profile-token"
@@ -53,21 +54,22 @@ def test_the_requested_step_and_only_it_is_profiled_in_the_demo(tmp_path):
             return max(found, default=0)
 
         at = wait_for(lambda: step() >= 2 and step(), 180, what="the demo at step 2")
-        target = at + 3
         passed = rl_insight("profile", "--project", PROJECT, "--experiment", "profiled", "--steps", str(at), env=env)
         assert passed.returncode == 1 and f"step {at} has begun or passed" in passed.stderr
+        target = step() + 5  # 7.5 s ahead: the command's own start-up takes seconds on a loaded machine
         asked = rl_insight(
             "profile", "--project", PROJECT, "--experiment", "profiled", "--steps", str(target), "--wait",
             "--timeout", "120", env=env,
         )  # fmt: skip
         assert asked.returncode == 0, asked.stdout + asked.stderr
         assert f"steps {target}..{target} of {PROJECT}/profiled" in asked.stdout
-        assert f"finished: profiled steps {target}; traces in {tmp_path / 'outputs' / 'profile'}" in asked.stdout
+        under_data = tmp_path / "data" / "profiles" / PROJECT / "profiled"  # the server's data dir, not ./outputs
+        assert f"finished: profiled steps {target}; traces in {under_data}" in asked.stdout
         listed = rl_insight("profile", "list", "--project", PROJECT, "--experiment", "profiled", "--json", env=env)
         [record] = json.loads(listed.stdout)["profiles"]
         assert record["state"] == "finished" and record["steps"] == [target]
         traces = Path(record["trace_dir"])
-        assert traces == tmp_path / "outputs" / "profile"  # verl's default save_path, made absolute
+        assert traces == under_data and not (tmp_path / "outputs").exists()
         files = sorted(traces.glob("*.json.gz"))
         assert [f.name.split("_")[:4] for f in files] == [["actor", "train", f"step{target}", "rank0"]]
         events = json.loads(gzip.decompress(files[0].read_bytes()))["traceEvents"]
@@ -115,6 +117,25 @@ def test_arming_gives_a_dormant_torch_profiler_and_requests_beyond_it_are_refuse
     assert "actor_rollout_ref.ref.profiler.enable=True" in refusal({"role": "ref", "ranks": None}, able)
 
 
+def test_an_armed_profiler_writes_under_rl_insight_home_or_the_path_named_not_in_the_working_directory(
+    verl_config, tmp_path, monkeypatch
+):
+    from omegaconf import OmegaConf
+
+    monkeypatch.chdir(tmp_path)  # the directory the job happens to be started from
+    settings = {"arm": "torch", "arm_roles": ["actor"], "arm_ranks": [0]}
+    config = verl_config.copy()
+    assert arm(config, OmegaConf.create(settings))
+    home = tmp_path / "home"  # RL_INSIGHT_HOME (conftest)
+    assert config.global_profiler.save_path == str(home / "profiles" / PROJECT / "x")
+    config = verl_config.copy()
+    assert arm(config, OmegaConf.create({**settings, "save_path": str(tmp_path / "named")}))
+    assert config.global_profiler.save_path == str(tmp_path / "named")
+    config = verl_config.copy()
+    OmegaConf.update(config, "global_profiler.save_path", "/data/my-traces")  # the job's own choice stays
+    assert arm(config, OmegaConf.create(settings)) and config.global_profiler.save_path == "/data/my-traces"
+
+
 @pytest.fixture
 def hub(tmp_path):
     port = free_port()
@@ -158,3 +179,78 @@ def test_requests_need_the_token_and_reports_name_only_their_own_run(hub, tmp_pa
     listed = json.loads(http("GET", hub + "/api/v1/profiles?project=p&experiment_name=e", headers=auth)[1])
     assert [p["state"] for p in listed["profiles"]] == ["armed"] and listed["capability"]["tool"] == "torch"
     assert (tmp_path / "data" / "profiles.json").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.fixture
+def profile_server():
+    """The real hub and API with a profile store, in this process, on loopback, open (no token)."""
+    from types import SimpleNamespace
+
+    from verl_rl_insight.server.api.http_server import HttpServer
+    from verl_rl_insight.server.api.routes import Api
+    from verl_rl_insight.server.metrics.hub import MetricHub
+    from verl_rl_insight.server.stores.profiles import ProfileStore
+
+    hub = MetricHub()
+    api = Api(hub, profiles=ProfileStore())
+    http_server = HttpServer(api, "127.0.0.1", 0).start()
+    yield SimpleNamespace(url=f"http://127.0.0.1:{http_server.port}", hub=hub)
+    http_server.stop()
+    api.close()
+
+
+def test_a_mistyped_run_is_refused_naming_the_known_ones_and_wait_ends_when_the_run_logs_no_more(
+    profile_server, monkeypatch
+):
+
+    from verl.utils.tracking import Tracking
+
+    server = profile_server
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    tracking = Tracking("proj", "run-a", default_backend=["rl_insight"])
+    for step in (1, 2):
+        tracking.log(step_metrics(step, 10), step=step)
+    wait_for(lambda: [s for s in server.hub.streams() if s["step"] == 2], 10, what="step 2 at the hub")
+
+    typo = rl_insight("profile", "--project", "proj", "--experiment", "run-b", "--steps", "9", "--server", server.url)
+    assert typo.returncode == 2, typo.stdout + typo.stderr
+    assert "no run proj/run-b at the server (project proj has run-a)" in typo.stderr
+    assert json.loads(http("GET", server.url + "/api/v1/profiles")[1])["profiles"] == []  # nothing queued
+    elsewhere = rl_insight(
+        "profile", "--project", "prj", "--experiment", "run-a", "--steps", "9", "--server", server.url
+    )
+    assert elsewhere.returncode == 2 and "the server's runs: proj/run-a" in elsewhere.stderr, elsewhere.stderr
+
+    waited = rl_insight(
+        "profile", "--project", "proj", "--experiment", "run-a", "--steps", "9", "--wait", "--idle", "2",
+        "--timeout", "120", "--server", server.url, timeout=120,
+    )  # fmt: skip
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    assert "no new step of proj/run-a for" in waited.stderr and "(it is at step 2)" in waited.stderr
+    tracking.finish()
+
+
+def test_wait_on_a_run_that_has_finished_ends_with_a_line_saying_so(monitoring_server, monkeypatch):
+    import urllib.parse
+
+    from verl.utils.tracking import Tracking
+
+    hub, prom = monitoring_server
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", hub)
+    tracking = Tracking("proj", "done", default_backend=["rl_insight"])
+    for step in (1, 2):
+        tracking.log(step_metrics(step, 10), step=step)
+    tracking.finish()  # rl_insight_run_finished 1
+
+    def finished_in_prometheus():
+        query = 'rl_insight_run_finished{project="proj",experiment_name="done"}'
+        found = json.loads(http("GET", f"{prom}/api/v1/query?query={urllib.parse.quote(query)}")[1])["data"]["result"]
+        return found and float(found[0]["value"][1]) == 1
+
+    wait_for(finished_in_prometheus, 30, what="the finished flag scraped")
+    waited = rl_insight(
+        "profile", "--project", "proj", "--experiment", "done", "--steps", "9", "--wait", "--timeout", "120",
+        "--server", hub, timeout=120,
+    )  # fmt: skip
+    assert waited.returncode == 1, waited.stdout + waited.stderr
+    assert "proj/done has finished at step 2: its requested steps will not come" in waited.stderr

@@ -230,3 +230,30 @@ def test_beyond_loopback_strangers_cannot_write_and_prometheus_cannot_be_stopped
         assert json.loads(http("GET", run)[1])["data"]["result"] == []
     finally:
         rl_insight("server", "stop")
+
+
+def test_server_status_prints_an_export_line_that_is_never_a_wrong_token_and_one_that_works(tmp_path):
+    disabled = {name: {"enabled": False} for name in ("prometheus", "alertmanager", "tempo", "grafana")}
+    path, config = write_server_config(tmp_path, token="status-token-1234", services=disabled)
+    started = rl_insight("server", "start", "--detach", "--config", str(path))
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        status = rl_insight("server", "status")
+        assert "status-token-1234" not in status.stdout and "%2A" not in status.stdout, status.stdout
+        exports = [line.strip() for line in status.stdout.splitlines() if "export RL_INSIGHT_SERVER_URL=" in line]
+        placeholder, here = exports
+        hub = f"127.0.0.1:{config['port']}"
+        assert placeholder == f"export RL_INSIGHT_SERVER_URL=http://rl-insight:<token>@{hub}"
+        assert "`rl-insight server url` prints the whole URL" in status.stdout
+        pasted = subprocess.run(["bash", "-c", placeholder], capture_output=True, text=True, timeout=10)
+        assert pasted.returncode != 0  # pasted, the shell refuses it: no trainer runs with a wrong token
+        # the line for this machine, pasted (with this interpreter as `rl-insight`), gives the real URL
+        line = here.removeprefix("on this machine: ").replace(
+            "rl-insight server", f"{sys.executable} -m verl_rl_insight server"
+        )
+        shell = subprocess.run(
+            ["bash", "-c", f'{line} && echo "$RL_INSIGHT_SERVER_URL"'], capture_output=True, text=True, timeout=60
+        )
+        assert shell.stdout.strip() == f"http://rl-insight:status-token-1234@{hub}", shell.stdout + shell.stderr
+    finally:
+        rl_insight("server", "stop")

@@ -90,7 +90,9 @@ def test_after_fork_the_child_sends_its_own_batches_once(hub_server):
     assert sender.flush(5)
     streams = {s["labels"]["experiment_name"]: s for s in server.hub.streams()}
     assert streams["child"]["batches_kept"] == 1 and streams["parent"]["batches_kept"] == 2
-    wait_for(lambda: server.hub.stats["duplicates"] == 0, 1, what="no copies")
+    # both senders have delivered all they had (the child flushed before it exited): a copy of the
+    # parent's pending batch sent by the child would be counted by now
+    assert server.hub.stats["duplicates"] == 0 and streams["parent"]["step"] == 2
 
 
 def test_the_sender_keeps_no_reference_to_what_verl_logged():
@@ -185,3 +187,59 @@ def test_a_host_clock_far_from_the_servers_is_named_once_and_the_steps_still_arr
     assert len(warnings) == 1 and re.search(r"clock is -(599|600|601) s from the server's", warnings[0]), warnings
     assert skewed.stats["clock_offset_s"] in range(-602, -597) and "clock_offset_s" not in in_sync.stats
     assert {s["labels"]["experiment_name"]: s["step"] for s in server.hub.streams()} == {"behind": 3, "on-time": 3}
+
+
+def test_a_wrong_token_is_named_as_refused_not_as_an_outage_and_no_replay_is_promised(hub_server, caplog):
+    server = hub_server(token="the-right-one")
+    sender = BatchSender(server.url + "/api/v1/push", token="a-wrong-one", linger_s=0.01)
+    with caplog.at_level("WARNING", logger="verl_rl_insight"):
+        sender.submit(batch(1))
+        said = wait_for(
+            lambda: [r.getMessage() for r in caplog.records if "rl-insight" in r.getMessage()], 10, 0.05, "the warning"
+        )
+    assert len(said) == 1, said
+    assert f"the server at {server.url}/api/v1/push refused the token (HTTP 401: " in said[0]
+    assert "rl-insight server url" in said[0]
+    assert "cannot reach" not in said[0] and "replayed" not in said[0]
+    assert server.hub.streams() == []
+    sender.close(0.5)
+
+
+def test_a_burst_of_2000_log_calls_with_a_healthy_server_loses_none(hub_server, monkeypatch):
+    """verl's real Tracking, logging a step dict made by verl's own metric functions 2,000 times
+    back to back (faster than the sender's 0.25 s poll): every batch reaches the hub."""
+    from verl.utils.tracking import Tracking
+
+    from verl_rl_insight.commands.demo.verl_step import step_metrics
+    from verl_rl_insight.trainer.plugins import metric_push
+
+    server = hub_server()
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
+    tracking = Tracking("p", "burst", default_backend=["rl_insight"])
+    logged = [step_metrics(step, 2000) for step in range(1, 2001)]  # made first: then logged back to back
+    for step, metrics in enumerate(logged, start=1):
+        tracking.log(metrics, step=step)
+    sender = metric_push._sender
+    assert sender is not None and sender.flush(60)
+    assert sender.stats["dropped_batches"] == 0, dict(sender.stats)
+    assert sender.stats["sent_batches"] >= 2000
+    [stream] = [s for s in server.hub.streams() if s["labels"]["experiment_name"] == "burst"]
+    assert stream["step"] == 2000
+    tracking.finish()
+
+
+def test_the_hand_off_queue_is_bounded_by_the_values_it_holds_not_only_by_batches(hub_server, caplog):
+    server = hub_server()
+    sender = BatchSender(server.url + "/api/v1/push", queue_values=1000, linger_s=5.0)  # takes the queue in 5 s
+    wide = {f"actor/key_{i}": float(i) for i in range(100)}
+    with caplog.at_level("WARNING", logger="verl_rl_insight"):
+        for step in range(1, 21):
+            sender.submit(MetricBatch("p", "wide", step, time.time(), dict(wide), prefix="m_"))
+    assert sender.stats["dropped_batches"] == 10 and sender.pending() == 10  # 1,000 values held, not 2,000
+    said = [r.getMessage() for r in caplog.records if "queue full" in r.getMessage()]
+    assert said == [
+        "rl-insight: sender queue full (16384 batches or 1000 values); dropping metrics. "
+        "Raise plugins.metric_push.queue_batches / queue_values?"
+    ]
+    assert sender.flush(20) and sender.stats["sent_batches"] == 10
+    sender.close(1)

@@ -252,6 +252,21 @@ def test_export_reads_the_run_from_tempo(tmp_path):
     assert spans["01" * 8]["args"]["node"] == "node-1" and spans["01" * 8]["dur"] == 1_000_000
 
 
+def test_export_into_an_existing_directory_writes_a_named_file_inside_it(tmp_path):
+    tempo = TempoStandIn(otlp(STEP_SPANS))
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    args = ("timeline", "export", "--project", "p", "--experiment", "e", "--tempo", tempo.url, "-o", str(folder))
+    done = rl_insight(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = folder / "p-e.trace.json"
+    assert f"wrote {written}: 5 spans" in done.stdout
+    assert [p.name for p in folder.iterdir()] == ["p-e.trace.json"]  # no .tmp left behind
+    assert len([e for e in json.loads(written.read_text())["traceEvents"] if e["ph"] == "X"]) == 5
+    steps = rl_insight(*args, "--steps", "2:")
+    assert steps.returncode == 0 and (folder / "p-e-steps2-.trace.json").exists(), steps.stdout + steps.stderr
+
+
 def test_spans_for_a_tempo_that_is_down_are_bounded_counted_and_never_waited_for():
     """The relay to Tempo (server/stores/span_relay.py) with nothing listening: bodies beyond its
     byte bound are dropped at once and counted, the ones it held are counted as failed."""

@@ -176,6 +176,9 @@ def test_streams_endpoint_lists_what_the_hub_holds(hub_server, monkeypatch):
     body = json.loads(wait_for(lambda: http("GET", server.url + "/api/v1/streams")[1], what="streams"))
     # every key (training/global_step is the global step gauge), the step's time and rl_insight_run_finished
     assert body["streams"][0]["step"] == 5 and body["streams"][0]["series"] == len(metrics) + 2
+    # and what it counts is what the hub exposes for the run
+    exposed = [line for line in series(server).splitlines() if 'experiment_name="listed"' in line]
+    assert body["streams"][0]["series"] == len(exposed), exposed
 
 
 def test_monitoring_that_cannot_start_does_not_stop_tracking(monkeypatch, caplog):

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from verl_rl_insight.commands.checks import PROBLEMS, CliError, check_server_url
+from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
 
@@ -51,9 +52,9 @@ def call(method: Any, url: str, token: str | None, body: Any = None, timeout_s: 
         raise CliError(f"cannot reach the server at {url.rsplit('/api/', 1)[0]}: {exc}", code=PROBLEMS) from None
     if not reply.ok:
         fix = "export the RL_INSIGHT_SERVER_URL line the server printed" if reply.status == 401 else None
-        raise CliError(f"the server refused ({reply.status}): {reply.error()}", fix=fix, code=PROBLEMS)
+        raise CliError(f"the server refused ({reply.status}): {printable(reply.error())}", fix=fix, code=PROBLEMS)
     try:
-        return reply.json()
+        return printable(reply.json())
     except ValueError:
         raise CliError(f"the server at {url.rsplit('/api/', 1)[0]} did not answer with JSON", code=PROBLEMS) from None
 

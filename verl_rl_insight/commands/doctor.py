@@ -5,6 +5,7 @@ check found a problem. Hydra overrides after ``--`` are checked as the training 
 them (``rl-insight doctor -- actor_rollout_ref.rollout.disable_log_stats=True``).
 """
 
+import contextlib
 import email.utils
 import json
 import logging
@@ -12,8 +13,11 @@ import os
 import sys
 import time
 import urllib.parse
+import warnings
+from collections.abc import Iterator
 from typing import Any, TextIO
 
+from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract import environment, server_url
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
@@ -21,19 +25,35 @@ SUPPORTED_VERL = ((0, 6), (0, 10))  # 0.6 <= verl < 0.10
 
 
 class Report:
+    """The checklist's lines; what a check shows of a server's answer is made printable here."""
+
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.problems = 0
 
     def ok(self, what: Any, detail: str = "") -> None:
-        print(f"ok       {what}" + (f": {detail}" if detail else ""), file=self.out)
+        print(printable(f"ok       {what}" + (f": {detail}" if detail else "")), file=self.out)
 
     def problem(self, what: Any, detail: Any, fix: Any) -> None:
         self.problems += 1
-        print(f"PROBLEM  {what}: {detail}\n         fix: {fix}", file=self.out)
+        print(printable(f"PROBLEM  {what}: {detail}"), printable(f"         fix: {fix}"), sep="\n", file=self.out)
 
     def skip(self, what: Any, why: Any) -> None:
-        print(f"skipped  {what}: {why}", file=self.out)
+        print(printable(f"skipped  {what}: {why}"), file=self.out)
+
+
+@contextlib.contextmanager
+def third_party_quiet() -> Iterator[None]:
+    """No log record or Python warning of WARNING or below while the block runs (verl, Hydra and Ray
+    log theirs on import: "No supported accelerator detected"); doctor's own lines are printed, not logged."""
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(before)
 
 
 def fetch(url: str, method: str = "GET", body: Any = None, token: str | None = None, timeout: int = 5) -> Any:
@@ -415,7 +435,10 @@ def run(
         )
     else:
         check_provisioning(report, state)
-    check_environment(report, url, needs_token=bool(token or (state and state.get("token"))), server_here=bool(state))
-    check_overrides(report, overrides)
+    with third_party_quiet():  # importing verl logs its platform warnings: not a check's finding
+        check_environment(
+            report, url, needs_token=bool(token or (state and state.get("token"))), server_here=bool(state)
+        )
+        check_overrides(report, overrides)
     print(f"\n{report.problems} problem(s)" if report.problems else "\nall checks passed", file=out)
     return 1 if report.problems else 0

@@ -7,14 +7,15 @@ import argparse
 import json
 import time
 import urllib.parse
-from typing import Any
+from typing import Any, NamedTuple
 
 from verl_rl_insight.commands.api import call, common_options, print_table, server
-from verl_rl_insight.commands.checks import PROBLEMS, CliError
+from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError, positive_float
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.contract.wire import PROFILE_ROLES
 
 ENDED = ("finished", "missed", "refused")
+FINISHED_EVERY_S = 10.0  # how often --wait asks whether the run has finished
 
 
 def ranks_list(text: str) -> list[int]:
@@ -28,17 +29,46 @@ def ranks_list(text: str) -> list[int]:
     return ranks
 
 
-def _run_step(base: str, token: str | None, project: str, experiment: str) -> int | None:
-    """The run's newest logged step, as the hub holds it (None: not known there)."""
-    streams = call("GET", base + "/api/v1/streams", token).get("streams", [])
-    steps = [
-        s["step"]
-        for s in streams
-        if s.get("step") is not None
-        and s["labels"].get("project") == project
-        and s["labels"].get("experiment_name") == experiment
-    ]
-    return max(steps) if steps else None
+class RunSeen(NamedTuple):
+    """What the hub holds of a run: its newest step, and how long ago that step was logged."""
+
+    step: int | None
+    step_s_ago: float | None
+
+
+def _runs_at_hub(base: str, token: str | None) -> dict[tuple[str, str], RunSeen]:
+    """Every run the hub has a stream of, with its newest step and that step's age."""
+    runs: dict[tuple[str, str], RunSeen] = {}
+    for stream in call("GET", base + "/api/v1/streams", token).get("streams", []):
+        labels = stream.get("labels") or {}
+        project, experiment = labels.get("project"), labels.get("experiment_name")
+        if not isinstance(project, str) or not isinstance(experiment, str):
+            continue
+        key = (project, experiment)
+        seen = runs.get(key, RunSeen(None, None))
+        step, age = stream.get("step"), stream.get("last_step_s_ago")
+        if step is not None and (seen.step is None or step > seen.step):
+            seen = RunSeen(step, age)
+        runs[key] = seen
+    return runs
+
+
+def _known_run(base: str, token: str | None, project: str, experiment: str) -> RunSeen:
+    """The run as the hub holds it; refused (exit 2) with the runs it knows when it holds none of that name."""
+    runs = _runs_at_hub(base, token)
+    if (project, experiment) in runs:
+        return runs[(project, experiment)]
+    same_project = sorted(e for p, e in runs if p == project)
+    if same_project:
+        known = f"project {project} has {', '.join(same_project[:10])}" + (" ..." if len(same_project) > 10 else "")
+    else:
+        names = sorted(f"{p}/{e}" for p, e in runs)
+        known = "the server's runs: " + (", ".join(names[:10]) + (" ..." if len(names) > 10 else "") or "none yet")
+    raise CliError(
+        f"no run {project}/{experiment} at the server ({known})",
+        fix="check --project and --experiment (`rl-insight runs list`); a run appears with its first logged step",
+        code=REFUSED,
+    )
 
 
 def _profiles(base: str, token: str | None, project: str | None, experiment: str | None) -> dict[str, Any]:
@@ -57,7 +87,7 @@ def request(args: argparse.Namespace) -> int:
         raise CliError("--steps needs its first step (N or N:M)", code=2)
     last = last if last is not None else first
     base, token = server(args)
-    step = _run_step(base, token, args.project, args.experiment)
+    step = _known_run(base, token, args.project, args.experiment).step
     if step is not None and first <= step + 1:
         raise CliError(
             f"step {first} has begun or passed: {args.project}/{args.experiment} is at step {step}",
@@ -89,9 +119,42 @@ def request(args: argparse.Namespace) -> int:
     return _wait(base, token, record["id"], args)
 
 
+def _finished(base: str, token: str | None, project: str, experiment: str) -> bool:
+    """True when the run said it finished (``rl_insight_run_finished`` 1 in the server's Prometheus;
+    a server without one cannot say, and the idle limit ends the wait)."""
+    from verl_rl_insight.commands.watch.data import DataError, Prometheus
+    from verl_rl_insight.contract.promql import run_selector
+
+    info = call("GET", base + "/api/v1/info", token)
+    if "prometheus" not in info.get("services", ()):
+        return False
+    try:
+        flag = Prometheus(info["prometheus"]).scalar(f"rl_insight_run_finished{run_selector(project, experiment)}")
+        return bool(flag == 1)
+    except DataError:
+        return False
+
+
+def _ended(base: str, token: str | None, args: argparse.Namespace, checked: list[float]) -> str | None:
+    """Why the wait is over although the request is not (the run finished, or logs no new step), or None."""
+    run = _runs_at_hub(base, token).get((args.project, args.experiment), RunSeen(None, None))
+    if run.step_s_ago is not None and run.step_s_ago > args.idle:
+        return (
+            f"no new step of {args.project}/{args.experiment} for {run.step_s_ago:.0f} s (it is at step {run.step}): "
+            "the run has ended or stalls; the request stays queued (`rl-insight profile list`)"
+        )
+    if time.monotonic() - checked[0] >= FINISHED_EVERY_S:
+        checked[0] = time.monotonic()
+        if _finished(base, token, args.project, args.experiment):
+            at = f" at step {run.step}" if run.step is not None else ""
+            return f"{args.project}/{args.experiment} has finished{at}: its requested steps will not come"
+    return None
+
+
 def _wait(base: str, token: str | None, request_id: str, args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     seen = None
+    checked = [0.0]
     while True:
         found = [p for p in _profiles(base, token, args.project, args.experiment)["profiles"] if p["id"] == request_id]
         record = found[0] if found else None
@@ -102,6 +165,9 @@ def _wait(base: str, token: str | None, request_id: str, args: argparse.Namespac
             if args.json:
                 print(json.dumps(record))
             return 0 if record["state"] == "finished" else PROBLEMS
+        why = _ended(base, token, args, checked)
+        if why is not None:
+            raise CliError(f"profile {request_id}: {why}", code=PROBLEMS)
         if time.monotonic() > deadline:
             raise CliError(f"profile {request_id} has not ended after {args.timeout:g} s", code=PROBLEMS)
         time.sleep(1.0)
@@ -144,6 +210,12 @@ def add_parsers(sub: Any) -> None:
     parser.add_argument("--ranks", type=ranks_list, help="0,1: only if the job profiles these ranks")
     parser.add_argument("--wait", action="store_true", help="wait until the request ends and say how")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait waits (default 3600)")
+    parser.add_argument(
+        "--idle",
+        type=positive_float,
+        default=600.0,
+        help="--wait ends when the run logs no new step for this many seconds (default 600)",
+    )
     common_options(parser, top=True)
     parser.set_defaults(func=request)
     profile_sub = parser.add_subparsers(dest="profile_command", metavar="COMMAND")

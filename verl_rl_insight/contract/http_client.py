@@ -34,6 +34,10 @@ class Unreachable(Unavailable):
     """No answer from the address (refused, reset, name not found, timed out)."""
 
 
+class Oversized(Unreachable):
+    """An answer longer than the caller takes (``max_bytes``): not read further, not an answer."""
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     """An HTTP answer, whatever its status."""
@@ -111,8 +115,11 @@ class HttpClient:
         json_body: Any = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: Timeout | None = None,
+        max_bytes: int | None = None,
     ) -> Reply:
-        """The answer to one request; raises Unreachable when there is none."""
+        """The answer to one request; raises Unreachable when there is none, and Oversized when its
+        body (decompressed) is longer than ``max_bytes``: what a caller that must not trust the
+        server takes, read no further than that."""
         import requests
 
         all_headers = {"Content-Type": "application/json"} if data is not None or json_body is not None else {}
@@ -138,6 +145,7 @@ class HttpClient:
                 headers=all_headers,
                 auth=login,
                 timeout=timeout_s if timeout_s is not None else self.timeout_s,
+                stream=max_bytes is not None,
             )
 
         try:
@@ -147,7 +155,10 @@ class HttpClient:
                 if not _closed_while_idle(exc):
                     raise
                 response = send()
-            return Reply(response.status_code, response.headers, response.content)
+            if max_bytes is None:
+                return Reply(response.status_code, response.headers, response.content)
+            with response:
+                return Reply(response.status_code, response.headers, _at_most(response, max_bytes, url))
         except requests.RequestException as exc:
             raise Unreachable(f"{url.split('?')[0]} does not answer ({_reason(exc)})") from None
 
@@ -170,6 +181,18 @@ class Refused(Unreachable):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+def _at_most(response: requests.Response, max_bytes: int, url: str) -> bytes:
+    """The body of a streamed response, read no further than ``max_bytes`` (decompressed)."""
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_content(chunk_size=min(max_bytes + 1, 65536)):
+        size += len(chunk)
+        if size > max_bytes:
+            raise Oversized(f"{url.split('?')[0]} answered more than {max_bytes:,} bytes (not read further)")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _reason(exc: BaseException) -> str:

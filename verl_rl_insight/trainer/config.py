@@ -41,7 +41,10 @@ class TrainerMetricsSettings:
 @dataclass
 class MetricPushSettings:
     enabled: bool = True
-    queue_batches: int = 1024  # hand-off queue between training thread and sender
+    # hand-off queue between training thread and sender: a burst of log calls faster than the sender's
+    # poll (0.25 s) waits here. Bounded by batches and by the values they hold (~50 bytes a float: 25 MB)
+    queue_batches: int = 16384
+    queue_values: int = 500_000
     spool_batches: int = 20000  # kept while the server is unreachable, oldest dropped first
     max_batches_per_request: int = 200
     max_request_bytes: int = 4 * 1024 * 1024  # a request stays under the server's body limit
@@ -89,6 +92,9 @@ class ProfilerSettings:
     arm: str | None = None  # "torch": configure a dormant torch profiler at launch (no step profiled)
     arm_roles: list[str] = field(default_factory=lambda: ["actor"])  # the roles it arms
     arm_ranks: list[int] = field(default_factory=lambda: [0])  # the ranks it arms ([]: all)
+    # where an armed profiler writes its traces when verl's save_path is its default (outputs/profile,
+    # relative to whatever directory the job starts in); None: <RL_INSIGHT_HOME>/profiles/<project>/<experiment>
+    save_path: str | None = None
 
 
 @dataclass

@@ -5,6 +5,7 @@ import contextlib
 import os
 import sys
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -35,7 +36,10 @@ def compose(
     gpus: Any,
     linger_s: Any,
     transfer_queue: Any,
+    profile_dir: str | None = None,
 ) -> Any:
+    """verl's own ppo_trainer config for the demo's run; ``profile_dir``: where `rl-insight profile`
+    traces go (the server's data dir; else the profiler plugin's default, under RL_INSIGHT_HOME)."""
     import verl.trainer.main_ppo as main_ppo
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -65,6 +69,7 @@ def compose(
                 "+rl_insight.plugins.profiler.arm=torch",  # `rl-insight profile` works on the demo
                 "+rl_insight.plugins.profiler.poll_interval_s=1",
                 "+rl_insight.plugins.samples.enabled=True",  # synthetic prompts: `rl-insight samples` shows them
+                *([f"+rl_insight.plugins.profiler.save_path={profile_dir}"] if profile_dir else []),
             ],
         )
 
@@ -129,6 +134,28 @@ class Progress:
             print(file=self.out, flush=True)
 
 
+def prometheus_links(url: str, expr: str, probe: str | None = None) -> tuple[str, str]:
+    """(a graph of ``expr``, the alerts page) that open on the Prometheus at ``url``: 3.x has its query
+    page at /query and alerts at /alerts; 2.x has /graph and /alerts, or only its classic UI
+    (/classic/graph, /classic/alerts: Debian's package, whose build leaves the React UI out). The
+    version comes from /api/v1/status/buildinfo (asked at ``probe``: the URL with its login, which
+    the links do not show); the expression is percent-encoded."""
+    from verl_rl_insight.contract.http_client import HttpClient, Unreachable
+
+    client = HttpClient(timeout_s=2)
+    asked = (probe or url).rstrip("/")
+    try:
+        version = str(client.get_json(asked + "/api/v1/status/buildinfo")["data"]["version"])
+        major = int(version.split(".")[0])
+        classic = major < 3 and client.request("GET", asked + "/alerts").status == 404
+    except (Unreachable, KeyError, TypeError, ValueError):
+        major, classic = 2, False
+    if major >= 3:
+        return f"{url}/query?{urllib.parse.urlencode({'g0.expr': expr, 'g0.tab': 'graph'})}", f"{url}/alerts"
+    root = f"{url}/classic" if classic else url
+    return f"{root}/graph?{urllib.parse.urlencode({'g0.expr': expr, 'g0.tab': '0'})}", f"{root}/alerts"
+
+
 def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, out: TextIO) -> None:
     urls = state["public_urls"]
     query = f'{{project="{PROJECT}",experiment_name="{experiment}"}}'
@@ -141,8 +168,15 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
             file=out,
         )
     if "prometheus" in state["services"]:
-        print(f"  Prometheus  {urls['prometheus']}/graph?g0.expr=rl_insight_monitor_critic_score_mean{query}", file=out)
-        print(f"              {urls['prometheus']}/alerts", file=out)
+        from verl_rl_insight.commands.server import control
+
+        graph, alerts = prometheus_links(
+            urls["prometheus"],
+            f"rl_insight_monitor_critic_score_mean{query}",
+            probe=control.with_login(urls["prometheus"]),
+        )
+        print(f"  Prometheus  {graph}", file=out)
+        print(f"              {alerts}", file=out)
         print("              (login: rl-insight, password: rl-insight server url --prometheus)", file=out)
     if "tempo" in state["services"]:
         print(f'  Tempo       {urls["tempo"]} (TraceQL: {{ span.experiment_name = "{experiment}" }})', file=out)
@@ -209,19 +243,54 @@ def run(
 
         from verl_rl_insight.commands.demo.simulation import SimulatedTaskRunner
 
-        config = compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, transfer_queue)
+        traces = Path(state["settings"]["data_dir"]) / "profiles" / PROJECT / str(experiment)
+        config = compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, transfer_queue, str(traces))
         progress = Progress(state["local_hub_url"], experiment, steps, shown)
         try:
             run_ppo(config, task_runner_class=SimulatedTaskRunner)
+        except KeyboardInterrupt:  # Ctrl+C: a person stopping the demo, not a failure to explain
+            interrupted = True
         except BaseException:
             progress.stop()
             print(f"[demo] the run failed; the end of {log_path}:\n{_tail(log_path)}", file=shown, flush=True)
             raise
+        else:
+            interrupted = False
         finally:
             ray.shutdown()  # here, not at exit: its last words go to the log too
         progress.stop()
+        if interrupted:
+            marked = mark_finished(control.trainer_url(state, local=True), str(experiment))
+            print(
+                f"[demo] interrupted at step {progress.shown or 0} of {steps}; the run is "
+                + (
+                    "marked finished (rl-insight runs list)"
+                    if marked
+                    else "not marked finished: the server did not answer"
+                )
+                + f"; what verl and Ray printed is in {log_path}",
+                file=shown,
+                flush=True,
+            )
+            return 130
     where_to_look(state, experiment, engine, out)
     return 0
+
+
+def mark_finished(trainer_url: str, experiment: str) -> bool:
+    """Say to the server that the demo's run has ended (``rl_insight_run_finished`` 1, what a run's
+    ``finish()`` says): its trainer, a Ray actor, was stopped before it could. True when delivered."""
+    from verl_rl_insight.contract import server_url
+    from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+    from verl_rl_insight.trainer.client.sender import BatchSender
+    from verl_rl_insight.trainer.plugins.trainer_metrics import FINISHED
+
+    base, token = server_url.split(trainer_url)
+    sender = BatchSender(base + "/api/v1/push", token=token, linger_s=0.01)
+    sender.submit(MetricBatch(PROJECT, experiment, None, time.time(), {FINISHED: 1.0}))
+    delivered = sender.flush(5.0) and sender.stats["sent_batches"] == 1
+    sender.close(1.0)
+    return bool(delivered)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.server import app
@@ -121,7 +122,17 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
             else "open to local users only (listening on loopback)"
         )
     )
-    lines += ["", "On every training node:", f"  export RL_INSIGHT_SERVER_URL={trainer_url(state, reveal_token)}"]
+    lines += ["", "On every training node:"]
+    if reveal_token or not state.get("token"):
+        lines.append(f"  export RL_INSIGHT_SERVER_URL={trainer_url(state)}")
+    else:  # the token is not printed here: a placeholder the shell refuses, and the commands that print it
+        scheme, _, rest = state["hub_url"].partition("://")
+        lines += [
+            f"  export RL_INSIGHT_SERVER_URL={scheme}://{server_url.TOKEN_USER}:<token>@{rest}",
+            "  (<token>: the token is not shown here; `rl-insight server url` prints the whole URL, "
+            "`rl-insight server status --secrets` the token)",
+            '  on this machine: export RL_INSIGHT_SERVER_URL="$(rl-insight server url --local)"',
+        ]
     return "\n".join(lines)
 
 
@@ -238,8 +249,8 @@ def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> Any:
         print("  (rl-insight server status --secrets shows the token and the Grafana password)", file=out)
     try:
         client = HttpClient(timeout_s=5)
-        services = client.get_json(state["local_hub_url"] + "/api/v1/services")["services"]
-        hub = client.get_json(state["local_hub_url"] + "/api/v1/hub")
+        services = printable(client.get_json(state["local_hub_url"] + "/api/v1/services")["services"])
+        hub = printable(client.get_json(state["local_hub_url"] + "/api/v1/hub"))
     except Exception as exc:
         print(f"\n  (cannot ask the server for service details: {exc})", file=out)
         return 1

@@ -4,6 +4,7 @@ chrome://tracing), from the server that kept the spans or from its Tempo: one co
 import argparse
 import json
 import os
+import re
 from typing import Any
 
 from verl_rl_insight.commands.api import call, common_options, server
@@ -63,6 +64,17 @@ def spans_of(args: argparse.Namespace) -> tuple[list[Any], str]:
     return spans, origin
 
 
+def output_file(output: str, project: str, experiment: str, steps: tuple[int | None, int | None] | None) -> str:
+    """Where ``-o`` writes: the file named, or, in a directory named,
+    ``<project>-<experiment>[-stepsA-B].trace.json``."""
+    if not os.path.isdir(output):
+        return output
+    first, last = steps or (None, None)
+    span = f"-steps{'' if first is None else first}-{'' if last is None else last}" if steps else ""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"{project}-{experiment}{span}").lstrip(".")
+    return os.path.join(output, f"{name}.trace.json")
+
+
 def export(args: argparse.Namespace) -> int:
     from verl_rl_insight.commands.timeline import chrome_trace
 
@@ -77,6 +89,7 @@ def export(args: argparse.Namespace) -> int:
             code=PROBLEMS,
         )
     document = chrome_trace.to_chrome_trace(spans, f"{args.project}/{args.experiment}")
+    args.output = output_file(args.output, args.project, args.experiment, args.steps)
     tmp = f"{args.output}.tmp"
     with open(tmp, "w") as f:
         json.dump(document, f)
@@ -126,7 +139,9 @@ def add_parsers(sub: Any) -> None:
     out.add_argument("--project", required=True)
     out.add_argument("--experiment", required=True, help="the experiment_name")
     out.add_argument("--steps", type=steps_range, help="only these trainer steps: A:B (both included), A:, :B or A")
-    out.add_argument("-o", "--output", required=True, help="the file to write (trace.json)")
+    out.add_argument(
+        "-o", "--output", required=True, help="the file to write (trace.json), or a directory to write it in"
+    )
     out.add_argument("--tempo", help="read from this Tempo (its HTTP API URL) instead of asking the server")
     common_options(out, top=True)
     out.set_defaults(func=export)

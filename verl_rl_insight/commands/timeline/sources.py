@@ -6,6 +6,7 @@ import json
 import urllib.parse
 from typing import Any
 
+from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
@@ -22,7 +23,7 @@ def _get(url: str, headers: Any = None, timeout: int = 30) -> Any:
     except Unreachable as exc:
         raise SourceError(f"cannot reach {exc}") from None
     if not reply.ok:
-        raise SourceError(f"{url.split('?')[0]} answered {reply.status}: {reply.error()}")
+        raise SourceError(f"{url.split('?')[0]} answered {reply.status}: {printable(reply.error())}")
     return reply.body
 
 
@@ -30,7 +31,7 @@ def from_server(base: Any, project: str, experiment: str | None, token: str | No
     """The spans the server kept for the run (JSON lines)."""
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
     body = _get(f"{base}/api/v1/spans?{query}", {"Authorization": f"Bearer {token}"} if token else None)
-    return [json.loads(line) for line in body.splitlines() if line.strip()]
+    return [printable(json.loads(line)) for line in body.splitlines() if line.strip()]
 
 
 def _hex(value: Any) -> Any:
@@ -86,4 +87,4 @@ def from_tempo(tempo: Any, project: str, experiment: str | None, start_s: Any = 
             if s["attributes"].pop("project", project) == project
             and s["attributes"].pop("experiment_name", experiment) == experiment
         ]
-    return spans
+    return printable(spans)

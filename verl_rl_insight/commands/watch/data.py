@@ -3,6 +3,7 @@ curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
 
 from typing import Any
 
+from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.contract.engine_metrics import exposed
 from verl_rl_insight.contract.errors import RLInsightError
@@ -60,7 +61,7 @@ class Prometheus:
             raise DataError(f"Prometheus at {self.shown} refused a query ({exc.status})") from None
         except Unreachable as exc:
             raise DataError(f"Prometheus at {self.shown} does not answer ({exc})") from None
-        return body["data"]
+        return printable(body["data"])
 
     def query(self, promql: str) -> Any:
         return self._get("/api/v1/query", {"query": promql})["result"]

@@ -88,6 +88,22 @@ MAX_MARK_BODY_BYTES = 128 * 1024  # an oversized text is read, and refused namin
 CHUNK_BYTES = 256 * 1024  # responses go out in pieces: a slow reader holds one, not the body
 
 
+# What the server that owns this API attaches after its port opens (the span store, Tempo's relay,
+# the timeline's figures) and what reads them: until it is ``ready`` these answer 503 with
+# Retry-After, which OTLP exporters and the trainer retry, never a 404 that says "no spans here".
+NEEDS_START = frozenset(
+    {
+        ("POST", "/v1/traces"),
+        ("GET", "/api/v1/spans"),
+        ("GET", "/api/v1/spans/runs"),
+        ("GET", "/api/v1/timeline/last_step"),
+        ("GET", "/api/v1/info"),
+        ("DELETE", "/api/v1/runs"),
+    }
+)
+RETRY_AFTER_S = 1
+
+
 class ApiError(Exception):
     """An answer before, or instead of, reading the body: the connection stays open and the server
     reads what the client still sends and drops it, so that the client gets to read the answer
@@ -105,12 +121,13 @@ class ClientGone(Exception):
 
 
 class Request:
-    __slots__ = ("scope", "receive", "send", "headers", "query", "run")
+    __slots__ = ("scope", "receive", "_send", "answered", "headers", "query", "run")
 
     def __init__(self, scope: Any, receive: Any, send: Any) -> None:
         self.scope = scope
         self.receive = receive
-        self.send = send
+        self._send = send
+        self.answered = False  # its response has begun: an error after that cannot become an answer
         self.headers: dict[str, str] = {}
         for name, value in scope["headers"]:
             self.headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
@@ -120,6 +137,11 @@ class Request:
     def param(self, name: str) -> Any:
         values = self.query.get(name)
         return values[-1] if values else None
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.answered = True
+        await self._send(message)
 
 
 class Api:
@@ -222,16 +244,25 @@ class Api:
             handler, write = entry
             if write:
                 self._authorize(request, (method, scope["path"]) in RUN_CREDENTIAL_ROUTES)
+            if not self.ready and (method, scope["path"]) in NEEDS_START:
+                raise ApiError(
+                    503,
+                    f"the server is starting (its span store is not open yet); retry in {RETRY_AFTER_S} s",
+                    headers=[(b"retry-after", str(RETRY_AFTER_S).encode())],
+                )
             await handler(request)
-        except ApiError as exc:
-            await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
-        except RLInsightError as exc:  # what the hub and the stores refuse, each kind to its status
-            await self._send_json(send, http_status(exc), {"error": str(exc)}, headers=retry_headers(exc))
         except ClientGone:
             return
-        except Exception:
-            logger.exception("error while serving %s %s", scope["method"], scope["path"])
-            await self._send_json(send, 500, {"error": "internal error, see the server log"})
+        except Exception as exc:
+            if request.answered:  # its answer (a 200, ...) went out: a second one is not an answer to count
+                logger.exception("error after answering %s %s", scope["method"], scope["path"])
+            elif isinstance(exc, ApiError):
+                await self._send_json(send, exc.status, {"error": str(exc), **exc.extra}, headers=exc.headers)
+            elif isinstance(exc, RLInsightError):  # what the hub and the stores refuse, each to its status
+                await self._send_json(send, http_status(exc), {"error": str(exc)}, headers=retry_headers(exc))
+            else:
+                logger.exception("error while serving %s %s", scope["method"], scope["path"])
+                await self._send_json(send, 500, {"error": "internal error, see the server log"})
 
     def _no_route(self, method: str, path: str) -> ApiError:
         known = sorted({p for _, p in self.routes})

@@ -39,6 +39,8 @@ from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.wire import HUB_HEADER
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 
+ANSWER_BYTES = 2**20  # what is read of the server's answer to a push ({"hub": ...}): any server can be at the URL
+
 logger = logging.getLogger("verl_rl_insight")
 
 _STOP = object()
@@ -63,7 +65,8 @@ class BatchSender:
         self,
         url: str,
         token: str | None = None,
-        queue_batches: int = 1024,
+        queue_batches: int = 16384,
+        queue_values: int = 500_000,
         spool_batches: int = 20000,
         max_batches_per_request: int = 200,
         max_request_bytes: int = 4 * 1024 * 1024,
@@ -80,6 +83,7 @@ class BatchSender:
         self.max_request_bytes = max(1024, int(max_request_bytes))
         self.spool_batches = max(1, int(spool_batches))
         self.queue_batches = max(1, int(queue_batches))
+        self.queue_values = max(1, int(queue_values))
         self.resend_window_s = resend_window_s
         self.linger_s = linger_s
         self._reset()
@@ -90,7 +94,7 @@ class BatchSender:
         self.stats: collections.Counter[str] = collections.Counter()
         self.clock = time.time  # this host's clock, which stamps the batches
         # deque.append/popleft are atomic in CPython: no lock on the training thread's path
-        self._queue: collections.deque[Any] = collections.deque()  # MetricBatch or _STOP
+        self._queue: collections.deque[Any] = collections.deque()  # (MetricBatch, its values) or _STOP
         self._spool: collections.deque[bytes] = collections.deque()  # encoded batches, oldest first
         # (monotonic time, encoded batch) of the last resend_window_s
         self._delivered: collections.deque[tuple[float, bytes]] = collections.deque()
@@ -103,6 +107,7 @@ class BatchSender:
         self._next_attempt = 0.0
         self._warned: set[object] = set()
         self._outstanding = 0  # submitted, not yet delivered, dropped or refused
+        self._queued_values = 0  # values of the batches in the hand-off queue (the memory it holds)
         self._limit: int | None = None  # while searching for refused batches: the request size to try
         self._suspect = 0  # how many batches at the head of the spool that search covers
         self._hub: str | None = None  # the hub instance that accepted our last push
@@ -114,18 +119,21 @@ class BatchSender:
         """Hand a batch over; never blocks. Counts (and warns once) when the hand-off queue is full."""
         if self._thread is None:
             self._start()
-        if len(self._queue) >= self.queue_batches:
+        values = len(batch.raw or ())
+        if len(self._queue) >= self.queue_batches or self._queued_values + values > self.queue_values:
             self.stats["dropped_batches"] += 1
             self._warn_once(
                 "queue_full",
-                "rl-insight: sender queue full (%d batches); dropping metrics. "
-                "Raise plugins.metric_push.queue_batches?",
+                "rl-insight: sender queue full (%d batches or %d values); dropping metrics. "
+                "Raise plugins.metric_push.queue_batches / queue_values?",
                 self.queue_batches,
+                self.queue_values,
             )
             return
         with self._count_lock:
             self._outstanding += 1
-        self._queue.append(batch)
+            self._queued_values += values
+        self._queue.append((batch, values))
 
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until everything submitted so far was delivered.
@@ -193,7 +201,8 @@ class BatchSender:
                 self.stats["dropped_batches"] += 1
                 self._warn_once(
                     "spool_full",
-                    "rl-insight: spool full (%d batches) while the server is unreachable; dropping the oldest",
+                    "rl-insight: spool full (%d batches) while the server is unreachable or refuses the token; "
+                    "dropping the oldest",
                     self.spool_batches,
                 )
             while self._spool and time.monotonic() >= self._next_attempt:
@@ -207,10 +216,13 @@ class BatchSender:
     def _take_queue(self) -> bool:
         stop = False
         while self._queue:
-            item = self._queue.popleft()
-            if item is _STOP:
+            entry = self._queue.popleft()
+            if entry is _STOP:
                 stop = True
                 continue
+            item, values = entry
+            with self._count_lock:
+                self._queued_values -= values
             try:
                 skipped = item.samples()[1]  # converts here, off the training thread
                 encoded = encode(item)
@@ -286,16 +298,27 @@ class BatchSender:
             self._down_since = time.monotonic()
             self._hub = None
             self._resend_recent()
-            logger.warning(
-                "rl-insight: %s %s (%s); training continues, metrics are kept (up to %d batches) and "
-                "replayed when it takes them",
-                "the monitoring server asks to retry later:"
-                if status == 429
-                else "cannot reach the monitoring server at",
-                self.url,
-                message,
-                self.spool_batches,
-            )
+            if status in (401, 403):  # it answered: no outage to wait out, a credential to fix
+                logger.warning(
+                    "rl-insight: the server at %s refused the %s (HTTP %s: %s); training continues, but no "
+                    "metric reaches the server until it accepts the credential: export the RL_INSIGHT_SERVER_URL "
+                    "line that `rl-insight server url` prints on the server",
+                    self.url,
+                    "token" if status == 401 else "credential",
+                    status,
+                    message,
+                )
+            else:
+                logger.warning(
+                    "rl-insight: %s %s (%s); training continues, metrics are kept (up to %d batches) and "
+                    "replayed when it takes them",
+                    "the monitoring server asks to retry later:"
+                    if status == 429
+                    else "cannot reach the monitoring server at",
+                    self.url,
+                    message,
+                    self.spool_batches,
+                )
         return False
 
     def _left_out(self, answer: dict[str, object]) -> None:
@@ -359,7 +382,12 @@ class BatchSender:
         headers = {HUB_HEADER: self._hub} if self._hub else None
         try:
             reply = self._client.request(
-                "POST", self.url, data=body, headers=headers, timeout_s=(min(2.0, self.timeout_s), self.timeout_s)
+                "POST",
+                self.url,
+                data=body,
+                headers=headers,
+                timeout_s=(min(2.0, self.timeout_s), self.timeout_s),
+                max_bytes=ANSWER_BYTES,
             )
         except Exception as exc:  # connection refused, DNS, timeout: all mean "not reachable now"
             return None, f"{type(exc).__name__}: {exc}", {}

@@ -76,6 +76,7 @@ class TargetAnnouncer:
                 data=json.dumps(body) if body else None,
                 params=params,
                 timeout_s=timeout_s or self.timeout_s,
+                max_bytes=2**20,  # the answer is a small record: any server can be at the URL
             )
             ok = reply.status < 300
             message = reply.text[:300]

@@ -34,6 +34,7 @@ def rl_insight_configure(config: Any) -> None:
         str(url) + PUSH_PATH,
         token=config.get("token"),
         queue_batches=settings.queue_batches,
+        queue_values=settings.queue_values,
         spool_batches=settings.spool_batches,
         max_batches_per_request=settings.max_batches_per_request,
         max_request_bytes=settings.max_request_bytes,

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 import urllib.parse
 from typing import Any
 
-from verl_rl_insight.contract.http_client import HttpClient, Unreachable
+from verl_rl_insight.contract.http_client import HttpClient, Oversized, Unreachable
+from verl_rl_insight.contract.wire import MAX_PROFILE_STEPS, PROFILE_ROLES
 from verl_rl_insight.trainer import runtime
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
@@ -40,6 +42,13 @@ ROLE_PATHS = {
     "ref": "actor_rollout_ref.ref.profiler",
     "critic": "critic.profiler",
 }
+# What the trainer takes from a server's answer, whatever the server (a wrong or hostile one at the
+# URL can list anything): the step boundary's work stays a few thousand steps at most.
+MAX_ANSWER_BYTES = 4 * 2**20  # the server's list: at most 1000 requests of a few hundred bytes
+MAX_TAKEN = 20  # requests held at once (the server keeps at most 20 open per run)
+MAX_RANKS = 4096
+TAKEN_KEYS = ("id", "state", "first_step", "last_step", "role", "ranks")
+REQUEST_ID = re.compile(r"[0-9a-f]{12}")
 ARM_HINT = "+rl_insight.plugins.profiler.arm=torch (rl-insight configures a dormant torch profiler at launch)"
 
 
@@ -86,6 +95,51 @@ def refusal(request: dict[str, Any], able: dict[str, Any]) -> str | None:
     return None
 
 
+def bound_problem(request: object) -> str | None:
+    """Why a request the server listed is not one the trainer takes (None: it is): the shape the
+    server's own rules give every request, checked again here, since any server can be at the URL."""
+    if not isinstance(request, dict):
+        return "not an object"
+    first, last, ranks, role = (request.get(k) for k in ("first_step", "last_step", "ranks", "role"))
+    if not isinstance(request.get("id"), str) or not REQUEST_ID.fullmatch(request["id"]):
+        return "its id is not 12 hex digits"
+    if type(first) is not int or type(last) is not int or not 1 <= first <= last:
+        return "its first_step..last_step is not a range of steps"
+    if last - first + 1 > MAX_PROFILE_STEPS:
+        return f"it asks for {last - first + 1:,} steps (at most {MAX_PROFILE_STEPS})"
+    if role is not None and role not in PROFILE_ROLES:
+        return f"its role is not one of {', '.join(PROFILE_ROLES)}"
+    if ranks is not None and (
+        not isinstance(ranks, list) or len(ranks) > MAX_RANKS or any(type(r) is not int or r < 0 for r in ranks)
+    ):
+        return f"its ranks are not a list of at most {MAX_RANKS} ranks"
+    return None
+
+
+VERL_DEFAULT_SAVE_PATH = "outputs/profile"  # verl's own default: relative to the job's working directory
+
+
+def traces_folder(verl_config: Any, settings: Any) -> str:
+    """Where an armed profiler writes: a save_path the job set itself (absolute); else
+    ``plugins.profiler.save_path``; else ``<RL_INSIGHT_HOME>/profiles/<project>/<experiment>``,
+    not ``./outputs`` in whatever directory the job was started from."""
+    from omegaconf import OmegaConf
+
+    from verl_rl_insight.contract import environment
+
+    given = str(OmegaConf.select(verl_config, "global_profiler.save_path", default=None) or VERL_DEFAULT_SAVE_PATH)
+    if given.rstrip("/") != VERL_DEFAULT_SAVE_PATH:
+        return os.path.abspath(given)
+    if settings.get("save_path"):
+        return os.path.abspath(os.path.expanduser(str(settings.save_path)))
+    home = os.environ.get(environment.HOME) or os.path.join(os.path.expanduser("~"), ".rl-insight")
+    run = [
+        re.sub(r"[^A-Za-z0-9._-]", "_", str(OmegaConf.select(verl_config, f"trainer.{key}", default=None) or "run"))
+        for key in ("project_name", "experiment_name")
+    ]
+    return os.path.abspath(os.path.join(home, "profiles", *run))
+
+
 def arm(verl_config: Any, settings: Any) -> bool:
     """``plugins.profiler.arm``: give the job a torch profiler that profiles nothing until asked
     (tool, empty steps, the roles and ranks of the settings, an absolute folder). True if armed."""
@@ -102,9 +156,7 @@ def arm(verl_config: Any, settings: Any) -> bool:
             profiler.tool = "torch"
         if OmegaConf.select(profiler, "steps", default=None) is None:
             profiler.steps = []
-        profiler.save_path = os.path.abspath(
-            str(OmegaConf.select(profiler, "save_path", default=None) or "outputs/profile")
-        )
+        profiler.save_path = traces_folder(verl_config, settings)
         for role in settings.arm_roles:
             path = ROLE_PATHS.get(str(role))
             if path is None:
@@ -133,6 +185,7 @@ class Profiles:
         self.capability_sent = False
         self.run: Any = None
         self.profiled_steps = 0
+        self.warned: set[str] = set()
         self.current: dict[int, tuple[int, list[str]]] = {}  # step -> (start ns, request ids) while profiled
         self.wake = threading.Event()
         self.stop = threading.Event()
@@ -173,17 +226,50 @@ class Profiles:
                 elif capability is not None:
                     self.capability_sent = True
             query = urllib.parse.urlencode({"project": run.project, "experiment_name": run.experiment_name})
-            reply = self.client.request("GET", f"{self.url}/api/v1/profiles?{query}")
+            reply = self.client.request("GET", f"{self.url}/api/v1/profiles?{query}", max_bytes=MAX_ANSWER_BYTES)
             if reply.ok:
-                with self.lock:
-                    for request in reply.json().get("profiles", []):
-                        if request.get("state") == "requested" and request.get("id") not in self.requests:
-                            self.requests[request["id"]] = request
+                listed = reply.json().get("profiles", [])
+                self._take(listed if isinstance(listed, list) else [])
+        except Oversized as exc:
+            with self.lock:
+                self.reports[:0] = reports
+            self._warn_once("oversized", "rl-insight: profile requests ignored: %s", exc)
         except Unreachable:
             with self.lock:  # said again next time
                 self.reports[:0] = reports
         except Exception:
             logger.debug("rl-insight: profile exchange failed", exc_info=True)
+
+    def _take(self, listed: list[object]) -> None:
+        """Hold the new requests the server listed, within bounds: a request of a shape the server
+        never gives is skipped (said once), and at most MAX_TAKEN are open here at once."""
+        with self.lock:
+            for request in listed:
+                if not isinstance(request, dict) or request.get("state") != "requested":
+                    continue
+                why = bound_problem(request)
+                if why is not None:
+                    self._warn_once("shape", "rl-insight: a profile request the server listed is ignored: %s", why)
+                    continue
+                if request["id"] in self.requests:
+                    continue
+                open_here = [r for r in self.requests.values() if r["state"] not in ("finished", "missed", "refused")]
+                if len(open_here) >= MAX_TAKEN:
+                    self._warn_once(
+                        "taken", "rl-insight: %d profile requests are open here; the others wait", MAX_TAKEN
+                    )
+                    break
+                self.requests[request["id"]] = {key: request.get(key) for key in TAKEN_KEYS}
+            while len(self.requests) > 10 * MAX_TAKEN:  # the oldest ended ones go first
+                ended = [k for k, r in self.requests.items() if r["state"] in ("finished", "missed", "refused")]
+                if not ended:
+                    break
+                del self.requests[ended[0]]
+
+    def _warn_once(self, key: str, message: str, *args: object) -> None:
+        if key not in self.warned:
+            self.warned.add(key)
+            logger.warning(message, *args)
 
     # -- at verl's step boundaries (training thread: reads and writes memory only) ----------------
     def point(self, trainer: Any, phase: str, when: str, step: int) -> None:

@@ -112,10 +112,11 @@ class AnnouncedEndpointExporter:
         if self.exporter is None:
             endpoint = self.fallback
             try:
-                import requests
+                from verl_rl_insight.contract.http_client import HttpClient
 
-                announced = requests.get(self.server_url + "/api/v1/info", timeout=2).json().get("otlp_traces")
-                endpoint = announced or endpoint
+                info = HttpClient().request("GET", self.server_url + "/api/v1/info", timeout_s=2, max_bytes=2**20)
+                announced = info.json().get("otlp_traces") if info.ok else None
+                endpoint = announced if isinstance(announced, str) and announced else endpoint
             except Exception:
                 pass
             self.exporter = self.make_exporter(endpoint)
