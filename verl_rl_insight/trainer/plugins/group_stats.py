@@ -27,6 +27,7 @@ from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING
 
 from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.plugins.step_inbox import StepInbox
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,7 +50,7 @@ KEYS = tuple(
 SOURCE_STATS = ("score/mean", "response_length/mean", "clip_ratio", "count")
 QUANTILES = (0.1, 0.5, 0.9)
 
-_pending: dict[tuple[Hashable, int | None], dict[str, float]] = {}
+_inbox = StepInbox()  # the step's statistics until its Tracking.log takes them
 _sources: dict[Hashable, dict[str, None]] = {}  # run -> the sources that have keys of their own
 _lock = threading.Lock()
 
@@ -192,8 +193,8 @@ def batch_metrics(batch: object, known_sources: dict[str, None] | None = None) -
 
 @hookimpl
 def rl_insight_configure(config: object) -> None:
+    _inbox.clear()
     with _lock:
-        _pending.clear()
         _sources.clear()
 
 
@@ -203,19 +204,9 @@ def rl_insight_advantage_batch(run: Hashable, batch: object, step: int | None) -
         known = _sources.setdefault(run, {})
     metrics = batch_metrics(batch, known)
     if metrics is not None:
-        with _lock:
-            _pending[(run, step)] = metrics
-            while len(_pending) > 8:  # steps that never got logged
-                _pending.pop(next(iter(_pending)))
+        _inbox.put(run, step, metrics)
 
 
 @hookimpl(tryfirst=True)
 def rl_insight_log_metrics(run: Hashable, metrics: dict[str, object], step: int | None, timestamp: float) -> None:
-    if not _pending:  # the common case, on the training thread: no lock
-        return
-    with _lock:
-        # step None: the trainer's step was not visible at compute time; it belongs to the next log
-        computed = _pending.pop((run, step), None) or _pending.pop((run, None), None)
-    if computed:
-        for key, value in computed.items():
-            metrics.setdefault(key, value)  # verl's own values win
+    _inbox.merge_into(run, step, metrics)

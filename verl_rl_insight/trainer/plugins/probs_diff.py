@@ -13,10 +13,10 @@ verl already computed are kept and only what is missing is added. An empty mask 
 ``valid = 0`` and nothing else (no NaN).
 """
 
-import threading
 from typing import Any
 
 from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.plugins.step_inbox import StepInbox
 
 PREFIX = "training/"
 # every key this plugin can log (the dashboards give each a panel)
@@ -34,8 +34,7 @@ KEYS = tuple(
         "rollout_actor_probs_pearson_corr",
     )
 )
-_pending: dict[Any, Any] = {}
-_lock = threading.Lock()
+_inbox = StepInbox()  # the step's figures until its Tracking.log takes them
 
 
 def mismatch_metrics(rollout_log_probs: Any, actor_log_probs: Any, mask: Any) -> Any:
@@ -90,27 +89,16 @@ def batch_metrics(batch: Any) -> Any:
 
 @hookimpl
 def rl_insight_configure(config: Any) -> None:
-    with _lock:
-        _pending.clear()
+    _inbox.clear()
 
 
 @hookimpl
 def rl_insight_train_batch(run: Any, batch: Any, step: int | None) -> None:
     metrics = batch_metrics(batch)
     if metrics is not None:
-        with _lock:
-            _pending[(run, step)] = metrics
-            while len(_pending) > 8:  # steps that never got logged
-                _pending.pop(next(iter(_pending)))
+        _inbox.put(run, step, metrics)
 
 
 @hookimpl(tryfirst=True)
 def rl_insight_log_metrics(run: Any, metrics: dict[str, Any], step: int | None, timestamp: float) -> None:
-    if not _pending:  # the common case, on the training thread: no lock
-        return
-    with _lock:
-        # step None: the trainer's step was not visible at compute time; it belongs to the next log
-        computed = _pending.pop((run, step), None) or _pending.pop((run, None), None)
-    if computed:
-        for key, value in computed.items():
-            metrics.setdefault(key, value)  # verl's own values win
+    _inbox.merge_into(run, step, metrics)
