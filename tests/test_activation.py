@@ -64,7 +64,7 @@ def test_pth_bootstrap_imports_nothing_heavy():
 def test_instrumentor_patches_and_unpatches():
     code = """
 import verl.utils.tracking as t
-from verl_rl_insight import bootstrap
+from verl_rl_insight.trainer.activation import bootstrap
 from verl_rl_insight.trainer.activation.instrumentor import VerlInstrumentor
 bootstrap.deactivate()
 print("rl_insight" in t.Tracking.supported_backend, hasattr(t.Tracking.__init__, "__wrapped__"))
