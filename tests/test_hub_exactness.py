@@ -250,7 +250,6 @@ def test_a_hub_stopped_or_killed_mid_run_sends_no_step_again_with_a_new_timestam
     thread = threading.Thread(target=scraper)
     thread.start()
     sender = BatchSender(url + "/api/v1/push", linger_s=0.1)
-    metrics = verl_step()
     try:
         for step in range(1, 61):
             if step == 31:
@@ -260,7 +259,7 @@ def test_a_hub_stopped_or_killed_mid_run_sends_no_step_again_with_a_new_timestam
                 else:
                     stop_group(hub)
                 hub = start_hub_process(port, tmp_path)
-            sender.submit(MetricBatch("p", "crash", step, time.time(), metrics, "rl_insight_monitor_"))
+            sender.submit(MetricBatch("p", "crash", step, time.time(), verl_step(step), "rl_insight_monitor_"))
             time.sleep(0.05)
         assert sender.flush(30)
         flushed = time.time()

@@ -5,7 +5,6 @@ its share is refused (or loses its own oldest), the others are untouched; a batc
 the server's clock cannot pin a run's live values."""
 
 import json
-import random
 import re
 import time
 
@@ -82,20 +81,13 @@ def call(method, url, credential, body=None, kind="application/json"):
         return exc.code, exc.read().decode(), dict(exc.headers)
 
 
-def verl_step():
-    """What verl's trainer logs in a PPO step: its own metric functions on a batch, and ``fit``'s keys."""
-    from verl.trainer.ppo import ray_trainer
-    from verl.trainer.ppo.core_algos import AdvantageEstimator
+def verl_step(step, total=60):
+    """What verl's trainer logs at ``step`` (verl's own metric functions on a batch, plus the keys
+    ``fit`` adds: ``training/global_step`` among them)."""
+    from verl_rl_insight.commands.demo.verl_step import step_metrics
 
-    from verl_rl_insight.commands.demo.simulation import batch_for, verl_metrics
-
-    batch = ray_trainer.compute_advantage(batch_for(1, random.Random(0)), adv_estimator=AdvantageEstimator.GRPO)
-    timing = {phase: 0.5 for phase in ("step", "gen", "reward", "old_log_prob", "ref", "adv", "update_actor")}
-    metrics = dict(verl_metrics(batch, timing))
-    # fit's own keys but training/global_step, which this hub refuses as a pushed name until the
-    # per-key drop (another branch) lands: the batch's step carries it
-    metrics.update({"training/epoch": 0})
-    assert len(metrics) > 40
+    metrics = step_metrics(step, total)
+    assert metrics["training/global_step"] == step and len(metrics) > 40
     return metrics
 
 
@@ -141,9 +133,8 @@ def test_one_run_filling_the_hubs_memory_leaves_another_runs_steps_whole(served)
     attacker_held = server.hub.summary()["memory_bytes"]
 
     sender = BatchSender(server.url + "/api/v1/push", token=run_credential.mint(TOKEN, "p", "honest"), linger_s=0.01)
-    metrics = verl_step()
     for step in range(1, 41):
-        sender.submit(MetricBatch("p", "honest", step, time.time(), metrics, "rl_insight_monitor_"))
+        sender.submit(MetricBatch("p", "honest", step, time.time(), verl_step(step, 40), "rl_insight_monitor_"))
         assert sender.flush(10)
         for n in range(3):  # meanwhile the attacker's streams log steps too: history to hold
             body = long_label_push("p", "attacker", n, step=1 + 3 * step + n)
