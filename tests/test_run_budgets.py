@@ -216,8 +216,9 @@ def test_the_default_target_cap_holds_the_largest_job_one_hub_holds():
     registry = TargetRegistry()
     labels = {"project": "big", "experiment_name": "16k-gpus"}
     for node in range(2048):
-        registry.register(f"10.0.{node // 256}.{node % 256}:8000", "vllm", {**labels, "replica": str(node)})
-    registry.register("10.0.0.1:9999", "transfer_queue", labels)
+        # loopback addresses stand for the nodes: the registry only holds them, nothing is scraped
+        registry.register(f"127.{node // 256}.{node % 256}.1:8000", "vllm", {**labels, "replica": str(node)})
+    registry.register("127.0.0.1:9999", "transfer_queue", labels)
     with pytest.raises(Exception, match="max_targets_per_run"):
         for port in range(10_000):
             registry.register(f"127.0.0.1:{port + 1}", "vllm", labels)

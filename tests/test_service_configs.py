@@ -135,7 +135,7 @@ def test_grafana_and_prometheus_log_in_to_the_servers_prometheus_and_alertmanage
 def test_tempo_listens_on_loopback_whatever_the_bind(settings):
     """Tempo has no login and its spans hold prompts: loopback only, also when the hub listens
     on every interface; Grafana reads it there."""
-    settings.bind = "0.0.0.0"
+    settings.bind = "0.0.0.0"  # rendered only: a bind_address nothing listens on here
     server = yaml.safe_load(tempo.render_config(settings))["server"]
     assert server["http_listen_address"] == "127.0.0.1" and server["grpc_listen_address"] == "127.0.0.1"
     tempo_source = yaml.safe_load(grafana.render_datasources(settings))["datasources"][1]
