@@ -99,14 +99,13 @@ def verl_ppo_step_keys():
     """The keys a verl PPO step logs: computed by verl's own metric functions on a batch (data,
     timing, throughput, rollout correction in two modes), plus what its workers report (their
     names as verl's source spells them, and the ones it builds at run time)."""
-    import random
 
     from verl.trainer.ppo import metric_utils, rollout_corr_helper
 
-    from verl_rl_insight.commands.demo.simulation import batch_for
+    from verl_rl_insight.commands.demo.verl_step import rollout_batch
     from verl_rl_insight.dashboards import keys
 
-    batch = batch_for(3, random.Random(0))
+    batch = rollout_batch(3)
     timing = {
         name: 0.1
         for name in (

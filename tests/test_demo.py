@@ -304,9 +304,9 @@ def test_every_key_verls_own_functions_compute_is_on_a_panel_that_shows_it(demo_
     (compute_data_metrics, compute_timing_metrics, compute_throughout_metrics, the rollout-correction
     metrics) run here on a batch shaped like the demo's; every key they return reached Prometheus
     through the demo, and a panel other than the catch-all shows it with data."""
-    import random
 
-    from verl_rl_insight.commands.demo.simulation import batch_for, verl_metrics
+    from verl_rl_insight.commands.demo.simulation import verl_metrics
+    from verl_rl_insight.commands.demo.verl_step import rollout_batch
     from verl_rl_insight.contract.naming import metric_name
 
     out, prom, engine, _, _ = demo_run
@@ -314,7 +314,7 @@ def test_every_key_verls_own_functions_compute_is_on_a_panel_that_shows_it(demo_
     from verl.trainer.ppo import ray_trainer
     from verl.trainer.ppo.core_algos import AdvantageEstimator
 
-    batch = ray_trainer.compute_advantage(batch_for(1, random.Random(0)), adv_estimator=AdvantageEstimator.GRPO)
+    batch = ray_trainer.compute_advantage(rollout_batch(1), adv_estimator=AdvantageEstimator.GRPO)
     computed = verl_metrics(batch, {phase: 0.5 for phase in phases})
     assert len(computed) > 40 and "response_length/mean" in computed and "timing_s/gen" in computed
     dashboard = build()[f"verl_trainer_v1_with_{engine}_engine.json"]

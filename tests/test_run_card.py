@@ -5,7 +5,6 @@ the config is in the server's files, its /metrics, its log or the CLI's output."
 
 import json
 import os
-import random
 import shlex
 import stat
 import subprocess
@@ -63,10 +62,11 @@ def verl_step(step):
     from verl.trainer.ppo import ray_trainer
     from verl.trainer.ppo.core_algos import AdvantageEstimator
 
-    from verl_rl_insight.commands.demo.simulation import batch_for, verl_metrics
+    from verl_rl_insight.commands.demo.simulation import verl_metrics
+    from verl_rl_insight.commands.demo.verl_step import rollout_batch
 
     timing = {"gen": 0.5, "reward": 0.1, "old_log_prob": 0.2, "adv": 0.05, "update_actor": 0.4, "step": 1.5}
-    batch = ray_trainer.compute_advantage(batch_for(step, random.Random(step)), adv_estimator=AdvantageEstimator.GRPO)
+    batch = ray_trainer.compute_advantage(rollout_batch(step), adv_estimator=AdvantageEstimator.GRPO)
     metrics = verl_metrics(batch, timing)
     metrics.update({"training/global_step": step, "training/epoch": 0})
     return metrics

@@ -8,16 +8,17 @@ import json
 import pytest
 
 from tests.helpers import free_port, rl_insight, run_python, start_hub_process, stop_group
+from verl_rl_insight.commands.demo.verl_step import DATA_SOURCES
 
 SCRIPT = """
 import json, random
 from verl.trainer.ppo import ray_trainer
 from verl.trainer.ppo.core_algos import AdvantageEstimator
 from verl.utils.tracking import Tracking
-from verl_rl_insight.commands.demo.simulation import SimulatedTokenizer, batch_for
-from verl_rl_insight.commands.demo.verl_step import step_metrics
+from verl_rl_insight.commands.demo.simulation import SimulatedTokenizer
+from verl_rl_insight.commands.demo.verl_step import rollout_batch, step_metrics
 
-data = batch_for(3, random.Random(0), batch=8)
+data = rollout_batch(3, prompts=2)  # 8 responses, 4 to a prompt
 scores = data.batch["token_level_scores"].sum(-1)
 scores += __import__("torch").arange(8) * 0.01  # distinct scores: one right order
 data.batch["token_level_scores"][:, 0] += __import__("torch").arange(8) * 0.01
@@ -86,7 +87,7 @@ def test_on_the_worst_best_and_mismatch_rollouts_are_what_the_batch_held(hub):
     worst = by_kind["worst"][0]
     assert worst["score"] == pytest.approx(expected["worst_score"])
     assert worst["response"] == expected["worst_text"] and worst["finish_reason"] in ("stop", "length")
-    assert worst["data_source"] in ("gsm8k", "math") and worst["prompt"]
+    assert worst["data_source"] in DATA_SOURCES and worst["prompt"]  # a source the batch carries
     text = samples(hub, "--worst")
     assert text.returncode == 0
     assert "samples/run step 3: 2 samples (worst)" in text.stdout

@@ -9,7 +9,6 @@ curves look like a PPO/GRPO run: score rising, entropy falling, a slowly driftin
 """
 
 import asyncio
-import math
 import random
 import threading
 import time
@@ -96,43 +95,6 @@ def exchange_through(tq: Any, step: int) -> None:
     except Exception as exc:
         if step == 1:
             print(f"[demo] TransferQueue exchange failed ({exc}); its request panels stay empty", flush=True)
-
-
-def batch_for(step: int, rng: Any, batch: int = 8, length: int = 64, prompt_length: int = 32) -> Any:
-    """A DataProto like a rollout's: prompts and responses, rewards, critic values, and log probs of
-    rollout and actor with a mismatch that drifts."""
-    import numpy as np
-    import torch
-    from verl import DataProto
-
-    g = torch.Generator().manual_seed(step)
-    rollout = torch.log(torch.rand(batch, length, generator=g) * 0.9 + 0.05)
-    drift = 0.004 + 0.002 * math.sin(step / 5) + (0.01 if rng.random() < 0.05 else 0.0)
-    actor = rollout + torch.randn(batch, length, generator=g) * drift
-    lengths = torch.randint(length // 4, length + 1, (batch,), generator=g)
-    mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
-    prompt_lengths = torch.randint(prompt_length // 2, prompt_length + 1, (batch,), generator=g)
-    prompt_mask = (torch.arange(prompt_length)[None, :] >= prompt_length - prompt_lengths[:, None]).long()
-    rewards = torch.zeros(batch, length)
-    rewards[torch.arange(batch), lengths - 1] = (torch.rand(batch, generator=g) < 0.3 + step / 100).float()
-    return DataProto.from_dict(
-        tensors={
-            "responses": torch.randint(0, 1000, (batch, length), generator=g),
-            "rollout_log_probs": rollout,
-            "old_log_probs": actor,
-            "response_mask": mask,
-            "token_level_rewards": rewards,
-            "token_level_scores": rewards.clone(),
-            "prompts": torch.randint(0, 1000, (batch, prompt_length)),
-            "attention_mask": torch.cat([prompt_mask, mask], dim=1),
-            "values": torch.randn(batch, length, generator=g) * 0.1 + 0.3,
-        },
-        non_tensors={
-            "uid": np.array([f"q{i // 4}" for i in range(batch)], dtype=object),
-            "data_source": np.array(["gsm8k" if i % 2 else "math" for i in range(batch)], dtype=object),
-        },
-        meta_info={"global_token_num": (prompt_lengths + lengths).tolist()},
-    )
 
 
 TEST_FREQ = 5  # trainer.test_freq of the simulated run: validation keys every 5 steps and at the last
