@@ -104,6 +104,17 @@ def to_jsonl(steps: list[Step]) -> bytes:
     return b"".join(orjson.dumps({"step": step, "data": data}) + b"\n" for step, data in steps)
 
 
+def write_run(out: Path, steps: list[Step]) -> str:
+    """Write the steps as verl's file logger lines; what was written, in one line."""
+    out.write_bytes(to_jsonl(steps))
+    non_finite = sum(1 for _, data in steps for v in data.values() if isinstance(v, float) and not math.isfinite(v))
+    keys = {k for _, data in steps for k in data}
+    return (
+        f"{out}: {len(steps)} lines, steps {steps[0][0]}..{steps[-1][0]}, {len(keys)} keys, "
+        f"{non_finite} non-finite values (written as null)"
+    )
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("log", type=Path)
@@ -132,13 +143,7 @@ def main(argv: list[str]) -> int:
     if args.cut_at is not None:
         cut = [line for line in lines if len(line) >= args.cut_at - 1 and _STEP_LINE.search(line)]
         print(f"{args.log}: {len(cut)} step lines cut at {args.cut_at} characters (their last item dropped)")
-    args.out.write_bytes(to_jsonl(steps))
-    non_finite = sum(1 for _, data in steps for v in data.values() if isinstance(v, float) and not math.isfinite(v))
-    keys = sorted({k for _, data in steps for k in data})
-    print(
-        f"{args.out}: {len(steps)} lines, steps {steps[0][0]}..{steps[-1][0]}, {len(keys)} keys, "
-        f"{non_finite} non-finite values (written as null)"
-    )
+    print(write_run(args.out, steps))
     return 0
 
 

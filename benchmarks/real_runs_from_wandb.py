@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import struct
 import sys
 import zlib
 from pathlib import Path
 
-import orjson
 from google.protobuf.message import Message
+from real_runs_convert import write_run
 from wandb.proto import wandb_internal_pb2
 
 # the generated protobuf module has no type stubs; Record is wandb's top-level record message
@@ -105,11 +104,6 @@ def history(raw: bytes) -> tuple[list[tuple[int, dict[str, JsonValue]]], int]:
     return rows, cut
 
 
-def to_jsonl(rows: list[tuple[int, dict[str, JsonValue]]]) -> bytes:
-    """The lines verl's FileLogger would have written (orjson writes NaN and Infinity as null)."""
-    return b"".join(orjson.dumps({"step": step, "data": data}) + b"\n" for step, data in rows)
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_file", type=Path)
@@ -119,13 +113,7 @@ def main(argv: list[str]) -> int:
     if not rows:
         print(f"{args.run_file}: no history records", file=sys.stderr)
         return 1
-    args.out.write_bytes(to_jsonl(rows))
-    non_finite = sum(1 for _, data in rows for v in data.values() if isinstance(v, float) and not math.isfinite(v))
-    keys = {k for _, data in rows for k in data}
-    print(
-        f"{args.out}: {len(rows)} lines, steps {rows[0][0]}..{rows[-1][0]}, {len(keys)} keys, "
-        f"{non_finite} non-finite values (written as null), {cut} bytes of a cut-off last record left out"
-    )
+    print(f"{write_run(args.out, rows)}, {cut} bytes of a cut-off last record left out")
     return 0
 
 
