@@ -2,6 +2,7 @@
 here: their files are checked for what the real programs need)."""
 
 import configparser
+import re
 
 import pytest
 import yaml
@@ -140,3 +141,40 @@ def test_tempo_listens_on_loopback_whatever_the_bind(settings):
     assert server["http_listen_address"] == "127.0.0.1" and server["grpc_listen_address"] == "127.0.0.1"
     tempo_source = yaml.safe_load(grafana.render_datasources(settings))["datasources"][1]
     assert tempo_source["url"] == f"http://127.0.0.1:{settings.tempo_port}"
+
+
+def test_every_service_the_settings_name_is_run_through_one_shape_with_its_secrets_in_0600_files(settings):
+    """services.py: each of SERVICE_NAMES writes its config and gives a command line; a config that
+    holds a secret (Prometheus' remote_write, Alertmanager's receivers, Grafana's password) is
+    0600, and no secret is on any command line (others read /proc/<pid>/cmdline)."""
+    from verl_rl_insight.server.managed.services import SERVICES
+    from verl_rl_insight.server.settings import SERVICE_NAMES
+    from verl_rl_insight.server.stores import credentials
+
+    credentials.resolve(settings)
+    assert sorted(SERVICES) == sorted(SERVICE_NAMES)
+    links = {"grafana": "http://127.0.0.1:13000", "prometheus": "http://127.0.0.1:19191"}
+    for name, service in SERVICES.items():
+        path = service.write_config(settings, links)
+        assert path.is_file() and path.is_relative_to(settings.data_path), name
+        if name != "tempo":  # tempo.yaml holds ports and paths only
+            assert path.stat().st_mode & 0o077 == 0, f"{name}'s {path.name} is readable by others"
+        argv = service.command("/usr/bin/" + name, settings, path)
+        assert argv[0] == "/usr/bin/" + name
+        assert settings.grafana_admin_password not in " ".join(argv), name
+        assert service.ready_url(settings).startswith("http://127.0.0.1:"), name
+
+
+def test_the_settings_checks_name_the_key_as_config_errors(tmp_path):
+    """One error kind for a setting the user must fix (contract.errors.ConfigError), whichever
+    section is wrong: the server's own keys, alerts:, alertmanager:."""
+    from verl_rl_insight.contract.errors import ConfigError
+
+    for values, named in (
+        ({"max_series": -1}, "max_series"),
+        ({"alerts": {"no_such_threshold": 1}}, "no_such_threshold"),
+        ({"alertmanager": {"receivers": [{"name": ""}]}}, "alertmanager.receivers[0]"),
+        ({"port": 9090}, "prometheus_port"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(named)):
+            ServerSettings(data_dir=str(tmp_path), **values)

@@ -28,14 +28,14 @@ from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.routes import Api
 from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.managed import (
-    alert_rules,
     alertmanager,
     binaries,
-    grafana,
     jobs,
     prometheus,
     tempo,
 )
+from verl_rl_insight.server.managed.alert_settings import health_params
+from verl_rl_insight.server.managed.services import SERVICES
 from verl_rl_insight.server.managed.supervisor import Service, Supervisor
 from verl_rl_insight.server.metrics.delivery import DeliveryCheck
 from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, MetricHub
@@ -53,8 +53,6 @@ from verl_rl_insight.server.stores.targets import TargetRegistry
 from verl_rl_insight.server.timeline.live import LiveFigures
 
 logger = logging.getLogger("verl_rl_insight.server")
-
-MODULES = {"prometheus": prometheus, "alertmanager": alertmanager, "tempo": tempo, "grafana": grafana}
 
 
 class PortInUse(RLInsightError):
@@ -169,7 +167,7 @@ class Server:
             book=lambda nbytes: self.hub.book_other("timeline", nbytes),
             budget_bytes=int(OTHERS_SHARE * self.hub.memory_limit_bytes),
         )
-        self.health = HealthMonitor(self.hub.push_own, alert_rules.health_params(settings.alerts))
+        self.health = HealthMonitor(self.hub.push_own, health_params(settings.alerts))
         self.hub.listeners.append(self.health.observe)
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
@@ -276,7 +274,8 @@ class Server:
 
     def _start_service(self, name: str) -> None:
         s = self.settings
-        found = binaries.resolve(name, s.service(name).get("binary"))
+        configured_binary = s.service(name).get("binary")
+        found = binaries.resolve(name, str(configured_binary) if configured_binary else None)
         if found is None:
             configured = s.service(name).get("binary")
             what = f"configured binary {configured} is not executable" if configured else f"{name} is not installed"
@@ -284,44 +283,14 @@ class Server:
             if not configured:
                 self.absent.add(name)
             return
-        module = MODULES[name]
-        if name == "grafana":
-            config_path = grafana.write_files(s)
-        elif name == "prometheus":
-            config_path = s.data_path / "prometheus.yml"
-            token_file = credentials.secrets_dir(s.data_path) / credentials.TOKEN_FILE if s.token else None
-            # 0600: remote_write entries may carry credentials
-            alertmanager_url = alertmanager.url(s) if s.enabled("alertmanager") else None
-            write_atomically(
-                config_path,
-                prometheus.render_config(
-                    s,
-                    rule_files=[alert_rules.write(s, links_to=self.state()["public_urls"])],
-                    token_file=token_file,
-                    alertmanager=alertmanager_url,
-                ),
-                mode=0o600,
-            )
-        elif name == "alertmanager":  # 0600: receivers hold webhook URLs and passwords
-            config_path = s.data_path / "alertmanager.yml"
-            write_atomically(config_path, alertmanager.render_config(s), mode=0o600)
-        else:
-            config_path = s.data_path / "tempo.yaml"
-            config_path.write_text(tempo.render_config(s))
-        host = prometheus.connect_host(s.bind)
-        port = {
-            "prometheus": s.prometheus_port,
-            "tempo": s.tempo_port,
-            "grafana": s.grafana_port,
-            "alertmanager": s.alertmanager_port,
-        }[name]
-        urls = {"alertmanager": alertmanager.url(s), "prometheus": prometheus.url(s), "tempo": tempo.url(s)}
-        url = urls.get(name, f"http://{host}:{port}")
+        spec = SERVICES[name]
+        config_path = spec.write_config(s, self.state()["public_urls"])
+        url = spec.url(s)
         service = Service(
             name,
-            module.command(found["binary"], s, config_path),
+            spec.command(found["binary"], s, config_path),
             s.data_path / "logs" / f"{name}.log",
-            ready_url=url + module.HEALTH_PATH,
+            ready_url=spec.ready_url(s),
             url=url,
             version=found.get("version"),
             binary=found["binary"],

@@ -17,8 +17,16 @@ from typing import Any
 import yaml
 
 from verl_rl_insight.contract import environment
+from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.contract.naming import is_label_name
+from verl_rl_insight.server.managed.alert_settings import Threshold, thresholds
+from verl_rl_insight.server.managed.alertmanager_settings import check_settings
 from verl_rl_insight.server.stores.targets import MAX_TARGETS_PER_RUN
+
+# a mapping of the YAML config as yaml.safe_load gives it: checked key by key where it is read, or
+# passed through in the syntax of the service that reads it (Alertmanager, Prometheus)
+YamlMapping = dict[str, Any]
+ServiceSection = YamlMapping  # services.<name>: enabled, binary, version, sha256, url, ...
 
 SERVICE_NAMES = ("prometheus", "alertmanager", "tempo", "grafana")
 
@@ -36,13 +44,13 @@ def _is_address(host: str) -> bool:
         return False
 
 
-def check_http_url(name: str, value: Any) -> Any:
-    """'' or an http(s) URL with a host; a ValueError naming the setting otherwise."""
+def check_http_url(name: str, value: object) -> None:
+    """'' or an http(s) URL with a host; a ConfigError naming the setting otherwise."""
     if value == "":
         return
     parts = urllib.parse.urlsplit(value) if isinstance(value, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{name} must be an http:// or https:// URL with a host, got {value!r}")
+        raise ConfigError(f"{name} must be an http:// or https:// URL with a host, got {value!r}")
 
 
 SCRAPER_NAME = re.compile(r"[a-zA-Z0-9_.:-]{1,64}")  # what ``/metrics?scraper=`` takes
@@ -51,36 +59,36 @@ SCRAPER_NAME = re.compile(r"[a-zA-Z0-9_.:-]{1,64}")  # what ``/metrics?scraper=`
 SECRET_HEADER = re.compile(r"auth|token|secret|password|key|cookie", re.IGNORECASE)
 
 
-def check_remote_write(entries: Any) -> Any:
-    """Prometheus' remote_write list as given (its own syntax, passed through): a ValueError naming
+def check_remote_write(entries: object) -> None:
+    """Prometheus' remote_write list as given (its own syntax, passed through): a ConfigError naming
     the entry when it is not a list of mappings with an http(s) url."""
     if not isinstance(entries, list):
-        raise ValueError("remote_write must be a list of {url: ..., ...} entries, as in prometheus.yml")
+        raise ConfigError("remote_write must be a list of {url: ..., ...} entries, as in prometheus.yml")
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
-            raise ValueError(f"remote_write[{i}] must be a mapping with a url, got {entry!r}")
+            raise ConfigError(f"remote_write[{i}] must be a mapping with a url, got {entry!r}")
         check_http_url(f"remote_write[{i}].url", entry.get("url"))
         headers = entry.get("headers") or {}
         for name in headers if isinstance(headers, dict) else ():
             if SECRET_HEADER.search(str(name)):
-                raise ValueError(
+                raise ConfigError(
                     f"remote_write[{i}].headers.{name}: Prometheus shows header values in clear "
                     "(/api/v1/status/config); put the credential under authorization: {credentials: ...} "
                     "or basic_auth: {username: ..., password: ...}, which it shows as <secret>"
                 )
 
 
-def check_external_labels(labels: dict[str, str]) -> Any:
+def check_external_labels(labels: object) -> None:
     if not isinstance(labels, dict):
-        raise ValueError("external_labels must be a mapping of label name to value")
+        raise ConfigError("external_labels must be a mapping of label name to value")
     for name, value in labels.items():
         if not is_label_name(name):
-            raise ValueError(f"external_labels: {name!r} is not a Prometheus label name")
+            raise ConfigError(f"external_labels: {name!r} is not a Prometheus label name")
         if not isinstance(value, str):
-            raise ValueError(f"external_labels.{name} must be a string, got {value!r}")
+            raise ConfigError(f"external_labels.{name} must be a string, got {value!r}")
 
 
-def default_home() -> Any:
+def default_home() -> Path:
     return Path(os.environ.get(environment.HOME, Path.home() / ".rl-insight"))
 
 
@@ -110,36 +118,34 @@ class ServerSettings:
     max_body_mb: float = 8  # one push request
     max_future_s: float = 300.0  # a batch stamped further ahead of this server's clock is refused (400)
     timeline_settle_s: float = 15.0  # a step's timeline figures: this long after its span, or at the next step
-    services: dict[str, Any] = dataclasses.field(default_factory=dict)
+    services: dict[str, ServiceSection] = dataclasses.field(default_factory=dict)
     # past one node: Prometheus' own remote_write entries ({url: ..., basic_auth: ..., ...}), passed
     # through, and labels that tell this monitor server's series apart in the shared store
-    remote_write: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    remote_write: list[YamlMapping] = dataclasses.field(default_factory=list)
     external_labels: dict[str, str] = dataclasses.field(default_factory=dict)
     otlp_endpoint: str = ""  # spans to an existing collector / distributed Tempo, announced to trainers
     tempo_query_url: str = ""  # that Tempo's query API, for Grafana's Tempo datasource
-    alertmanager: dict[str, Any] = dataclasses.field(
+    alertmanager: YamlMapping = dataclasses.field(default_factory=dict)  # receivers, route, ...: Alertmanager's syntax
+    alerts: dict[str, Threshold] = dataclasses.field(
         default_factory=dict
-    )  # receivers, route, ...: Alertmanager's syntax
-    alerts: dict[str, Any] = dataclasses.field(default_factory=dict)  # alert thresholds (server/alert_rules.py)
+    )  # alert thresholds (managed/alert_settings.py)
     # named scrapers whose history goes only once their store shows it: name -> that Prometheus'
     # base URL (its query API); the server's own Prometheus is always one
     confirm_scrapers: dict[str, str] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self) -> Any:
+    def __post_init__(self) -> None:
         if not self.data_dir:
             self.data_dir = str(default_home() / "data")
         if not self.token:
             self.token = os.environ.get(environment.TOKEN, "")
-        from verl_rl_insight.server.managed.alert_rules import thresholds
-
         thresholds(self.alerts)  # unknown keys are an error now, not at the first alert
         if not isinstance(self.services, dict):
-            raise ValueError("services must be a mapping of service name to settings")
+            raise ConfigError("services must be a mapping of service name to settings")
         unknown = sorted(set(self.services) - set(SERVICE_NAMES))
         if unknown:
-            raise ValueError(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(SERVICE_NAMES)}")
+            raise ConfigError(f"unknown service(s) {', '.join(unknown)}; known: {', '.join(SERVICE_NAMES)}")
         if not isinstance(self.bind, str) or not _is_address(self.bind):
-            raise ValueError(
+            raise ConfigError(
                 f"bind {self.bind!r} is not an IP address or a host name this machine resolves "
                 "(0.0.0.0: every interface, 127.0.0.1: this machine only)"
             )
@@ -155,9 +161,7 @@ class ServerSettings:
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-        from verl_rl_insight.server.managed.alertmanager import check_settings
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
 
         check_settings(self.alertmanager)
         check_remote_write(self.remote_write)
@@ -165,48 +169,50 @@ class ServerSettings:
         for name in ("otlp_endpoint", "tempo_query_url"):
             check_http_url(name, getattr(self, name))
         if not isinstance(self.confirm_scrapers, dict):
-            raise ValueError("confirm_scrapers must be a mapping of scraper name to its Prometheus' URL")
+            raise ConfigError("confirm_scrapers must be a mapping of scraper name to its Prometheus' URL")
         for name, url in self.confirm_scrapers.items():
             if not isinstance(name, str) or not SCRAPER_NAME.fullmatch(name):
-                raise ValueError(f"confirm_scrapers: {name!r} is not a scraper name (1 to 64 of [a-zA-Z0-9_.:-])")
+                raise ConfigError(f"confirm_scrapers: {name!r} is not a scraper name (1 to 64 of [a-zA-Z0-9_.:-])")
             check_http_url(f"confirm_scrapers.{name}", url)
         ports = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.endswith("port")}
         for name, value in ports.items():
             if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
-                raise ValueError(f"{name} must be a port number (1-65535), got {value!r}")
+                raise ConfigError(f"{name} must be a port number (1-65535), got {value!r}")
         taken: dict[int, str] = {}
         for name, value in ports.items():
             if value in taken:
-                raise ValueError(f"{name} and {taken[value]} are both {value}")
+                raise ConfigError(f"{name} and {taken[value]} are both {value}")
             taken[value] = name
 
     @property
-    def data_path(self) -> Any:
+    def data_path(self) -> Path:
         return Path(self.data_dir).expanduser()
 
-    def service(self, name: str) -> Any:
+    def service(self, name: str) -> ServiceSection:
         return dict(self.services.get(name) or {})
 
-    def enabled(self, name: str) -> Any:
+    def enabled(self, name: str) -> bool:
         return bool(self.service(name).get("enabled", True))
 
     @classmethod
-    def load(cls, config_file: Any = None, **overrides: Any) -> Any:
+    def load(cls, config_file: str | Path | None = None, **overrides: object) -> "ServerSettings":
         """Settings from a YAML file and keyword overrides (None values are ignored)."""
         values = {}
         if config_file:
             with open(config_file) as f:
                 loaded = yaml.safe_load(f) or {}
             if not isinstance(loaded, dict):
-                raise ValueError(f"{config_file}: expected a mapping of settings")
+                raise ConfigError(f"{config_file}: expected a mapping of settings")
             known = {f.name for f in dataclasses.fields(cls)}
             unknown = sorted(set(loaded) - known)
             if unknown:
-                raise ValueError(
+                raise ConfigError(
                     f"{config_file}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
                 )
             values.update(loaded)
         disabled = overrides.pop("disable", None) or ()
+        if not isinstance(disabled, (list, tuple)):
+            raise ConfigError(f"disable must be a list of service names, got {disabled!r}")
         values.update({k: v for k, v in overrides.items() if v is not None})
         if disabled:
             services = {k: dict(v or {}) for k, v in (values.get("services") or {}).items()}

@@ -194,9 +194,9 @@ def install_one(
 ) -> Any:
     """Install service ``name``; returns the manifest. Raises InstallError, leaving any earlier install intact."""
     if not force:
-        record = installed(name)
-        if record:
-            return dict(record, note="already installed")
+        kept = installed(name)
+        if kept:
+            return dict(kept, note="already installed")
         found = system_binary(name)
         if found:
             record = {"binary": found[0], "version": found[1], "source": "system"}

@@ -6,73 +6,27 @@ log-prob mismatch alerts hold only when every step in the window is above the th
 steps happened in it, so one noisy step does not page anyone.
 """
 
-import re
 import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from verl_rl_insight.contract.naming import STEP_TIME_METRIC
 from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.managed.alert_settings import Threshold, duration_s, thresholds
+from verl_rl_insight.server.managed.service import Links
 from verl_rl_insight.server.settings import ServerSettings
 
-DEFAULTS = {
-    "probs_diff_warning": 0.005,  # training/rollout_probs_diff_mean: engine precision drifting
-    "probs_diff_critical": 0.01,  # sustained above: an engine precision problem
-    "probs_diff_window": "15m",
-    "probs_diff_min_steps": 3,
-    "grad_norm_ratio": 2.0,  # grad norm this many times its earlier level, and still rising
-    "grad_norm_window": "30m",
-    "grad_norm_for": "15m",
-    "stalled_for": "15m",  # no step for this long at least, and stall_ratio x the run's median step (finished excluded)
-    "replica_down_for": "2m",
-    "gpu_memory_ratio": 0.95,
-    "gpu_memory_for": "5m",
-    "throughput_drop_ratio": 0.5,  # perf/throughput below this share of the previous hour's mean
-    "throughput_for": "10m",
-    # the timeline's per-step figures (server/timeline/live.py); each over the window's steps, with
-    # at least timeline_min_steps of them, so one slow step does not page anyone
-    "timeline_window": "30m",
-    "timeline_min_steps": 5,
-    "long_tail_share": 0.2,  # the share of the window's step time spent waiting after the median replica
-    "trainer_idle_share": 0.3,  # the share of the window's step time in which the trainer ran nothing
-    "slowest_replica_share": 0.5,  # one replica held back more than this share of the window's steps
-    # training health (server/health/detectors.py): each RLInsight<Mode> fires while a step of the
-    # last health_hold belonged to a finding; the detectors' own settings are theirs (DEFAULTS there)
-    "health_hold": "10m",
-}
+Rule = dict[str, Any]  # one rule of a Prometheus rule file, as YAML
+Thresholds = dict[str, Threshold]
 
 RUN = "project, experiment_name"
 BY_STALL = detectors.STALL
 
 
-def thresholds(overrides: Any = None) -> Any:
-    values = {**DEFAULTS, **detectors.DEFAULTS}
-    unknown = sorted(set(overrides or {}) - set(values))
-    if unknown:
-        raise ValueError(f"unknown alert setting(s) {', '.join(unknown)}; known: {', '.join(sorted(values))}")
-    values.update(overrides or {})
-    return values
-
-
-def health_params(overrides: Any = None) -> dict[str, float]:
-    """The detectors' settings from the server config's ``alerts:`` (the stall limit is ``stalled_for``)."""
-    t = thresholds(overrides)
-    params = {k: float(t[k]) for k in detectors.DEFAULTS}
-    params["stall_s"] = duration_s(str(t["stalled_for"]))
-    return params
-
-
-def duration_s(text: str) -> float:
-    """A Prometheus duration (``90s``, ``15m``, ``1h30m``) in seconds."""
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-    parts = re.findall(r"(\d+)(ms|s|m|h|d|w|y)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"{text!r} is not a duration (90s, 15m, 1h30m)")
-    return sum(int(n) * units[u] for n, u in parts)
-
-
-def _probs_diff(t: Any, level: Any, threshold: Any) -> Any:
+def _probs_diff(t: Thresholds, level: str, threshold: Threshold) -> Rule:
     mean = "rl_insight_monitor_training_rollout_probs_diff_mean"
     window = t["probs_diff_window"]
     return {
@@ -93,7 +47,7 @@ TRAINER_DASHBOARD = "verl_trainer_v1_with_vllm_engine"
 HARDWARE_DASHBOARD = "rl_insight_hardware"
 
 
-def _links(rule: Any, urls: Any) -> Any:
+def _links(rule: Rule, urls: Links | None) -> Rule:
     """What a person acts on: the value and the run in the description, a link to the run's
     dashboard (its project / experiment variables set) and to the expression in Prometheus."""
     annotations = rule.setdefault("annotations", {})
@@ -110,11 +64,11 @@ def _links(rule: Any, urls: Any) -> Any:
     return rule
 
 
-def _timeline_rules(t: Any) -> list[dict[str, Any]]:
+def _timeline_rules(t: Thresholds) -> list[Rule]:
     """Shares over the window's steps, from the figures' counters (server/timeline/live.py)."""
     window, enough = t["timeline_window"], int(t["timeline_min_steps"]) - 1
 
-    def share(part: str, whole: str, threshold: Any, on: str = "", many: str = "") -> str:
+    def share(part: str, whole: str, threshold: Threshold, on: str = "", many: str = "") -> str:
         join = f"ignoring({on}) " if on else ""
         return (
             f"increase({part}[{window}]) / {join}{many}increase({whole}[{window}]) > {threshold} "
@@ -179,7 +133,7 @@ def _timeline_rules(t: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _health_rules(t: Any) -> list[dict[str, Any]]:
+def _health_rules(t: Thresholds) -> list[Rule]:
     """One RLInsight<Mode> per detector the server runs online (server/health/live.py)."""
     hold = t["health_hold"]
     rules = []
@@ -206,7 +160,7 @@ def _health_rules(t: Any) -> list[dict[str, Any]]:
     return rules
 
 
-def _stalled(t: Any) -> dict[str, Any]:
+def _stalled(t: Thresholds) -> Rule:
     """No step for ``stall_ratio`` x the run's own median step time (the server's stall detector
     pushes it, ``rl_insight_health_baseline{detector="stall"}``, once the run has a step time: never
     before) and at least ``stalled_for``; a run that called ``finish()`` is not stalled."""
@@ -228,7 +182,7 @@ def _stalled(t: Any) -> dict[str, Any]:
     }
 
 
-def render(overrides: Any = None, links_to: Any = None) -> Any:
+def render(overrides: Mapping[str, Threshold] | None = None, links_to: Links | None = None) -> str:
     t = thresholds(overrides)
     grad = "rl_insight_monitor_actor_grad_norm"
     throughput = "rl_insight_monitor_perf_throughput"
@@ -277,7 +231,7 @@ def render(overrides: Any = None, links_to: Any = None) -> Any:
     return yaml.safe_dump({"groups": [{"name": "rl-insight", "rules": rules}]}, sort_keys=False)
 
 
-def write(settings: ServerSettings, links_to: Any = None) -> Any:
+def write(settings: ServerSettings, links_to: Links | None = None) -> Path:
     """Render the rule file under the data dir; returns its path. ``links_to``: the public URLs
     of Grafana and Prometheus, for the links in each alert."""
     path = settings.data_path / "rules" / "rl-insight.rules.yml"

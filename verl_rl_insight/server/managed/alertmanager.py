@@ -9,17 +9,18 @@ user without the server's files can neither silence an alert nor read the config
 ``/api/v1/silences``, where the token rules apply.
 """
 
-from typing import Any
+from pathlib import Path
 
 import yaml
 
+from verl_rl_insight.server.managed.alertmanager_settings import NO_RECEIVER, PASSED_THROUGH
+from verl_rl_insight.server.managed.service import Links, ManagedService
 from verl_rl_insight.server.settings import ServerSettings
 from verl_rl_insight.server.stores import credentials
+from verl_rl_insight.server.stores.files import write_atomically
 
 HEALTH_PATH = "/-/ready"
 HOST = "127.0.0.1"
-NO_RECEIVER = "rl-insight-none"  # where alerts go when no receiver is configured
-PASSED_THROUGH = ("global", "route", "receivers", "inhibit_rules", "time_intervals", "mute_time_intervals", "templates")
 DEFAULT_ROUTE = {
     "group_by": ["alertname", "project", "experiment_name"],
     "group_wait": "30s",
@@ -28,37 +29,11 @@ DEFAULT_ROUTE = {
 }
 
 
-def check_settings(section: Any) -> Any:
-    """The ``alertmanager:`` mapping: a ValueError naming the key that is wrong."""
-    if not isinstance(section, dict):
-        raise ValueError("alertmanager must be a mapping (receivers, route, ... in Alertmanager's syntax)")
-    unknown = sorted(set(section) - set(PASSED_THROUGH))
-    if unknown:
-        raise ValueError(
-            f"alertmanager: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(PASSED_THROUGH)}"
-        )
-    receivers = section.get("receivers", [])
-    if not isinstance(receivers, list):
-        raise ValueError("alertmanager.receivers must be a list of receivers ({name: ..., webhook_configs: ...})")
-    names = set()
-    for i, receiver in enumerate(receivers):
-        name = receiver.get("name") if isinstance(receiver, dict) else None
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"alertmanager.receivers[{i}] needs a name")
-        if name in names or name == NO_RECEIVER:
-            raise ValueError(
-                f"alertmanager.receivers[{i}]: the name {name!r} is " + ("taken twice" if name in names else "reserved")
-            )
-        names.add(name)
-    if not isinstance(section.get("route", {}), dict):
-        raise ValueError("alertmanager.route must be a mapping (receiver, group_by, routes, ...)")
-
-
-def receiver_names(settings: ServerSettings) -> Any:
+def receiver_names(settings: ServerSettings) -> list[str]:
     return [r["name"] for r in settings.alertmanager.get("receivers", [])]
 
 
-def render_config(settings: ServerSettings) -> Any:
+def render_config(settings: ServerSettings) -> str:
     """alertmanager.yml: the user's sections as given; the top route sends to the first receiver
     unless it names one, grouped per run."""
     section = settings.alertmanager
@@ -73,7 +48,7 @@ def url(settings: ServerSettings) -> str:
     return f"http://{HOST}:{settings.alertmanager_port}"
 
 
-def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
+def command(binary: str, settings: ServerSettings, config_path: Path) -> list[str]:
     return [
         binary,
         f"--config.file={config_path}",
@@ -84,3 +59,13 @@ def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
         "--cluster.listen-address=",  # no gossip port: one Alertmanager per server
         "--data.maintenance-interval=1m",  # silences reach the disk within a minute
     ]
+
+
+def write_config(settings: ServerSettings, links: Links) -> Path:
+    """alertmanager.yml under the data dir, 0600: receivers hold webhook URLs and passwords."""
+    path = settings.data_path / "alertmanager.yml"
+    write_atomically(path, render_config(settings), mode=0o600)
+    return path
+
+
+SERVICE = ManagedService("alertmanager", HEALTH_PATH, url, write_config, command)

@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from verl_rl_insight.server.managed.releases import RELEASES, compatible, parse_version
 from verl_rl_insight.server.settings import default_home
@@ -19,11 +19,19 @@ SYSTEM_CANDIDATES = {
 }
 
 
-def services_dir() -> Any:
+class Found(TypedDict):
+    """Where a service's binary is: ``source`` is config, install (under services/) or system."""
+
+    binary: str
+    version: str | None
+    source: str
+
+
+def services_dir() -> Path:
     return default_home() / "services"
 
 
-def binary_version(path: str | Path, name: str) -> Any:
+def binary_version(path: str | Path, name: str) -> str | None:
     try:
         result = subprocess.run(
             [str(path), *RELEASES[name]["version_args"]], capture_output=True, text=True, timeout=20
@@ -33,7 +41,7 @@ def binary_version(path: str | Path, name: str) -> Any:
     return parse_version(result.stdout + "\n" + result.stderr)
 
 
-def system_binary(name: str) -> Any:
+def system_binary(name: str) -> tuple[str, str | None] | None:
     """(path, version) of a compatible binary already on this machine, else None."""
     for candidate in SYSTEM_CANDIDATES[name]:
         path = candidate if os.path.isabs(candidate) else shutil.which(candidate)
@@ -44,16 +52,18 @@ def system_binary(name: str) -> Any:
     return None
 
 
-def installed(name: str) -> Any:
+def installed(name: str) -> Found | None:
     """The manifest of an install under services/, if its binary is still there."""
     try:
         record = json.loads((services_dir() / f"{name}.json").read_text())
     except (OSError, ValueError):
         return None
-    return record if os.access(record.get("binary", ""), os.X_OK) else None
+    if not isinstance(record, dict) or not os.access(str(record.get("binary", "")), os.X_OK):
+        return None
+    return cast(Found, record)
 
 
-def resolve(name: str, configured_binary: Any = None) -> Any:
+def resolve(name: str, configured_binary: str | None = None) -> Found | None:
     """Where to run service ``name`` from: {"binary", "version", "source"} or None."""
     if configured_binary:
         if not os.access(configured_binary, os.X_OK):

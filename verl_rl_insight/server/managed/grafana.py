@@ -9,12 +9,12 @@ import configparser
 import io
 import os
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.server.managed import prometheus, tempo
+from verl_rl_insight.server.managed.service import Links, ManagedService
 from verl_rl_insight.server.settings import ServerSettings
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import write_atomically
@@ -25,16 +25,15 @@ TEMPO_UID = "rl-insight-tempo"
 FOLDER = "RL-Insight"
 
 
-def home_path(binary: Any) -> Any:
+def home_path(binary: str | Path) -> Path:
     """Grafana's --homepath for a binary: <home>/bin/grafana, or Debian's /usr/share/grafana."""
-    binary = Path(binary).resolve()
-    home = binary.parent.parent
+    home = Path(binary).resolve().parent.parent
     if (home / "conf" / "defaults.ini").exists():
         return home
     return Path("/usr/share/grafana")
 
 
-def render_ini(settings: ServerSettings) -> Any:
+def render_ini(settings: ServerSettings) -> str:
     data = settings.data_path / "grafana"
     ini = configparser.ConfigParser(interpolation=None)
     ini["server"] = {"http_addr": settings.bind, "http_port": str(settings.grafana_port)}
@@ -61,7 +60,7 @@ def prometheus_login(settings: ServerSettings) -> dict[str, bool | str | dict[st
     return {"basicAuth": True, "basicAuthUser": login[0], "secureJsonData": {"basicAuthPassword": login[1]}}
 
 
-def render_datasources(settings: ServerSettings) -> Any:
+def render_datasources(settings: ServerSettings) -> str:
     return yaml.safe_dump(
         {
             "apiVersion": 1,
@@ -92,7 +91,7 @@ def render_datasources(settings: ServerSettings) -> Any:
     )
 
 
-def render_dashboard_provider(dashboards_dir: Any = DASHBOARDS_DIR) -> Any:
+def render_dashboard_provider(dashboards_dir: Path = DASHBOARDS_DIR) -> str:
     return yaml.safe_dump(
         {
             "apiVersion": 1,
@@ -112,7 +111,7 @@ def render_dashboard_provider(dashboards_dir: Any = DASHBOARDS_DIR) -> Any:
     )
 
 
-def write_files(settings: ServerSettings) -> Any:
+def write_files(settings: ServerSettings, links: Links | None = None) -> Path:
     """Render grafana.ini and the provisioning tree under the data dir; returns the ini path."""
     data = settings.data_path / "grafana"
     for sub in (
@@ -133,9 +132,16 @@ def write_files(settings: ServerSettings) -> Any:
     return ini_path
 
 
-def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
+def command(binary: str, settings: ServerSettings, config_path: Path) -> list[str]:
     home = home_path(binary)
     name = Path(binary).name
     if name == "grafana":
         return [binary, "server", f"--homepath={home}", f"--config={config_path}"]
     return [binary, f"--homepath={home}", f"--config={config_path}"]  # grafana-server
+
+
+def url(settings: ServerSettings) -> str:
+    return f"http://{prometheus.connect_host(settings.bind)}:{settings.grafana_port}"
+
+
+SERVICE = ManagedService("grafana", HEALTH_PATH, url, write_files, command)

@@ -1,14 +1,19 @@
 """Prometheus as a service of the rl-insight server: its config and its command line."""
 
 import urllib.parse
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from verl_rl_insight.contract import server_url
+from verl_rl_insight.server.managed import alert_rules, alertmanager
 from verl_rl_insight.server.managed.jobs import HUB_JOB, PROMETHEUS_JOB, TARGETS_JOB
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.managed.service import Links, ManagedService
+from verl_rl_insight.server.settings import ServerSettings, YamlMapping
 from verl_rl_insight.server.stores import credentials
+from verl_rl_insight.server.stores.files import write_atomically
 
 # remote_write keys whose values are secrets: never in server.json or a log
 SECRET_KEYS = ("basic_auth", "authorization", "bearer_token", "oauth2", "sigv4", "azuread", "headers")
@@ -21,7 +26,7 @@ HEALTH_PATH = "/-/ready"
 LISTEN = "127.0.0.1"
 
 
-def connect_host(bind: str) -> Any:
+def connect_host(bind: str) -> str:
     """Where a local client reaches a service that listens on ``bind``."""
     return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind
 
@@ -50,7 +55,7 @@ def scraper_name(settings: ServerSettings) -> str:
     return f"prometheus-{settings.prometheus_port}"
 
 
-def redacted_remote_write(entries: Any) -> Any:
+def redacted_remote_write(entries: Sequence[YamlMapping]) -> list[YamlMapping]:
     """What may be shown of remote_write: each entry's url (without credentials) and name."""
     return [
         {
@@ -63,8 +68,11 @@ def redacted_remote_write(entries: Any) -> Any:
 
 
 def render_config(
-    settings: ServerSettings, rule_files: Any = (), token_file: Any = None, alertmanager: Any = None
-) -> Any:
+    settings: ServerSettings,
+    rule_files: Sequence[Path] = (),
+    token_file: Path | None = None,
+    alertmanager: str | None = None,
+) -> str:
     """prometheus.yml: the hub (keeping its labels and timestamps, as a named scraper, with the
     token read from ``token_file``) and every registered target through http_sd, so a Prometheus
     of your own can use the same two jobs."""
@@ -120,7 +128,7 @@ def render_config(
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
+def command(binary: str, settings: ServerSettings, config_path: Path) -> list[str]:
     data = settings.data_path / "prometheus"
     return [
         binary,
@@ -133,3 +141,21 @@ def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
         # run's series) takes the login like every other path
         "--web.enable-admin-api",
     ]
+
+
+def write_config(settings: ServerSettings, links: Links) -> Path:
+    """prometheus.yml and its rule file under the data dir (0600: remote_write entries may carry
+    credentials); the token for the hub's named scrape is read from its own 0600 file."""
+    path = settings.data_path / "prometheus.yml"
+    token_file = credentials.secrets_dir(settings.data_path) / credentials.TOKEN_FILE if settings.token else None
+    text = render_config(
+        settings,
+        rule_files=[alert_rules.write(settings, links_to=links)],
+        token_file=token_file,
+        alertmanager=alertmanager.url(settings) if settings.enabled("alertmanager") else None,
+    )
+    write_atomically(path, text, mode=0o600)
+    return path
+
+
+SERVICE = ManagedService("prometheus", HEALTH_PATH, url, write_config, command)

@@ -20,7 +20,10 @@ HTTPS from the release, from ``--mirror``, or from the ``--local-archive`` folde
 
 import platform
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from verl_rl_insight.contract.errors import ConfigError
 
 RELEASES: dict[str, dict[str, Any]] = {
     "prometheus": {
@@ -84,17 +87,34 @@ OPTIONAL_SERVICES = {
 }
 
 
-def machine_arch(machine: Any = None) -> str:
+class Release(TypedDict):
+    """What ``server install`` fetches for one service and how it checks it."""
+
+    name: str
+    version: str
+    arch: str
+    file: str
+    url: str
+    binary: str  # the member of the archive that is the service's binary
+    sha256: str | None
+    sha256_source: str
+    checksums: str
+    checksums_url: str
+    minimum: str
+    version_args: list[str]
+
+
+def machine_arch(machine: str | None = None) -> str:
     """amd64 or arm64 for this machine; anything else is not supported by the pinned releases."""
     machine = (machine or platform.machine()).lower()
     if machine in ("x86_64", "amd64"):
         return "amd64"
     if machine in ("aarch64", "arm64"):
         return "arm64"
-    raise ValueError(f"no pinned release for machine type {machine!r} (amd64 and arm64 only)")
+    raise ConfigError(f"no pinned release for machine type {machine!r} (amd64 and arm64 only)")
 
 
-def release(name: str, arch: Any = None, overrides: Any = None) -> Any:
+def release(name: str, arch: str | None = None, overrides: Mapping[str, Any] | None = None) -> Release:
     """The release of service ``name`` for ``arch``: version, file, url, binary member, sha256.
 
     ``overrides`` (from the server config's ``services.<name>``) may change version, url,
@@ -132,7 +152,7 @@ def release(name: str, arch: Any = None, overrides: Any = None) -> Any:
 _VERSION = re.compile(r"version\s+v?(\d+\.\d+\.\d+)|\bv?(\d+\.\d+\.\d+)")
 
 
-def parse_version(text: str) -> Any:
+def parse_version(text: str) -> str | None:
     """The first x.y.z in a ``--version`` output (preferring one after the word "version")."""
     match = _VERSION.search(text or "")
     if not match:
@@ -140,9 +160,9 @@ def parse_version(text: str) -> Any:
     return match.group(1) or match.group(2)
 
 
-def version_tuple(version: Any) -> Any:
+def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split(".")[:3])
 
 
-def compatible(version: Any, minimum: Any) -> Any:
+def compatible(version: str | None, minimum: str) -> bool:
     return version is not None and version_tuple(version) >= version_tuple(minimum)

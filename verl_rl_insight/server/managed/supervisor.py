@@ -11,8 +11,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
@@ -23,15 +23,15 @@ class Service:
     def __init__(
         self,
         name: str,
-        argv: Any,
-        log_path: Any,
-        ready_url: Any = None,
+        argv: Sequence[str | Path],
+        log_path: Path,
+        ready_url: str | None = None,
         url: str | None = None,
-        version: Any = None,
-        binary: Any = None,
+        version: str | None = None,
+        binary: str | None = None,
         data_dir: Path | None = None,
-        env: Any = None,
-        cwd: Any = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
         login: tuple[str, str] | None = None,
     ) -> None:
         self.name = name
@@ -53,7 +53,7 @@ class Service:
         self._next_restart: float | None = None
         self._backoff = 1.0
 
-    def start(self) -> Any:
+    def start(self) -> int:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
@@ -69,13 +69,13 @@ class Service:
         return self.process.pid
 
     @property
-    def pid(self) -> Any:
+    def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def healthy(self) -> Any:
+    def healthy(self) -> bool:
         return self.alive() and (self.ready_url is None or http_ok(self.ready_url, login=self.login))
 
     def wait_ready(self, timeout_s: float = 60.0) -> bool:
@@ -88,7 +88,7 @@ class Service:
             time.sleep(0.1)
         return False
 
-    def check(self, on_restart: Any = None) -> None:
+    def check(self, on_restart: Callable[["Service"], None] | None = None) -> None:
         """Called by the supervisor: restart a dead child when its back-off has passed."""
         if self._stopping or self.process is None or self.alive():
             if self.alive() and self.started_at and time.monotonic() - self.started_at > 60:
@@ -122,7 +122,7 @@ class Service:
             return
         stop_process_group(self.process.pid, timeout_s, self.process)
 
-    def status(self) -> Any:
+    def status(self) -> dict[str, int | str | bool | None]:
         return {
             "pid": self.pid,
             "alive": self.alive(),
@@ -137,7 +137,12 @@ class Service:
 
 
 class Supervisor:
-    def __init__(self, services: Any, on_restart: Any = None, interval_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        services: Mapping[str, Service],
+        on_restart: Callable[[Service], None] | None = None,
+        interval_s: float = 0.5,
+    ) -> None:
         self.services = services
         self.on_restart = on_restart
         self.interval_s = interval_s
@@ -161,7 +166,7 @@ class Supervisor:
             service.stop()
 
 
-def stop_process_group(pgid: Any, timeout_s: float = 10.0, process: Any = None) -> None:
+def stop_process_group(pgid: int, timeout_s: float = 10.0, process: "subprocess.Popen[bytes] | None" = None) -> None:
     """SIGTERM the group, wait, then SIGKILL what is left."""
     try:
         os.killpg(pgid, signal.SIGTERM)
@@ -196,7 +201,7 @@ def http_ok(url: str, timeout_s: float = 1.0, login: tuple[str, str] | None = No
         return False
 
 
-def pid_alive(pid: int) -> Any:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -210,7 +215,7 @@ def pid_alive(pid: int) -> Any:
         return True
 
 
-def pid_runs(pid: int, binary: Any) -> bool:
+def pid_runs(pid: int, binary: str | Path) -> bool:
     """True when ``pid`` is alive and runs ``binary`` (guards against a reused pid)."""
     if not pid or not pid_alive(pid):
         return False
@@ -223,7 +228,7 @@ def pid_runs(pid: int, binary: Any) -> bool:
     return os.path.basename(str(binary)) in {os.path.basename(a) for a in argv[:2]}
 
 
-def dir_size(path: Path) -> Any:
+def dir_size(path: Path) -> int:
     total = 0
     for root, _, files in os.walk(path):
         for name in files:

@@ -4,17 +4,18 @@ Tempo has no login of its own, and its spans hold prompts: it listens on loopbac
 Grafana and the hub's span relay reach it (as Prometheus and Alertmanager do)."""
 
 import re
-from typing import Any
+from pathlib import Path
 
 import yaml
 
+from verl_rl_insight.server.managed.service import Links, ManagedService
 from verl_rl_insight.server.settings import ServerSettings
 
 HEALTH_PATH = "/ready"
 HOST = "127.0.0.1"
 
 
-def retention_hours(retention: Any) -> str:
+def retention_hours(retention: str) -> str:
     """Prometheus-style retention (``30d``, ``12h``, ``2w``) as Tempo's hours string."""
     match = re.fullmatch(r"(\d+)([hdw])", str(retention).strip())
     if not match:
@@ -23,7 +24,7 @@ def retention_hours(retention: Any) -> str:
     return f"{hours}h"
 
 
-def render_config(settings: ServerSettings) -> Any:
+def render_config(settings: ServerSettings) -> str:
     data = settings.data_path / "tempo"
     config = {
         "stream_over_http_enabled": True,
@@ -63,5 +64,14 @@ def url(settings: ServerSettings) -> str:
     return f"http://{HOST}:{settings.tempo_port}"
 
 
-def command(binary: Any, settings: ServerSettings, config_path: Any) -> Any:
+def command(binary: str, settings: ServerSettings, config_path: Path) -> list[str]:
     return [binary, f"-config.file={config_path}"]
+
+
+def write_config(settings: ServerSettings, links: Links) -> Path:
+    path = settings.data_path / "tempo.yaml"
+    path.write_text(render_config(settings))
+    return path
+
+
+SERVICE = ManagedService("tempo", HEALTH_PATH, url, write_config, command)

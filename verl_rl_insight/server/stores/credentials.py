@@ -19,7 +19,6 @@ import ipaddress
 import os
 import secrets
 from pathlib import Path
-from typing import Any
 
 import bcrypt
 import yaml
@@ -39,7 +38,7 @@ class CredentialError(ConfigError):
     """A credential setting that cannot be used (a token file others can read, say)."""
 
 
-def is_loopback(bind: str) -> Any:
+def is_loopback(bind: str) -> bool:
     if bind in ("localhost",):
         return True
     try:
@@ -48,21 +47,21 @@ def is_loopback(bind: str) -> Any:
         return False
 
 
-def secrets_dir(data_path: Any) -> Any:
+def secrets_dir(data_path: Path) -> Path:
     path = Path(data_path) / "secrets"
     path.mkdir(parents=True, exist_ok=True)
     os.chmod(path, 0o700)
     return path
 
 
-def read_secret(data_path: Any, name: str) -> Any:
+def read_secret(data_path: Path, name: str) -> str | None:
     try:
         return (Path(data_path) / "secrets" / name).read_text().strip() or None
     except OSError:
         return None
 
 
-def _kept_or_new(data_path: Any, name: str, configured: Any) -> Any:
+def _kept_or_new(data_path: Path, name: str, configured: str) -> str:
     """``configured`` if given, else the value kept from an earlier start, else a new one; written
     to its 0600 file either way (services and the CLI read it there)."""
     path = secrets_dir(data_path) / name
@@ -73,7 +72,7 @@ def _kept_or_new(data_path: Any, name: str, configured: Any) -> Any:
     return value
 
 
-def resolve(settings: ServerSettings) -> Any:
+def resolve(settings: ServerSettings) -> ServerSettings:
     """Fill in the token and Grafana password of ``settings`` (in place) and return it."""
     data = settings.data_path
     if settings.token or not is_loopback(settings.bind):

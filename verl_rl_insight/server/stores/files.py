@@ -6,10 +6,9 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 
-def write_atomically(path: Path, text: str, mode: int = 0o600) -> Any:
+def write_atomically(path: Path, text: str, mode: int = 0o600) -> None:
     """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a part,
     even after a power cut. ``mode`` applies from the first byte; the umask narrows it as usual."""
     path = Path(path)

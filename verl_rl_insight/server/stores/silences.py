@@ -15,6 +15,7 @@ import logging
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -41,15 +42,15 @@ class AlertmanagerDown(Unavailable):
     """The server's Alertmanager does not answer."""
 
 
-def _iso(ts: Any) -> Any:
+def _iso(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _timestamp(iso: Any) -> Any:
+def _timestamp(iso: str) -> float:
     return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def silence_request(item: Any) -> Any:
+def silence_request(item: object) -> dict[str, Any]:
     """A silence request ({project, experiment_name, alertname?, duration_s, comment?, created_by?})
     as Alertmanager's matchers, checked against the wire schema's SilenceBody."""
     try:
@@ -75,7 +76,9 @@ def silence_request(item: Any) -> Any:
 
 
 class Alerting:
-    def __init__(self, url: str, state_path: Any, timeout_s: float = 5.0, login: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, url: str, state_path: Path, timeout_s: float = 5.0, login: tuple[str, str] | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.state_path = state_path
         self.timeout_s = timeout_s
@@ -87,7 +90,7 @@ class Alerting:
             self._kept = []
 
     # -- Alertmanager's API ------------------------------------------------------------------
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
             reply = self._client.request(method, self.url + path, json_body=body, timeout_s=self.timeout_s)
         except Unreachable as exc:
@@ -102,7 +105,7 @@ class Alerting:
         return reply.json() if reply.body else None
 
     # -- what the API serves -----------------------------------------------------------------
-    def firing(self) -> Any:
+    def firing(self) -> dict[str, list[dict[str, Any]]]:
         alerts = self._call("GET", "/api/v2/alerts?active=true&silenced=true&inhibited=true")
         return {
             "alerts": [
@@ -118,14 +121,14 @@ class Alerting:
             ]
         }
 
-    def silences(self) -> Any:
+    def silences(self) -> dict[str, list[dict[str, Any]]]:
         return {
             "silences": [
                 s for s in self._call("GET", "/api/v2/silences") if s.get("status", {}).get("state") != "expired"
             ]
         }
 
-    def silence(self, item: Any) -> Any:
+    def silence(self, item: object) -> dict[str, Any]:
         request = silence_request(item)
         with self._lock:
             self._kept = [k for k in self._kept if _timestamp(k["endsAt"]) > time.time()]
@@ -141,7 +144,7 @@ class Alerting:
             self._save()
         return {"id": created["silenceID"], "ends": request["endsAt"], "matchers": request["matchers"]}
 
-    def unsilence(self, silence_id: Any) -> Any:
+    def unsilence(self, silence_id: object) -> dict[str, str]:
         if not isinstance(silence_id, str) or not re.fullmatch(r"[0-9a-fA-F-]{1,64}", silence_id):
             raise AlertingError("id must be a silence ID (as `rl-insight alerts silence` printed it)")
         with self._lock:
@@ -153,7 +156,7 @@ class Alerting:
                 self._save()
         return {"expired": silence_id}
 
-    def restore(self) -> Any:
+    def restore(self) -> int:
         """After Alertmanager restarted: put back the silences made here that it lost."""
         with self._lock:
             live = [k for k in self._kept if _timestamp(k["endsAt"]) > time.time() + 1]

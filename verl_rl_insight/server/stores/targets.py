@@ -7,10 +7,13 @@ are kept across server restarts in ``targets.json`` under the data dir: written 
 thread at most every ``save_interval_s`` (write to a temporary file, then rename), and at close.
 """
 
+import builtins
 import json
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypedDict
 
 import msgspec
 
@@ -31,8 +34,8 @@ class TargetError(BadInput):
     """A target that breaks a rule; the message names the field."""
 
 
-def check_target(address: Any, job: Any, labels: Any, ttl_s: Any) -> dict[str, str]:
-    """The labels of a valid target, as strings: the wire schema's TargetBody decides, whoever calls
+def check_target(address: object, job: object, labels: object, ttl_s: object) -> TargetBody:
+    """A valid target, its labels as strings: the wire schema's TargetBody decides, whoever calls
     (the API, ``rl-insight targets add``, the file kept across restarts). Numbers as label values
     become text; anything else that breaks a rule is a TargetError naming the field."""
     if isinstance(labels, dict):
@@ -44,7 +47,7 @@ def check_target(address: Any, job: Any, labels: Any, ttl_s: Any) -> dict[str, s
     except msgspec.ValidationError as exc:
         host, _, port = address.rpartition(":") if isinstance(address, str) else ("", "", "")
         if host and port.isascii() and port.isdigit() and not 0 < int(port) < 65536:  # say which rule it broke
-            raise TargetError(f"address {address[:80]!r}: port {int(port)} is out of range (1-65535)") from None
+            raise TargetError(f"address {str(address)[:80]!r}: port {int(port)} is out of range (1-65535)") from None
         raise TargetError(field_problem(exc, "a target: address, job, labels, ttl_s")) from None
     if "job" in body.labels:
         raise TargetError("labels: invalid label name 'job' (the target's job is a field of its own)")
@@ -52,7 +55,8 @@ def check_target(address: Any, job: Any, labels: Any, ttl_s: Any) -> dict[str, s
         problem = label_value_problem(value)  # text with no UTF-8 form: not a rule a schema states
         if problem:
             raise TargetError(f"labels.{name} {problem}")
-    return dict(body.labels)
+    body.labels = dict(body.labels)
+    return body
 
 
 def check_job_not_reserved(job: object) -> None:
@@ -66,11 +70,27 @@ def check_job_not_reserved(job: object) -> None:
         )
 
 
+class Target(TypedDict):
+    """A registered target as the API lists it."""
+
+    job: str
+    address: str
+    labels: dict[str, str]
+    ttl_s: float
+    expires_in_s: float | None
+
+
+class _Entry(TypedDict):
+    labels: dict[str, str]
+    ttl_s: float
+    expires: float | None  # on the registry's clock; None: no expiry
+
+
 class TargetRegistry:
     def __init__(
         self,
-        store_path: Any = None,
-        clock: Any = time.monotonic,
+        store_path: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
         save_interval_s: float = 0.5,
         max_per_run: int = MAX_TARGETS_PER_RUN,
     ) -> None:
@@ -80,7 +100,7 @@ class TargetRegistry:
         self.save_interval_s = save_interval_s
         self.writes = 0
         self._lock = threading.Lock()
-        self._targets: dict[tuple[str, str], dict[str, Any]] = {}  # (job, address) -> {"labels", "ttl_s", "expires"}
+        self._targets: dict[tuple[str, str], _Entry] = {}  # (job, address) ->
         self._dirty = False
         self._wake = threading.Event()
         self._save_lock = threading.Lock()
@@ -88,11 +108,12 @@ class TargetRegistry:
         self._writer: threading.Thread | None = None
         self._load()
 
-    def register(self, address: Any, job: Any, labels: Any = None, ttl_s: Any = 90.0) -> Any:
+    def register(self, address: object, job: object, labels: object = None, ttl_s: object = 90.0) -> Target:
         """Register (or renew) a target; every argument is checked here, whoever calls."""
         """Add or refresh a target (a heartbeat is the same call). Returns its record."""
         check_job_not_reserved(job)
-        labels = check_target(address, job, labels or {}, ttl_s)
+        target = check_target(address, job, labels or {}, ttl_s)
+        job, address, labels, ttl_s = target.job, target.address, target.labels, target.ttl_s
         with self._lock:
             self._expire()
             key = (job, address)
@@ -131,12 +152,12 @@ class TargetRegistry:
                 self._changed()
             return removed is not None
 
-    def list(self) -> Any:
+    def list(self) -> builtins.list[Target]:
         with self._lock:
             self._expire()
             return [self._record(key) for key in sorted(self._targets)]
 
-    def http_sd(self) -> Any:
+    def http_sd(self) -> builtins.list[dict[str, builtins.list[str] | dict[str, str]]]:
         """The target groups in Prometheus' http_sd format (``job`` as a target label)."""
         return [{"targets": [t["address"]], "labels": dict(t["labels"], job=t["job"])} for t in self.list()]
 
@@ -148,7 +169,7 @@ class TargetRegistry:
             self._writer.join(5)
         self._save()
 
-    def _record(self, key: tuple[str, str]) -> Any:
+    def _record(self, key: tuple[str, str]) -> Target:
         entry = self._targets[key]
         expires_in = None if entry["expires"] is None else round(entry["expires"] - self.clock(), 1)
         return {
@@ -198,13 +219,13 @@ class TargetRegistry:
             write_atomically(self.store_path, json.dumps(static, indent=2))
             self.writes += 1
 
-    def _load(self) -> Any:
+    def _load(self) -> None:
         if self.store_path is None or not self.store_path.exists():
             return
         try:
             for item in json.loads(self.store_path.read_text()):
-                labels = check_target(item["address"], item["job"], item.get("labels") or {}, 0)
-                self._targets[(item["job"], item["address"])] = {"labels": labels, "ttl_s": 0, "expires": None}
+                target = check_target(item["address"], item["job"], item.get("labels") or {}, 0)
+                self._targets[(target.job, target.address)] = {"labels": target.labels, "ttl_s": 0, "expires": None}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             self._targets.clear()
             set_aside(self.store_path, str(exc)[:200])  # the server starts; trainers register again
