@@ -74,24 +74,31 @@ def data_json(data: Mapping[str, object]) -> str:
 
 
 def html(data: Mapping[str, object]) -> str:
-    """The page with its scripts and styles inlined and the data set before its first script."""
+    """The page with its styles inlined where they were, its scripts inlined at the end of the body
+    in their order (where ``defer`` would have run them: after the page is parsed), the data first."""
     missing: list[str] = []
+    scripts: list[str] = []
 
-    def inline(match: re.Match[str], tag: str) -> str:
-        text = asset(match.group(1))
+    def inline(name: str) -> str:
+        text = asset(name)
         if text is None:
-            missing.append(match.group(1))
+            missing.append(name)
             return ""
-        body = script_text(text) if tag == "script" else text.replace("</style", "<\\/style")
-        return f"<{tag}>{body}</{tag}>"
+        return text
 
-    page = _STYLE.sub(lambda m: inline(m, "style"), _shell())
-    page = _SCRIPT.sub(lambda m: inline(m, "script"), page)
+    def style(match: re.Match[str]) -> str:
+        return "<style>" + inline(match.group(1)).replace("</style", "<\\/style") + "</style>"
+
+    def script(match: re.Match[str]) -> str:
+        scripts.append("<script>" + script_text(inline(match.group(1))) + "</script>")
+        return ""
+
+    page = _SCRIPT.sub(script, _STYLE.sub(style, _shell()))
     if missing:
         raise CliError(f"the explorer page's files are missing from this install: {', '.join(missing)}", code=PROBLEMS)
-    report = f"<script>window.RL_INSIGHT_REPORT = {data_json(data)};</script>"
-    at = page.find("<script")
-    return page[:at] + report + page[at:] if at >= 0 else page.replace("</body>", report + "</body>")
+    tail = f"<script>window.RL_INSIGHT_REPORT = {data_json(data)};</script>" + "".join(scripts)
+    at = page.rfind("</body>")
+    return page[:at] + tail + page[at:] if at >= 0 else page + tail
 
 
 def _list(answer: object, name: str) -> list[object]:
