@@ -246,7 +246,9 @@ class Page(html.parser.HTMLParser):
         self.sources, self.scripts = [], []
 
     def handle_starttag(self, tag, attrs):
-        self.sources += [value for name, value in attrs if name in ("src", "href") and value]
+        """What a browser would load: scripts, styles, images, frames (a link to follow is no load)."""
+        if tag in ("script", "link", "img", "iframe", "source"):
+            self.sources += [value for name, value in attrs if name in ("src", "href") and value]
 
     def handle_data(self, data):
         if self.lasttag == "script":
