@@ -139,6 +139,43 @@ print(json.dumps({
 """
 
 
+DAPO = """
+import json
+import torch
+from omegaconf import OmegaConf
+from verl.trainer.ppo.v1 import replay_buffer
+from verl.utils.tracking import DapoFilteredRewardTableLogger, Tracking
+from verl_rl_insight.commands.demo.verl_step import step_metrics
+
+# (uid, each trajectory's reward): g1 and g4 all solved, g2 none, g3 mixed (kept)
+GROUPS = {"g1": [1.0, 1.0, 1.0], "g2": [0.0, 0.0, 0.0], "g3": [0.0, 1.0, 0.0], "g4": [1.0, 1.0, 1.0]}
+store = {f"{uid}_0_{j}": torch.tensor([0.0, r]) for uid, rewards in GROUPS.items() for j, r in enumerate(rewards)}
+
+
+class StandInTransferQueue:  # TransferQueue's store of finished trajectories (its Ray actors do not run here)
+    @staticmethod
+    def kv_batch_get(keys, partition_id, select_fields):
+        return {"rm_scores": [store[k] for k in keys]}
+
+
+replay_buffer.tq = StandInTransferQueue
+buffer = replay_buffer.ReplayBuffer(
+    trainer_mode="sync", trainer_config=OmegaConf.create({}), max_off_policy_threshold=None,
+    max_off_policy_strategy="drop", sampler_kwargs=OmegaConf.create({}), refill_fn=lambda *args: None,
+    filter_groups_metric="reward", train_batch_size=4, gen_batch_size=4,
+)
+buffer.partitions["train"] = {key: {} for key in store}
+buffer.finished_keys["train"] = set(GROUPS)
+_, dropped, _, counts = buffer._terminal_eviction_reasons(9, "train")  # verl's DAPO filter
+
+tracking = Tracking("samples", "dapo", default_backend=["rl_insight"])
+tracking.log(step_metrics(9), step=9)
+DapoFilteredRewardTableLogger("samples", "dapo").log(["console"], counts, 9)  # as the v1 trainer does
+tracking.finish()
+print(json.dumps({"dropped": sorted(dropped), "counts": {str(k): v for k, v in counts.items()}}))
+"""
+
+
 @pytest.fixture
 def hub(tmp_path):
     port = free_port()
@@ -205,3 +242,17 @@ def test_without_validation_the_view_says_so_and_how_to_get_samples(hub):
     shown = samples(hub, "group", "--validation")
     assert shown.returncode == 1
     assert "no validation generations of samples/group" in shown.stderr and "trainer.test_freq" in shown.stderr
+
+
+def test_the_groups_dapo_dropped_are_what_verls_filter_counted(hub):
+    expected = run_job(hub, DAPO)
+    assert expected == {"dropped": ["g1", "g2", "g4"], "counts": {"1.0": 2, "0.0": 1}}
+    shown = samples(hub, "dapo", "--filtered", "--json")
+    assert shown.returncode == 0, shown.stderr
+    found = json.loads(shown.stdout)
+    assert found["step"] == 9
+    assert found["filtered"] == [{"reward": 0.0, "groups": 1}, {"reward": 1.0, "groups": 2}]
+    text = samples(hub, "dapo", "--filtered")
+    assert text.returncode == 0, text.stderr
+    assert "DAPO dropped 3 groups" in text.stdout
+    assert re.search(r"reward +1: 2 groups", text.stdout) and re.search(r"reward +0: 1 groups", text.stdout)
