@@ -91,7 +91,7 @@ def _group_metrics(rewards: torch.Tensor, uids: np.ndarray) -> dict[str, float]:
 
 def _nonzero_share(advantages: torch.Tensor, mask: torch.Tensor) -> float:
     """Share of responses with a non-zero advantage on one of their response tokens: numpy's
-    compare and ``&=`` in place (SIMD, one bool buffer), the row's any() over 8-byte words."""
+    compare and ``logical_and`` into one bool buffer, the row's any() over 8-byte words."""
     import numpy as np
     import torch
 
@@ -99,7 +99,7 @@ def _nonzero_share(advantages: torch.Tensor, mask: torch.Tensor) -> float:
         rows_any = (advantages.ne(0) & mask.bool()).view(torch.uint8).amax(-1)
         return float(rows_any.double().mean().item())
     nonzero = advantages.detach().numpy() != 0
-    nonzero &= mask.detach().numpy() != 0
+    np.logical_and(nonzero, mask.detach().numpy(), out=nonzero)  # the mask read once, no bool copy of it
     width = nonzero.shape[-1]
     rows = nonzero.view(np.uint64).any(-1) if width % 8 == 0 else nonzero.any(-1)
     return float(rows.mean())
