@@ -102,6 +102,8 @@ class SamplesSettings:
     enabled: bool = False  # off by default: prompts and responses can be private
     k: int = 3  # per step: the k worst, k best and k largest-mismatch rollouts
     max_chars: int = 1000  # a prompt or response is cut to this many characters
+    groups: int = 1  # per step: the full GRPO groups with the widest reward spread
+    validation: int = 16  # per validation: the generations verl's own pick puts first
 
 
 @dataclass

@@ -5,6 +5,7 @@ third-party plugins do. ``run`` is always a :class:`verl_rl_insight.trainer.runt
 Hooks called on the training thread must return in microseconds: hand work to a thread.
 """
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -97,3 +98,23 @@ def rl_insight_profile_point(run: Any, trainer: Any, phase: str, when: str, step
     """verl's profiler boundaries in the training loop: ``phase`` is ``start_profile`` or
     ``stop_profile`` (the phases verl times around them), ``when`` is ``enter`` or ``exit``,
     ``trainer`` the object whose loop it is (its ``config.global_profiler`` is what verl reads)."""
+
+
+@hookspec
+def rl_insight_validation_generations(
+    run: object,
+    step: int | None,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    scores: Sequence[float],
+    data_sources: Sequence[object] | None,
+    ground_truths: Sequence[object] | None,
+) -> None:
+    """verl's validation made its generations (what ``_maybe_log_val_generations`` hands its loggers:
+    decoded inputs and outputs, scores) with each one's data source and ground truth (or None)."""
+
+
+@hookspec
+def rl_insight_dapo_filtered(run: object, step: int | None, reward_counts: Mapping[float, int]) -> None:
+    """DAPO dropped groups at ``step``: reward value -> how many groups had it (what verl's
+    ``DapoFilteredRewardTableLogger`` gets)."""

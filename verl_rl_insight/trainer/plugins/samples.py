@@ -1,13 +1,17 @@
 """The samples behind a number, off by default (prompts can be private): with
-``plugins.samples.enabled``, every step keeps the ``k`` lowest- and ``k`` highest-scoring rollouts
-and the ``k`` with the largest train/inference log-prob mismatch: prompt, response (decoded with
-the trainer's tokenizer, cut to ``max_chars``), score, length, finish reason, data source.
+``plugins.samples.enabled`` the plugin keeps, per training step, the ``k`` lowest- and
+``k`` highest-scoring rollouts and the ``k`` with the largest train/inference log-prob mismatch
+(prompt, response decoded with the trainer's tokenizer, score, length, finish reason, data source)
+and the ``groups`` full GRPO groups with the widest reward spread (every response's score and
+advantage, the ground truth); at every validation the ``validation`` generations verl's own
+``_maybe_log_val_generations`` picks (input, output, score, data source, ground truth); where DAPO
+filters, the rewards of the groups it dropped (sample_picks.py picks them all).
 
-They go out as spans on the timeline's ``samples`` lane (one per rollout, attributes
-``sample.*``), through the state timeline's exporter: the server keeps them where it keeps spans
-(``rl-insight samples``), Tempo where it runs (the dashboards' samples table). The training thread
-only picks the rows (a few tensor reductions over the batch); decoding and export happen on a
-thread of their own.
+They go out as spans on the timeline's ``samples`` lane (contract/samples.py), through the state
+timeline's exporter: the server keeps them where it keeps spans (``rl-insight samples``), Tempo
+where it runs. Text is cut to ``max_chars``; prompts and responses never go to a log. The training
+thread only picks the rows; decoding and export happen on a thread of their own, behind a bounded
+queue (a step whose samples find it full keeps none).
 """
 
 from __future__ import annotations
@@ -16,148 +20,180 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
+from verl_rl_insight.contract.samples import LANE
 from verl_rl_insight.trainer.config import plugin_settings
 from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.plugins import sample_picks
+from verl_rl_insight.trainer.plugins.sample_picks import SpanRow
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from verl import DataProto
 
 logger = logging.getLogger("verl_rl_insight")
-LANE = "samples"
-
-_settings: Any = None
-_work: queue.Queue[tuple[Any, int | None, Any, list[dict[str, Any]]]] = queue.Queue(maxsize=8)
-_thread: threading.Thread | None = None
-
-
-def pick(batch: Any, k: int) -> list[dict[str, Any]]:
-    """The rows to keep: {kind, rank, index, score, length, mismatch, finish_reason, data_source,
-    prompt_ids, response_ids}, worst first, then best, then largest mismatch."""
-    import torch
-
-    tensors = batch.batch
-    scores_by_token = tensors["token_level_scores"] if "token_level_scores" in tensors.keys() else None
-    if scores_by_token is None and "token_level_rewards" in tensors.keys():
-        scores_by_token = tensors["token_level_rewards"]
-    responses = tensors["responses"]
-    if "response_mask" in tensors.keys():
-        mask = tensors["response_mask"]
-    else:
-        mask = tensors["attention_mask"][:, -responses.shape[1] :]
-    lengths = mask.sum(-1)
-    scores = scores_by_token.sum(-1).float() if scores_by_token is not None else torch.zeros(len(lengths))
-    mismatch = None
-    if "old_log_probs" in tensors.keys() and "rollout_log_probs" in tensors.keys():
-        diff = (tensors["old_log_probs"].exp() - tensors["rollout_log_probs"].exp()).abs() * mask
-        mismatch = diff.sum(-1) / mask.sum(-1).clamp(min=1)
-    n = len(scores)
-    k = max(0, min(k, n))
-    chosen: list[tuple[str, list[int]]] = [
-        ("worst", torch.argsort(scores)[:k].tolist()),
-        ("best", torch.argsort(scores, descending=True)[:k].tolist()),
-    ]
-    if mismatch is not None:
-        chosen.append(("mismatch", torch.argsort(mismatch, descending=True)[:k].tolist()))
-    sources = batch.non_tensor_batch.get("data_source") if batch.non_tensor_batch else None
-    max_length = responses.shape[1]
-    rows = []
-    for kind, indices in chosen:
-        for rank, i in enumerate(indices, 1):
-            length = int(lengths[i])
-            prompt = tensors["prompts"][i] if "prompts" in tensors.keys() else None
-            if prompt is not None and "attention_mask" in tensors.keys():
-                prompt = prompt[tensors["attention_mask"][i, : prompt.shape[0]].bool()]
-            rows.append(
-                {
-                    "kind": kind,
-                    "rank": rank,
-                    "index": int(i),
-                    "score": float(scores[i]),
-                    "length": length,
-                    "mismatch": float(mismatch[i]) if mismatch is not None else None,
-                    "finish_reason": "length" if length >= max_length else "stop",
-                    "data_source": str(sources[i]) if sources is not None else None,
-                    "prompt_ids": prompt.tolist() if prompt is not None else [],
-                    "response_ids": responses[i, :length].tolist(),
-                }
-            )
-    return rows
+GROUPS = 1  # per step: the full GRPO groups kept (plugins.samples.groups)
+VALIDATION = 16  # per validation: the generations kept (plugins.samples.validation)
+FILTERED = 32  # per step: the reward values of DAPO's dropped groups kept
+TEXT_KEYS = ("sample.prompt", "sample.response", "sample.ground_truth")
 
 
-def _text(tokenizer: Any, ids: list[int], max_chars: int) -> str:
+class Tokenizer(Protocol):
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> object: ...
+
+
+@dataclass
+class Outgoing:
+    """One batch of sample spans under one parent span ("rollout samples", "validation samples")."""
+
+    run: object
+    step: int | None
+    title: str
+    rows: list[SpanRow]
+    tokenizer: Tokenizer | None = None
+
+
+def decode(tokenizer: Tokenizer | None, ids: list[int]) -> str:
     if tokenizer is None:
         return f"({len(ids)} tokens; no tokenizer on the trainer to decode them)"
     try:
-        text = str(tokenizer.decode(ids, skip_special_tokens=True))
+        return str(tokenizer.decode(ids, skip_special_tokens=True))
     except Exception as exc:
         return f"({len(ids)} tokens; the tokenizer could not decode them: {type(exc).__name__})"
+
+
+def cut(text: str, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[:max_chars] + " ..."
 
 
-def _send(run: Any, step: int | None, tokenizer: Any, rows: list[dict[str, Any]]) -> None:
-    from verl_rl_insight.trainer.plugins import state_timeline
-
-    tracer = state_timeline._tracer
-    if tracer is None:
-        return
-    from opentelemetry import context, trace
-
-    now = time.time_ns()
-    parent = tracer.start_span(
-        "rollout samples",
-        context=context.Context(),
-        start_time=now,
-        attributes=state_timeline._attributes(run, "samples", LANE, {"step": step, "samples": len(rows)}),
-    )
-    inside = trace.set_span_in_context(parent)
-    max_chars = int(_settings.max_chars)
-    for row in rows:
-        attributes = {
-            "step": step,
-            "sample.kind": row["kind"],
-            "sample.rank": row["rank"],
-            "sample.index": row["index"],
-            "sample.score": row["score"],
-            "sample.length": row["length"],
-            "sample.mismatch": row["mismatch"],
-            "sample.finish_reason": row["finish_reason"],
-            "sample.data_source": row["data_source"],
-            "sample.prompt": _text(tokenizer, row["prompt_ids"], max_chars),
-            "sample.response": _text(tokenizer, row["response_ids"], max_chars),
-        }
-        span = tracer.start_span(
-            f"sample {row['kind']} {row['rank']}",
-            context=inside,
-            start_time=now,
-            attributes=state_timeline._attributes(run, "sample", LANE, attributes),
-        )
-        span.end(end_time=now + 1)
-    parent.end(end_time=now + 1)
+def _tokenizer(trainer: object) -> Tokenizer | None:
+    found = getattr(trainer, "tokenizer", None)
+    return found if callable(getattr(found, "decode", None)) else None
 
 
-def _loop() -> None:
-    while True:
-        run, step, tokenizer, rows = _work.get()
+class Samples:
+    """The plugin: its settings, the exporter thread and the queue to it live on the instance."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.k = 3
+        self.groups = GROUPS
+        self.validation = VALIDATION
+        self.max_chars = 1000
+        self.work: queue.Queue[Outgoing] = queue.Queue(maxsize=8)
+        self.thread: threading.Thread | None = None
+
+    def settle(self, settings: Mapping[str, object] | DictConfig) -> None:
+        def number(name: str, default: int) -> int:
+            value = settings.get(name, default)
+            return int(value) if isinstance(value, (int, float)) else default
+
+        self.enabled = bool(settings.get("enabled", False))
+        self.k = number("k", 3)
+        self.groups = number("groups", GROUPS)
+        self.validation = number("validation", VALIDATION)
+        self.max_chars = number("max_chars", 1000)
+
+    def offer(self, outgoing: Outgoing) -> None:
+        if not outgoing.rows:
+            return
         try:
-            _send(run, step, tokenizer, rows)
-        except Exception:
-            logger.debug("rl-insight: could not send the step's samples", exc_info=True)
+            self.work.put_nowait(outgoing)
+        except queue.Full:  # the exporter is behind: these samples are not kept
+            pass
+
+    def attributes(self, row: SpanRow, tokenizer: Tokenizer | None) -> dict[str, object]:
+        attributes: dict[str, object] = dict(row.attributes)
+        for key, ids in row.token_ids.items():
+            attributes[key] = decode(tokenizer, ids)
+        for key in TEXT_KEYS:
+            value = attributes.get(key)
+            if isinstance(value, str):
+                attributes[key] = cut(value, self.max_chars)
+        return attributes
+
+    def send(self, outgoing: Outgoing) -> None:
+        from verl_rl_insight.trainer.plugins import state_timeline
+
+        tracer = state_timeline._tracer
+        if tracer is None:
+            return
+        from opentelemetry import context, trace
+
+        run, step, now = outgoing.run, outgoing.step, time.time_ns()
+        parent = tracer.start_span(
+            outgoing.title,
+            context=context.Context(),
+            start_time=now,
+            attributes=state_timeline._attributes(run, "samples", LANE, {"step": step, "samples": len(outgoing.rows)}),
+        )
+        inside = trace.set_span_in_context(parent)
+        for row in outgoing.rows:
+            attributes = {"step": step, **self.attributes(row, outgoing.tokenizer)}
+            span = tracer.start_span(
+                row.name,
+                context=inside,
+                start_time=now,
+                attributes=state_timeline._attributes(run, "sample", LANE, attributes),
+            )
+            span.end(end_time=now + 1)
+        parent.end(end_time=now + 1)
+
+    def loop(self) -> None:
+        while True:
+            outgoing = self.work.get()
+            try:
+                self.send(outgoing)
+            except Exception:
+                logger.debug("rl-insight: could not send samples", exc_info=True)
+
+    @hookimpl
+    def rl_insight_configure(self, config: DictConfig) -> None:
+        self.settle(plugin_settings(config, "samples"))
+        if self.enabled and self.thread is None:
+            self.thread = threading.Thread(target=self.loop, name="rl-insight-samples", daemon=True)
+            self.thread.start()
+
+    @hookimpl
+    def rl_insight_train_batch(self, run: object, batch: DataProto, step: int | None, trainer: object) -> None:
+        if self.enabled and run is not None:
+            rows = sample_picks.train_rows(batch, self.k)
+            self.offer(Outgoing(run, step, "rollout samples", rows, _tokenizer(trainer)))
+
+    @hookimpl
+    def rl_insight_advantage_batch(self, run: object, batch: DataProto, step: int | None, trainer: object) -> None:
+        if self.enabled and run is not None and self.groups > 0:
+            rows = sample_picks.group_rows(batch, self.groups)
+            self.offer(Outgoing(run, step, "rollout groups", rows, _tokenizer(trainer)))
+
+    @hookimpl
+    def rl_insight_validation_generations(
+        self,
+        run: object,
+        step: int | None,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        scores: Sequence[float],
+        data_sources: Sequence[object] | None,
+        ground_truths: Sequence[object] | None,
+    ) -> None:
+        if self.enabled and run is not None and self.validation > 0:
+            rows = sample_picks.validation_rows(inputs, outputs, scores, data_sources, ground_truths, self.validation)
+            self.offer(Outgoing(run, step, "validation samples", rows))
+
+    @hookimpl
+    def rl_insight_dapo_filtered(self, run: object, step: int | None, reward_counts: Mapping[float, int]) -> None:
+        if self.enabled and run is not None:
+            self.offer(Outgoing(run, step, "dapo filtered groups", sample_picks.filtered_rows(reward_counts, FILTERED)))
 
 
-@hookimpl
-def rl_insight_configure(config: Any) -> None:
-    global _settings, _thread
-    _settings = plugin_settings(config, "samples")
-    if _settings.get("enabled") and _thread is None:
-        _thread = threading.Thread(target=_loop, name="rl-insight-samples", daemon=True)
-        _thread.start()
-
-
-@hookimpl
-def rl_insight_train_batch(run: Any, batch: Any, step: int | None, trainer: Any) -> None:
-    if _settings is None or not _settings.get("enabled") or run is None:
-        return
-    rows = pick(batch, int(_settings.k))
-    try:
-        _work.put_nowait((run, step, getattr(trainer, "tokenizer", None), rows))
-    except queue.Full:  # the exporter is behind: this step's samples are not kept
-        pass
+# the manager registers this module: its hooks are the one instance's (bound methods keep the marks)
+plugin = Samples()
+rl_insight_configure = plugin.rl_insight_configure
+rl_insight_train_batch = plugin.rl_insight_train_batch
+rl_insight_advantage_batch = plugin.rl_insight_advantage_batch
+rl_insight_validation_generations = plugin.rl_insight_validation_generations
+rl_insight_dapo_filtered = plugin.rl_insight_dapo_filtered
