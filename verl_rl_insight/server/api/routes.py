@@ -56,6 +56,7 @@ from verl_rl_insight.contract.wire import HUB_HEADER, PushError
 from verl_rl_insight.server.api import openapi
 from verl_rl_insight.server.api.errors import http_status, retry_headers
 from verl_rl_insight.server.api.http_server import response_written
+from verl_rl_insight.server.explorer import pages
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.metrics.positions import check_scraper_name
 from verl_rl_insight.server.stores.marks import MarkStore
@@ -238,7 +239,7 @@ class Api:
         request = Request(scope, receive, send)
         method = "GET" if scope["method"] == "HEAD" else scope["method"]
         try:
-            entry = self.routes.get((method, scope["path"]))
+            entry = self.routes.get((method, scope["path"])) or pages.entry(method, scope["path"])
             if entry is None:
                 raise self._no_route(scope["method"], scope["path"])
             handler, write = entry
