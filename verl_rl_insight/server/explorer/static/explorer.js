@@ -325,6 +325,7 @@
       );
       onPointClick(chart, ctx);
       ctx.charts.push(chart);
+      ctx.byPanel[index] = chart;
     });
     return panel;
   }
@@ -407,7 +408,12 @@
       }),
     ]);
     const alpha = Math.min(Math.max(+(params.get("smooth") || 0), 0), 0.99);
-    const ctx = { project, experiment, curves, compared, alpha, findings, marks: run.marks || [], pending: [], charts: [] };
+    const ctx = { project, experiment, curves, compared, alpha, findings, marks: run.marks || [], pending: [], charts: [], byPanel: {} };
+    // where on the screen panel i draws step n (what a click there opens): for people's scripts and the tests
+    page.pointAt = (i, n) => {
+      const chart = ctx.byPanel[i], box = chart.over.getBoundingClientRect();
+      return { x: box.left + chart.valToPos(n, "x"), y: box.top + box.height / 2 };
+    };
     page.marks = ctx.marks.map((m) => m.step);
     const setParam = (name, value) => {
       if (value) params.set(name, value);
@@ -606,6 +612,7 @@
       main().replaceChildren(el("p", { class: "error", "data-testid": "error", text: `${err.status ? err.status + ": " : ""}${err.message}` }));
     }
     page.ready = true;
+    page.readyAt = performance.now(); // ms since navigation start: what benchmarks/bench_explorer_page.py reads
     document.body.setAttribute("data-ready", where.view);
   }
   if (REPORT) window.addEventListener("hashchange", start);
