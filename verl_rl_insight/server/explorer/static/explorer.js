@@ -20,7 +20,7 @@
       else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
       else node.setAttribute(name, value === true ? "" : String(value));
     }
-    for (const child of children.flat()) {
+    for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined || child === false) continue;
       node.append(child instanceof Node ? child : document.createTextNode(String(child)));
     }
@@ -32,6 +32,8 @@
     return node;
   };
   const main = () => document.getElementById("main");
+  // the page's content: el's children rules (arrays flattened, null left out)
+  const show = (...children) => main().replaceChildren(el("div", { class: "view" }, ...children));
   const fmt = (v, digits = 4) => (v === null || v === undefined ? "–" : typeof v === "number" ? +v.toPrecision(digits) : v);
   function age(seconds) {
     if (seconds === null || seconds === undefined) return "–";
@@ -217,7 +219,7 @@
     };
     project.addEventListener("change", draw);
     name.addEventListener("input", draw);
-    main().replaceChildren(
+    show(
       el("h1", { text: "Runs" }),
       el("div", { class: "controls" }, el("label", {}, "project", project), el("label", {}, "name", name)),
       runs.length
@@ -443,7 +445,7 @@
     keyFilter.addEventListener("input", () => {
       for (const b of keyList.children) b.hidden = !b.dataset.key.includes(keyFilter.value.trim());
     });
-    main().replaceChildren(
+    show(
       el("h1", {}, `${experiment} `, el("span", { class: `badge ${run.state}`, text: run.state }), el("span", { class: "muted", text: ` ${project} · step ${run.step ?? "–"}` })),
       el("div", { class: "controls" }, el("label", {}, "smoothing (EMA)", smooth, smoothValue),
         compareBoxes.length ? el("span", {}, "compare: ", compareBoxes) : null,
@@ -572,7 +574,7 @@
     const lanes = el("div", { "data-testid": "lanes" });
     const samples = el("div", {}, el("p", { class: "muted", text: "loading samples…" }));
     const slow = step.slowest_replica;
-    main().replaceChildren(
+    show(
       el("h1", {}, `Step ${step.step} `, step.validation ? el("span", { class: "badge info", text: "validation" }) : null,
         el("span", { class: "muted", text: ` ${experiment} · ${fmt(step.duration_s)} s · ${new Date(step.start * 1000).toLocaleString()}` })),
       el("div", { class: "controls" },
@@ -609,7 +611,7 @@
       else await viewStep(where);
       document.title = `rl-insight · ${where.view === "runs" ? "runs" : where.experiment}${where.view === "step" ? " · step " + where.step : ""}`;
     } catch (err) {
-      main().replaceChildren(el("p", { class: "error", "data-testid": "error", text: `${err.status ? err.status + ": " : ""}${err.message}` }));
+      show(el("p", { class: "error", "data-testid": "error", text: `${err.status ? err.status + ": " : ""}${err.message}` }));
     }
     page.ready = true;
     page.readyAt = performance.now(); // ms since navigation start: what benchmarks/bench_explorer_page.py reads
