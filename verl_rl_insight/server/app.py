@@ -26,6 +26,7 @@ from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.managed import (
     alert_rules,
@@ -226,6 +227,10 @@ class Server:
         elif "tempo" in self.services and not s.otlp_endpoint:  # Tempo: spans pass through the hub to it
             self.relay = self.api.span_relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
         self.api.figures = self.figures
+        self.api.explorer.params = self.health.params  # the run explorer's findings: diagnose's walk
+        prometheus_url = self.services["prometheus"].url if "prometheus" in self.services else None
+        if prometheus_url:  # and a run the hub has not carried is read back from Prometheus
+            self.api.explorer.prometheus = PrometheusReader(prometheus_url, self.logins["prometheus"])
         threading.Thread(target=self._tick, name="rl-insight-timeline-figures", daemon=True).start()
         threading.Thread(
             target=self.delivery.run, args=(self._ticking,), name="rl-insight-delivery", daemon=True

@@ -107,6 +107,61 @@ def schemas() -> dict[str, Any]:
     return components
 
 
+_RUN_TEXT = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": r"^[^\x00-\x1f\x7f-\x9f]+$"}
+EXPLORER_RUN = [
+    _query("project", _RUN_TEXT, True, "the run's project"),
+    _query("experiment_name", _RUN_TEXT, True, "the run's experiment_name"),
+]
+EXPLORER_STEP = _query("step", {"type": "integer", "minimum": 0, "maximum": 10**12}, True, "the trainer step")
+
+
+def explorer_paths() -> dict[str, Any]:
+    """The run explorer's JSON API (server/explorer; the shapes: EXPLORER_API.md)."""
+    keys = _query(
+        "keys",
+        {"type": "string", "minLength": 1, "maxLength": 64 * 257},
+        True,
+        "verl's keys, comma-separated (critic/score/mean,actor/entropy), at most 64",
+    )
+    steps = _query("steps", {"type": "string", "pattern": r"^[0-9]*:[0-9]*$"}, False, "only steps A:B (both included)")
+    return {
+        "/api/v1/explorer/runs": {"get": _get("the runs, newest first: step, age, state, findings, a sparkline")},
+        "/api/v1/explorer/run": {
+            "get": _get(
+                "one run: its keys, the key curves' panels, its findings (diagnose's), marks, the other runs of "
+                "its project, its card (with the token only)",
+                JSON_OK,
+                EXPLORER_RUN,
+                (400, 404),
+            )
+        },
+        "/api/v1/explorer/curves": {
+            "get": _get(
+                "a run's curves by step, aligned on its steps", JSON_OK, [*EXPLORER_RUN, keys, steps], (400, 404)
+            )
+        },
+        "/api/v1/explorer/step": {
+            "get": _get(
+                "one step: its swimlane, the slowest replica, the long tail, its GPUs' faults, the findings over it",
+                JSON_OK,
+                [*EXPLORER_RUN, EXPLORER_STEP],
+                (400, 404),
+            )
+        },
+        "/api/v1/explorer/samples": {
+            "get": {
+                **_get(
+                    "a step's samples: prompts and responses (the token, or a run credential of that run)",
+                    JSON_OK,
+                    [*EXPLORER_RUN, EXPLORER_STEP],
+                    (400, 401, 403),
+                ),
+                "security": [{"token": []}, {"basic": []}],
+            }
+        },
+    }
+
+
 def document() -> dict[str, Any]:
     schemas_ = schemas()
     scraper = _query(
@@ -282,6 +337,7 @@ def document() -> dict[str, Any]:
                 "security": [{"token": []}, {"basic": []}],
             }
         },
+        **explorer_paths(),
         "/api/v1/alerts": {"get": _get("alerts firing now (from the server's Alertmanager)", errors=(404, 503))},
         "/api/v1/silences": {
             "get": _get("silences not yet expired", errors=(404, 503)),

@@ -56,7 +56,9 @@ from verl_rl_insight.contract.wire import HUB_HEADER, PushError
 from verl_rl_insight.server.api import openapi
 from verl_rl_insight.server.api.errors import http_status, retry_headers
 from verl_rl_insight.server.api.http_server import response_written
+from verl_rl_insight.server.explorer import handlers as explorer
 from verl_rl_insight.server.explorer import pages
+from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.metrics.positions import check_scraper_name
 from verl_rl_insight.server.stores.marks import MarkStore
@@ -83,6 +85,7 @@ RUN_CREDENTIAL_ROUTES = frozenset(
         ("PUT", "/api/v1/runs/card"),
         ("POST", "/api/v1/runs/marks"),
         ("DELETE", "/api/v1/runs/marks"),
+        ("GET", "/api/v1/explorer/samples"),  # the samples of its own run (server/explorer)
     }
 )
 MAX_MARK_BODY_BYTES = 128 * 1024  # an oversized text is read, and refused naming the field (400)
@@ -182,6 +185,7 @@ class Api:
         self.revocations = revocations if revocations is not None else Revocations()  # run credentials refused
         self.run_cards = run_cards if run_cards is not None else RunCardStore()  # in memory without a folder
         self.marks = marks if marks is not None else MarkStore()  # people's marks on steps (rl-insight runs mark)
+        self.explorer = Sources(getattr(hub, "listeners", None))  # the run explorer's data (server/explorer)
         self.save_every_s = save_every_s
         self.body_budget_bytes = max(body_budget_bytes, 4 * max_body_bytes)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="api")
@@ -230,6 +234,7 @@ class Api:
             ("GET", "/api/v1/silences"): (lambda r: self._alerting(r, "silences"), False),
             ("POST", "/api/v1/silences"): (self.post_silence, True),
             ("DELETE", "/api/v1/silences"): (lambda r: self._alerting(r, "unsilence", r.param("id") or ""), True),
+            **{(m, p): (explorer.bound(self, h), guarded) for m, p, h, guarded in explorer.ROUTES},
         }
 
     # -- ASGI ------------------------------------------------------------------------------
@@ -396,6 +401,7 @@ class Api:
             spans = self.spans.delete(project, experiment) if self.spans is not None else False
             prometheus = self.delete_series(project, experiment) if self.delete_series else "no Prometheus here"
             marks = self.marks.forget(project, experiment)
+            self.explorer.histories.forget((project, experiment))
             return {
                 "project": project,
                 "experiment_name": experiment,

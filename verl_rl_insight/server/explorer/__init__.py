@@ -1,1 +1,3 @@
-"""The run explorer (issue 33): the JSON API of the run, step and sample views, and the page that draws them."""
+"""The run explorer's JSON API (issue 33; the shapes: EXPLORER_API.md): the runs, one run's page
+(keys, panels, findings, marks, card), its curves by step, one step (swimlane, slowest replica,
+GPU faults, findings) and a step's samples, from the server's own stores and its Prometheus."""

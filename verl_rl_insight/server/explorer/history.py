@@ -1,0 +1,177 @@
+"""Each run's trainer scalars by step, as the explorer reads them: one column of floats per series,
+aligned on the run's steps, each step with its own time (the time the hub stamps its samples with).
+
+Filled from the batches the hub accepts (a hub listener: the trainer's own stream, the batches with a
+step), and, for a run the server has not heard since it started, read back once from its Prometheus
+(``prometheus.read_run``). A step already held keeps its first values (a resent copy is the same
+step); a step older than the newest is put in its place.
+
+Bounded: ``max_runs`` runs (the one touched longest ago is forgotten first) and ``max_cells`` values
+per run (beyond it the run's oldest steps go, counted in ``stats["dropped_steps"]``). A value is a
+C double (8 bytes); a NaN or an infinity the trainer logged is kept beside its column, so that
+"not logged that step" (NaN in the column) and "logged NaN" stay apart.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
+
+MAX_RUNS = 32
+MAX_CELLS = 4_000_000  # values per run: 2,000 steps of 2,000 series (32 MB)
+Run = tuple[str, str]
+
+
+class StepBatch(Protocol):
+    """What the explorer reads of a batch the hub accepted (``contract.wire.Batch``)."""
+
+    labels: tuple[tuple[str, str], ...]
+    step: int | None
+    time: float
+    metrics: dict[str, float]
+
+
+class RunHistory:
+    """One run: ``steps`` ascending, ``times[i]`` the time of ``steps[i]``, ``columns[name][i]`` its
+    value there (NaN: not logged), ``nonfinite[name]`` {step: the NaN or infinity logged}."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.times = array("d")
+        self.columns: dict[str, array[float]] = {}
+        self.nonfinite: dict[str, dict[int, float]] = {}
+        self.version = 0  # moves on with every step added: caches of answers made from it compare it
+        self.from_prometheus = False
+
+    def cells(self) -> int:
+        return len(self.steps) * max(1, len(self.columns))
+
+    def add(self, step: int, at: float, metrics: Mapping[str, float]) -> bool:
+        """The step's values; False (nothing changed) for a step already held."""
+        i = bisect.bisect_left(self.steps, step)
+        if i < len(self.steps) and self.steps[i] == step:
+            return False
+        self.steps.insert(i, step)
+        self.times.insert(i, at)
+        for name, held in self.columns.items():
+            if name not in metrics:
+                held.insert(i, math.nan)
+        for name, value in metrics.items():
+            if name == GLOBAL_STEP_METRIC:
+                continue
+            column = self.columns.get(name)
+            if column is None:
+                column = self.columns[name] = array("d", [math.nan]) * len(self.steps)
+                column[i] = value
+            else:
+                column.insert(i, value)
+            if not math.isfinite(value):
+                self.nonfinite.setdefault(name, {})[step] = value
+        self.version += 1
+        return True
+
+    def drop_oldest(self) -> None:
+        if not self.steps:
+            return
+        step = self.steps.pop(0)
+        del self.times[0]
+        for name, column in self.columns.items():
+            del column[0]
+            self.nonfinite.get(name, {}).pop(step, None)
+        self.version += 1
+
+    def value(self, name: str, i: int) -> float | None:
+        """The value logged for ``name`` at ``steps[i]`` (NaN and infinities as logged), None: not logged."""
+        column = self.columns.get(name)
+        if column is None:
+            return None
+        x = column[i]
+        if math.isfinite(x):
+            return x
+        return self.nonfinite.get(name, {}).get(self.steps[i])
+
+    def series(self, name: str) -> list[tuple[int, float]]:
+        """[(step, value)] of the steps that logged ``name`` (what the detectors walk)."""
+        column = self.columns.get(name)
+        if column is None:
+            return []
+        odd = self.nonfinite.get(name, {})
+        return [
+            (step, x if math.isfinite(x) else odd[step])
+            for step, x in zip(self.steps, column)
+            if math.isfinite(x) or step in odd
+        ]
+
+    def latest(self, name: str) -> float | None:
+        column = self.columns.get(name)
+        if column is None:
+            return None
+        for x in reversed(column):
+            if math.isfinite(x):
+                return x
+        return None
+
+
+class Histories:
+    """The runs' histories, thread-safe: the hub's pushes add, the API's requests read (under ``lock``)."""
+
+    def __init__(self, max_runs: int = MAX_RUNS, max_cells: int = MAX_CELLS) -> None:
+        self.max_runs = max_runs
+        self.max_cells = max_cells
+        self.lock = threading.Lock()
+        self.stats = {"steps": 0, "dropped_steps": 0, "forgotten_runs": 0}
+        self._runs: OrderedDict[Run, RunHistory] = OrderedDict()
+
+    def observe(self, batches: Sequence[StepBatch]) -> None:
+        """The hub's listener: each trainer batch with a step (its own stream: labels project and
+        experiment_name only)."""
+        with self.lock:
+            for batch in batches:
+                if batch.step is None or len(batch.labels) != 2:
+                    continue
+                labels = dict(batch.labels)
+                if set(labels) != {"project", "experiment_name"}:
+                    continue
+                self._add((labels["project"], labels["experiment_name"]), batch.step, batch.time, batch.metrics)
+
+    def _add(self, run: Run, step: int, at: float, metrics: Mapping[str, float]) -> None:
+        history = self._runs.get(run)
+        if history is None:
+            history = self._runs[run] = RunHistory()
+            while len(self._runs) > self.max_runs:
+                self._runs.popitem(last=False)
+                self.stats["forgotten_runs"] += 1
+        self._runs.move_to_end(run)
+        if history.add(step, at, metrics):
+            self.stats["steps"] += 1
+        while history.cells() > self.max_cells and len(history.steps) > 1:
+            history.drop_oldest()
+            self.stats["dropped_steps"] += 1
+
+    def fill(self, run: Run, steps: Iterable[tuple[int, float, Mapping[str, float]]]) -> None:
+        """A run read back from Prometheus (steps in any order); steps the hub added since stay."""
+        with self.lock:
+            for step, at, metrics in steps:
+                self._add(run, step, at, metrics)
+            history = self._runs.get(run)
+            if history is not None:
+                history.from_prometheus = True
+
+    def get(self, run: Run) -> RunHistory | None:
+        """The run's history (read it under ``lock``), or None."""
+        return self._runs.get(run)
+
+    def runs(self) -> list[Run]:
+        with self.lock:
+            return list(self._runs)
+
+    def forget(self, run: Run) -> None:
+        with self.lock:
+            self._runs.pop(run, None)

@@ -1,0 +1,89 @@
+"""The run's logged keys as the explorer names them, and the key curves of the run page.
+
+The hub holds series names (``critic/score/mean`` arrives as ``rl_insight_monitor_critic_score_mean``,
+``contract.naming.metric_name``), a mapping that loses the slashes. A series is named back with
+verl's key where one is known (the keys the generated dashboards name, the detectors' keys, the
+keys verl makes at run time), else by its group (``dashboards.keys.GROUPS``, the longest prefix):
+``val_core_openai_gsm8k_reward_mean_1`` -> ``val-core/openai_gsm8k_reward_mean_1``. Any name works
+in a request for curves: a key and its series name map to the same series.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from verl_rl_insight.contract.naming import metric_name
+from verl_rl_insight.dashboards import DASHBOARDS_DIR
+from verl_rl_insight.dashboards.keys import GROUPS, RUNTIME_KEYS, STATS
+from verl_rl_insight.server.health import detectors
+
+PREFIX = detectors.PREFIX
+_GROUPS = sorted(((metric_name("", g), g) for g in GROUPS), key=lambda pair: -len(pair[0]))
+_KEY_TEXT = re.compile(r"[a-zA-Z_][\w\-]*(?:/[\w\-@.]+)+")
+
+
+@functools.lru_cache(maxsize=1)
+def known_keys() -> dict[str, str]:
+    """series name -> verl key, of every key the generated dashboards name and the detectors read."""
+    keys = {k for d in detectors.ALL for k in (*d.keys, *d.extra) if not k.endswith("/")} | set(RUNTIME_KEYS)
+    for path in sorted(DASHBOARDS_DIR.glob("*.json")):
+        text = path.read_text(errors="replace")
+        named = {k for k in _KEY_TEXT.findall(text) if k.split("/")[0] in GROUPS}
+        keys.update(named, (f"{k}/{stat}" for k in named for stat in STATS))  # a family: its statistics
+    return {metric_name(PREFIX, k): k for k in sorted(keys, reverse=True)}
+
+
+# (title, patterns on the key) in page order: the first panel a key matches takes it
+PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Score and reward", (r"critic/(score|rewards)/(mean|max|min)",)),
+    ("Entropy", (r"actor/entropy",)),
+    ("KL", (r"actor/(kl_loss|ppo_kl|kl_coef)", r"critic/kl.*")),
+    ("Grad norm", (r"(actor|critic)/grad_norm",)),
+    ("Response length", (r"response_length/(mean|max|min)",)),
+    ("Clip ratio", (r"actor/pg_clipfrac(_lower)?", r"response_length/clip_ratio", r"critic/vf_clipfrac")),
+    ("Log-prob mismatch", (r"training/rollout_.*",)),
+    ("Throughput", (r"perf/throughput",)),
+    ("Time per step", (r"timing_s/step",)),
+)
+_PANELS = [(title, re.compile("|".join(f"(?:{p})" for p in patterns))) for title, patterns in PANELS]
+_VALIDATION = re.compile(r"^val-(?:core|aux)/(?:(.+)/[^/]+/[^/]+)?")
+_SIGNAL = re.compile(r"^rl_insight/(group|advantage)/")
+
+
+@functools.lru_cache(maxsize=65536)
+def key_of(series: str) -> str:
+    """The key a series of the trainer's was logged as (best known): see the module's docstring."""
+    known = known_keys().get(series)
+    if known is not None:
+        return known
+    name = series[len(PREFIX) :] if series.startswith(PREFIX) else series
+    for form, group in _GROUPS:
+        if name.startswith(form + "_") and len(name) > len(form) + 1:
+            return f"{group}/{name[len(form) + 1 :]}"
+    return name
+
+
+def series_of(key: str) -> str:
+    """The series a requested key is: a series name as is, a key by the trainer's naming."""
+    return key if key.startswith(PREFIX) or key.startswith("rl_insight_") else metric_name(PREFIX, key)
+
+
+def panels(keys: list[str]) -> list[dict[str, str | list[str]]]:
+    """The key curves present among ``keys``, in page order (see the contract, EXPLORER_API.md)."""
+    found: dict[str, list[str]] = {}
+    for key in keys:
+        for title, pattern in _PANELS:
+            if pattern.fullmatch(key):
+                found.setdefault(title, []).append(key)
+                break
+        else:
+            source = _VALIDATION.match(key)
+            if source is not None:
+                title = f"Validation {source.group(1)}" if source.group(1) else "Validation"
+                found.setdefault(title, []).append(key)
+            elif _SIGNAL.match(key):
+                found.setdefault("Signals", []).append(key)
+    order = [title for title, _ in PANELS]
+    titles = sorted(found, key=lambda t: (order.index(t) if t in order else len(order) + (t == "Signals"), t))
+    return [{"title": title, "keys": found[title]} for title in titles]

@@ -1,0 +1,101 @@
+"""What the explorer reads from the server's own Prometheus (its HTTP API on loopback, with the
+login the server made for it): a run's whole history, for a run the hub has not carried since the
+server started, and the GPUs' faults and throttling during a step.
+
+A run's history is its raw samples (a range selector, in windows of ``CHUNK_S`` going back until
+the run's start, as ``rl-insight diagnose`` reads them), each matched to its step by the
+global-step sample of the same timestamp: the hub stamps a step's values and its step with one
+time, the step's own. (A scrape's live copies come later, with the scrape's time: the first wins.)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from verl_rl_insight.contract.errors import RLInsightError
+from verl_rl_insight.contract.http_client import HttpClient
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
+from verl_rl_insight.contract.promql import run_selector
+
+logger = logging.getLogger("verl_rl_insight.server")
+
+CHUNK_S = 2 * 3600
+MAX_S = 35 * 86400
+MAX_WINDOWS = MAX_S // CHUNK_S
+TRAINER_SERIES = "rl_insight_monitor_.+|rl_insight_run_finished"
+FAULTS = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
+THROTTLE = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",)
+Samples = list[tuple[dict[str, str], list[tuple[float, float]]]]  # (labels, [(time, value)])
+Step = tuple[int, float, dict[str, float]]
+
+
+class PrometheusReader:
+    def __init__(self, url: str, login: tuple[str, str] | None, timeout_s: float = 20.0) -> None:
+        self.url = url.rstrip("/")
+        self.client = HttpClient(basic_auth=login, timeout_s=timeout_s)
+
+    def samples(self, promql: str) -> Samples:
+        """The raw samples a range query gives; [] when Prometheus does not answer (logged)."""
+        try:
+            reply = self.client.request("GET", f"{self.url}/api/v1/query", params={"query": promql})
+            found = reply.json()["data"]["result"] if reply.ok else []
+        except (RLInsightError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("explorer: Prometheus did not answer %s (%s)", promql[:120], exc)
+            return []
+        return [(dict(r["metric"]), [(float(t), float(v)) for t, v in r.get("values", ())]) for r in found]
+
+    def run_steps(self, project: str, experiment: str, now: float) -> list[Step]:
+        """The run's steps as (step, time, {series: value}): what the trainer's own stream logged."""
+        selector = run_selector(project, experiment)[1:-1]
+        query = f'{{__name__=~"{TRAINER_SERIES}|{GLOBAL_STEP_METRIC}",{selector}}}'
+        values: dict[str, dict[float, float]] = {}
+        end, seen_run = now, False
+        for _ in range(MAX_WINDOWS):
+            found = [
+                (labels, points)
+                for labels, points in self.samples(f"{query}[{CHUNK_S}s] @ {end:.3f}")
+                if set(labels) - {"__name__", "job", "instance"} == {"project", "experiment_name"}
+            ]
+            for labels, points in found:
+                into = values.setdefault(labels["__name__"], {})
+                for t, v in points:
+                    into.setdefault(t, v)
+            steps_here = any(labels["__name__"] == GLOBAL_STEP_METRIC and points for labels, points in found)
+            if seen_run and not steps_here:
+                break
+            seen_run = seen_run or steps_here
+            end -= CHUNK_S
+        return _by_step(values)
+
+    def hardware(self, project: str, experiment: str, start: float, end: float) -> list[dict[str, object]]:
+        """Per node and GPU: the most of each fault counter and throttle reason seen during [start, end]."""
+        names = "|".join(FAULTS + THROTTLE)
+        window = max(1, int(end - start) + 1)
+        selector = run_selector(project, experiment)[1:-1]
+        found = self.samples(f'{{__name__=~"{names}",{selector}}}[{window}s] @ {end:.3f}')
+        by_gpu: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+        for labels, points in found:
+            kept = [v for t, v in points if start - 1 <= t <= end]
+            if not kept:
+                continue
+            where = (labels.get("node") or labels.get("instance") or "?", labels.get("gpu") or "?")
+            kind = "throttle" if labels["__name__"] in THROTTLE else "faults"
+            figures = by_gpu.setdefault(where, {"faults": {}, "throttle": {}})[kind]
+            figures[labels["__name__"]] = max(kept)
+        return [{"node": node, "gpu": gpu, **figures} for (node, gpu), figures in sorted(by_gpu.items())]
+
+
+def _by_step(values: Mapping[str, Mapping[float, float]]) -> list[Step]:
+    step_at = {t: int(v) for t, v in values.get(GLOBAL_STEP_METRIC, {}).items()}
+    first_seen: dict[int, float] = {}
+    for t in sorted(step_at):
+        first_seen.setdefault(step_at[t], t)
+    steps: dict[int, dict[str, float]] = {step: {} for step in first_seen}
+    for name, points in values.items():
+        if name == GLOBAL_STEP_METRIC:
+            continue
+        for t in sorted(points):
+            if t in step_at:
+                steps[step_at[t]].setdefault(name, points[t])
+    return [(step, first_seen[step], steps[step]) for step in sorted(steps)]

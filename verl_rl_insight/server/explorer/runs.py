@@ -1,0 +1,140 @@
+"""The runs list (``/api/v1/explorer/runs``) and one run's page (``/api/v1/explorer/run``)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from verl_rl_insight.contract.errors import NotFound
+from verl_rl_insight.contract.run_card import Json
+from verl_rl_insight.server.explorer.findings import FINISHED, Finding
+from verl_rl_insight.server.explorer.keys import PREFIX, key_of, panels, series_of
+from verl_rl_insight.server.explorer.sources import Sources
+
+Run = tuple[str, str]
+IDLE_AFTER_S = 120.0  # no step for this long (and five median steps): idle, not running
+SPARK_POINTS = 100
+SPARK_KEYS = ("critic/score/mean", "critic/rewards/mean", "actor/entropy")
+Answer = dict[str, object]
+
+
+class Marks(Protocol):
+    def of_run(self, project: str, experiment: str) -> dict[str, object]: ...
+
+
+class Cards(Protocol):
+    def get(self, project: str, experiment: str) -> dict[str, Json]: ...
+
+
+def _hub_runs(streams: Sequence[Mapping[str, object]]) -> dict[Run, float | None]:
+    """run -> seconds since its newest step (its trainer's time), from the hub's streams."""
+    found: dict[Run, float | None] = {}
+    for stream in streams:
+        labels = stream.get("labels")
+        if not isinstance(labels, dict) or "project" not in labels or "experiment_name" not in labels:
+            continue
+        run = (str(labels["project"]), str(labels["experiment_name"]))
+        age = stream.get("last_step_s_ago")
+        seconds = float(age) if isinstance(age, (int, float)) else None
+        kept = found.get(run)
+        found[run] = seconds if kept is None else (kept if seconds is None else min(kept, seconds))
+    return found
+
+
+def marks_of(marks: Marks, run: Run) -> list[dict[str, Json]]:
+    listed = marks.of_run(*run).get("marks")
+    return [
+        {
+            "step": int(str(m.get("step"))),
+            "text": str(m.get("text", "")),
+            "reset_baseline": bool(m.get("reset_baseline")),
+        }
+        for m in (listed if isinstance(listed, list) else [])
+        if isinstance(m, dict)
+    ]
+
+
+def findings_of(sources: Sources, run: Run, marks: Marks) -> list[Finding]:
+    resets = sorted(int(str(m["step"])) for m in marks_of(marks, run) if m["reset_baseline"])
+    return sources.findings.of(run, sources.histories, sources.params, resets)
+
+
+def _summary(sources: Sources, run: Run, age: float | None, now: float) -> Answer:
+    """One row of the runs list (read under the histories' lock)."""
+    history = sources.histories.get(run)
+    step = history.steps[-1] if history and history.steps else None
+    at = history.times[-1] if history and history.steps else (now - age if age is not None else None)
+    age = now - at if at is not None else age
+    durations = [b - a for a, b in zip(history.times[-21:], history.times[-20:])] if history else []
+    patience = max(IDLE_AFTER_S, 5 * statistics.median(durations)) if durations else IDLE_AFTER_S
+    if history is not None and history.latest(FINISHED) == 1:
+        state = "finished"
+    else:
+        state = "running" if age is not None and age <= patience else "idle"
+    spark: Answer = {"key": None, "steps": [], "values": []}
+    for key in SPARK_KEYS:
+        column = history.columns.get(series_of(key)) if history else None
+        if history is not None and column is not None:
+            stride = max(1, math.ceil(len(column) / SPARK_POINTS))
+            values = column[::stride].tolist()
+            spark = {
+                "key": key,
+                "steps": history.steps[::stride],
+                "values": [x if math.isfinite(x) else None for x in values],
+            }
+            break
+    return {"project": run[0], "experiment": run[1], "step": step, "last_step_time": at, "age_s": age, "state": state,
+            "sparkline": spark}  # fmt: skip
+
+
+def runs_answer(streams: Sequence[Mapping[str, object]], sources: Sources, marks: Marks) -> Answer:
+    now = time.time()
+    ages = _hub_runs(streams)
+    for run in sources.histories.runs():
+        ages.setdefault(run, None)
+    rows = []
+    for run, age in ages.items():
+        with sources.histories.lock:
+            row = _summary(sources, run, age, now)
+        counts = {"critical": 0, "warning": 0, "info": 0}
+        for finding in findings_of(sources, run, marks):
+            counts[str(finding["severity"])] = counts.get(str(finding["severity"]), 0) + 1
+        rows.append({**row, "findings": counts})
+    rows.sort(key=lambda r: -(r["last_step_time"] or 0.0) if isinstance(r["last_step_time"], float) else 0.0)
+    return {"runs": rows}
+
+
+def run_answer(
+    run: Run, streams: Sequence[Mapping[str, object]], sources: Sources, marks: Marks, cards: Cards, card_ok: bool
+) -> Answer:
+    ages = _hub_runs(streams)
+    history = sources.history(run)
+    if history is None and run not in ages:
+        raise NotFound(f"experiment_name: no run {run[0][:100]!r} / {run[1][:100]!r} here (GET /api/v1/explorer/runs)")
+    with sources.histories.lock:
+        row = _summary(sources, run, ages.get(run), time.time())
+        names = list(history.columns) if history is not None else []
+    keys = sorted({key_of(n) for n in names if n.startswith(PREFIX)})
+    card: Json = None
+    if card_ok:
+        try:
+            card = cards.get(*run)
+        except NotFound:
+            card = None
+    others = {r for r in ages} | set(sources.histories.runs())
+    return {
+        "project": run[0],
+        "experiment": run[1],
+        "state": row["state"],
+        "step": row["step"],
+        "keys": keys,
+        "panels": panels(keys),
+        "findings": findings_of(sources, run, marks),
+        "marks": marks_of(marks, run),
+        "others": sorted(e for p, e in others if p == run[0] and e != run[1]),
+        "card": card,
+        "card_needs_token": not card_ok,
+    }

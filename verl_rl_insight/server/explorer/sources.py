@@ -1,0 +1,81 @@
+"""What the explorer's answers are made from, in one object the API holds (``Api.explorer``):
+
+- ``histories``: each run's trainer scalars by step (a hub listener; ``history.py``), read back once
+  from the server's Prometheus for a run the hub has not carried since the server started;
+- ``prometheus``: that Prometheus (None: the server runs none; set by the server once it has started it);
+- ``params``: the detectors' parameters the server's health monitor runs with (what diagnose reads);
+- ``findings``: the findings per run (``findings.py``), and ``spans_of``: a run's kept spans, parsed,
+  read on from where the last request stopped (the span store only appends to a run's file).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Protocol
+
+from verl_rl_insight.server.explorer.findings import FindingsCache
+from verl_rl_insight.server.explorer.history import Histories, RunHistory
+from verl_rl_insight.server.explorer.prometheus import PrometheusReader
+from verl_rl_insight.server.health import detectors
+
+SpanRecord = dict[str, object]
+MAX_SPAN_RUNS = 4  # runs whose parsed spans are kept
+BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again after this long
+
+
+class SpanSource(Protocol):
+    def read(self, project: str, experiment: str | None) -> bytes | None: ...
+
+
+class Sources:
+    def __init__(self, listeners: list[object] | None = None) -> None:
+        self.histories = Histories()
+        if listeners is not None:
+            listeners.append(self.histories.observe)
+        self.prometheus: PrometheusReader | None = None
+        self.params: Mapping[str, float] = dict(detectors.DEFAULTS)
+        self.findings = FindingsCache()
+        self._spans: OrderedDict[tuple[str, str], tuple[int, list[SpanRecord]]] = OrderedDict()
+        self._spans_lock = threading.Lock()
+        self._asked: dict[tuple[str, str], float] = {}  # run -> when Prometheus was asked for it
+
+    def history(self, run: tuple[str, str]) -> RunHistory | None:
+        """The run's history, read back from Prometheus first when the hub has not carried it."""
+        if self.histories.get(run) is None and self.prometheus is not None:
+            now = time.time()
+            if now - self._asked.get(run, 0.0) > BACKFILL_AGAIN_S:
+                self._asked[run] = now
+                if len(self._asked) > 4096:
+                    self._asked.clear()
+                self.histories.fill(run, self.prometheus.run_steps(run[0], run[1], now))
+        return self.histories.get(run)
+
+    def spans_of(self, store: SpanSource | None, run: tuple[str, str]) -> list[SpanRecord]:
+        """The run's spans kept by the server's span store ([] without one, or without spans)."""
+        body = store.read(run[0], run[1]) if store is not None else None
+        if not body:
+            return []
+        with self._spans_lock:
+            read, spans = self._spans.get(run, (0, []))
+            if read > len(body):  # the file was cut back or made again: read it whole
+                read, spans = 0, []
+            end = body.rfind(b"\n") + 1
+            if end > read:
+                spans = spans + [_record(line) for line in body[read:end].splitlines() if line.strip()]
+            self._spans[run] = (max(read, end), spans)
+            self._spans.move_to_end(run)
+            while len(self._spans) > MAX_SPAN_RUNS:
+                self._spans.popitem(last=False)
+            return spans
+
+
+def _record(line: bytes) -> SpanRecord:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return {"name": "?", "start_ns": 0, "end_ns": 0, "attributes": {}}
+    return record if isinstance(record, dict) else {"name": "?", "start_ns": 0, "end_ns": 0, "attributes": {}}
