@@ -38,7 +38,6 @@ CSP = (
 # a name in the static folder: letters, digits, dots, dashes; no slash, no "..", no leading dot
 FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
 PAGE = re.compile(r"/runs/[^/]+/[^/]+(/steps/[0-9]{1,12})?/?")
-_cache: dict[str, bytes] = {}
 
 
 def entry(method: str, path: str) -> tuple[Handler, bool] | None:
@@ -60,12 +59,8 @@ def asset(name: str) -> bytes | None:
     suffix = name[name.rfind(".") :] if "." in name else ""
     if not FILE_NAME.fullmatch(name) or ".." in name or suffix not in CONTENT_TYPES:
         return None
-    if name not in _cache:
-        entry = resources.files(__package__).joinpath("static").joinpath(name)
-        if not entry.is_file():
-            return None
-        _cache[name] = entry.read_bytes()
-    return _cache[name]
+    entry = resources.files(__package__).joinpath("static").joinpath(name)
+    return entry.read_bytes() if entry.is_file() else None  # small files, read each time: an upgrade shows at once
 
 
 async def _serve(request: Answerable, name: str) -> None:

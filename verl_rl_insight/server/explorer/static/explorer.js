@@ -319,7 +319,7 @@
     }
     const data = tables.length === 1 ? tables[0] : uPlot.join(tables);
     ctx.pending.push(() => {
-      const width = Math.max(300, holder.clientWidth || 500);
+      const width = (ctx.width = ctx.width || Math.max(300, holder.clientWidth || 500)); // one layout read
       const chart = new uPlot(
         { width, height: 220, series, scales: { x: { time: false } }, legend: { live: true }, plugins: [bandsPlugin(bands, ctx.marks)], cursor: { drag: { x: true, y: false } } },
         data,
@@ -432,6 +432,7 @@
     const grid = el("div", { class: "panels" });
     const redraw = (a) => {
       ctx.alpha = a;
+      ctx.width = 0;
       for (const chart of ctx.charts.splice(0)) chart.destroy();
       page.bands = [];
       grid.replaceChildren(...panels.map((p, i) => chartPanel(ctx, i, p.title, p.keys)));
@@ -530,7 +531,7 @@
   }
   function hardwareTable(hardware) {
     if (!hardware.length) return el("p", { class: "muted", "data-testid": "hardware", text: "No GPU fault or throttling on its nodes during the step." });
-    const pairs = (o) => Object.entries(o || {}).map(([k, v]) => `${k}=${fmt(v)}`).join(", ") || "–";
+    const pairs = (o) => Object.entries(o || {}).filter(([, v]) => v).map(([k, v]) => `${k}=${fmt(v)}`).join(", ") || "–";
     return el("table", { "data-testid": "hardware" }, el("thead", {}, el("tr", {}, ["node", "GPU", "faults", "throttling"].map((h) => el("th", { text: h })))),
       el("tbody", {}, hardware.map((h) => el("tr", {}, el("td", { text: h.node }), el("td", { text: h.gpu }), el("td", { text: pairs(h.faults) }), el("td", { text: pairs(h.throttle) })))));
   }
@@ -551,7 +552,8 @@
     return section;
   }
   async function loadSamples(where, run, into) {
-    if (!token() && !REPORT && !(run && run.card !== null && run.card !== undefined)) {
+    // no token here: ask the API only when it said this server needs none (card_needs_token false)
+    if (!token() && !REPORT && !(run && run.card_needs_token === false)) {
       into.replaceChildren(tokenBox("The samples (prompts and responses) need the token."));
       return;
     }
@@ -582,8 +584,8 @@
         el("a", { href: stepHref(project, experiment, step.step + 1), text: `step ${step.step + 1} →` })),
       el("h2", { text: "Swimlane: the trainer's phases and each replica's generate calls" }),
       el("p", { class: "summary-line", "data-testid": "slowest" }, slow ? ["slowest replica: ", el("strong", { text: slow.lane }), slow.node ? ` on node ${slow.node}` : " (node unknown)"] : "no replica's generate calls came with this step"),
-      el("p", { class: "summary-line" }, step.long_tail_s !== null && step.long_tail_s !== undefined ? `long tail: ${fmt(step.long_tail_s)} s (the slowest replica's last generate ended this long after the other replicas' last)` : "",
-        step.idle_share !== null && step.idle_share !== undefined ? ` · replicas idle ${Math.round(step.idle_share * 100)} % of the generate phase` : ""),
+      el("p", { class: "summary-line" }, step.long_tail_s !== null && step.long_tail_s !== undefined ? `long tail: ${fmt(step.long_tail_s)} s (the step waited this long after the median replica's last generate call)` : "",
+        step.idle_share !== null && step.idle_share !== undefined ? ` · the trainer idle ${Math.round(step.idle_share * 100)} % of the step` : ""),
       lanes,
       el("h2", { text: "GPU faults and throttling of its nodes" }),
       hardwareTable(step.hardware || []),
