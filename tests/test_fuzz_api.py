@@ -27,6 +27,8 @@ BUDGET = {  # generating a push body costs ~150 ms, a target or a query ~10 ms: 
         ("POST", "/v1/traces"): 300,
         ("POST", "/api/v1/silences"): 100,
         ("POST", "/api/v1/runs/marks"): 200,  # generated texts end up in /metrics: still_whole parses it
+        ("GET", "/api/v1/explorer/curves"): 200,  # the run explorer's (server/explorer): keys, steps ranges
+        ("GET", "/api/v1/explorer/step"): 100,
     },
     "negative": {
         ("POST", "/api/v1/push"): 300,
@@ -36,6 +38,8 @@ BUDGET = {  # generating a push body costs ~150 ms, a target or a query ~10 ms: 
         ("POST", "/v1/traces"): 300,
         ("POST", "/api/v1/silences"): 100,
         ("POST", "/api/v1/runs/marks"): 200,
+        ("GET", "/api/v1/explorer/curves"): 200,
+        ("GET", "/api/v1/explorer/step"): 100,
     },
     "no-token": {
         ("POST", "/api/v1/push"): 100,

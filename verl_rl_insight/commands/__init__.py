@@ -11,7 +11,7 @@ import sys
 from typing import Any, NoReturn
 
 from verl_rl_insight import __version__
-from verl_rl_insight.commands import alerts, diagnose, job, profile, runs, samples, targets
+from verl_rl_insight.commands import alerts, diagnose, job, profile, report, runs, samples, targets
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.server import command as server
 from verl_rl_insight.commands.timeline import command as timeline
@@ -44,6 +44,7 @@ def build_parser() -> Any:
     profile.add_parsers(sub)
     diagnose.add_parsers(sub)
     samples.add_parsers(sub)
+    report.add_parsers(sub)
     return parser
 
 

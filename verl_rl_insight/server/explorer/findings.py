@@ -14,7 +14,6 @@ from verl_rl_insight.server.explorer.history import Histories, RunHistory
 from verl_rl_insight.server.explorer.keys import key_of
 from verl_rl_insight.server.health import detectors
 
-FINISHED = "rl_insight_run_finished"
 RECENT_S = 5.0
 Finding = dict[str, Json]
 
@@ -54,7 +53,7 @@ Snapshot = tuple[dict[str, list[tuple[int, float]]], list[tuple[int, float]], bo
 def snapshot(history: RunHistory) -> Snapshot:
     """What the walk reads of ``history`` (taken under the histories' lock; the walk runs outside it)."""
     series = {name: history.series(name) for name in _read_names(list(history.columns))}
-    return series, list(zip(history.steps, history.times)), history.latest(FINISHED) == 1
+    return series, list(zip(history.steps, history.times)), history.finished == 1
 
 
 def walk(taken: Snapshot, params: Mapping[str, float], resets: Sequence[int]) -> list[Finding]:
@@ -81,7 +80,7 @@ class FindingsCache:
             if history is None:
                 return []
             # a run not finished is walked again every few seconds (the stall finding reads the clock)
-            clock = 0 if history.latest(FINISHED) == 1 else int(time.time() / RECENT_S)
+            clock = 0 if history.finished == 1 else int(time.time() / RECENT_S)
             stamp = (history.version, clock, tuple(resets))
             with self._lock:
                 kept = self._kept.get(run)

@@ -24,6 +24,7 @@ from typing import Protocol
 
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 
+FINISHED = "rl_insight_run_finished"
 MAX_RUNS = 32
 MAX_CELLS = 4_000_000  # values per run: 2,000 steps of 2,000 series (32 MB)
 Run = tuple[str, str]
@@ -49,31 +50,35 @@ class RunHistory:
         self.nonfinite: dict[str, dict[int, float]] = {}
         self.version = 0  # moves on with every step added: caches of answers made from it compare it
         self.from_prometheus = False
+        self.finished: float | None = None  # rl_insight_run_finished: 0 from the first log, 1 after finish()
 
     def cells(self) -> int:
         return len(self.steps) * max(1, len(self.columns))
 
     def add(self, step: int, at: float, metrics: Mapping[str, float]) -> bool:
-        """The step's values; False (nothing changed) for a step already held."""
+        """The step's values (a second batch of a step held adds the keys it did not have: verl logs a
+        validation's in a call of its own); False when nothing changed."""
         i = bisect.bisect_left(self.steps, step)
-        if i < len(self.steps) and self.steps[i] == step:
-            return False
-        self.steps.insert(i, step)
-        self.times.insert(i, at)
-        for name, held in self.columns.items():
-            if name not in metrics:
+        if i == len(self.steps) or self.steps[i] != step:
+            self.steps.insert(i, step)
+            self.times.insert(i, at)
+            for held in self.columns.values():
                 held.insert(i, math.nan)
+        elif not any(self.value(name, i) is None for name in metrics if name != GLOBAL_STEP_METRIC):
+            return False
         for name, value in metrics.items():
             if name == GLOBAL_STEP_METRIC:
                 continue
             column = self.columns.get(name)
             if column is None:
                 column = self.columns[name] = array("d", [math.nan]) * len(self.steps)
-                column[i] = value
-            else:
-                column.insert(i, value)
+            elif self.value(name, i) is not None:
+                continue  # the first value of a step stays (a copy sent again is the same step)
+            column[i] = value
             if not math.isfinite(value):
                 self.nonfinite.setdefault(name, {})[step] = value
+        if FINISHED in metrics:
+            self.finished = metrics[FINISHED]
         self.version += 1
         return True
 
@@ -134,12 +139,15 @@ class Histories:
         experiment_name only)."""
         with self.lock:
             for batch in batches:
-                if batch.step is None or len(batch.labels) != 2:
-                    continue
                 labels = dict(batch.labels)
                 if set(labels) != {"project", "experiment_name"}:
                     continue
-                self._add((labels["project"], labels["experiment_name"]), batch.step, batch.time, batch.metrics)
+                run = (labels["project"], labels["experiment_name"])
+                if batch.step is not None:
+                    self._add(run, batch.step, batch.time, batch.metrics)
+                elif FINISHED in batch.metrics and run in self._runs:  # finish(): a batch of its own
+                    self._runs[run].finished = batch.metrics[FINISHED]
+                    self._runs[run].version += 1
 
     def _add(self, run: Run, step: int, at: float, metrics: Mapping[str, float]) -> None:
         history = self._runs.get(run)
@@ -155,14 +163,17 @@ class Histories:
             history.drop_oldest()
             self.stats["dropped_steps"] += 1
 
-    def fill(self, run: Run, steps: Iterable[tuple[int, float, Mapping[str, float]]]) -> None:
-        """A run read back from Prometheus (steps in any order); steps the hub added since stay."""
+    def fill(
+        self, run: Run, steps: Iterable[tuple[int, float, Mapping[str, float]]], finished: float | None = None
+    ) -> None:
+        """A run read back from Prometheus (steps in any order); what the hub added since stays."""
         with self.lock:
             for step, at, metrics in steps:
                 self._add(run, step, at, metrics)
             history = self._runs.get(run)
             if history is not None:
                 history.from_prometheus = True
+                history.finished = finished if finished is not None else history.finished
 
     def get(self, run: Run) -> RunHistory | None:
         """The run's history (read it under ``lock``), or None."""

@@ -23,7 +23,8 @@ logger = logging.getLogger("verl_rl_insight.server")
 CHUNK_S = 2 * 3600
 MAX_S = 35 * 86400
 MAX_WINDOWS = MAX_S // CHUNK_S
-TRAINER_SERIES = "rl_insight_monitor_.+|rl_insight_run_finished"
+FINISHED = "rl_insight_run_finished"
+TRAINER_SERIES = f"rl_insight_monitor_.+|{FINISHED}"
 FAULTS = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
 THROTTLE = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",)
 Samples = list[tuple[dict[str, str], list[tuple[float, float]]]]  # (labels, [(time, value)])
@@ -45,8 +46,9 @@ class PrometheusReader:
             return []
         return [(dict(r["metric"]), [(float(t), float(v)) for t, v in r.get("values", ())]) for r in found]
 
-    def run_steps(self, project: str, experiment: str, now: float) -> list[Step]:
-        """The run's steps as (step, time, {series: value}): what the trainer's own stream logged."""
+    def run_steps(self, project: str, experiment: str, now: float) -> tuple[list[Step], float | None]:
+        """The run's steps as (step, time, {series: value}): what the trainer's own stream logged;
+        and its last rl_insight_run_finished (1: finish() ran)."""
         selector = run_selector(project, experiment)[1:-1]
         query = f'{{__name__=~"{TRAINER_SERIES}|{GLOBAL_STEP_METRIC}",{selector}}}'
         values: dict[str, dict[float, float]] = {}
@@ -66,7 +68,8 @@ class PrometheusReader:
                 break
             seen_run = seen_run or steps_here
             end -= CHUNK_S
-        return _by_step(values)
+        finished = values.get(FINISHED, {})
+        return _by_step(values), finished[max(finished)] if finished else None
 
     def hardware(self, project: str, experiment: str, start: float, end: float) -> list[dict[str, object]]:
         """Per node and GPU: the most of each fault counter and throttle reason seen during [start, end]."""

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from verl_rl_insight.contract.errors import NotFound
 from verl_rl_insight.contract.run_card import Json
-from verl_rl_insight.server.explorer.findings import FINISHED, Finding
+from verl_rl_insight.server.explorer.findings import Finding
 from verl_rl_insight.server.explorer.keys import PREFIX, key_of, panels, series_of
 from verl_rl_insight.server.explorer.sources import Sources
 
@@ -70,7 +70,7 @@ def _summary(sources: Sources, run: Run, age: float | None, now: float) -> Answe
     age = now - at if at is not None else age
     durations = [b - a for a, b in zip(history.times[-21:], history.times[-20:])] if history else []
     patience = max(IDLE_AFTER_S, 5 * statistics.median(durations)) if durations else IDLE_AFTER_S
-    if history is not None and history.latest(FINISHED) == 1:
+    if history is not None and history.finished == 1:
         state = "finished"
     else:
         state = "running" if age is not None and age <= patience else "idle"

@@ -51,7 +51,8 @@ class Sources:
                 self._asked[run] = now
                 if len(self._asked) > 4096:
                     self._asked.clear()
-                self.histories.fill(run, self.prometheus.run_steps(run[0], run[1], now))
+                steps, finished = self.prometheus.run_steps(run[0], run[1], now)
+                self.histories.fill(run, steps, finished)
         return self.histories.get(run)
 
     def spans_of(self, store: SpanSource | None, run: tuple[str, str]) -> list[SpanRecord]:

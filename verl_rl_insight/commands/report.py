@@ -1,0 +1,224 @@
+"""``rl-insight report --project P --experiment E [--compare E2,E3] [--steps A:B] [--samples] -o run.html``:
+the run explorer's run page and the pages of its findings' steps as ONE self-contained HTML file
+(the page's HTML, JavaScript and CSS inlined, and the API's answers as ``window.RL_INSIGHT_REPORT``),
+for a pull request or a chat: it opens from disk with no server and no network.
+
+Samples (prompts and responses) only with ``--samples``: they can be private. The file is this
+user's only (0600)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.resources
+import json
+import os
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from verl_rl_insight.commands.api import call, common_options, server
+from verl_rl_insight.commands.checks import PROBLEMS, CliError
+from verl_rl_insight.commands.timeline.command import steps_range
+
+API = "/api/v1/explorer"
+KEYS_PER_REQUEST = 64  # the API's bound
+MAX_STEP_PAGES = 50  # step pages in one report: the findings' first and last steps, the first 50
+STATIC = "/static/explorer/"
+Answer = dict[str, object]
+_SCRIPT = re.compile(r'<script\b[^>]*\bsrc="' + re.escape(STATIC) + r'([\w.\-]+)"[^>]*>\s*</script>')
+_STYLE = re.compile(r'<link\b[^>]*\bhref="' + re.escape(STATIC) + r'([\w.\-]+)"[^>]*>')
+
+
+def asset(name: str) -> str | None:
+    """A file of the page (``server/explorer/static/``), or None when the package has none."""
+    folder = importlib.resources.files("verl_rl_insight.server.explorer").joinpath("static")
+    item = folder.joinpath(name)
+    return item.read_text(encoding="utf-8") if item.is_file() else None
+
+
+def asset_names() -> list[str]:
+    folder = importlib.resources.files("verl_rl_insight.server.explorer").joinpath("static")
+    if not folder.is_dir():
+        return []
+    return sorted(item.name for item in folder.iterdir() if item.is_file())
+
+
+def _shell() -> str:
+    """The page's HTML shell; without one (an install without the page's files), one that loads every
+    script and style of the folder."""
+    shell = asset("explorer.html")
+    if shell is not None:
+        return shell
+    names = asset_names()
+    styles = "".join(f'<link rel="stylesheet" href="{STATIC}{n}">' for n in names if n.endswith(".css"))
+    scripts = "".join(f'<script src="{STATIC}{n}"></script>' for n in names if n.endswith(".js"))
+    head = f'<!doctype html><html><head><meta charset="utf-8">{styles}</head>'
+    return f'{head}<body><div id="app"></div>{scripts}</body></html>'
+
+
+def script_text(text: str) -> str:
+    """Text that cannot end the <script> element it sits in (``</script>``, ``<!--``)."""
+    return text.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT").replace("<!--", "<\\!--")
+
+
+def data_json(data: Mapping[str, object]) -> str:
+    """JSON for inside <script>: every ``<`` escaped (``</script>`` in a response is text, not the end)."""
+    return (
+        json.dumps(data, allow_nan=False)
+        .replace("<", "\\u003c")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def html(data: Mapping[str, object]) -> str:
+    """The page with its styles inlined where they were, its scripts inlined at the end of the body
+    in their order (where ``defer`` would have run them: after the page is parsed), the data first."""
+    missing: list[str] = []
+    scripts: list[str] = []
+
+    def inline(name: str) -> str:
+        text = asset(name)
+        if text is None:
+            missing.append(name)
+            return ""
+        return text
+
+    def style(match: re.Match[str]) -> str:
+        return "<style>" + inline(match.group(1)).replace("</style", "<\\/style") + "</style>"
+
+    def script(match: re.Match[str]) -> str:
+        scripts.append("<script>" + script_text(inline(match.group(1))) + "</script>")
+        return ""
+
+    page = _SCRIPT.sub(script, _STYLE.sub(style, _shell()))
+    if missing:
+        raise CliError(f"the explorer page's files are missing from this install: {', '.join(missing)}", code=PROBLEMS)
+    tail = f"<script>window.RL_INSIGHT_REPORT = {data_json(data)};</script>" + "".join(scripts)
+    at = page.rfind("</body>")
+    return page[:at] + tail + page[at:] if at >= 0 else page + tail
+
+
+def _list(answer: object, name: str) -> list[object]:
+    found = answer.get(name) if isinstance(answer, dict) else None
+    return found if isinstance(found, list) else []
+
+
+def _object(answer: object, name: str) -> dict[str, object]:
+    found = answer.get(name) if isinstance(answer, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def _get(base: str, token: str | None, path: str, **query: str) -> Answer:
+    answer = call("GET", f"{base}{API}/{path}?{urllib.parse.urlencode(query)}", token, timeout_s=60)
+    if not isinstance(answer, dict):
+        raise CliError(f"the server's {path} answer is not an object", code=PROBLEMS)
+    return answer
+
+
+def curves(base: str, token: str | None, run: tuple[str, str], keys: list[str], steps: str) -> Answer:
+    """Every key's curve, 64 keys a request, joined on the run's steps."""
+    merged: Answer = {"steps": [], "times": [], "series": {}}
+    series: dict[str, object] = {}
+    nonfinite: dict[str, object] = {}
+    for i in range(0, len(keys), KEYS_PER_REQUEST):
+        part = _get(base, token, "curves", project=run[0], experiment_name=run[1],
+                    keys=",".join(keys[i : i + KEYS_PER_REQUEST]), steps=steps)  # fmt: skip
+        merged["steps"], merged["times"] = _list(part, "steps"), _list(part, "times")
+        series.update(_object(part, "series"))
+        nonfinite.update(_object(part, "nonfinite"))
+    merged["series"] = series
+    if nonfinite:
+        merged["nonfinite"] = nonfinite
+    return merged
+
+
+def finding_steps(findings: Iterable[object], first: int | None, last: int | None) -> list[int]:
+    """The first and last step of each finding, within --steps, the first MAX_STEP_PAGES."""
+    steps: set[int] = set()
+    for finding in findings:
+        if isinstance(finding, dict):
+            for name in ("first_step", "last_step"):
+                step = finding.get(name)
+                if isinstance(step, int) and (first is None or step >= first) and (last is None or step <= last):
+                    steps.add(step)
+    return sorted(steps)[:MAX_STEP_PAGES]
+
+
+def collect(args: argparse.Namespace, base: str, token: str | None) -> Answer:
+    """The API's answers the page draws the report from (EXPLORER_API.md says the shape)."""
+    first, last = args.steps or (None, None)
+    window = f"{'' if first is None else first}:{'' if last is None else last}" if args.steps else ""
+    run = (args.project, args.experiment)
+    page = _get(base, token, "run", project=run[0], experiment_name=run[1])
+    keys = [k for k in _list(page, "keys") if isinstance(k, str)]
+    data: Answer = {"runs": _get(base, token, "runs"), "run": page, "curves": curves(base, token, run, keys, window)}
+    compared: Answer = {}
+    for other in args.compare or []:
+        other_page = _get(base, token, "run", project=run[0], experiment_name=other)
+        other_keys = [k for k in _list(other_page, "keys") if isinstance(k, str) and k in keys]
+        compared[other] = {"run": other_page, "curves": curves(base, token, (run[0], other), other_keys, window)}
+    if compared:
+        data["compare"] = compared
+    steps: Answer = {}
+    samples: Answer = {}
+    for step in finding_steps(_list(page, "findings"), first, last):
+        steps[str(step)] = _get(base, token, "step", project=run[0], experiment_name=run[1], step=str(step))
+        if args.samples:
+            samples[str(step)] = _get(base, token, "samples", project=run[0], experiment_name=run[1], step=str(step))
+    data["steps"] = steps
+    if args.samples:
+        data["samples"] = samples
+    return data
+
+
+def write_private(path: Path, text: str) -> int:
+    """``text`` into ``path``, readable by this user only (0600, also when the file was there)."""
+    data = text.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(data)
+    return len(data)
+
+
+def run(args: argparse.Namespace) -> int:
+    base, token = server(args)
+    data = collect(args, base, token)
+    size = write_private(Path(args.output), html(data))
+    n_steps, n_keys = len(_list(data["curves"], "steps")), len(_object(data["curves"], "series"))
+    findings, pages = len(_list(data["run"], "findings")), len(_object(data, "steps"))
+    samples = f"samples of {pages} steps" if args.samples else "no samples (--samples adds them)"
+    print(
+        f"{args.output}: {args.project}/{args.experiment}, {n_steps} steps, {n_keys} curves, {findings} findings, "
+        f"{pages} step pages, {samples}, {size / 1e6:.1f} MB; opens from disk with no server"
+    )
+    return 0
+
+
+def _experiments(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give experiments as E2,E3")
+    return names
+
+
+class Subcommands(Protocol):
+    def add_parser(self, name: str, *, help: str) -> argparse.ArgumentParser: ...
+
+
+def add_parsers(sub: Subcommands) -> None:
+    parser = sub.add_parser(
+        "report",
+        help="one self-contained HTML file of a run: its curves, findings and their steps (opens with no server)",
+    )
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--experiment", required=True, help="the experiment_name")
+    parser.add_argument("--compare", type=_experiments, help="other experiments of the project to overlay: E2,E3")
+    parser.add_argument("--steps", type=steps_range, help="only these steps: A:B (both included), A:, :B")
+    parser.add_argument("--samples", action="store_true", help="add the steps' samples (prompts and responses)")
+    parser.add_argument("-o", "--output", required=True, help="the HTML file to write (0600)")
+    common_options(parser, top=True)
+    parser.set_defaults(func=run)
