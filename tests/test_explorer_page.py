@@ -252,13 +252,16 @@ def _read_all(sock: socket.socket) -> bytes:
 def test_the_report_file_opened_from_disk_with_the_network_off_draws_the_same_curves(demo, tab, tmp_path):
     if not (REPO / "verl_rl_insight" / "commands" / "report.py").exists():
         pytest.skip("rl-insight report is not on this branch yet (branch explorer-api builds it)")
-    served = open_page(tab, run_url(demo), "run")["curves"]
+    served = open_page(tab, f"{demo['base']}/runs/{PROJECT}/{NAN_EXPERIMENT}", "run")
     report = tmp_path / "run.html"
-    made = rl_insight("report", "--project", PROJECT, "--experiment", EXPERIMENT, "-o", str(report), env=demo["env"])
+    made = rl_insight(
+        "report", "--project", PROJECT, "--experiment", NAN_EXPERIMENT, "-o", str(report), env=demo["env"]
+    )  # fmt: skip
     assert made.returncode == 0, made.stdout + made.stderr
     tab.context.set_offline(True)  # and the tab's routing refuses all but loopback and file: (see `tab`)
     drawn = open_page(tab, report.as_uri(), "run")
-    assert drawn["curves"] == served
+    assert drawn["curves"] == served["curves"] and drawn["bands"] == served["bands"] and drawn["bands"]
+    assert not tab.context.pages[0].evaluate("performance.getEntriesByType('resource').length")  # nothing fetched
 
 
 def canvas_variance(page, selector) -> float:
