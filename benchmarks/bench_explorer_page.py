@@ -4,47 +4,33 @@ replicas of 64 generate calls), each against a blank page's load in the same bro
 
     python benchmarks/bench_explorer_page.py [--steps 2000] [--curves 40] [--rounds 20]
 
-The page's files are the package's own (pages.asset, with the server's headers and its CSP); the API
-answers are built here in the shape of /api/v1/explorer/* and handed to the page by playwright's
-request routing, so the figures are the page's (parse, draw), not the API's (its own budget: a
-2,000-step curve in under 50 ms, measured where the API is). Times run from navigation start to the
-page's ``data-ready`` (everything drawn); reports median and p99 (ms) and the ratio of each median to
-the blank page's. The issue's budget: the run page within 1 s, a step page within 300 ms.
+The run page: the real server process (the hub alone, on loopback: its API and pages)
+holding a run of ``--steps`` steps (a real public verl run's logged dicts cycled, pushed over HTTP
+as bench_explorer_api.py does), opened with ``?keys=`` so that ``--curves`` curves are drawn. The step
+page: its answer built here (the hub has no spans in this benchmark) in the shape of
+/api/v1/explorer/step, handed to the page by playwright's routing; the blank page likewise. Times
+run from navigation start to the page's ``data-ready`` (everything drawn), the blank page's to its
+load event; reports median and p99 (ms) and the ratio of each median to the blank page's. The
+issue's budget: the run page within 1 s, a step page within 300 ms.
 """
 
 import argparse
 import json
 import math
+import shutil
 import statistics
+import sys
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page, Route
 
-BASE = "http://127.0.0.1:9"  # nothing listens there: every request is answered by the routing below
 BLANK = b"<!doctype html><html><head><title>blank</title></head><body><main></main></body></html>"
-
-
-def run_answer(curves: int) -> dict[str, object]:
-    keys = [f"bench/key_{i:02d}" for i in range(curves)]
-    return {
-        "project": "bench", "experiment": "e1", "state": "running", "step": None, "keys": keys,
-        "panels": [{"title": k, "keys": [k]} for k in keys],
-        "findings": [{"detector": "bench", "severity": "warning", "title": "a band", "summary": "a band",
-                      "first_step": 100, "last_step": 180, "key": keys[0], "evidence": {"x": 1.0},
-                      "where_to_look": ""}],
-        "marks": [{"step": 500, "text": "a mark", "reset_baseline": False}], "others": [], "card": None,
-        "card_needs_token": True,
-    }  # fmt: skip
-
-
-def curves_answer(steps: int, keys: list[str]) -> dict[str, object]:
-    xs = list(range(1, steps + 1))
-    series = {k: [math.sin(s / 50 + i) + 0.001 * s for s in xs] for i, k in enumerate(keys)}
-    return {"steps": xs, "times": [1.7e9 + 10 * s for s in xs], "series": series}
 
 
 def step_answer(step: int, replicas: int = 8, calls: int = 64) -> dict[str, object]:
@@ -69,45 +55,66 @@ def step_answer(step: int, replicas: int = 8, calls: int = 64) -> dict[str, obje
     }  # fmt: skip
 
 
-def answers(steps: int, curves: int) -> "Callable[[Route], None]":
-    """A playwright route handler: the page's files from the package, the API from the answers above."""
-    from verl_rl_insight.server.explorer import pages
-
-    run = run_answer(curves)
-    cache: dict[str, bytes] = {}
-
-    def handle(route: "Route") -> None:
-        url = urllib.parse.urlsplit(route.request.url)
-        query = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
-        headers = {"content-security-policy": pages.CSP}
-        if url.path == "/blank":
-            body, kind = BLANK, "text/html"
-        elif url.path.startswith("/api/v1/explorer/"):
-            name = url.path.rsplit("/", 1)[1]
-            if name == "curves":
-                key = query["keys"]
-                if key not in cache:
-                    cache[key] = json.dumps(curves_answer(steps, key.split(","))).encode()
-                body = cache[key]
-            else:
-                body = json.dumps(run if name == "run" else step_answer(int(query.get("step", 1)))).encode()
-            kind = "application/json"
-        else:
-            name = pages.SHELL if url.path.startswith("/runs") else url.path.rsplit("/", 1)[1]
-            body = pages.asset(name) or b""
-            kind = pages.CONTENT_TYPES.get(name[name.rfind(".") :], "text/plain")
-        route.fulfill(status=200, body=body, headers={**headers, "content-type": kind})
-
-    return handle
+def answers(route: "Route") -> None:
+    """The blank page and the step page's API answer (the rest goes to the real server)."""
+    url = urllib.parse.urlsplit(route.request.url)
+    if url.path.endswith("/api/v1/explorer/step"):
+        step = int(urllib.parse.parse_qs(url.query)["step"][-1])
+        route.fulfill(status=200, body=json.dumps(step_answer(step)), headers={"content-type": "application/json"})
+    elif url.path == "/blank":
+        route.fulfill(status=200, body=BLANK, headers={"content-type": "text/html"})
+    else:
+        route.fallback()
 
 
-def timed(page: "Page", url: str, ready: str | None) -> float:
-    """Milliseconds from navigation start to the page drawn (``data-ready``), or to its load event."""
+def real_server(steps: int, data_dir: str) -> tuple[str, Callable[[], None]]:
+    """The real server process (the hub alone, hub_process.start_hub) holding a run of ``steps``
+    steps: (its URL, what stops it)."""
+    import os
+    import signal
+
+    import requests
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_explorer_api import run_steps
+    from hub_process import free_port, start_hub
+
+    port = free_port()
+    process = start_hub(
+        port, data_dir, services={n: {"enabled": False} for n in ("prometheus", "alertmanager", "tempo", "grafana")}
+    )
+    base = f"http://127.0.0.1:{port}"
+    batches = run_steps(steps)
+    with requests.Session() as session:
+        for i in range(0, len(batches), 100):
+            assert session.post(base + "/api/v1/push", json={"batches": batches[i : i + 100]}).status_code == 200
+
+    def stop() -> None:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(30)
+
+    return base, stop
+
+
+def run_page_url(base: str, curves: int) -> str:
+    """The run page, with as many more keys (``?keys=``) as bring its curves to ``curves``."""
+    import requests
+
+    run = requests.get(f"{base}/api/v1/explorer/run?project=bench&experiment_name=explorer", timeout=30).json()
+    shown = {k for panel in run["panels"] for k in panel["keys"]}
+    more = [k for k in run["keys"] if k not in shown][: max(0, curves - len(shown))]
+    return f"{base}/runs/bench/explorer" + (f"?keys={urllib.parse.quote(','.join(more))}" if more else "")
+
+
+def timed(page: "Page", url: str, ready: str | None) -> tuple[float, float]:
+    """(ms from navigation start to the page drawn (``data-ready``), ms of that after the API's answers
+    were in: the page's own drawing); a blank page: (ms to its load event, 0)."""
     page.goto(url)
     if ready is None:
-        return float(page.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd"))
+        return float(page.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd")), 0.0
     page.wait_for_selector(f"body[data-ready={ready}]", timeout=30_000)
-    return float(page.evaluate("window.RL_INSIGHT_PAGE.readyAt"))
+    at = page.evaluate("[window.RL_INSIGHT_PAGE.readyAt, window.RL_INSIGHT_PAGE.dataAt]")
+    return float(at[0]), float(at[0] - at[1])
 
 
 def p99(values: list[float]) -> float:
@@ -123,29 +130,36 @@ def main() -> None:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
+    data_dir = tempfile.mkdtemp(prefix="bench-explorer-page-")
+    base, stop = real_server(args.steps, data_dir)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True)
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        context.route("**/*", answers(args.steps, args.curves))
+        context.route("**/*", answers)
         page = context.new_page()
-        urls = {"blank": (f"{BASE}/blank", None), "run": (f"{BASE}/runs/bench/e1", "run"),
-                "step": (f"{BASE}/runs/bench/e1/steps/7", "step")}  # fmt: skip
-        times: dict[str, list[float]] = {name: [] for name in urls}
+        urls = {"blank": (f"{base}/blank", None), "run": (run_page_url(base, args.curves), "run"),
+                "step": (f"{base}/runs/bench/explorer/steps/7", "step")}  # fmt: skip
+        times: dict[str, list[float]] = {name: [] for name in (*urls, "run drawing", "step drawing")}
         for url, ready in urls.values():
             timed(page, url, ready)  # warm: the files cached, the JIT warm, as a person's second look
         started = time.monotonic()
         for _ in range(args.rounds):  # interleaved: load on the machine hits all three alike
             for name, (url, ready) in urls.items():
-                times[name].append(timed(page, url, ready))
+                total, drawing = timed(page, url, ready)
+                times[name].append(total)
+                if ready:
+                    times[f"{name} drawing"].append(drawing)
         timed(page, *urls["run"])
         drawn = page.evaluate("Object.values(window.RL_INSIGHT_PAGE.curves)")
         browser.close()
+    stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
     blank = statistics.median(times["blank"])
     result = {
         "steps": args.steps, "curves": args.curves, "rounds": args.rounds,
         "wall_s": round(time.monotonic() - started, 1),
-        **{f"{name}_median_ms": round(statistics.median(v), 1) for name, v in times.items()},
-        **{f"{name}_p99_ms": round(p99(v), 1) for name, v in times.items()},
+        **{f"{name.replace(' ', '_')}_median_ms": round(statistics.median(v), 1) for name, v in times.items()},
+        **{f"{name.replace(' ', '_')}_p99_ms": round(p99(v), 1) for name, v in times.items()},
         "run_over_blank": round(statistics.median(times["run"]) / blank, 1),
         "step_over_blank": round(statistics.median(times["step"]) / blank, 1),
         "run_page_curves_drawn": len(drawn), "points_per_curve": sorted(set(drawn)),

@@ -211,12 +211,13 @@ def test_samples_need_the_token_which_the_page_asks_for_once_and_sends_as_a_head
     sent = []
     tab.on("request", lambda request: sent.append((request.url, request.headers.get("authorization"))))
     open_page(tab, f"{run_url(demo)}/steps/4", "step")
+    tab.wait_for_selector("body[data-samples]")
     assert tab.locator("[data-testid=token-form]").count() == 1
     assert tab.locator("[data-testid=sample]").count() == 0 and TOKEN not in tab.content()
     tab.fill("[data-testid=token-form] input", TOKEN)
     with tab.expect_navigation():
         tab.click("[data-testid=token-form] button")
-    tab.wait_for_selector("body[data-ready=step]")
+    tab.wait_for_selector("body[data-samples]")
     assert tab.locator("[data-testid=sample]").count() > 0
     assert api(demo, "samples", token=TOKEN, step=4)[0] == 200
     assert all(TOKEN not in url for url, _ in sent), "the token went into a URL"
@@ -279,9 +280,10 @@ def test_screenshots_of_the_run_page_and_a_step_page_are_not_blank(demo, tab):
     charts = [canvas_variance(tab, f"[data-testid=panel] >> nth={i} >> canvas") for i in range(3)]
     assert statistics.fmean(charts) > 100 and min(charts) > 20, charts
     open_page(tab, f"{run_url(demo)}/steps/4", "step")
+    tab.wait_for_selector("body[data-samples]")
     tab.fill("[data-testid=token-form] input", TOKEN)  # as a person would: the samples show in the picture
     with tab.expect_navigation():
         tab.click("[data-testid=token-form] button")
-    tab.wait_for_selector("body[data-ready=step]")
+    tab.wait_for_selector("body[data-samples]")
     tab.screenshot(path=str(DOCS / "explorer-step.png"), full_page=True)
     assert canvas_variance(tab, "[data-testid=swimlane]") > 100

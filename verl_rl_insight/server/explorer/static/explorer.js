@@ -409,6 +409,7 @@
         return { experiment: e, run: other, curves: await curvesOf(project, e, keys) };
       }),
     ]);
+    page.dataAt = performance.now(); // the answers are in: from here on it is the page's own drawing
     const alpha = Math.min(Math.max(+(params.get("smooth") || 0), 0), 0.99);
     const ctx = { project, experiment, curves, compared, alpha, findings, marks: run.marks || [], pending: [], charts: [], byPanel: {} };
     // where on the screen panel i draws step n (what a click there opens): for people's scripts and the tests
@@ -551,7 +552,8 @@
     if (!section.children.length) section.append(el("p", { class: "muted", text: "No sample was kept for this step." }));
     return section;
   }
-  async function loadSamples(where, run, into) {
+  async function loadSamples(where, runAnswer, into) {
+    const run = await runAnswer;
     // no token here: ask the API only when it said this server needs none (card_needs_token false)
     if (!token() && !REPORT && !(run && run.card_needs_token === false)) {
       into.replaceChildren(tokenBox("The samples (prompts and responses) need the token."));
@@ -568,10 +570,10 @@
     const { project, experiment } = where;
     crumbs(el("a", { href: REPORT ? "#/" : "/", text: "runs" }), el("a", { href: runHref(project, experiment), text: `${project} / ${experiment}` }), el("span", { text: `step ${where.step}` }));
     page.step = { lanes: [], slowest: null };
-    const [step, run] = await Promise.all([
-      api("step", { project, experiment_name: experiment, step: where.step }),
-      api("run", { project, experiment_name: experiment }).catch(() => null),
-    ]);
+    // the run's answer only says whether samples need the token: asked alongside, awaited after the step is drawn
+    const run = api("run", { project, experiment_name: experiment }).catch(() => null);
+    const step = await api("step", { project, experiment_name: experiment, step: where.step });
+    page.dataAt = performance.now();
     page.step.slowest = step.slowest_replica ? step.slowest_replica.lane : null;
     const lanes = el("div", { "data-testid": "lanes" });
     const samples = el("div", {}, el("p", { class: "muted", text: "loading samples…" }));
@@ -597,7 +599,8 @@
       samples
     );
     lanes.append(swimlane(step, lanes.clientWidth || 1000));
-    await loadSamples(where, run, samples);
+    // the step is drawn (data-ready); its samples follow (data-samples)
+    loadSamples(where, run, samples).finally(() => document.body.setAttribute("data-samples", "shown"));
   }
 
   // -- start --------------------------------------------------------------------------------
@@ -606,6 +609,7 @@
     page.view = where.view;
     page.ready = false;
     document.body.removeAttribute("data-ready");
+    document.body.removeAttribute("data-samples");
     showTokenState();
     try {
       if (where.view === "runs") await viewRuns();
