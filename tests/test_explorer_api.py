@@ -143,9 +143,7 @@ def test_curves_of_the_real_run_have_a_point_per_step_with_the_values_it_logged(
     drawn, curves = curves_of(base, "real")
     rows = [json.loads(line) for line in REAL_RUN.read_text().splitlines()]
     assert curves["steps"] == [row["step"] for row in rows]
-    by_series = {detectors.series_name(k): k for k in rows[0]["data"]} | {
-        detectors.series_name(k): k for row in rows for k in row["data"] if k.startswith("val-")
-    }
+    by_series = {detectors.series_name(k): k for row in rows for k in row["data"]}
     for key in drawn:
         logged = by_series[detectors.series_name(key)]
         assert curves["series"][key] == [as_json(row["data"].get(logged)) for row in rows], key
@@ -158,7 +156,7 @@ def test_curves_of_the_demo_run_have_a_point_per_step_with_the_values_prometheus
     base, _, _ = demo
     drawn, curves = curves_of(base, EXPERIMENT)
     table = exported(demo, EXPERIMENT, tmp_path)
-    assert curves["steps"] == [int(r["step"]) for r in table] == list(range(STEPS + 1))
+    assert curves["steps"] == [int(r["step"]) for r in table] == list(range(1, STEPS + 1))
     for key in drawn:
         column = detectors.series_name(key).removeprefix(detectors.PREFIX)
         logged = [float(r[column]) if r.get(column) else None for r in table]
@@ -281,6 +279,22 @@ def test_report_writes_one_private_file_with_the_data_and_the_pages_assets(demo,
     for name in report.asset_names():
         if name.endswith((".js", ".css")):
             assert report.asset(name).strip()[:200].replace("</script", "<\\/script") in text, name
+
+
+def test_report_steps_and_samples_only_when_asked(demo, tmp_path):
+    base, token, env = demo
+    out = tmp_path / "steps.html"
+    wanted = ("--project", PROJECT, "--experiment", EXPERIMENT, "--steps", "3:6", "--samples", "-o", str(out))
+    result = rl_insight("report", *wanted, env=env)
+    assert result.returncode == 0, result.stderr
+    page = Page()
+    page.feed(out.read_text())
+    [data] = [s for s in page.scripts if s.startswith("window.RL_INSIGHT_REPORT = ")]
+    data = json.loads(data.removeprefix("window.RL_INSIGHT_REPORT = ").removesuffix(";"))
+    assert data["curves"]["steps"] == [3, 4, 5, 6]
+    assert set(data["samples"]) == set(data["steps"]) and all(3 <= int(step) <= 6 for step in data["steps"])
+    for step, answer in data["samples"].items():
+        assert answer == get(base, "samples", token, project=PROJECT, experiment_name=EXPERIMENT, step=step)[1]
 
 
 def test_the_pages_assets_are_in_the_package_for_the_report_to_inline():

@@ -119,7 +119,7 @@ def explorer_paths() -> dict[str, Any]:
     """The run explorer's JSON API (server/explorer; the shapes: EXPLORER_API.md)."""
     keys = _query(
         "keys",
-        {"type": "string", "minLength": 1, "maxLength": 64 * 257},
+        {"type": "string", "minLength": 1, "maxLength": 64 * 257, "pattern": r"^[^\x00-\x1f\x7f-\x9f]+$"},
         True,
         "verl's keys, comma-separated (critic/score/mean,actor/entropy), at most 64",
     )

@@ -6,8 +6,9 @@ step), and, for a run the server has not heard since it started, read back once 
 (``prometheus.read_run``). A step already held keeps its first values (a resent copy is the same
 step); a step older than the newest is put in its place.
 
-Bounded: ``max_runs`` runs (the one touched longest ago is forgotten first) and ``max_cells`` values
-per run (beyond it the run's oldest steps go, counted in ``stats["dropped_steps"]``). A value is a
+Bounded: ``max_runs`` runs and ``max_total_cells`` values in all (beyond either, the run touched
+longest ago is forgotten first, counted in ``stats["forgotten_runs"]``), ``max_cells`` values per
+run (beyond it the run's oldest steps go, counted in ``stats["dropped_steps"]``). A value is a
 C double (8 bytes); a NaN or an infinity the trainer logged is kept beside its column, so that
 "not logged that step" (NaN in the column) and "logged NaN" stay apart.
 """
@@ -26,7 +27,8 @@ from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 
 FINISHED = "rl_insight_run_finished"
 MAX_RUNS = 32
-MAX_CELLS = 4_000_000  # values per run: 2,000 steps of 2,000 series (32 MB)
+MAX_CELLS = 4_000_000  # values per run: 10,000 steps of 400 series (32 MB) ...
+MAX_TOTAL_CELLS = 8_000_000  # ... and in all (64 MB): beyond it the run touched longest ago is forgotten
 Run = tuple[str, str]
 
 
@@ -127,9 +129,12 @@ class RunHistory:
 class Histories:
     """The runs' histories, thread-safe: the hub's pushes add, the API's requests read (under ``lock``)."""
 
-    def __init__(self, max_runs: int = MAX_RUNS, max_cells: int = MAX_CELLS) -> None:
+    def __init__(
+        self, max_runs: int = MAX_RUNS, max_cells: int = MAX_CELLS, max_total_cells: int = MAX_TOTAL_CELLS
+    ) -> None:
         self.max_runs = max_runs
         self.max_cells = max_cells
+        self.max_total_cells = max_total_cells
         self.lock = threading.Lock()
         self.stats = {"steps": 0, "dropped_steps": 0, "forgotten_runs": 0}
         self._runs: OrderedDict[Run, RunHistory] = OrderedDict()
@@ -162,6 +167,9 @@ class Histories:
         while history.cells() > self.max_cells and len(history.steps) > 1:
             history.drop_oldest()
             self.stats["dropped_steps"] += 1
+        while len(self._runs) > 1 and sum(h.cells() for h in self._runs.values()) > self.max_total_cells:
+            self._runs.popitem(last=False)  # (never ``run``: it was touched last)
+            self.stats["forgotten_runs"] += 1
 
     def fill(
         self, run: Run, steps: Iterable[tuple[int, float, Mapping[str, float]]], finished: float | None = None

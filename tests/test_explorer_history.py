@@ -1,0 +1,63 @@
+"""The explorer's step table (server/explorer/history.py), fed the batches the hub accepts: a real
+verl run's logged steps (tests/data/real_runs). A step's second batch (verl logs a validation in a
+call of its own) adds its keys, a copy sent again changes nothing, a late step takes its place, a
+logged NaN stays apart from "not logged", and memory is bounded per run and in all."""
+
+import json
+import math
+
+from tests.test_marks import REAL_RUN, wired
+from verl_rl_insight.contract.wire import Batch
+from verl_rl_insight.server.explorer.history import Histories
+from verl_rl_insight.server.health import detectors
+
+ROWS = [json.loads(line) for line in REAL_RUN.read_text().splitlines()]
+SCORE = detectors.series_name("critic/score/mean")
+
+
+def batch(step, metrics, experiment="e", at=None):
+    labels = (("experiment_name", experiment), ("project", "p"))
+    return Batch(labels=labels, step=step, time=1e9 + 10 * step if at is None else at, timed=True, metrics=metrics)
+
+
+def logged(step):
+    return {detectors.series_name(k): float(v) for k, v in ROWS[step]["data"].items() if wired(k, v)}
+
+
+def test_a_steps_second_batch_adds_its_keys_and_a_copy_changes_nothing():
+    histories = Histories()
+    train = {k: v for k, v in logged(5).items() if "val_core" not in k}
+    validation = {k: v for k, v in logged(5).items() if "val_core" in k}
+    assert train and validation
+    histories.observe([batch(4, logged(4)), batch(5, train)])
+    histories.observe([batch(5, validation, at=2e9)])
+    history = histories.get(("p", "e"))
+    assert history.steps == [4, 5] and history.times.tolist() == [1e9 + 40, 1e9 + 50]  # the first batch's time
+    assert all(history.value(k, 1) == v for k, v in logged(5).items())
+    version = history.version
+    histories.observe([batch(5, {SCORE: -1.0})])  # sent again (another value): the first stays
+    assert history.value(SCORE, 1) == logged(5)[SCORE] and history.version == version
+
+
+def test_a_late_step_takes_its_place_and_a_logged_nan_is_not_a_missing_value():
+    histories = Histories()
+    histories.observe([batch(1, logged(1)), batch(3, logged(3))])
+    histories.observe([batch(2, {**logged(2), SCORE: math.nan})])
+    history = histories.get(("p", "e"))
+    assert history.steps == [1, 2, 3]
+    assert math.isnan(history.value(SCORE, 1)) and history.series(SCORE)[0] == (1, logged(1)[SCORE])
+    assert history.value("rl_insight_monitor_never_logged", 1) is None
+    assert [s for s, _ in history.series(SCORE)] == [1, 2, 3]
+
+
+def test_memory_is_bounded_per_run_and_in_all():
+    per_step = len(logged(10))
+    histories = Histories(max_runs=3, max_cells=20 * per_step, max_total_cells=50 * per_step)
+    histories.observe([batch(step, logged(step), "a") for step in range(1, 41)])
+    a = histories.get(("p", "a"))
+    assert len(a.steps) * len(a.columns) <= 20 * per_step and a.steps[-1] == 40  # the oldest steps went
+    assert histories.stats["dropped_steps"] > 0
+    for experiment in ("b", "c", "d"):
+        histories.observe([batch(step, logged(step), experiment) for step in range(1, 21)])
+    assert histories.runs()[-1] == ("p", "d") and len(histories.runs()) <= 3
+    assert sum(h.cells() for h in map(histories.get, histories.runs())) <= 50 * per_step
