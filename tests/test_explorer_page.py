@@ -287,3 +287,38 @@ def test_screenshots_of_the_run_page_and_a_step_page_are_not_blank(demo, tab):
     tab.wait_for_selector("body[data-samples]")
     tab.screenshot(path=str(DOCS / "explorer-step.png"), full_page=True)
     assert canvas_variance(tab, "[data-testid=swimlane]") > 100
+
+
+class Collected:
+    """What a page handler sends (the ASGI messages), as the API's Request would pass them on."""
+
+    def __init__(self):
+        self.messages = []
+
+    async def send(self, message):
+        self.messages.append(message)
+
+
+def served(path):
+    import asyncio
+
+    from verl_rl_insight.server.explorer import pages
+
+    answer = Collected()
+    asyncio.run(pages.serve(answer, path))
+    start, body = answer.messages
+    return start["status"], dict(start["headers"]), body["body"]
+
+
+def test_the_pages_module_answers_the_shell_and_its_files_and_nothing_else_without_a_browser():
+    shell = served(f"/runs/{PROJECT}/{EXPERIMENT}/steps/12")
+    assert shell[0] == 200 and shell[1][b"content-type"] == b"text/html; charset=utf-8"
+    assert b"connect-src 'self'" in shell[1][b"content-security-policy"] and b"<script src=" in shell[2]
+    assert served("/")[2] == served("/runs")[2] == shell[2]
+    script = served("/static/explorer/explorer.js")
+    assert script[0] == 200 and script[1][b"content-type"].startswith(b"text/javascript")
+    assert b"RL_INSIGHT_REPORT" in script[2]
+    for path in ("/static/explorer/../pages.py", "/static/explorer/.hidden.js", "/static/explorer/x/../../pages.py",
+                 "/runs/p", "/runs/p/e/steps/x", "/static/explorer/pages.py"):  # fmt: skip
+        status, headers, body = served(path)
+        assert status == 404 and b"import" not in body, path

@@ -53,6 +53,13 @@ def entry(method: str, path: str) -> tuple[Handler, bool] | None:
     return None
 
 
+async def serve(request: Answerable, path: str) -> None:
+    """Answer a GET of ``path`` (``/``, ``/runs/...``, ``/static/explorer/...``): for a route table that
+    routes those paths here (prefix routes) rather than asking ``entry``; 404 when it is no page."""
+    found = entry("GET", path)
+    await (found[0](request) if found is not None else _serve(request, None))
+
+
 def asset(name: str) -> bytes | None:
     """The bytes of a static file of the explorer, or None when there is no such file (or the name
     reaches outside the folder: ``..``, a slash, a hidden file)."""
@@ -63,11 +70,12 @@ def asset(name: str) -> bytes | None:
     return entry.read_bytes() if entry.is_file() else None  # small files, read each time: an upgrade shows at once
 
 
-async def _serve(request: Answerable, name: str) -> None:
-    body = asset(name)
-    if body is None:
+async def _serve(request: Answerable, name: str | None) -> None:
+    body = asset(name) if name is not None else None
+    if name is None or body is None:
         status, content_type = 404, "application/json"
-        body = json.dumps({"error": f"no such file of the explorer: {name[:80]!r}"}).encode()
+        what = f"no such file of the explorer: {name[:80]!r}" if name is not None else "no such page of the explorer"
+        body = json.dumps({"error": what}).encode()
     else:
         status, content_type = 200, CONTENT_TYPES[name[name.rfind(".") :]]
     headers = [
