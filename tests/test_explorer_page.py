@@ -301,11 +301,13 @@ class Collected:
 
 def served(path):
     import asyncio
+    import concurrent.futures
 
     from verl_rl_insight.server.explorer import pages
 
     answer = Collected()
-    asyncio.run(pages.serve(answer, path))
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:  # playwright's sync API holds this thread's loop
+        thread.submit(asyncio.run, pages.serve(answer, path)).result()
     start, body = answer.messages
     return start["status"], dict(start["headers"]), body["body"]
 
