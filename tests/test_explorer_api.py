@@ -190,6 +190,7 @@ def test_a_step_page_names_the_slowest_replica_timeline_summary_names(demo):
     assert said.returncode == 0, said.stderr
     rows = {r["step"]: r for r in json.loads(said.stdout)["steps"]}
     assert len(rows) >= STEPS - 1
+    throttled = []
     for step, row in rows.items():
         status, page = get(base, "step", project=PROJECT, experiment_name=EXPERIMENT, step=step)
         assert status == 200, page
@@ -200,6 +201,9 @@ def test_a_step_page_names_the_slowest_replica_timeline_summary_names(demo):
         assert page["lanes"][0]["lane"] == "trainer" and page["start"] < page["end"]
         assert page["long_tail_s"] == pytest.approx(row["tail_wait_s"])
         assert f"--steps {STEPS + 2}" in page["profile_command"]
+        throttled += [gpu["throttle"] for gpu in page["hardware"]]
+    # the demo's simulated GPUs report clock throttle reason 4 (NVML's, as DCGM names it), sampled every second
+    assert throttled and all(t == {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 4.0} for t in throttled), throttled
 
 
 def test_samples_need_the_token_and_with_it_are_the_steps_samples(demo):
@@ -246,7 +250,9 @@ class Page(html.parser.HTMLParser):
         self.sources, self.scripts = [], []
 
     def handle_starttag(self, tag, attrs):
-        self.sources += [value for name, value in attrs if name in ("src", "href") and value]
+        """What a browser would load: scripts, styles, images, frames (a link to follow is no load)."""
+        if tag in ("script", "link", "img", "iframe", "source"):
+            self.sources += [value for name, value in attrs if name in ("src", "href") and value]
 
     def handle_data(self, data):
         if self.lasttag == "script":
