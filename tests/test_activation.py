@@ -136,6 +136,9 @@ def test_the_wheel_ships_the_pth_file_at_the_root_and_the_run_sitecustomize(tmp_
     names = zipfile.ZipFile(wheel).namelist()
     assert "verl_rl_insight_autoload.pth" in names  # site-packages root: read at start-up
     assert "verl_rl_insight/trainer/activation/sitecustomize_dir/sitecustomize.py" in names
+    page = ("explorer.html", "explorer.js", "explorer.css", "uPlot.iife.min.js", "uPlot.min.css", "LICENSE.uPlot")
+    for asset in page:
+        assert f"verl_rl_insight/server/explorer/static/{asset}" in names  # the run explorer's page, no CDN
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "rl_insight = verl_rl_insight.trainer.activation.verl_plugin" in entry_points
     assert "verl = verl_rl_insight.trainer.activation.instrumentor:VerlInstrumentor" in entry_points

@@ -160,6 +160,7 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
     urls = state["public_urls"]
     query = f'{{project="{PROJECT}",experiment_name="{experiment}"}}'
     print("\nThis was a SIMULATION (no model was trained). Where to look:", file=out)
+    print(f"  explorer    {state['hub_url']}/runs/{PROJECT}/{urllib.parse.quote(str(experiment), safe='')}", file=out)
     if "grafana" in state["services"]:
         print(
             f"  Grafana     {urls['grafana']}/d/verl_trainer_v1_with_{engine}_engine?var-project={PROJECT}"

@@ -57,6 +57,7 @@ from verl_rl_insight.server.api import openapi
 from verl_rl_insight.server.api.errors import http_status, retry_headers
 from verl_rl_insight.server.api.http_server import response_written
 from verl_rl_insight.server.explorer import handlers as explorer
+from verl_rl_insight.server.explorer import pages
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.metrics.positions import check_scraper_name
@@ -243,7 +244,7 @@ class Api:
         request = Request(scope, receive, send)
         method = "GET" if scope["method"] == "HEAD" else scope["method"]
         try:
-            entry = self.routes.get((method, scope["path"]))
+            entry = self.routes.get((method, scope["path"])) or pages.entry(method, scope["path"])
             if entry is None:
                 raise self._no_route(scope["method"], scope["path"])
             handler, write = entry
