@@ -61,3 +61,47 @@ def test_memory_is_bounded_per_run_and_in_all():
         histories.observe([batch(step, logged(step), experiment) for step in range(1, 21)])
     assert histories.runs()[-1] == ("p", "d") and len(histories.runs()) <= 3
     assert sum(h.cells() for h in map(histories.get, histories.runs())) <= 50 * per_step
+
+
+def _walked_again(history, resets=()):
+    """What diagnose says of the whole history, walked from its first step (findings.walk)."""
+    from verl_rl_insight.server.explorer import findings
+
+    return findings.walk(findings.snapshot(history), detectors.DEFAULTS, resets)
+
+
+def test_findings_fed_step_by_step_equal_diagnose_of_the_whole_run_through_late_steps_second_batches_and_marks():
+    """The explorer keeps diagnose's walk per run and feeds it only the steps it has not had (a page
+    of a 2,000-step run does not walk 2,000 steps every few seconds); what it says must stay what
+    diagnose says of the whole run: a real run's steps one by one, a NaN step (a finding), a late
+    step, a step's second batch, a mark that resets the baselines."""
+    from verl_rl_insight.server.explorer.findings import FindingsCache
+
+    histories, cache = Histories(), FindingsCache()
+    run = ("p", "e")
+    nan_step = {**logged(30), detectors.series_name("actor/pg_loss"): math.nan}
+    checked = 0
+    for step in range(1, 61):
+        if step == 20:
+            continue  # comes late, after step 40
+        values = nan_step if step == 30 else logged(step)
+        train = {k: v for k, v in values.items() if "val_core" not in k}
+        if step == 35:
+            train.pop(detectors.series_name("actor/pg_loss"))
+        histories.observe([batch(step, train)])
+        if step == 40:
+            histories.observe([batch(20, logged(20))])
+        if step == 38:  # an older step's second batch brings a key of its own: a NaN loss at step 35
+            histories.observe([batch(35, {detectors.series_name("actor/pg_loss"): math.nan})])
+        if step % 7 == 0:
+            validation = {k: v for k, v in values.items() if "val_core" in k}
+            histories.observe([batch(step, validation)])  # verl's validation call, for the same step
+        resets = (45,) if step >= 50 else ()
+        if step % 3 == 0 or step in (20, 40, 41, 50):
+            history = histories.get(run)
+            with histories.lock:
+                expected = [f for f in _walked_again(history, resets) if f["detector"] != "stall"]
+            said = [f for f in cache.of(run, histories, detectors.DEFAULTS, resets) if f["detector"] != "stall"]
+            assert said == expected, f"at step {step}"
+            checked += 1
+    assert checked > 15 and {30, 35} <= {s for f in said for s in range(f["first_step"], f["last_step"] + 1)}, said

@@ -4,6 +4,7 @@ resets), over the run's history here. Kept per run until the run has a new step 
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import time
@@ -63,33 +64,86 @@ def walk(taken: Snapshot, params: Mapping[str, float], resets: Sequence[int]) ->
     return [shown(f) for f in found]
 
 
+class _Walk:
+    """diagnose's walk of one run, fed step by step: every step but the newest (which a second batch
+    may still add keys to) is fed once; a request copies the walk and adds the newest."""
+
+    def __init__(self, params: Mapping[str, float], resets: tuple[int, ...], rewrites: int) -> None:
+        self.health = detectors.RunHealth({**detectors.DEFAULTS, **params})
+        for step in resets:
+            self.health.reset_baseline(step)
+        self.resets = resets
+        self.rewrites = rewrites
+        self.fed = 0  # history.steps[:fed] are in ``health``
+        self.last_fed: int | None = None
+
+    def fits(self, history: RunHistory, resets: tuple[int, ...]) -> bool:
+        """Still a prefix of ``history``: nothing before its newest step changed since it was fed."""
+        if resets != self.resets or history.rewrites != self.rewrites or len(history.steps) < self.fed:
+            return False
+        return self.fed == 0 or history.steps[self.fed - 1] == self.last_fed
+
+
+def _step_values(history: RunHistory, names: Sequence[str], i: int) -> dict[str, float]:
+    values = {}
+    for name in names:
+        x = history.value(name, i)
+        if x is not None:
+            values[name] = x
+    return values
+
+
+def _walk_findings(walk: _Walk, history: RunHistory) -> list[detectors.Finding]:
+    """Feed ``walk`` the steps it has not had (the newest kept back), then the findings with the
+    newest step added to a copy (under the histories' lock: a few steps' work, not the run's)."""
+    names = _read_names(list(history.columns))
+    newest = len(history.steps) - 1
+    for i in range(walk.fed, max(newest, 0)):
+        walk.health.add(history.steps[i], _step_values(history, names, i), history.times[i])
+        walk.fed, walk.last_fed = i + 1, history.steps[i]
+    health = walk.health
+    if newest >= walk.fed:
+        health = copy.deepcopy(walk.health)
+        health.add(history.steps[newest], _step_values(history, names, newest), history.times[newest])
+    return list(health.findings(history.finished == 1, time.time()))
+
+
 class FindingsCache:
-    """The findings per run, made again when the run's history or marks change."""
+    """The findings per run: diagnose's walk kept per run and fed only the steps it has not seen
+    (walked again from the start only when an older step changed or the marks did), the answer kept
+    until the run has a new step or new marks (a run not finished: every few seconds, the stall
+    finding reads the clock)."""
 
     def __init__(self, max_runs: int = 64) -> None:
         self.max_runs = max_runs
         self._kept: dict[tuple[str, str], tuple[tuple[int, int, tuple[int, ...]], list[Finding]]] = {}
+        self._walks: dict[tuple[str, str], _Walk] = {}
         self._lock = threading.Lock()
 
     def of(
         self, run: tuple[str, str], histories: Histories, params: Mapping[str, float], resets: Sequence[int]
     ) -> list[Finding]:
         """The run's findings ([] for a run without history here)."""
+        marks = tuple(resets)
         with histories.lock:
             history = histories.get(run)
             if history is None:
                 return []
-            # a run not finished is walked again every few seconds (the stall finding reads the clock)
             clock = 0 if history.finished == 1 else int(time.time() / RECENT_S)
-            stamp = (history.version, clock, tuple(resets))
+            stamp = (history.version, clock, marks)
             with self._lock:
                 kept = self._kept.get(run)
-            if kept is not None and kept[0] == stamp:
-                return kept[1]
-            taken = snapshot(history)
-        findings = walk(taken, params, resets)
-        with self._lock:
-            if len(self._kept) >= self.max_runs and run not in self._kept:
-                self._kept.pop(next(iter(self._kept)))
-            self._kept[run] = (stamp, findings)
+                if kept is not None and kept[0] == stamp:
+                    return kept[1]
+                walk = self._walks.get(run)
+                if walk is None or not walk.fits(history, marks):
+                    walk = _Walk(params, marks, history.rewrites)
+                found = _walk_findings(walk, history)
+                findings = [shown(f) for f in found]
+                if len(self._kept) >= self.max_runs and run not in self._kept:
+                    oldest = next(iter(self._kept))
+                    self._kept.pop(oldest)
+                    self._walks.pop(oldest, None)
+                self._kept[run] = (stamp, findings)
+                self._walks[run] = walk
         return findings

@@ -51,6 +51,9 @@ class RunHistory:
         self.columns: dict[str, array[float]] = {}
         self.nonfinite: dict[str, dict[int, float]] = {}
         self.version = 0  # moves on with every step added: caches of answers made from it compare it
+        # moves on when a step other than the newest changed (a late step, a second batch of an older
+        # step, the oldest dropped): a walk fed step by step starts again then (findings.py)
+        self.rewrites = 0
         self.from_prometheus = False
         self.finished: float | None = None  # rl_insight_run_finished: 0 from the first log, 1 after finish()
 
@@ -68,6 +71,8 @@ class RunHistory:
                 held.insert(i, math.nan)
         elif not any(self.value(name, i) is None for name in metrics if name != GLOBAL_STEP_METRIC):
             return False
+        if i != len(self.steps) - 1:
+            self.rewrites += 1
         for name, value in metrics.items():
             if name == GLOBAL_STEP_METRIC:
                 continue
@@ -93,6 +98,7 @@ class RunHistory:
             del column[0]
             self.nonfinite.get(name, {}).pop(step, None)
         self.version += 1
+        self.rewrites += 1
 
     def value(self, name: str, i: int) -> float | None:
         """The value logged for ``name`` at ``steps[i]`` (NaN and infinities as logged), None: not logged."""
