@@ -272,11 +272,13 @@ def canvas_variance(page, selector) -> float:
     return ImageStat.Stat(image).var[0]
 
 
-def test_screenshots_of_the_run_page_and_a_step_page_are_not_blank(demo, tab):
+def test_screenshots_of_the_run_page_and_a_step_page_are_not_blank(demo, tab, tmp_path):
+    """The README's pictures: written under the test's own folder, and into docs/ only when asked
+    (RL_INSIGHT_UPDATE_SCREENSHOTS=1), so a test run leaves the checkout as it was."""
     pytest.importorskip("PIL", reason="pillow is in the test extra: pip install -e '.[test]'")
-    DOCS.mkdir(exist_ok=True)
+    shots = DOCS if os.environ.get("RL_INSIGHT_UPDATE_SCREENSHOTS") == "1" else tmp_path
     open_page(tab, run_url(demo), "run")
-    tab.screenshot(path=str(DOCS / "explorer-run.png"))
+    tab.screenshot(path=str(shots / "explorer-run.png"))
     charts = [canvas_variance(tab, f"[data-testid=panel] >> nth={i} >> canvas") for i in range(3)]
     assert statistics.fmean(charts) > 100 and min(charts) > 20, charts
     open_page(tab, f"{run_url(demo)}/steps/4", "step")
@@ -285,7 +287,7 @@ def test_screenshots_of_the_run_page_and_a_step_page_are_not_blank(demo, tab):
     with tab.expect_navigation():
         tab.click("[data-testid=token-form] button")
     tab.wait_for_selector("body[data-samples]")
-    tab.screenshot(path=str(DOCS / "explorer-step.png"), full_page=True)
+    tab.screenshot(path=str(shots / "explorer-step.png"), full_page=True)
     assert canvas_variance(tab, "[data-testid=swimlane]") > 100
 
 
