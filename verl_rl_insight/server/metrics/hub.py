@@ -35,7 +35,6 @@ The parts: ``model.py`` (streams, snapshots, the shared state), ``memory.py`` an
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -46,6 +45,7 @@ from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.run_card import Json
 from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.contract.wire import MAX_DROPPED_NAMED, MAX_FUTURE_S, Batch, decode_push, validate_push
+from verl_rl_insight.server.metrics import reports
 from verl_rl_insight.server.metrics.exposure import SCRAPE_NUMBER, Collector, Exposure
 from verl_rl_insight.server.metrics.memory import OTHERS_SHARE, Memory
 from verl_rl_insight.server.metrics.model import HubData, Snapshot, Stream
@@ -53,7 +53,7 @@ from verl_rl_insight.server.metrics.persistence import HubFiles
 from verl_rl_insight.server.metrics.positions import StreamKey
 from verl_rl_insight.server.metrics.scrapes import Awaiting, ScrapeBusy, Scrapes
 from verl_rl_insight.server.metrics.sizes import LINE_COPIES, SERIES_BYTES
-from verl_rl_insight.server.metrics.stats import HUB_PREFIX, Gauges, HubStats, Stat, hub_series
+from verl_rl_insight.server.metrics.stats import Gauges, HubStats, Stat, hub_series
 
 __all__ = ["OTHERS_SHARE", "SCRAPE_NUMBER", "Exposure", "MetricHub", "PushResult", "ScrapeBusy"]
 
@@ -71,15 +71,6 @@ class PushResult(_Applied, total=False):
 
     dropped_keys: dict[str, str]
     step_disagreements: int
-
-
-class StreamSummary(TypedDict):
-    labels: dict[str, str]
-    step: int | None
-    series: int
-    batches_kept: int
-    idle_s: float
-    last_step_s_ago: float | None
 
 
 class MetricHub:
@@ -194,7 +185,7 @@ class MetricHub:
         added: list[Batch] = []
         data, stats = self._data, self._stats
         with data.lock:
-            self._memory.make_room(batches)
+            growing = self._memory.make_room(batches)  # the streams that get new series
             duplicates = disagreements = 0
             dropped: dict[str, str] = {}
             touched: dict[StreamKey, dict[str, float]] = {}
@@ -209,13 +200,14 @@ class MetricHub:
                 if batch.dropped is not None or batch.step_disagrees:  # counted once a step, not per copy
                     disagreements += self._count_left_out(batch, dropped)
                 latest = touched.get(stream.key)
-                if latest is None:
-                    latest = touched[stream.key] = dict(stream.latest)  # copy on write: renders keep the old one
-                self._add(stream, latest, batch, now)
+                if latest is None:  # copy on write where a scrape holds it: renders keep the old one
+                    latest = touched[stream.key] = dict(stream.latest) if stream.shared else stream.latest
+                self._add(stream, latest, batch, now, stream.key in growing)
                 added.append(batch)
             for key, latest in touched.items():
                 stream = data.streams[key]
                 stream.latest = latest
+                stream.shared = False
                 stream.restored_for = None
                 stream.version += 1
             if touched:
@@ -231,8 +223,9 @@ class MetricHub:
             answer["step_disagreements"] = disagreements
         return answer, added
 
-    def _add(self, stream: Stream, latest: dict[str, float], batch: Batch, now: float) -> None:
-        """Apply one batch (not a duplicate) to ``stream``, its new latest values in ``latest``."""
+    def _add(self, stream: Stream, latest: dict[str, float], batch: Batch, now: float, growing: bool) -> None:
+        """Apply one batch (not a duplicate) to ``stream``, its new latest values in ``latest``;
+        ``growing``: the push may add series to it (``Memory.make_room``)."""
         names = batch.names
         if names == stream.names:
             names = stream.names  # one names tuple for the snapshots of a stream that logs the same keys
@@ -242,7 +235,7 @@ class MetricHub:
         stream.history.append(snapshot)
         if batch.timed:
             stream.seen.add((batch.step, batch.time))
-        fresh = () if batch.metrics.keys() <= latest.keys() else [n for n in batch.names if n not in latest]
+        fresh = [n for n in batch.names if n not in latest] if growing else ()
         # a late copy never turns values back; a batch stamped ahead of this clock (within
         # max_future_s) counts as of its arrival: it cannot hold the live values while newer steps arrive
         arrived = min(batch.time, now)
@@ -369,48 +362,15 @@ class MetricHub:
     def summary(self) -> dict[str, Json]:
         """The hub's own figures: memory, series, streams, history, scrapers (``GET /api/v1/hub``)."""
         now = self.clock()
-        data = self._data
-        with data.lock:
-            figures: dict[str, Json] = {}
-            labelled: dict[str, dict[str, Json]] = {}
-            for stat in self._hub_series():
-                family, _, label = stat.name[len(HUB_PREFIX) :].partition("{")
-                if label:  # keys_dropped_total{reason="reserved"} -> keys_dropped_total: {"reserved": n}
-                    figures[family] = labelled.setdefault(family, {})
-                    labelled[family][label.split('"')[1]] = stat.value
-                else:
-                    figures[family] = stat.value
-            scrapers: dict[str, Json] = {}
-            for name, s in data.scrapers.items():
-                scraper: dict[str, Json] = {"last_scrape_s_ago": round(now - s.seen_at, 1), "streams": len(s.marks)}
-                if s.confirm:
-                    scraper["scrapes_awaiting_store"] = len(s.inflight)
-                    scraper["batches_to_resend"] = sum(map(len, s.resend.values()))
-                scrapers[name] = scraper
-            figures["scraper_names"] = scrapers
-            figures["instance"] = self.instance
-            figures["memory_booked_by_others"] = dict(self._memory.others)
-            figures["memory_run_share_bytes"] = self._memory.run_share()  # what one run may hold
-            figures["pushes_refused_run_share"] = self._stats.rejected_run_share
-        return figures
+        with self._data.lock:
+            return reports.summary(self._data, self._memory, self._stats, self._hub_series(), self.instance, now)
 
-    def streams(self) -> list[StreamSummary]:
+    def streams(self) -> list[reports.StreamSummary]:
         """A summary per stream: labels, last step, series count, seconds since the last push and
         since its newest step's own time."""
         now = self.clock()
         with self._data.lock:
-            return [
-                StreamSummary(
-                    labels=dict(s.key),
-                    step=s.step,
-                    series=len(s.latest),
-                    batches_kept=len(s.history),
-                    idle_s=round(now - s.updated, 3),
-                    # the age of its newest step by the trainer's own time (what `runs list` shows)
-                    last_step_s_ago=round(now - s.newest_time, 3) if math.isfinite(s.newest_time) else None,
-                )
-                for s in self._data.streams.values()
-            ]
+            return [reports.stream_summary(s, now) for s in self._data.streams.values()]
 
     # -- what survives a restart (persistence.py) ---------------------------------------------
     def save_state(self) -> None:

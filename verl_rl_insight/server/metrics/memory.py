@@ -17,7 +17,13 @@ from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.metrics import budgets
 from verl_rl_insight.server.metrics.model import HubData, Snapshot, Stream
 from verl_rl_insight.server.metrics.positions import StreamKey
-from verl_rl_insight.server.metrics.sizes import STREAM_BYTES, labels_chars, series_cost, snapshot_bytes
+from verl_rl_insight.server.metrics.sizes import (
+    SNAPSHOT_BYTES,
+    STREAM_BYTES,
+    VALUE_BYTES,
+    labels_chars,
+    series_cost,
+)
 from verl_rl_insight.server.metrics.stats import HubStats
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -64,9 +70,9 @@ class Memory:
         return self.runs.share(self.limit)
 
     # -- a push ---------------------------------------------------------------------------
-    def make_room(self, batches: list[Batch]) -> None:
+    def make_room(self, batches: list[Batch]) -> set[StreamKey]:
         """Refuse a push over the series limit; free history for it under the memory bound and
-        each run's share of it (budgets.py)."""
+        each run's share of it (budgets.py). Returns the streams it adds series to (or adds)."""
         streams = self.data.streams
         needed: collections.Counter[budgets.Run] = collections.Counter()  # per run
         grows: collections.Counter[budgets.Run] = collections.Counter()  # of it, new streams and series
@@ -80,7 +86,7 @@ class Memory:
                 if not batch.metrics.keys() <= stream.latest.keys():
                     new_names.setdefault(batch.labels, set()).update(batch.metrics.keys() - stream.latest.keys())
                 run = stream.run
-            needed[run] += snapshot_bytes(len(batch.names))
+            needed[run] += SNAPSHOT_BYTES + VALUE_BYTES * len(batch.names)  # snapshot_bytes, inline: once a batch
         new_series = 0
         for key, names in new_names.items():
             chars = labels_chars(key)
@@ -104,6 +110,7 @@ class Memory:
                 f"memory bound reached ({self.limit / 2**20:.0f} MiB of latest values "
                 "and history); retry later, or raise the hub's memory_limit_mb or finish old runs"
             )
+        return set(new_names)
 
     def _fit_shares(self, needed: collections.Counter[budgets.Run], grows: collections.Counter[budgets.Run]) -> int:
         """Hold each run of a push to its share: a run that would grow (new streams or series, which

@@ -61,12 +61,15 @@ class Stream:
         "line_chars",
         "restored_for",
         "run",
+        "shared",
     )
 
     def __init__(self, key: StreamKey) -> None:
         self.key = key
         self.labels = exposition.label_text(key)
-        self.latest: dict[str, float] = {}  # replaced, never changed in place, once a render may hold it
+        # changed in place by a push only while no scrape holds it (``shared``), else replaced
+        self.latest: dict[str, float] = {}
+        self.shared = False  # ``latest`` was handed to a scrape: the next push copies it first
         self.version = 0
         self.step: int | None = None
         self.newest_time = -math.inf
@@ -88,6 +91,11 @@ class Stream:
     def booked(self) -> int:
         """What the hub counts for it, history aside: its objects, label text, values and line copies."""
         return STREAM_BYTES + len(self.labels) + SERIES_BYTES * len(self.latest) + LINE_COPIES * self.line_chars
+
+    def take_latest(self) -> dict[str, float]:
+        """``latest`` for a scrape to read outside the lock: a push no longer changes it in place."""
+        self.shared = True
+        return self.latest
 
     def history_bytes(self) -> int:
         return sum(s.nbytes for s in self.history)

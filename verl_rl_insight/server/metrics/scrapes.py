@@ -74,7 +74,7 @@ class Scrapes:
 
     def live(self) -> Exposure:
         """An unnamed scrape: every stream's live values (taken under the lock by the caller)."""
-        entries = [Exposed(s, s.latest, s.version, [], None) for s in self.data.streams.values()]
+        entries = [Exposed(s, s.take_latest(), s.version, [], None) for s in self.data.streams.values()]
         return Exposure(self, None, None, entries, self._hub_series())
 
     def expose(self, name: str, arrival_ms: int) -> Exposure:
@@ -113,7 +113,7 @@ class Scrapes:
                 state.promise(stream.key, [Given(s.snapshot.identity, s.ts_ms) for s in sent], state.serial + 1)
             history = list(stream.history) if len(sent) < len(pending) else None
             if stream.restored_for is None or state.name in stream.restored_for:
-                entries.append(Exposed(stream, stream.latest, stream.version, sent, history))
+                entries.append(Exposed(stream, stream.take_latest(), stream.version, sent, history))
             else:  # values read back at start, newer than the history this scraper lacks
                 entries.append(Exposed(stream, {}, None, sent, history))
         exposure = Exposure(self, state, arrival_ms, entries, self._hub_series())
