@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.run_card import Json
@@ -71,6 +71,13 @@ class PushResult(_Applied, total=False):
 
     dropped_keys: dict[str, str]
     step_disagreements: int
+
+
+class Removed(NamedTuple):
+    """What ``delete_run`` forgot."""
+
+    streams: int
+    series: int
 
 
 class MetricHub:
@@ -117,7 +124,8 @@ class MetricHub:
             self._hub_series,
         )
         self._next_sweep = 0.0
-        self._live_body: tuple[int, bytes] = (-1, b"")
+        self._live_version = -1  # the version of the shared rendering of the live values
+        self._live_bytes = b""
         self._files.load(confirming)
 
     @property
@@ -302,14 +310,14 @@ class MetricHub:
         self._data.version += 1
         return len(stream.latest)
 
-    def delete_run(self, project: str, experiment: str) -> tuple[int, int]:
-        """Forget every stream of a run (its values and history); returns (streams, series) removed."""
+    def delete_run(self, project: str, experiment: str) -> Removed:
+        """Forget every stream of a run (its values and history)."""
         data = self._data
         with data.lock:
             keys = [k for k, s in data.streams.items() if s.run == (project, experiment)]
             series = sum(self._forget(key) for key in keys)
             data.state_dirty = data.state_dirty or bool(keys)
-        return len(keys), series
+        return Removed(len(keys), series)
 
     # -- scrapes (scrapes.py) --------------------------------------------------------------
     def expose(self, scraper: str | None = None, arrival: float | None = None) -> Exposure | None:
@@ -338,12 +346,12 @@ class MetricHub:
         with self._scrapes.render_lock:
             with self._data.lock:
                 version = self._data.version
-                if self._live_body[0] == version:
-                    return self._live_body[1]
+                if self._live_version == version:
+                    return self._live_bytes
                 exposure = self._scrapes.live()
-            body = exposure.render()  # under the render lock already
-            self._live_body = (version, body)
-            return body
+            self._live_bytes = exposure.render()  # under the render lock already
+            self._live_version = version
+            return self._live_bytes
 
     # -- reports ---------------------------------------------------------------------------
     def _hub_series(self) -> tuple[Stat, ...]:
