@@ -3,7 +3,12 @@
 1. ingest: samples per second through HTTP (the real server process, pushes of 100 batches x
    300 scalars over one kept-alive connection), against ``json.loads`` of the same bodies in this
    process (the least work any JSON push API does); again with ``training/global_step`` in every
-   batch, as verl's trainers log it (``ingest_with_global_step``: the hub reads it as the step);
+   batch, as verl's trainers log it (``ingest_with_global_step``: the hub reads it as the step).
+   Each round after the first sends the same 20 steps again: the hub takes them as resent copies
+   (duplicates, skipped), so these two figures measure the HTTP path, decoding and the duplicate
+   check. ``ingest_new_steps`` sends new steps every round (each applied, and walked by the
+   server's health detectors, a listener of every push); ``apply_in_process`` is
+   ``MetricHub.push_body`` of new steps in this process, no HTTP and no listeners;
 2. render: ``/metrics`` of 10k / 100k / 500k series after every series changed, against
    ``prometheus_client.generate_latest`` of a registry holding the same series;
 3. push latency while ``/metrics`` of 500k series is rendered over and over, against push
@@ -47,7 +52,7 @@ def push_body(streams, series, step, prefix="rl_insight_monitor_metric_", global
     ).encode()
 
 
-def ingest(rounds, global_step=False):
+def ingest(rounds, global_step=False, new_steps=False):
     bodies = [push_body(100, 300, step, global_step=global_step) for step in range(1, 21)]
     samples = 100 * 301 * len(bodies)
     parse, served = [], []
@@ -57,7 +62,9 @@ def ingest(rounds, global_step=False):
         session = requests.Session()
         url = f"http://127.0.0.1:{port}/api/v1/push"
         try:
-            for _ in range(rounds):
+            for r in range(rounds):
+                if new_steps and r:
+                    bodies = [push_body(100, 300, 20 * r + step, global_step=global_step) for step in range(1, 21)]
                 t0 = time.perf_counter()
                 for body in bodies:
                     json.loads(body)
@@ -73,6 +80,30 @@ def ingest(rounds, global_step=False):
         "hub_samples_per_s": statistics.median(served),
         "json_loads_samples_per_s": statistics.median(parse),
         "ratio_hub_to_json_loads": statistics.median(served) / statistics.median(parse),
+    }
+
+
+def apply_in_process(rounds):
+    """``MetricHub.push_body`` of new steps (100 streams x 300 series, every series there already)
+    against ``json.loads`` of the same bodies: the hub's own share of a push."""
+    hub = MetricHub(memory_limit_bytes=1 << 36)
+    hub.push_body(push_body(100, 300, 0))
+    parse, applied = [], []
+    for r in range(rounds):
+        bodies = [push_body(100, 300, 1 + 20 * r + step) for step in range(20)]
+        samples = 100 * 300 * len(bodies)
+        t0 = time.perf_counter()
+        for body in bodies:
+            json.loads(body)
+        parse.append(samples / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        for body in bodies:
+            hub.push_body(body)
+        applied.append(samples / (time.perf_counter() - t0))
+    return {
+        "hub_samples_per_s": statistics.median(applied),
+        "json_loads_samples_per_s": statistics.median(parse),
+        "ratio_hub_to_json_loads": statistics.median(applied) / statistics.median(parse),
     }
 
 
@@ -99,7 +130,7 @@ def render(series_counts, rounds):
             body = hub.live_body()
             ours.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            hub._version += 1  # a new rendering with nothing changed: the per-stream lines are reused
+            hub.changed()  # a new rendering with nothing changed: the per-stream lines are reused
             hub.live_body()
             unchanged.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
@@ -178,14 +209,20 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="10k and 100k series only, shorter latency runs")
+    parser.add_argument("--ingest-only", action="store_true", help="the ingest figures only")
     args = parser.parse_args()
     sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 500_000)
     seconds = 5 if args.quick else 15
     result = {
         "ingest": ingest(args.rounds),
         "ingest_with_global_step": ingest(args.rounds, global_step=True),
-        "render": render(sizes, args.rounds),
+        "ingest_new_steps": ingest(args.rounds, new_steps=True),
+        "apply_in_process": apply_in_process(args.rounds),
     }
+    if args.ingest_only:
+        print(json.dumps(result, indent=2))
+        return
+    result["render"] = render(sizes, args.rounds)
     idle = push_latency(0, seconds)
     result["push_latency"] = {"idle": idle, **{f"rendering_{n}": push_latency(n, seconds) for n in (10_000, sizes[-1])}}
     for figures in result["push_latency"].values():

@@ -94,8 +94,8 @@ def test_worker_logs_reach_the_hub_with_env_from_the_driver_only(ray_cluster, hu
     assert int(float(worker_pid.split()[1])) != driver_pid  # logged from a Ray worker, not the driver
     # max_batches_per_request=1 (a Hydra override) reached the worker: one request per batch, though
     # the worker logs its steps back to back (the sender's default would put them in one request)
-    batches = server.hub.stats["batches"]
-    assert batches >= 3 and server.hub.stats["pushes"] == batches, dict(server.hub.stats)
+    batches = server.hub.stats.batches
+    assert batches >= 3 and server.hub.stats.pushes == batches, server.hub.stats
     # the run's card, sent from the Ray worker with the run credential: the driver's command line
     # and its working folder's commit (the worker's own are Ray's)
     card = wait_for(lambda: len(server.api.run_cards) and server.api.run_cards.get("ray-proj", "ray-exp")["card"], 10)

@@ -185,9 +185,9 @@ def test_a_single_run_may_use_most_of_the_bound_for_its_history():
     metrics = {f"rl_insight_monitor_m{i}": 1.0 for i in range(200)}
     for step in range(1, 3000):
         hub.push({"batches": [{"project": "p", "experiment_name": "alone", "step": step, "metrics": metrics}]})
-        if hub.stats["history_evicted"]:
+        if hub.stats.history_evicted:
             break
-    assert hub.stats["history_evicted"] > 0  # the positive control: it did reach its share
+    assert hub.stats.history_evicted > 0  # the positive control: it did reach its share
     assert hub.summary()["memory_bytes"] >= 0.7 * LIMIT
 
 

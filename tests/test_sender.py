@@ -92,7 +92,7 @@ def test_after_fork_the_child_sends_its_own_batches_once(hub_server):
     assert streams["child"]["batches_kept"] == 1 and streams["parent"]["batches_kept"] == 2
     # both senders have delivered all they had (the child flushed before it exited): a copy of the
     # parent's pending batch sent by the child would be counted by now
-    assert server.hub.stats["duplicates"] == 0 and streams["parent"]["step"] == 2
+    assert server.hub.stats.duplicates == 0 and streams["parent"]["step"] == 2
 
 
 def test_the_sender_keeps_no_reference_to_what_verl_logged():

@@ -284,7 +284,7 @@ def test_spans_waiting_are_booked_under_the_memory_bound_and_never_crowd_out_the
     from verl_rl_insight.server.timeline.live import LiveFigures
 
     hub = MetricHub(memory_limit_bytes=16 * 2**20)
-    live = LiveFigures(hub.push_own, settle_s=0, book=lambda n: hub.book_other("timeline", n))
+    live = LiveFigures(hub.write_own, settle_s=0, book=lambda n: hub.book_other("timeline", n))
 
     def big(run, i):
         attributes = {f"attribute_{k:02d}": f"{i:08d}" + "x" * 248 for k in range(30)}

@@ -163,12 +163,12 @@ class Server:
         self.spans: SpanStore | None = None
         self.relay: SpanRelay | None = None
         self.figures = LiveFigures(
-            self.hub.push_own,  # the server's own series: names a client may not push
+            self.hub.write_own,  # the server's own series: names a client may not push, not sent to listeners
             settle_s=settings.timeline_settle_s,
             book=lambda nbytes: self.hub.book_other("timeline", nbytes),
             budget_bytes=int(OTHERS_SHARE * self.hub.memory_limit_bytes),
         )
-        self.health = HealthMonitor(self.hub.push_own, health_params(settings.alerts))
+        self.health = HealthMonitor(self.hub.write_own, health_params(settings.alerts))
         self.hub.listeners.append(self.health.observe)
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None

@@ -360,7 +360,7 @@ class Api:
             try:
                 result = await self._in_thread(self.hub.push_body, body, request.run)
             except RLInsightError:
-                self.hub.stats["rejected"] += 1
+                self.hub.count_rejected()
                 raise
         await self._send_json(request.send, 200, result)
 
@@ -572,7 +572,7 @@ class Api:
         """The request body; its bytes count against ``body_budget_bytes`` until the block ends."""
         length = request.headers.get("content-length")
         if length is not None and int(length) > limit:  # h11 has checked it is a number
-            self.hub.stats["rejected"] += 1
+            self.hub.count_rejected()
             raise ApiError(413, f"body of {length} bytes is over the limit of {limit} bytes; send smaller batches")
         held = [0]
         try:
@@ -596,7 +596,7 @@ class Api:
                 held[0] += len(chunk)
                 body += chunk
             if len(body) > limit:
-                self.hub.stats["rejected"] += 1
+                self.hub.count_rejected()
                 raise ApiError(413, f"body is over the limit of {limit} bytes; send smaller batches")
             if not message.get("more_body", False):
                 return bytes(body)

@@ -19,7 +19,8 @@ from collections.abc import Callable
 
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
-from verl_rl_insight.server.metrics.hub import SCRAPE_NUMBER, MetricHub
+from verl_rl_insight.server.metrics.exposure import SCRAPE_NUMBER
+from verl_rl_insight.server.metrics.hub import MetricHub
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -48,13 +49,13 @@ class DeliveryCheck:
     def check(self) -> None:
         """One round: ask each store about the scrapes written at least ``settle_s`` ago."""
         now = self.clock()
-        for name, (numbers, oldest) in self.hub.awaiting(now - self.settle_s).items():
+        for name, waiting in self.hub.awaiting(now - self.settle_s).items():
             url = self.stores.get(name)
             if url is None:
                 continue
-            stored = self.stored(url, name, now - oldest + QUERY_MARGIN_S)
+            stored = self.stored(url, name, now - waiting.oldest + QUERY_MARGIN_S)
             if stored is not None:
-                self.hub.confirm(name, numbers, stored)
+                self.hub.confirm(name, waiting.numbers, stored)
 
     def stored(self, url: str, name: str, window_s: float) -> set[int] | None:
         """The scrape numbers of ``name`` the store at ``url`` holds from the last ``window_s``;

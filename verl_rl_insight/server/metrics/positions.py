@@ -18,13 +18,63 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import NamedTuple, Protocol
 
+from verl_rl_insight.contract.run_card import Json
 from verl_rl_insight.contract.wire import PushError
 
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 StreamKey = tuple[tuple[str, str], ...]  # the stream's label pairs, sorted
-Mark = tuple[int | None, float]  # (seq or None after a restart, trainer time) last sent
+
+
+class Mark(NamedTuple):
+    """How far a scraper was sent of one stream."""
+
+    seq: int | None  # the last push sequence number sent; None after a restart (identities say it then)
+    time: float  # the trainer time of the last batch sent
+
+
+class Identity(NamedTuple):
+    """A batch, and every resent copy of it (equal to the plain ``(step, time)`` pair)."""
+
+    step: int | None
+    time: float
+
+
+class Given(NamedTuple):
+    """The timestamp a scrape gives a batch."""
+
+    identity: Identity
+    ts_ms: int
+
+
+class Stamped(NamedTuple):
+    """A batch sent and not confirmed by the store."""
+
+    identity: Identity
+    ts_ms: int  # the timestamp it was sent with
+    since: float  # when it was first sent
+
+
+class Inflight(NamedTuple):
+    """A confirming scraper's scrape, written, not yet seen in its store."""
+
+    written_at: float
+    streams: dict[StreamKey, list[Stamped]]  # what it sent, per stream
+
+
+class Resend(NamedTuple):
+    """A batch the store lacks: sent again as it was."""
+
+    ts_ms: int
+    since: float  # when it was first sent
+
+
+class Promise(NamedTuple):
+    """The timestamp a scrape gave a batch whose position may not be on disk yet."""
+
+    ts_ms: int
+    serial: int  # the scrape that gave it (RESTORED: read back at start)
 
 
 class Sent(Protocol):
@@ -42,11 +92,7 @@ def check_scraper_name(name: object) -> str:
     return name
 
 
-Identity = tuple[int | None, float]  # (step, trainer time): a batch, and every resent copy of it
 RECENT_SENT = 64  # per scraper and stream, the identities last sent: kept across a restart
-# a batch sent and not confirmed: (its identity, the timestamp it was sent with, when first sent)
-Stamped = tuple[Identity, int, float]
-Inflight = tuple[float, dict[StreamKey, list[Stamped]]]  # (written at, what a scrape sent, per stream)
 RESTORED = -1  # the serial of a promise read back at start: kept until its batch is sent again
 MAX_PROMISED = 4096  # per scraper and stream, the promises kept at the most (the oldest go first)
 
@@ -73,7 +119,7 @@ class Scraper:
     ) -> None:
         self.name = name
         self.last_ms = last_ms  # the arrival time (ms) of its last scrape: history goes after it
-        self.marks = marks or {}  # stream key -> (seq or None after a restart, trainer time) last sent
+        self.marks = marks or {}  # stream key -> how far it was sent
         self.seen_at = seen_at
         self.busy = threading.Lock()
         # stream key -> the identities of the batches last sent (saved; after a restart they, not
@@ -84,19 +130,19 @@ class Scraper:
         self.number = 0  # its last scrape's number (milliseconds, unique across restarts)
         self.inflight: dict[int, Inflight] = {}  # scrape number -> what it sent, not yet seen in the store
         # stream key -> {identity: (timestamp ms, first sent at)}: not in the store, sent again as it was
-        self.resend: dict[StreamKey, dict[Identity, tuple[int, float]]] = {}
+        self.resend: dict[StreamKey, dict[Identity, Resend]] = {}
         # stream key -> {identity: (timestamp ms, serial of the scrape that gave it)}: the timestamps
         # given to batches whose positions may not be on disk yet (RESTORED: read back at start)
-        self.promised: dict[StreamKey, dict[Identity, tuple[int, int]]] = {}
+        self.promised: dict[StreamKey, dict[Identity, Promise]] = {}
         self.serial = 0  # its scrapes in this process, numbered
         self.settled_serial = 0  # the last of them whose response was written, or could not be
 
-    def promise(self, key: StreamKey, stamped: Sequence[tuple[Identity, int]], serial: int) -> None:
+    def promise(self, key: StreamKey, stamped: Iterable[Given], serial: int) -> None:
         """Scrape ``serial`` gives these batches of ``key`` these timestamps: kept until saved."""
         promised = self.promised.setdefault(key, {})
-        for identity, ts in stamped:
-            promised.pop(identity, None)  # a batch sent again (its body cut off): newest last
-            promised[identity] = (ts, serial)
+        for given in stamped:
+            promised.pop(given.identity, None)  # a batch sent again (its body cut off): newest last
+            promised[given.identity] = Promise(given.ts_ms, serial)
         while len(promised) > MAX_PROMISED:
             del promised[next(iter(promised))]
 
@@ -108,48 +154,48 @@ class Scraper:
             promised = self.promised[key]
             for identity in [
                 i
-                for i, (ts, serial) in promised.items()
-                if RESTORED < serial <= settled_through or (serial == RESTORED and ts < horizon_ms)
+                for i, p in promised.items()
+                if RESTORED < p.serial <= settled_through or (p.serial == RESTORED and p.ts_ms < horizon_ms)
             ]:
                 del promised[identity]
             if not promised:
                 del self.promised[key]
 
-    def promises_saved(self) -> list[Any]:
+    def promises_saved(self) -> list[Json]:
         """JSON-ready: [[key, [[[step, time], ts], ...]], ...]."""
-        return [[key, [[i, ts] for i, (ts, _) in p.items()]] for key, p in self.promised.items()]
+        return [[_pairs(key), [[list(i), p.ts_ms] for i, p in ps.items()]] for key, ps in self.promised.items()]
 
-    def restore_promises(self, saved: Iterable[Any]) -> None:
+    def restore_promises(self, saved: Json) -> None:
         """What ``promises_saved`` wrote (here, or in hub-promises.json); raises ValueError,
         KeyError or TypeError on a damaged entry."""
-        for key, items in saved:
+        for key, items in _rows(saved):
             promised = self.promised.setdefault(stream_key(key), {})
-            for i, ts in items:
-                promised[identity(i)] = (int(ts), RESTORED)
+            for i, ts in _rows(items):
+                promised[identity(i)] = Promise(_int(ts), RESTORED)
 
     def held_keys(self) -> set[StreamKey]:
         """The streams of which this scraper holds batches not yet confirmed by its store."""
         keys = set(self.resend)
-        for _, streams in self.inflight.values():
-            keys.update(streams)
+        for scrape in self.inflight.values():
+            keys.update(scrape.streams)
         return keys
 
     def sent(self, key: StreamKey, snapshot: Sent) -> bool:
         mark = self.marks.get(key)
         if mark is None:
             return False
-        if mark[0] is not None:
-            return snapshot.seq <= mark[0]
+        if mark.seq is not None:
+            return snapshot.seq <= mark.seq
         recent = self.recent.get(key)
         if not recent:  # a state file from before identities were kept
-            return snapshot.time <= mark[1]
+            return snapshot.time <= mark.time
         # older than every identity kept: sent before them
-        return (snapshot.step, snapshot.time) in recent or snapshot.time < min(t for _, t in recent)
+        return (snapshot.step, snapshot.time) in recent or snapshot.time < min(i.time for i in recent)
 
     def restored(self, key: StreamKey) -> bool:
         """Whether what was sent of ``key`` is known by identities only (since a restart)."""
         mark = self.marks.get(key)
-        return mark is not None and mark[0] is None
+        return mark is not None and mark.seq is None
 
     def record(self, key: StreamKey, identities: list[Identity]) -> None:
         self.recent.setdefault(key, collections.deque(maxlen=RECENT_SENT)).extend(identities)
@@ -159,23 +205,23 @@ class Scraper:
         self,
         number: int,
         now: float,
-        resent: Mapping[StreamKey, Sequence[tuple[Sent, int, float]]],
-        stamped: Mapping[StreamKey, Sequence[tuple[Identity, int]]],
+        resent: Mapping[StreamKey, Sequence[Stamped]],
+        stamped: Mapping[StreamKey, Sequence[Given]],
     ) -> None:
-        """Scrape ``number`` was written with ``resent`` (sent again: (batch, ts, first sent at)) and
-        ``stamped`` (sent for the first time: (identity, ts)): it waits for the store to show it."""
+        """Scrape ``number`` was written with ``resent`` (sent again, as they were first sent) and
+        ``stamped`` (sent for the first time): it waits for the store to show it."""
         streams: dict[StreamKey, list[Stamped]] = {}
         for key, items in resent.items():
             wanted = self.resend.get(key, {})
-            for batch, ts, since in items:
-                wanted.pop((batch.step, batch.time), None)
-                streams.setdefault(key, []).append(((batch.step, batch.time), ts, since))
+            for item in items:
+                wanted.pop(item.identity, None)
+                streams.setdefault(key, []).append(item)
             if not wanted:
                 self.resend.pop(key, None)
         for key, first in stamped.items():
-            streams.setdefault(key, []).extend((i, ts, now) for i, ts in first)
+            streams.setdefault(key, []).extend(Stamped(g.identity, g.ts_ms, now) for g in first)
         if streams:
-            self.inflight[number] = (now, streams)
+            self.inflight[number] = Inflight(now, streams)
 
     def settle(self, numbers: Iterable[int], stored: set[int], live: Collection[StreamKey]) -> tuple[int, int]:
         """The store answered about scrapes ``numbers``: it holds those in ``stored``; the batches
@@ -187,11 +233,11 @@ class Scraper:
             if entry is None or number in stored:
                 continue
             missing += 1
-            for key, items in entry[1].items():
+            for key, items in entry.streams.items():
                 if key in live:
                     wanted = self.resend.setdefault(key, {})
-                    for i, ts, since in items:
-                        wanted.setdefault(i, (ts, since))
+                    for item in items:
+                        wanted.setdefault(item.identity, Resend(item.ts_ms, item.since))
                         again += 1
         return missing, again
 
@@ -199,12 +245,12 @@ class Scraper:
         """Forget what waited for the store since before ``horizon`` (it cannot be asked, or keeps
         refusing): (scrapes unconfirmed, batches lost)."""
         unconfirmed = lost = 0
-        for number in [n for n, (at, _) in self.inflight.items() if at < horizon]:
+        for number in [n for n, scrape in self.inflight.items() if scrape.written_at < horizon]:
             del self.inflight[number]
             unconfirmed += 1
         for key in list(self.resend):
             wanted = self.resend[key]
-            for i in [i for i, (_, since) in wanted.items() if since < horizon]:
+            for i in [i for i, r in wanted.items() if r.since < horizon]:
                 del wanted[i]
                 lost += 1
             if not wanted:
@@ -212,50 +258,96 @@ class Scraper:
         return unconfirmed, lost
 
     # -- what survives a restart (hub-state.json) ----------------------------------------------
-    def to_saved(self) -> dict[str, Any]:
+    def to_saved(self) -> dict[str, Json]:
         """JSON-ready (tuples encode as arrays)."""
         return {
             "last_ms": self.last_ms,
             "seen_at": self.seen_at,
             # [key, time, [[step, time], ...]]
-            "marks": [[key, mark[1], list(self.recent.get(key, ()))] for key, mark in self.marks.items()],
+            "marks": [
+                [_pairs(key), mark.time, [list(i) for i in self.recent.get(key, ())]]
+                for key, mark in self.marks.items()
+            ],
             # [number, written at, [[key, [[[step, time], ts, since], ...]], ...]]
-            "inflight": [[n, at, list(streams.items())] for n, (at, streams) in self.inflight.items()],
-            "resend": [[key, [[i, ts, since] for i, (ts, since) in w.items()]] for key, w in self.resend.items()],
+            "inflight": [
+                [
+                    n,
+                    scrape.written_at,
+                    [
+                        [_pairs(key), [[list(s.identity), s.ts_ms, s.since] for s in items]]
+                        for key, items in scrape.streams.items()
+                    ],
+                ]
+                for n, scrape in self.inflight.items()
+            ],
+            "resend": [
+                [_pairs(key), [[list(i), r.ts_ms, r.since] for i, r in w.items()]] for key, w in self.resend.items()
+            ],
             "number": self.number,
             "promised": self.promises_saved(),
         }
 
     @classmethod
-    def from_saved(cls, name: str, saved: dict[str, Any], now: float, confirm: bool) -> Scraper:
+    def from_saved(cls, name: str, saved: Json, now: float, confirm: bool) -> Scraper:
         """What ``to_saved`` wrote; raises ValueError, KeyError or TypeError on a damaged entry."""
-        scraper = cls(
-            check_scraper_name(name), int(saved["last_ms"]) if saved["last_ms"] is not None else None, seen_at=now
-        )
-        for key, t, *ids in saved["marks"]:
+        if not isinstance(saved, dict):
+            raise TypeError("a scraper's saved state is not an object")
+        last_ms = saved["last_ms"]
+        scraper = cls(check_scraper_name(name), None if last_ms is None else _int(last_ms), seen_at=now)
+        for key, t, *ids in _rows(saved["marks"]):
             restored = stream_key(key)
-            scraper.marks[restored] = (None, float(t))
-            scraper.record(restored, [identity(i) for i in (ids[0] if ids else ())])
+            scraper.marks[restored] = Mark(None, _float(t))
+            scraper.record(restored, [identity(i) for i in (_items(ids[0]) if ids else ())])
         scraper.confirm = confirm
-        scraper.number = int(saved.get("number", 0))
-        for number, at, streams in saved.get("inflight", ()):
-            scraper.inflight[int(number)] = (
-                float(at),
+        scraper.number = _int(saved.get("number", 0))
+        for number, at, streams in _rows(saved.get("inflight", [])):
+            scraper.inflight[_int(number)] = Inflight(
+                _float(at),
                 {
-                    stream_key(key): [(identity(i), int(ts), float(since)) for i, ts, since in items]
-                    for key, items in streams
+                    stream_key(key): [Stamped(identity(i), _int(ts), _float(since)) for i, ts, since in _rows(items)]
+                    for key, items in _rows(streams)
                 },
             )
-        for key, items in saved.get("resend", ()):
-            scraper.resend[stream_key(key)] = {identity(i): (int(ts), float(since)) for i, ts, since in items}
-        scraper.restore_promises(saved.get("promised", ()))
+        for key, items in _rows(saved.get("resend", [])):
+            scraper.resend[stream_key(key)] = {
+                identity(i): Resend(_int(ts), _float(since)) for i, ts, since in _rows(items)
+            }
+        scraper.restore_promises(saved.get("promised", []))
         return scraper
 
 
-def stream_key(saved: Any) -> StreamKey:
-    return tuple((str(label), str(value)) for label, value in saved)
+def _pairs(key: StreamKey) -> list[Json]:
+    return [[label, value] for label, value in key]
 
 
-def identity(saved: Any) -> Identity:
-    step, when = saved
-    return (None if step is None else int(step), float(when))
+def _items(saved: Json) -> list[Json]:
+    """A JSON array, else TypeError (a damaged file)."""
+    if not isinstance(saved, list):
+        raise TypeError(f"expected an array, found {type(saved).__name__}")
+    return saved
+
+
+def _rows(saved: Json) -> list[list[Json]]:
+    """A JSON array of arrays, else TypeError (a damaged file)."""
+    return [_items(row) for row in _items(saved)]
+
+
+def _int(saved: Json) -> int:
+    if not isinstance(saved, int | float | str) or isinstance(saved, bool):
+        raise TypeError(f"expected a number, found {type(saved).__name__}")
+    return int(saved)
+
+
+def _float(saved: Json) -> float:
+    if not isinstance(saved, int | float | str) or isinstance(saved, bool):
+        raise TypeError(f"expected a number, found {type(saved).__name__}")
+    return float(saved)
+
+
+def stream_key(saved: Json) -> StreamKey:
+    return tuple((str(label), str(value)) for label, value in _rows(saved))
+
+
+def identity(saved: Json) -> Identity:
+    step, when = _items(saved)
+    return Identity(None if step is None else _int(step), _float(when))

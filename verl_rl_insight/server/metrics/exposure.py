@@ -1,0 +1,193 @@
+"""What one scrape exposes: references taken under the hub lock (``scrapes.py``), formatted outside it.
+
+Each stream's live values, and for a named scraper also the history it has not been sent, each
+snapshot stamped (``stamp``); then the hub's own series, the collectors' lines and, for a
+confirming scraper, its scrape number.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+from collections.abc import Callable, Mapping
+from typing import NamedTuple, Protocol
+
+from verl_rl_insight.server.metrics import exposition
+from verl_rl_insight.server.metrics.model import Line, Snapshot, Stream
+from verl_rl_insight.server.metrics.positions import Given, Identity, Mark, Promise, Scraper, Stamped, StreamKey
+from verl_rl_insight.server.metrics.stats import HUB_PREFIX, Stat, stat_lines
+
+SCRAPE_NUMBER = HUB_PREFIX + "scrape_number"  # in a confirming scraper's body: read back from its store
+
+Collector = Callable[[], list[str]]  # typed exposition lines of the server's own (the marks)
+
+
+class Sent(NamedTuple):
+    """A snapshot in a scrape's body, with the timestamp it is given there."""
+
+    snapshot: Snapshot
+    ts_ms: int
+
+
+class Resent(NamedTuple):
+    """A snapshot the store lacks, sent again with the timestamp it was first sent with."""
+
+    snapshot: Snapshot
+    ts_ms: int
+    since: float  # when it was first sent
+
+
+@dataclasses.dataclass(slots=True)
+class Exposed:
+    """One stream in one scrape."""
+
+    stream: Stream
+    latest: dict[str, float]  # its live values as taken
+    version: int | None  # theirs; None: withheld from this scraper (read back at start), not cached
+    sent: list[Sent]  # history it is sent, in order
+    history: list[Snapshot] | None  # the whole history, where some of it waits for a later scrape
+
+
+class Desk(Protocol):
+    """What an exposure reports back to (``scrapes.Scrapes``)."""
+
+    render_lock: threading.Lock
+    collectors: list[Collector]
+
+    def save_promises(self) -> None: ...
+
+    def settle(self, exposure: Exposure, written: bool) -> None: ...
+
+
+class Exposure:
+    """What one scrape exposes; a named one is ``commit``-ed once its response was written."""
+
+    def __init__(
+        self,
+        desk: Desk,
+        scraper: Scraper | None,
+        arrival_ms: int | None,
+        entries: list[Exposed],
+        stats: tuple[Stat, ...],
+    ) -> None:
+        self.desk = desk
+        self.scraper = scraper
+        self.arrival_ms = arrival_ms
+        self.entries = entries
+        self.stats = stats
+        self.marks: dict[StreamKey, Mark] = {}
+        self.stamped: dict[StreamKey, list[Given]] = {}
+        self.number = 0  # a confirming scraper's scrape number, in the body
+        self.resent: dict[StreamKey, list[Resent]] = {}  # sent again
+        self.settled = False
+        self.reserved = 0  # bytes booked for this body until ``commit``
+        self.serial = 0  # a named scrape's number in its scraper's scrapes of this process
+
+    def body(self) -> bytes:
+        """The body; a named scrape's timestamps are on disk before it returns (``promised``)."""
+        with self.desk.render_lock:
+            body = self.render()
+        if self.scraper is not None and any(entry.sent for entry in self.entries):
+            self.desk.save_promises()
+        return body
+
+    def render(self) -> bytes:
+        """The body, under the desk's render lock (the caller holds it)."""
+        families: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
+        for entry in self.entries:
+            stream = entry.stream
+            for again in self.resent.get(stream.key, ()):
+                _add(
+                    families,
+                    exposition.series_lines(stream.labels, again.snapshot.names, again.snapshot.values, again.ts_ms),
+                )
+            for sent in entry.sent:
+                _add(
+                    families,
+                    exposition.series_lines(stream.labels, sent.snapshot.names, sent.snapshot.values, sent.ts_ms),
+                )
+            if entry.sent:
+                last = entry.sent[-1].snapshot
+                self.marks[stream.key] = Mark(last.seq, last.time)
+                self.stamped[stream.key] = [Given(s.snapshot.identity, s.ts_ms) for s in entry.sent]
+            if entry.history is None:
+                lines = stream.live_lines(entry.latest, entry.version)
+            else:
+                values = values_at(entry.latest, entry.history, entry.sent[-1].snapshot if entry.sent else None)
+                lines = exposition.series_lines(stream.labels, values.keys(), values.values())
+            _add(families, lines)
+            exposition.pause()
+        trailer = stat_lines(self.stats)
+        for collect in self.desk.collectors:
+            trailer += collect()
+        if self.number and self.scraper is not None:
+            trailer += [
+                f"# TYPE {SCRAPE_NUMBER} gauge",
+                f'{SCRAPE_NUMBER}{{scraper="{self.scraper.name}"}} {self.number}',
+            ]
+        return exposition.body(families, trailer)
+
+    def commit(self, written: bool = True) -> None:
+        """The response was written (or, ``written=False``, could not be): move this scraper on."""
+        if self.scraper is not None and not self.settled:
+            self.settled = True
+            self.desk.settle(self, written)
+
+    def resent_stamps(self) -> dict[StreamKey, list[Stamped]]:
+        """What it sent again, as the scraper keeps it until its store shows it."""
+        return {
+            key: [Stamped(r.snapshot.identity, r.ts_ms, r.since) for r in items] for key, items in self.resent.items()
+        }
+
+
+def _history_lines(stream: Stream, snapshot: Snapshot, ts_ms: int) -> list[Line]:
+    return exposition.series_lines(stream.labels, snapshot.names, snapshot.values, ts_ms)
+
+
+def _add(families: collections.defaultdict[str, list[str]], lines: list[Line]) -> None:
+    for name, line in lines:
+        families[name].append(line)
+
+
+def values_at(latest: dict[str, float], history: list[Snapshot], last_sent: Snapshot | None) -> dict[str, float]:
+    """The live values as of ``last_sent`` (None: before the first of ``history`` that is pending):
+    the series that later snapshots change take their value from the newest snapshot up to it."""
+    index = history.index(last_sent) + 1 if last_sent is not None else 0
+    later: set[str] = set()
+    for snapshot in history[index:]:
+        later.update(snapshot.names)
+    values = {name: value for name, value in latest.items() if name not in later}
+    missing = set(later)
+    for snapshot in reversed(history[:index]):
+        for name, value in zip(snapshot.names, snapshot.values):
+            if name in missing:
+                values[name] = value
+                missing.discard(name)
+        if not missing:
+            break
+    return values  # a series whose value at that point is no longer held is left out of this scrape
+
+
+def stamp(pending: list[Snapshot], prev_ms: int, limit_ms: int, promised: Mapping[Identity, Promise]) -> list[Sent]:
+    """The snapshots that fit between ``prev_ms`` and ``limit_ms``, in order, with their timestamps:
+    the trainer's own time where it fits, strictly increasing; what does not fit waits. A batch a
+    scrape was given before (``promised``: a crash lost its position) gets that timestamp again,
+    never a new one, even behind this scraper's previous visit: a store that has it keeps one
+    sample, one that lacks it takes it in its out-of-order window, as a resent scrape."""
+    room = limit_ms - prev_ms
+    if room <= 0:
+        return []
+    pending = pending[:room]
+    n = len(pending)
+    stamped: list[Sent] = []
+    for i, snapshot in enumerate(pending):
+        given = promised.get(snapshot.identity)
+        if given is not None and given.ts_ms <= limit_ms - (n - i - 1):
+            stamped.append(Sent(snapshot, given.ts_ms))
+            prev_ms = max(prev_ms, given.ts_ms)
+            continue
+        ts = min(max(int(snapshot.time * 1000), prev_ms + 1), limit_ms - (n - i - 1))
+        stamped.append(Sent(snapshot, ts))
+        prev_ms = ts
+    return stamped
