@@ -24,8 +24,9 @@ from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
+from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.api.parts import ApiParts, Startup
 from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.managed import (
     alert_rules,
@@ -163,6 +164,7 @@ class Server:
         self.alerting: Alerting | None = None
         self.spans: SpanStore | None = None
         self.relay: SpanRelay | None = None
+        self.startup = Startup(ready=False)  # what the API may use once the server has started
         self.figures = LiveFigures(
             self.hub.push_own,  # the server's own series: names a client may not push
             settle_s=settings.timeline_settle_s,
@@ -199,20 +201,23 @@ class Server:
         self.hub.listeners.append(marks.observe)
         self.hub.collectors.append(marks.lines)
         self.api = Api(
-            self.hub,
-            targets=self.targets,
-            token=s.token,
-            max_body_bytes=int(s.max_body_mb * 2**20),
-            services=self.service_status,
-            info=self.info,
-            alerting=self.alerting,
-            delete_series=self.delete_series,
-            profiles=ProfileStore(s.data_path / "profiles.json"),
-            revocations=Revocations(s.data_path / "revoked-runs.json", future_s=s.max_future_s),
-            run_cards=RunCardStore(s.data_path / "run-cards"),
-            marks=marks,
+            ApiParts(
+                self.hub,
+                targets=self.targets,
+                token=s.token,
+                max_body_bytes=int(s.max_body_mb * 2**20),
+                services=self.service_status,
+                info=self.info,
+                alerting=self.alerting,
+                startup=self.startup,  # until the span store and the services are in place: 503
+                figures=self.figures,
+                delete_series=self.delete_series,
+                profiles=ProfileStore(s.data_path / "profiles.json"),
+                revocations=Revocations(s.data_path / "revoked-runs.json", future_s=s.max_future_s),
+                run_cards=RunCardStore(s.data_path / "run-cards"),
+                marks=marks,
+            )
         )
-        self.api.ready = False  # until the span store and the services are in place
         self.http = HttpServer(self.api, s.bind, s.port)
         try:
             self.http.start()
@@ -222,17 +227,16 @@ class Server:
             if s.enabled(name):
                 self._start_service(name)
         if "tempo" not in self.services and not s.otlp_endpoint:  # no Tempo: the hub keeps the spans
-            self.spans = self.api.spans = SpanStore(s.data_path / "spans")
+            self.spans = SpanStore(s.data_path / "spans")
         elif "tempo" in self.services and not s.otlp_endpoint:  # Tempo: spans pass through the hub to it
-            self.relay = self.api.span_relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
-        self.api.figures = self.figures
+            self.relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
         threading.Thread(target=self._tick, name="rl-insight-timeline-figures", daemon=True).start()
         threading.Thread(
             target=self.delivery.run, args=(self._ticking,), name="rl-insight-delivery", daemon=True
         ).start()
         self.supervisor = Supervisor(self.services, on_restart=self._restarted)
         self.supervisor.start()
-        self.api.ready = True
+        self.startup.open(self.spans, self.relay)
         return self
 
     def _tick(self) -> None:
