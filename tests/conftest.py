@@ -4,8 +4,9 @@ import os
 import pytest
 
 from tests.helpers import free_port, require_prometheus, rl_insight
+from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.api.parts import ApiParts
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.trainer import runtime
 
@@ -30,7 +31,7 @@ class HubUnderTest:
     def __init__(self, token=None, info=None, max_body_bytes=None, port=0, **hub_kwargs):
         self.hub = MetricHub(**hub_kwargs)
         self.api = Api(
-            self.hub, token=token, info=info, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {})
+            ApiParts(self.hub, token=token, info=info, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
         )
         self.server = HttpServer(self.api, "127.0.0.1", port).start()
         self.port = self.server.port

@@ -13,8 +13,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from tests.helpers import http, rl_insight
 from tests.test_run_credentials import TOKEN, worker_credential
+from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.api.parts import ApiParts, Startup
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.spans import SpanStore
@@ -35,7 +36,15 @@ def server(tmp_path):
     def info():  # what the server app says when it keeps spans
         return {"spans_kept_by_hub": True}
 
-    api = Api(MetricHub(), token=TOKEN, info=info, spans=SpanStore(tmp_path / "spans"), profiles=ProfileStore())
+    api = Api(
+        ApiParts(
+            MetricHub(),
+            token=TOKEN,
+            info=info,
+            startup=Startup(spans=SpanStore(tmp_path / "spans")),
+            profiles=ProfileStore(),
+        )
+    )
     http_server = HttpServer(api, "127.0.0.1", 0).start()
     yield f"http://127.0.0.1:{http_server.port}"
     http_server.stop()

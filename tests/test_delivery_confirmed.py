@@ -288,14 +288,15 @@ def test_a_run_credential_cannot_register_a_target_under_a_job_the_server_scrape
     import yaml
 
     from verl_rl_insight.contract import run_credential
+    from verl_rl_insight.server.api.asgi import Api
     from verl_rl_insight.server.api.http_server import HttpServer
-    from verl_rl_insight.server.api.routes import Api
+    from verl_rl_insight.server.api.parts import ApiParts
     from verl_rl_insight.server.managed import prometheus
     from verl_rl_insight.server.metrics.hub import MetricHub
     from verl_rl_insight.server.settings import ServerSettings
 
     token = "the-servers-own-token"
-    api = Api(MetricHub(), token=token)
+    api = Api(ApiParts(MetricHub(), token=token))
     server = HttpServer(api, "127.0.0.1", 0).start()
     url = f"http://127.0.0.1:{server.port}/api/v1/targets"
     settings = ServerSettings(data_dir=str(tmp_path), remote_write=[{"url": "http://127.0.0.1:1/write"}])
@@ -311,7 +312,7 @@ def test_a_run_credential_cannot_register_a_target_under_a_job_the_server_scrape
         body = {"address": "127.0.0.1:8000", "job": "vllm", "labels": {"project": "p", "experiment_name": "e"}}
         headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json"}
         assert http("POST", url, json.dumps(body).encode(), headers)[0] == 200  # the positive control
-        assert [t["job"] for t in api.targets.list()] == ["vllm"]
+        assert [t["job"] for t in api.parts.targets.list()] == ["vllm"]
     finally:
         server.stop()
         api.close()

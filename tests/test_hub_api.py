@@ -178,5 +178,45 @@ def test_every_endpoint_is_in_the_openapi_document_and_nothing_else(hub_server):
     assert status == 200
     document = json.loads(body)
     documented = {(method.upper(), path) for path, operations in document["paths"].items() for method in operations}
-    assert documented == set(server.api.routes)
+    assert documented == set(server.api.router.routes)
     assert len(list(schemathesis.openapi.from_dict(document).get_all_operations())) == len(documented)
+
+
+def test_no_route_that_changes_anything_is_open_to_anyone_when_a_token_is_set(hub_server):
+    """Every POST, PUT and DELETE of the route table (and those a later table line adds) answers 401
+    without the token, naming how to send it, before it reads a byte; its document says it needs it."""
+    server = hub_server(token="s3cret")
+    document = json.loads(http("GET", server.url + "/openapi.json")[1])
+    writes = [(method, path) for method, path in server.api.router.routes if method != "GET"]
+    assert len(writes) >= 13
+    for method, path in writes:
+        status, body = http(method, server.url + path + "?project=p&experiment_name=e", body=b"{}")
+        assert status == 401, (method, path, status)
+        assert "Authorization: Bearer" in json.loads(body)["error"], (method, path)
+        assert document["paths"][path][method.lower()]["security"], (method, path)
+
+
+def test_a_prefix_route_serves_the_paths_below_it_and_leaves_the_rest_to_the_table():
+    """A page route (``prefix=True``: the explorer's static files) takes every path below it, a
+    method it does not take there is 405 naming GET, and an unknown path is still 404."""
+    from verl_rl_insight.contract.errors import NoSuchEndpoint, NotAllowed
+    from verl_rl_insight.server.api import info
+    from verl_rl_insight.server.api.route import Access, Doc, Route
+    from verl_rl_insight.server.api.router import Router
+    from verl_rl_insight.server.api.routes import ROUTES
+
+    static = Route("GET", "/static/x/", info.get_healthy, Access.ANYONE, Doc("files"), prefix=True)
+    router = Router((*ROUTES, static))
+    assert router.find("GET", "/static/x/app.js") is static
+    assert router.find("HEAD", "/static/x/css/a.css") is static
+    assert router.find("GET", "/metrics").path == "/metrics"
+    try:
+        router.find("POST", "/static/x/app.js")
+        raise AssertionError("POST under a GET prefix route was served")
+    except NotAllowed as exc:
+        assert exc.allowed == ["GET"]
+    try:
+        router.find("GET", "/static/xy")
+        raise AssertionError("a path beside the prefix was served")
+    except NoSuchEndpoint as exc:
+        assert "/metrics" in exc.endpoints and "/static/x/" not in exc.endpoints

@@ -63,9 +63,9 @@ def test_every_function_of_the_package_is_annotated():
 
 def test_the_openapi_document_is_generated_from_the_wire_schema():
     from verl_rl_insight.contract import wire
-    from verl_rl_insight.server.api import openapi
+    from verl_rl_insight.server.api import openapi, routes
 
-    schemas = openapi.document()["components"]["schemas"]
+    schemas = openapi.document(routes.ROUTES)["components"]["schemas"]
     batch = schemas["BatchBody"]
     assert set(batch["properties"]) == set(wire.BatchBody.__struct_fields__)
     assert batch["properties"]["metrics"]["maxProperties"] == wire.MAX_METRICS_PER_BATCH

@@ -20,8 +20,9 @@ from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.errors import OverCapacity
 from verl_rl_insight.contract.marks import MARK_METRIC, MAX_MARK_TEXT
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
+from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.api.parts import ApiParts
 from verl_rl_insight.server.app import step_time_in
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.metrics.hub import MetricHub
@@ -65,7 +66,7 @@ def api(tmp_path):
     marks.on_change = hub.changed
     hub.listeners.append(marks.observe)
     hub.collectors.append(marks.lines)
-    api = Api(hub, token=TOKEN, marks=marks)
+    api = Api(ApiParts(hub, token=TOKEN, marks=marks))
     server = HttpServer(api, "127.0.0.1", 0).start()
     yield f"http://127.0.0.1:{server.port}", hub
     server.stop()

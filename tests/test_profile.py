@@ -186,13 +186,14 @@ def profile_server():
     """The real hub and API with a profile store, in this process, on loopback, open (no token)."""
     from types import SimpleNamespace
 
+    from verl_rl_insight.server.api.asgi import Api
     from verl_rl_insight.server.api.http_server import HttpServer
-    from verl_rl_insight.server.api.routes import Api
+    from verl_rl_insight.server.api.parts import ApiParts
     from verl_rl_insight.server.metrics.hub import MetricHub
     from verl_rl_insight.server.stores.profiles import ProfileStore
 
     hub = MetricHub()
-    api = Api(hub, profiles=ProfileStore())
+    api = Api(ApiParts(hub, profiles=ProfileStore()))
     http_server = HttpServer(api, "127.0.0.1", 0).start()
     yield SimpleNamespace(url=f"http://127.0.0.1:{http_server.port}", hub=hub)
     http_server.stop()

@@ -98,7 +98,9 @@ def test_worker_logs_reach_the_hub_with_env_from_the_driver_only(ray_cluster, hu
     assert batches >= 3 and server.hub.stats.pushes == batches, server.hub.stats
     # the run's card, sent from the Ray worker with the run credential: the driver's command line
     # and its working folder's commit (the worker's own are Ray's)
-    card = wait_for(lambda: len(server.api.run_cards) and server.api.run_cards.get("ray-proj", "ray-exp")["card"], 10)
+    card = wait_for(
+        lambda: len(server.api.parts.run_cards) and server.api.parts.run_cards.get("ray-proj", "ray-exp")["card"], 10
+    )
     assert card["command"][0].endswith("ray_driver.py") and card["command"][2:4] == ["ray-proj", "ray-exp"]
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     assert card["git"]["commit"] == head.strip() and card["config"]["trainer"]["experiment_name"] == "ray-exp"

@@ -145,13 +145,13 @@ def test_agent_loop_manager_of_verl_0_6_shape_registers_replicas(hub_server, mon
 
     config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "sglang", "disable_log_stats": False}}})
     AgentLoopManager(config)._initialize_llm_servers()
-    registered = wait_for(lambda: server.api.targets.list(), 10, what="targets")
+    registered = wait_for(lambda: server.api.parts.targets.list(), 10, what="targets")
     assert {(t["address"], t["labels"]["replica"], t["job"]) for t in registered} == {
         ("127.0.0.1:8001", "0", "sglang"),
         ("127.0.0.1:8002", "1", "sglang"),
     }
     runtime.shutdown()
-    assert server.api.targets.list() == []
+    assert server.api.parts.targets.list() == []
 
 
 def test_sglang_metrics_are_switched_on_where_verl_before_0_9_would_not(monkeypatch):

@@ -15,8 +15,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from tests.helpers import http, wait_for
 from verl_rl_insight.contract import run_credential
+from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.api.parts import ApiParts, Startup
 from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, MetricHub
 from verl_rl_insight.server.settings import ServerSettings
 from verl_rl_insight.server.stores.spans import SpanStore
@@ -36,7 +37,6 @@ class Served:
     def __init__(self, tmp_path, memory_limit_bytes=LIMIT, max_targets_per_run=None, settle_s=60.0):
         self.hub = MetricHub(memory_limit_bytes=memory_limit_bytes)
         targets = TargetRegistry() if max_targets_per_run is None else TargetRegistry(max_per_run=max_targets_per_run)
-        self.api = Api(self.hub, targets=targets, token=TOKEN, spans=SpanStore(tmp_path / "spans"))
         # wired as the server wires it (app.Server)
         self.figures = LiveFigures(
             self.hub.push,
@@ -44,7 +44,15 @@ class Served:
             book=lambda nbytes: self.hub.book_other("timeline", nbytes),
             budget_bytes=int(OTHERS_SHARE * self.hub.memory_limit_bytes),
         )
-        self.api.figures = self.figures
+        self.api = Api(
+            ApiParts(
+                self.hub,
+                targets=targets,
+                token=TOKEN,
+                startup=Startup(spans=SpanStore(tmp_path / "spans")),
+                figures=self.figures,
+            )
+        )
         self.http = HttpServer(self.api, "127.0.0.1", 0).start()
         self.url = f"http://127.0.0.1:{self.http.port}"
 

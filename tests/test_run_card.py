@@ -293,7 +293,7 @@ def test_a_card_not_sent_before_the_first_step_is_not_sent_at_all(hub_server):
     sender = card_client.RunCardSender(server.url, None, "p", "quiet", {"a": 1})
     wait_for(lambda: sender.state == "waiting", 10, what="the card built")
     time.sleep(0.6)
-    assert len(server.api.run_cards) == 0
+    assert len(server.api.parts.run_cards) == 0
     sender.close()
     assert sender.state == "not sent: no step was logged"
 

@@ -9,8 +9,9 @@ import pytest
 from tests.helpers import http
 from tests.test_timeline_store import STEP_SPANS, otlp
 from verl_rl_insight.contract import run_credential
+from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.api.parts import ApiParts, Startup
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.spans import SpanStore
@@ -22,7 +23,7 @@ TOKEN = "the-servers-own-token"
 @pytest.fixture
 def server(tmp_path):
     hub = MetricHub()
-    api = Api(hub, token=TOKEN, spans=SpanStore(tmp_path / "spans"), profiles=ProfileStore())
+    api = Api(ApiParts(hub, token=TOKEN, startup=Startup(spans=SpanStore(tmp_path / "spans")), profiles=ProfileStore()))
     http_server = HttpServer(api, "127.0.0.1", 0).start()
     yield f"http://127.0.0.1:{http_server.port}", hub
     http_server.stop()
@@ -127,7 +128,7 @@ def test_one_runs_credentials_are_revoked_and_a_job_started_afterwards_writes_ag
 
     def serve():
         revocations = Revocations(tmp_path / "revoked-runs.json")
-        api = Api(MetricHub(), token=TOKEN, revocations=revocations)
+        api = Api(ApiParts(MetricHub(), token=TOKEN, revocations=revocations))
         return api, HttpServer(api, "127.0.0.1", 0).start()
 
     api, http_server = serve()
@@ -201,7 +202,11 @@ def test_a_revoke_goes_by_the_servers_clock_not_by_the_minting_nodes(tmp_path):
     from verl_rl_insight.server.stores.revocations import Revocations
 
     def serve(future_s):
-        api = Api(MetricHub(), token=TOKEN, revocations=Revocations(tmp_path / "revoked-runs.json", future_s=future_s))
+        api = Api(
+            ApiParts(
+                MetricHub(), token=TOKEN, revocations=Revocations(tmp_path / "revoked-runs.json", future_s=future_s)
+            )
+        )
         server = HttpServer(api, "127.0.0.1", 0).start()
         return api, server, f"http://127.0.0.1:{server.port}"
 

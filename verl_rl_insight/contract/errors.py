@@ -26,12 +26,38 @@ class UnsupportedEncoding(BadInput):
     """A body in an encoding or content type that is not taken."""
 
 
+class Unauthorized(RLInsightError):
+    """No credential, or a wrong one, where one is needed; the message says where to get it."""
+
+    realm = "rl-insight"  # the realm the answer names (HTTP WWW-Authenticate: Bearer)
+
+
 class Forbidden(RLInsightError):
     """A credential that may not do this (a run credential writing to another run)."""
 
 
+class NotAllowed(RLInsightError):
+    """A known endpoint asked with a method it does not take; ``allowed`` lists the ones it does."""
+
+    def __init__(self, message: str, allowed: list[str]) -> None:
+        super().__init__(message)
+        self.allowed = allowed
+
+
+class Conflict(RLInsightError):
+    """The request expects a state the server is no longer in (a hub restarted since); send again."""
+
+
 class NotFound(RLInsightError, LookupError):
     """What the request names does not exist here."""
+
+
+class NoSuchEndpoint(NotFound):
+    """A path the API does not serve; ``endpoints`` lists the paths it does."""
+
+    def __init__(self, message: str, endpoints: list[str]) -> None:
+        super().__init__(message)
+        self.endpoints = endpoints
 
 
 class OverCapacity(RLInsightError):
@@ -45,4 +71,12 @@ class Busy(RLInsightError):
 
 
 class Unavailable(RLInsightError):
-    """A service this one depends on does not answer."""
+    """A service this one depends on does not answer, or the server cannot take this now."""
+
+    retry_after_s: int | None = None  # when set, what the answer tells the client to wait
+
+
+class Starting(Unavailable):
+    """The server is still starting (what the request needs is not open yet); retry shortly."""
+
+    retry_after_s = 1

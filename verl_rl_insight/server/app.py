@@ -1,48 +1,38 @@
-"""The server process: metric hub, target registry and API in this process; Prometheus, Tempo
-and Grafana as supervised children.
+"""The server process: metric hub, target registry and API in this process; Prometheus, Alertmanager,
+Tempo and Grafana as supervised children (ports.py, service_start.py; what it writes of itself:
+server_state.py).
 
 Run by ``rl-insight server start`` (in the foreground, or detached through
 ``python -m verl_rl_insight.server.app --settings-json ...``).
 """
 
 import argparse
-import dataclasses
-import errno
 import json
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
-import time
 from collections.abc import Callable
-from typing import Any
 
-from verl_rl_insight.contract import environment
-from verl_rl_insight.contract.errors import RLInsightError
-from verl_rl_insight.contract.http_client import HttpClient, Unreachable
-from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
-from verl_rl_insight.contract.promql import run_selector
+from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.api.parts import ApiParts, Startup
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
+from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health.live import HealthMonitor
-from verl_rl_insight.server.managed import (
-    alertmanager,
-    binaries,
-    jobs,
-    prometheus,
-    tempo,
-)
+from verl_rl_insight.server.managed import alertmanager, jobs, prometheus
 from verl_rl_insight.server.managed.alert_settings import health_params
-from verl_rl_insight.server.managed.services import SERVICES
 from verl_rl_insight.server.managed.supervisor import Service, Supervisor
 from verl_rl_insight.server.metrics.delivery import DeliveryCheck
 from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, MetricHub
-from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings, default_home
+from verl_rl_insight.server.ports import PortInUse, check_ports_free
+from verl_rl_insight.server.run_series import delete_series, step_time_in
+from verl_rl_insight.server.server_state import hub_url, public_urls, state_of, state_path, write_state
+from verl_rl_insight.server.service_start import NotInstalled, start_service
+from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings
 from verl_rl_insight.server.stores import credentials
-from verl_rl_insight.server.stores.files import private_folder, write_atomically
+from verl_rl_insight.server.stores.files import private_folder
 from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.revocations import Revocations
@@ -55,72 +45,7 @@ from verl_rl_insight.server.timeline.live import LiveFigures
 
 logger = logging.getLogger("verl_rl_insight.server")
 
-
-class PortInUse(RLInsightError):
-    """A port the server needs is taken by another process."""
-
-
-def state_path() -> Any:
-    return default_home() / "server.json"
-
-
-def advertise_ip(settings: ServerSettings) -> Any:
-    """The address trainers should use: configured, else the bind address, else this host's."""
-    if settings.advertise_host:
-        return settings.advertise_host
-    if os.environ.get(environment.ADVERTISE_IP):
-        return os.environ[environment.ADVERTISE_IP]
-    if settings.bind not in ("", "0.0.0.0", "::"):
-        return settings.bind
-    try:
-        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
-            address = str(info[4][0])
-            if not address.startswith("127."):
-                return address
-    except OSError:
-        pass
-    return "127.0.0.1"
-
-
-def check_port_free(bind: str, port: int, service: Any) -> Any:
-    family = socket.AF_INET6 if ":" in (bind or "") else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((bind or "0.0.0.0", port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise PortInUse(
-                    f"port {port} ({service}) is already in use on {bind}; "
-                    f"stop what uses it or set another port in the server config"
-                ) from None
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise PortInUse(
-                    f"cannot listen on {bind}: it is not an address of this machine "
-                    "(bind: 0.0.0.0 listens on every interface)"
-                ) from None
-            raise PortInUse(f"cannot listen on {bind}:{port} ({service}): {exc.strerror or exc}") from None
-
-
-def service_ports(settings: ServerSettings, name: str) -> Any:
-    return {
-        "prometheus": [(settings.prometheus_port, "Prometheus")],
-        "alertmanager": [(settings.alertmanager_port, "Alertmanager")],
-        "tempo": [
-            (settings.tempo_port, "Tempo HTTP"),
-            (settings.tempo_grpc_port, "Tempo gRPC"),
-            (settings.otlp_http_port, "OTLP/HTTP"),
-            (settings.otlp_grpc_port, "OTLP/gRPC"),
-        ],
-        "grafana": [(settings.grafana_port, "Grafana")],
-    }[name]
-
-
-def fix_command(name: str) -> str:
-    if name in ("prometheus", "alertmanager"):
-        package = "prometheus" if name == "prometheus" else "prometheus-alertmanager"
-        return f"rl-insight server install {name}   (or: apt-get install -y {package})"
-    return f"rl-insight server install {name} (offline: --local-archive DIR)"
+__all__ = ["PortInUse", "Server", "main", "run", "state_path", "step_time_in"]
 
 
 def confirm_stores(settings: ServerSettings) -> dict[str, str]:
@@ -162,6 +87,7 @@ class Server:
         self.alerting: Alerting | None = None
         self.spans: SpanStore | None = None
         self.relay: SpanRelay | None = None
+        self.startup = Startup(ready=False)  # what the API may use once the server has started
         self.figures = LiveFigures(
             self.hub.write_own,  # the server's own series: names a client may not push, not sent to listeners
             settle_s=settings.timeline_settle_s,
@@ -170,48 +96,25 @@ class Server:
         )
         self.health = HealthMonitor(self.hub.write_own, health_params(settings.alerts))
         self.hub.listeners.append(self.health.observe)
+        # the run explorer's step table (a listener too) and the detectors' settings diagnose reads
+        self.explorer = Sources(self.hub.listeners, self.health.params)
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
         self.logins: dict[str, tuple[str, str]] = {}  # service -> its login (Prometheus, Alertmanager)
 
-    def start(self) -> Any:
+    def start(self) -> "Server":
         s = self.settings
         os.umask(0o077)  # every file and folder this server and its services make: this user's only
         private_folder(s.data_path)  # and one made before this release becomes so too
         credentials.resolve(s)
         self.logins = credentials.write_service_logins(s.data_path)
         self.delivery.stores = confirm_stores(s)  # the Prometheus login written just now
-        check_port_free(s.bind, s.port, "metric hub")
-        for name in SERVICE_NAMES:
-            if s.enabled(name):
-                listen = {"prometheus": prometheus.LISTEN, "tempo": tempo.HOST}.get(name, s.bind)
-                for port, what in service_ports(s, name):
-                    check_port_free(listen, port, what)
+        check_ports_free(s)
         if s.enabled("alertmanager"):
             self.alerting = Alerting(
                 alertmanager.url(s), s.data_path / "silences.json", login=self.logins["alertmanager"]
             )
-        # a mark with reset_baseline starts the live detectors' baselines again at its step
-        marks = MarkStore(s.data_path / "marks.json", on_reset=self.health.reset_baseline, step_time=self.step_time)
-        marks.on_change = self.hub.changed
-        marks.book_all(lambda nbytes: self.hub.book_other("marks", nbytes))
-        self.hub.listeners.append(marks.observe)
-        self.hub.collectors.append(marks.lines)
-        self.api = Api(
-            self.hub,
-            targets=self.targets,
-            token=s.token,
-            max_body_bytes=int(s.max_body_mb * 2**20),
-            services=self.service_status,
-            info=self.info,
-            alerting=self.alerting,
-            delete_series=self.delete_series,
-            profiles=ProfileStore(s.data_path / "profiles.json"),
-            revocations=Revocations(s.data_path / "revoked-runs.json", future_s=s.max_future_s),
-            run_cards=RunCardStore(s.data_path / "run-cards"),
-            marks=marks,
-        )
-        self.api.ready = False  # until the span store and the services are in place
+        self.api = Api(self._api_parts(self._marks()))
         self.http = HttpServer(self.api, s.bind, s.port)
         try:
             self.http.start()
@@ -221,22 +124,49 @@ class Server:
             if s.enabled(name):
                 self._start_service(name)
         if "tempo" not in self.services and not s.otlp_endpoint:  # no Tempo: the hub keeps the spans
-            self.spans = self.api.spans = SpanStore(s.data_path / "spans")
+            self.spans = SpanStore(s.data_path / "spans")
         elif "tempo" in self.services and not s.otlp_endpoint:  # Tempo: spans pass through the hub to it
-            self.relay = self.api.span_relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
-        self.api.figures = self.figures
-        self.api.explorer.params = self.health.params  # the run explorer's findings: diagnose's walk
-        prometheus_url = self.services["prometheus"].url if "prometheus" in self.services else None
-        if prometheus_url:  # and a run the hub has not carried is read back from Prometheus
-            self.api.explorer.prometheus = PrometheusReader(prometheus_url, self.logins["prometheus"])
+            self.relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
         threading.Thread(target=self._tick, name="rl-insight-timeline-figures", daemon=True).start()
         threading.Thread(
             target=self.delivery.run, args=(self._ticking,), name="rl-insight-delivery", daemon=True
         ).start()
+        if "prometheus" in self.services:  # a run the hub has not carried is read back from Prometheus
+            self.explorer.prometheus = PrometheusReader(prometheus.url(s), self.logins["prometheus"])
         self.supervisor = Supervisor(self.services, on_restart=self._restarted)
         self.supervisor.start()
-        self.api.ready = True
+        self.startup.open(self.spans, self.relay)
         return self
+
+    def _marks(self) -> MarkStore:
+        """People's marks on steps; one with reset_baseline starts the live detectors' baselines again there."""
+        s = self.settings
+        marks = MarkStore(s.data_path / "marks.json", on_reset=self.health.reset_baseline, step_time=self.step_time)
+        marks.on_change = self.hub.changed
+        marks.book_all(lambda nbytes: self.hub.book_other("marks", nbytes))
+        self.hub.listeners.append(marks.observe)
+        self.hub.collectors.append(marks.lines)
+        return marks
+
+    def _api_parts(self, marks: MarkStore) -> ApiParts:
+        s = self.settings
+        return ApiParts(
+            self.hub,
+            targets=self.targets,
+            token=s.token,
+            max_body_bytes=int(s.max_body_mb * 2**20),
+            services=self.service_status,
+            info=self.info,
+            alerting=self.alerting,
+            startup=self.startup,  # until the span store and the services are in place: 503
+            figures=self.figures,
+            delete_series=self.delete_series,
+            profiles=ProfileStore(s.data_path / "profiles.json"),
+            revocations=Revocations(s.data_path / "revoked-runs.json", future_s=s.max_future_s),
+            run_cards=RunCardStore(s.data_path / "run-cards"),
+            marks=marks,
+            explorer=self.explorer,
+        )
 
     def _tick(self) -> None:
         """Make the figures of the steps that have settled, every second, until the server stops."""
@@ -246,24 +176,10 @@ class Server:
     def delete_series(self, project: str, experiment: str | None) -> str:
         """Delete a run's series in this server's Prometheus (its admin API, on loopback); says what happened."""
         service = self.services.get("prometheus")
-        if service is None:
+        if service is None or service.url is None:
             return "no Prometheus runs here"
-        # twice: a scrape served just before the hub forgot the run may land after the first delete
-        for attempt in range(2):
-            if attempt:
-                time.sleep(min(self.settings.scrape_interval_s, 30.0) + 1.0)
-            try:
-                reply = HttpClient(basic_auth=self.logins["prometheus"]).request(
-                    "POST",
-                    f"{service.url}/api/v1/admin/tsdb/delete_series",
-                    params={"match[]": run_selector(project, experiment)},
-                    timeout_s=30,
-                )
-            except Unreachable as exc:
-                return f"not deleted: {exc}"
-            if not reply.ok:
-                return f"not deleted: Prometheus answered {reply.status}: {reply.error()}"
-        return "deleted"
+        wait_s = min(self.settings.scrape_interval_s, 30.0) + 1.0
+        return delete_series(service.url, self.logins["prometheus"], project, experiment, wait_s)
 
     def step_time(self, project: str, experiment: str, step: int) -> float | None:
         """The trainer's time of ``step`` from this server's Prometheus (None: it runs none, or does not say)."""
@@ -271,40 +187,20 @@ class Server:
         url = service.url if service is not None else None
         return step_time_in(url, project, experiment, step, self.logins["prometheus"]) if url else None
 
-    def _restarted(self, service: Any) -> None:
+    def _restarted(self, service: Service) -> None:
         if service.name == "alertmanager" and self.alerting is not None:
             self.alerting.restore_when_ready()
         if self.on_change:
             self.on_change()
 
     def _start_service(self, name: str) -> None:
-        s = self.settings
-        configured_binary = s.service(name).get("binary")
-        found = binaries.resolve(name, str(configured_binary) if configured_binary else None)
-        if found is None:
-            configured = s.service(name).get("binary")
-            what = f"configured binary {configured} is not executable" if configured else f"{name} is not installed"
-            self.missing[name] = [what, fix_command(name)]
-            if not configured:
+        started = start_service(self.settings, name, self.logins, public_urls(self.settings))
+        if isinstance(started, NotInstalled):
+            self.missing[name] = [started.what, started.fix]
+            if started.absent:
                 self.absent.add(name)
             return
-        spec = SERVICES[name]
-        config_path = spec.write_config(s, self.state()["public_urls"])
-        url = spec.url(s)
-        service = Service(
-            name,
-            spec.command(found["binary"], s, config_path),
-            s.data_path / "logs" / f"{name}.log",
-            ready_url=spec.ready_url(s),
-            url=url,
-            version=found.get("version"),
-            binary=found["binary"],
-            data_dir=s.data_path / name,
-            cwd=str(s.data_path),
-            login=self.logins.get(name),
-        )
-        service.start()
-        self.services[name] = service
+        self.services[name] = started
 
     def wait_ready(self, timeout_s: float = 60.0) -> bool:
         """Wait for every started service; a service that does not come up is reported missing."""
@@ -313,14 +209,13 @@ class Server:
                 self.missing[name] = [f"{name} did not become ready; see {service.log_path}", ""]
         return not self.missing
 
-    def info(self) -> Any:
+    def info(self) -> dict[str, object]:
         """What trainers are told: where to send traces, where people look."""
-        state = self.state()
-        urls = state["public_urls"]
+        urls = public_urls(self.settings)
         if self.settings.otlp_endpoint:
             traces = self.settings.otlp_endpoint
         elif self.spans is not None or self.relay is not None:
-            traces = state["hub_url"] + "/v1/traces"
+            traces = hub_url(self.settings) + "/v1/traces"
         else:
             traces = urls["otlp_http"] + "/v1/traces"
         return {
@@ -335,49 +230,14 @@ class Server:
             "services": sorted(self.services),
         }
 
-    def service_status(self) -> Any:
-        status = {name: svc.status() for name, svc in self.services.items()}
+    def service_status(self) -> dict[str, dict[str, object]]:
+        status: dict[str, dict[str, object]] = {name: svc.status() for name, svc in self.services.items()}
         for name, (what, fix) in self.missing.items():
             status.setdefault(name, {}).update({"missing": what, "fix": fix, "absent": name in self.absent})
         return status
 
-    def state(self) -> Any:
-        s = self.settings
-        ip = advertise_ip(s)
-        return {
-            "pid": os.getpid(),
-            "pgid": os.getpgid(0),
-            "started": time.time(),
-            "server_ip": ip,
-            "hub_url": f"http://{ip}:{s.port}",
-            "local_hub_url": f"http://{prometheus.connect_host(s.bind)}:{s.port}",
-            "public_urls": {
-                "prometheus": prometheus.url(s),  # loopback only, with a login (rl-insight server url --prometheus)
-                "tempo": tempo.url(s),  # loopback only: no login of its own
-                "otlp_http": f"http://{ip}:{s.otlp_http_port}",
-                "otlp_grpc": f"{ip}:{s.otlp_grpc_port}",
-                "grafana": f"http://{ip}:{s.grafana_port}",
-                "alertmanager": alertmanager.url(s),
-            },
-            "alert_receivers": alertmanager.receiver_names(s),
-            "services": {
-                name: {"pid": svc.pid, "binary": svc.binary, "url": svc.url, "version": svc.version}
-                for name, svc in self.services.items()
-            },
-            "missing": self.missing,
-            "absent": sorted(self.absent),
-            "token": bool(s.token),
-            "secrets_dir": str(s.data_path / "secrets"),
-            "grafana_admin_user": s.grafana_admin_user,
-            "grafana_anonymous_viewer": s.grafana_anonymous_viewer,
-            "settings": dataclasses.asdict(s)
-            | {
-                "token": "***" if s.token else "",
-                "grafana_admin_password": "***",
-                "remote_write": prometheus.redacted_remote_write(s.remote_write),
-                "alertmanager": {"receivers": alertmanager.receiver_names(s)},
-            },
-        }
+    def state(self) -> dict[str, object]:
+        return state_of(self.settings, self.services, self.missing, self.absent)
 
     def stop(self) -> None:
         self._ticking.set()
@@ -401,34 +261,7 @@ class Server:
         self.targets.close()
 
 
-def step_time_in(
-    prometheus_url: str, project: str, experiment: str, step: int, login: tuple[str, str] | None = None
-) -> float | None:
-    """The trainer's time of ``step`` (or of the first step after it that Prometheus has), read on a
-    one-minute grid over the last 35 days: exact for steps of a minute or more; None where it does not say."""
-    run = run_selector(project, experiment)
-    query = (
-        f"min(min_over_time(({STEP_TIME_METRIC}{run} and on(project, experiment_name) "
-        f"({GLOBAL_STEP_METRIC}{run} >= {int(step)}))[35d:1m]))"
-    )
-    try:
-        reply = HttpClient(basic_auth=login).request(
-            "GET", f"{prometheus_url}/api/v1/query", params={"query": query}, timeout_s=20
-        )
-        found = reply.json()["data"]["result"] if reply.ok else []
-        return float(found[0]["value"][1]) if found else None
-    except (Unreachable, ValueError, KeyError, IndexError, TypeError) as exc:
-        logger.warning("marks: step %d of %s/%s: no time from Prometheus (%s)", step, project, experiment, exc)
-        return None
-
-
-def write_state(server: Server) -> None:
-    path = state_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(server.state(), indent=2))  # no secret in it: they stay in secrets/
-
-
-def run(settings: ServerSettings, on_ready: Any = None) -> int:
+def run(settings: ServerSettings, on_ready: Callable[[dict[str, object]], None] | None = None) -> int:
     """Start everything, write the state file, call ``on_ready(state)``, serve until SIGTERM/SIGINT."""
     # Hand the GIL on every 1 ms instead of 5: a push waiting behind a long rendering gets it sooner.
     sys.setswitchinterval(0.001)
@@ -438,9 +271,9 @@ def run(settings: ServerSettings, on_ready: Any = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         server.start()
-        server.on_change = lambda: write_state(server)
+        server.on_change = lambda: write_state(server.state())
         server.wait_ready()
-        write_state(server)
+        write_state(server.state())
         if on_ready is not None:
             on_ready(server.state())
         stop.wait()
@@ -454,7 +287,7 @@ def run(settings: ServerSettings, on_ready: Any = None) -> int:
     return 0
 
 
-def main(argv: Any = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl_rl_insight.server.app",
         description="the server process; reads its settings as JSON from stdin "

@@ -18,15 +18,18 @@ import resource
 import socket
 import threading
 import time
-from typing import Any
 
 import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+
+from verl_rl_insight.server.api.asgi_types import App
 
 logger = logging.getLogger("verl_rl_insight.server")
 
-_connection: contextvars.ContextVar[Any] = contextvars.ContextVar("rl_insight_connection", default=None)
+_connection: contextvars.ContextVar["GuardedH11Protocol | None"] = contextvars.ContextVar(
+    "rl_insight_connection", default=None
+)
 
 
 class _LingeringTransport:
@@ -37,11 +40,11 @@ class _LingeringTransport:
 
     linger_s = 5.0
 
-    def __init__(self, transport: Any, protocol: Any) -> None:
+    def __init__(self, transport: asyncio.Transport, protocol: "GuardedH11Protocol") -> None:
         self._transport = transport
         self._protocol = protocol
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:  # the rest of the transport, as it is
         return getattr(self._transport, name)
 
     def close(self) -> None:
@@ -61,7 +64,7 @@ class GuardedH11Protocol(H11Protocol):
     send_timeout_s = 30.0
     max_connections = 2048
 
-    def connection_made(self, transport: Any) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.lingering = False
         super().connection_made(_LingeringTransport(transport, self))  # type: ignore[arg-type]  # duck-typed
         self.broken = False
@@ -79,7 +82,7 @@ class GuardedH11Protocol(H11Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._arm_receive()
 
-    def connection_lost(self, exc: Any) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         if exc is not None:
             self.broken = True
         if self._receive_timer is not None:
@@ -87,7 +90,7 @@ class GuardedH11Protocol(H11Protocol):
             self._receive_timer = None
         super().connection_lost(exc)
 
-    def data_received(self, data: Any) -> None:
+    def data_received(self, data: bytes) -> None:
         if self.lingering:
             return  # the rest of a body already answered: dropped
         token = _connection.set(self)  # the request's task inherits it: see response_written()
@@ -119,7 +122,7 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
         self.loop.call_later(1.0, self._abort_if_open)
 
-    def _send_deadline(self, cycle: Any) -> None:
+    def _send_deadline(self, cycle: RequestResponseCycle) -> None:
         if self.transport.is_closing() and self.transport.get_write_buffer_size() == 0:
             return
         if cycle.response_complete and self.transport.get_write_buffer_size() == 0:
@@ -150,7 +153,7 @@ async def response_written(timeout_s: float = 30.0) -> bool:
     return False
 
 
-def open_files_limit() -> Any:
+def open_files_limit() -> int:
     """Many connections need many descriptors: take the soft limit up to the hard one; returns it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard > soft:
@@ -162,7 +165,7 @@ def open_files_limit() -> Any:
 
 
 class _Server(uvicorn.Server):
-    async def startup(self, sockets: Any = None) -> None:
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         asyncio.get_running_loop().set_exception_handler(_loop_errors)
         await super().startup(sockets=sockets)
 
@@ -170,7 +173,7 @@ class _Server(uvicorn.Server):
 _last_resource_error = [0.0]
 
 
-def _loop_errors(loop: Any, context: Any) -> None:
+def _loop_errors(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
     """asyncio's handler, but one line a minute for 'out of descriptors' instead of a traceback per try."""
     if str(context.get("message", "")).startswith("socket.accept() out of system resource"):
         if loop.time() - _last_resource_error[0] > 60:
@@ -190,7 +193,7 @@ class HttpServer:
 
     def __init__(
         self,
-        app: Any,
+        app: App,
         host: str,
         port: int,
         max_connections: int = 4096,
@@ -230,7 +233,7 @@ class HttpServer:
         self._thread: threading.Thread | None = None
         self._socket: socket.socket | None = None
 
-    def start(self) -> Any:
+    def start(self) -> "HttpServer":
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -14,11 +14,13 @@ from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Protocol
 
+from verl_rl_insight.server.api.asgi_types import Sent
+
 
 class Answerable(Protocol):
-    """A request the API answers (routes.Request): its ``send`` is the ASGI send."""
+    """A request the API answers (api/request.Request): its ``send`` is the ASGI send."""
 
-    async def send(self, message: dict[str, object]) -> None: ...
+    async def send(self, message: Sent) -> None: ...
 
 
 Handler = Callable[[Answerable], Awaitable[None]]

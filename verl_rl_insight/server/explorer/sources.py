@@ -14,15 +14,17 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.explorer.findings import FindingsCache
 from verl_rl_insight.server.explorer.history import Histories, RunHistory
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.health import detectors
 
 SpanRecord = dict[str, object]
+Listener = Callable[[list[Batch]], None]  # what the hub calls with the batches it accepted
 MAX_SPAN_RUNS = 4  # runs whose parsed spans are kept
 BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again after this long
 
@@ -32,12 +34,12 @@ class SpanSource(Protocol):
 
 
 class Sources:
-    def __init__(self, listeners: list[object] | None = None) -> None:
+    def __init__(self, listeners: list[Listener] | None = None, params: Mapping[str, float] | None = None) -> None:
         self.histories = Histories()
         if listeners is not None:
             listeners.append(self.histories.observe)
         self.prometheus: PrometheusReader | None = None
-        self.params: Mapping[str, float] = dict(detectors.DEFAULTS)
+        self.params: Mapping[str, float] = dict(params or detectors.DEFAULTS)
         self.findings = FindingsCache()
         self._spans: OrderedDict[tuple[str, str], tuple[int, list[SpanRecord]]] = OrderedDict()
         self._spans_lock = threading.Lock()

@@ -122,7 +122,7 @@ class Service:
             return
         stop_process_group(self.process.pid, timeout_s, self.process)
 
-    def status(self) -> dict[str, int | str | bool | None]:
+    def status(self) -> dict[str, object]:
         return {
             "pid": self.pid,
             "alive": self.alive(),

@@ -1,0 +1,69 @@
+"""The server's HTTP API, an ASGI application (served by http_server.HttpServer) made of the route
+table (``routes.ROUTES``), documented for clients and fuzzers at ``GET /openapi.json``.
+
+A request is routed, its caller authorized for the route's access, held off with 503 while the
+server starts when the route needs that, and handed to its handler; whatever the package refuses
+(an ``RLInsightError``) is answered with its status, headers and ``{"error": ...}`` (errors.py).
+"""
+
+import collections
+import json
+import logging
+from collections.abc import Sequence
+
+from verl_rl_insight.contract.errors import RLInsightError, Starting
+from verl_rl_insight.server.api import errors, openapi
+from verl_rl_insight.server.api.asgi_types import Receive, Scope, Send
+from verl_rl_insight.server.api.context import Context
+from verl_rl_insight.server.api.parts import ApiParts
+from verl_rl_insight.server.api.request import ClientGone, Request
+from verl_rl_insight.server.api.route import Route
+from verl_rl_insight.server.api.router import Router
+from verl_rl_insight.server.api.routes import ROUTES
+
+logger = logging.getLogger("verl_rl_insight.server")
+
+STARTING = f"the server is starting (its span store is not open yet); retry in {Starting.retry_after_s} s"
+
+
+class Api:
+    def __init__(self, parts: ApiParts, routes: Sequence[Route] = ROUTES) -> None:
+        self.parts = parts
+        self.router = Router(routes)
+        self.context = Context(parts, json.dumps(openapi.document(routes)).encode())
+
+    @property
+    def responses(self) -> collections.Counter[str]:
+        """Responses written, by status class: ``"2xx"``, ``"4xx"``, ..."""
+        return self.context.writer.responses
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive, send)
+        try:
+            route = self.router.find(request.method, request.path)
+            self.context.auth.authorize(request, route.access)
+            if route.needs_start and not self.parts.startup.ready:
+                raise Starting(STARTING)
+            limit = route.body_limit
+            request.body_limit = self.parts.max_body_bytes if isinstance(limit, str) else limit  # CONFIGURED
+            await route.handler(self.context, request)
+        except ClientGone:
+            return
+        except Exception as exc:
+            await self._refused(request, exc)
+
+    async def _refused(self, request: Request, exc: Exception) -> None:
+        """The answer to a request its handler did not answer (or a log line when it had begun to)."""
+        writer = self.context.writer
+        if request.answered:  # its answer (a 200, ...) went out: a second one is not an answer to count
+            logger.exception("error after answering %s %s", request.method, request.path)
+        elif isinstance(exc, RLInsightError):  # what the API, the hub and the stores refuse, each to its status
+            await writer.json(request.raw_send, errors.http_status(exc), errors.body(exc), errors.headers(exc))
+        else:
+            logger.exception("error while serving %s %s", request.method, request.path)
+            await writer.json(request.raw_send, 500, {"error": "internal error, see the server log"})
+
+    def close(self) -> None:
+        self.context.close()

@@ -1,0 +1,47 @@
+"""One HTTP request as the handlers see it: headers, query, the run its credential may write."""
+
+import urllib.parse
+
+from verl_rl_insight.contract.errors import BadInput
+from verl_rl_insight.server.api.asgi_types import Receive, Scope, Send, Sent
+
+Run = tuple[str, str]  # (project, experiment_name)
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request was read."""
+
+
+class Request:
+    __slots__ = ("scope", "method", "path", "receive", "raw_send", "answered", "headers", "query", "run", "body_limit")
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope = scope
+        self.method = scope["method"]
+        self.path = scope["path"]
+        self.receive = receive
+        self.raw_send = send  # the server's own send, for an answer its handler did not give
+        self.answered = False  # its response has begun: an error after that cannot become an answer
+        self.headers: dict[str, str] = {}
+        for name, value in scope["headers"]:
+            self.headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+        self.query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        self.run: Run | None = None  # the run a run credential may write (None: the token, or no token set)
+        self.body_limit: int | None = None  # the most its route reads (set by the router)
+
+    def param(self, name: str) -> str | None:
+        values = self.query.get(name)
+        return values[-1] if values else None
+
+    async def send(self, message: Sent) -> None:
+        if message["type"] == "http.response.start":
+            self.answered = True
+        await self.raw_send(message)
+
+
+def run_of(request: Request) -> Run:
+    """The run a request names in ``?project=P&experiment_name=E``; 400 when either is missing."""
+    project, experiment = request.param("project"), request.param("experiment_name")
+    if not project or not experiment:
+        raise BadInput("give ?project=P&experiment_name=E")
+    return project, experiment

@@ -1,0 +1,50 @@
+"""Scrape targets: registered by trainers (their engines' metrics) and people, served to Prometheus."""
+
+from verl_rl_insight.contract import run_credential
+from verl_rl_insight.contract.errors import BadInput, NotFound
+from verl_rl_insight.server.api.context import Context
+from verl_rl_insight.server.api.json_body import parse_json
+from verl_rl_insight.server.api.request import Request
+from verl_rl_insight.server.stores.targets import TargetError
+
+FIELDS = ("address", "job", "labels", "ttl_s")
+
+
+async def get_targets(ctx: Context, request: Request) -> None:
+    await ctx.json_from(request, lambda: {"targets": ctx.parts.targets.list()})
+
+
+async def get_sd(ctx: Context, request: Request) -> None:
+    await ctx.json_from(request, ctx.parts.targets.http_sd)
+
+
+async def post_target(ctx: Context, request: Request) -> None:
+    """Register a target or renew its TTL (a run credential: a target labelled with its run)."""
+    async with ctx.body(request) as body:
+        item = parse_json(body)
+    if not isinstance(item, dict):
+        raise TargetError('body must be an object {"address", "job", "labels", "ttl_s"}')
+    unknown = sorted(set(item) - set(FIELDS))
+    if unknown:
+        raise TargetError(f"unknown field {unknown[0][:40]!r} (known: address, job, labels, ttl_s)")
+    given = item.get("labels")
+    labels = given if isinstance(given, dict) else {}
+    run_credential.check_run(request.run, labels.get("project"), labels.get("experiment_name"), "labels")
+    record = ctx.parts.targets.register(
+        item.get("address"), item.get("job"), item.get("labels") or {}, item.get("ttl_s", 90.0)
+    )
+    await ctx.json(request, record)
+
+
+async def delete_target(ctx: Context, request: Request) -> None:
+    job, address = request.param("job"), request.param("address")
+    if not job or not address:
+        raise BadInput("give ?job=JOB&address=HOST:PORT")
+    targets = ctx.parts.targets
+    if request.run is not None:
+        known = [t["labels"] for t in targets.list() if (t["job"], t["address"]) == (job, address)]
+        labels = known[0] if known else {}
+        run_credential.check_run(request.run, labels.get("project"), labels.get("experiment_name"), "target")
+    if not targets.remove(address, job):
+        raise NotFound(f"no target {job[:80]!r} {address[:80]!r}")
+    await ctx.json(request, {"removed": {"job": job, "address": address}})
