@@ -25,7 +25,8 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.api.routes import Api
+from verl_rl_insight.server.api.asgi import Api
+from verl_rl_insight.server.api.parts import ApiParts
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.metrics.hub import MetricHub
 
@@ -72,7 +73,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()
     hub = MetricHub(memory_limit_bytes=2 * 2**30, history_s=7 * 86400)
-    api = Api(hub)
+    api = Api(ApiParts(hub))
     server = HttpServer(api, "127.0.0.1", 0).start()
     base = f"http://127.0.0.1:{server.port}"
     session = requests.Session()
