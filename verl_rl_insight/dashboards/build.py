@@ -619,7 +619,7 @@ ANNOTATIONS = [
 
 
 def build(conditional: Any = None) -> Any:
-    """{file name: dashboard} for everything under grafana/dashboards/. ``conditional``, when a
+    """{file name: dashboard} for everything under dashboards/generated/. ``conditional``, when a
     dict, receives {row title: the condition under which its keys are logged}."""
     out = {}
     rows_logged_sometimes = {}

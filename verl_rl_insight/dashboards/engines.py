@@ -3,8 +3,8 @@ so the engine index inside a replica never splits a line; units on every panel."
 
 from typing import Any
 
-from verl_rl_insight.contract.engine_metrics import exposed
-from verl_rl_insight.dashboards.panels import RUN, heatmap, timeseries
+from verl_rl_insight.contract.engine_metrics import LOAD, EngineLoad, exposed
+from verl_rl_insight.dashboards.panels import RUN, Layout, heatmap, timeseries
 
 SEL = f'{RUN},replica=~"$replica"'
 RATE = "[$__rate_interval]"
@@ -70,8 +70,9 @@ def in_flight() -> Any:
     )
 
 
-def load_panels(layout: Any, running: Any, waiting: Any, waiting_word: Any, usage_title: Any, usage: Any) -> None:
+def load_panels(layout: Layout, load: EngineLoad, waiting_word: str, usage_title: str) -> None:
     """How loaded each replica is: requests running and waiting, busy share, calls in flight, KV cache."""
+    running, waiting, usage = load.running, load.waiting, load.kv_cache
     layout.add(
         timeseries(
             f"Running / {waiting_word} requests",
@@ -101,14 +102,7 @@ def vllm_rows(layout: Any) -> None:
             unit="tokens/s",
         )
     )
-    load_panels(
-        layout,
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-        "waiting",
-        "KV cache usage",
-        "vllm:kv_cache_usage_perc",
-    )
+    load_panels(layout, LOAD["vllm"], "waiting", "KV cache usage")
     hits, queries = (by_replica("sum", rate(f"vllm:prefix_cache_{kind}_total")) for kind in ("hits", "queries"))
     layout.add(
         timeseries(
@@ -200,14 +194,7 @@ def sglang_rows(layout: Any) -> None:
             unit="tokens/s",
         )
     )
-    load_panels(
-        layout,
-        "sglang:num_running_reqs",
-        "sglang:num_queue_reqs",
-        "queued",
-        "KV cache (token) usage",
-        "sglang:token_usage",
-    )
+    load_panels(layout, LOAD["sglang"], "queued", "KV cache (token) usage")
     layout.add(
         timeseries(
             "Prefix cache hit rate",
@@ -236,4 +223,4 @@ def sglang_rows(layout: Any) -> None:
 
 
 ROWS = {"vllm": vllm_rows, "sglang": sglang_rows}
-RUNNING = {"vllm": exposed("vllm:num_requests_running"), "sglang": exposed("sglang:num_running_reqs")}
+RUNNING = {engine: exposed(load.running) for engine, load in LOAD.items()}

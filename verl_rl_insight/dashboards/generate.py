@@ -6,8 +6,8 @@ What ``--check`` proves, besides the JSON being current:
 - every PromQL query filters on the run (``project=~"$project"`` and ``experiment_name=~"$experiment_name"``)
   and every TraceQL query with the anchored raw-string filter, checked valid for run names with
   dots, slashes, quotes and regex characters (dashboards/traceql.py): each selects its run alone;
-- every metric a query names is produced by something (grafana/catalogue.py, and for trainer keys
-  the installed verl's source, grafana/keys.py); a name regex must match at least one known name;
+- every metric a query names is produced by something (dashboards/catalogue.py, and for trainer keys
+  the installed verl's source, dashboards/keys.py); a name regex must match at least one known name;
 - no ``traces`` panel is fed by a search: it renders one trace, so its query is a trace ID (the
   ``trace_id`` variable); searches go to tables;
 - a percent panel cannot pass 100 %, by construction of each of its queries (``PERCENT_RULE``).

@@ -6,13 +6,14 @@ variables are multi-select); every TraceQL query with ``TRACE_RUN``.
 
 from typing import Any
 
+from verl_rl_insight.contract.naming import METRIC_PREFIX
 from verl_rl_insight.dashboards.traceql import RUN_FILTER
 
 PROM = {"type": "prometheus", "uid": "rl-insight-prometheus"}
 TEMPO = {"type": "tempo", "uid": "rl-insight-tempo"}
 RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
 TRACE_RUN = RUN_FILTER  # raw strings, anchored: see dashboards/traceql.py
-M = "rl_insight_monitor_"
+M = METRIC_PREFIX
 PERCENT_UNITS = {"percentunit": 1, "percent": 100}  # unit -> the largest value it can show
 
 

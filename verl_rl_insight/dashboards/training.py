@@ -1,6 +1,6 @@
 """The trainer's rows: what a person checks first, then every key verl logs, a collapsed row per group.
 
-Every key of grafana/keys.py has a panel of its family (``critic/score/{mean,max,min}`` share
+Every key of dashboards/keys.py has a panel of its family (``critic/score/{mean,max,min}`` share
 one); families named at run time are matched by pattern; a last panel shows any key that has
 no panel of its own (a key a newer verl adds), so nothing logged is ever out of sight.
 """

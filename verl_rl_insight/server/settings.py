@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from verl_rl_insight.contract import environment
-from verl_rl_insight.contract.naming import is_label_name
+from verl_rl_insight.contract.naming import is_label_name, is_scraper_name
 from verl_rl_insight.server.stores.targets import MAX_TARGETS_PER_RUN
 
 SERVICE_NAMES = ("prometheus", "alertmanager", "tempo", "grafana")
@@ -44,8 +44,6 @@ def check_http_url(name: str, value: Any) -> Any:
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{name} must be an http:// or https:// URL with a host, got {value!r}")
 
-
-SCRAPER_NAME = re.compile(r"[a-zA-Z0-9_.:-]{1,64}")  # what ``/metrics?scraper=`` takes
 
 # header names whose values are credentials
 SECRET_HEADER = re.compile(r"auth|token|secret|password|key|cookie", re.IGNORECASE)
@@ -120,7 +118,7 @@ class ServerSettings:
     alertmanager: dict[str, Any] = dataclasses.field(
         default_factory=dict
     )  # receivers, route, ...: Alertmanager's syntax
-    alerts: dict[str, Any] = dataclasses.field(default_factory=dict)  # alert thresholds (server/alert_rules.py)
+    alerts: dict[str, Any] = dataclasses.field(default_factory=dict)  # alert thresholds (server/managed/alert_rules.py)
     # named scrapers whose history goes only once their store shows it: name -> that Prometheus'
     # base URL (its query API); the server's own Prometheus is always one
     confirm_scrapers: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -167,7 +165,7 @@ class ServerSettings:
         if not isinstance(self.confirm_scrapers, dict):
             raise ValueError("confirm_scrapers must be a mapping of scraper name to its Prometheus' URL")
         for name, url in self.confirm_scrapers.items():
-            if not isinstance(name, str) or not SCRAPER_NAME.fullmatch(name):
+            if not is_scraper_name(name):
                 raise ValueError(f"confirm_scrapers: {name!r} is not a scraper name (1 to 64 of [a-zA-Z0-9_.:-])")
             check_http_url(f"confirm_scrapers.{name}", url)
         ports = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.endswith("port")}

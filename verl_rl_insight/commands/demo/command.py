@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from verl_rl_insight.contract import environment
+from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
 
 PROJECT = "rl-insight-demo"
 
@@ -172,7 +173,7 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
 
         graph, alerts = prometheus_links(
             urls["prometheus"],
-            f"rl_insight_monitor_critic_score_mean{query}",
+            metric_name(METRIC_PREFIX, "critic/score/mean") + query,
             probe=control.with_login(urls["prometheus"]),
         )
         print(f"  Prometheus  {graph}", file=out)

@@ -5,14 +5,14 @@ from typing import Any
 
 from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract import server_url
-from verl_rl_insight.contract.engine_metrics import exposed
+from verl_rl_insight.contract.engine_metrics import LOAD, exposed
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient, Refused, Unreachable
-from verl_rl_insight.contract.naming import metric_name
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, metric_name
 from verl_rl_insight.contract.promql import run_selector
 
-PREFIX = "rl_insight_monitor_"
-STEP = PREFIX + "training_global_step"
+PREFIX = METRIC_PREFIX
+STEP = GLOBAL_STEP_METRIC
 # (label, logged key, thresholds drawn under the curve)
 CURVES = (
     ("score", "critic/score/mean", ()),
@@ -23,10 +23,7 @@ CURVES = (
     ("logp mismatch", "training/rollout_probs_diff_mean", (0.005, 0.01)),
 )
 ENGINES = {  # running, waiting, KV cache share: series of the engine metric list
-    "vllm": tuple(
-        exposed(n) for n in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-    ),
-    "sglang": tuple(exposed(n) for n in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")),
+    engine: (exposed(load.running), exposed(load.waiting), exposed(load.kv_cache)) for engine, load in LOAD.items()
 }
 
 

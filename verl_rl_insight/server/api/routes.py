@@ -1,5 +1,5 @@
 """The server's HTTP API, an ASGI application (served by http_server.HttpServer; documented for
-clients and fuzzers at ``GET /openapi.json``, see server/openapi.py).
+clients and fuzzers at ``GET /openapi.json``, see server/api/openapi.py).
 
 GET  /metrics[?scraper=NAME]  the hub's exposition: live values; a named scraper also gets the
                               history it has not been sent (moved on once the response is written)
