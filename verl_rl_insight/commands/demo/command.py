@@ -90,12 +90,12 @@ class Progress:
         self._thread = threading.Thread(target=self._run, name="demo-progress", daemon=True)
         self._thread.start()
 
-    def _step(self) -> Any:
-        from verl_rl_insight.contract.http_client import HttpClient, Unreachable
+    def _step(self) -> int | None:
+        from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
 
         try:
-            streams = HttpClient().get_json(self.hub_url + "/api/v1/streams", timeout_s=2)["streams"]
-        except (Unreachable, KeyError, TypeError):
+            streams = fetch_json(self.hub_url + "/api/v1/streams", timeout_s=2)["streams"]
+        except (NoAnswer, KeyError, TypeError):
             return None
         steps = [
             s.get("step") or 0
@@ -141,15 +141,14 @@ def prometheus_links(url: str, expr: str, probe: str | None = None) -> tuple[str
     (/classic/graph, /classic/alerts: Debian's package, whose build leaves the React UI out). The
     version comes from /api/v1/status/buildinfo (asked at ``probe``: the URL with its login, which
     the links do not show); the expression is percent-encoded."""
-    from verl_rl_insight.contract.http_client import HttpClient, Unreachable
+    from verl_rl_insight.commands.http_fetch import NoAnswer, fetch, fetch_json
 
-    client = HttpClient(timeout_s=2)
     asked = (probe or url).rstrip("/")
     try:
-        version = str(client.get_json(asked + "/api/v1/status/buildinfo")["data"]["version"])
+        version = str(fetch_json(asked + "/api/v1/status/buildinfo", timeout_s=2)["data"]["version"])
         major = int(version.split(".")[0])
-        classic = major < 3 and client.request("GET", asked + "/alerts").status == 404
-    except (Unreachable, KeyError, TypeError, ValueError):
+        classic = major < 3 and fetch("GET", asked + "/alerts", timeout_s=2).status == 404
+    except (NoAnswer, KeyError, TypeError, ValueError):
         major, classic = 2, False
     if major >= 3:
         return f"{url}/query?{urllib.parse.urlencode({'g0.expr': expr, 'g0.tab': 'graph'})}", f"{url}/alerts"

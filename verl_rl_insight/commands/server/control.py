@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from verl_rl_insight.commands.printable import printable
+from verl_rl_insight.commands import http_fetch
 from verl_rl_insight.contract import server_url
-from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.server import app
 from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
 from verl_rl_insight.server.managed.supervisor import (
@@ -248,9 +247,8 @@ def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> Any:
     else:
         print("  (rl-insight server status --secrets shows the token and the Grafana password)", file=out)
     try:
-        client = HttpClient(timeout_s=5)
-        services = printable(client.get_json(state["local_hub_url"] + "/api/v1/services")["services"])
-        hub = printable(client.get_json(state["local_hub_url"] + "/api/v1/hub"))
+        services = http_fetch.fetch_json(state["local_hub_url"] + "/api/v1/services", timeout_s=5)["services"]
+        hub = http_fetch.fetch_json(state["local_hub_url"] + "/api/v1/hub", timeout_s=5)
     except Exception as exc:
         print(f"\n  (cannot ask the server for service details: {exc})", file=out)
         return 1

@@ -6,9 +6,9 @@ import json
 import urllib.parse
 from typing import Any
 
+from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_ok
 from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract.errors import RLInsightError
-from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
 MAX_TRACES = 100_000
 
@@ -17,20 +17,17 @@ class SourceError(RLInsightError):
     """Spans that cannot be read from the server or Tempo; the message says why."""
 
 
-def _get(url: str, headers: Any = None, timeout: int = 30) -> Any:
+def _get(url: str, token: str | None = None) -> bytes:
     try:
-        reply = HttpClient().request("GET", url, headers=headers, timeout_s=timeout)
-    except Unreachable as exc:
-        raise SourceError(f"cannot reach {exc}") from None
-    if not reply.ok:
-        raise SourceError(f"{url.split('?')[0]} answered {reply.status}: {printable(reply.error())}")
-    return reply.body
+        return fetch_ok("GET", url, token=token, timeout_s=30).body
+    except NoAnswer as exc:
+        raise SourceError(str(exc)) from None
 
 
 def from_server(base: Any, project: str, experiment: str | None, token: str | None = None) -> Any:
     """The spans the server kept for the run (JSON lines)."""
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
-    body = _get(f"{base}/api/v1/spans?{query}", {"Authorization": f"Bearer {token}"} if token else None)
+    body = _get(f"{base}/api/v1/spans?{query}", token)
     return [printable(json.loads(line)) for line in body.splitlines() if line.strip()]
 
 

@@ -1,13 +1,13 @@
 """What the terminal view shows, read from Prometheus' HTTP API: the run, its step, the key
 curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
 
+from collections.abc import Mapping
 from typing import Any
 
-from verl_rl_insight.commands.printable import printable
+from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.contract.engine_metrics import LOAD, exposed
 from verl_rl_insight.contract.errors import RLInsightError
-from verl_rl_insight.contract.http_client import HttpClient, Refused, Unreachable
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, metric_name
 from verl_rl_insight.contract.promql import run_selector
 
@@ -44,21 +44,20 @@ class Prometheus:
         self.url = with_login(url).rstrip("/")
         self.shown = server_url.redact(self.url)  # what messages name
         self.timeout = timeout
-        self._client = HttpClient()
 
-    def _get(self, path: str, params: Any) -> Any:
+    def _get(self, path: str, params: Mapping[str, str]) -> Any:
         try:
-            body = self._client.get_json(f"{self.url}{path}", params=params, timeout_s=self.timeout)
-        except Refused as exc:
+            body = fetch_json(f"{self.url}{path}", params=params, timeout_s=self.timeout)
+        except NoAnswer as exc:
+            if exc.status is None:
+                raise DataError(f"Prometheus at {self.shown} does not answer ({exc})") from None
             if exc.status == 401:
                 raise DataError(
                     f"Prometheus at {self.shown} takes the server's login (401): run this as the user that "
                     "started the server, who may read it"
                 ) from None
             raise DataError(f"Prometheus at {self.shown} refused a query ({exc.status})") from None
-        except Unreachable as exc:
-            raise DataError(f"Prometheus at {self.shown} does not answer ({exc})") from None
-        return printable(body["data"])
+        return body["data"]
 
     def query(self, promql: str) -> Any:
         return self._get("/api/v1/query", {"query": promql})["result"]
