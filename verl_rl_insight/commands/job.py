@@ -109,7 +109,7 @@ def demo(args: argparse.Namespace) -> Any:
 
 
 def doctor(args: argparse.Namespace) -> Any:
-    from verl_rl_insight.commands import doctor as checklist
+    from verl_rl_insight.commands.doctor import command as checklist
 
     if args.server:
         check_server_url(args.server, "--server")
