@@ -10,22 +10,22 @@ from collections import defaultdict
 from typing import Any
 
 from verl_rl_insight.dashboards import keys as catalogue
-from verl_rl_insight.dashboards.panels import RUN, M, step_axis, timeseries
+from verl_rl_insight.dashboards.panels import RUN, Layout, M, Panel, step_axis, timeseries
 
 EXP = "{{experiment_name}}"
 
 
-def metric(key: str) -> Any:
+def metric(key: str) -> str:
     from verl_rl_insight.contract.naming import metric_name
 
     return metric_name(M, key)
 
 
-def series(key: str, legend: Any = None) -> Any:
+def series(key: str, legend: str | None = None) -> tuple[str, str]:
     return f"{metric(key)}{{{RUN}}}", f"{legend or key} {EXP}"
 
 
-def overview_rows(layout: Any) -> None:
+def overview_rows(layout: Layout) -> None:
     layout.row("Training: what to check first")
     layout.add(
         timeseries(
@@ -145,12 +145,12 @@ def promql_string(text: str) -> str:
     return f'"{escape_label_value(text)}"'
 
 
-def metric_regex(key_regex: Any) -> Any:
+def metric_regex(key_regex: str) -> str:
     """A key regex as a regex of metric names (``/`` and ``-`` become ``_``)."""
     return M + key_regex.replace("/", "_").replace("val-", "val_")
 
 
-def key_rows(layout: Any) -> Any:
+def key_rows(layout: Layout) -> Any:
     """The collapsed rows of every key; returns {row title: condition} for the rows logged only
     in some runs (the demo fills the others)."""
     conditional = {}
@@ -209,7 +209,7 @@ def per_source(stat: str) -> str:
     )
 
 
-def percentiles(key: str, title: str, what: str) -> Any:
+def percentiles(key: str, title: str, what: str) -> Panel:
     return timeseries(
         title,
         [series(f"{key}/p{q}", f"p{q}") for q in (10, 50, 90)],
@@ -218,7 +218,7 @@ def percentiles(key: str, title: str, what: str) -> Any:
     )
 
 
-def signal_rows(layout: Any) -> None:
+def signal_rows(layout: Layout) -> None:
     """Plugin group_stats: where a step's learning signal is (groups GRPO learns nothing from),
     percentile bands of score and length, and each data source on its own line."""
     layout.row("Training signal: groups, advantages, percentiles")
