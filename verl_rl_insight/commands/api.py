@@ -4,10 +4,10 @@ import argparse
 import json
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from verl_rl_insight.commands import http_fetch
-from verl_rl_insight.commands.checks import PROBLEMS, CliError, check_server_url
+from verl_rl_insight.commands.checks import PROBLEMS, CliError, Parser, check_server_url
 from verl_rl_insight.commands.printable import printable
 
 
@@ -47,6 +47,8 @@ def server(args: argparse.Namespace) -> tuple[str, str | None]:
 
 
 Item = TypeVar("Item")
+# what ``add_subparsers()`` gives: each command module adds its parsers to it
+SubParsers: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 
 def call(method: str, url: str, token: str | None, body: bytes | str | None = None, timeout_s: float = 10) -> Any:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from verl_rl_insight.commands.api import SubParsers
 from verl_rl_insight.commands.checks import CliError, check_server_url, writable_folder
 from verl_rl_insight.contract import environment
 
@@ -94,7 +95,7 @@ def dashboards_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def demo(args: argparse.Namespace) -> Any:
+def demo(args: argparse.Namespace) -> int:
     from verl_rl_insight.commands.demo import command
 
     return command.run(
@@ -108,7 +109,7 @@ def demo(args: argparse.Namespace) -> Any:
     )
 
 
-def doctor(args: argparse.Namespace) -> Any:
+def doctor(args: argparse.Namespace) -> int:
     from verl_rl_insight.commands.doctor import command as checklist
 
     if args.server:
@@ -119,7 +120,7 @@ def doctor(args: argparse.Namespace) -> Any:
     return checklist.run(server=args.server, project=args.project, experiment=args.experiment, overrides=overrides)
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     import argparse
 
     from verl_rl_insight.commands import checks

@@ -12,21 +12,21 @@ import urllib.parse
 from typing import Any
 
 from verl_rl_insight.commands import marks, run_card
-from verl_rl_insight.commands.api import call, common_options, print_table, server
+from verl_rl_insight.commands.api import SubParsers, call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
 from verl_rl_insight.contract.naming import STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 
 
-def _prometheus(base: Any, token: str | None) -> Any:
+def _prometheus(base: str, token: str | None) -> Prometheus | None:
     info = call("GET", base + "/api/v1/info", token)
     if "prometheus" not in info.get("services", ()):
         return None
     return Prometheus(info["prometheus"], timeout=60)
 
 
-def _ago(seconds: Any) -> str:
+def _ago(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
@@ -148,11 +148,11 @@ def table(prom: Any, project: str, experiment: str | None, since: Any) -> Any:
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def _seconds(duration: Any) -> Any:
+def _seconds(duration: str) -> float:
     return float(duration[:-1]) * UNITS[duration[-1]]
 
 
-def since(text: str) -> Any:
+def since(text: str) -> str:
     """A Prometheus duration: digits and one of s m h d w (argparse type)."""
     import argparse
     import re
@@ -198,7 +198,7 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
-def delete(args: argparse.Namespace) -> Any:
+def delete(args: argparse.Namespace) -> int:
     base, token = server(args)
     what = f"{args.project}/{args.experiment}"
     if not args.yes:
@@ -224,7 +224,7 @@ def delete(args: argparse.Namespace) -> Any:
     return 0 if whole else PROBLEMS
 
 
-def revoke(args: argparse.Namespace) -> Any:
+def revoke(args: argparse.Namespace) -> int:
     base, token = server(args)
     query = urllib.parse.urlencode({"project": args.project, "experiment_name": args.experiment})
     result = call("POST", f"{base}/api/v1/runs/revoke?{query}", token)
@@ -241,7 +241,7 @@ def revoke(args: argparse.Namespace) -> Any:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     runs = sub.add_parser("runs", help="the runs the server knows: list, export, delete, revoke; mark steps")
     runs_sub = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     listing = runs_sub.add_parser("list", help="every run: last step, last push, series, state")

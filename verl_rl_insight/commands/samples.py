@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from verl_rl_insight.commands.api import common_options
+from verl_rl_insight.commands.api import SubParsers, common_options
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
 from verl_rl_insight.commands.timeline.command import spans_of
 
@@ -67,7 +67,7 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     parser = sub.add_parser(
         "samples",
         help="the rollouts behind a step: its worst, best and largest-mismatch samples (plugin samples)",

@@ -16,14 +16,14 @@ from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
 PROJECT = "rl-insight-demo"
 
 
-def has_gpu() -> Any:
+def has_gpu() -> bool:
     try:
         import pynvml
 
         pynvml.nvmlInit()
         count = pynvml.nvmlDeviceGetCount()
         pynvml.nvmlShutdown()
-        return count > 0
+        return bool(count > 0)
     except Exception:
         return False
 
@@ -218,6 +218,9 @@ def run(
             print("rl-insight demo: the server did not start (see above)", file=out)
             return 2
         state = control.read_state()
+        if state is None:  # started, and gone again before the demo began
+            print("rl-insight demo: the server stopped right after it started (see above)", file=out)
+            return 2
     else:
         print(control.panel(state), file=out)
     experiment = experiment or time.strftime("simulated-%Y%m%d-%H%M%S")

@@ -2,7 +2,8 @@
 
 import os
 import sys
-from typing import Any, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from verl_rl_insight.commands import http_fetch
 from verl_rl_insight.commands.doctor.report import Report, third_party_quiet
@@ -22,9 +23,9 @@ def run(
     server: str | None = None,
     project: str | None = None,
     experiment: str | None = None,
-    overrides: Any = (),
+    overrides: Sequence[str] = (),
     out: TextIO = sys.stdout,
-) -> Any:
+) -> int:
     from verl_rl_insight.commands.server import control
 
     report = Report(out)

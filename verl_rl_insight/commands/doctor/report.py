@@ -4,7 +4,7 @@ import contextlib
 import logging
 import warnings
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import TextIO
 
 from verl_rl_insight.commands.printable import printable
 
@@ -16,14 +16,14 @@ class Report:
         self.out = out
         self.problems = 0
 
-    def ok(self, what: Any, detail: str = "") -> None:
+    def ok(self, what: str, detail: str = "") -> None:
         print(printable(f"ok       {what}" + (f": {detail}" if detail else "")), file=self.out)
 
-    def problem(self, what: Any, detail: Any, fix: Any) -> None:
+    def problem(self, what: str, detail: str, fix: str) -> None:
         self.problems += 1
         print(printable(f"PROBLEM  {what}: {detail}"), printable(f"         fix: {fix}"), sep="\n", file=self.out)
 
-    def skip(self, what: Any, why: Any) -> None:
+    def skip(self, what: str, why: str) -> None:
         print(printable(f"skipped  {what}: {why}"), file=self.out)
 
 

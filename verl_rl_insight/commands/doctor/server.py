@@ -54,7 +54,7 @@ def check_server(report: Report, url: str, token: str | None) -> bool:
     return True
 
 
-def check_services(report: Report, url: str) -> Any:
+def check_services(report: Report, url: str) -> dict[str, Any]:
     from verl_rl_insight.commands.server import control
     from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
 
@@ -87,7 +87,7 @@ def check_services(report: Report, url: str) -> Any:
     return services
 
 
-def check_targets(report: Report, prometheus_url: Any, wait_s: float = 10.0) -> None:
+def check_targets(report: Report, prometheus_url: str, wait_s: float = 10.0) -> None:
     deadline = time.monotonic() + wait_s  # a server started a moment ago: its first scrapes are coming
     while True:
         try:
@@ -119,7 +119,7 @@ def check_targets(report: Report, prometheus_url: Any, wait_s: float = 10.0) -> 
         report.ok("Prometheus targets", f"{len(targets)} up")
 
 
-def prom_vector(prometheus_url: Any, promql: str) -> Any:
+def prom_vector(prometheus_url: str, promql: str) -> dict[tuple[tuple[str, str], ...], float] | None:
     """{labels tuple: value} of an instant query, or None when Prometheus does not answer."""
     try:
         result = http_fetch.fetch_json(prometheus_url + "/api/v1/query", params={"query": promql}, timeout_s=5)
@@ -128,7 +128,7 @@ def prom_vector(prometheus_url: Any, promql: str) -> Any:
     return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in result["data"]["result"]}
 
 
-def check_remote_write(report: Report, prometheus_url: Any) -> None:
+def check_remote_write(report: Report, prometheus_url: str) -> None:
     """Each remote_write queue of the server's Prometheus (its own figures, scraped as job
     rl_insight_prometheus): failing, retrying or falling behind is a problem."""
 
@@ -183,7 +183,7 @@ def check_remote_write(report: Report, prometheus_url: Any) -> None:
             report.ok(what, f"{where}: {total:.0f} samples sent, {lag:.0f} s behind")
 
 
-def check_provisioning(report: Report, state: dict[str, Any]) -> None:
+def check_provisioning(report: Report, state: dict[str, Any] | None) -> None:
     data = state.get("settings", {}).get("data_dir") if state else None
     if not data:
         report.skip("Grafana provisioning", "the server is not on this machine")

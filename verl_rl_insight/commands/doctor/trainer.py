@@ -3,7 +3,7 @@ get, and the Hydra overrides the job would run with."""
 
 import logging
 import os
-from typing import Any
+from collections.abc import Sequence
 
 from verl_rl_insight.commands.doctor.report import Report
 from verl_rl_insight.contract import environment, server_url
@@ -78,7 +78,7 @@ def check_environment(report: Report, url: str, needs_token: bool = False, serve
         )
 
 
-def check_overrides(report: Report, overrides: Any) -> None:
+def check_overrides(report: Report, overrides: Sequence[str]) -> None:
     if not overrides:
         report.skip("trainer config", "no Hydra overrides given (rl-insight doctor -- <your overrides>)")
         return

@@ -7,11 +7,11 @@ import os
 import re
 from typing import Any
 
-from verl_rl_insight.commands.api import call, common_options, server
+from verl_rl_insight.commands.api import SubParsers, call, common_options, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
 
 
-def steps_range(text: str) -> Any:
+def steps_range(text: str) -> tuple[int | None, int | None]:
     """'A:B', 'A:', ':B' or 'A' -> (first, last), None where open (argparse type)."""
     head, sep, tail = text.partition(":")
     try:
@@ -130,7 +130,7 @@ def summarize(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     timeline = sub.add_parser(
         "timeline", help="a run's RL state timeline: as a file (Perfetto, chrome://tracing), or per step"
     )

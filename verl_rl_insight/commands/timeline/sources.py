@@ -24,14 +24,14 @@ def _get(url: str, token: str | None = None) -> bytes:
         raise SourceError(str(exc)) from None
 
 
-def from_server(base: Any, project: str, experiment: str | None, token: str | None = None) -> Any:
+def from_server(base: str, project: str, experiment: str | None, token: str | None = None) -> Any:
     """The spans the server kept for the run (JSON lines)."""
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
     body = _get(f"{base}/api/v1/spans?{query}", token)
     return [printable(json.loads(line)) for line in body.splitlines() if line.strip()]
 
 
-def _hex(value: Any) -> Any:
+def _hex(value: str | None) -> str:
     """Tempo writes IDs in base64 (its JSON) or hex (OTLP JSON); both -> hex."""
     if not value:
         return ""

@@ -10,7 +10,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from verl_rl_insight.commands.api import call, server
+from verl_rl_insight.commands.api import SubParsers, call, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError, positive_float
 
 
@@ -130,7 +130,7 @@ def watch(args: argparse.Namespace) -> int:
         return 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     from verl_rl_insight.commands.api import common_options
 
     parser = sub.add_parser("watch", help="one run live in the terminal: step, curves, replicas, GPUs, alerts")

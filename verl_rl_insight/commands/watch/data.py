@@ -1,7 +1,7 @@
 """What the terminal view shows, read from Prometheus' HTTP API: the run, its step, the key
 curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
@@ -62,27 +62,29 @@ class Prometheus:
     def query(self, promql: str) -> Any:
         return self._get("/api/v1/query", {"query": promql})["result"]
 
-    def scalar(self, promql: str) -> Any:
+    def scalar(self, promql: str) -> float | None:
         result = self.query(promql)
         return float(result[0]["value"][1]) if result else None
 
-    def by(self, promql: str, label: Any) -> Any:
+    def by(self, promql: str, label: str) -> dict[str, float]:
         return {r["metric"].get(label, ""): float(r["value"][1]) for r in self.query(promql)}
 
-    def samples(self, promql_range: Any) -> Any:
+    def samples(self, promql_range: str) -> dict[float, float]:
         """{timestamp: value} of the one series a range-vector query returns."""
         result = self.query(promql_range)
         return {float(t): float(v) for t, v in result[0]["values"]} if result else {}
 
-    def names(self, match: Any, start: Any) -> Any:
+    def names(self, match: str, start: float) -> list[str]:
         """Metric names of the series matching ``match`` since ``start`` (seconds)."""
-        return self._get("/api/v1/label/__name__/values", {"match[]": match, "start": str(start)})
+        return [
+            str(name) for name in self._get("/api/v1/label/__name__/values", {"match[]": match, "start": str(start)})
+        ]
 
     def alerts(self) -> Any:
         return self._get("/api/v1/alerts", {})["alerts"]
 
 
-def runs(prom: Any) -> Any:
+def runs(prom: Prometheus) -> list[tuple[str, str, float]]:
     """(project, experiment_name, last seen) of every run, newest first."""
     found = prom.query(f"max by (project, experiment_name) (timestamp({STEP}))")
     return sorted(
@@ -91,7 +93,12 @@ def runs(prom: Any) -> Any:
     )
 
 
-def pick_run(prom: Any, project: str | None = None, experiment: str | None = None, recent: Any = ()) -> Any:
+def pick_run(
+    prom: Prometheus,
+    project: str | None = None,
+    experiment: str | None = None,
+    recent: Iterable[tuple[str, str, float]] = (),
+) -> tuple[str, str]:
     """The named run, else the newest: ``recent`` (project, experiment_name, seconds since its last
     step) from the hub comes first, since Prometheus stamps every run's live value at each scrape."""
     known = [(p, e, -idle) for p, e, idle in sorted(recent, key=lambda r: r[2])] + runs(prom)
@@ -104,7 +111,9 @@ def pick_run(prom: Any, project: str | None = None, experiment: str | None = Non
     return chosen[0][:2]
 
 
-def by_step(prom: Any, key_metric: Any, selector: Any, window_s: Any, steps: Any) -> Any:
+def by_step(
+    prom: Prometheus, key_metric: str, selector: str, window_s: float, steps: Mapping[float, float]
+) -> list[tuple[int, float]]:
     """[(global step, value)] of the run's last ``window_s``: the hub stamps a step's values and its
     global step with the same time, so each stored sample is matched to its own step."""
     values = prom.samples(f"{key_metric}{selector}[{int(window_s)}s]")
@@ -112,7 +121,7 @@ def by_step(prom: Any, key_metric: Any, selector: Any, window_s: Any, steps: Any
     return sorted(by.items())
 
 
-def snapshot(prom: Any, project: str, experiment: str | None, window_s: int = 3600) -> Any:
+def snapshot(prom: Prometheus, project: str, experiment: str | None, window_s: int = 3600) -> dict[str, Any]:
     """Everything one frame shows, as plain data."""
     selector = run_selector(project, experiment)
     step = prom.scalar(f"{STEP}{selector}")
