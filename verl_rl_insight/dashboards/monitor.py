@@ -1,13 +1,12 @@
 """The monitor's own health: the hub's memory, what it refused or dropped."""
 
-from typing import Any
-
 from verl_rl_insight.dashboards.panels import (
+    Layout,
     timeseries,
 )
 
 
-def monitoring_rows(layout: Any) -> None:
+def monitoring_rows(layout: Layout) -> None:
     """The monitor's own health: the hub's memory, what it refused or dropped, spans lost on the way."""
     layout.row("The monitor itself", collapsed=True)
     layout.add(

@@ -1,10 +1,9 @@
 """The RL state timeline rows: each worker's state over time, and the per-step figures the server
 makes from the spans (long tails, idle time, replica lag)."""
 
-from typing import Any
-
 from verl_rl_insight.dashboards.panels import (
     RUN,
+    Layout,
     M,
     samples_table,
     spans_table,
@@ -14,7 +13,7 @@ from verl_rl_insight.dashboards.panels import (
 )
 
 
-def timeline_rows(layout: Any) -> None:
+def timeline_rows(layout: Layout) -> None:
     layout.row("RL state timeline")
     layout.add(
         state_timeline(
@@ -92,7 +91,7 @@ def timeline_rows(layout: Any) -> None:
 TIMELINE = "rl_insight_timeline_"
 
 
-def long_tail_panels(layout: Any) -> None:
+def long_tail_panels(layout: Layout) -> None:
     """The timeline's per-step figures, which the server makes from the spans (server/timeline/live.py)."""
     layout.add(
         timeseries(

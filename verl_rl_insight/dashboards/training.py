@@ -7,7 +7,6 @@ no panel of its own (a key a newer verl adds), so nothing logged is ever out of 
 
 import re
 from collections import defaultdict
-from typing import Any
 
 from verl_rl_insight.dashboards import keys as catalogue
 from verl_rl_insight.dashboards.panels import RUN, Layout, M, Panel, step_axis, timeseries
@@ -110,12 +109,12 @@ def overview_rows(layout: Layout) -> None:
     )
 
 
-def family_panels() -> Any:
+def family_panels() -> dict[str, tuple[str | None, list[Panel]]]:
     """{row title: (condition, [panel])}: a panel per family of the catalogue, in row order."""
     families = defaultdict(list)
     for key in sorted(catalogue.trainer_keys()):
         families[(catalogue.group_of(key), catalogue.family_of(key))].append(key)
-    rows: dict[Any, Any] = {}
+    rows: dict[str, tuple[str | None, list[Panel]]] = {}
     for group, (title, condition) in catalogue.GROUPS.items():
         rows.setdefault(title, (condition, []))
         for (family_group, family), members in sorted(families.items()):
@@ -150,7 +149,7 @@ def metric_regex(key_regex: str) -> str:
     return M + key_regex.replace("/", "_").replace("val-", "val_")
 
 
-def key_rows(layout: Layout) -> Any:
+def key_rows(layout: Layout) -> dict[str, str]:
     """The collapsed rows of every key; returns {row title: condition} for the rows logged only
     in some runs (the demo fills the others)."""
     conditional = {}
@@ -178,7 +177,7 @@ def key_rows(layout: Layout) -> Any:
     return conditional
 
 
-def shown() -> Any:
+def shown() -> str:
     """A regex of every metric name the key rows show (for the catch-all panel's exclusion)."""
     exact = sorted(metric(k)[len(M) :] for k in catalogue.trainer_keys())
     patterns = [metric_regex(regex)[len(M) :] for _, _, regex, _ in catalogue.PATTERN_FAMILIES]

@@ -2,8 +2,6 @@
 row, its turns and tool calls, the failed ones, and the counts per step, read from the spans this
 package's backend sends (``agent trajectory`` on lane ``agent_loop``, its ops as children)."""
 
-from typing import Any
-
 from verl_rl_insight.dashboards.panels import RATE, RUN, TRACE_RUN, Layout, Panel, timeseries, trace_view, traceql_table
 
 SPANS = f'resource.service.name = "verl" && {TRACE_RUN}'
@@ -49,7 +47,7 @@ def tool_latency() -> Panel:
     )
 
 
-def build(run_variables: Any) -> dict[str, Any]:
+def build(run_variables: list[Panel]) -> Panel:
     layout = Layout()
     layout.row("Trajectories (actor_rollout_ref.rollout.trace.backend=rl_insight)")
     layout.add(

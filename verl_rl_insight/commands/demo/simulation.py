@@ -125,7 +125,7 @@ def curves(step: int, total: Any, rng: Any, timing: Any, batch: Any) -> Any:
     for key in sorted(keys.trainer_keys()):  # every other key of an every-step group
         group = keys.group_of(key)
         by_plugins = key.startswith(("training/rollout_", "rl_insight/"))  # probs_diff, group_stats: from the batch
-        if key not in metrics and keys.GROUPS[group][1] is None and not by_plugins:
+        if key not in metrics and group is not None and keys.GROUPS[group][1] is None and not by_plugins:
             metrics[key] = abs(rng.gauss(0.05, 0.02)) if keys.is_fraction(key) else abs(rng.gauss(1.0, 0.1))
     return metrics
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from verl_rl_insight.commands.api import SubParsers, call, common_options, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
+from verl_rl_insight.commands.timeline.sources import Span
 
 
 def steps_range(text: str) -> tuple[int | None, int | None]:
@@ -24,7 +25,7 @@ def steps_range(text: str) -> tuple[int | None, int | None]:
     return first, last
 
 
-def read_spans(base: Any, token: str | None, project: str, experiment: str | None) -> Any:
+def read_spans(base: str, token: str | None, project: str, experiment: str | None) -> tuple[list[Span], str]:
     """(spans, where from)."""
     from verl_rl_insight.commands.timeline import sources
 
