@@ -8,7 +8,7 @@ problems, 2 refused (bad usage or config), 3 ``server status``: not running, 130
 import argparse
 import os
 import sys
-from typing import Any
+from collections.abc import Sequence
 
 from verl_rl_insight import __version__
 from verl_rl_insight.commands import alerts, diagnose, job, profile, runs, samples, targets
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Any = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get(environment.DEBUG, "") not in ("", "0")
     try:

@@ -25,7 +25,9 @@ def duration(text: str) -> float:
     return float(match.group(1)) * UNITS[match.group(2) or "s"]
 
 
-def _ago(iso: Any) -> str:
+def _ago(iso: str | None) -> str:
+    if not isinstance(iso, str):
+        return "?"
     try:
         since = datetime.datetime.fromisoformat(iso.replace("Z", "+00:00"))
     except (AttributeError, ValueError):
@@ -55,7 +57,7 @@ def show(args: argparse.Namespace) -> int:
         key=lambda a: a.get("since") or "",
     )
 
-    def row(a: Any) -> tuple[str, ...]:
+    def row(a: dict[str, Any]) -> tuple[str, ...]:
         labels = a["labels"]
         run = f"{labels.get('project', '-')}/{labels.get('experiment_name', '-')}"
         state = "silenced" if a.get("silenced_by") else (a.get("state") or "firing").replace("active", "firing")
@@ -94,7 +96,7 @@ def silence(args: argparse.Namespace) -> int:
 def silences(args: argparse.Namespace) -> int:
     base, token = server(args)
 
-    def row(s: Any) -> tuple[str, ...]:
+    def row(s: dict[str, Any]) -> tuple[str, ...]:
         matches = ",".join(f"{m['name']}={m['value']}" for m in s.get("matchers", []))
         return (s["id"], matches, s.get("endsAt", "?"), s.get("createdBy", "-"), s.get("comment", ""))
 

@@ -6,11 +6,14 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from verl_rl_insight.commands.api import SubParsers
 from verl_rl_insight.commands.checks import CliError, check_server_url, writable_folder
 from verl_rl_insight.contract import environment
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -36,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return 127
 
 
-def checked_config() -> Any:
+def checked_config() -> "DictConfig":
     """The merged config, refused (one line, exit 2) when it names a plugin that nobody provides."""
     from verl_rl_insight.trainer.config import check_plugin_names, load_config
     from verl_rl_insight.trainer.manager import discover

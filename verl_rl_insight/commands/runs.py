@@ -35,9 +35,11 @@ def _ago(seconds: float | None) -> str:
     return f"{seconds:.0f}s ago"
 
 
-def known_runs(base: Any, token: str | None, prom: Any, project: str | None = None, since: str = "30d") -> Any:
+def known_runs(
+    base: str, token: str | None, prom: Prometheus | None, project: str | None = None, since: str = "30d"
+) -> dict[tuple[str, str], dict[str, Any]]:
     """{(project, experiment): {"step", "last_push_s", "series", "finished", "where"}} from the hub and Prometheus."""
-    runs: dict[Any, Any] = {}
+    runs: dict[tuple[str, str], dict[str, Any]] = {}
     for stream in call("GET", base + "/api/v1/streams", token)["streams"]:
         labels = stream["labels"]
         key = (labels.get("project"), labels.get("experiment_name"))
@@ -125,7 +127,9 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-def table(prom: Any, project: str, experiment: str | None, since: Any) -> Any:
+def table(
+    prom: Prometheus, project: str, experiment: str | None, since: str
+) -> tuple[list[str], list[tuple[int, list[float | None]]]]:
     """(columns, rows): one row per step (the first column), one column per logged scalar."""
     selector = run_selector(project, experiment)
     names = prom.names(f'{{__name__=~"{PREFIX}.+",{selector[1:-1]}}}', time.time() - _seconds(since))
@@ -133,7 +137,7 @@ def table(prom: Any, project: str, experiment: str | None, since: Any) -> Any:
     if not steps:
         raise CliError(f"no steps of {project}/{experiment} in Prometheus (the last {since})", code=PROBLEMS)
     columns: list[str] = []
-    values: dict[Any, Any] = {}
+    values: dict[int, dict[str, float]] = {}
     for name in sorted(n for n in names if n != STEP):
         column = name[len(PREFIX) :]
         columns.append(column)
@@ -180,7 +184,7 @@ def export(args: argparse.Namespace) -> int:
             raise CliError(
                 "--format parquet needs pyarrow", fix="pip install 'verl-rl-insight[export]'", code=REFUSED
             ) from None
-        data = {"step": [step for step, _ in rows]}
+        data: dict[str, list[int] | list[float | None]] = {"step": [step for step, _ in rows]}
         data.update({c: [values[i] for _, values in rows] for i, c in enumerate(columns)})
         pq.write_table(pa.table(data), tmp)
     else:

@@ -55,7 +55,7 @@ def remove(args: argparse.Namespace) -> int:
 def show(args: argparse.Namespace) -> int:
     url, token = _endpoint(args)
 
-    def row(t: Any) -> tuple[str, ...]:
+    def row(t: dict[str, Any]) -> tuple[str, ...]:
         labels = ",".join(f"{k}={v}" for k, v in sorted(t["labels"].items())) or "-"
         return (
             t["job"],

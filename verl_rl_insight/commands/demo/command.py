@@ -79,7 +79,7 @@ class Progress:
     """The run's progress as the hub sees it (the step it was last pushed), drawn by this process:
     one line redrawn in place on a terminal, a line per quarter of the run otherwise (a log)."""
 
-    def __init__(self, hub_url: Any, experiment: str | None, steps: Any, out: TextIO, interval_s: float = 0.5) -> None:
+    def __init__(self, hub_url: str, experiment: str | None, steps: int, out: TextIO, interval_s: float = 0.5) -> None:
         import threading
 
         self.hub_url, self.experiment, self.steps, self.out = hub_url, experiment, steps, out
@@ -199,7 +199,7 @@ def run(
     engine: str = "vllm",
     replicas: int = 2,
     experiment: str | None = None,
-    server_config: Any = None,
+    server_config: str | None = None,
     linger_s: float = 3.0,
     transfer_queue: bool = True,
     out: TextIO = sys.stdout,

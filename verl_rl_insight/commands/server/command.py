@@ -2,7 +2,7 @@
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -12,13 +12,17 @@ from verl_rl_insight.commands.checks import PROBLEMS, CliError
 from verl_rl_insight.contract import environment
 from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
 
+if TYPE_CHECKING:
+    from verl_rl_insight.server.settings import ServerSettings
 
-def load_settings(config: Any, **overrides: Any) -> Any:
+
+def load_settings(config: str | None, **overrides: object) -> "ServerSettings":
     """Server settings from ``--config`` and options; a bad file or value is a CliError naming it."""
     from verl_rl_insight.server.settings import ServerSettings
 
     try:
-        return ServerSettings.load(config, **overrides)
+        settings: ServerSettings = ServerSettings.load(config, **overrides)
+        return settings
     except FileNotFoundError:
         raise CliError(f"server config {config} does not exist") from None
     except yaml.YAMLError as exc:

@@ -233,7 +233,7 @@ def install_one(
 
 
 def fetch_archive(
-    name: str, rel: Any, staging: Path, local_archive: str | Path | None, mirror: str | None, out: TextIO
+    name: str, rel: Mapping[str, Any], staging: Path, local_archive: str | Path | None, mirror: str | None, out: TextIO
 ) -> tuple[Path, str]:
     """(the release archive, its sha256): from the ``--local-archive`` folder, else downloaded into
     ``staging`` from the mirror or the release URL."""
@@ -250,7 +250,9 @@ def fetch_archive(
     return archive, download(url, archive, name, out=out)
 
 
-def put_in_place(name: str, rel: Any, staging: Path, archive: Path, root: Path) -> tuple[Path, Path | None]:
+def put_in_place(
+    name: str, rel: Mapping[str, Any], staging: Path, archive: Path, root: Path
+) -> tuple[Path, Path | None]:
     """(the install folder, the earlier install moved aside or None): the archive extracted in
     ``staging``, its binary checked, then renamed into place (nothing changes before that)."""
     tree = staging / "tree"
@@ -271,7 +273,7 @@ def put_in_place(name: str, rel: Any, staging: Path, archive: Path, root: Path) 
 
 def expected_sha256(
     name: str,
-    rel: Any,
+    rel: Mapping[str, Any],
     explicit: str | None = None,
     local_archive: str | Path | None = None,
     mirror: str | None = None,

@@ -59,8 +59,9 @@ class Prometheus:
             raise DataError(f"Prometheus at {self.shown} refused a query ({exc.status})") from None
         return body["data"]
 
-    def query(self, promql: str) -> Any:
-        return self._get("/api/v1/query", {"query": promql})["result"]
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._get("/api/v1/query", {"query": promql})["result"]
+        return result
 
     def scalar(self, promql: str) -> float | None:
         result = self.query(promql)
@@ -80,8 +81,9 @@ class Prometheus:
             str(name) for name in self._get("/api/v1/label/__name__/values", {"match[]": match, "start": str(start)})
         ]
 
-    def alerts(self) -> Any:
-        return self._get("/api/v1/alerts", {})["alerts"]
+    def alerts(self) -> list[dict[str, Any]]:
+        alerts: list[dict[str, Any]] = self._get("/api/v1/alerts", {})["alerts"]
+        return alerts
 
 
 def runs(prom: Prometheus) -> list[tuple[str, str, float]]:

@@ -88,7 +88,7 @@ def swimlane(timeline: dict[str, Any], width: int, rows: int) -> list[Text]:
     return out
 
 
-def frame(data: Any, width: int = 80, height: int = 24) -> Group:
+def frame(data: Mapping[str, Any], width: int = 80, height: int = 24) -> Group:
     """The renderable for ``data`` (watch.data.snapshot) in a terminal of width x height."""
     parts: list[Text | Table] = [head_line(data, width), curve_table(data, width)]
     rows_left = max(2, height - 4 - len(data["curves"]) - 4 - len(data["alerts"]))
@@ -112,7 +112,7 @@ def frame(data: Any, width: int = 80, height: int = 24) -> Group:
     return Group(*parts)
 
 
-def head_line(data: Any, width: int) -> Text:
+def head_line(data: Mapping[str, Any], width: int) -> Text:
     """The run, its step, step time and throughput on one line; the run's name gives way, the figures stay."""
     state = "finished" if data["finished"] else "running"
     rest = "".join(
@@ -131,7 +131,7 @@ def head_line(data: Any, width: int) -> Text:
     return head
 
 
-def curve_table(data: Any, width: int) -> Table:
+def curve_table(data: Mapping[str, Any], width: int) -> Table:
     """The key curves by step as sparklines, coloured against their thresholds where they have them."""
     spark_width = max(10, width - 40)
     curves = Table(box=None, pad_edge=False, show_header=True, header_style="dim", expand=False)
