@@ -197,3 +197,16 @@ def test_the_package_has_no_import_circle(tmp_path):
     (tmp_path / "circle" / "a.py").write_text("from circle import b\n")
     (tmp_path / "circle" / "b.py").write_text("def late() -> None:\n    from circle import a\n")
     assert import_cycles("circle", tmp_path) == [["circle.a", "circle.b"]]
+
+
+def test_the_trainer_scalars_prefix_is_spelled_once_in_the_package():
+    """``rl_insight_monitor_`` as a value of its own (not inside a longer name or a docstring) lives in
+    contract/naming.py; the trainer, the detectors, the dashboards and the terminal view import it."""
+    import ast
+
+    spelled = []
+    for path in sorted((REPO / "verl_rl_insight").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value == "rl_insight_monitor_":
+                spelled.append(f"{path.relative_to(REPO).as_posix()}:{node.lineno}")
+    assert [where.split(":")[0] for where in spelled] == ["verl_rl_insight/contract/naming.py"], spelled
