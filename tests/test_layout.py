@@ -210,3 +210,23 @@ def test_the_trainer_scalars_prefix_is_spelled_once_in_the_package():
             if isinstance(node, ast.Constant) and node.value == "rl_insight_monitor_":
                 spelled.append(f"{path.relative_to(REPO).as_posix()}:{node.lineno}")
     assert [where.split(":")[0] for where in spelled] == ["verl_rl_insight/contract/naming.py"], spelled
+
+
+def test_the_commands_reach_http_through_one_module():
+    """Every HTTP call of a command goes through commands/http_fetch.py (one error, NoAnswer, one way
+    to name an address): no other command module builds its own client. The installer's streamed
+    downloads of release archives (urllib, with progress) are the one other way, and named here."""
+    import ast
+
+    own_clients = []
+    for path in sorted((REPO / "verl_rl_insight" / "commands").rglob("*.py")):
+        name = path.relative_to(REPO).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in ("verl_rl_insight.contract.http_client", "requests"):
+                own_clients.append(name)
+            if isinstance(node, ast.Import) and any(a.name in ("requests", "urllib.request") for a in node.names):
+                own_clients.append(name)
+    assert sorted(set(own_clients)) == [
+        "verl_rl_insight/commands/http_fetch.py",
+        "verl_rl_insight/commands/server/installer.py",
+    ]
