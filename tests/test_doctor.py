@@ -112,7 +112,8 @@ def test_the_fix_for_an_unset_server_url_carries_the_token_where_one_is_needed(m
     """Following the fix must not end in 401 on every push; the report itself shows no secret."""
     import io
 
-    from verl_rl_insight.commands.doctor import Report, check_environment
+    from verl_rl_insight.commands.doctor.report import Report
+    from verl_rl_insight.commands.doctor.trainer import check_environment
 
     monkeypatch.delenv("RL_INSIGHT_SERVER_URL", raising=False)
     out = io.StringIO()

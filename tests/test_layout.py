@@ -73,3 +73,160 @@ def test_the_openapi_document_is_generated_from_the_wire_schema():
     assert schemas["PushBody"]["properties"]["batches"]["maxItems"] == wire.MAX_BATCHES
     assert schemas["SilenceBody"]["properties"]["duration_s"]["maximum"] == wire.MAX_SILENCE_S
     assert schemas["TargetBody"]["properties"]["address"]["pattern"] == wire.ADDRESS_PATTERN
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+# declarative dashboard builders (and the OpenAPI document): a list of panels or paths read top to
+# bottom, longer than 60 lines because the thing they declare is
+DECLARATIVE = {
+    "verl_rl_insight/dashboards/engines.py::vllm_rows",
+    "verl_rl_insight/dashboards/hardware.py::hardware_rows",
+    "verl_rl_insight/dashboards/timeline.py::timeline_rows",
+    "verl_rl_insight/dashboards/training.py::overview_rows",
+    "verl_rl_insight/dashboards/trajectories.py::build",
+    "verl_rl_insight/dashboards/transfer_queue.py::transfer_queue_rows",
+    "verl_rl_insight/server/api/openapi.py::document",
+}
+# DEBT, trimmed by the lead at merge: what other helpers are splitting this round, and the other
+# offenders on main today. Each entry is a module (over 400 lines) or module::function (over 60).
+DEBT = {
+    "verl_rl_insight/server/metrics/hub.py",
+    "verl_rl_insight/server/metrics/hub.py::_apply",
+    "verl_rl_insight/server/api/routes.py",
+    "verl_rl_insight/server/api/routes.py::__init__",
+    "verl_rl_insight/server/app.py",
+    "verl_rl_insight/server/health/detectors.py",
+    "verl_rl_insight/server/managed/alert_rules.py::_timeline_rules",
+    "verl_rl_insight/trainer/plugins/profiler.py",
+    "verl_rl_insight/trainer/plugins/state_timeline.py",
+    "verl_rl_insight/contract/wire.py",
+    "verl_rl_insight/trainer/client/sender.py",
+    "verl_rl_insight/trainer/client/sender.py::_send_some",
+    "verl_rl_insight/trainer/samplers/simulated_nvml.py::make_nvml",
+    # the demo's run functions: the `types` helper edits how they hand the simulated GPU load over
+    "verl_rl_insight/commands/demo/command.py::run",
+    "verl_rl_insight/commands/demo/simulation.py::run",
+}
+
+
+def oversized(root):
+    """Modules over MAX_MODULE_LINES lines and functions over MAX_FUNCTION_LINES, as DEBT names them."""
+    import ast
+
+    found = set()
+    for path in sorted((root / "verl_rl_insight").rglob("*.py")):
+        name = path.relative_to(root).as_posix()
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            found.add(name)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                    found.add(f"{name}::{node.name}")
+    return found
+
+
+def test_no_module_is_over_400_lines_and_no_function_over_60_but_the_declarative_builders(tmp_path):
+    found = oversized(REPO)
+    assert found - DECLARATIVE - DEBT == set(), "split these: " + ", ".join(sorted(found - DECLARATIVE - DEBT))
+    # an allowance that is no longer needed is taken back (the debt shrinks as the splits land)
+    assert (DECLARATIVE | DEBT) - found == set(), "no longer oversized: " + ", ".join(
+        sorted((DECLARATIVE | DEBT) - found)
+    )
+    # positive control: a long function in a copy of one small module is found
+    (tmp_path / "verl_rl_insight").mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "verl_rl_insight" / "long.py").write_text("def long() -> None:\n" + body)
+    assert oversized(tmp_path) == {"verl_rl_insight/long.py::long"}
+
+
+def import_cycles(package, path):
+    """Groups of modules of ``package`` that import each other, directly or through others (every import,
+    function-level ones too: a circle hidden in a function is still a circle), from grimp's graph."""
+    import grimp
+
+    sys.path.insert(0, str(path))
+    try:
+        graph = grimp.build_graph(package, cache_dir=None)
+    finally:
+        sys.path.remove(str(path))
+    edges = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(module):  # Tarjan's strongly connected components, small enough to read
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in edges[module]:
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = set()
+            while not group or module not in group:
+                group.add(stack.pop())
+            on_stack.difference_update(group)
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return sorted(cycles)
+
+
+# DEBT, trimmed by the lead at merge: the settings cycle issue 30 asks the server helpers to break
+KNOWN_CYCLES = [
+    [
+        "verl_rl_insight.server.managed.alert_rules",
+        "verl_rl_insight.server.managed.alertmanager",
+        "verl_rl_insight.server.settings",
+        "verl_rl_insight.server.stores.credentials",
+    ]
+]
+
+
+def test_the_package_has_no_import_circle(tmp_path):
+    assert import_cycles("verl_rl_insight", REPO) == KNOWN_CYCLES
+    # positive control: two modules that import each other, one of them inside a function
+    (tmp_path / "circle").mkdir()
+    (tmp_path / "circle" / "__init__.py").write_text("")
+    (tmp_path / "circle" / "a.py").write_text("from circle import b\n")
+    (tmp_path / "circle" / "b.py").write_text("def late() -> None:\n    from circle import a\n")
+    assert import_cycles("circle", tmp_path) == [["circle.a", "circle.b"]]
+
+
+def test_the_trainer_scalars_prefix_is_spelled_once_in_the_package():
+    """``rl_insight_monitor_`` as a value of its own (not inside a longer name or a docstring) lives in
+    contract/naming.py; the trainer, the detectors, the dashboards and the terminal view import it."""
+    import ast
+
+    spelled = []
+    for path in sorted((REPO / "verl_rl_insight").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value == "rl_insight_monitor_":
+                spelled.append(f"{path.relative_to(REPO).as_posix()}:{node.lineno}")
+    assert [where.split(":")[0] for where in spelled] == ["verl_rl_insight/contract/naming.py"], spelled
+
+
+def test_the_commands_reach_http_through_one_module():
+    """Every HTTP call of a command goes through commands/http_fetch.py (one error, NoAnswer, one way
+    to name an address): no other command module builds its own client. The installer's streamed
+    downloads of release archives (urllib, with progress) are the one other way, and named here."""
+    import ast
+
+    own_clients = []
+    for path in sorted((REPO / "verl_rl_insight" / "commands").rglob("*.py")):
+        name = path.relative_to(REPO).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in ("verl_rl_insight.contract.http_client", "requests"):
+                own_clients.append(name)
+            if isinstance(node, ast.Import) and any(a.name in ("requests", "urllib.request") for a in node.names):
+                own_clients.append(name)
+    assert sorted(set(own_clients)) == [
+        "verl_rl_insight/commands/http_fetch.py",
+        "verl_rl_insight/commands/server/installer.py",
+    ]

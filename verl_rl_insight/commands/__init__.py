@@ -8,11 +8,11 @@ problems, 2 refused (bad usage or config), 3 ``server status``: not running, 130
 import argparse
 import os
 import sys
-from typing import Any, NoReturn
+from collections.abc import Sequence
 
 from verl_rl_insight import __version__
 from verl_rl_insight.commands import alerts, diagnose, job, profile, report, runs, samples, targets
-from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
+from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError, Parser
 from verl_rl_insight.commands.server import command as server
 from verl_rl_insight.commands.timeline import command as timeline
 from verl_rl_insight.commands.watch import command as watch
@@ -22,14 +22,7 @@ from verl_rl_insight.contract.errors import ConfigError
 FILE_MISTAKES = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, with a usage error as one line and where to read more: no usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(REFUSED, f"{self.prog}: {message}\n  fix: see `{self.prog} --help`\n")
-
-
-def build_parser() -> Any:
+def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="rl-insight", description="Real-time monitoring for verl RL training.")
     parser.add_argument("--version", action="version", version=f"rl-insight {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an unexpected error")
@@ -48,7 +41,7 @@ def build_parser() -> Any:
     return parser
 
 
-def main(argv: Any = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get(environment.DEBUG, "") not in ("", "0")
     try:

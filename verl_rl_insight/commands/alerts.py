@@ -12,12 +12,12 @@ import time
 import urllib.parse
 from typing import Any
 
-from verl_rl_insight.commands.api import call, common_options, server, show_list
+from verl_rl_insight.commands.api import SubParsers, call, common_options, server, show_list
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def duration(text: str) -> Any:
+def duration(text: str) -> float:
     """'2h', '30m', '1d', '90s' or plain seconds -> seconds (argparse type)."""
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
     if not match:
@@ -25,7 +25,9 @@ def duration(text: str) -> Any:
     return float(match.group(1)) * UNITS[match.group(2) or "s"]
 
 
-def _ago(iso: Any) -> str:
+def _ago(iso: str | None) -> str:
+    if not isinstance(iso, str):
+        return "?"
     try:
         since = datetime.datetime.fromisoformat(iso.replace("Z", "+00:00"))
     except (AttributeError, ValueError):
@@ -35,14 +37,14 @@ def _ago(iso: Any) -> str:
     return f"{text} ago"
 
 
-def _value(text: str) -> Any:
+def _value(text: str) -> str:
     try:
         return f"{float(text):.4g}"
     except (TypeError, ValueError):
         return text or "-"
 
 
-def show(args: argparse.Namespace) -> Any:
+def show(args: argparse.Namespace) -> int:
     base, token = server(args)
     alerts = call("GET", base + "/api/v1/alerts", token)["alerts"]
     alerts = sorted(
@@ -55,7 +57,7 @@ def show(args: argparse.Namespace) -> Any:
         key=lambda a: a.get("since") or "",
     )
 
-    def row(a: Any) -> Any:
+    def row(a: dict[str, Any]) -> tuple[str, ...]:
         labels = a["labels"]
         run = f"{labels.get('project', '-')}/{labels.get('experiment_name', '-')}"
         state = "silenced" if a.get("silenced_by") else (a.get("state") or "firing").replace("active", "firing")
@@ -91,10 +93,10 @@ def silence(args: argparse.Namespace) -> int:
     return 0
 
 
-def silences(args: argparse.Namespace) -> Any:
+def silences(args: argparse.Namespace) -> int:
     base, token = server(args)
 
-    def row(s: Any) -> Any:
+    def row(s: dict[str, Any]) -> tuple[str, ...]:
         matches = ",".join(f"{m['name']}={m['value']}" for m in s.get("matchers", []))
         return (s["id"], matches, s.get("endsAt", "?"), s.get("createdBy", "-"), s.get("comment", ""))
 
@@ -114,7 +116,7 @@ def unsilence(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     alerts = sub.add_parser("alerts", help="alerts firing now; silence a run's alerts while debugging")
     common_options(alerts, top=True)
     alerts.add_argument("--project", default=None, help="only this project's alerts")

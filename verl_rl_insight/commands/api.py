@@ -3,14 +3,15 @@
 import argparse
 import json
 import os
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias, TypeVar
 
-from verl_rl_insight.commands.checks import PROBLEMS, CliError, check_server_url
+from verl_rl_insight.commands import http_fetch
+from verl_rl_insight.commands.checks import PROBLEMS, CliError, Parser, check_server_url
 from verl_rl_insight.commands.printable import printable
-from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
 
-def common_options(parser: Any, top: bool = False) -> None:
+def common_options(parser: argparse.ArgumentParser, top: bool = False) -> None:
     """--server and --json, on the command and on each subcommand."""
     parser.add_argument(
         "--server",
@@ -22,7 +23,7 @@ def common_options(parser: Any, top: bool = False) -> None:
     )
 
 
-def server(args: argparse.Namespace) -> Any:
+def server(args: argparse.Namespace) -> tuple[str, str | None]:
     """(server URL without credentials, token or None): --server, else RL_INSIGHT_SERVER_URL, else
     the server running here (whose token this user can read)."""
     from verl_rl_insight.commands.server import control
@@ -45,28 +46,41 @@ def server(args: argparse.Namespace) -> Any:
     return base, os.environ.get(ENV_TOKEN) or token
 
 
-def call(method: Any, url: str, token: str | None, body: Any = None, timeout_s: float = 10) -> Any:
+Item = TypeVar("Item")
+# what ``add_subparsers()`` gives: each command module adds its parsers to it
+SubParsers: TypeAlias = "argparse._SubParsersAction[Parser]"
+
+
+def call(method: str, url: str, token: str | None, body: bytes | str | None = None, timeout_s: float = 10) -> Any:
+    """The rl-insight server's API: its JSON answer (printable), or a CliError a person reads."""
+    where = url.rsplit("/api/", 1)[0]
     try:
-        reply = HttpClient(token).request(method, url, data=body, timeout_s=timeout_s)
-    except Unreachable as exc:
-        raise CliError(f"cannot reach the server at {url.rsplit('/api/', 1)[0]}: {exc}", code=PROBLEMS) from None
+        reply = http_fetch.fetch(method, url, token=token, body=body, timeout_s=timeout_s)
+    except http_fetch.NoAnswer as exc:
+        raise CliError(f"cannot reach the server at {where}: {exc}", code=PROBLEMS) from None
     if not reply.ok:
         fix = "export the RL_INSIGHT_SERVER_URL line the server printed" if reply.status == 401 else None
         raise CliError(f"the server refused ({reply.status}): {printable(reply.error())}", fix=fix, code=PROBLEMS)
     try:
         return printable(reply.json())
     except ValueError:
-        raise CliError(f"the server at {url.rsplit('/api/', 1)[0]} did not answer with JSON", code=PROBLEMS) from None
+        raise CliError(f"the server at {where} did not answer with JSON", code=PROBLEMS) from None
 
 
-def print_table(rows: Any) -> None:
+def print_table(rows: Sequence[Sequence[str]]) -> None:
     """Rows of strings as aligned columns (the first row the header); the last column is not padded."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
 
 
-def show_list(args: argparse.Namespace, items: Any, empty: Any, header: Any, row: Any) -> int:
+def show_list(
+    args: argparse.Namespace,
+    items: Sequence[Item],
+    empty: str,
+    header: Sequence[str],
+    row: Callable[[Item], Sequence[str]],
+) -> int:
     """A list command's output: JSON for --json, ``empty`` for none, else a table of ``row(item)``."""
     if args.json:
         print(json.dumps(items))

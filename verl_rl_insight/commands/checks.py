@@ -5,8 +5,9 @@ import ipaddress
 import os
 import socket
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import NoReturn, TypeVar
 
 from verl_rl_insight.contract.errors import RLInsightError
 
@@ -14,28 +15,45 @@ from verl_rl_insight.contract.errors import RLInsightError
 OK, PROBLEMS, REFUSED = 0, 1, 2
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line and where to read more: no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(REFUSED, f"{self.prog}: {message}\n  fix: see `{self.prog} --help`\n")
+
+
+Number = TypeVar("Number", int, float)
+
+
 class CliError(RLInsightError):
     """What the user must change: one line, and a second with the fix when there is one."""
 
-    def __init__(self, message: str, fix: Any = None, code: Any = REFUSED) -> None:
+    def __init__(self, message: str, fix: str | None = None, code: int = REFUSED) -> None:
         super().__init__(message)
         self.fix = fix
         self.code = code
 
 
-def positive_int(text: str) -> Any:
+def positive_int(text: str) -> int:
     return _number(text, int, 0, 1e9, "must be a whole number above 0, got {text!r}")
 
 
-def positive_float(text: str) -> Any:
+def positive_float(text: str) -> float:
     return _number(text, float, 0, 1e9, "must be a number of seconds above 0, got {text!r}")
 
 
-def port(text: str) -> Any:
+def port(text: str) -> int:
     return _number(text, int, 0, 65536, "port {text} is out of range (1-65535)", "must be a port number (1-65535)")
 
 
-def _number(text: str, kind: Any, low: Any, high: Any, out_of_range: Any, not_a_number: Any = None) -> Any:
+def _number(
+    text: str,
+    kind: Callable[[str], Number],
+    low: float,
+    high: float,
+    out_of_range: str,
+    not_a_number: str | None = None,
+) -> Number:
     """``text`` as a ``kind`` strictly between ``low`` and ``high``, or argparse's one-line error."""
     try:
         value = kind(text)
@@ -47,7 +65,7 @@ def _number(text: str, kind: Any, low: Any, high: Any, out_of_range: Any, not_a_
     return value
 
 
-def bind_address(text: str) -> Any:
+def bind_address(text: str) -> str:
     """An address to listen on: an IP address, or a name this machine resolves."""
     try:
         ipaddress.ip_address(text)
@@ -64,7 +82,7 @@ def bind_address(text: str) -> Any:
     return text
 
 
-def check_server_url(url: str, where: str = "--server") -> Any:
+def check_server_url(url: str, where: str = "--server") -> str:
     """``url`` as the address of an rl-insight server (http or https, a host, a valid port)."""
     try:
         parts = urllib.parse.urlsplit(url)
@@ -79,7 +97,7 @@ def check_server_url(url: str, where: str = "--server") -> Any:
     return url
 
 
-def writable_folder(path: Path) -> Any:
+def writable_folder(path: Path) -> Path:
     """``path`` as a folder to write into: created when missing; refused when it is a file or not writable."""
     folder = Path(path)
     if folder.exists() and not folder.is_dir():

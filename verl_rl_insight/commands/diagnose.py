@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_rl_insight.commands import marks as run_marks
-from verl_rl_insight.commands.api import call, common_options, server
+from verl_rl_insight.commands.api import SubParsers, call, common_options, server
 from verl_rl_insight.commands.checks import CliError
 from verl_rl_insight.commands.run_file import RunFileError, read_run
 from verl_rl_insight.commands.timeline.command import steps_range
@@ -162,7 +162,7 @@ def report(
     return code
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     parser = sub.add_parser(
         "diagnose",
         help="find known RL failure modes in a run's whole history (what the alerts find online)",

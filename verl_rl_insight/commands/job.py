@@ -6,10 +6,14 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from verl_rl_insight.commands.api import SubParsers
 from verl_rl_insight.commands.checks import CliError, check_server_url, writable_folder
 from verl_rl_insight.contract import environment
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 PACKAGE = Path(__file__).resolve().parents[1]
 
@@ -35,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return 127
 
 
-def checked_config() -> Any:
+def checked_config() -> "DictConfig":
     """The merged config, refused (one line, exit 2) when it names a plugin that nobody provides."""
     from verl_rl_insight.trainer.config import check_plugin_names, load_config
     from verl_rl_insight.trainer.manager import discover
@@ -94,7 +98,7 @@ def dashboards_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def demo(args: argparse.Namespace) -> Any:
+def demo(args: argparse.Namespace) -> int:
     from verl_rl_insight.commands.demo import command
 
     return command.run(
@@ -108,8 +112,8 @@ def demo(args: argparse.Namespace) -> Any:
     )
 
 
-def doctor(args: argparse.Namespace) -> Any:
-    from verl_rl_insight.commands import doctor as checklist
+def doctor(args: argparse.Namespace) -> int:
+    from verl_rl_insight.commands.doctor import command as checklist
 
     if args.server:
         check_server_url(args.server, "--server")
@@ -119,7 +123,7 @@ def doctor(args: argparse.Namespace) -> Any:
     return checklist.run(server=args.server, project=args.project, experiment=args.experiment, overrides=overrides)
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     import argparse
 
     from verl_rl_insight.commands import checks

@@ -9,7 +9,7 @@ import time
 import urllib.parse
 from typing import Any, NamedTuple
 
-from verl_rl_insight.commands.api import call, common_options, print_table, server
+from verl_rl_insight.commands.api import SubParsers, call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError, positive_float
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.contract.wire import PROFILE_ROLES
@@ -195,7 +195,7 @@ def list_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     parser = sub.add_parser(
         "profile",
         help="profile future steps of a running job with verl's own profiler (global_profiler)",

@@ -14,8 +14,8 @@ import shlex
 import time
 import urllib.parse
 
-from verl_rl_insight.commands.api import call, print_table, server
-from verl_rl_insight.commands.checks import CliError
+from verl_rl_insight.commands.api import SubParsers, call, print_table, server
+from verl_rl_insight.commands.checks import CliError, Parser
 from verl_rl_insight.contract.run_card import ABSENT, Absent, Json, card_keys, differences
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -127,7 +127,7 @@ def diff_cards(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(runs_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> list[argparse.ArgumentParser]:
+def add_parsers(runs_sub: SubParsers) -> list[Parser]:
     """``runs show`` and ``runs diff`` (their parsers, for the common options)."""
     show = runs_sub.add_parser(
         "show", help="a run's card: versions, commit, command, nodes x GPUs, model, then its config as dotted keys"

@@ -12,21 +12,21 @@ import urllib.parse
 from typing import Any
 
 from verl_rl_insight.commands import marks, run_card
-from verl_rl_insight.commands.api import call, common_options, print_table, server
+from verl_rl_insight.commands.api import SubParsers, call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
 from verl_rl_insight.contract.naming import STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 
 
-def _prometheus(base: Any, token: str | None) -> Any:
+def _prometheus(base: str, token: str | None) -> Prometheus | None:
     info = call("GET", base + "/api/v1/info", token)
     if "prometheus" not in info.get("services", ()):
         return None
     return Prometheus(info["prometheus"], timeout=60)
 
 
-def _ago(seconds: Any) -> str:
+def _ago(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
@@ -35,9 +35,11 @@ def _ago(seconds: Any) -> str:
     return f"{seconds:.0f}s ago"
 
 
-def known_runs(base: Any, token: str | None, prom: Any, project: str | None = None, since: str = "30d") -> Any:
+def known_runs(
+    base: str, token: str | None, prom: Prometheus | None, project: str | None = None, since: str = "30d"
+) -> dict[tuple[str, str], dict[str, Any]]:
     """{(project, experiment): {"step", "last_push_s", "series", "finished", "where"}} from the hub and Prometheus."""
-    runs: dict[Any, Any] = {}
+    runs: dict[tuple[str, str], dict[str, Any]] = {}
     for stream in call("GET", base + "/api/v1/streams", token)["streams"]:
         labels = stream["labels"]
         key = (labels.get("project"), labels.get("experiment_name"))
@@ -125,7 +127,9 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-def table(prom: Any, project: str, experiment: str | None, since: Any) -> Any:
+def table(
+    prom: Prometheus, project: str, experiment: str | None, since: str
+) -> tuple[list[str], list[tuple[int, list[float | None]]]]:
     """(columns, rows): one row per step (the first column), one column per logged scalar."""
     selector = run_selector(project, experiment)
     names = prom.names(f'{{__name__=~"{PREFIX}.+",{selector[1:-1]}}}', time.time() - _seconds(since))
@@ -133,7 +137,7 @@ def table(prom: Any, project: str, experiment: str | None, since: Any) -> Any:
     if not steps:
         raise CliError(f"no steps of {project}/{experiment} in Prometheus (the last {since})", code=PROBLEMS)
     columns: list[str] = []
-    values: dict[Any, Any] = {}
+    values: dict[int, dict[str, float]] = {}
     for name in sorted(n for n in names if n != STEP):
         column = name[len(PREFIX) :]
         columns.append(column)
@@ -148,11 +152,11 @@ def table(prom: Any, project: str, experiment: str | None, since: Any) -> Any:
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def _seconds(duration: Any) -> Any:
+def _seconds(duration: str) -> float:
     return float(duration[:-1]) * UNITS[duration[-1]]
 
 
-def since(text: str) -> Any:
+def since(text: str) -> str:
     """A Prometheus duration: digits and one of s m h d w (argparse type)."""
     import argparse
     import re
@@ -180,7 +184,7 @@ def export(args: argparse.Namespace) -> int:
             raise CliError(
                 "--format parquet needs pyarrow", fix="pip install 'verl-rl-insight[export]'", code=REFUSED
             ) from None
-        data = {"step": [step for step, _ in rows]}
+        data: dict[str, list[int] | list[float | None]] = {"step": [step for step, _ in rows]}
         data.update({c: [values[i] for _, values in rows] for i, c in enumerate(columns)})
         pq.write_table(pa.table(data), tmp)
     else:
@@ -198,7 +202,7 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
-def delete(args: argparse.Namespace) -> Any:
+def delete(args: argparse.Namespace) -> int:
     base, token = server(args)
     what = f"{args.project}/{args.experiment}"
     if not args.yes:
@@ -224,7 +228,7 @@ def delete(args: argparse.Namespace) -> Any:
     return 0 if whole else PROBLEMS
 
 
-def revoke(args: argparse.Namespace) -> Any:
+def revoke(args: argparse.Namespace) -> int:
     base, token = server(args)
     query = urllib.parse.urlencode({"project": args.project, "experiment_name": args.experiment})
     result = call("POST", f"{base}/api/v1/runs/revoke?{query}", token)
@@ -241,7 +245,7 @@ def revoke(args: argparse.Namespace) -> Any:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     runs = sub.add_parser("runs", help="the runs the server knows: list, export, delete, revoke; mark steps")
     runs_sub = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     listing = runs_sub.add_parser("list", help="every run: last step, last push, series, state")

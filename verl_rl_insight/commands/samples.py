@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import Protocol
 
-from verl_rl_insight.commands.api import common_options
+from verl_rl_insight.commands.api import SubParsers, common_options
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
 from verl_rl_insight.commands.timeline.command import spans_of
 from verl_rl_insight.contract.samples import TRAIN_KINDS, StepSamples, samples_by_step
@@ -133,10 +132,6 @@ def show(args: argparse.Namespace) -> int:
     else:
         {"groups": _print_groups, "validation": _print_validation, "filtered": _print_filtered}[view](found)
     return 0
-
-
-class SubParsers(Protocol):
-    def add_parser(self, name: str, *, help: str) -> argparse.ArgumentParser: ...
 
 
 def add_parsers(sub: SubParsers) -> None:

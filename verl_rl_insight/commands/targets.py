@@ -5,13 +5,13 @@ import json
 import urllib.parse
 from typing import Any
 
+from verl_rl_insight.commands.api import SubParsers, show_list
 from verl_rl_insight.commands.api import call as _call
 from verl_rl_insight.commands.api import server as _server
-from verl_rl_insight.commands.api import show_list
 from verl_rl_insight.commands.checks import CliError
 
 
-def _endpoint(args: argparse.Namespace) -> Any:
+def _endpoint(args: argparse.Namespace) -> tuple[str, str | None]:
     base, token = _server(args)
     return base + "/api/v1/targets", token
 
@@ -52,10 +52,10 @@ def remove(args: argparse.Namespace) -> int:
     return 0
 
 
-def show(args: argparse.Namespace) -> Any:
+def show(args: argparse.Namespace) -> int:
     url, token = _endpoint(args)
 
-    def row(t: Any) -> Any:
+    def row(t: dict[str, Any]) -> tuple[str, ...]:
         labels = ",".join(f"{k}={v}" for k, v in sorted(t["labels"].items())) or "-"
         return (
             t["job"],
@@ -73,7 +73,7 @@ def show(args: argparse.Namespace) -> Any:
     )
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     from verl_rl_insight.commands.api import common_options as common
 
     targets = sub.add_parser("targets", help="scrape targets (node-exporter, dcgm-exporter, ...) of the server")

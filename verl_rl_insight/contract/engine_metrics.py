@@ -99,3 +99,18 @@ def exposed(series: str) -> str:
 def all_series() -> set[str]:
     """Every series name a scrape of the listed metrics carries."""
     return {series for metric in METRICS for series in metric.series}
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """Which of an engine's gauges is its requests running, its requests waiting and its KV cache share."""
+
+    running: str
+    waiting: str
+    kv_cache: str
+
+
+LOAD = {
+    "vllm": EngineLoad("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"),
+    "sglang": EngineLoad("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"),
+}

@@ -3,7 +3,9 @@ name, a label name and a label value. Every check is a full match: ``"evil\\n"``
 
 from __future__ import annotations
 
+import math
 import re
+from typing import TypeGuard
 
 # Whole-string patterns, read the same by Python (``search``) and by JSON Schema tools: ``(?!\n)$``
 # because Python's ``$`` also matches before a final newline ("evil\n"). The wire schema uses them.
@@ -29,10 +31,32 @@ def metric_name(prefix: str, key: object) -> str:
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-GLOBAL_STEP_METRIC = "rl_insight_monitor_training_global_step"
+# the trainer scalars' series: ``<METRIC_PREFIX><key with / as _>`` (plugin trainer_metrics' default prefix)
+METRIC_PREFIX = "rl_insight_monitor_"
+GLOBAL_STEP_METRIC = METRIC_PREFIX + "training_global_step"
 # the trainer's time of the stream's last step, as a value: how long ago a run last stepped,
 # also after a restart (a sample's timestamp is the last scrape's, not the step's)
-STEP_TIME_METRIC = "rl_insight_monitor_training_step_time_seconds"
+STEP_TIME_METRIC = METRIC_PREFIX + "training_step_time_seconds"
+
+
+# NaN and the infinities as the exposition format prints them, and as a push carries them in JSON
+SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
+
+
+def format_special(value: float) -> str:
+    """How the exposition format spells a value that is not finite (``NaN``, ``+Inf``, ``-Inf``)."""
+    if value != value:
+        return "NaN"
+    return "+Inf" if value > 0 else "-Inf"
+
+
+# what ``/metrics?scraper=NAME`` takes as a scraper's name (and the server's config as one)
+SCRAPER_NAME_PATTERN = r"^[a-zA-Z0-9_.:-]{1,64}(?!\n)$"
+_SCRAPER_NAME = re.compile(SCRAPER_NAME_PATTERN)
+
+
+def is_scraper_name(name: object) -> TypeGuard[str]:
+    return isinstance(name, str) and _SCRAPER_NAME.search(name) is not None
 
 
 def escape_label_value(value: str) -> str:

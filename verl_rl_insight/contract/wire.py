@@ -36,6 +36,7 @@ from verl_rl_insight.contract.naming import (
     LABEL_NAME_PATTERN,
     LABEL_VALUE_PATTERN,
     METRIC_NAME_PATTERN,
+    SPECIAL_VALUES,
     STEP_TIME_METRIC,
     TIMELINE_SERIES,
 )
@@ -69,7 +70,6 @@ RESERVED_PREFIX = "rl_insight_hub_"  # the hub's own series
 RESERVED_PREFIXES = (RESERVED_PREFIX, "rl_insight_health_")
 RESERVED_NAMES = frozenset({STEP_TIME_METRIC, *TIMELINE_SERIES})
 MAX_DROPPED_NAMED = 100  # the names a push's answer lists at most (it counts them all)
-SPECIAL_VALUES = {"NaN": math.nan, "+Inf": math.inf, "-Inf": -math.inf}
 
 LabelValue = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_VALUE, pattern=LABEL_VALUE_PATTERN)]
 LabelName = Annotated[str, Meta(max_length=MAX_NAME, pattern=LABEL_NAME_PATTERN)]

@@ -5,8 +5,6 @@ verl's own scalar keys are not listed: they are read from the installed verl's s
 the dashboards use must appear as a string literal in verl), so the check follows verl.
 """
 
-from typing import Any
-
 from verl_rl_insight.contract import engine_metrics
 from verl_rl_insight.contract.marks import MARK_METRIC
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC, TIMELINE_SERIES
@@ -78,7 +76,7 @@ PRODUCED = {
 }
 
 
-def _histogram(name: str) -> Any:
+def _histogram(name: str) -> set[str]:
     return {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
 
 
@@ -135,12 +133,12 @@ FRACTIONS = {
 PERCENTS = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "rl_insight_host_cpu_utilization_percent"}
 
 
-def host_metric_names() -> Any:
+def host_metric_names() -> set[str]:
     """The host sampler's names, read from a real sample (two, for the rates)."""
     sampler = HostSampler()
     sampler.sample()
     return set(sampler.sample())
 
 
-def known_names() -> Any:
+def known_names() -> set[str]:
     return PRODUCED | SCRAPED | host_metric_names()

@@ -7,9 +7,7 @@ as tables, merges them on time and run, splits the result per experiment, and pl
 against value: an XY chart whose series are named by experiment.
 """
 
-from typing import Any
-
-from verl_rl_insight.dashboards.panels import BY_RUN, PROM, RUN, Layout, M, step_axis, target, timeseries
+from verl_rl_insight.dashboards.panels import BY_RUN, PROM, RUN, Layout, M, Panel, step_axis, target, timeseries
 from verl_rl_insight.dashboards.training import EXP, metric
 
 CURVES = (
@@ -26,11 +24,11 @@ CURVES = (
 )
 
 
-def by_step(title: str, key: str, unit: str) -> Any:
+def by_step(title: str, key: str, unit: str) -> Panel:
     return step_axis(title, metric(key)[len(M) :], unit)
 
 
-def build(variables: Any) -> Any:
+def build(variables: list[Panel]) -> Panel:
     layout = Layout()
     layout.row("Runs")
     layout.add(

@@ -1,16 +1,15 @@
 """The rollout engines' rows (vLLM, SGLang), per replica: every series summed or maxed by replica,
 so the engine index inside a replica never splits a line; units on every panel."""
 
-from typing import Any
+from collections.abc import Sequence
 
-from verl_rl_insight.contract.engine_metrics import exposed
-from verl_rl_insight.dashboards.panels import RUN, heatmap, timeseries
+from verl_rl_insight.contract.engine_metrics import LOAD, EngineLoad, exposed
+from verl_rl_insight.dashboards.panels import RATE, RUN, Layout, Panel, heatmap, timeseries
 
 SEL = f'{RUN},replica=~"$replica"'
-RATE = "[$__rate_interval]"
 
 
-def by_replica(fn: Any, expr: str) -> str:
+def by_replica(fn: str, expr: str) -> str:
     return f"{fn} by (replica) ({expr})"
 
 
@@ -24,7 +23,7 @@ def rate(name: str, extra: str = "") -> str:
     return f"rate({selector(name, extra)}{RATE})"
 
 
-def quantiles(name: str, qs: Any = (0.5, 0.9, 0.99)) -> Any:
+def quantiles(name: str, qs: Sequence[float] = (0.5, 0.9, 0.99)) -> list[tuple[str, str]]:
     return [
         (
             f"histogram_quantile({q}, sum by (le, replica) ({rate(name + '_bucket')}))",
@@ -34,7 +33,7 @@ def quantiles(name: str, qs: Any = (0.5, 0.9, 0.99)) -> Any:
     ]
 
 
-def mean(name: str) -> Any:
+def mean(name: str) -> tuple[str, str]:
     """A histogram's mean per replica: its sum's rate over its count's rate."""
     return (
         f"{by_replica('sum', rate(name + '_sum'))} / {by_replica('sum', rate(name + '_count'))}",
@@ -42,7 +41,7 @@ def mean(name: str) -> Any:
     )
 
 
-def busy_share(running: Any) -> Any:
+def busy_share(running: str) -> Panel:
     """Share of wall time with at least one request running (0-100 %), next to the mean in flight."""
     return timeseries(
         "Busy share (at least one request running)",
@@ -57,7 +56,7 @@ def busy_share(running: Any) -> Any:
     )
 
 
-def in_flight() -> Any:
+def in_flight() -> Panel:
     return timeseries(
         "Mean generate calls in flight",
         [
@@ -70,8 +69,9 @@ def in_flight() -> Any:
     )
 
 
-def load_panels(layout: Any, running: Any, waiting: Any, waiting_word: Any, usage_title: Any, usage: Any) -> None:
+def load_panels(layout: Layout, load: EngineLoad, waiting_word: str, usage_title: str) -> None:
     """How loaded each replica is: requests running and waiting, busy share, calls in flight, KV cache."""
+    running, waiting, usage = load.running, load.waiting, load.kv_cache
     layout.add(
         timeseries(
             f"Running / {waiting_word} requests",
@@ -89,7 +89,7 @@ def load_panels(layout: Any, running: Any, waiting: Any, waiting_word: Any, usag
     )
 
 
-def vllm_rows(layout: Any) -> None:
+def vllm_rows(layout: Layout) -> None:
     layout.row("vLLM engines (per replica)")
     layout.add(
         timeseries(
@@ -101,14 +101,7 @@ def vllm_rows(layout: Any) -> None:
             unit="tokens/s",
         )
     )
-    load_panels(
-        layout,
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-        "waiting",
-        "KV cache usage",
-        "vllm:kv_cache_usage_perc",
-    )
+    load_panels(layout, LOAD["vllm"], "waiting", "KV cache usage")
     hits, queries = (by_replica("sum", rate(f"vllm:prefix_cache_{kind}_total")) for kind in ("hits", "queries"))
     layout.add(
         timeseries(
@@ -169,7 +162,7 @@ def vllm_rows(layout: Any) -> None:
     )
 
 
-def latency_panels(layout: Any, engine: str, own: Any, w: Any) -> None:
+def latency_panels(layout: Layout, engine: str, own: Sequence[tuple[str, str]], w: int) -> None:
     """The latency histograms both engines serve under the same names (time to first token,
     inter-token, end to end), then ``own`` ((title, name) pairs), as p50 / p99 panels ``w`` wide,
     and the two heatmaps."""
@@ -187,7 +180,7 @@ def latency_panels(layout: Any, engine: str, own: Any, w: Any) -> None:
         layout.add(heatmap(title, f"sum by (le) ({rate(f'{engine}:{name}_bucket')})", "s"), w=12)
 
 
-def sglang_rows(layout: Any) -> None:
+def sglang_rows(layout: Layout) -> None:
     layout.row("SGLang engines (per replica)")
     layout.add(
         timeseries(
@@ -200,14 +193,7 @@ def sglang_rows(layout: Any) -> None:
             unit="tokens/s",
         )
     )
-    load_panels(
-        layout,
-        "sglang:num_running_reqs",
-        "sglang:num_queue_reqs",
-        "queued",
-        "KV cache (token) usage",
-        "sglang:token_usage",
-    )
+    load_panels(layout, LOAD["sglang"], "queued", "KV cache (token) usage")
     layout.add(
         timeseries(
             "Prefix cache hit rate",
@@ -236,4 +222,4 @@ def sglang_rows(layout: Any) -> None:
 
 
 ROWS = {"vllm": vllm_rows, "sglang": sglang_rows}
-RUNNING = {"vllm": exposed("vllm:num_requests_running"), "sglang": exposed("sglang:num_running_reqs")}
+RUNNING = {engine: exposed(load.running) for engine, load in LOAD.items()}

@@ -6,8 +6,8 @@ What ``--check`` proves, besides the JSON being current:
 - every PromQL query filters on the run (``project=~"$project"`` and ``experiment_name=~"$experiment_name"``)
   and every TraceQL query with the anchored raw-string filter, checked valid for run names with
   dots, slashes, quotes and regex characters (dashboards/traceql.py): each selects its run alone;
-- every metric a query names is produced by something (grafana/catalogue.py, and for trainer keys
-  the installed verl's source, grafana/keys.py); a name regex must match at least one known name;
+- every metric a query names is produced by something (dashboards/catalogue.py, and for trainer keys
+  the installed verl's source, dashboards/keys.py); a name regex must match at least one known name;
 - no ``traces`` panel is fed by a search: it renders one trace, so its query is a trace ID (the
   ``trace_id`` variable); searches go to tables;
 - a percent panel cannot pass 100 %, by construction of each of its queries (``PERCENT_RULE``).
@@ -17,11 +17,12 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from verl_rl_insight.dashboards import DASHBOARDS_DIR, keys, traceql
-from verl_rl_insight.dashboards.panels import PERCENT_UNITS, M, every_panel
+from verl_rl_insight.dashboards.panels import PERCENT_UNITS, M, Panel, every_panel
 
 PERCENT_RULE = """\
 A panel in unit percentunit (percent) can only show values in 0-1 (0-100): each of its queries is
@@ -45,11 +46,11 @@ def unquote(body: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), body)
 
 
-def render(dashboard: Any) -> Any:
+def render(dashboard: Panel) -> str:
     return json.dumps(dashboard, indent=2, sort_keys=True) + "\n"
 
 
-def queries(dashboard: Any) -> Any:
+def queries(dashboard: Any) -> Iterator[tuple[str, str]]:
     """(kind, text) of every query: PromQL of panels and query variables, TraceQL of Tempo panels."""
     for panel in every_panel(dashboard):
         for t in panel.get("targets", []):
@@ -62,7 +63,7 @@ def queries(dashboard: Any) -> Any:
             yield "promql", annotation["expr"]
 
 
-def verl_keys() -> Any:
+def verl_keys() -> set[str]:
     """Metric names of every trainer key something logs: verl's (as its source spells them, or
     as it builds them at run time) and this package's."""
     from verl_rl_insight.contract.naming import metric_name
@@ -70,7 +71,7 @@ def verl_keys() -> Any:
     return {metric_name(M, k) for k in keys.verl_literals() | keys.own_keys() | keys.RUNTIME_KEYS}
 
 
-def bounded_names(unit: str) -> Any:
+def bounded_names(unit: str) -> set[str]:
     """Metric names whose values the catalogue declares within the unit's range."""
     from verl_rl_insight.contract.naming import metric_name
     from verl_rl_insight.dashboards.catalogue import FRACTIONS, PERCENTS
@@ -80,7 +81,7 @@ def bounded_names(unit: str) -> Any:
     return set(FRACTIONS) | {metric_name(M, k) for k in keys.trainer_keys() | keys.own_keys() if keys.is_fraction(k)}
 
 
-def percent_problem(expr: str, unit: str) -> Any:
+def percent_problem(expr: str, unit: str) -> str | None:
     """Why ``expr`` could leave the unit's range (None when it cannot), by PERCENT_RULE."""
     text = " ".join(expr.split())
     top = PERCENT_UNITS[unit]
@@ -97,14 +98,16 @@ def percent_problem(expr: str, unit: str) -> Any:
     return "not of a form that stays in range"
 
 
-def verl_families() -> Any:
+def verl_families() -> set[str]:
     """Metric-name regexes of the key families verl names at run time (see keys.families_in_verl)."""
     from verl_rl_insight.dashboards.training import metric_regex
 
     return {metric_regex(regex) for _, _, regex, _ in keys.families_in_verl()}
 
 
-def problems(dashboards: Any, known: Any, trainer_names: Any, families: Any = None) -> Any:
+def problems(
+    dashboards: Mapping[str, Any], known: set[str], trainer_names: set[str], families: set[str] | None = None
+) -> list[str]:
     found = []
     pool = known | trainer_names
     families = verl_families() if families is None else families
@@ -146,7 +149,7 @@ def problems(dashboards: Any, known: Any, trainer_names: Any, families: Any = No
     return found
 
 
-def main(argv: Any = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl_rl_insight.dashboards.generate")
     parser.add_argument("--check", action="store_true", help="fail when the JSON is stale or a query is wrong")
     parser.add_argument("--out", default=str(DASHBOARDS_DIR), help="folder to write the JSON to")

@@ -9,7 +9,6 @@ made at run time (one per phase, per data source, per correction mode) are match
 
 import re
 from pathlib import Path
-from typing import Any
 
 # key prefix (one or two segments; the longest that matches wins) -> (row title, when it is
 # logged: None = every PPO step, else the condition)
@@ -115,13 +114,13 @@ FRACTION = re.compile(
 KEY = re.compile(r"[\"']([a-zA-Z_][\w\-]*(?:/[\w\-@.]+)+)[\"']")
 
 
-def _verl_sources() -> Any:
+def _verl_sources() -> list[str]:
     import verl
 
     return [path.read_text(errors="replace") for path in Path(verl.__file__).parent.rglob("*.py")]
 
 
-def verl_literals() -> Any:
+def verl_literals() -> set[str]:
     """Every string literal shaped like ``group/name`` in the installed verl's source."""
     found = set()
     for text in _verl_sources():
@@ -129,7 +128,7 @@ def verl_literals() -> Any:
     return found
 
 
-def families_in_verl() -> Any:
+def families_in_verl() -> list[tuple[str, str, str, str]]:
     """The PATTERN_FAMILIES whose group verl's source names (``f"rollout_corr/{key}"``, ``"val-core"``),
     and those of this package's own groups: their members are named at run time, so only the group
     can be checked."""
@@ -141,14 +140,14 @@ def families_in_verl() -> Any:
     ]
 
 
-def own_keys() -> Any:
+def own_keys() -> set[str]:
     """The keys this package's plugins add (the log-prob mismatch extras, the batch statistics)."""
     from verl_rl_insight.trainer.plugins import group_stats, probs_diff
 
     return set(probs_diff.KEYS) | set(group_stats.KEYS)
 
 
-def group_of(key: str) -> Any:
+def group_of(key: str) -> str | None:
     """The GROUPS prefix ``key`` belongs to (two segments before one), or None."""
     parts = key.split("/")
     for prefix in ("/".join(parts[:2]), parts[0]):
@@ -157,14 +156,14 @@ def group_of(key: str) -> Any:
     return None
 
 
-def trainer_keys() -> Any:
+def trainer_keys() -> set[str]:
     """The keys the dashboards give a panel of their own: verl's, by group, and this package's."""
     keys = {k for k in verl_literals() | own_keys() | RUNTIME_KEYS if group_of(k) and k not in NOT_LOGGED}
     patterns = [re.compile(regex) for _, _, regex, _ in PATTERN_FAMILIES]
     return {k for k in keys if not any(p.fullmatch(k) for p in patterns)}
 
 
-def family_of(key: str) -> Any:
+def family_of(key: str) -> str:
     """``critic/score/mean`` -> ``critic/score``; ``perf/mfu/actor`` -> ``perf/mfu``; a key whose
     last part is no statistic is a family of its own."""
     for pattern, family in FAMILIES:
@@ -197,5 +196,5 @@ def unit_of(key: str) -> str:
     return "short"
 
 
-def is_fraction(key: str) -> Any:
+def is_fraction(key: str) -> bool:
     return unit_of(key) == "percentunit"

@@ -4,15 +4,21 @@ Every PromQL query filters on the run with ``RUN`` (regex matchers: the project 
 variables are multi-select); every TraceQL query with ``TRACE_RUN``.
 """
 
+from collections.abc import Sequence
 from typing import Any
 
+from verl_rl_insight.contract.naming import METRIC_PREFIX
 from verl_rl_insight.dashboards.traceql import RUN_FILTER
 
+# a panel, row, query target, variable or whole dashboard being built: a JSON object as Grafana
+# stores it (its values any JSON: the builders write them, generate.py reads them back)
+Panel = dict[str, object]
 PROM = {"type": "prometheus", "uid": "rl-insight-prometheus"}
 TEMPO = {"type": "tempo", "uid": "rl-insight-tempo"}
 RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
 TRACE_RUN = RUN_FILTER  # raw strings, anchored: see dashboards/traceql.py
-M = "rl_insight_monitor_"
+M = METRIC_PREFIX
+RATE = "[$__rate_interval]"  # the window of every rate() and increase() on a panel
 PERCENT_UNITS = {"percentunit": 1, "percent": 100}  # unit -> the largest value it can show
 
 
@@ -52,21 +58,26 @@ def every_panel(dashboard: Any) -> Any:
         yield from panel.get("panels", ())
 
 
-def target(expr: str, legend: Any, ref: str = "A", fmt: Any = None) -> Any:
-    t = {"datasource": PROM, "expr": expr, "legendFormat": legend, "refId": ref}
+def target(expr: str, legend: str, ref: str = "A", fmt: str | None = None) -> Panel:
+    t: Panel = {"datasource": PROM, "expr": expr, "legendFormat": legend, "refId": ref}
     if fmt:
         t["format"] = fmt
     return t
 
 
 def timeseries(
-    title: str, targets: Any, unit: str = "short", thresholds: Any = None, description: str = "", stack: bool = False
-) -> Any:
+    title: str,
+    targets: Sequence[tuple[str, str]],
+    unit: str = "short",
+    thresholds: Sequence[tuple[float, str]] | None = None,
+    description: str = "",
+    stack: bool = False,
+) -> Panel:
     """A time series panel; a percent unit gets its axis bounded (0 to 1, or 0 to 100)."""
     defaults: dict[str, Any] = {"unit": unit}
     if unit in PERCENT_UNITS:
         defaults.update(min=0, max=PERCENT_UNITS[unit])
-    panel = {
+    panel: Panel = {
         "type": "timeseries",
         "title": title,
         "datasource": PROM,
@@ -93,7 +104,7 @@ def timeseries(
     return panel
 
 
-def heatmap(title: str, expr: str, unit: str, description: str = "") -> Any:
+def heatmap(title: str, expr: str, unit: str, description: str = "") -> Panel:
     """A latency heatmap from histogram buckets (``sum by (le) (rate(..._bucket))``)."""
     return {
         "type": "heatmap",
@@ -115,7 +126,7 @@ XY_PLUGIN_VERSION = "11.2.0"  # the XY chart's current options (mapping / series
 BY_RUN = "max by (project, experiment_name)"
 
 
-def step_axis(title: str, key: str, unit: str = "short", description: str = "") -> Any:
+def step_axis(title: str, key: str, unit: str = "short", description: str = "") -> Panel:
     """A training-step x axis, one line per experiment: Prometheus is time-only, so the value and
     the global step (pushed together, same timestamps) come as tables, are merged on time and run,
     split by experiment and plotted as an XY chart. 11,000 points at most (Prometheus' limit): at
@@ -162,7 +173,7 @@ def lanes_query(lanes: str) -> str:
     )
 
 
-def traceql_table(title: str, query: str, description: Any, limit: int = 100, spss: int = 50) -> Any:
+def traceql_table(title: str, query: str, description: str, limit: int = 100, spss: int = 50) -> Panel:
     """What a TraceQL search returns, newest first, one row per span: shown the way Grafana shows a
     search (a table whose trace IDs open the trace), never in a Traces panel, which renders one
     trace by its ID."""
@@ -187,7 +198,7 @@ def traceql_table(title: str, query: str, description: Any, limit: int = 100, sp
     }
 
 
-def spans_table(title: str, lanes: Any, description: Any) -> Any:
+def spans_table(title: str, lanes: str, description: str) -> Panel:
     """The spans of the lanes matching ``lanes`` (a TraceQL regex)."""
     return traceql_table(title, lanes_query(lanes), description)
 
@@ -341,7 +352,7 @@ def state_timeline(title: str, lanes: str, description: str) -> dict[str, Any]:
     }
 
 
-def trace_view(title: str, description: Any) -> Any:
+def trace_view(title: str, description: str) -> Panel:
     """One trace, by the ID in the ``trace_id`` variable (copy it from a spans table)."""
     return {
         "type": "traces",
@@ -352,8 +363,8 @@ def trace_view(title: str, description: Any) -> Any:
     }
 
 
-def variables(engine_metric: Any) -> Any:
-    def query(name: str, expr: str, multi: bool = True, include_all: bool = False) -> Any:
+def variables(engine_metric: str | None) -> list[Panel]:
+    def query(name: str, expr: str, multi: bool = True, include_all: bool = False) -> Panel:
         return {
             "name": name,
             "type": "query",

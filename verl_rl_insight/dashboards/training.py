@@ -1,31 +1,30 @@
 """The trainer's rows: what a person checks first, then every key verl logs, a collapsed row per group.
 
-Every key of grafana/keys.py has a panel of its family (``critic/score/{mean,max,min}`` share
+Every key of dashboards/keys.py has a panel of its family (``critic/score/{mean,max,min}`` share
 one); families named at run time are matched by pattern; a last panel shows any key that has
 no panel of its own (a key a newer verl adds), so nothing logged is ever out of sight.
 """
 
 import re
 from collections import defaultdict
-from typing import Any
 
 from verl_rl_insight.dashboards import keys as catalogue
-from verl_rl_insight.dashboards.panels import RUN, M, step_axis, timeseries
+from verl_rl_insight.dashboards.panels import RUN, Layout, M, Panel, step_axis, timeseries
 
 EXP = "{{experiment_name}}"
 
 
-def metric(key: str) -> Any:
+def metric(key: str) -> str:
     from verl_rl_insight.contract.naming import metric_name
 
     return metric_name(M, key)
 
 
-def series(key: str, legend: Any = None) -> Any:
+def series(key: str, legend: str | None = None) -> tuple[str, str]:
     return f"{metric(key)}{{{RUN}}}", f"{legend or key} {EXP}"
 
 
-def overview_rows(layout: Any) -> None:
+def overview_rows(layout: Layout) -> None:
     layout.row("Training: what to check first")
     layout.add(
         timeseries(
@@ -110,12 +109,12 @@ def overview_rows(layout: Any) -> None:
     )
 
 
-def family_panels() -> Any:
+def family_panels() -> dict[str, tuple[str | None, list[Panel]]]:
     """{row title: (condition, [panel])}: a panel per family of the catalogue, in row order."""
     families = defaultdict(list)
     for key in sorted(catalogue.trainer_keys()):
         families[(catalogue.group_of(key), catalogue.family_of(key))].append(key)
-    rows: dict[Any, Any] = {}
+    rows: dict[str, tuple[str | None, list[Panel]]] = {}
     for group, (title, condition) in catalogue.GROUPS.items():
         rows.setdefault(title, (condition, []))
         for (family_group, family), members in sorted(families.items()):
@@ -145,12 +144,12 @@ def promql_string(text: str) -> str:
     return f'"{escape_label_value(text)}"'
 
 
-def metric_regex(key_regex: Any) -> Any:
+def metric_regex(key_regex: str) -> str:
     """A key regex as a regex of metric names (``/`` and ``-`` become ``_``)."""
     return M + key_regex.replace("/", "_").replace("val-", "val_")
 
 
-def key_rows(layout: Any) -> Any:
+def key_rows(layout: Layout) -> dict[str, str]:
     """The collapsed rows of every key; returns {row title: condition} for the rows logged only
     in some runs (the demo fills the others)."""
     conditional = {}
@@ -178,7 +177,7 @@ def key_rows(layout: Any) -> Any:
     return conditional
 
 
-def shown() -> Any:
+def shown() -> str:
     """A regex of every metric name the key rows show (for the catch-all panel's exclusion)."""
     exact = sorted(metric(k)[len(M) :] for k in catalogue.trainer_keys())
     patterns = [metric_regex(regex)[len(M) :] for _, _, regex, _ in catalogue.PATTERN_FAMILIES]
@@ -209,7 +208,7 @@ def per_source(stat: str) -> str:
     )
 
 
-def percentiles(key: str, title: str, what: str) -> Any:
+def percentiles(key: str, title: str, what: str) -> Panel:
     return timeseries(
         title,
         [series(f"{key}/p{q}", f"p{q}") for q in (10, 50, 90)],
@@ -218,7 +217,7 @@ def percentiles(key: str, title: str, what: str) -> Any:
     )
 
 
-def signal_rows(layout: Any) -> None:
+def signal_rows(layout: Layout) -> None:
     """Plugin group_stats: where a step's learning signal is (groups GRPO learns nothing from),
     percentile bands of score and length, and each data source on its own line."""
     layout.row("Training signal: groups, advantages, percentiles")

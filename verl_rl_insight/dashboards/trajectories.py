@@ -2,21 +2,18 @@
 row, its turns and tool calls, the failed ones, and the counts per step, read from the spans this
 package's backend sends (``agent trajectory`` on lane ``agent_loop``, its ops as children)."""
 
-from typing import Any
-
-from verl_rl_insight.dashboards.panels import RUN, TRACE_RUN, Layout, timeseries, trace_view, traceql_table
+from verl_rl_insight.dashboards.panels import RATE, RUN, TRACE_RUN, Layout, Panel, timeseries, trace_view, traceql_table
 
 SPANS = f'resource.service.name = "verl" && {TRACE_RUN}'
-RATE = "[$__rate_interval]"
 PER_STEP_ROW = "Agent loops per step"
 CONDITION = "with actor_rollout_ref.rollout.trace.backend=rl_insight"
 
 
-def table(title: str, query: str, description: str) -> Any:
+def table(title: str, query: str, description: str) -> Panel:
     return traceql_table(title, query, description, limit=200, spss=100)
 
 
-def per_trajectory() -> Any:
+def per_trajectory() -> Panel:
     """Turns and tool calls per trajectory (per worker for its newest step, averaged)."""
     return timeseries(
         "Turns and tool calls per trajectory",
@@ -28,7 +25,7 @@ def per_trajectory() -> Any:
     )
 
 
-def reward_per_trajectory() -> Any:
+def reward_per_trajectory() -> Panel:
     return timeseries(
         "Reward per trajectory",
         [(f"avg(rl_insight_agent_reward_per_trajectory{{{RUN}}})", "mean")],
@@ -36,7 +33,7 @@ def reward_per_trajectory() -> Any:
     )
 
 
-def tool_latency() -> Any:
+def tool_latency() -> Panel:
     return timeseries(
         "Tool latency",
         [
@@ -50,7 +47,7 @@ def tool_latency() -> Any:
     )
 
 
-def build(run_variables: Any) -> dict[str, Any]:
+def build(run_variables: list[Panel]) -> Panel:
     layout = Layout()
     layout.row("Trajectories (actor_rollout_ref.rollout.trace.backend=rl_insight)")
     layout.add(

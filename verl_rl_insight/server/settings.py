@@ -18,7 +18,7 @@ import yaml
 
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import ConfigError
-from verl_rl_insight.contract.naming import is_label_name
+from verl_rl_insight.contract.naming import is_label_name, is_scraper_name
 from verl_rl_insight.server.managed.alert_settings import Threshold, thresholds
 from verl_rl_insight.server.managed.alertmanager_settings import check_settings
 from verl_rl_insight.server.stores.targets import MAX_TARGETS_PER_RUN
@@ -52,8 +52,6 @@ def check_http_url(name: str, value: object) -> None:
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{name} must be an http:// or https:// URL with a host, got {value!r}")
 
-
-SCRAPER_NAME = re.compile(r"[a-zA-Z0-9_.:-]{1,64}")  # what ``/metrics?scraper=`` takes
 
 # header names whose values are credentials
 SECRET_HEADER = re.compile(r"auth|token|secret|password|key|cookie", re.IGNORECASE)
@@ -171,7 +169,7 @@ class ServerSettings:
         if not isinstance(self.confirm_scrapers, dict):
             raise ConfigError("confirm_scrapers must be a mapping of scraper name to its Prometheus' URL")
         for name, url in self.confirm_scrapers.items():
-            if not isinstance(name, str) or not SCRAPER_NAME.fullmatch(name):
+            if not is_scraper_name(name):
                 raise ConfigError(f"confirm_scrapers: {name!r} is not a scraper name (1 to 64 of [a-zA-Z0-9_.:-])")
             check_http_url(f"confirm_scrapers.{name}", url)
         ports = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name.endswith("port")}

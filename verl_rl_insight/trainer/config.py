@@ -23,6 +23,7 @@ from omegaconf.errors import (
 
 from verl_rl_insight.contract import environment, server_url
 from verl_rl_insight.contract.errors import ConfigError
+from verl_rl_insight.contract.naming import METRIC_PREFIX
 
 # kept importable from here: plugins and older code read these names from this module
 ENV_PREFIXES = environment.FORWARDED_PREFIXES
@@ -35,7 +36,7 @@ ENV_CONFIG_JSON = environment.CONFIG_JSON
 @dataclass
 class TrainerMetricsSettings:
     enabled: bool = True
-    prefix: str = "rl_insight_monitor_"
+    prefix: str = METRIC_PREFIX
 
 
 @dataclass

@@ -20,7 +20,7 @@ from verl_rl_insight.trainer.manager import build_plugin_manager
 
 logger = logging.getLogger("verl_rl_insight")
 
-# Set by hooks/main_ppo.py from the trainer config, for processes that have no Tracking.
+# Set by trainer/patches/main_ppo.py from the trainer config, for processes that have no Tracking.
 ENV_PROJECT = environment.PROJECT
 ENV_EXPERIMENT = environment.EXPERIMENT
 

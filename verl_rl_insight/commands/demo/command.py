@@ -11,18 +11,19 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from verl_rl_insight.contract import environment
+from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
 
 PROJECT = "rl-insight-demo"
 
 
-def has_gpu() -> Any:
+def has_gpu() -> bool:
     try:
         import pynvml
 
         pynvml.nvmlInit()
         count = pynvml.nvmlDeviceGetCount()
         pynvml.nvmlShutdown()
-        return count > 0
+        return bool(count > 0)
     except Exception:
         return False
 
@@ -78,7 +79,7 @@ class Progress:
     """The run's progress as the hub sees it (the step it was last pushed), drawn by this process:
     one line redrawn in place on a terminal, a line per quarter of the run otherwise (a log)."""
 
-    def __init__(self, hub_url: Any, experiment: str | None, steps: Any, out: TextIO, interval_s: float = 0.5) -> None:
+    def __init__(self, hub_url: str, experiment: str | None, steps: int, out: TextIO, interval_s: float = 0.5) -> None:
         import threading
 
         self.hub_url, self.experiment, self.steps, self.out = hub_url, experiment, steps, out
@@ -89,12 +90,12 @@ class Progress:
         self._thread = threading.Thread(target=self._run, name="demo-progress", daemon=True)
         self._thread.start()
 
-    def _step(self) -> Any:
-        from verl_rl_insight.contract.http_client import HttpClient, Unreachable
+    def _step(self) -> int | None:
+        from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
 
         try:
-            streams = HttpClient().get_json(self.hub_url + "/api/v1/streams", timeout_s=2)["streams"]
-        except (Unreachable, KeyError, TypeError):
+            streams = fetch_json(self.hub_url + "/api/v1/streams", timeout_s=2)["streams"]
+        except (NoAnswer, KeyError, TypeError):
             return None
         steps = [
             s.get("step") or 0
@@ -140,15 +141,14 @@ def prometheus_links(url: str, expr: str, probe: str | None = None) -> tuple[str
     (/classic/graph, /classic/alerts: Debian's package, whose build leaves the React UI out). The
     version comes from /api/v1/status/buildinfo (asked at ``probe``: the URL with its login, which
     the links do not show); the expression is percent-encoded."""
-    from verl_rl_insight.contract.http_client import HttpClient, Unreachable
+    from verl_rl_insight.commands.http_fetch import NoAnswer, fetch, fetch_json
 
-    client = HttpClient(timeout_s=2)
     asked = (probe or url).rstrip("/")
     try:
-        version = str(client.get_json(asked + "/api/v1/status/buildinfo")["data"]["version"])
+        version = str(fetch_json(asked + "/api/v1/status/buildinfo", timeout_s=2)["data"]["version"])
         major = int(version.split(".")[0])
-        classic = major < 3 and client.request("GET", asked + "/alerts").status == 404
-    except (Unreachable, KeyError, TypeError, ValueError):
+        classic = major < 3 and fetch("GET", asked + "/alerts", timeout_s=2).status == 404
+    except (NoAnswer, KeyError, TypeError, ValueError):
         major, classic = 2, False
     if major >= 3:
         return f"{url}/query?{urllib.parse.urlencode({'g0.expr': expr, 'g0.tab': 'graph'})}", f"{url}/alerts"
@@ -173,7 +173,7 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
 
         graph, alerts = prometheus_links(
             urls["prometheus"],
-            f"rl_insight_monitor_critic_score_mean{query}",
+            metric_name(METRIC_PREFIX, "critic/score/mean") + query,
             probe=control.with_login(urls["prometheus"]),
         )
         print(f"  Prometheus  {graph}", file=out)
@@ -200,7 +200,7 @@ def run(
     engine: str = "vllm",
     replicas: int = 2,
     experiment: str | None = None,
-    server_config: Any = None,
+    server_config: str | None = None,
     linger_s: float = 3.0,
     transfer_queue: bool = True,
     out: TextIO = sys.stdout,
@@ -219,6 +219,9 @@ def run(
             print("rl-insight demo: the server did not start (see above)", file=out)
             return 2
         state = control.read_state()
+        if state is None:  # started, and gone again before the demo began
+            print("rl-insight demo: the server stopped right after it started (see above)", file=out)
+            return 2
     else:
         print(control.panel(state), file=out)
     experiment = experiment or time.strftime("simulated-%Y%m%d-%H%M%S")

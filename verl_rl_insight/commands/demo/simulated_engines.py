@@ -3,6 +3,7 @@ HTTP servers exposing ``/metrics`` through prometheus_client, as the engines do,
 the engine metric list (contract/engine_metrics.py: the engines' own names, kinds and labels, checked
 against their releases) and the engines' label names."""
 
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import (
@@ -28,7 +29,7 @@ TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, float("inf"))
 class MetricsEndpoint:
     """``GET /metrics`` on loopback (or ``host``), answering ``body()``."""
 
-    def __init__(self, body: Any, host: str = "127.0.0.1") -> None:
+    def __init__(self, body: Callable[[], bytes], host: str = "127.0.0.1") -> None:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -64,7 +65,7 @@ class EngineSimulator:
     way a busy engine would, never past what a real one can report (usage and hit rates within
     0-1, hits never above queries, accepted draft tokens never above drafted ones)."""
 
-    def __init__(self, engine: str, replica_rank: Any, host: str = "127.0.0.1") -> None:
+    def __init__(self, engine: str, replica_rank: int, host: str = "127.0.0.1") -> None:
         import random
 
         self.engine = engine
@@ -87,17 +88,10 @@ class EngineSimulator:
             else:
                 self.series[spec.name] = metric.labels(*values)
         self.label_values = values
-        prefix = f"{engine}:"
-        running, waiting = (
-            ("num_requests_running", "num_requests_waiting")
-            if engine == "vllm"
-            else ("num_running_reqs", "num_queue_reqs")
-        )
-        self.series[prefix + running].set(replica_rank)
-        self.series[prefix + waiting].set(0)
-        self.series[prefix + ("kv_cache_usage_perc" if engine == "vllm" else "token_usage")].set(
-            (replica_rank + 2) / 10
-        )
+        load = engine_metrics.LOAD[engine]
+        self.series[load.running].set(replica_rank)
+        self.series[load.waiting].set(0)
+        self.series[load.kv_cache].set((replica_rank + 2) / 10)
         for name, series in self.series.items():
             if self.kinds[name] == "histogram":
                 series.observe(0.05 * (replica_rank + 1) if name.endswith("seconds") else 256)
@@ -116,15 +110,16 @@ class EngineSimulator:
         buckets = TOKEN_BUCKETS if spec.name.endswith("_tokens") else Histogram.DEFAULT_BUCKETS
         return Histogram(spec.name, spec.name, names, registry=self.registry, buckets=buckets)
 
-    def simulate_generate(self, requests: Any, response_tokens: Any) -> None:
+    def simulate_generate(self, requests: int, response_tokens: int) -> None:
         """A batch of ``requests`` generations of about ``response_tokens`` tokens each."""
         r, s = self.random, self.series
         prompt = requests * r.randint(50, 300)
         generated = requests * response_tokens
+        load = engine_metrics.LOAD[self.engine]
+        s[load.running].set(round(requests * r.uniform(0.6, 1.0)))
+        s[load.waiting].set(round(requests * r.uniform(0, 0.3)))
+        s[load.kv_cache].set(r.uniform(0.4, 0.9))
         if self.engine == "vllm":
-            s["vllm:num_requests_running"].set(round(requests * r.uniform(0.6, 1.0)))
-            s["vllm:num_requests_waiting"].set(round(requests * r.uniform(0, 0.3)))
-            s["vllm:kv_cache_usage_perc"].set(r.uniform(0.4, 0.9))
             queries = prompt // 16
             s["vllm:prefix_cache_queries"].inc(queries)
             s["vllm:prefix_cache_hits"].inc(int(queries * r.uniform(0.2, 0.7)))
@@ -137,9 +132,6 @@ class EngineSimulator:
                 assert self.finished is not None
                 self.finished.labels(*self.label_values, r.choices(FINISHED_REASONS, [85, 13, 2])[0]).inc()
         else:
-            s["sglang:num_running_reqs"].set(round(requests * r.uniform(0.6, 1.0)))
-            s["sglang:num_queue_reqs"].set(round(requests * r.uniform(0, 0.3)))
-            s["sglang:token_usage"].set(r.uniform(0.4, 0.9))
             s["sglang:gen_throughput"].set(r.uniform(500, 3000))
             s["sglang:cache_hit_rate"].set(r.uniform(0.2, 0.7))
             s["sglang:spec_accept_length"].set(r.uniform(1.5, 3.5))

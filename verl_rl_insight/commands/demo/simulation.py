@@ -12,12 +12,21 @@ import asyncio
 import random
 import threading
 import time
-from typing import Any
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from verl_rl_insight.commands.demo import verl_step
+from verl_rl_insight.commands.demo.verl_step import StepMetrics
 from verl_rl_insight.trainer.samplers import simulated_nvml
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from verl import DataProto
+
+    from verl_rl_insight.commands.demo.simulated_engines import EngineSimulator
 
 
 class SimulatedReplica:
@@ -25,7 +34,9 @@ class SimulatedReplica:
 
     engine = "vllm"
 
-    def __init__(self, replica_rank: Any, config: Any, model_config: Any, gpus_per_node: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, replica_rank: int, config: object, model_config: object, gpus_per_node: int, **kwargs: object
+    ) -> None:
         self.replica_rank = replica_rank
 
     async def init_standalone(self) -> None:
@@ -36,7 +47,7 @@ class SimulatedReplica:
         self._server_handle = None
 
 
-def start_replicas(engine: str, replicas: Any) -> Any:
+def start_replicas(engine: str, replicas: int) -> list["EngineSimulator"]:
     """verl's real LLMServerManager._initialize_llm_servers, with simulated replicas."""
     from omegaconf import OmegaConf
     from verl.workers.rollout.llm_server import LLMServerManager
@@ -63,9 +74,9 @@ def start_replicas(engine: str, replicas: Any) -> Any:
     return [r.simulator for r in manager.rollout_replicas]
 
 
-def start_transfer_queue(timeout_s: int = 60) -> Any:
+def start_transfer_queue(timeout_s: int = 60) -> ModuleType | None:
     """The real transferqueue with its metrics exporter, or None (not installed, or it did not start)."""
-    result = {}
+    result: dict[str, ModuleType | Exception] = {}
 
     def init() -> None:
         try:
@@ -81,10 +92,11 @@ def start_transfer_queue(timeout_s: int = 60) -> Any:
     thread.join(timeout_s)
     if "tq" not in result:
         print(f"[demo] TransferQueue not simulated ({result.get('error', 'did not start in time')})", flush=True)
-    return result.get("tq")
+    tq = result.get("tq")
+    return tq if isinstance(tq, ModuleType) else None
 
 
-def exchange_through(tq: Any, step: int) -> None:
+def exchange_through(tq: ModuleType, step: int) -> None:
     """Put and get one sample: TransferQueue's controller counts real requests; the partition
     keeps its samples (as a step's batch lives on) so its progress is reported."""
     import torch
@@ -100,7 +112,7 @@ def exchange_through(tq: Any, step: int) -> None:
 TEST_FREQ = 5  # trainer.test_freq of the simulated run: validation keys every 5 steps and at the last
 
 
-def verl_metrics(batch: Any, timing: Any, step: int = 1, total: int = 100) -> Any:
+def verl_metrics(batch: "DataProto", timing: dict[str, float], step: int = 1, total: int = 100) -> StepMetrics:
     """What verl's own trainer logs at a step (``verl_step.step_metrics``: fit's keys, by verl's own
     functions on the step's batch and timings), and the rollout-correction metrics fit adds when
     ``algorithm.rollout_correction`` is set."""
@@ -115,7 +127,7 @@ def verl_metrics(batch: Any, timing: Any, step: int = 1, total: int = 100) -> An
     return metrics
 
 
-def curves(step: int, total: Any, rng: Any, timing: Any, batch: Any) -> Any:
+def curves(step: int, total: int, rng: random.Random, timing: dict[str, float], batch: "DataProto") -> StepMetrics:
     """The step's metrics: the dict verl's trainer logs (``verl_metrics``: the score rises with the
     batch's rewards, the entropy falls), and a plausible value for every other key of an every-step
     group of the dashboards that this run's set-up does not log, so that every panel has data."""
@@ -125,7 +137,7 @@ def curves(step: int, total: Any, rng: Any, timing: Any, batch: Any) -> Any:
     for key in sorted(keys.trainer_keys()):  # every other key of an every-step group
         group = keys.group_of(key)
         by_plugins = key.startswith(("training/rollout_", "rl_insight/"))  # probs_diff, group_stats: from the batch
-        if key not in metrics and keys.GROUPS[group][1] is None and not by_plugins:
+        if key not in metrics and group is not None and keys.GROUPS[group][1] is None and not by_plugins:
             metrics[key] = abs(rng.gauss(0.05, 0.02)) if keys.is_fraction(key) else abs(rng.gauss(1.0, 0.1))
     return metrics
 
@@ -148,13 +160,13 @@ def generation_plan(replicas: int, seconds: float, step: int) -> list[list[float
     return plan
 
 
-def generate_on(engines: Any, seconds: float, step: int) -> None:
+def generate_on(engines: Sequence["EngineSimulator"], seconds: float, step: int) -> None:
     """Each replica serves its calls of ``generation_plan``, each reported on its timeline lane
     through verl's own RLInsightLogger.trace_state, as verl's vLLM / SGLang servers report every
     generate call."""
     from verl.utils.tracking import RLInsightLogger
 
-    def replica(engine: Any, calls: list[float]) -> None:
+    def replica(engine: "EngineSimulator", calls: list[float]) -> None:
         for call_s in calls:
             with RLInsightLogger.trace_state(
                 f"{engine.engine}_generate", state_lane_id=f"replica_{engine.replica_rank}"
@@ -179,7 +191,7 @@ class SimulatedTokenizer:
         "first note step one two three four five six seven eight nine ten therefore"
     ).split()
 
-    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         return " ".join(self.WORDS[int(i) % len(self.WORDS)] for i in ids)
 
 
@@ -188,7 +200,7 @@ class SimulatedActor:
     from ``actor_rollout_ref.actor.profiler`` with its tool's config), and a little real torch
     work in its update, so that a profiled step's trace holds something."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: "DictConfig") -> None:
         from omegaconf import OmegaConf
         from verl.utils.config import omega_conf_to_dataclass
         from verl.utils.profiler import DistProfiler, ProfilerConfig
@@ -218,7 +230,7 @@ class SimulatedActor:
 class SimulatedTaskRunner:
     """verl's TaskRunner replaced by the simulation; ``run(config)`` as run_ppo calls it."""
 
-    def run(self, config: Any) -> Any:
+    def run(self, config: "DictConfig") -> int:
         from omegaconf import OmegaConf
         from verl.trainer.ppo import ray_trainer
         from verl.trainer.ppo.core_algos import AdvantageEstimator

@@ -2,22 +2,27 @@
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
 from verl_rl_insight.commands import checks
+from verl_rl_insight.commands.api import SubParsers
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
 from verl_rl_insight.contract import environment
 from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
 
+if TYPE_CHECKING:
+    from verl_rl_insight.server.settings import ServerSettings
 
-def load_settings(config: Any, **overrides: Any) -> Any:
+
+def load_settings(config: str | None, **overrides: object) -> "ServerSettings":
     """Server settings from ``--config`` and options; a bad file or value is a CliError naming it."""
     from verl_rl_insight.server.settings import ServerSettings
 
     try:
-        return ServerSettings.load(config, **overrides)
+        settings: ServerSettings = ServerSettings.load(config, **overrides)
+        return settings
     except FileNotFoundError:
         raise CliError(f"server config {config} does not exist") from None
     except yaml.YAMLError as exc:
@@ -28,7 +33,7 @@ def load_settings(config: Any, **overrides: Any) -> Any:
         raise CliError(f"bad server config: {exc}") from None
 
 
-def start(args: argparse.Namespace) -> Any:
+def start(args: argparse.Namespace) -> int:
     from verl_rl_insight.commands.server import control
     from verl_rl_insight.server.settings import SERVICE_NAMES
 
@@ -46,19 +51,19 @@ def start(args: argparse.Namespace) -> Any:
     return control.start(settings, detach=args.detach)
 
 
-def stop(args: argparse.Namespace) -> Any:
+def stop(args: argparse.Namespace) -> int:
     from verl_rl_insight.commands.server import control
 
     return control.stop()
 
 
-def status(args: argparse.Namespace) -> Any:
+def status(args: argparse.Namespace) -> int:
     from verl_rl_insight.commands.server import control
 
     return control.status(show_secrets=args.secrets)
 
 
-def url(args: argparse.Namespace) -> Any:
+def url(args: argparse.Namespace) -> int:
     """The URL trainers export as RL_INSIGHT_SERVER_URL, with the token: for scripts and pasted fixes."""
     from verl_rl_insight.commands.server import control
 
@@ -81,7 +86,7 @@ def url(args: argparse.Namespace) -> Any:
     return 0
 
 
-def install(args: argparse.Namespace) -> Any:
+def install(args: argparse.Namespace) -> int:
     from verl_rl_insight.commands.server import installer
     from verl_rl_insight.server.managed.releases import SERVICES
 
@@ -130,7 +135,7 @@ def install(args: argparse.Namespace) -> Any:
     return PROBLEMS if set(failed) - set(optional) else 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     server = sub.add_parser(
         "server", help="the monitoring server (metric hub, Prometheus, Alertmanager, Tempo, Grafana)"
     )

@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from verl_rl_insight.commands.printable import printable
+from verl_rl_insight.commands import http_fetch
 from verl_rl_insight.contract import server_url
-from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.server import app
 from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
 from verl_rl_insight.server.managed.supervisor import (
@@ -28,12 +27,12 @@ from verl_rl_insight.server.stores.files import private_folder
 START_TIMEOUT_S = 180
 
 
-def read_state(out: TextIO = sys.stderr) -> Any:
+def read_state(out: TextIO = sys.stderr) -> dict[str, Any] | None:
     """The running server's state, or None. A state file left by a crashed server is cleaned up:
     services it had started and that still run are ended, then the file is removed."""
     path = app.state_path()
     try:
-        state = json.loads(path.read_text())
+        state: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     if pid_alive(state.get("pid", -1)):
@@ -51,15 +50,15 @@ def _stop_orphans(state: dict[str, Any], out: TextIO) -> None:
             stop_process_group(svc["pid"])
 
 
-def state_secret(state: dict[str, Any], name: str) -> Any:
+def state_secret(state: dict[str, Any], name: str) -> str | None:
     """A secret of the running server (this user can read its 0600 files), or None."""
     return credentials.read_secret(state["settings"]["data_dir"], name) if state.get("settings") else None
 
 
-def trainer_url(state: dict[str, Any], reveal: bool = True, local: bool = False) -> Any:
+def trainer_url(state: dict[str, Any], reveal: bool = True, local: bool = False) -> str:
     """RL_INSIGHT_SERVER_URL for trainers (``local``: on this machine): the hub's URL, carrying the
     token when one is required."""
-    url = state["local_hub_url" if local else "hub_url"]
+    url = str(state["local_hub_url" if local else "hub_url"])
     if not state.get("token"):
         return url
     token = state_secret(state, credentials.TOKEN_FILE) if reveal else "***"
@@ -77,7 +76,7 @@ def with_login(url: str, service: str = "prometheus") -> str:
     return server_url.with_user(bare, *login) if login else url
 
 
-def panel(state: dict[str, Any], reveal_token: bool = True) -> Any:
+def panel(state: dict[str, Any], reveal_token: bool = True) -> str:
     urls = state["public_urls"]
     services = state["services"]
     secrets_dir = state.get("secrets_dir", "<data dir>/secrets")
@@ -147,7 +146,7 @@ def failing(state: dict[str, Any]) -> bool:
     return any(not optional_absent(name, state) for name in state["missing"])
 
 
-def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdout) -> Any:
+def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdout) -> int:
     """Exit code: 0 running (without an optional service that is not installed), 1 running but a
     service failed, 2 not started."""
     state = read_state()
@@ -234,7 +233,7 @@ def stop(out: TextIO = sys.stdout, timeout_s: float = 20.0) -> int:
     return 0
 
 
-def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> Any:
+def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> int:
     state = read_state()
     if state is None:
         print(f"rl-insight server is not running (no state in {default_home()})", file=out)
@@ -248,9 +247,8 @@ def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> Any:
     else:
         print("  (rl-insight server status --secrets shows the token and the Grafana password)", file=out)
     try:
-        client = HttpClient(timeout_s=5)
-        services = printable(client.get_json(state["local_hub_url"] + "/api/v1/services")["services"])
-        hub = printable(client.get_json(state["local_hub_url"] + "/api/v1/hub"))
+        services = http_fetch.fetch_json(state["local_hub_url"] + "/api/v1/services", timeout_s=5)["services"]
+        hub = http_fetch.fetch_json(state["local_hub_url"] + "/api/v1/hub", timeout_s=5)
     except Exception as exc:
         print(f"\n  (cannot ask the server for service details: {exc})", file=out)
         return 1
@@ -279,7 +277,7 @@ def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> Any:
     return 1 if unhealthy else 0
 
 
-def _tail(path: Path, start: int = 0, lines: int = 20) -> Any:
+def _tail(path: Path, start: int = 0, lines: int = 20) -> str:
     """The last ``lines`` lines written to ``path`` after byte ``start``."""
     try:
         with open(path, "rb") as f:

@@ -20,8 +20,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.server.managed.binaries import (
@@ -37,7 +38,7 @@ class InstallError(RLInsightError):
     """An install that did not happen; the message says why and what to do."""
 
 
-def _progress(out: TextIO | None, name: str, done: Any, total: Any, started: Any) -> None:
+def _progress(out: TextIO | None, name: str, done: int, total: int, started: float) -> None:
     if out is None:
         return
     rate = done / max(time.monotonic() - started, 1e-6) / 2**20
@@ -53,7 +54,7 @@ def _progress(out: TextIO | None, name: str, done: Any, total: Any, started: Any
     out.flush()
 
 
-def download(url: str, dest: Any, name: str, out: TextIO | None = None, timeout_s: int = 60) -> Any:
+def download(url: str, dest: Path, name: str, out: TextIO | None = None, timeout_s: int = 60) -> str:
     """Stream ``url`` into ``dest`` (a .part file first); returns the sha256. Leaves nothing on failure."""
     part = dest.with_name(dest.name + ".part")
     digest = hashlib.sha256()
@@ -94,7 +95,7 @@ def download(url: str, dest: Any, name: str, out: TextIO | None = None, timeout_
     return digest.hexdigest()
 
 
-def file_sha256(path: Path) -> Any:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -102,7 +103,7 @@ def file_sha256(path: Path) -> Any:
     return digest.hexdigest()
 
 
-def safe_extract(archive: Any, dest: Any) -> Any:
+def safe_extract(archive: Path, dest: Path) -> None:
     """Extract a .tar.gz into ``dest`` (an empty staging folder), or refuse it (InstallError).
 
     Refused before anything is written: a member that is absolute, has a ``..`` part, is not a
@@ -136,16 +137,16 @@ def safe_extract(archive: Any, dest: Any) -> Any:
                 )
 
 
-def _inside(path: Path, folder: Path) -> Any:
+def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def _parts(name: str) -> Any:
+def _parts(name: str) -> list[str]:
     return [p for p in PurePosixPath(name).parts if p != "."]
 
 
-def _check_members(archive: Any, members: Any) -> None:
-    def refuse(member: Any, why: Any) -> Any:
+def _check_members(archive: Path, members: list[tarfile.TarInfo]) -> None:
+    def refuse(member: tarfile.TarInfo, why: str) -> NoReturn:
         raise InstallError(f"{archive.name}: member {member.name!r} {why}; archive refused")
 
     links, files = set(), set()
@@ -185,21 +186,22 @@ def _check_members(archive: Any, members: Any) -> None:
 
 def install_one(
     name: str,
-    local_archive: Any = None,
-    mirror: Any = None,
+    local_archive: str | Path | None = None,
+    mirror: str | None = None,
     force: bool = False,
-    sha256: Any = None,
-    overrides: Any = None,
+    sha256: str | None = None,
+    overrides: dict[str, Any] | None = None,
     out: TextIO = sys.stderr,
-) -> Any:
+) -> dict[str, str | None]:
     """Install service ``name``; returns the manifest. Raises InstallError, leaving any earlier install intact."""
     if not force:
         kept = installed(name)
         if kept:
-            return dict(kept, note="already installed")
+            manifest = {k: None if v is None else str(v) for k, v in kept.items()}  # all of it: sha256, file, ...
+            return {**manifest, "note": "already installed"}
         found = system_binary(name)
         if found:
-            record = {"binary": found[0], "version": found[1], "source": "system"}
+            record: dict[str, str | None] = {"binary": found[0], "version": found[1], "source": "system"}
             _write_manifest(name, record)
             return dict(record, note=f"uses the compatible {name} {found[1]} already on this machine")
     rel = release(name, overrides=overrides)
@@ -208,36 +210,13 @@ def install_one(
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".staging-{name}-", dir=root))
     try:
-        if local_archive:
-            archive = Path(local_archive) / rel["file"]
-            if not archive.is_file():
-                raise InstallError(
-                    f"{name}: {archive} not found; --local-archive expects the release file "
-                    f"{rel['file']} (download it from {rel['url']})"
-                )
-            actual = file_sha256(archive)
-        else:
-            url = f"{mirror.rstrip('/')}/{rel['file']}" if mirror else rel["url"]
-            archive = staging / rel["file"]
-            actual = download(url, archive, name, out=out)
+        archive, actual = fetch_archive(name, rel, staging, local_archive, mirror, out)
         if actual != expected:
             raise InstallError(
                 f"{name}: checksum mismatch for {rel['file']}: expected {expected} ({checksum_source}), "
                 f"the archive has {actual}; nothing was installed"
             )
-        tree = staging / "tree"
-        tree.mkdir()
-        safe_extract(archive, tree)
-        binary = tree / rel["binary"]
-        if not binary.is_file():
-            raise InstallError(f"{name}: {rel['file']} has no {rel['binary']}; nothing was installed")
-        binary.chmod(binary.stat().st_mode | 0o755)
-        final = root / f"{name}-{rel['version']}"
-        old = None
-        if final.exists():
-            old = root / f".old-{name}-{os.getpid()}-{int(time.time())}"
-            final.rename(old)
-        tree.rename(final)
+        final, old = put_in_place(name, rel, staging, archive, root)
         record = {
             "binary": str(final / rel["binary"]),
             "version": rel["version"],
@@ -254,7 +233,52 @@ def install_one(
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def expected_sha256(name: str, rel: Any, explicit: Any = None, local_archive: Any = None, mirror: Any = None) -> Any:
+def fetch_archive(
+    name: str, rel: Mapping[str, Any], staging: Path, local_archive: str | Path | None, mirror: str | None, out: TextIO
+) -> tuple[Path, str]:
+    """(the release archive, its sha256): from the ``--local-archive`` folder, else downloaded into
+    ``staging`` from the mirror or the release URL."""
+    if local_archive:
+        archive = Path(local_archive) / rel["file"]
+        if not archive.is_file():
+            raise InstallError(
+                f"{name}: {archive} not found; --local-archive expects the release file "
+                f"{rel['file']} (download it from {rel['url']})"
+            )
+        return archive, file_sha256(archive)
+    url = f"{mirror.rstrip('/')}/{rel['file']}" if mirror else rel["url"]
+    archive = staging / rel["file"]
+    return archive, download(url, archive, name, out=out)
+
+
+def put_in_place(
+    name: str, rel: Mapping[str, Any], staging: Path, archive: Path, root: Path
+) -> tuple[Path, Path | None]:
+    """(the install folder, the earlier install moved aside or None): the archive extracted in
+    ``staging``, its binary checked, then renamed into place (nothing changes before that)."""
+    tree = staging / "tree"
+    tree.mkdir()
+    safe_extract(archive, tree)
+    binary = tree / rel["binary"]
+    if not binary.is_file():
+        raise InstallError(f"{name}: {rel['file']} has no {rel['binary']}; nothing was installed")
+    binary.chmod(binary.stat().st_mode | 0o755)
+    final = root / f"{name}-{rel['version']}"
+    old = None
+    if final.exists():
+        old = root / f".old-{name}-{os.getpid()}-{int(time.time())}"
+        final.rename(old)
+    tree.rename(final)
+    return final, old
+
+
+def expected_sha256(
+    name: str,
+    rel: Mapping[str, Any],
+    explicit: str | None = None,
+    local_archive: str | Path | None = None,
+    mirror: str | None = None,
+) -> tuple[str, str]:
     """(sha256 the archive must have, where it comes from): ``--sha256``, else the checksum pinned
     in this package, else the checksum file the release publishes (from the ``--local-archive``
     folder, the mirror, or the release over HTTPS). Raises InstallError naming what it read."""
@@ -297,7 +321,7 @@ def expected_sha256(name: str, rel: Any, explicit: Any = None, local_archive: An
     return digest, where
 
 
-def checksum_for(text: str, file_name: Any) -> Any:
+def checksum_for(text: str, file_name: str) -> str | None:
     """The sha256 of ``file_name`` in a checksum file: ``<hex>  <name>`` lines (sha256sum's output,
     goreleaser's SHA256SUMS), or a file holding the hex alone (Grafana's ``<archive>.sha256``)."""
     lines = [line.split() for line in text.splitlines() if line.strip()]
@@ -309,11 +333,11 @@ def checksum_for(text: str, file_name: Any) -> Any:
     return None
 
 
-def _is_sha256(text: str) -> Any:
+def _is_sha256(text: str) -> bool:
     return len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
-def _write_manifest(name: str, record: Any) -> None:
+def _write_manifest(name: str, record: Mapping[str, str | None]) -> None:
     path = services_dir() / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, json.dumps(record, indent=2))

@@ -8,29 +8,41 @@ argument of every span inside it.
 """
 
 import re
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TypedDict
+
+from verl_rl_insight.commands.timeline.sources import Span
 
 LANE_ORDER = ("trainer", "replica", "rank")
 
 
-def _lane_key(lane: str) -> Any:
+class ChromeTrace(TypedDict):
+    """The trace-event document: its events (metadata ``M`` and complete ``X``) and their time unit."""
+
+    traceEvents: list[dict[str, Any]]
+    displayTimeUnit: str
+
+
+def _lane_key(lane: str) -> tuple[int, str, int, str]:
     match = re.fullmatch(r"([a-zA-Z_]+?)_?(\d+)", lane)
     stem, number = (match.group(1), int(match.group(2))) if match else (lane, -1)
     rank = LANE_ORDER.index(stem) if stem in LANE_ORDER else len(LANE_ORDER)
     return rank, stem, number, lane
 
 
-def _step(span: Any) -> Any:
+def _step(span: Span) -> int | None:
     value = span["attributes"].get("verl.step")
+    if value is None:
+        return None
     try:
         return int(value)
     except (TypeError, ValueError):
         return None
 
 
-def step_windows(spans: Any) -> Any:
+def step_windows(spans: Iterable[Span]) -> dict[int, tuple[int, int]]:
     """step -> (start_ns, end_ns) of the trainer's step spans."""
-    windows: dict[Any, Any] = {}
+    windows: dict[int, tuple[int, int]] = {}
     for span in spans:
         step = _step(span)
         if step is not None and span["attributes"].get("state_name") == "step":
@@ -39,7 +51,7 @@ def step_windows(spans: Any) -> Any:
     return windows
 
 
-def select_steps(spans: Any, first: Any, last: Any) -> Any:
+def select_steps(spans: Sequence[Span], first: int | None, last: int | None) -> list[Span]:
     """The spans that overlap trainer steps first..last (inclusive, None: open)."""
     windows = [
         w
@@ -49,9 +61,9 @@ def select_steps(spans: Any, first: Any, last: Any) -> Any:
     return [s for s in spans if any(s["start_ns"] < end and s["end_ns"] > start for start, end in windows)]
 
 
-def _tracks(spans: Any) -> Any:
+def _tracks(spans: Iterable[Span]) -> tuple[int, list[tuple[int, Span]]]:
     """Assign each span of one lane to a track on which every event nests in the one before."""
-    tracks: list[list[Any]] = []  # each: a stack of end times of the open events
+    tracks: list[list[int]] = []  # each: a stack of end times of the open events
     placed = []
     for span in sorted(spans, key=lambda s: (s["start_ns"], -s["end_ns"])):
         for index, stack in enumerate(tracks):
@@ -67,11 +79,11 @@ def _tracks(spans: Any) -> Any:
     return len(tracks), placed
 
 
-def to_chrome_trace(spans: Any, run_name: Any) -> Any:
+def to_chrome_trace(spans: Iterable[Span], run_name: str) -> ChromeTrace:
     """The trace-event document of ``spans`` (dicts: name, start_ns, end_ns, trace_id, span_id,
     parent_span_id, attributes)."""
     spans = [s for s in spans if s["end_ns"] >= s["start_ns"] > 0]
-    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": run_name}}]
+    events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": run_name}}]
     if not spans:
         return {"traceEvents": events, "displayTimeUnit": "ms"}
     origin = min(s["start_ns"] for s in spans)

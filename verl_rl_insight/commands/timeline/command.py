@@ -7,11 +7,12 @@ import os
 import re
 from typing import Any
 
-from verl_rl_insight.commands.api import call, common_options, server
+from verl_rl_insight.commands.api import SubParsers, call, common_options, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
+from verl_rl_insight.commands.timeline.sources import Span
 
 
-def steps_range(text: str) -> Any:
+def steps_range(text: str) -> tuple[int | None, int | None]:
     """'A:B', 'A:', ':B' or 'A' -> (first, last), None where open (argparse type)."""
     head, sep, tail = text.partition(":")
     try:
@@ -24,7 +25,7 @@ def steps_range(text: str) -> Any:
     return first, last
 
 
-def read_spans(base: Any, token: str | None, project: str, experiment: str | None) -> Any:
+def read_spans(base: str, token: str | None, project: str, experiment: str | None) -> tuple[list[Span], str]:
     """(spans, where from)."""
     from verl_rl_insight.commands.timeline import sources
 
@@ -130,7 +131,7 @@ def summarize(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     timeline = sub.add_parser(
         "timeline", help="a run's RL state timeline: as a file (Perfetto, chrome://tracing), or per step"
     )

@@ -4,37 +4,50 @@ HTTP API (``/api/search`` by the run's attributes, then ``/api/traces/<id>``, OT
 import base64
 import json
 import urllib.parse
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, TypedDict
 
+from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_ok
 from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.contract.errors import RLInsightError
-from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 
 MAX_TRACES = 100_000
+
+
+Attribute = str | bool | int | float | None
+
+
+class Span(TypedDict):
+    """One span as the server keeps it and Tempo gives it back: IDs in hex, times in ns since the epoch."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Attribute]
 
 
 class SourceError(RLInsightError):
     """Spans that cannot be read from the server or Tempo; the message says why."""
 
 
-def _get(url: str, headers: Any = None, timeout: int = 30) -> Any:
+def _get(url: str, token: str | None = None) -> bytes:
     try:
-        reply = HttpClient().request("GET", url, headers=headers, timeout_s=timeout)
-    except Unreachable as exc:
-        raise SourceError(f"cannot reach {exc}") from None
-    if not reply.ok:
-        raise SourceError(f"{url.split('?')[0]} answered {reply.status}: {printable(reply.error())}")
-    return reply.body
+        return fetch_ok("GET", url, token=token, timeout_s=30).body
+    except NoAnswer as exc:
+        raise SourceError(str(exc)) from None
 
 
-def from_server(base: Any, project: str, experiment: str | None, token: str | None = None) -> Any:
+def from_server(base: str, project: str, experiment: str | None, token: str | None = None) -> list[Span]:
     """The spans the server kept for the run (JSON lines)."""
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
-    body = _get(f"{base}/api/v1/spans?{query}", {"Authorization": f"Bearer {token}"} if token else None)
+    body = _get(f"{base}/api/v1/spans?{query}", token)
     return [printable(json.loads(line)) for line in body.splitlines() if line.strip()]
 
 
-def _hex(value: Any) -> Any:
+def _hex(value: str | None) -> str:
     """Tempo writes IDs in base64 (its JSON) or hex (OTLP JSON); both -> hex."""
     if not value:
         return ""
@@ -43,16 +56,16 @@ def _hex(value: Any) -> Any:
     return base64.b64decode(value).hex()
 
 
-def _otlp_value(value: Any) -> Any:
+def _otlp_value(value: Mapping[str, Attribute]) -> Attribute:
     for kind in ("stringValue", "boolValue", "doubleValue"):
         if kind in value:
             return value[kind]
     if "intValue" in value:
-        return int(value["intValue"])
+        return int(str(value["intValue"]))
     return None
 
 
-def _spans_of(trace: Any) -> Any:
+def _spans_of(trace: Any) -> Iterator[Span]:
     """Spans of one trace in Tempo's JSON (``batches`` in Tempo 2.x, ``resourceSpans`` in OTLP JSON)."""
     for batch in trace.get("batches") or trace.get("resourceSpans") or []:
         resource = {a["key"]: _otlp_value(a.get("value", {})) for a in batch.get("resource", {}).get("attributes", [])}
@@ -72,7 +85,9 @@ def _spans_of(trace: Any) -> Any:
                 }
 
 
-def from_tempo(tempo: Any, project: str, experiment: str | None, start_s: Any = None, end_s: Any = None) -> Any:
+def from_tempo(
+    tempo: str, project: str, experiment: str | None, start_s: float | None = None, end_s: float | None = None
+) -> list[Span]:
     """The run's spans from Tempo: traces found by the spans' project / experiment_name attributes."""
     params = {"tags": f'project="{project}" experiment_name="{experiment}"', "limit": str(MAX_TRACES)}
     if start_s and end_s:

@@ -8,13 +8,16 @@ import select
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from verl_rl_insight.commands.api import call, server
+from verl_rl_insight.commands.api import SubParsers, call, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError, positive_float
 
 
-def _sources(args: argparse.Namespace) -> Any:
+def _sources(
+    args: argparse.Namespace,
+) -> tuple[str, Callable[[], Sequence[tuple[str, str, float]]], Callable[[str, str], dict[str, Any] | None]]:
     """(Prometheus URL, a function giving the hub's runs by recency: (project, experiment, idle s),
     a function giving a run's last step as lanes, or None)."""
     if args.prometheus and not args.server:
@@ -26,7 +29,7 @@ def _sources(args: argparse.Namespace) -> Any:
     ):
         raise CliError(f"the server at {base} runs no Prometheus", fix="give --prometheus URL", code=PROBLEMS)
 
-    def recent() -> Any:
+    def recent() -> Sequence[tuple[str, str, float]]:
         try:
             streams = call("GET", base + "/api/v1/streams", token)["streams"]
         except CliError:
@@ -37,10 +40,11 @@ def _sources(args: argparse.Namespace) -> Any:
             if s.get("step") is not None and "project" in s["labels"]
         ]
 
-    def last_step(project: str, experiment: str) -> Any:
+    def last_step(project: str, experiment: str) -> dict[str, Any] | None:
         try:
             params = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
-            return call("GET", f"{base}/api/v1/timeline/last_step?{params}", token)
+            lanes: dict[str, Any] = call("GET", f"{base}/api/v1/timeline/last_step?{params}", token)
+            return lanes
         except CliError:  # no step with spans yet, or an older server: the frame goes without lanes
             return None
 
@@ -48,7 +52,7 @@ def _sources(args: argparse.Namespace) -> Any:
 
 
 @contextlib.contextmanager
-def _keys() -> Any:
+def _keys() -> Iterator[Callable[[float], str]]:
     """A function returning the key pressed since the last call ('' for none), in cbreak mode
     on a terminal (restored on the way out)."""
     if not sys.stdin.isatty():
@@ -67,7 +71,7 @@ def _keys() -> Any:
     tty.setcbreak(fd)
     try:
 
-        def read(timeout: float) -> Any:
+        def read(timeout: float) -> str:
             ready, _, _ = select.select([fd], [], [], timeout)
             return os.read(fd, 16).decode(errors="replace") if ready else ""
 
@@ -87,7 +91,7 @@ def watch(args: argparse.Namespace) -> int:
     prom = data.Prometheus(prom_url)
     console = Console()
 
-    def render() -> Any:
+    def render() -> tuple[Group | Text, data.DataError | None]:
         try:
             project, experiment = data.pick_run(prom, args.project, args.experiment, recent())
             snapshot = data.snapshot(prom, project, experiment)
@@ -130,7 +134,7 @@ def watch(args: argparse.Namespace) -> int:
         return 0
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: SubParsers) -> None:
     from verl_rl_insight.commands.api import common_options
 
     parser = sub.add_parser("watch", help="one run live in the terminal: step, curves, replicas, GPUs, alerts")

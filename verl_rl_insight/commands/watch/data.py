@@ -1,18 +1,18 @@
 """What the terminal view shows, read from Prometheus' HTTP API: the run, its step, the key
 curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from verl_rl_insight.commands.printable import printable
+from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
 from verl_rl_insight.contract import server_url
-from verl_rl_insight.contract.engine_metrics import exposed
+from verl_rl_insight.contract.engine_metrics import LOAD, exposed
 from verl_rl_insight.contract.errors import RLInsightError
-from verl_rl_insight.contract.http_client import HttpClient, Refused, Unreachable
-from verl_rl_insight.contract.naming import metric_name
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, metric_name
 from verl_rl_insight.contract.promql import run_selector
 
-PREFIX = "rl_insight_monitor_"
-STEP = PREFIX + "training_global_step"
+PREFIX = METRIC_PREFIX
+STEP = GLOBAL_STEP_METRIC
 # (label, logged key, thresholds drawn under the curve)
 CURVES = (
     ("score", "critic/score/mean", ()),
@@ -23,10 +23,7 @@ CURVES = (
     ("logp mismatch", "training/rollout_probs_diff_mean", (0.005, 0.01)),
 )
 ENGINES = {  # running, waiting, KV cache share: series of the engine metric list
-    "vllm": tuple(
-        exposed(n) for n in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-    ),
-    "sglang": tuple(exposed(n) for n in ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")),
+    engine: (exposed(load.running), exposed(load.waiting), exposed(load.kv_cache)) for engine, load in LOAD.items()
 }
 
 
@@ -47,46 +44,49 @@ class Prometheus:
         self.url = with_login(url).rstrip("/")
         self.shown = server_url.redact(self.url)  # what messages name
         self.timeout = timeout
-        self._client = HttpClient()
 
-    def _get(self, path: str, params: Any) -> Any:
+    def _get(self, path: str, params: Mapping[str, str]) -> Any:
         try:
-            body = self._client.get_json(f"{self.url}{path}", params=params, timeout_s=self.timeout)
-        except Refused as exc:
+            body = fetch_json(f"{self.url}{path}", params=params, timeout_s=self.timeout)
+        except NoAnswer as exc:
+            if exc.status is None:
+                raise DataError(f"Prometheus at {self.shown} does not answer ({exc})") from None
             if exc.status == 401:
                 raise DataError(
                     f"Prometheus at {self.shown} takes the server's login (401): run this as the user that "
                     "started the server, who may read it"
                 ) from None
             raise DataError(f"Prometheus at {self.shown} refused a query ({exc.status})") from None
-        except Unreachable as exc:
-            raise DataError(f"Prometheus at {self.shown} does not answer ({exc})") from None
-        return printable(body["data"])
+        return body["data"]
 
-    def query(self, promql: str) -> Any:
-        return self._get("/api/v1/query", {"query": promql})["result"]
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._get("/api/v1/query", {"query": promql})["result"]
+        return result
 
-    def scalar(self, promql: str) -> Any:
+    def scalar(self, promql: str) -> float | None:
         result = self.query(promql)
         return float(result[0]["value"][1]) if result else None
 
-    def by(self, promql: str, label: Any) -> Any:
+    def by(self, promql: str, label: str) -> dict[str, float]:
         return {r["metric"].get(label, ""): float(r["value"][1]) for r in self.query(promql)}
 
-    def samples(self, promql_range: Any) -> Any:
+    def samples(self, promql_range: str) -> dict[float, float]:
         """{timestamp: value} of the one series a range-vector query returns."""
         result = self.query(promql_range)
         return {float(t): float(v) for t, v in result[0]["values"]} if result else {}
 
-    def names(self, match: Any, start: Any) -> Any:
+    def names(self, match: str, start: float) -> list[str]:
         """Metric names of the series matching ``match`` since ``start`` (seconds)."""
-        return self._get("/api/v1/label/__name__/values", {"match[]": match, "start": str(start)})
+        return [
+            str(name) for name in self._get("/api/v1/label/__name__/values", {"match[]": match, "start": str(start)})
+        ]
 
-    def alerts(self) -> Any:
-        return self._get("/api/v1/alerts", {})["alerts"]
+    def alerts(self) -> list[dict[str, Any]]:
+        alerts: list[dict[str, Any]] = self._get("/api/v1/alerts", {})["alerts"]
+        return alerts
 
 
-def runs(prom: Any) -> Any:
+def runs(prom: Prometheus) -> list[tuple[str, str, float]]:
     """(project, experiment_name, last seen) of every run, newest first."""
     found = prom.query(f"max by (project, experiment_name) (timestamp({STEP}))")
     return sorted(
@@ -95,7 +95,12 @@ def runs(prom: Any) -> Any:
     )
 
 
-def pick_run(prom: Any, project: str | None = None, experiment: str | None = None, recent: Any = ()) -> Any:
+def pick_run(
+    prom: Prometheus,
+    project: str | None = None,
+    experiment: str | None = None,
+    recent: Iterable[tuple[str, str, float]] = (),
+) -> tuple[str, str]:
     """The named run, else the newest: ``recent`` (project, experiment_name, seconds since its last
     step) from the hub comes first, since Prometheus stamps every run's live value at each scrape."""
     known = [(p, e, -idle) for p, e, idle in sorted(recent, key=lambda r: r[2])] + runs(prom)
@@ -108,7 +113,9 @@ def pick_run(prom: Any, project: str | None = None, experiment: str | None = Non
     return chosen[0][:2]
 
 
-def by_step(prom: Any, key_metric: Any, selector: Any, window_s: Any, steps: Any) -> Any:
+def by_step(
+    prom: Prometheus, key_metric: str, selector: str, window_s: float, steps: Mapping[float, float]
+) -> list[tuple[int, float]]:
     """[(global step, value)] of the run's last ``window_s``: the hub stamps a step's values and its
     global step with the same time, so each stored sample is matched to its own step."""
     values = prom.samples(f"{key_metric}{selector}[{int(window_s)}s]")
@@ -116,7 +123,7 @@ def by_step(prom: Any, key_metric: Any, selector: Any, window_s: Any, steps: Any
     return sorted(by.items())
 
 
-def snapshot(prom: Any, project: str, experiment: str | None, window_s: int = 3600) -> Any:
+def snapshot(prom: Prometheus, project: str, experiment: str | None, window_s: int = 3600) -> dict[str, Any]:
     """Everything one frame shows, as plain data."""
     selector = run_selector(project, experiment)
     step = prom.scalar(f"{STEP}{selector}")

@@ -2,6 +2,7 @@
 gives (wider sparklines, more replicas)."""
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Group
@@ -11,7 +12,7 @@ from rich.text import Text
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
-def sparkline(values: Any, width: Any) -> Any:
+def sparkline(values: Iterable[float | None], width: int) -> str:
     """The last ``width`` values as block characters, scaled between their min and max."""
     values = [v for v in values if v is not None and math.isfinite(v)][-width:]
     if not values:
@@ -21,7 +22,7 @@ def sparkline(values: Any, width: Any) -> Any:
     return "".join(BLOCKS[min(len(BLOCKS) - 1, int((v - low) / span * len(BLOCKS)))] for v in values)
 
 
-def number(value: Any, digits: int = 4) -> str:
+def number(value: float | None, digits: int = 4) -> str:
     if value is None:
         return "-"
     if abs(value) >= 1e4 or (value and abs(value) < 1e-3):
@@ -29,7 +30,7 @@ def number(value: Any, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
-def percent(value: Any) -> Any:
+def percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f}%"
 
 
@@ -49,7 +50,7 @@ def letters(states: list[str]) -> dict[str, str]:
     return taken
 
 
-def swimlane(timeline: dict[str, Any], width: int, rows: int) -> list[Any]:
+def swimlane(timeline: dict[str, Any], width: int, rows: int) -> list[Text]:
     """The step's lanes as text: one row per lane, a column per slice of the step, the letter of the
     state that ran longest in it (``·``: idle); a legend below. At most ``rows`` lanes (trainer first)."""
     lanes: dict[str, list[list[Any]]] = timeline["lanes"]
@@ -64,7 +65,7 @@ def swimlane(timeline: dict[str, Any], width: int, rows: int) -> list[Any]:
     head = f"timeline of step {timeline['step']} ({number(seconds, 3)} s)"
     if tail is not None:
         head += f": long tail x{tail:.1f}, slowest {figures.get('slowest_replica') or '-'}"
-    out: list[Any] = [Text(head, style="bold")]
+    out: list[Text] = [Text(head, style="bold")]
     shown = list(lanes)[: max(1, rows)]
     for lane in shown:
         cover: list[tuple[float, str]] = [(0.0, "")] * cols
@@ -87,55 +88,11 @@ def swimlane(timeline: dict[str, Any], width: int, rows: int) -> list[Any]:
     return out
 
 
-def frame(data: Any, width: int = 80, height: int = 24) -> Any:
+def frame(data: Mapping[str, Any], width: int = 80, height: int = 24) -> Group:
     """The renderable for ``data`` (watch.data.snapshot) in a terminal of width x height."""
-    state = "finished" if data["finished"] else "running"
-    rest = "".join(
-        (
-            f"  step {data['step']}",
-            f"  step time {number(data['step_time_s'], 3)} s" if data["step_time_s"] is not None else "",
-            f"  {number(data['throughput'], 4)} tok/s" if data["throughput"] is not None else "",
-            f"  ({state})",
-        )
-    )
-    run = f"{data['project']}/{data['experiment']}"
-    if len(run) + len(rest) > width:  # one line: the run's name gives way, the figures stay
-        run = run[: max(12, width - len(rest) - 1)] + "…"
-    head = Text.assemble((run, "bold"), rest, no_wrap=True, overflow="ellipsis")
-    head.truncate(width, overflow="ellipsis")
-    spark_width = max(10, width - 40)
-    curves = Table(box=None, pad_edge=False, show_header=True, header_style="dim", expand=False)
-    curves.add_column("curve", no_wrap=True, min_width=13)
-    curves.add_column(f"by step (last {spark_width})", no_wrap=True)
-    curves.add_column("last", justify="right", no_wrap=True)
-    for label, points, thresholds in data["curves"]:
-        values = [v for _, v in points]
-        last = values[-1] if values else None
-        style = ""
-        if thresholds and last is not None:
-            style = "red" if last > thresholds[-1] else "yellow" if last > thresholds[0] else "green"
-            label = f"{label} ({'/'.join(str(t) for t in thresholds)})"
-        curves.add_row(
-            label, Text(sparkline(values, spark_width), style=style or "cyan"), Text(number(last), style=style)
-        )
-    parts = [head, curves]
+    parts: list[Text | Table] = [head_line(data, width), curve_table(data, width)]
     rows_left = max(2, height - 4 - len(data["curves"]) - 4 - len(data["alerts"]))
-    for engine, replicas in data["engines"].items():
-        table = Table(box=None, pad_edge=False, header_style="dim")
-        for column in (f"{engine} replica", "running", "waiting", "KV cache"):
-            table.add_column(column, justify="right" if column != f"{engine} replica" else "left", no_wrap=True)
-        shown = sorted(replicas, key=lambda r: (len(r), r))
-        for replica in shown[:rows_left]:
-            row = replicas[replica]
-            table.add_row(
-                replica or "-",
-                number(row.get("running"), 3),
-                number(row.get("waiting"), 3),
-                percent(row.get("kv_cache")),
-            )
-        if len(shown) > rows_left:
-            table.add_row(f"... {len(shown) - rows_left} more", "", "", "")
-        parts.append(table)
+    parts.extend(engine_tables(data["engines"], rows_left))
     timeline = data.get("timeline")
     if timeline and timeline.get("lanes"):
         used = 2 + len(data["curves"]) + sum(2 + len(r) for r in data["engines"].values()) + 2 + len(data["alerts"])
@@ -152,4 +109,65 @@ def frame(data: Any, width: int = 80, height: int = 24) -> Any:
             )
     else:
         parts.append(Text("no alerts firing", style="green"))
-    return Group(*parts)  # type: ignore[arg-type]  # rich's Text is renderable
+    return Group(*parts)
+
+
+def head_line(data: Mapping[str, Any], width: int) -> Text:
+    """The run, its step, step time and throughput on one line; the run's name gives way, the figures stay."""
+    state = "finished" if data["finished"] else "running"
+    rest = "".join(
+        (
+            f"  step {data['step']}",
+            f"  step time {number(data['step_time_s'], 3)} s" if data["step_time_s"] is not None else "",
+            f"  {number(data['throughput'], 4)} tok/s" if data["throughput"] is not None else "",
+            f"  ({state})",
+        )
+    )
+    run = f"{data['project']}/{data['experiment']}"
+    if len(run) + len(rest) > width:
+        run = run[: max(12, width - len(rest) - 1)] + "…"
+    head = Text.assemble((run, "bold"), rest, no_wrap=True, overflow="ellipsis")
+    head.truncate(width, overflow="ellipsis")
+    return head
+
+
+def curve_table(data: Mapping[str, Any], width: int) -> Table:
+    """The key curves by step as sparklines, coloured against their thresholds where they have them."""
+    spark_width = max(10, width - 40)
+    curves = Table(box=None, pad_edge=False, show_header=True, header_style="dim", expand=False)
+    curves.add_column("curve", no_wrap=True, min_width=13)
+    curves.add_column(f"by step (last {spark_width})", no_wrap=True)
+    curves.add_column("last", justify="right", no_wrap=True)
+    for label, points, thresholds in data["curves"]:
+        values = [v for _, v in points]
+        last = values[-1] if values else None
+        style = ""
+        if thresholds and last is not None:
+            style = "red" if last > thresholds[-1] else "yellow" if last > thresholds[0] else "green"
+            label = f"{label} ({'/'.join(str(t) for t in thresholds)})"
+        curves.add_row(
+            label, Text(sparkline(values, spark_width), style=style or "cyan"), Text(number(last), style=style)
+        )
+    return curves
+
+
+def engine_tables(engines: Mapping[str, Mapping[str, Mapping[str, float]]], rows_left: int) -> list[Table]:
+    """One table per engine: each replica's requests running and waiting and its KV cache share."""
+    tables = []
+    for engine, replicas in engines.items():
+        table = Table(box=None, pad_edge=False, header_style="dim")
+        for column in (f"{engine} replica", "running", "waiting", "KV cache"):
+            table.add_column(column, justify="right" if column != f"{engine} replica" else "left", no_wrap=True)
+        shown = sorted(replicas, key=lambda r: (len(r), r))
+        for replica in shown[:rows_left]:
+            row = replicas[replica]
+            table.add_row(
+                replica or "-",
+                number(row.get("running"), 3),
+                number(row.get("waiting"), 3),
+                percent(row.get("kv_cache")),
+            )
+        if len(shown) > rows_left:
+            table.add_row(f"... {len(shown) - rows_left} more", "", "", "")
+        tables.append(table)
+    return tables

@@ -19,12 +19,12 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from verl_rl_insight.contract.naming import metric_name
+from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
 from verl_rl_insight.server.health import checks
 from verl_rl_insight.server.health.checks import Check, Test
 from verl_rl_insight.server.health.signals import Series, fmt
 
-PREFIX = "rl_insight_monitor_"  # the trainer scalars' series (plugin trainer_metrics' default prefix)
+PREFIX = METRIC_PREFIX  # the trainer scalars' series (plugin trainer_metrics' default prefix)
 VALIDATION_KEYS = ("val-core/", "val/test_score/", "test_score/")  # verl's, then older verl's validation keys
 VALIDATION = metric_name(PREFIX, "val-core/")
 SEVERITIES = ("critical", "warning", "info")  # info: worth knowing, not a problem (a plateau)

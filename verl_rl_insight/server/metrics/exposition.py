@@ -10,17 +10,13 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from verl_rl_insight.contract.naming import escape_label_value
+from verl_rl_insight.contract.naming import escape_label_value, format_special
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def format_value(value: float) -> str:
-    if value != value:
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(value)
+    return repr(value) if math.isfinite(value) else format_special(value)
 
 
 def label_text(labels: Iterable[tuple[str, str]]) -> str:

@@ -20,10 +20,10 @@ import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
+from verl_rl_insight.contract.naming import is_scraper_name
 from verl_rl_insight.contract.run_card import Json
 from verl_rl_insight.contract.wire import PushError
 
-NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-")
 StreamKey = tuple[tuple[str, str], ...]  # the stream's label pairs, sorted
 
 
@@ -87,7 +87,7 @@ class Sent(Protocol):
 
 def check_scraper_name(name: object) -> str:
     """A scraper name as ``?scraper=`` gives it; raises PushError when it is not one."""
-    if not isinstance(name, str) or not 0 < len(name) <= 64 or not set(name) <= NAME_CHARS:
+    if not is_scraper_name(name):
         raise PushError("scraper must be 1 to 64 characters of [a-zA-Z0-9_.:-]")
     return name
 

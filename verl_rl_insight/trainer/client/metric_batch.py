@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from verl_rl_insight.contract.naming import metric_name
+from verl_rl_insight.contract.naming import format_special, metric_name
 
 
 def to_number(value: object) -> float | None:
@@ -31,22 +31,7 @@ def to_number(value: object) -> float | None:
 
 def encode_value(value: float) -> float | str:
     """JSON-safe form of a float: NaN and infinities travel as the strings Prometheus prints."""
-    if math.isfinite(value):
-        return value
-    if math.isnan(value):
-        return "NaN"
-    return "+Inf" if value > 0 else "-Inf"
-
-
-def decode_value(value: object) -> float:
-    """Inverse of encode_value; raises ValueError for anything else."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"value must be a number or one of NaN, +Inf, -Inf, got {type(value).__name__}")
-    if isinstance(value, str):
-        if value not in ("NaN", "+Inf", "-Inf"):
-            raise ValueError(f"value must be a number or one of NaN, +Inf, -Inf, got {value!r}")
-        return float(value.replace("Inf", "inf").replace("NaN", "nan"))
-    return float(value)
+    return value if math.isfinite(value) else format_special(value)
 
 
 class MetricBatch:

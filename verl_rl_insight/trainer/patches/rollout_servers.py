@@ -2,7 +2,7 @@
 
 On verl < 0.9: one RL state per ``generate`` call, on lane ``replica_<rank>``, and SGLang's
 ``enable_metrics`` switched on while rl_insight is enabled (verl 0.9 does both itself, through
-its ``RLInsightLogger``, which hooks/tracking.py routes here).
+its ``RLInsightLogger``, which trainer/patches/tracking.py routes here).
 """
 
 import os

@@ -1,5 +1,5 @@
 """Agent-loop counts and latencies as metrics (``rl_insight_agent_*``), from the trajectories
-verl's rollout_trace reports with backend rl_insight (hooks/rollout_trace.py).
+verl's rollout_trace reports with backend rl_insight (trainer/patches/rollout_trace.py).
 
 Per worker process (label ``worker``) and ``validate``: trajectories, generate turns, tool calls,
 tool seconds, failed ops and trajectories as totals; for the newest step a worker saw, turns and

@@ -11,13 +11,14 @@ from typing import Any
 
 import pluggy
 
+from verl_rl_insight.contract.naming import METRIC_PREFIX
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
 from verl_rl_insight.trainer.hookspecs import hookimpl
 
 FINISHED = "rl_insight_run_finished"
 
-_prefix = "rl_insight_monitor_"
+_prefix = METRIC_PREFIX
 _export: Any = None
 _runs: set[tuple[str, str]] = set()
 

@@ -1,6 +1,6 @@
 """The module interface verl >= 0.9's ``RLInsightLogger`` expects of the ``rl_insight`` package.
 
-hooks/tracking.py sets ``RLInsightLogger._rl_insight_module`` to this module, so verl's own
+trainer/patches/tracking.py sets ``RLInsightLogger._rl_insight_module`` to this module, so verl's own
 calls (rollout metric registration, ``trace_state`` in the vLLM / SGLang ``generate`` paths,
 ``DistProfiler.annotate``) reach this package's plugins without the separate ``rl_insight``
 package being installed.
