@@ -31,6 +31,49 @@ class NVMLError(Exception):
         self.value = value
 
 
+CONSTANTS = {
+    "NVML_ERROR_NOT_SUPPORTED": 3,
+    "NVML_ERROR_TIMEOUT": 10,
+    "NVML_ERROR_UNKNOWN": 999,
+    "NVML_TEMPERATURE_GPU": 0,
+    "NVML_CLOCK_SM": 1,
+    "NVML_CLOCK_MEM": 2,
+    "NVML_PCIE_UTIL_TX_BYTES": 0,
+    "NVML_PCIE_UTIL_RX_BYTES": 1,
+    "NVML_MEMORY_ERROR_TYPE_CORRECTED": 0,
+    "NVML_MEMORY_ERROR_TYPE_UNCORRECTED": 1,
+    "NVML_VOLATILE_ECC": 0,
+    "nvmlEventTypeXidCriticalError": 8,
+}
+
+
+def device_answers(load: Callable[[], float] | None) -> dict[str, Callable[..., object]]:
+    """Per-GPU functions: (GPU index, the call's other arguments) -> what NVML returns."""
+
+    def utilization(i: int) -> int:
+        return 50 + i if load is None else round(load() * 95) + i
+
+    def power_mw(i: int) -> int:
+        return 350_000 + i if load is None else int(120_000 + load() * 500_000)
+
+    return {
+        "nvmlDeviceGetUUID": lambda i: f"GPU-0000000{i}-stand-in",
+        "nvmlDeviceGetMinorNumber": lambda i: i,
+        "nvmlDeviceGetName": lambda i: b"NVIDIA H200" if load is None else b"simulated NVIDIA H200",
+        "nvmlDeviceGetUtilizationRates": lambda i: types.SimpleNamespace(gpu=utilization(i), memory=20 + i),
+        "nvmlDeviceGetMemoryInfo": lambda i: types.SimpleNamespace(
+            total=143771 * 2**20, used=(1000 + i) * 2**20, free=(143771 - 1000 - i) * 2**20
+        ),
+        "nvmlDeviceGetPowerUsage": power_mw,
+        "nvmlDeviceGetTotalEnergyConsumption": lambda i: 9_000_000 + i,  # mJ
+        "nvmlDeviceGetTemperature": lambda i, sensor: 60 + i,
+        "nvmlDeviceGetClockInfo": lambda i, clock: 1980 if clock == 1 else 2619,
+        "nvmlDeviceGetPcieThroughput": lambda i, counter: 1000 if counter == 0 else 2000,  # KB/s
+        "nvmlDeviceGetCurrentClocksThrottleReasons": lambda i: 4,
+        "nvmlDeviceGetTotalEccErrors": lambda i, kind, counter: 7 if kind == 0 else 0,
+    }
+
+
 def make_nvml(
     gpus: int = 2,
     failures: Mapping[tuple[int | None, str], int] | None = None,
@@ -41,74 +84,34 @@ def make_nvml(
     """``load``: a callable returning 0..1 (how busy the simulated GPUs are now), or None for fixed values."""
     failures = dict(failures or {})
     calls: dict[tuple[int | None, str], int] = {}
-    n = types.SimpleNamespace(
-        NVMLError=NVMLError,
-        NVML_ERROR_NOT_SUPPORTED=3,
-        NVML_ERROR_TIMEOUT=10,
-        NVML_ERROR_UNKNOWN=999,
-        NVML_TEMPERATURE_GPU=0,
-        NVML_CLOCK_SM=1,
-        NVML_CLOCK_MEM=2,
-        NVML_PCIE_UTIL_TX_BYTES=0,
-        NVML_PCIE_UTIL_RX_BYTES=1,
-        NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
-        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
-        NVML_VOLATILE_ECC=0,
-        nvmlEventTypeXidCriticalError=8,
-        calls=calls,
-    )
+    n = types.SimpleNamespace(NVMLError=NVMLError, calls=calls, **CONSTANTS)
 
-    def api(name: str, result: Callable[..., object]) -> None:
+    def api(name: str, result: Callable[..., object]) -> Callable[..., object]:
         def call(handle: object = None, *args: object) -> object:
             index = handle if isinstance(handle, int) else None
             calls[(index, name)] = calls.get((index, name), 0) + 1
             if (index, name) in failures:
                 raise NVMLError(failures[(index, name)])
-            return result(index, *args) if callable(result) else result
+            return result(index, *args)
 
-        setattr(n, name, call)
-
-    n.nvmlInit = lambda: None
-    n.nvmlShutdown = lambda: None
-    n.nvmlDeviceGetCount = lambda: gpus
+        return call
 
     def handle_by_index(index: int) -> int:
         if index in broken_handles:
             raise NVMLError(999)
         return index
 
-    n.nvmlDeviceGetHandleByIndex = handle_by_index
-    api("nvmlDeviceGetUUID", lambda i: f"GPU-0000000{i}-stand-in")
-    api("nvmlDeviceGetMinorNumber", lambda i: i)
-    api("nvmlDeviceGetName", lambda i: b"NVIDIA H200" if load is None else b"simulated NVIDIA H200")
-
-    def utilization(i: int) -> int:
-        return 50 + i if load is None else round(load() * 95) + i
-
-    def power_mw(i: int) -> int:
-        return 350_000 + i if load is None else int(120_000 + load() * 500_000)
-
-    api("nvmlDeviceGetUtilizationRates", lambda i: types.SimpleNamespace(gpu=utilization(i), memory=20 + i))
-    api(
-        "nvmlDeviceGetMemoryInfo",
-        lambda i: types.SimpleNamespace(
-            total=143771 * 2**20, used=(1000 + i) * 2**20, free=(143771 - 1000 - i) * 2**20
-        ),
-    )
-    api("nvmlDeviceGetPowerUsage", power_mw)
-    api("nvmlDeviceGetTotalEnergyConsumption", lambda i: 9_000_000 + i)  # mJ
-    api("nvmlDeviceGetTemperature", lambda i, sensor: 60 + i)
-    api("nvmlDeviceGetClockInfo", lambda i, clock: 1980 if clock == 1 else 2619)
-    api("nvmlDeviceGetPcieThroughput", lambda i, counter: 1000 if counter == 0 else 2000)  # KB/s
-    api("nvmlDeviceGetCurrentClocksThrottleReasons", lambda i: 4)
-    api("nvmlDeviceGetTotalEccErrors", lambda i, kind, counter: 7 if kind == 0 else 0)
-    n.nvmlEventSetCreate = lambda: "events"
-    n.nvmlDeviceRegisterEvents = lambda handle, kind, events: None
-
     def event_wait(events: object, timeout_ms: int) -> types.SimpleNamespace:
         if xid is None:
             raise NVMLError(10)  # NVML_ERROR_TIMEOUT: no event
         return types.SimpleNamespace(eventData=xid)
 
+    n.__dict__.update({name: api(name, answer) for name, answer in device_answers(load).items()})
+    n.nvmlInit = lambda: None
+    n.nvmlShutdown = lambda: None
+    n.nvmlDeviceGetCount = lambda: gpus
+    n.nvmlDeviceGetHandleByIndex = handle_by_index
+    n.nvmlEventSetCreate = lambda: "events"
+    n.nvmlDeviceRegisterEvents = lambda handle, kind, events: None
     n.nvmlEventSetWait = event_wait
     return n
