@@ -118,10 +118,10 @@ def start(
     """
     global _runtime
     if _runtime is not None:
-        return _runtime
+        return _already_running(_runtime, plugins)
     with _lock:
         if _runtime is not None:
-            return _runtime
+            return _already_running(_runtime, plugins)
         try:
             config = config if config is not None else load_config(trainer_config)
             hardware = (plugins or {}).get("hardware")
@@ -139,6 +139,13 @@ def start(
         _runtime = Runtime(config, pm)
         atexit.register(_shutdown_at_exit)
         return _runtime
+
+
+def _already_running(rt: Runtime, plugins: Mapping[str, object] | None) -> Runtime:
+    for name, plugin in (plugins or {}).items():
+        if rt.plugin(name) is not plugin:
+            logger.warning("rl-insight: the runtime already runs; the %s plugin handed to start() is not used", name)
+    return rt
 
 
 def shutdown(timeout_s: float | None = None) -> None:
