@@ -338,3 +338,16 @@ def test_the_demo_prints_its_own_lines_and_sends_verl_and_ray_to_its_log(demo_ru
     [log] = re.findall(r"\[demo\] what verl and Ray print goes to (\S+)", out)
     text = open(log).read()
     assert "SimulatedTaskRunner" in text and "\x1b[" not in text  # the positive control: they did print, there
+
+
+def test_the_demos_gpus_say_they_are_simulated_and_follow_its_phases(demo_run):
+    """The demo hands its simulated load to the hardware plugin: every GPU series it shows carries
+    simulated="true" and its utilisation moves with the run's phases."""
+    out, prom, _, _, _ = demo_run
+    start, end = demo_window(out)
+    selector = f'DCGM_FI_DEV_GPU_UTIL{{project="rl-insight-demo",experiment_name="{EXPERIMENT}"'
+    simulated = query(prom, selector + ',simulated="true"}', end)
+    assert simulated and all(s["metric"]["modelName"] == "simulated NVIDIA H200" for s in simulated)
+    assert query(prom, selector + ',simulated!="true"}', end) == []  # no GPU passes for a real one
+    levels = query_range(prom, selector + ',gpu="0"}', start, end)
+    assert len(set(levels)) > 1, levels  # generate, update and sync differ: the load reaches the plugin

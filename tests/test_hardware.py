@@ -286,3 +286,48 @@ def test_another_user_cannot_take_the_node_lock_and_switch_the_gpu_metrics_off(t
         import shutil
 
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_simulated_gpus_are_refused_outside_the_demo_with_an_error_naming_the_key(monkeypatch, tmp_path, caplog):
+    """A training run that sets simulate_gpus gets a config error naming the key (strict: raised;
+    else logged) and no made-up GPU under the DCGM names and its labels."""
+    import verl_rl_insight
+    from verl_rl_insight.contract.errors import ConfigError
+    from verl_rl_insight.trainer import runtime
+
+    monkeypatch.delenv("VERL_RL_INSIGHT_CONFIG")
+    simulated = {"plugins": {"hardware": {"simulate_gpus": 2, "interval_s": 0.1, "lock_dir": str(tmp_path)}}}
+    with pytest.raises(ConfigError, match=r"plugins\.hardware\.simulate_gpus=2 is refused.*rl-insight demo"):
+        verl_rl_insight.init("proj", "real", config=simulated)
+    monkeypatch.setattr(hardware, "load_nvml", lambda: None)  # this node has no GPU
+    with caplog.at_level(logging.ERROR, logger="verl_rl_insight"):
+        rt = runtime.start(trainer_config={"rl_insight": simulated})
+    assert any("plugins.hardware.simulate_gpus=2 is refused" in r.getMessage() for r in caplog.records)
+    wait_for(lambda: hardware.sampler() is not None and hardware.sampler().samples > 0, 10, what="a sample")
+    batches = hardware.sampler().sample_once()
+    assert batches and all("gpu" not in b.labels for b in batches)  # the host only: no GPU made up
+    assert rt is runtime.get_runtime()
+    runtime.shutdown(1)
+
+
+def test_the_demos_simulated_gpus_follow_the_load_it_hands_over_and_say_they_are_simulated(tmp_path, monkeypatch):
+    """The demo passes its load to the hardware plugin it registers: the GPU series move with it
+    and carry simulated="true"."""
+    from verl_rl_insight.trainer import runtime
+    from verl_rl_insight.trainer.samplers.simulated_nvml import SimulatedLoad
+
+    monkeypatch.delenv("VERL_RL_INSIGHT_CONFIG")
+    load = SimulatedLoad(0.1)
+    settings = {"simulate_gpus": 2, "interval_s": 60, "lock_dir": str(tmp_path), "host": False}
+    runtime.start(
+        trainer_config={"rl_insight": {"plugins": {"hardware": settings}}},
+        plugins={"hardware": hardware.Plugin(simulated_load=load)},
+    )
+    sampler = hardware.sampler()
+    wait_for(lambda: sampler.gpu is not None, 10, what="the simulated GPUs")
+    idle = {b.labels["gpu"]: b for b in sampler.sample_once()}
+    load.set(0.9)
+    busy = {b.labels["gpu"]: b for b in sampler.sample_once()}
+    assert sorted(busy) == ["0", "1"] and all(b.labels["simulated"] == "true" for b in busy.values())
+    assert busy["0"].samples()[0]["DCGM_FI_DEV_GPU_UTIL"] > idle["0"].samples()[0]["DCGM_FI_DEV_GPU_UTIL"]
+    runtime.shutdown(1)

@@ -230,3 +230,42 @@ def test_the_commands_reach_http_through_one_module():
         "verl_rl_insight/commands/http_fetch.py",
         "verl_rl_insight/commands/server/installer.py",
     ]
+
+
+# The package's bare ``Any`` annotations (an annotation that is exactly ``Any``; ``dict[str, Any]``
+# is not counted), as /work/scratch/anycount.py counts them. A change may lower these figures, never
+# raise them: lower them here when you replace an ``Any`` (issue 30's goal: under 5 % of each).
+BARE_ANY_RETURNS = 262
+BARE_ANY_PARAMETERS = 376
+
+
+def bare_any_counts(root):
+    """(functions, returns annotated exactly ``Any``, parameters, parameters annotated exactly ``Any``)."""
+    import ast
+
+    functions = returns = params = any_params = 0
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            functions += 1
+            returns += node.returns is not None and ast.unparse(node.returns) == "Any"
+            args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            args += [a for a in (node.args.vararg, node.args.kwarg) if a is not None]
+            for arg in args:
+                if arg.arg in ("self", "cls"):
+                    continue
+                params += 1
+                any_params += arg.annotation is not None and ast.unparse(arg.annotation) == "Any"
+    return functions, returns, params, any_params
+
+
+def test_the_package_has_no_more_bare_any_than_its_committed_figure(tmp_path):
+    """``Any`` satisfies the annotation test above while saying nothing: the count may only go down."""
+    functions, returns, params, any_params = bare_any_counts(REPO / "verl_rl_insight")
+    assert functions > 900 and params > 1500  # the whole package was read
+    assert returns <= BARE_ANY_RETURNS, f"{returns} functions return a bare Any (at most {BARE_ANY_RETURNS})"
+    assert any_params <= BARE_ANY_PARAMETERS, f"{any_params} parameters are a bare Any (at most {BARE_ANY_PARAMETERS})"
+    # and the count sees a new one: a module with one bare-Any function adds one to each
+    (tmp_path / "new.py").write_text("from typing import Any\n\n\ndef f(x: Any) -> Any:\n    return x\n")
+    assert bare_any_counts(tmp_path) == (1, 1, 1, 1)

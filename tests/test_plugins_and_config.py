@@ -229,3 +229,35 @@ def test_the_readme_configuration_block_is_exactly_the_typed_defaults(tmp_path):
     loaded = load_config(config_file=str(documented), environ={})  # an unknown key would raise
     assert OmegaConf.to_container(OmegaConf.load(documented)) == OmegaConf.to_container(_defaults())
     assert OmegaConf.to_container(loaded) == OmegaConf.to_container(_defaults())
+
+
+def test_each_plugin_manager_holds_its_own_plugin_objects_so_one_runs_state_never_reaches_another():
+    """Plugins are objects: two managers (two runtimes, one after the other in a process) share no
+    state; a run the first one saw is unknown to the second, and finishing it there sends nothing."""
+    from verl_rl_insight.trainer.manager import build_plugin_manager
+    from verl_rl_insight.trainer.runtime import RunInfo
+
+    config = load_config({"rl_insight": {"plugins": {"hardware": {"enabled": False}}}}, environ={})
+    first, second = build_plugin_manager(config, environ={}), build_plugin_manager(config, environ={})
+
+    class Exporter:  # a plugin object that keeps what its manager exports
+        def __init__(self):
+            self.sent = []
+
+        @hookspecs.hookimpl
+        def rl_insight_export_batch(self, batch):
+            self.sent.append(batch)
+
+    exporters = {}
+    for pm in (first, second):
+        exporters[id(pm)] = Exporter()
+        pm.register(exporters[id(pm)])
+        pm.hook.rl_insight_configure(config=config, pm=pm)
+    sent = {key: exporter.sent for key, exporter in exporters.items()}
+    first.hook.rl_insight_log_metrics(run=RunInfo("p", "e"), metrics=step_metrics(1, 5), step=1, timestamp=1.0)
+    second.hook.rl_insight_shutdown(timeout_s=0.1)
+    assert sent[id(second)] == []  # the second never saw the run: no "finished" for it
+    first.hook.rl_insight_shutdown(timeout_s=0.1)
+    finished = [b.samples()[0] for b in sent[id(first)] if b.step is None]
+    assert finished == [{"rl_insight_run_finished": 0.0}, {"rl_insight_run_finished": 1.0}]
+    assert first.get_plugin("trainer_metrics") is not second.get_plugin("trainer_metrics")

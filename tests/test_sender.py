@@ -219,7 +219,7 @@ def test_a_burst_of_2000_log_calls_with_a_healthy_server_loses_none(hub_server, 
     logged = [step_metrics(step, 2000) for step in range(1, 2001)]  # made first: then logged back to back
     for step, metrics in enumerate(logged, start=1):
         tracking.log(metrics, step=step)
-    sender = metric_push._sender
+    sender = metric_push.sender()
     assert sender is not None and sender.flush(60)
     assert sender.stats["dropped_batches"] == 0, dict(sender.stats)
     assert sender.stats["sent_batches"] >= 2000

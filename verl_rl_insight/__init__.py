@@ -10,20 +10,25 @@ The small public API, for code that is not verl's ``Tracking``::
     rli.finish()
 """
 
+from __future__ import annotations
+
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from verl_rl_insight.trainer.config import plugin_settings
+    from verl_rl_insight.trainer.hook_types import RunInfo
     from verl_rl_insight.trainer.hookspecs import hookimpl
+    from verl_rl_insight.trainer.runtime import Runtime
 
 __version__ = "0.1.0"
 
 __all__ = ["init", "log", "state", "register_target", "finish", "hookimpl", "plugin_settings", "__version__"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """``hookimpl`` and ``plugin_settings`` for plugins, imported when first asked for: this module
     is imported at every Python start (the ``.pth`` file), which must stay cheap."""
     if name == "hookimpl":
@@ -37,10 +42,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_run = None
+_run: RunInfo | None = None
 
 
-def init(project: str | None = None, experiment_name: str | None = None, config: Any = None) -> Any:
+def init(
+    project: str | None = None, experiment_name: str | None = None, config: Mapping[str, object] | None = None
+) -> RunInfo:
     """Start monitoring in this process. ``config``: a dict like the Hydra ``rl_insight`` block.
 
     Raises ``verl_rl_insight.trainer.config.ConfigError`` on a bad config (the training hooks log it instead).
@@ -53,21 +60,21 @@ def init(project: str | None = None, experiment_name: str | None = None, config:
     return _run
 
 
-def _current() -> Any:
+def _current() -> tuple[Runtime, RunInfo]:
     from verl_rl_insight.trainer import runtime
 
     rt = runtime.start()
     return rt, (_run or rt.current_run())
 
 
-def log(metrics: dict[str, Any], step: int | None = None) -> None:
+def log(metrics: Mapping[str, object], step: int | None = None) -> None:
     """Log scalars exactly as ``Tracking.log`` would (names ``rl_insight_monitor_<key>``)."""
     rt, run = _current()
     rt.hook.rl_insight_log_metrics(run=run, metrics=dict(metrics), step=step, timestamp=time.time())
 
 
 @contextlib.contextmanager
-def state(name: str, lane: str = "trainer", **attributes: Any) -> Any:
+def state(name: str, lane: str = "trainer", **attributes: object) -> Iterator[None]:
     """Time a block as one RL state interval on timeline lane ``lane``."""
     start_ns = time.time_ns()
     try:

@@ -358,7 +358,7 @@ def decode_push(body: bytes, now: float, max_future_s: float = MAX_FUTURE_S, own
     return [_batch(i, b, now, max_future_s, own) for i, b in enumerate(push.batches)]
 
 
-def validate_push(payload: Any, now: float, max_future_s: float = MAX_FUTURE_S, own: bool = False) -> list[Batch]:
+def validate_push(payload: object, now: float, max_future_s: float = MAX_FUTURE_S, own: bool = False) -> list[Batch]:
     """``decode_push`` for a body already parsed (the Python API and the tests)."""
     try:
         body = json.dumps(payload, allow_nan=False).encode()
@@ -466,7 +466,7 @@ def _explain_malformed(exc: msgspec.DecodeError, body: bytes) -> str:
     return f"{found}: not valid Unicode text (lone surrogate)" if found else f"body is not valid JSON: {str(exc)[:200]}"
 
 
-def _find_bad_text(node: Any, path: str, depth: int = 0) -> str | None:
+def _find_bad_text(node: object, path: str, depth: int = 0) -> str | None:
     if depth > 8:
         return None
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()

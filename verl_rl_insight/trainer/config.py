@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -83,7 +84,7 @@ class HardwareSettings:
     gpu: bool = True
     host: bool = True
     lock_dir: str | None = None
-    simulate_gpus: int = 0  # the demo's simulated GPUs, only where there is none
+    simulate_gpus: int = 0  # the demo's simulated GPUs (refused outside `rl-insight demo`)
 
 
 @dataclass
@@ -155,7 +156,7 @@ def _known_keys(config: DictConfig, full_key: str) -> list[str]:
     return sorted(str(k) for k in node.keys()) if isinstance(node, DictConfig) else []
 
 
-def hydra_block(trainer_config: Any) -> dict[str, Any]:
+def hydra_block(trainer_config: object) -> dict[str, Any]:
     """The ``rl_insight`` settings inside a verl trainer config (dict or DictConfig), merged."""
     if not isinstance(trainer_config, (dict, DictConfig)):
         return {}
@@ -171,7 +172,7 @@ def hydra_block(trainer_config: Any) -> dict[str, Any]:
     return {str(k): v for k, v in merged.items()} if isinstance(merged, dict) else {}
 
 
-def _env_layer(environ: Any) -> dict[str, Any]:
+def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
     layer: dict[str, Any] = {}
     if environ.get(ENV_CONFIG_JSON):
         try:
@@ -190,7 +191,7 @@ def _env_layer(environ: Any) -> dict[str, Any]:
     return layer
 
 
-def _merge(layers: list[tuple[str, Any]]) -> DictConfig:
+def _merge(layers: list[tuple[str, object]]) -> DictConfig:
     config = _defaults()
     for source, layer in layers:
         try:
@@ -211,10 +212,14 @@ def _merge(layers: list[tuple[str, Any]]) -> DictConfig:
     return config
 
 
-def load_config(trainer_config: Any = None, config_file: str | None = None, environ: Any = None) -> DictConfig:
+def load_config(
+    trainer_config: Mapping[str, object] | None = None,
+    config_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> DictConfig:
     """Merge every layer and return a read-only DictConfig. Raises ConfigError on bad input."""
     environ = os.environ if environ is None else environ
-    layers: list[tuple[str, Any]] = []
+    layers: list[tuple[str, object]] = []
     config_file = config_file or environ.get(ENV_CONFIG_FILE)
     if config_file:
         try:
@@ -246,17 +251,29 @@ def load_config(trainer_config: Any = None, config_file: str | None = None, envi
     return config
 
 
-def plugin_settings(config: Any, name: str) -> Any:
+def plugin_settings(config: DictConfig, name: str) -> DictConfig:
     """The settings of plugin ``name`` (an empty DictConfig when the config has none); for the
     built-in plugins a typed block with every key present."""
     plugins = config.get("plugins") or {}
     return plugins.get(name) or OmegaConf.create({})
 
 
-def check_plugin_names(config: Any, known: Any) -> None:
+def check_plugin_names(config: DictConfig, known: Iterable[str]) -> None:
     """Raise ConfigError naming every configured plugin that is not registered."""
     unknown = sorted(set((config.get("plugins") or {}).keys()) - set(known))
     if unknown:
         raise ConfigError(
             f"unknown rl-insight plugin(s) in config: {', '.join(unknown)}; known plugins: {', '.join(sorted(known))}"
+        )
+
+
+def check_simulated_gpus(config: DictConfig, simulating: bool) -> None:
+    """Raise ConfigError when ``plugins.hardware.simulate_gpus`` is set outside ``rl-insight demo``
+    (``simulating``: the demo handed its simulated load over): made-up GPUs under the DCGM names
+    and a real run's labels would pass for the run's own."""
+    gpus = plugin_settings(config, "hardware").get("simulate_gpus") or 0
+    if gpus and not simulating:
+        raise ConfigError(
+            f"plugins.hardware.simulate_gpus={gpus} is refused: simulated GPUs are only for `rl-insight demo`; "
+            "a training run reports its real GPUs (remove plugins.hardware.simulate_gpus)"
         )

@@ -4,6 +4,11 @@ Third-party packages declare an entry point in group ``verl_rl_insight``; the en
 variable ``VERL_RL_INSIGHT_PLUGINS`` is an allow-list of their names (unset: all, ``none``:
 no external plugin). Any plugin, built-in or not, is switched off with
 ``plugins.<name>.enabled=false`` in the config.
+
+A plugin is an object whose methods are marked ``@hookimpl``, its state on the instance: a
+built-in module names its class ``Plugin``, and an entry point may load a class (an instance of
+it is registered), an instance, or a module of hook functions. A fresh manager holds fresh
+instances: nothing one run's plugins kept reaches the next.
 """
 
 import functools
@@ -12,9 +17,10 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
-from typing import Any
+from types import ModuleType
 
 import pluggy
+from omegaconf import DictConfig
 
 from verl_rl_insight.contract import environment
 from verl_rl_insight.trainer import hookspecs
@@ -40,7 +46,7 @@ DEFAULT_PLUGINS = (
 )
 
 
-def _allowed_external(environ: Mapping[str, str]) -> Any:
+def _allowed_external(environ: Mapping[str, str]) -> set[str] | None:
     policy = environ.get(ENV_ALLOW_LIST)
     if policy is None or policy.strip() == "":
         return None
@@ -49,10 +55,10 @@ def _allowed_external(environ: Mapping[str, str]) -> Any:
     return {name.strip() for name in policy.split(",") if name.strip()}
 
 
-def discover(environ: Mapping[str, str] | None = None) -> dict[str, Callable[[], Any]]:
+def discover(environ: Mapping[str, str] | None = None) -> dict[str, Callable[[], object]]:
     """Every plugin this environment offers: {name: loader}, built-ins first."""
     environ = os.environ if environ is None else environ
-    found: dict[str, Callable[[], Any]] = {
+    found: dict[str, Callable[[], object]] = {
         path.rsplit(".", 1)[1]: functools.partial(importlib.import_module, path) for path in DEFAULT_PLUGINS
     }
     allowed = _allowed_external(environ)
@@ -66,12 +72,26 @@ def discover(environ: Mapping[str, str] | None = None) -> dict[str, Callable[[],
     return found
 
 
-def build_plugin_manager(config: Any, environ: Mapping[str, str] | None = None, strict: bool = True) -> Any:
+def instantiate(loaded: object) -> object:
+    """The object to register for what a loader returned: a built-in module's ``Plugin()``, an
+    instance of a class, else the thing itself (an instance, or a module of hook functions)."""
+    if isinstance(loaded, ModuleType) and isinstance(getattr(loaded, "Plugin", None), type):
+        loaded = loaded.Plugin
+    return loaded() if isinstance(loaded, type) else loaded
+
+
+def build_plugin_manager(
+    config: DictConfig,
+    environ: Mapping[str, str] | None = None,
+    strict: bool = True,
+    plugins: Mapping[str, object] | None = None,
+) -> pluggy.PluginManager:
     """A PluginManager with every enabled plugin registered under its name.
 
     Unknown plugin names in the config raise ConfigError when ``strict``; otherwise they are
     logged (once, by the caller's logger) and ignored. A plugin that fails to import is
-    logged and skipped: one broken plugin must not take monitoring down with it.
+    logged and skipped: one broken plugin must not take monitoring down with it. ``plugins``:
+    objects registered in place of the plugins of the same name.
     """
     environ = os.environ if environ is None else environ
     pm = pluggy.PluginManager("verl_rl_insight")
@@ -86,7 +106,7 @@ def build_plugin_manager(config: Any, environ: Mapping[str, str] | None = None, 
         if not plugin_settings(config, name).get("enabled", True):
             continue
         try:
-            plugin = load()
+            plugin = (plugins or {}).get(name) or instantiate(load())
         except Exception:
             logger.exception("rl-insight: plugin %r failed to load and is skipped", name)
             continue

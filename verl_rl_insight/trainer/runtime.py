@@ -5,17 +5,21 @@ Started at most once per process by whichever comes first (the verl tracking bac
 job: a bad config is logged loudly and monitoring runs with what is valid.
 """
 
+from __future__ import annotations
+
 import atexit
 import logging
 import os
 import threading
-from typing import Any, NamedTuple
+from collections.abc import Mapping
 
 import pluggy
+from omegaconf import DictConfig
 
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import ConfigError
-from verl_rl_insight.trainer.config import ENV_SERVER_URL, ENV_TOKEN, load_config
+from verl_rl_insight.trainer.config import ENV_SERVER_URL, ENV_TOKEN, check_simulated_gpus, load_config
+from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.manager import build_plugin_manager
 
 logger = logging.getLogger("verl_rl_insight")
@@ -24,29 +28,24 @@ logger = logging.getLogger("verl_rl_insight")
 ENV_PROJECT = environment.PROJECT
 ENV_EXPERIMENT = environment.EXPERIMENT
 
-
-class RunInfo(NamedTuple):
-    """Who is logging: the labels every series of the run carries."""
-
-    project: str
-    experiment_name: str
+__all__ = ["RunInfo", "Runtime", "get_runtime", "shutdown", "start"]
 
 
 class Runtime:
-    def __init__(self, config: Any, pm: pluggy.PluginManager) -> None:
+    def __init__(self, config: DictConfig, pm: pluggy.PluginManager) -> None:
         self.config = config
         self.pm = pm
         self.hook = pm.hook
         self.runs: dict[tuple[str, str], RunInfo] = {}
         self._closed = False
         self._stop = threading.Event()
-        self._collector = None
+        self._collector: threading.Thread | None = None
         self.hook.rl_insight_configure(config=config, pm=pm)
         if self.hook.rl_insight_collect.get_hookimpls():
             self._collector = threading.Thread(target=self._collect_loop, name="rl-insight-collect", daemon=True)
             self._collector.start()
 
-    def run(self, project: str | None, experiment_name: str | None) -> Any:
+    def run(self, project: str | None, experiment_name: str | None) -> RunInfo:
         """The RunInfo for these names; the runtime remembers every run it has seen."""
         key = (str(project or "default"), str(experiment_name or "default"))
         info = self.runs.get(key)
@@ -54,11 +53,16 @@ class Runtime:
             info = self.runs[key] = RunInfo(*key)
         return info
 
-    def current_run(self) -> Any:
+    def current_run(self) -> RunInfo:
         """The run this process logs for: the last one seen, else the one the driver published."""
         return next(reversed(self.runs.values()), None) or self.run(
             os.environ.get(ENV_PROJECT), os.environ.get(ENV_EXPERIMENT)
         )
+
+    def plugin(self, name: str) -> object | None:
+        """The plugin object registered as ``name`` (None when it is off or failed to load)."""
+        plugin: object | None = self.pm.get_plugin(name)
+        return plugin
 
     def _collect_loop(self) -> None:
         interval = float(self.config.collect_interval_s)
@@ -81,7 +85,7 @@ class Runtime:
         self._closed = True
         self._stop.set()
         if timeout_s is None:
-            timeout_s = self.config.plugins.metric_push.flush_timeout_s
+            timeout_s = float(self.config.plugins.metric_push.flush_timeout_s)
         if self._collector is not None:
             self.collect()  # the last counters of a short run
         try:
@@ -90,30 +94,39 @@ class Runtime:
             logger.exception("rl-insight: shutdown of a plugin failed")
 
 
-_runtime = None
+_runtime: Runtime | None = None
 _lock = threading.Lock()
 
 
-def get_runtime() -> Any:
+def get_runtime() -> Runtime | None:
     """The running Runtime, or None."""
     return _runtime
 
 
-def start(trainer_config: Any = None, config: Any = None, strict: bool = False) -> Any:
+def start(
+    trainer_config: Mapping[str, object] | DictConfig | None = None,
+    config: DictConfig | None = None,
+    strict: bool = False,
+    plugins: Mapping[str, object] | None = None,
+) -> Runtime:
     """Start the process runtime once and return it (later calls return the same one).
 
     ``strict``: raise ConfigError for a bad config (the public ``init`` does); otherwise log
-    the error and go on with the defaults for the parts that are wrong.
+    the error and go on with the defaults for the parts that are wrong. ``plugins``: plugin
+    objects registered in place of the built-ins of the same name (the demo hands its hardware
+    plugin with the simulated GPU load this way).
     """
     global _runtime
     if _runtime is not None:
-        return _runtime
+        return _already_running(_runtime, plugins)
     with _lock:
         if _runtime is not None:
-            return _runtime
+            return _already_running(_runtime, plugins)
         try:
             config = config if config is not None else load_config(trainer_config)
-            pm = build_plugin_manager(config, strict=True)
+            hardware = (plugins or {}).get("hardware")
+            check_simulated_gpus(config, simulating=getattr(hardware, "simulated_load", None) is not None)
+            pm = build_plugin_manager(config, strict=True, plugins=plugins)
         except ConfigError as exc:
             if strict:
                 raise
@@ -122,10 +135,17 @@ def start(trainer_config: Any = None, config: Any = None, strict: bool = False) 
                 config = load_config(
                     None, environ={k: os.environ[k] for k in (ENV_SERVER_URL, ENV_TOKEN) if k in os.environ}
                 )
-            pm = build_plugin_manager(config, strict=False)
+            pm = build_plugin_manager(config, strict=False, plugins=plugins)
         _runtime = Runtime(config, pm)
         atexit.register(_shutdown_at_exit)
         return _runtime
+
+
+def _already_running(rt: Runtime, plugins: Mapping[str, object] | None) -> Runtime:
+    for name, plugin in (plugins or {}).items():
+        if rt.plugin(name) is not plugin:
+            logger.warning("rl-insight: the runtime already runs; the %s plugin handed to start() is not used", name)
+    return rt
 
 
 def shutdown(timeout_s: float | None = None) -> None:

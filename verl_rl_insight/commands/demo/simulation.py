@@ -20,6 +20,8 @@ import ray
 
 from verl_rl_insight.commands.demo import verl_step
 from verl_rl_insight.commands.demo.verl_step import StepMetrics
+from verl_rl_insight.trainer import runtime
+from verl_rl_insight.trainer.plugins import hardware
 from verl_rl_insight.trainer.samplers import simulated_nvml
 
 if TYPE_CHECKING:
@@ -241,7 +243,8 @@ class SimulatedTaskRunner:
         self.tokenizer = SimulatedTokenizer()  # what the samples plugin decodes the batch with
         actor = SimulatedActor(config)
         rng = random.Random(0)
-        simulated_nvml.load_level[0] = 0.05
+        load = simulated_nvml.SimulatedLoad(0.05)  # handed to the hardware plugin: simulate_gpus is the demo's
+        runtime.start(config, plugins={"hardware": hardware.Plugin(simulated_load=load)})
         engines = start_replicas(demo.engine, int(demo.replicas))
         tq = start_transfer_queue() if demo.transfer_queue else None
         tracking = Tracking(
@@ -264,7 +267,7 @@ class SimulatedTaskRunner:
                     if curr_step_profile:
                         actor.profiler.start(role="train", profile_step=step)
                 with marked_timer("gen", timing):
-                    simulated_nvml.load_level[0] = 0.85
+                    load.set(0.85)
                     generate_on(engines, step_s * 0.4, step)
                     if tq is not None:
                         exchange_through(tq, step)
@@ -285,10 +288,10 @@ class SimulatedTaskRunner:
                 with marked_timer("update_critic", timing):
                     time.sleep(step_s * 0.05)
                 with marked_timer("update_actor", timing):
-                    simulated_nvml.load_level[0] = 0.95
+                    load.set(0.95)
                     actor.update(step_s * 0.25)
                 with marked_timer("update_weights", timing):
-                    simulated_nvml.load_level[0] = 0.3
+                    load.set(0.3)
                     time.sleep(step_s * 0.05)
                 with marked_timer("stop_profile", timing):
                     next_step_profile = step + 1 in profiler.steps if profiler.steps is not None else False

@@ -9,7 +9,8 @@ verl >= 0.9's ``verl.plugins`` entry point, ``VERL_USE_EXTERNAL_MODULES=verl_rl_
 
 import importlib
 import os
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
 
 from verl_rl_insight.contract import environment
 
@@ -63,8 +64,8 @@ _registered = False
 _hooks_registered = False
 
 
-def _installer(hooks_module: Any) -> Any:
-    def install(module: Any) -> None:
+def _installer(hooks_module: str) -> Callable[[ModuleType], None]:
+    def install(module: ModuleType) -> None:
         if not _registered:
             return
         try:
@@ -107,7 +108,7 @@ def autoload() -> None:
         pass
 
 
-def active() -> Any:
+def active() -> bool:
     """True when the post-import hooks are registered in this process."""
     return _registered
 

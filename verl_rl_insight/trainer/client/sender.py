@@ -25,7 +25,6 @@ order, at most ``max_batches_per_request`` and ``max_request_bytes`` per request
 from __future__ import annotations
 
 import collections
-import email.utils
 import json
 import logging
 import operator
@@ -37,6 +36,7 @@ from typing import Any
 
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.wire import HUB_HEADER
+from verl_rl_insight.trainer.client import push_answer
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 
 ANSWER_BYTES = 2**20  # what is read of the server's answer to a push ({"hub": ...}): any server can be at the URL
@@ -262,28 +262,8 @@ class BatchSender:
     def _send_some(self) -> bool:
         chunk = self._chunk()
         status, message, answer = self._post(b'{"batches":[' + b",".join(chunk) + b"]}")
-        hub = answer.get("hub")
         if status is not None and status < 300:
-            self._hub = hub if isinstance(hub, str) else self._hub
-            self._left_out(answer)
-            now = time.monotonic()
-            for _ in chunk:
-                self._delivered.append((now, self._spool.popleft()))
-            self._settled(len(chunk))
-            self._narrowing_passed(len(chunk))
-            while self._delivered and now - self._delivered[0][0] > self.resend_window_s:
-                self._delivered.popleft()
-            self.stats["sent_batches"] += len(chunk)
-            self.stats["requests"] += 1
-            if self._down_since is not None:
-                logger.warning(
-                    "rl-insight: server %s reachable again after %.0f s; replaying the spooled batches (%d left)",
-                    self.url,
-                    time.monotonic() - self._down_since,
-                    len(self._spool),
-                )
-                self._down_since = None
-            self._failures = 0
+            self._delivered_now(chunk, answer)
             return True
         if status == 409:  # a restarted hub: what it had not exposed yet is gone, send it again first
             self._hub = None
@@ -298,51 +278,42 @@ class BatchSender:
             self._down_since = time.monotonic()
             self._hub = None
             self._resend_recent()
-            if status in (401, 403):  # it answered: no outage to wait out, a credential to fix
-                logger.warning(
-                    "rl-insight: the server at %s refused the %s (HTTP %s: %s); training continues, but no "
-                    "metric reaches the server until it accepts the credential: export the RL_INSIGHT_SERVER_URL "
-                    "line that `rl-insight server url` prints on the server",
-                    self.url,
-                    "token" if status == 401 else "credential",
-                    status,
-                    message,
-                )
-            else:
-                logger.warning(
-                    "rl-insight: %s %s (%s); training continues, metrics are kept (up to %d batches) and "
-                    "replayed when it takes them",
-                    "the monitoring server asks to retry later:"
-                    if status == 429
-                    else "cannot reach the monitoring server at",
-                    self.url,
-                    message,
-                    self.spool_batches,
-                )
+            logger.warning(*push_answer.outage_warning(self.url, status, message, self.spool_batches))
         return False
+
+    def _delivered_now(self, chunk: list[bytes], answer: dict[str, object]) -> None:
+        hub = answer.get("hub")
+        self._hub = hub if isinstance(hub, str) else self._hub
+        self._left_out(answer)
+        now = time.monotonic()
+        for _ in chunk:
+            self._delivered.append((now, self._spool.popleft()))
+        self._settled(len(chunk))
+        self._narrowing_passed(len(chunk))
+        while self._delivered and now - self._delivered[0][0] > self.resend_window_s:
+            self._delivered.popleft()
+        self.stats["sent_batches"] += len(chunk)
+        self.stats["requests"] += 1
+        if self._down_since is not None:
+            logger.warning(
+                "rl-insight: server %s reachable again after %.0f s; replaying the spooled batches (%d left)",
+                self.url,
+                time.monotonic() - self._down_since,
+                len(self._spool),
+            )
+            self._down_since = None
+        self._failures = 0
 
     def _left_out(self, answer: dict[str, object]) -> None:
         """What the server left out of delivered batches: named in the log once per name, counted."""
-        dropped = answer.get("dropped_keys")
-        if isinstance(dropped, dict) and dropped:
-            self.stats["dropped_keys"] += len(dropped)
-            for name, why in dropped.items():
-                if len(self._warned) < MAX_NAMES_WARNED:
-                    self._warn_once(
-                        ("dropped_key", name),
-                        "rl-insight: the server leaves metric %s out of every step that logs it (%s); "
-                        "the rest of each step is delivered",
-                        str(name)[:200],
-                        str(why)[:200],
-                    )
-        disagreements = answer.get("step_disagreements")
-        if isinstance(disagreements, int) and disagreements > 0:
+        dropped, disagreements = push_answer.left_out(answer)
+        self.stats["dropped_keys"] += len(dropped)
+        for name, why in dropped.items():
+            if len(self._warned) < MAX_NAMES_WARNED:
+                self._warn_once(("dropped_key", name), push_answer.DROPPED_KEY, name, why)
+        if disagreements:
             self.stats["step_disagreements"] += disagreements
-            self._warn_once(
-                "step_disagreement",
-                "rl-insight: a logged training/global_step differs from the step it was logged at; "
-                "the server files the step under training/global_step (rl_insight_hub_step_disagreements_total)",
-            )
+            self._warn_once("step_disagreement", push_answer.STEP_DISAGREEMENT)
 
     def _refused(self, chunk: list[bytes], status: int, message: str) -> bool:
         """The server refused the data itself: split the request until the refused batches are found."""
@@ -403,18 +374,10 @@ class BatchSender:
 
     def _check_clock(self, date: str | None) -> None:
         """Batches carry this host's time: say once when it is far from the server's (HTTP Date)."""
-        try:
-            offset = self.clock() - email.utils.parsedate_to_datetime(date).timestamp() if date else None
-        except (TypeError, ValueError):
-            return
+        offset = push_answer.clock_offset(date, self.clock())
         if offset is not None and abs(offset) > CLOCK_WARN_S:
             self.stats["clock_offset_s"] = round(offset)
-            self._warn_once(
-                "clock",
-                "rl-insight: this host's clock is %+.0f s from the server's; steps are stamped with this "
-                "host's time (a batch more than the server's max_future_s ahead is refused); sync the clock (NTP)",
-                offset,
-            )
+            self._warn_once("clock", push_answer.CLOCK_WARNING, offset)
 
     def _warn_once(self, key: object, message: str, *args: object) -> None:
         if key not in self._warned:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verl_rl_insight.contract.http_client import HttpClient
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -94,7 +97,7 @@ class TargetAnnouncer:
 _shared: TargetAnnouncer | None = None
 
 
-def shared(config: Any = None) -> TargetAnnouncer | None:
+def shared(config: DictConfig | None = None) -> TargetAnnouncer | None:
     """The process's announcer (created from ``config`` on first use; None without a server URL)."""
     global _shared
     if _shared is None and config is not None and config.get("server_url"):

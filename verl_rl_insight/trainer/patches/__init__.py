@@ -4,10 +4,8 @@ Every module has ``install(module)`` (called by a wrapt post-import hook with th
 verl module) and ``uninstall(module)``.
 """
 
-from typing import Any
 
-
-def unwrap(owner: Any, name: str) -> None:
+def unwrap(owner: object, name: str) -> None:
     """Undo ``wrapt.wrap_function_wrapper(owner, name, ...)`` (isinstance checks against wrapt's
     proxy classes are unreliable across its C and Python implementations: duck-type instead)."""
     attr = vars(owner).get(name)

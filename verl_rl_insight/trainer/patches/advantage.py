@@ -3,14 +3,23 @@ recomputed ``old_log_probs`` (and the rollout returned ``rollout_log_probs``); t
 the plugins (probs_diff) before it and, with its advantages, after it (group_stats). Wrapped
 where the trainers use it by name."""
 
+from __future__ import annotations
+
 import sys
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from verl import DataProto
 
 from verl_rl_insight.trainer import runtime
 
+Advantage = Callable[..., "DataProto"]  # verl's compute_advantage(data, adv_estimator, ...)
 
-def _wrap(original: Any) -> Any:
-    def compute_advantage(data: Any, *args: object, **kwargs: Any) -> Any:
+
+def _wrap(original: Advantage) -> Advantage:
+    def compute_advantage(data: DataProto, *args: object, **kwargs: object) -> DataProto:
         rt = runtime.get_runtime()
         if rt is None:
             return original(data, *args, **kwargs)
@@ -34,13 +43,13 @@ def _wrap(original: Any) -> Any:
     return compute_advantage
 
 
-def install(module: Any) -> None:
+def install(module: ModuleType) -> None:
     original = module.__dict__.get("compute_advantage")
     if callable(original) and not getattr(original, "_rl_insight_advantage", False):
-        module.compute_advantage = _wrap(original)
+        module.__dict__["compute_advantage"] = _wrap(original)
 
 
-def uninstall(module: Any) -> None:
+def uninstall(module: ModuleType) -> None:
     current = module.__dict__.get("compute_advantage")
-    if getattr(current, "_rl_insight_advantage", False):
-        module.compute_advantage = current.__wrapped__
+    if current is not None and getattr(current, "_rl_insight_advantage", False):
+        module.__dict__["compute_advantage"] = current.__wrapped__

@@ -5,10 +5,14 @@ is wrapped where it is used: in every trainer module bootstrap.TARGETS names, an
 modules that re-export it (for trainers imported later). The step comes from the calling trainer's ``global_steps``.
 """
 
+from __future__ import annotations
+
+import contextlib
 import inspect
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
 
 from verl_rl_insight.trainer import runtime
 
@@ -27,14 +31,21 @@ class PhaseState:
 
     __slots__ = ("inner", "name", "lane", "step", "trainer")
 
-    def __init__(self, inner: Any, name: str, lane: str, step: int | None, trainer: Any = None) -> None:
+    def __init__(
+        self,
+        inner: contextlib.AbstractContextManager[object],
+        name: str,
+        lane: str,
+        step: int | None,
+        trainer: object = None,
+    ) -> None:
         self.inner, self.name, self.lane, self.step, self.trainer = inner, name, lane, step, trainer
 
     def _profile_point(self, when: str) -> None:
         if self.name in PROFILE_PHASES and self.trainer is not None:
             _hook("rl_insight_profile_point", trainer=self.trainer, phase=self.name, when=when, step=self.step)
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> object:
         self._profile_point("enter")
         result = self.inner.__enter__()
         _hook(
@@ -46,7 +57,7 @@ class PhaseState:
         )
         return result
 
-    def __exit__(self, *exc: object) -> Any:
+    def __exit__(self, *exc: object) -> bool | None:
         _hook(
             "rl_insight_state_exit",
             name=self.name,
@@ -55,12 +66,12 @@ class PhaseState:
             attributes={"error": True} if exc[0] is not None else None,
         )
         try:
-            return self.inner.__exit__(*exc)
+            return self.inner.__exit__(*exc)  # type: ignore[arg-type]  # what the with statement gave
         finally:
             self._profile_point("exit")
 
 
-def _hook(hook_name: Any, **kwargs: Any) -> None:
+def _hook(hook_name: str, **kwargs: object) -> None:
     rt = runtime.get_runtime()
     if rt is None:
         return
@@ -70,8 +81,8 @@ def _hook(hook_name: Any, **kwargs: Any) -> None:
         pass
 
 
-def _wrap(original: Any, lane: str) -> Any:
-    def timer(name: str, timing_raw: Any, *args: object, **kwargs: Any) -> Any:
+def _wrap(original: Callable[..., contextlib.AbstractContextManager[object]], lane: str) -> Callable[..., PhaseState]:
+    def timer(name: str, timing_raw: dict[str, float], *args: object, **kwargs: object) -> PhaseState:
         caller = sys._getframe(1).f_locals.get("self")
         step = getattr(caller, "global_steps", None)
         return PhaseState(
@@ -89,19 +100,19 @@ def _wrap(original: Any, lane: str) -> Any:
     return timer
 
 
-def install(module: Any) -> None:
+def install(module: ModuleType) -> None:
     lane = LANES.get(module.__name__, "trainer")
     for attr in TIMER_NAMES:
         original = module.__dict__.get(attr)
-        if getattr(original, "_rl_insight_phase_timer", False):
+        if original is not None and getattr(original, "_rl_insight_phase_timer", False):
             original = original.__wrapped__  # imported already wrapped: re-wrap with this module's lane
         # a bare generator (verl's inner _timer, used with `yield from`) is no context manager
         if callable(original) and not inspect.isgeneratorfunction(original):
             setattr(module, attr, _wrap(original, lane))
 
 
-def uninstall(module: Any) -> None:
+def uninstall(module: ModuleType) -> None:
     for attr in TIMER_NAMES:
         current = module.__dict__.get(attr)
-        if getattr(current, "_rl_insight_phase_timer", False):
+        if current is not None and getattr(current, "_rl_insight_phase_timer", False):
             setattr(module, attr, current.__wrapped__)

@@ -7,14 +7,17 @@ its ``RLInsightLogger``, which trainer/patches/tracking.py routes here).
 
 import os
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import TypeVar
 
 import wrapt
 
 from verl_rl_insight.trainer import runtime
 from verl_rl_insight.trainer.patches import unwrap
 from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
+
+T = TypeVar("T")
 
 # module -> (server classes, state name)
 SERVERS = {
@@ -23,14 +26,16 @@ SERVERS = {
 }
 
 
-def _generate_wrapper(state: str) -> Any:
-    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return _timed(wrapped(*args, **kwargs), instance, state)
+def _generate_wrapper(state: str) -> Callable[..., object]:
+    def wrapper(
+        wrapped: Callable[..., object], instance: object, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> object:
+        return _timed(wrapped(*args, **kwargs), instance, state)  # type: ignore[arg-type]  # verl's async generate
 
     return wrapper
 
 
-async def _timed(coroutine: Any, server: Any, state: str) -> Any:
+async def _timed(coroutine: Awaitable[T], server: object, state: str) -> T:
     start_ns = time.time_ns()
     try:
         return await coroutine
@@ -38,7 +43,7 @@ async def _timed(coroutine: Any, server: Any, state: str) -> Any:
         _report_span(server, state, start_ns)
 
 
-def _report_span(server: Any, state: str, start_ns: int) -> None:
+def _report_span(server: object, state: str, start_ns: int) -> None:
     """Never raises: it runs in the ``finally`` of verl's generate, where an error would replace verl's result."""
     try:
         rt = runtime.get_runtime() or (runtime.start() if os.environ.get(ENV_VERL_ENABLE) == "1" else None)
@@ -56,13 +61,15 @@ def _report_span(server: Any, state: str, start_ns: int) -> None:
         pass
 
 
-def _server_args(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _server_args(
+    wrapped: Callable[..., object], instance: object, args: tuple[object, ...], kwargs: dict[str, object]
+) -> object:
     if os.environ.get(ENV_VERL_ENABLE) == "1":
         kwargs["enable_metrics"] = True  # SGLang serves /metrics only when asked
     return wrapped(*args, **kwargs)
 
 
-def install(module: Any) -> None:
+def install(module: ModuleType) -> None:
     if getattr(module, "_rl_insight_installed", False) or hasattr(module, "RLInsightLogger"):
         return  # verl >= 0.9 reports these itself
     classes, state = SERVERS[module.__name__]
@@ -72,10 +79,10 @@ def install(module: Any) -> None:
             wrapt.wrap_function_wrapper(cls, "generate", _generate_wrapper(state))
     if "ServerArgs" in vars(module):
         wrapt.wrap_function_wrapper(module, "ServerArgs", _server_args)
-    module._rl_insight_installed = True
+    module.__dict__["_rl_insight_installed"] = True
 
 
-def uninstall(module: Any) -> None:
+def uninstall(module: ModuleType) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     classes, _ = SERVERS[module.__name__]
@@ -84,4 +91,4 @@ def uninstall(module: Any) -> None:
         if cls is not None:
             unwrap(cls, "generate")
     unwrap(module, "ServerArgs")
-    module._rl_insight_installed = False
+    module.__dict__["_rl_insight_installed"] = False

@@ -13,6 +13,8 @@ samples are traced (``max_samples_per_step_per_worker``: the others run with ``t
 Other backends (weave, mlflow, trackio) go through verl's own code, untouched.
 """
 
+from __future__ import annotations
+
 import contextlib
 import contextvars
 import functools
@@ -21,20 +23,25 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any
 
 from verl_rl_insight.trainer import runtime
+from verl_rl_insight.trainer.hook_types import TracedOp, Trajectory
+
+Func = Callable[..., Any]  # a traced method of verl's agent loops and tools (sync or async)
 
 logger = logging.getLogger("verl_rl_insight")
 
 BACKEND = "rl_insight"
 MAX_TEXT = 1024  # characters of each input / output kept with token2text
 MAX_OPS = 512  # ops kept per trajectory; later ones are counted, not kept
-_trajectory: contextvars.ContextVar[Any] = contextvars.ContextVar("rl_insight_trajectory", default=None)
+_trajectory: contextvars.ContextVar[Trajectory | None] = contextvars.ContextVar("rl_insight_trajectory", default=None)
 _failed: set[str] = set()
 
 
-def kind_of(qualname: Any) -> Any:
+def kind_of(qualname: str) -> tuple[str, str]:
     """(kind, span name) of a traced op from its qualified name."""
     method = qualname.rsplit(".", 1)[-1]
     if method == "generate":
@@ -48,7 +55,7 @@ def kind_of(qualname: Any) -> Any:
     return "op", f"agent op {qualname}"
 
 
-def _bounded(value: Any) -> Any:
+def _bounded(value: object) -> str:
     try:
         text = json.dumps(value, default=str, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -56,16 +63,21 @@ def _bounded(value: Any) -> Any:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + f"... ({len(text)} characters)"
 
 
-def _module() -> Any:
+def _module() -> ModuleType:
+    """verl's rollout_trace (imported: these wrappers are installed into it)."""
+    return sys.modules["verl.utils.rollout_trace"]
+
+
+def _loaded() -> ModuleType | None:
     return sys.modules.get("verl.utils.rollout_trace")
 
 
-def _ours() -> Any:
-    module = _module()
+def _ours() -> bool:
+    module = _loaded()
     return module is not None and module.RolloutTraceConfig.get_backend() == BACKEND
 
 
-def _emit(record: Any) -> None:
+def _emit(record: Trajectory) -> None:
     try:
         config = _module().RolloutTraceConfig.get_instance()
         rt = runtime.start()
@@ -78,16 +90,18 @@ def _emit(record: Any) -> None:
             logger.exception("rl-insight: an agent-loop trajectory could not be recorded; rollouts go on")
 
 
-def make_trace_attr(original: Any) -> Any:
+def make_trace_attr(
+    original: Callable[..., contextlib.AbstractContextManager[object]],
+) -> Callable[..., contextlib.AbstractContextManager[None]]:
     @contextlib.contextmanager
     def rollout_trace_attr(
-        sample_index: Any = None,
+        sample_index: int | None = None,
         step: int | None = None,
-        rollout_n: Any = None,
+        rollout_n: int | None = None,
         name: str = "rollout_trace",
         validate: bool = False,
         trace: bool = True,
-    ) -> Any:
+    ) -> Iterator[None]:
         with original(
             sample_index=sample_index, step=step, rollout_n=rollout_n, name=name, validate=validate, trace=trace
         ):
@@ -103,8 +117,8 @@ def make_trace_attr(original: Any) -> Any:
                 "experiment": getattr(config, "experiment_name", None),
                 "trace_name": name,
             }
-            kept: dict[str, Any] = {k: v for k, v in attributes.items() if v is not None}
-            record = {
+            kept: dict[str, object] = {k: v for k, v in attributes.items() if v is not None}
+            record: Trajectory = {
                 "start_ns": time.time_ns(),
                 "attributes": kept,
                 "ops": [],
@@ -126,9 +140,9 @@ def make_trace_attr(original: Any) -> Any:
     return rollout_trace_attr
 
 
-def outcome(output: Any) -> dict[str, Any]:
+def outcome(output: object) -> dict[str, object]:
     """The reward and turn count an agent loop's output carries (verl's ``AgentLoopOutput``)."""
-    found: dict[str, Any] = {}
+    found: dict[str, object] = {}
     reward = getattr(output, "reward_score", None)
     if isinstance(reward, (int, float)) and not isinstance(reward, bool) and reward == reward:
         found["reward"] = float(reward)
@@ -138,9 +152,17 @@ def outcome(output: Any) -> dict[str, Any]:
     return found
 
 
-def _begin(func: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def _begin(
+    func: Func, instance: object, args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[TracedOp, dict[str, object] | None]:
     kind, span = kind_of(func.__qualname__)
-    op = {"name": func.__qualname__, "kind": kind, "span_name": span, "start_ns": time.time_ns(), "attributes": {}}
+    op: TracedOp = {
+        "name": func.__qualname__,
+        "kind": kind,
+        "span_name": span,
+        "start_ns": time.time_ns(),
+        "attributes": {},
+    }
     inputs = None
     if _module().RolloutTraceConfig.enable_token2text():
         try:
@@ -152,7 +174,7 @@ def _begin(func: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     return op, inputs
 
 
-def _end(record: Any, op: Any, error: Any = None, result: Any = None) -> None:
+def _end(record: Trajectory, op: TracedOp, error: BaseException | None = None, result: object = None) -> None:
     op["end_ns"] = time.time_ns()
     if error is not None:
         op["error"] = type(error).__name__
@@ -164,7 +186,7 @@ def _end(record: Any, op: Any, error: Any = None, result: Any = None) -> None:
         record["ops_dropped"] += 1
 
 
-async def _texts(instance: Any, inputs: Any, result: Any) -> Any:
+async def _texts(instance: object, inputs: dict[str, object], result: object) -> dict[str, str]:
     """token2text: prompt and response decoded as verl does it, bounded."""
     try:
         decoded = await _module()._add_token2text(instance, inputs, result)
@@ -177,14 +199,14 @@ async def _texts(instance: Any, inputs: Any, result: Any) -> Any:
     return {**texts, "input": _bounded(inputs), "output": _bounded(decoded)}
 
 
-def make_trace_op(original: Any) -> Any:
-    def rollout_trace_op(func: Any) -> Any:
+def make_trace_op(original: Callable[[Func], Func]) -> Callable[[Func], Func]:
+    def rollout_trace_op(func: Func) -> Func:
         traced = original(func)  # verl's own wrapper: what weave, mlflow and trackio get
 
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
-            async def async_wrapper(self: Any, *args: object, **kwargs: Any) -> Any:
+            async def async_wrapper(self: object, *args: object, **kwargs: object) -> object:
                 record = _trajectory.get()
                 if record is None or not _ours():
                     return await traced(self, *args, **kwargs)
@@ -202,7 +224,7 @@ def make_trace_op(original: Any) -> Any:
             return async_wrapper
 
         @functools.wraps(func)
-        def wrapper(self: Any, *args: object, **kwargs: Any) -> Any:
+        def wrapper(self: object, *args: object, **kwargs: object) -> object:
             record = _trajectory.get()
             if record is None or not _ours():
                 return traced(self, *args, **kwargs)
@@ -223,18 +245,20 @@ def make_trace_op(original: Any) -> Any:
     return rollout_trace_op
 
 
-def install(module: Any) -> None:
+def install(module: ModuleType) -> None:
     if getattr(module, "_rl_insight_installed", False):
         return
-    module.rollout_trace_attr = make_trace_attr(module.rollout_trace_attr)
-    module.rollout_trace_op = make_trace_op(module.rollout_trace_op)
-    module._rl_insight_installed = True
+    module.__dict__.update(
+        rollout_trace_attr=make_trace_attr(module.rollout_trace_attr),
+        rollout_trace_op=make_trace_op(module.rollout_trace_op),
+        _rl_insight_installed=True,
+    )
 
 
-def uninstall(module: Any) -> None:
+def uninstall(module: ModuleType) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     for name in ("rollout_trace_attr", "rollout_trace_op"):
         current = getattr(module, name)
         setattr(module, name, getattr(current, "__wrapped_by_rl_insight__", current))
-    module._rl_insight_installed = False
+    module.__dict__["_rl_insight_installed"] = False

@@ -6,13 +6,24 @@ enabled, so the call then runs with its flag off (the plugin warns instead)."""
 import asyncio
 import os
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import Protocol
 
 import wrapt
+from omegaconf import DictConfig
 
 from verl_rl_insight.trainer import runtime
 from verl_rl_insight.trainer.patches import unwrap
 from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
+
+
+class ServerManager(Protocol):
+    """What is read of verl's LLMServerManager / AgentLoopManager once its replicas started."""
+
+    config: DictConfig  # the trainer's (older verl: no rollout_config of its own)
+    server_addresses: list[str]
+    rollout_replicas: list[object]
+
 
 MANAGERS = {
     "verl.workers.rollout.llm_server": "LLMServerManager",
@@ -20,14 +31,14 @@ MANAGERS = {
 }
 
 
-def _rollout_config(manager: Any) -> Any:
-    config = getattr(manager, "rollout_config", None)
+def _rollout_config(manager: ServerManager) -> DictConfig:
+    config: DictConfig | None = getattr(manager, "rollout_config", None)
     if config is None:
         config = manager.config.actor_rollout_ref.rollout
     return config
 
 
-def _report(manager: Any, log_stats: Any) -> None:
+def _report(manager: ServerManager, log_stats: bool) -> None:
     try:
         rt = runtime.get_runtime() or runtime.start()
         rt.hook.rl_insight_rollout_servers(
@@ -46,7 +57,7 @@ def _report(manager: Any, log_stats: Any) -> None:
 class _VerlFlagOff:
     """verl 0.9 raises when rl_insight is on and disable_log_stats=True: hide the flag for the call."""
 
-    def __init__(self, active: Any) -> None:
+    def __init__(self, active: bool) -> None:
         self.active = active and os.environ.get(ENV_VERL_ENABLE) == "1"
 
     def __enter__(self) -> None:
@@ -58,7 +69,9 @@ class _VerlFlagOff:
             os.environ[ENV_VERL_ENABLE] = "1"
 
 
-def _initialize(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _initialize(
+    wrapped: Callable[..., object], instance: ServerManager, args: tuple[object, ...], kwargs: dict[str, object]
+) -> object:
     try:
         config = _rollout_config(instance)
         log_stats = not bool(config.get("disable_log_stats", True))
@@ -68,7 +81,7 @@ def _initialize(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
     flag_off = _VerlFlagOff(not log_stats and not prometheus)
     if asyncio.iscoroutinefunction(wrapped):
 
-        async def run() -> Any:
+        async def run() -> object:
             with flag_off:
                 result = await wrapped(*args, **kwargs)
             _report(instance, log_stats)
@@ -81,7 +94,7 @@ def _initialize(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...
     return result
 
 
-def install(module: Any) -> None:
+def install(module: ModuleType) -> None:
     cls = getattr(module, MANAGERS[module.__name__], None)
     if cls is None or getattr(cls, "_rl_insight_installed", False) or "_initialize_llm_servers" not in vars(cls):
         return
@@ -89,7 +102,7 @@ def install(module: Any) -> None:
     cls._rl_insight_installed = True
 
 
-def uninstall(module: Any) -> None:
+def uninstall(module: ModuleType) -> None:
     cls = getattr(module, MANAGERS[module.__name__], None)
     if cls is not None and getattr(cls, "_rl_insight_installed", False):
         unwrap(cls, "_initialize_llm_servers")

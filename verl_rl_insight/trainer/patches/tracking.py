@@ -1,10 +1,13 @@
 """verl.utils.tracking: accept ``rl_insight`` as a backend on every verl, and route verl
 0.9's own ``RLInsightLogger`` into this package."""
 
+from __future__ import annotations
+
 import importlib.util
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import wrapt
 
@@ -12,23 +15,36 @@ from verl_rl_insight.trainer.patches import unwrap
 from verl_rl_insight.trainer.verl_api import logger_api as verl_logger_api
 from verl_rl_insight.trainer.verl_api.tracking_backend import RLInsightBackend
 
+if TYPE_CHECKING:
+    from verl.utils.tracking import Tracking
+
 logger = logging.getLogger("verl_rl_insight")
 
 BACKEND = "rl_insight"
 
 
-def _bind(args: Any, kwargs: Any) -> Any:
+def _bind(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> tuple[str | None, str | None, list[object], Mapping[str, object] | None]:
     """(project, experiment, backends, config) as ``Tracking(project_name, experiment_name,
     default_backend, config, ...)`` takes them; keywords a newer verl adds are verl's business."""
     names = ("project_name", "experiment_name", "default_backend", "config")
     bound = dict(zip(names, args))
     bound.update((k, v) for k, v in kwargs.items() if k in names)
-    backends = bound.get("default_backend", "console")
-    backends = [backends] if isinstance(backends, str) else list(backends or ())
-    return bound.get("project_name"), bound.get("experiment_name"), backends, bound.get("config")
+    given = bound.get("default_backend", "console")
+    backends: list[object] = [given] if isinstance(given, str) else list(given) if isinstance(given, Iterable) else []
+    project, experiment, config = (bound.get(k) for k in ("project_name", "experiment_name", "config"))
+    return (
+        None if project is None else str(project),
+        None if experiment is None else str(experiment),
+        backends,
+        config if isinstance(config, Mapping) else None,
+    )
 
 
-def _tracking_init(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _tracking_init(
+    wrapped: Callable[..., object], instance: Tracking, args: tuple[object, ...], kwargs: dict[str, object]
+) -> object:
     try:
         project, experiment, backends, config = _bind(args, kwargs)
     except TypeError:  # an argument shape verl will judge itself
@@ -51,8 +67,8 @@ def _tracking_init(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, 
 
 
 def _agent_loop_session(
-    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
+    wrapped: Callable[..., object], instance: object, args: tuple[object, ...], kwargs: dict[str, object]
+) -> object:
     """verl 0.9 imports ``rl_insight.agent_loop`` (the separate package) and falls back to an
     inert object without it: this package answers instead, unless that package is installed."""
     try:
@@ -68,7 +84,7 @@ def _agent_loop_session(
         names = ("sample", "session", "traj", "uid", "global_steps", "session_id")
         return verl_logger_api.agent_loop_session(
             project=config.project_name,
-            experiment_name=kwargs.get("experiment_name") or config.experiment_name or "default",
+            experiment_name=str(kwargs.get("experiment_name") or config.experiment_name or "default"),
             **{k: kwargs[k] for k in names if k in kwargs},
         )
     except Exception:  # verl's own fallback rather than a broken rollout
@@ -76,24 +92,24 @@ def _agent_loop_session(
         return wrapped(*args, **kwargs)
 
 
-def install(module: Any) -> None:
+def install(module: ModuleType) -> None:
     if getattr(module, "_rl_insight_installed", False):
         return
     tracking = module.Tracking
-    module._rl_insight_added_backend = BACKEND not in tracking.supported_backend
+    module.__dict__["_rl_insight_added_backend"] = BACKEND not in tracking.supported_backend
     if module._rl_insight_added_backend:
         tracking.supported_backend.append(BACKEND)
     wrapt.wrap_function_wrapper(tracking, "__init__", _tracking_init)
     legacy = getattr(module, "RLInsightLogger", None)
     if legacy is not None and hasattr(legacy, "_rl_insight_module"):
-        module._rl_insight_previous_api = legacy._rl_insight_module
+        module.__dict__["_rl_insight_previous_api"] = legacy._rl_insight_module
         legacy._rl_insight_module = verl_logger_api
         if "agent_loop_session" in vars(legacy):
             wrapt.wrap_function_wrapper(legacy, "agent_loop_session", _agent_loop_session)
-    module._rl_insight_installed = True
+    module.__dict__["_rl_insight_installed"] = True
 
 
-def uninstall(module: Any) -> None:
+def uninstall(module: ModuleType) -> None:
     if not getattr(module, "_rl_insight_installed", False):
         return
     tracking = module.Tracking
@@ -104,4 +120,4 @@ def uninstall(module: Any) -> None:
     if legacy is not None and hasattr(module, "_rl_insight_previous_api"):
         legacy._rl_insight_module = module._rl_insight_previous_api
         unwrap(legacy, "agent_loop_session")
-    module._rl_insight_installed = False
+    module.__dict__["_rl_insight_installed"] = False

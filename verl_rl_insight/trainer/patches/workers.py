@@ -5,7 +5,7 @@ only where ``Tracking`` lives."""
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
 
 import wrapt
 
@@ -14,7 +14,9 @@ from verl_rl_insight.trainer.patches import unwrap
 from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
 
 
-def _worker_init(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _worker_init(
+    wrapped: Callable[..., object], instance: object, args: tuple[object, ...], kwargs: dict[str, object]
+) -> object:
     result = wrapped(*args, **kwargs)
     if os.environ.get(ENV_VERL_ENABLE) == "1" and runtime.get_runtime() is None:
         try:
@@ -24,7 +26,7 @@ def _worker_init(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ..
     return result
 
 
-def install(module: Any) -> None:
+def install(module: ModuleType) -> None:
     cls = getattr(module, "Worker", None)
     if cls is None or getattr(cls, "_rl_insight_installed", False):
         return
@@ -32,7 +34,7 @@ def install(module: Any) -> None:
     cls._rl_insight_installed = True
 
 
-def uninstall(module: Any) -> None:
+def uninstall(module: ModuleType) -> None:
     cls = getattr(module, "Worker", None)
     if cls is not None and getattr(cls, "_rl_insight_installed", False):
         unwrap(cls, "__init__")

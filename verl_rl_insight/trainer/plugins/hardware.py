@@ -7,6 +7,8 @@ so each GPU is reported once. No GPU, no driver or no nvidia-ml-py: one log line
 GPU part switches itself off; the host part goes on.
 """
 
+from __future__ import annotations
+
 import fcntl
 import functools
 import logging
@@ -15,21 +17,23 @@ import stat
 import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
 
 import pluggy
+from omegaconf import DictConfig
 
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
-from verl_rl_insight.trainer.samplers.hardware import HOSTNAME, GpuSampler, HostSampler
+from verl_rl_insight.trainer.samplers.hardware import HOSTNAME, GpuSampler, HostSampler, Nvml
+from verl_rl_insight.trainer.samplers.simulated_nvml import SimulatedLoad
 
 logger = logging.getLogger("verl_rl_insight")
 
-_sampler = None
 
-
-def load_nvml() -> Any:
+def load_nvml() -> ModuleType | None:
     """The NVML binding (module ``pynvml`` of nvidia-ml-py), or None with the reason logged once."""
     try:
         import pynvml
@@ -39,7 +43,8 @@ def load_nvml() -> Any:
             "no GPU metrics from this node"
         )
         return None
-    return pynvml
+    nvml: ModuleType = pynvml
+    return nvml
 
 
 def is_private(path: str) -> bool:
@@ -116,15 +121,18 @@ class NodeLock:
 
 
 class HardwareSampler:
+    """``gpu_labels``: added to every GPU's labels (``simulated="true"`` for the demo's GPUs)."""
+
     def __init__(
         self,
-        export: Any,
-        current_run: Any,
+        export: Callable[..., object],
+        current_run: Callable[[], RunInfo],
         interval_s: float = 5.0,
         gpu: bool = True,
         host: bool = True,
-        lock_dir: Any = None,
-        nvml_loader: Any = None,
+        lock_dir: str | None = None,
+        nvml_loader: Callable[[], Nvml | None] | None = None,
+        gpu_labels: dict[str, str] | None = None,
     ) -> None:
         self.export = export
         self.current_run = current_run
@@ -132,13 +140,14 @@ class HardwareSampler:
         self.want_gpu, self.want_host = gpu, host
         self.lock = NodeLock(lock_dir)
         self.nvml_loader = nvml_loader
+        self.gpu_labels = gpu_labels or {}
         self.gpu: GpuSampler | None = None
         self.host = HostSampler() if host else None
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rl-insight-hardware", daemon=True)
 
-    def start(self) -> Any:
+    def start(self) -> HardwareSampler:
         self._thread.start()
         return self
 
@@ -147,7 +156,7 @@ class HardwareSampler:
         if nvml is None:
             return
         try:
-            self.gpu = GpuSampler(nvml)
+            self.gpu = GpuSampler(nvml, self.gpu_labels)
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
             logger.info("rl-insight: no GPU metrics from this node (%s: %s)", type(exc).__name__, exc)
             self.want_gpu = False
@@ -163,7 +172,7 @@ class HardwareSampler:
                     logger.exception("rl-insight: hardware sampling failed; it goes on")
             self._stop.wait(self.interval_s)
 
-    def sample_once(self) -> Any:
+    def sample_once(self) -> list[MetricBatch]:
         """Sample and export; returns the batches (for tests and the benchmark)."""
         run = self.current_run()
         now = time.time()
@@ -189,41 +198,52 @@ class HardwareSampler:
         self.lock.release()
 
 
-@hookimpl
-def rl_insight_configure(config: Any, pm: pluggy.PluginManager) -> None:
-    global _sampler
-    settings = plugin_settings(config, "hardware")
+def current_run() -> RunInfo:
+    """The run the running runtime logs for (``default`` before there is one)."""
     from verl_rl_insight.trainer import runtime
 
-    def current_run() -> Any:
-        rt = runtime.get_runtime()
-        return rt.current_run() if rt is not None else runtime.RunInfo("default", "default")
-
-    simulated = settings.simulate_gpus
-    loader = None
-    if simulated:  # rl-insight demo on a machine without GPUs: SIMULATED GPUs, labelled so
-        from verl_rl_insight.trainer.samplers import simulated_nvml
-
-        loader = functools.partial(simulated_nvml.make_nvml, gpus=simulated, load=lambda: simulated_nvml.load_level[0])
-
-    _sampler = HardwareSampler(
-        pm.hook.rl_insight_export_batch,
-        current_run,
-        interval_s=settings.interval_s,
-        gpu=settings.gpu,
-        host=settings.host,
-        lock_dir=settings.lock_dir,
-        nvml_loader=loader,
-    ).start()
+    rt = runtime.get_runtime()
+    return rt.current_run() if rt is not None else RunInfo("default", "default")
 
 
-@hookimpl
-def rl_insight_shutdown(timeout_s: float) -> None:
-    global _sampler
-    if _sampler is not None:
-        _sampler.close()
-        _sampler = None
+class Plugin:
+    """``simulated_load``: handed by ``rl-insight demo`` alone (with ``simulate_gpus``): how busy its
+    SIMULATED GPUs are; their series carry ``simulated="true"``. Without it no GPU is made up."""
+
+    def __init__(self, simulated_load: SimulatedLoad | None = None) -> None:
+        self.simulated_load = simulated_load
+        self.sampler: HardwareSampler | None = None
+
+    @hookimpl
+    def rl_insight_configure(self, config: DictConfig, pm: pluggy.PluginManager) -> None:
+        settings = plugin_settings(config, "hardware")
+        loader = None
+        if settings.simulate_gpus and self.simulated_load is not None:
+            from verl_rl_insight.trainer.samplers import simulated_nvml
+
+            loader = functools.partial(simulated_nvml.make_nvml, gpus=settings.simulate_gpus, load=self.simulated_load)
+        self.sampler = HardwareSampler(
+            pm.hook.rl_insight_export_batch,
+            current_run,
+            interval_s=settings.interval_s,
+            gpu=settings.gpu,
+            host=settings.host,
+            lock_dir=settings.lock_dir,
+            nvml_loader=loader,
+            gpu_labels={"simulated": "true"} if loader is not None else None,
+        ).start()
+
+    @hookimpl
+    def rl_insight_shutdown(self, timeout_s: float) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler = None
 
 
-def sampler() -> Any:
-    return _sampler
+def sampler() -> HardwareSampler | None:
+    """The running runtime's hardware sampler (None when there is none): for tests."""
+    from verl_rl_insight.trainer import runtime
+
+    rt = runtime.get_runtime()
+    plugin = rt.plugin("hardware") if rt is not None else None
+    return plugin.sampler if isinstance(plugin, Plugin) else None

@@ -13,10 +13,17 @@ verl already computed are kept and only what is missing is added. An empty mask 
 ``valid = 0`` and nothing else (no NaN).
 """
 
-from typing import Any
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
 from verl_rl_insight.trainer.plugins.step_inbox import StepInbox
+
+if TYPE_CHECKING:
+    import torch
+    from verl import DataProto
 
 PREFIX = "training/"
 # every key this plugin can log (the dashboards give each a panel)
@@ -34,10 +41,11 @@ KEYS = tuple(
         "rollout_actor_probs_pearson_corr",
     )
 )
-_inbox = StepInbox()  # the step's figures until its Tracking.log takes them
 
 
-def mismatch_metrics(rollout_log_probs: Any, actor_log_probs: Any, mask: Any) -> Any:
+def mismatch_metrics(
+    rollout_log_probs: torch.Tensor, actor_log_probs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
     """The metrics for one batch (torch tensors of shape [batch, response_length])."""
     import torch
 
@@ -50,7 +58,7 @@ def mismatch_metrics(rollout_log_probs: Any, actor_log_probs: Any, mask: Any) ->
         actor_p, rollout_p = torch.exp(actor), torch.exp(rollout)
         diff = torch.abs(actor_p - rollout_p)
         log_diff = actor - rollout
-        metrics = {
+        metrics: dict[str, float] = {
             PREFIX + "rollout_probs_diff_valid": 1,
             PREFIX + "rollout_probs_diff_max": diff.max().item(),
             PREFIX + "rollout_probs_diff_mean": diff.mean().item(),
@@ -67,7 +75,7 @@ def mismatch_metrics(rollout_log_probs: Any, actor_log_probs: Any, mask: Any) ->
         return metrics
 
 
-def batch_metrics(batch: Any) -> Any:
+def batch_metrics(batch: DataProto) -> dict[str, float] | None:
     """Metrics for a verl DataProto, or None when it lacks rollout or actor log probs."""
     tensors = getattr(batch, "batch", None)
     if tensors is None or "rollout_log_probs" not in tensors.keys() or "old_log_probs" not in tensors.keys():
@@ -87,18 +95,18 @@ def batch_metrics(batch: Any) -> Any:
     return mismatch_metrics(tensors["rollout_log_probs"], tensors["old_log_probs"], mask)
 
 
-@hookimpl
-def rl_insight_configure(config: Any) -> None:
-    _inbox.clear()
+class Plugin:
+    def __init__(self) -> None:
+        self.inbox = StepInbox()  # the step's figures until its Tracking.log takes them
 
+    @hookimpl
+    def rl_insight_train_batch(self, run: RunInfo, batch: DataProto, step: int | None) -> None:
+        metrics = batch_metrics(batch)
+        if metrics is not None:
+            self.inbox.put(run, step, metrics)
 
-@hookimpl
-def rl_insight_train_batch(run: Any, batch: Any, step: int | None) -> None:
-    metrics = batch_metrics(batch)
-    if metrics is not None:
-        _inbox.put(run, step, metrics)
-
-
-@hookimpl(tryfirst=True)
-def rl_insight_log_metrics(run: Any, metrics: dict[str, Any], step: int | None, timestamp: float) -> None:
-    _inbox.merge_into(run, step, metrics)
+    @hookimpl(tryfirst=True)
+    def rl_insight_log_metrics(
+        self, run: RunInfo, metrics: dict[str, object], step: int | None, timestamp: float
+    ) -> None:
+        self.inbox.merge_into(run, step, metrics)

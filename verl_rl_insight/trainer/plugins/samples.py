@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from verl_rl_insight.contract.samples import LANE
 from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
 from verl_rl_insight.trainer.plugins import sample_picks
 from verl_rl_insight.trainer.plugins.sample_picks import SpanRow
@@ -49,7 +50,7 @@ class Tokenizer(Protocol):
 class Outgoing:
     """One batch of sample spans under one parent span ("rollout samples", "validation samples")."""
 
-    run: object
+    run: RunInfo
     step: int | None
     title: str
     rows: list[SpanRow]
@@ -158,13 +159,13 @@ class Samples:
             self.thread.start()
 
     @hookimpl
-    def rl_insight_train_batch(self, run: object, batch: DataProto, step: int | None, trainer: object) -> None:
+    def rl_insight_train_batch(self, run: RunInfo, batch: DataProto, step: int | None, trainer: object) -> None:
         if self.enabled and run is not None:
             rows = sample_picks.train_rows(batch, self.k)
             self.offer(Outgoing(run, step, "rollout samples", rows, _tokenizer(trainer)))
 
     @hookimpl
-    def rl_insight_advantage_batch(self, run: object, batch: DataProto, step: int | None, trainer: object) -> None:
+    def rl_insight_advantage_batch(self, run: RunInfo, batch: DataProto, step: int | None, trainer: object) -> None:
         if self.enabled and run is not None and self.groups > 0:
             rows = sample_picks.group_rows(batch, self.groups)
             self.offer(Outgoing(run, step, "rollout groups", rows, _tokenizer(trainer)))
@@ -172,7 +173,7 @@ class Samples:
     @hookimpl
     def rl_insight_validation_generations(
         self,
-        run: object,
+        run: RunInfo,
         step: int | None,
         inputs: Sequence[str],
         outputs: Sequence[str],
@@ -185,7 +186,7 @@ class Samples:
             self.offer(Outgoing(run, step, "validation samples", rows))
 
     @hookimpl
-    def rl_insight_dapo_filtered(self, run: object, step: int | None, reward_counts: Mapping[float, int]) -> None:
+    def rl_insight_dapo_filtered(self, run: RunInfo, step: int | None, reward_counts: Mapping[float, int]) -> None:
         if self.enabled and run is not None:
             self.offer(Outgoing(run, step, "dapo filtered groups", sample_picks.filtered_rows(reward_counts, FILTERED)))
 

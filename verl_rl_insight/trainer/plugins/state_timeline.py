@@ -8,21 +8,35 @@ Per state and lane, time spent and count are also metrics: ``rl_insight_state_se
 ``rl_insight_state_count_total`` (``rate()`` gives the share of time a replica generates).
 """
 
-import collections
+from __future__ import annotations
+
 import logging
 import os
 import socket
 import threading
 import time
-import urllib.parse
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
-from opentelemetry.sdk.trace import SpanProcessor
+from omegaconf import DictConfig
 
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.hook_types import RunInfo, Trajectory
 from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.plugins.span_export import (
+    AnnouncedEndpointExporter,
+    CountingSpanProcessor,
+    explicit_endpoint,
+    origin,
+    otlp_endpoint,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import Span, Tracer
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+__all__ = ["AnnouncedEndpointExporter", "CountingSpanProcessor", "Plugin", "otlp_endpoint", "processor", "span_name"]
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -53,212 +67,21 @@ SPAN_NAMES: dict[str, str] = {
     "forward_backward": "forward backward",
 }
 
-_tracer = None
-_processor = None
-_local = threading.local()
-_durations: collections.defaultdict[tuple[str, str], list[float]] = collections.defaultdict(
-    lambda: [0.0, 0]
-)  # (state, lane) -> [seconds, count]
-_durations_lock = threading.Lock()
-_host = socket.gethostname()
+HOST = socket.gethostname()
+OpenState = tuple[str, "Span", int]  # (state name, its span, start ns)
 
 
 def span_name(state: str) -> str:
     return SPAN_NAMES.get(state, state)
 
 
-def explicit_endpoint(config: Any, environ: Mapping[str, str] | None = None) -> Any:
-    """The endpoint the user named (plugin config, then the standard OTEL_* variables), or None."""
-    environ = os.environ if environ is None else environ
-    if plugin_settings(config, "state_timeline").get("otlp_endpoint"):
-        return str(plugin_settings(config, "state_timeline").otlp_endpoint)
-    if environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
-    if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        return environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
-    return None
-
-
-def _origin(url: str) -> Any:
-    parts = urllib.parse.urlsplit(url)
-    return parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-
-
-def otlp_endpoint(config: Any, environ: Mapping[str, str] | None = None) -> Any:
-    """Where spans go; for a server URL alone, the default that ``AnnouncedEndpointExporter`` refines."""
-    explicit = explicit_endpoint(config, environ)
-    if explicit is None and config.get("server_url"):
-        host = urllib.parse.urlsplit(str(config.server_url)).hostname
-        port = plugin_settings(config, "state_timeline").otlp_port
-        return f"http://{host}:{port}/v1/traces"
-    return explicit
-
-
-class AnnouncedEndpointExporter:
-    """Asks the rl-insight server (``/api/v1/info``) where its OTLP receiver is, on the first export,
-    on the span thread; falls back to the server's host and ``otlp_port``."""
-
-    def __init__(self, server_url: Any, fallback: Any, make_exporter: Any) -> None:
-        self.server_url = server_url.rstrip("/")
-        self.fallback = fallback
-        self.make_exporter = make_exporter
-        self.exporter: Any = None
-
-    @property
-    def _endpoint(self) -> Any:
-        return getattr(self.exporter, "_endpoint", self.fallback)
-
-    def export(self, spans: Any) -> Any:
-        if self.exporter is None:
-            endpoint = self.fallback
-            try:
-                from verl_rl_insight.contract.http_client import HttpClient
-
-                info = HttpClient().request("GET", self.server_url + "/api/v1/info", timeout_s=2, max_bytes=2**20)
-                announced = info.json().get("otlp_traces") if info.ok else None
-                endpoint = announced if isinstance(announced, str) and announced else endpoint
-            except Exception:
-                pass
-            self.exporter = self.make_exporter(endpoint)
-        return self.exporter.export(spans)
-
-    def shutdown(self) -> None:
-        if self.exporter is not None:
-            self.exporter.shutdown()
-
-
-class CountingSpanProcessor(SpanProcessor):  # type: ignore[misc]  # opentelemetry is not followed
-    """A batching span processor whose queue drops (and counts) instead of blocking or silently losing."""
-
-    def __init__(self, exporter: Any, max_queue: int = 8192, batch_size: int = 512, interval_s: float = 1.0) -> None:
-        self.exporter = exporter
-        self.max_queue = max_queue
-        self.batch_size = batch_size
-        self.interval_s = interval_s
-        self.stats: collections.Counter[str] = collections.Counter()
-        self._queue: collections.deque[Any] = collections.deque()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._idle = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rl-insight-spans", daemon=True)
-        self._thread.start()
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        pass
-
-    def on_end(self, span: Any) -> None:
-        with self._lock:
-            if len(self._queue) >= self.max_queue:
-                self.stats["dropped"] += 1
-                if self.stats["dropped"] == 1:
-                    logger.warning(
-                        "rl-insight: span queue full (%d); timeline spans are dropped and counted", self.max_queue
-                    )
-                return
-            self._queue.append(span)
-            if len(self._queue) >= self.batch_size:
-                self._wake.set()
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self.interval_s)
-            self._wake.clear()
-            self._export_all()
-            if self._stop.is_set():
-                return
-
-    def _export_all(self) -> None:
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        while True:
-            with self._lock:
-                batch = [self._queue.popleft() for _ in range(min(self.batch_size, len(self._queue)))]
-            if not batch:
-                self._idle.set()
-                return
-            self._idle.clear()
-            try:
-                ok = self.exporter.export(batch) == SpanExportResult.SUCCESS
-            except Exception:
-                ok = False
-            self.stats["exported" if ok else "failed"] += len(batch)
-            if not ok and self.stats["failed"] == len(batch):
-                logger.warning(
-                    "rl-insight: cannot send timeline spans to %s; they are counted as failed",
-                    getattr(self.exporter, "_endpoint", "the OTLP endpoint"),
-                )
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        deadline = time.monotonic() + timeout_millis / 1000
-        self._idle.clear()
-        self._wake.set()
-        while time.monotonic() < deadline:
-            with self._lock:
-                empty = not self._queue
-            if empty and self._idle.wait(0.05):
-                return True
-        return False
-
-    def shutdown(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
-
-@hookimpl
-def rl_insight_configure(config: Any) -> None:
-    global _tracer, _processor
-    _tracer = _processor = None
-    with _durations_lock:
-        _durations.clear()
-    endpoint = otlp_endpoint(config)
-    if endpoint is None:
-        logger.warning(
-            "rl-insight: no OTLP endpoint (no server URL, no OTEL_EXPORTER_OTLP_ENDPOINT): "
-            "the RL state timeline is not sent"
-        )
-        return
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    # The exporter logs an error for every failed batch; this plugin warns once itself and counts.
-    logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter").setLevel(logging.CRITICAL + 1)
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-
-    settings = plugin_settings(config, "state_timeline")
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": "verl", "host.name": _host, "process.pid": os.getpid()})
-    )
-
-    def make_exporter(url: str) -> Any:
-        # the token only goes to the rl-insight server itself, never to a collector elsewhere
-        ours = config.get("token") and config.get("server_url") and _origin(url) == _origin(str(config.server_url))
-        return OTLPSpanExporter(
-            endpoint=url, timeout=5, headers={"Authorization": f"Bearer {config.token}"} if ours else None
-        )
-
-    exporter = (
-        make_exporter(endpoint)
-        if explicit_endpoint(config) is not None
-        else AnnouncedEndpointExporter(str(config.server_url), endpoint, make_exporter)
-    )
-    _processor = CountingSpanProcessor(
-        exporter,
-        max_queue=settings.max_queue_spans,
-        batch_size=settings.batch_spans,
-        interval_s=settings.export_interval_s,
-    )
-    provider.add_span_processor(_processor)
-    _tracer = provider.get_tracer("verl_rl_insight")  # this provider only: the user's global one is untouched
-
-
-def _attributes(run: Any, name: str, lane: str, attributes: dict[str, Any]) -> Any:
-    attrs = {
+def span_attributes(run: RunInfo, name: str, lane: str, attributes: dict[str, object]) -> dict[str, object]:
+    attrs: dict[str, object] = {
         "project": run.project,
         "experiment_name": run.experiment_name,
         "state_name": name,
         "state_lane_id": lane,
-        "node": _host,
+        "node": HOST,
         "pid": os.getpid(),
     }
     for key, value in (attributes or {}).items():
@@ -269,150 +92,225 @@ def _attributes(run: Any, name: str, lane: str, attributes: dict[str, Any]) -> A
     return attrs
 
 
-def _stack(lane: str) -> Any:
-    stacks = getattr(_local, "stacks", None)
-    if stacks is None:
-        stacks = _local.stacks = {}
-    return stacks.setdefault(lane, [])
+def make_tracer(config: DictConfig, endpoint: str) -> tuple[Tracer, CountingSpanProcessor]:
+    """A tracer of its own provider (the user's global one is untouched) sending to ``endpoint``."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
+    # The exporter logs an error for every failed batch; this plugin warns once itself and counts.
+    logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter").setLevel(logging.CRITICAL + 1)
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
 
-def _parent_context(lane: str) -> Any:
-    from opentelemetry import context, trace
-
-    stack = _stack(lane)
-    return trace.set_span_in_context(stack[-1][1]) if stack else context.Context()
-
-
-@hookimpl
-def rl_insight_state_enter(run: Any, name: str, lane: str, start_ns: int, attributes: dict[str, Any]) -> None:
-    if _tracer is None:
-        return
-    span = _tracer.start_span(
-        span_name(name),
-        context=_parent_context(lane),
-        start_time=start_ns,
-        attributes=_attributes(run, name, lane, attributes),
+    settings = plugin_settings(config, "state_timeline")
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": "verl", "host.name": HOST, "process.pid": os.getpid()})
     )
-    _stack(lane).append((name, span, start_ns))
 
-
-@hookimpl
-def rl_insight_state_exit(run: Any, name: str, lane: str, end_ns: int, attributes: dict[str, Any]) -> None:
-    stack = _stack(lane)
-    for i in range(len(stack) - 1, -1, -1):
-        if stack[i][0] == name:
-            _, span, start_ns = stack.pop(i)
-            for key, value in (attributes or {}).items():
-                span.set_attribute(key, value)
-            span.end(end_time=end_ns)
-            _count(name, lane, end_ns - start_ns)
-            return
-
-
-@hookimpl
-def rl_insight_state_span(
-    run: Any, name: str, lane: str, start_ns: int, end_ns: int, attributes: dict[str, Any]
-) -> None:
-    lane = lane or "trainer"
-    _count(name, lane, end_ns - start_ns)
-    if _tracer is None:
-        return
-    span = _tracer.start_span(
-        span_name(name),
-        context=_parent_context(lane),
-        start_time=start_ns,
-        attributes=_attributes(run, name, lane, attributes),
-    )
-    span.end(end_time=end_ns)
-
-
-def _count(name: str, lane: str, duration_ns: Any) -> None:
-    with _durations_lock:
-        entry = _durations[(name, lane)]
-        entry[0] += duration_ns / 1e9
-        entry[1] += 1
-
-
-@hookimpl
-def rl_insight_collect(run: Any) -> Any:
-    now = time.time()
-    with _durations_lock:
-        items = [(k, list(v)) for k, v in _durations.items()]
-    batches = [
-        MetricBatch(
-            run.project,
-            run.experiment_name,
-            None,
-            now,
-            {"rl_insight_state_seconds_total": seconds, "rl_insight_state_count_total": count},
-            labels={"state": state, "lane": lane},
+    def make_exporter(url: str) -> SpanExporter:
+        # the token only goes to the rl-insight server itself, never to a collector elsewhere
+        ours = config.get("token") and config.get("server_url") and origin(url) == origin(str(config.server_url))
+        return OTLPSpanExporter(
+            endpoint=url, timeout=5, headers={"Authorization": f"Bearer {config.token}"} if ours else None
         )
-        for (state, lane), (seconds, count) in items
-    ]
-    if _processor is not None and any(_processor.stats.values()):
-        batches.append(
+
+    exporter = (
+        make_exporter(endpoint)
+        if explicit_endpoint(config) is not None
+        else AnnouncedEndpointExporter(str(config.server_url), endpoint, make_exporter)
+    )
+    processor = CountingSpanProcessor(
+        exporter,
+        max_queue=settings.max_queue_spans,
+        batch_size=settings.batch_spans,
+        interval_s=settings.export_interval_s,
+    )
+    provider.add_span_processor(processor)
+    return provider.get_tracer("verl_rl_insight"), processor
+
+
+class Plugin:
+    def __init__(self) -> None:
+        self.tracer: Tracer | None = None
+        self.processor: CountingSpanProcessor | None = None  # None when no endpoint is configured
+        self.local = threading.local()  # per thread: {lane: [open states]}
+        self.durations: dict[tuple[str, str], list[float]] = {}  # (state, lane) -> [seconds, count]
+        self.durations_lock = threading.Lock()
+
+    @hookimpl
+    def rl_insight_configure(self, config: DictConfig) -> None:
+        endpoint = otlp_endpoint(config)
+        if endpoint is None:
+            logger.warning(
+                "rl-insight: no OTLP endpoint (no server URL, no OTEL_EXPORTER_OTLP_ENDPOINT): "
+                "the RL state timeline is not sent"
+            )
+            return
+        self.tracer, self.processor = make_tracer(config, endpoint)
+
+    def _stack(self, lane: str) -> list[OpenState]:
+        stacks: dict[str, list[OpenState]] | None = getattr(self.local, "stacks", None)
+        if stacks is None:
+            stacks = self.local.stacks = {}
+        return stacks.setdefault(lane, [])
+
+    def _parent_context(self, lane: str) -> Context:
+        from opentelemetry import context, trace
+
+        stack = self._stack(lane)
+        return trace.set_span_in_context(stack[-1][1]) if stack else context.Context()
+
+    def _count(self, name: str, lane: str, duration_ns: int) -> None:
+        with self.durations_lock:
+            entry = self.durations.setdefault((name, lane), [0.0, 0])
+            entry[0] += duration_ns / 1e9
+            entry[1] += 1
+
+    @hookimpl
+    def rl_insight_state_enter(
+        self, run: RunInfo, name: str, lane: str, start_ns: int, attributes: dict[str, object]
+    ) -> None:
+        if self.tracer is None:
+            return
+        span = self.tracer.start_span(
+            span_name(name),
+            context=self._parent_context(lane),
+            start_time=start_ns,
+            attributes=span_attributes(run, name, lane, attributes),
+        )
+        self._stack(lane).append((name, span, start_ns))
+
+    @hookimpl
+    def rl_insight_state_exit(
+        self, run: RunInfo, name: str, lane: str, end_ns: int, attributes: dict[str, object]
+    ) -> None:
+        stack = self._stack(lane)
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][0] == name:
+                _, span, start_ns = stack.pop(i)
+                for key, value in (attributes or {}).items():
+                    span.set_attribute(key, value)
+                span.end(end_time=end_ns)
+                self._count(name, lane, end_ns - start_ns)
+                return
+
+    @hookimpl
+    def rl_insight_state_span(
+        self, run: RunInfo, name: str, lane: str, start_ns: int, end_ns: int, attributes: dict[str, object]
+    ) -> None:
+        lane = lane or "trainer"
+        self._count(name, lane, end_ns - start_ns)
+        if self.tracer is None:
+            return
+        span = self.tracer.start_span(
+            span_name(name),
+            context=self._parent_context(lane),
+            start_time=start_ns,
+            attributes=span_attributes(run, name, lane, attributes),
+        )
+        span.end(end_time=end_ns)
+
+    @hookimpl
+    def rl_insight_collect(self, run: RunInfo) -> list[MetricBatch] | None:
+        now = time.time()
+        with self.durations_lock:
+            items = [(k, list(v)) for k, v in self.durations.items()]
+        batches = [
             MetricBatch(
                 run.project,
                 run.experiment_name,
                 None,
                 now,
-                {
-                    "rl_insight_timeline_dropped_spans_total": _processor.stats["dropped"],
-                    "rl_insight_timeline_exported_spans_total": _processor.stats["exported"],
-                    "rl_insight_timeline_failed_spans_total": _processor.stats["failed"],
-                },
-                labels={"process": f"{_host}:{os.getpid()}"},
+                {"rl_insight_state_seconds_total": seconds, "rl_insight_state_count_total": count},
+                labels={"state": state, "lane": lane},
             )
+            for (state, lane), (seconds, count) in items
+        ]
+        stats = self.processor.stats if self.processor is not None else None
+        if stats is not None and any(stats.values()):
+            batches.append(
+                MetricBatch(
+                    run.project,
+                    run.experiment_name,
+                    None,
+                    now,
+                    {
+                        "rl_insight_timeline_dropped_spans_total": stats["dropped"],
+                        "rl_insight_timeline_exported_spans_total": stats["exported"],
+                        "rl_insight_timeline_failed_spans_total": stats["failed"],
+                    },
+                    labels={"process": f"{HOST}:{os.getpid()}"},
+                )
+            )
+        return batches
+
+    @hookimpl
+    def rl_insight_shutdown(self, timeout_s: float) -> None:
+        if self.processor is not None:
+            self.processor.force_flush(int(min(timeout_s, 5.0) * 1000))
+            self.processor.shutdown()
+        self.tracer = None
+
+    @hookimpl
+    def rl_insight_trajectory(self, run: RunInfo, trajectory: Trajectory) -> None:
+        """An agent-loop trajectory: one span on lane agent_loop, its traced ops as children."""
+        if self.tracer is None:
+            return
+        from opentelemetry import context, trace
+        from opentelemetry.trace import Status, StatusCode
+
+        attributes = dict(trajectory["attributes"], ops=len(trajectory["ops"]), ops_dropped=trajectory["ops_dropped"])
+        span = self.tracer.start_span(
+            "agent trajectory",
+            context=context.Context(),
+            start_time=trajectory["start_ns"],
+            attributes=span_attributes(run, "agent_trajectory", "agent_loop", attributes),
         )
-    return batches
+        if trajectory.get("error"):
+            span.set_status(Status(StatusCode.ERROR, trajectory.get("error")))
+        parent = trace.set_span_in_context(span)
+        for op in trajectory["ops"]:
+            extra = dict(
+                op["attributes"],
+                op=op["name"],
+                step=trajectory["attributes"].get("step"),
+                sample_index=trajectory["attributes"].get("sample_index"),
+            )
+            child = self.tracer.start_span(
+                op["span_name"],
+                context=parent,
+                start_time=op["start_ns"],
+                attributes=span_attributes(run, f"agent_{op['kind']}", "agent_loop", extra),
+            )
+            if op.get("error"):
+                child.set_status(Status(StatusCode.ERROR, op.get("error")))
+            child.end(end_time=op.get("end_ns"))
+        span.end(end_time=trajectory.get("end_ns"))
 
 
-@hookimpl
-def rl_insight_shutdown(timeout_s: float) -> None:
-    global _tracer
-    if _processor is not None:
-        _processor.force_flush(int(min(timeout_s, 5.0) * 1000))
-        _processor.shutdown()
-    _tracer = None
+def processor() -> CountingSpanProcessor | None:
+    """The running runtime's span processor (for stats and tests); None when no endpoint is configured."""
+    from verl_rl_insight.trainer import runtime
+
+    rt = runtime.get_runtime()
+    plugin = rt.plugin("state_timeline") if rt is not None else None
+    return plugin.processor if isinstance(plugin, Plugin) else None
 
 
-def processor() -> Any:
-    """The span processor (for stats and tests); None when no endpoint is configured."""
-    return _processor
+def tracer() -> Tracer | None:
+    """The running runtime's timeline tracer (None when no endpoint is configured): the samples
+    plugin sends its spans with it."""
+    from verl_rl_insight.trainer import runtime
+
+    rt = runtime.get_runtime()
+    plugin = rt.plugin("state_timeline") if rt is not None else None
+    return plugin.tracer if isinstance(plugin, Plugin) else None
 
 
-@hookimpl
-def rl_insight_trajectory(run: Any, trajectory: Any) -> None:
-    """An agent-loop trajectory: one span on lane agent_loop, its traced ops as children."""
-    if _tracer is None:
-        return
-    from opentelemetry import context, trace
-    from opentelemetry.trace import Status, StatusCode
+_attributes = span_attributes  # the name samples.py reads
 
-    attributes = dict(trajectory["attributes"], ops=len(trajectory["ops"]), ops_dropped=trajectory["ops_dropped"])
-    span = _tracer.start_span(
-        "agent trajectory",
-        context=context.Context(),
-        start_time=trajectory["start_ns"],
-        attributes=_attributes(run, "agent_trajectory", "agent_loop", attributes),
-    )
-    if trajectory.get("error"):
-        span.set_status(Status(StatusCode.ERROR, trajectory["error"]))
-    parent = trace.set_span_in_context(span)
-    for op in trajectory["ops"]:
-        extra = dict(
-            op["attributes"],
-            op=op["name"],
-            step=trajectory["attributes"].get("step"),
-            sample_index=trajectory["attributes"].get("sample_index"),
-        )
-        child = _tracer.start_span(
-            op["span_name"],
-            context=parent,
-            start_time=op["start_ns"],
-            attributes=_attributes(run, f"agent_{op['kind']}", "agent_loop", extra),
-        )
-        if op.get("error"):
-            child.set_status(Status(StatusCode.ERROR, op["error"]))
-        child.end(end_time=op["end_ns"])
-    span.end(end_time=trajectory["end_ns"])
+
+def __getattr__(name: str) -> Tracer | None:
+    """``_tracer``: the name samples.py reads (the running plugin's tracer, as ``tracer()``)."""
+    if name == "_tracer":
+        return tracer()
+    raise AttributeError(name)

@@ -6,42 +6,50 @@ gauge (``rl_insight_monitor_training_global_step``) from the batch's step.
 can tell a finished run from a stalled one.
 """
 
+from __future__ import annotations
+
 import time
-from typing import Any
+from collections.abc import Callable
 
 import pluggy
+from omegaconf import DictConfig
 
 from verl_rl_insight.contract.naming import METRIC_PREFIX
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
 
 FINISHED = "rl_insight_run_finished"
 
-_prefix = METRIC_PREFIX
-_export: Any = None
-_runs: set[tuple[str, str]] = set()
 
+class Plugin:
+    def __init__(self) -> None:
+        self.prefix = METRIC_PREFIX
+        self.export: Callable[..., object] | None = None
+        self.runs: set[RunInfo] = set()
 
-@hookimpl
-def rl_insight_configure(config: Any, pm: pluggy.PluginManager) -> None:
-    global _prefix, _export
-    _prefix = plugin_settings(config, "trainer_metrics").prefix
-    _export = pm.hook.rl_insight_export_batch
-    _runs.clear()
+    def _send(self, batch: MetricBatch) -> None:
+        if self.export is not None:
+            self.export(batch=batch)
 
+    @hookimpl
+    def rl_insight_configure(self, config: DictConfig, pm: pluggy.PluginManager) -> None:
+        self.prefix = plugin_settings(config, "trainer_metrics").prefix
+        self.export = pm.hook.rl_insight_export_batch
 
-@hookimpl
-def rl_insight_log_metrics(run: Any, metrics: dict[str, Any], step: int | None, timestamp: float) -> None:
-    # Runs on the training thread: build the batch, convert nothing (the sender thread does).
-    if run not in _runs:
-        _runs.add(run)
-        _export(batch=MetricBatch(run.project, run.experiment_name, None, timestamp, {FINISHED: 0}))
-    _export(batch=MetricBatch(run.project, run.experiment_name, step, timestamp, metrics, _prefix))
+    @hookimpl
+    def rl_insight_log_metrics(
+        self, run: RunInfo, metrics: dict[str, object], step: int | None, timestamp: float
+    ) -> None:
+        # Runs on the training thread: build the batch, convert nothing (the sender thread does).
+        if run not in self.runs:
+            self.runs.add(run)
+            self._send(MetricBatch(run.project, run.experiment_name, None, timestamp, {FINISHED: 0}))
+        self._send(MetricBatch(run.project, run.experiment_name, step, timestamp, metrics, self.prefix))
 
-
-@hookimpl(tryfirst=True)  # before the exporters close
-def rl_insight_shutdown(timeout_s: float) -> None:
-    for project, experiment in list(_runs):
-        _export(batch=MetricBatch(project, experiment, None, time.time(), {FINISHED: 1}))
-    _runs.clear()
+    @hookimpl(tryfirst=True)  # before the exporters close
+    def rl_insight_shutdown(self, timeout_s: float) -> None:
+        for run in list(self.runs):
+            self._send(MetricBatch(run.project, run.experiment_name, None, time.time(), {FINISHED: 1}))
+        self.runs.clear()

@@ -1,11 +1,16 @@
 """TransferQueue metrics: with ``transfer_queue.metrics.enabled=True``, the endpoint that
 ``transfer_queue.get_metrics_endpoint()`` returns becomes a scrape target (job ``transfer_queue``)."""
 
+from __future__ import annotations
+
 import logging
 import threading
-from typing import Any
+from collections.abc import Mapping
+
+from omegaconf import DictConfig
 
 from verl_rl_insight.trainer.client import target_announcer
+from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
 
 logger = logging.getLogger("verl_rl_insight")
@@ -13,45 +18,43 @@ logger = logging.getLogger("verl_rl_insight")
 JOB = "transfer_queue"
 
 
-def metrics_enabled(trainer_config: Any) -> Any:
-    try:
-        return bool(((trainer_config or {}).get("transfer_queue") or {}).get("metrics", {}).get("enabled", False))
-    except AttributeError:
-        return False
+def metrics_enabled(trainer_config: Mapping[str, object] | None) -> bool:
+    queue = (trainer_config or {}).get("transfer_queue")
+    metrics = queue.get("metrics") if isinstance(queue, Mapping) else None
+    return bool(metrics.get("enabled", False)) if isinstance(metrics, Mapping) else False
 
 
-@hookimpl
-def rl_insight_configure(config: Any) -> None:
-    target_announcer.shared(config)
+class Plugin:
+    @hookimpl
+    def rl_insight_configure(self, config: DictConfig) -> None:
+        target_announcer.shared(config)
 
+    @hookimpl
+    def rl_insight_run_start(self, run: RunInfo, trainer_config: Mapping[str, object] | None) -> None:
+        if metrics_enabled(trainer_config):
+            # get_metrics_endpoint() asks a Ray actor: not on the training thread.
+            threading.Thread(target=self._register, args=(run,), name="rl-insight-tq", daemon=True).start()
 
-@hookimpl
-def rl_insight_run_start(run: Any, trainer_config: Any) -> None:
-    if metrics_enabled(trainer_config):
-        # get_metrics_endpoint() asks a Ray actor: not on the training thread.
-        threading.Thread(target=_register, args=(run,), name="rl-insight-tq", daemon=True).start()
+    def _register(self, run: RunInfo) -> None:
+        try:
+            import transfer_queue
 
+            endpoint = transfer_queue.get_metrics_endpoint()
+        except Exception as exc:
+            logger.warning(
+                "rl-insight: transfer_queue.metrics.enabled=True but its metrics endpoint is unknown (%s)", exc
+            )
+            return
+        if endpoint:
+            self.rl_insight_register_target(run, endpoint, JOB, {})
 
-def _register(run: Any) -> None:
-    try:
-        import transfer_queue
+    @hookimpl
+    def rl_insight_register_target(self, run: RunInfo, address: str, job: str, labels: dict[str, str]) -> None:
+        announcer = target_announcer.shared()
+        if job != JOB or announcer is None:
+            return
+        announcer.announce(address, JOB, {"project": run.project, "experiment_name": run.experiment_name, **labels})
 
-        endpoint = transfer_queue.get_metrics_endpoint()
-    except Exception as exc:
-        logger.warning("rl-insight: transfer_queue.metrics.enabled=True but its metrics endpoint is unknown (%s)", exc)
-        return
-    if endpoint:
-        rl_insight_register_target(run, endpoint, JOB, {})
-
-
-@hookimpl
-def rl_insight_register_target(run: Any, address: str, job: str, labels: dict[str, str]) -> None:
-    announcer = target_announcer.shared()
-    if job != JOB or announcer is None:
-        return
-    announcer.announce(address, JOB, {"project": run.project, "experiment_name": run.experiment_name, **labels})
-
-
-@hookimpl
-def rl_insight_shutdown(timeout_s: float) -> None:
-    target_announcer.close_shared(min(timeout_s, 2.0))
+    @hookimpl
+    def rl_insight_shutdown(self, timeout_s: float) -> None:
+        target_announcer.close_shared(min(timeout_s, 2.0))

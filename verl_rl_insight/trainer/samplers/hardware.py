@@ -6,16 +6,26 @@ error on one field or one GPU skips that field or GPU only; a field the driver d
 support is not asked again.
 """
 
+from __future__ import annotations
+
 import os
 import socket
 import time
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType, SimpleNamespace
+
+# the nvidia-ml-py module (``pynvml``), or simulated_nvml's namespace of the same names
+Nvml = ModuleType | SimpleNamespace
+Labels = dict[str, str]
+Read = Callable[[], float]
 
 HOSTNAME = socket.gethostname()
 
 
 class GpuSampler:
-    def __init__(self, nvml: Any) -> None:
+    """``extra_labels``: added to every GPU's labels (``simulated="true"`` on the demo's GPUs)."""
+
+    def __init__(self, nvml: Nvml, extra_labels: dict[str, str] | None = None) -> None:
         self.nvml = nvml
         nvml.nvmlInit()
         self.gpus = []
@@ -30,32 +40,33 @@ class GpuSampler:
                     "device": f"nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}",
                     "modelName": _text(nvml.nvmlDeviceGetName(handle)),
                     "Hostname": HOSTNAME,
+                    **(extra_labels or {}),
                 }
             except nvml.NVMLError:
                 self.errors += 1
                 continue
             self.gpus.append((index, handle, labels, self._xid_events(handle)))
 
-    def _xid_events(self, handle: Any) -> Any:
+    def _xid_events(self, handle: object) -> object | None:
         nvml = self.nvml
         try:
-            events = nvml.nvmlEventSetCreate()
+            events: object = nvml.nvmlEventSetCreate()
             nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, events)
             return events
         except (nvml.NVMLError, AttributeError):
             return None
 
-    def fields(self, handle: Any, events: Any) -> Any:
+    def fields(self, handle: object, events: object | None) -> list[tuple[str, Read]]:
         """(DCGM name, function returning the value) for one GPU."""
         n = self.nvml
 
-        def memory(attr: Any) -> Any:
+        def memory(attr: str) -> Read:
             return lambda: getattr(n.nvmlDeviceGetMemoryInfo(handle), attr) / 2**20  # DCGM: MiB
 
-        def pcie(counter: Any) -> Any:
-            return n.nvmlDeviceGetPcieThroughput(handle, counter) * 1024  # NVML: KB/s; DCGM: B/s
+        def pcie(counter: int) -> float:
+            return float(n.nvmlDeviceGetPcieThroughput(handle, counter)) * 1024  # NVML: KB/s; DCGM: B/s
 
-        def xid() -> Any:
+        def xid() -> float:
             data = n.nvmlEventSetWait(events, 0)  # 0 ms: never waits
             return float(data.eventData)
 
@@ -85,7 +96,7 @@ class GpuSampler:
             ),
         ] + ([("DCGM_FI_DEV_XID_ERRORS", xid)] if events is not None else [])
 
-    def sample(self) -> Any:
+    def sample(self) -> list[tuple[Labels, dict[str, float]]]:
         """[(labels, {DCGM name: value})], one entry per GPU that answered anything."""
         n = self.nvml
         out = []
@@ -113,11 +124,11 @@ class GpuSampler:
             pass
 
 
-def _is(nvml: Any, exc: Any, code_name: Any) -> Any:
+def _is(nvml: Nvml, exc: Exception, code_name: str) -> bool:
     return getattr(exc, "value", None) == getattr(nvml, code_name, object())
 
 
-def _text(value: Any) -> Any:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -127,15 +138,15 @@ class HostSampler:
     def __init__(self, proc: str = "/proc", sys_block: str = "/sys/block") -> None:
         self.proc = proc
         self.sys_block = sys_block
-        self._last: tuple[Any, ...] | None = None
+        self._last: tuple[float, ...] | None = None
 
-    def _cpu(self) -> Any:
+    def _cpu(self) -> tuple[float, float]:
         with open(f"{self.proc}/stat") as f:
             parts = [float(x) for x in f.readline().split()[1:]]
         idle = parts[3] + (parts[4] if len(parts) > 4 else 0.0)  # idle + iowait
         return sum(parts), idle
 
-    def _meminfo(self) -> Any:
+    def _meminfo(self) -> dict[str, float]:
         info = {}
         with open(f"{self.proc}/meminfo") as f:
             for line in f:
@@ -143,7 +154,7 @@ class HostSampler:
                 info[key] = float(rest.split()[0]) * 1024
         return info
 
-    def _net(self) -> Any:
+    def _net(self) -> tuple[float, float]:
         rx = tx = 0.0
         with open(f"{self.proc}/net/dev") as f:
             for line in f.readlines()[2:]:
@@ -155,7 +166,7 @@ class HostSampler:
                 tx += float(fields[8])
         return rx, tx
 
-    def _disk(self) -> Any:
+    def _disk(self) -> tuple[float, float]:
         disks = set(os.listdir(self.sys_block)) if os.path.isdir(self.sys_block) else None
         read = written = 0.0
         with open(f"{self.proc}/diskstats") as f:
@@ -168,7 +179,7 @@ class HostSampler:
                 written += float(fields[9]) * 512
         return read, written
 
-    def sample(self) -> Any:
+    def sample(self) -> dict[str, float]:
         now = time.monotonic()
         cpu_total, cpu_idle = self._cpu()
         net_rx, net_tx = self._net()

@@ -6,45 +6,59 @@ calls (rollout metric registration, ``trace_state`` in the vLLM / SGLang ``gener
 package being installed.
 """
 
+from __future__ import annotations
+
 import contextlib
 import functools
 import logging
 import time
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import ParamSpec, TypeVar
 
 from verl_rl_insight.trainer import runtime
+from verl_rl_insight.trainer.hook_types import RunInfo
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 logger = logging.getLogger("verl_rl_insight")
 _failed: set[str] = set()
 
 
-def _never_raises(function: Any) -> Any:
+def _never_raises(function: Callable[P, R]) -> Callable[P, R | None]:
     """verl calls these from its rollout and training paths: a failure here is logged once, never raised."""
 
     @functools.wraps(function)
-    def guarded(*args: object, **kwargs: Any) -> Any:
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R | None:
         try:
             return function(*args, **kwargs)
         except Exception:
-            if function.__name__ not in _failed:
-                _failed.add(function.__name__)
-                logger.exception("rl-insight: %s failed; training goes on", function.__name__)
+            name = getattr(function, "__name__", "a call")
+            if name not in _failed:
+                _failed.add(name)
+                logger.exception("rl-insight: %s failed; training goes on", name)
+            return None
 
     return guarded
 
 
 __version__ = "0.3.0"  # the RL-Insight API level implemented here (verl checks >= 0.3.0)
 
-_run = None
+_run: RunInfo | None = None
 
 
-def _runtime_and_run() -> Any:
+def _runtime_and_run() -> tuple[runtime.Runtime, RunInfo]:
     rt = runtime.start()
     return rt, (_run or rt.current_run())
 
 
 @_never_raises
-def init(project: str | None = None, experiment_name: str | None = None, config: Any = None, **_: Any) -> None:
+def init(
+    project: str | None = None,
+    experiment_name: str | None = None,
+    config: Mapping[str, object] | None = None,
+    **_: object,
+) -> None:
     global _run
     rt = runtime.start(trainer_config={"rl_insight": dict(config)} if config else None)
     if project is not None or experiment_name is not None:  # bare init(): the process's current run
@@ -52,13 +66,13 @@ def init(project: str | None = None, experiment_name: str | None = None, config:
 
 
 @_never_raises
-def metric_gauge(name: str, value: Any, **_: Any) -> None:
+def metric_gauge(name: str, value: object, **_: object) -> None:
     rt, run = _runtime_and_run()
     rt.hook.rl_insight_log_metrics(run=run, metrics={name: value}, step=None, timestamp=time.time())
 
 
 @contextlib.contextmanager
-def trace_state(state_name: Any, state_lane_id: Any = None, **labels: Any) -> Any:
+def trace_state(state_name: str, state_lane_id: object = None, **labels: object) -> Iterator[None]:
     start_ns = time.time_ns()
     try:
         yield
@@ -67,7 +81,7 @@ def trace_state(state_name: Any, state_lane_id: Any = None, **labels: Any) -> An
 
 
 @_never_raises
-def trace_span(name: str, start_time_ns: Any, end_time_ns: Any, attributes: dict[str, Any] | None = None) -> None:
+def trace_span(name: str, start_time_ns: int, end_time_ns: int, attributes: Mapping[str, object] | None = None) -> None:
     rt, run = _runtime_and_run()
     attributes = dict(attributes or {})
     lane = attributes.get("state_lane_id")
@@ -82,11 +96,15 @@ def trace_span(name: str, start_time_ns: Any, end_time_ns: Any, attributes: dict
 
 
 @_never_raises
-def update_prometheus_config(server_addresses: Any, job_name: Any = None, labels: Any = None) -> None:
+def update_prometheus_config(
+    server_addresses: Iterable[object] | None,
+    job_name: str | None = None,
+    labels: Iterable[Mapping[str, object] | None] | None = None,
+) -> None:
     rt, run = _runtime_and_run()
-    labels = list(labels or [])
+    per_address = list(labels or [])
     for i, address in enumerate(server_addresses or ()):
-        extra = labels[i] if i < len(labels) and labels[i] else {}
+        extra = (per_address[i] if i < len(per_address) else None) or {}
         rt.hook.rl_insight_register_target(
             run=run,
             address=str(address),
@@ -104,13 +122,13 @@ class AgentLoopSession:
     """What verl's ``RLInsightLogger.agent_loop_session`` returns: the session's identity, and
     ``finish(**outcome)``, which puts the session on the timeline (lane agent_loop) with it."""
 
-    def __init__(self, identity: Any) -> None:
+    def __init__(self, identity: dict[str, object]) -> None:
         self.identity = identity
         self.start_ns = time.time_ns()
         self.finished = False
 
     @_never_raises
-    def finish(self, **outcome: Any) -> None:
+    def finish(self, **outcome: object) -> None:
         if self.finished:
             return
         self.finished = True
@@ -127,13 +145,13 @@ class AgentLoopSession:
 def agent_loop_session(
     project: str,
     experiment_name: str,
-    sample: Any,
-    session: Any,
-    traj: int = 0,
-    uid: Any = None,
-    global_steps: Any = None,
-    session_id: Any = None,
-) -> Any:
+    sample: object,
+    session: object,
+    traj: object = 0,
+    uid: object = None,
+    global_steps: object = None,
+    session_id: object = None,
+) -> AgentLoopSession:
     return AgentLoopSession(
         {
             "project": project or "default",

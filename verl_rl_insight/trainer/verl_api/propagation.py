@@ -5,7 +5,6 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -17,8 +16,9 @@ from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
 logger = logging.getLogger("verl_rl_insight")
 
 
-def logger_list(trainer_config: Any) -> Any:
-    loggers = (trainer_config.get("trainer") or {}).get("logger") if trainer_config is not None else None
+def logger_list(trainer_config: Mapping[str, object] | None) -> list[str]:
+    trainer = trainer_config.get("trainer") if trainer_config is not None else None
+    loggers = trainer.get("logger") if isinstance(trainer, Mapping) else None
     if loggers is None:
         return []
     if isinstance(loggers, str):
@@ -26,7 +26,7 @@ def logger_list(trainer_config: Any) -> Any:
     return [str(x) for x in loggers]
 
 
-def prepare_driver_environment(trainer_config: Any) -> None:
+def prepare_driver_environment(trainer_config: Mapping[str, object] | None) -> None:
     """Called before verl's ``run_ppo`` builds its runtime_env: mirror what verl 0.9 does for
     ``VERL_RL_INSIGHT_ENABLE`` and publish the Hydra ``rl_insight`` block for the workers."""
     if "rl_insight" in logger_list(trainer_config):
@@ -41,7 +41,7 @@ def prepare_driver_environment(trainer_config: Any) -> None:
         os.environ[ENV_CONFIG_JSON] = json.dumps(OmegaConf.to_container(merged))
     _publish_command_line()
     trainer = trainer_config.get("trainer") if trainer_config is not None else None
-    if trainer is not None:  # rollout replicas have no Tracking: they label their data with these
+    if isinstance(trainer, Mapping):  # rollout replicas have no Tracking: they label their data with these
         if trainer.get("project_name"):
             os.environ[ENV_PROJECT] = str(trainer.get("project_name"))
         if trainer.get("experiment_name"):
@@ -58,7 +58,7 @@ def _publish_command_line() -> None:
     os.environ[environment.WORKDIR] = os.getcwd()
 
 
-def forwarded_environment(environ: Mapping[str, str] | None = None) -> Any:
+def forwarded_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Every RL_INSIGHT_* / VERL_RL_INSIGHT_* variable of this process, the server's token replaced
     by a credential for this run only (verl prints what Ray workers get: ``ray init kwargs``)."""
     environ = os.environ if environ is None else environ

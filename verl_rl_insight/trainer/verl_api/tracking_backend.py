@@ -7,7 +7,7 @@ never raises (a broken plugin is logged once, training goes on).
 import logging
 import os
 import time
-from typing import Any
+from collections.abc import Mapping
 
 from omegaconf import DictConfig
 
@@ -21,7 +21,9 @@ ENV_VERL_ENABLE = environment.VERL_ENABLE
 
 
 class RLInsightBackend:
-    def __init__(self, project_name: Any, experiment_name: str, config: Any = None) -> None:
+    def __init__(
+        self, project_name: str | None, experiment_name: str | None, config: Mapping[str, object] | None = None
+    ) -> None:
         # verl >= 0.9 guards its own call sites (rollout metrics, trace_state) with this variable.
         os.environ[ENV_VERL_ENABLE] = "1"
         self._runtime = runtime.start(trainer_config=config)
@@ -32,7 +34,7 @@ class RLInsightBackend:
         self._card = _card_sender(self._runtime.config, self._run, config)
         self._card_waits = self._card is not None
 
-    def log(self, data: Any, step: int | None) -> None:
+    def log(self, data: Mapping[str, object], step: int | None) -> None:
         if self._card_waits and self._card is not None:  # the run's card goes out with its first logged step
             self._card_waits = False
             self._card.first_log()
