@@ -48,4 +48,6 @@ DEFAULTS: dict[str, float] = {
     "stall_ratio": 5.0,  # a step this many times the run's median step time ...
     "stall_s": 900,  # ... and at least this long (RLInsightTrainingStalled's stalled_for)
     "signal_sustain": 3,  # no learning signal for this many steps
+    "zero_variance_share": 0.8,  # this share of the groups or more with all-equal rewards ...
+    "zero_variance_sustain": 5,  # ... for this many steps in a row
 }

@@ -100,9 +100,7 @@ class Streak:
         self.findings: Findings = []
         self.active = False  # the newest step belongs to a finding
         self.resets: list[int] = []
-        self.needed = int(params["plateau_sustain"]) if detector.name == "reward_plateau" else detector.sustain
-        if detector.name == "no_learning_signal":
-            self.needed = int(params["signal_sustain"])
+        self.needed = int(params[detector.sustain_setting]) if detector.sustain_setting else detector.sustain
 
     def reset_baseline(self, step: int) -> None:
         self.resets = sorted({*self.resets, step})
@@ -145,6 +143,8 @@ class Streak:
         severity = self.detector.severity
         if all(c.critical for _, c in self.run):
             severity = "critical"
+        elif 2 * sum(c.mild for _, c in self.run) > len(self.run):  # most of its steps only worth knowing
+            severity = "info"
         latest = self.findings[-1] if self.findings else None
         if latest is not None and (self.active or first_step <= latest.last_step + 1):
             latest.last_step, latest.severity = step, severity  # the evidence stays the first step's

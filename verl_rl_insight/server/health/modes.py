@@ -38,6 +38,7 @@ class Detector:
     online: bool = True  # the server pushes its findings per step (stall and mismatch have their own rules)
     extra: tuple[str, ...] = ()  # the run's other keys the test reads
     extra_keep: int = KEEP  # how many values of each it needs
+    sustain_setting: str = ""  # the setting (DEFAULTS) that says ``sustain`` instead, where one does
 
     @property
     def alert(self) -> str:
@@ -72,6 +73,16 @@ SIGNAL_KEYS = (
     "critic/rewards/max",
     "critic/rewards/min",
 )
+ZERO_VARIANCE = "rl_insight/group/zero_variance_share"  # plugin group_stats
+GROUP_KEYS = (
+    ZERO_VARIANCE,
+    "rl_insight/group/solve_all_share",
+    "rl_insight/group/solve_none_share",
+    "rl_insight/group/reward_std/mean",
+    "critic/score/max",
+    "critic/score/min",
+    "critic/vf_loss",  # a critic: PPO's advantages do not come from groups
+)
 STEP_TIME_KEYS = ("timing_s/step", "timing/step", "perf/time_per_step")
 
 DETECTORS: tuple[Detector, ...] = (
@@ -88,6 +99,25 @@ DETECTORS: tuple[Detector, ...] = (
         "Training: what to check first",
         extra=SIGNAL_KEYS,
         extra_keep=1,  # the step's own values
+        sustain_setting="signal_sustain",
+    ),
+    Detector(
+        "zero_variance_groups",
+        (ZERO_VARIANCE, *SCORE),  # a run without plugin group_stats: its scores (critic/score/max = min)
+        "warning",
+        5,
+        checks.zero_variance,
+        "most GRPO groups carry no gradient: every response of a prompt got the same reward (all solved or "
+        "all failed), so the step learns from the few groups left",
+        "rl_insight/group/zero_variance_share with solve_all_share and solve_none_share (Training signal row); "
+        "critic/score/mean; the reward function's output on a few samples",
+        "mostly all solved: raise the difficulty or drop solved prompts (DAPO's dynamic sampling, "
+        "algorithm.filter_groups.enable=True), raise rollout.n; mostly none solved: easier data, check the "
+        "reward function and the answer format",
+        "Training signal: groups, advantages, percentiles",
+        extra=GROUP_KEYS,
+        extra_keep=1,  # the step's own values
+        sustain_setting="zero_variance_sustain",
     ),
     Detector(
         "entropy_collapse",
@@ -135,6 +165,7 @@ DETECTORS: tuple[Detector, ...] = (
         "if the task is not solved: raise the learning rate or the rollout count, make the data harder, check "
         "that advantages are not all zero",
         "Training: what to check first",
+        sustain_setting="plateau_sustain",
     ),
     Detector(
         "kl_blowup",
