@@ -8,7 +8,7 @@ are multi-select); every TraceQL query constrains both too.
 from typing import Any
 
 from verl_rl_insight.contract.marks import MARK_METRIC
-from verl_rl_insight.dashboards import compare, engines, training, trajectories
+from verl_rl_insight.dashboards import async_training, compare, engines, training, trajectories
 from verl_rl_insight.dashboards.panels import (
     PROM,
     RUN,
@@ -80,7 +80,10 @@ def timeline_rows(layout: Any) -> None:
         h=10,
     )
     layout.add(trace_view("Selected trace", "the trace whose ID is in the trace_id variable at the top"), w=24, h=12)
-    phases = "gen|reward|old_log_prob|ref|values|adv|update_actor|update_critic|update_weights|save_checkpoint|testing"
+    phases = (
+        "gen|reward|old_log_prob|ref|values|adv|update_actor|update_critic|update_weights|save_checkpoint|testing"
+        "|switch_to_rollout|switch_wait|switch_to_trainer"  # verl's separate_async trainer (trainer_separate_async)
+    )
     layout.add(
         timeseries(
             "Trainer: share of each step per phase",
@@ -629,6 +632,7 @@ def build(conditional: Any = None) -> Any:
         training.signal_rows(layout)
         timeline_rows(layout)
         engines.ROWS[engine](layout)
+        rows_logged_sometimes.update(async_training.async_rows(layout))
         rows_logged_sometimes.update(training.key_rows(layout))
         transfer_queue_rows(layout)
         rows_logged_sometimes.update(transfer_queue_probe_rows(layout))

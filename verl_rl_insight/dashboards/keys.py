@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from verl_rl_insight.dashboards.async_keys import ASYNC_KEYS
+
 # key prefix (one or two segments; the longest that matches wins) -> (row title, when it is
 # logged: None = every PPO step, else the condition)
 GROUPS = {
@@ -76,6 +78,8 @@ RUNTIME_KEYS = {
     "actor/kl_coef",
     "critic/lr",
     "critic/grad_norm",
+    # experimental/fully_async_policy: f"fully_async/{key}" of the rollouter's statistics and processing times
+    *ASYNC_KEYS,
 }
 # Families whose members are named at run time: (group, title, regex of the key, unit)
 PATTERN_FAMILIES = [
