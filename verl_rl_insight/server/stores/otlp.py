@@ -1,8 +1,15 @@
 """OTLP/HTTP trace bodies as span records: the protobuf ``ExportTraceServiceRequest`` Tempo's
 receiver takes, decoded within a size limit, each span a plain record of the run it names."""
 
+from __future__ import annotations
+
 import zlib
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from verl_rl_insight.contract.errors import BadInput, TooLarge, UnsupportedEncoding
 
@@ -23,7 +30,11 @@ class SpanEncoding(SpanError, UnsupportedEncoding):
     """A Content-Encoding other than gzip or none."""
 
 
-def decode(body: Any, encoding: Any, limit: Any) -> Any:
+Scalar = str | bool | int | float  # an attribute's value as a record keeps it
+Record = dict[str, Any]  # a span as the store keeps it (ids, name, times, its attributes: Scalar values)
+
+
+def decode(body: bytes, encoding: str | None, limit: int) -> ExportTraceServiceRequest:
     """ExportTraceServiceRequest from an OTLP/HTTP protobuf body (gzip allowed, inflated to at most
     ``limit`` bytes: a small bomb cannot become a large body)."""
     from google.protobuf.message import DecodeError
@@ -49,7 +60,7 @@ def decode(body: Any, encoding: Any, limit: Any) -> Any:
     return request
 
 
-def _value(any_value: Any) -> Any:
+def _value(any_value: AnyValue) -> Scalar | None:
     kind = any_value.WhichOneof("value")
     if kind in ("string_value", "bool_value", "int_value", "double_value"):
         value = getattr(any_value, kind)
@@ -57,13 +68,13 @@ def _value(any_value: Any) -> Any:
     return None
 
 
-def records(request: Any) -> Any:
+def records(request: ExportTraceServiceRequest) -> Iterator[tuple[str, str, Record]]:
     """(project, experiment_name, record) for each span of a request; spans without a run are skipped."""
     for resource_spans in request.resource_spans:
         resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                attrs = {}
+                attrs: dict[str, Scalar] = {}
                 for a in span.attributes[: MAX_ATTRIBUTES + 2]:
                     value = _value(a.value)
                     if isinstance(value, str) and a.key in LONG_VALUES:
@@ -73,8 +84,9 @@ def records(request: Any) -> Any:
                 project, experiment = attrs.pop("project", None), attrs.pop("experiment_name", None)
                 if not isinstance(project, str) or not isinstance(experiment, str):
                     continue
-                if "host.name" in resource:
-                    attrs.setdefault("node", resource["host.name"])
+                host = resource.get("host.name")
+                if host is not None:
+                    attrs.setdefault("node", host)
                 yield (
                     project,
                     experiment,

@@ -7,6 +7,8 @@ the newest steps of a long run are always there; all runs together ``max_total_b
 written to longest ago goes first).
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
@@ -15,15 +17,18 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from verl_rl_insight.server.stores.files import write_atomically
-from verl_rl_insight.server.stores.otlp import SpanEncoding, SpanError, SpanTooLarge, decode, records
+from verl_rl_insight.server.stores.otlp import Record, SpanEncoding, SpanError, SpanTooLarge, decode, records
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 __all__ = ["SpanEncoding", "SpanError", "SpanStore", "SpanTooLarge", "decode", "records", "run_key", "span_step"]
 
 
-def _whole_lines(path: Path) -> Any:
+def _whole_lines(path: Path) -> int:
     """Cut a span file back to its last whole line (a process killed mid-append leaves a part of
     one, which later appends would glue to a whole line); returns its size."""
     try:
@@ -45,7 +50,7 @@ def _whole_lines(path: Path) -> Any:
         return 0
 
 
-def run_key(project: str, experiment: str | None) -> Any:
+def run_key(project: str, experiment: str | None) -> str:
     return hashlib.sha256(f"{project}\0{experiment}".encode()).hexdigest()[:24]
 
 
@@ -143,7 +148,7 @@ class SpanStore:
     def _path(self, key: str, segment: Segment) -> Path:
         return self.folder / (f"{key}.jsonl" if segment["n"] == 0 else f"{key}.{segment['n']}.jsonl")
 
-    def add(self, request: Any, found: list[tuple[str, str, dict[str, Any]]] | None = None) -> int:
+    def add(self, request: ExportTraceServiceRequest, found: list[tuple[str, str, Record]] | None = None) -> int:
         """Keep the spans of one OTLP request (``found``: its ``records``, where the caller has
         them already); returns how many were kept."""
         lines: dict[tuple[str, str], list[tuple[int | None, str]]] = {}
@@ -309,7 +314,7 @@ class SpanStore:
             shown.setdefault(name, None)
         return shown
 
-    def read(self, project: str, experiment: str | None) -> Any:
+    def read(self, project: str, experiment: str | None) -> bytes | None:
         """The run's spans as JSON lines (bytes), or None for a run without spans here."""
         key = run_key(project, experiment)
         with self._lock:
