@@ -75,9 +75,19 @@ def test_groups_that_all_fail_from_a_step_are_a_warning_from_that_step_with_wher
 def test_groups_that_all_succeed_are_information_not_a_warning():
     """A training set the policy solves: no gradient from its prompts, worth knowing (raise the
     difficulty, DAPO's filter), not a failure of the run."""
-    [finding] = groups_findings(offline(drifting_run(after=0.99)))  # 0.99^8: 92 % of the groups all solved
+    run = drifting_run(after=0.99)  # 0.99^8: 92 % of the groups all solved
+    [finding] = groups_findings(offline(run))
     assert (finding.first_step, finding.severity) == (20, "info")
     assert finding.evidence.endswith("% none solved") and "% all solved" in finding.evidence
+    live, emitted = online(run)  # online the same finding, and its warning alert's counter never rises
+    assert [f.as_json() for f in groups_findings(live)] == [finding.as_json()]
+    counts = [
+        b["metrics"]["rl_insight_health_findings_total"]
+        for push in emitted
+        for b in push["batches"]
+        if b["labels"]["detector"] == "zero_variance_groups"
+    ]
+    assert counts and set(counts) == {0.0}
 
 
 def test_mixed_groups_and_groups_of_one_response_are_no_finding():

@@ -105,6 +105,12 @@ class Streak:
     def reset_baseline(self, step: int) -> None:
         self.resets = sorted({*self.resets, step})
 
+    def alerts(self) -> bool:
+        """The newest step belongs to a finding its alert is for: not one only worth knowing (info)
+        of a detector whose alert is a warning (groups all solved: zero_variance_groups)."""
+        mild = bool(self.findings) and self.findings[-1].severity == "info" != self.detector.severity
+        return self.active and not mild
+
     def _since(self, step: int) -> int | None:
         done = [r for r in self.resets if r <= step]
         return done[-1] if done else None
@@ -289,11 +295,8 @@ class RunHealth:
         for streak in self.streaks:
             check = streak.add(step, metrics)
             if check is not None:
-                said.append(
-                    Said(
-                        streak.detector.name, verl_key(streak.metric or ""), streak.active, check.value, check.baseline
-                    )
-                )
+                name, metric = streak.detector.name, verl_key(streak.metric or "")
+                said.append(Said(name, metric, streak.alerts(), check.value, check.baseline))
         duration = self.times.add(step, metrics, at)
         if duration is not None:
             said.append(Said("stall", "step time", False, duration, self.times.median()))
