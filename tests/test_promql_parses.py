@@ -163,13 +163,14 @@ def series(key: str, experiment: str = EXPERIMENT) -> str:
 
 
 def test_the_catch_all_panel_as_prometheus_reads_it_shows_a_key_no_panel_draws_and_hides_drawn_ones(tmp_path):
-    """verl 0.9.1's fully async trainer logs ``fully_async/processing_time/tp50`` (a key it builds at run
-    time: ``f"fully_async/{key}"``) and no panel of its own draws it: the catch-all must. Keys the rows
-    draw by name (actor/pg_loss) or by pattern (timing_s/gen, the MoE layer family) it must not, nor the
-    same key of another run."""
+    """A key a newer verl adds to its fully async rollouter's statistics (every key verl 0.9.1 and main
+    log has a panel now: ``fully_async/processing_time/tp50`` is on the async row) is on no panel of its
+    own: the catch-all must show it. Keys the rows draw by name (actor/pg_loss) or by pattern
+    (timing_s/gen, the MoE layer family) it must not, nor the same key of another run."""
     from verl_rl_insight.dashboards import training
 
-    undrawn = "fully_async/processing_time/tp50"
+    assert re.fullmatch(training.shown(), metric_name(M, "fully_async/processing_time/tp50"))  # the async row's
+    undrawn = "fully_async/monitor/queue/a_newer_verls_queue_size"
     assert not re.fullmatch(training.shown(), metric_name(M, undrawn)), "now drawn by a panel: pick another key"
     drawn = ["actor/pg_loss", "timing_s/gen", "rollout/moe/max_vio/layer_3", "training/global_step"]
     moe_layer = next(expr for where, expr in dashboard_expressions() if "panel 'MoE load imbalance per layer'" in where)

@@ -98,18 +98,19 @@ def test_spans_are_kept_per_run_and_hostile_bodies_get_a_4xx(hub):
     assert http("GET", hub + "/metrics")[0] == 200
 
 
-def test_a_run_over_its_bound_drops_and_counts_and_the_oldest_run_goes_first(tmp_path):
+def test_a_run_over_its_bound_loses_its_oldest_spans_and_counts_them_and_the_oldest_run_goes_first(tmp_path):
     store = SpanStore(tmp_path, max_run_bytes=1500, max_total_bytes=2000)  # a batch of two: 470 bytes
-    for _ in range(4):
+    for _ in range(4):  # all of step 1: the newest step is never evicted whole, its oldest spans go
         store.add(otlp(STEP_SPANS[:2], experiment="first"))
     first = next(r for r in store.runs() if r["experiment_name"] == "first")
-    assert first["bytes"] <= 1500 and first["dropped"] > 0 and store.stats["dropped"] == first["dropped"]
+    assert first["bytes"] <= 1500 and first["evicted_spans"] == 2 and store.stats["evicted_spans"] == 2
+    assert (first["oldest_step"], first["newest_step"], first["evicted_steps"], first["spans"]) == (1, 1, 0, 6)
     store.add(otlp(STEP_SPANS[:2], experiment="second"))
     store.add(otlp(STEP_SPANS[:2], experiment="third"))
     assert sum(r["bytes"] for r in store.runs()) <= 2000
     assert "first" not in {r["experiment_name"] for r in store.runs()} and store.read("p", "first") is None
     store.close()  # what the server does at stop (between, it saves the index at most once a second)
-    assert SpanStore(tmp_path).runs() == store.runs()  # the index survives a restart
+    assert SpanStore(tmp_path, max_run_bytes=1500).runs() == store.runs()  # the index survives a restart
 
 
 def test_a_span_file_cut_mid_write_is_repaired_on_restart(tmp_path):

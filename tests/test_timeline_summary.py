@@ -100,7 +100,8 @@ def test_the_table_a_person_reads_and_the_step_range(hub):
     text = summary(hub, "sync", "--steps", "3:3")
     lines = text.strip().splitlines()
     assert lines[0].split()[:3] == ["step", "seconds", "phases"]
-    assert len(lines) == 2 and lines[1].startswith("3 ")
+    assert len(lines) == 3 and lines[1].startswith("3 ")
+    assert lines[2] == "the server keeps steps 1-3 of this run (64 MiB a run; nothing evicted)"  # its bound
     assert "x5.0, +4.0s" in lines[1] and "replica_2" in lines[1] and "gen 6.0" in lines[1]
     missing = rl_insight(
         "timeline",

@@ -8,6 +8,7 @@ are multi-select); every TraceQL query constrains both too.
 from verl_rl_insight.contract.marks import MARK_METRIC
 from verl_rl_insight.dashboards import (
     agent_loop,
+    async_training,
     compare,
     engines,
     hardware,
@@ -122,6 +123,7 @@ def build(conditional: dict[str, str] | None = None) -> dict[str, Panel]:
         training.signal_rows(layout)
         timeline.timeline_rows(layout)
         engines.ROWS[engine](layout)
+        rows_logged_sometimes.update(async_training.async_rows(layout))
         rows_logged_sometimes.update(training.key_rows(layout))
         transfer_queue.transfer_queue_rows(layout)
         rows_logged_sometimes.update(transfer_queue.transfer_queue_probe_rows(layout))

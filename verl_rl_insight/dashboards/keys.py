@@ -10,6 +10,8 @@ made at run time (one per phase, per data source, per correction mode) are match
 import re
 from pathlib import Path
 
+from verl_rl_insight.dashboards.async_keys import ASYNC_KEYS
+
 # key prefix (one or two segments; the longest that matches wins) -> (row title, when it is
 # logged: None = every PPO step, else the condition)
 GROUPS = {
@@ -75,6 +77,8 @@ RUNTIME_KEYS = {
     "actor/kl_coef",
     "critic/lr",
     "critic/grad_norm",
+    # experimental/fully_async_policy: f"fully_async/{key}" of the rollouter's statistics and processing times
+    *ASYNC_KEYS,
 }
 # Families whose members are named at run time: (group, title, regex of the key, unit)
 PATTERN_FAMILIES = [

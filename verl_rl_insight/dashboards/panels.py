@@ -297,6 +297,8 @@ STATE_COLOURS = (
     (".*update_weights.*", "super-light-blue"),
     (".*checkpoint.*", "grey"),
     (".*testing.*", "red"),
+    (".*switch_wait.*", "light-yellow"),  # separate_async: the trainer waits for its rollout to hand over
+    (".*switch_to.*", "light-blue"),  # separate_async: the GPUs switch between rollout and training
 )
 
 

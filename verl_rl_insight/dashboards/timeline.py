@@ -67,7 +67,10 @@ def timeline_rows(layout: Layout) -> None:
         h=10,
     )
     layout.add(trace_view("Selected trace", "the trace whose ID is in the trace_id variable at the top"), w=24, h=12)
-    phases = "gen|reward|old_log_prob|ref|values|adv|update_actor|update_critic|update_weights|save_checkpoint|testing"
+    phases = (
+        "gen|reward|old_log_prob|ref|values|adv|update_actor|update_critic|update_weights|save_checkpoint|testing"
+        "|switch_to_rollout|switch_wait|switch_to_trainer"  # verl's separate_async trainer (trainer_separate_async)
+    )
     layout.add(
         timeseries(
             "Trainer: share of each step per phase",

@@ -109,6 +109,40 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
+def kept_of(args: argparse.Namespace) -> dict[str, object] | None:
+    """What the server's span store says of the run (its bound, the steps it evicted, the oldest it
+    keeps), or None when the spans come from Tempo or the server lists no such run."""
+    if args.tempo:
+        return None
+    base, token = server(args)
+    if not call("GET", base + "/api/v1/info", token).get("spans_kept_by_hub"):
+        return None
+    offset: int | None = 0
+    while offset is not None:
+        page = call("GET", f"{base}/api/v1/spans/runs?limit=1000&offset={offset}", token)
+        for run in page["runs"]:
+            if (run["project"], run["experiment_name"]) == (args.project, args.experiment):
+                return {k: run.get(k) for k in KEPT}
+        offset = page.get("next_offset")
+    return None
+
+
+KEPT = ("max_bytes", "bytes", "oldest_step", "newest_step", "evicted_steps", "evicted_spans", "evicted_through_step")
+
+
+def kept_line(kept: dict[str, object]) -> str:
+    """One line under the table: the steps the server keeps of the run, its bound, what it evicted."""
+    size = int(str(kept.get("max_bytes") or 0))
+    bound = f"{size / 2**20:.0f} MiB a run" if size >= 2**20 else f"{size / 2**10:.0f} KiB a run"
+    line = f"the server keeps steps {kept.get('oldest_step')}-{kept.get('newest_step')} of this run ({bound}"
+    if kept.get("evicted_steps"):
+        return line + (
+            f"; the oldest {kept['evicted_steps']} steps evicted, through step {kept['evicted_through_step']}, "
+            f"{kept['evicted_spans']} spans)"
+        )
+    return line + "; nothing evicted)"
+
+
 def summarize(args: argparse.Namespace) -> int:
     """One row per step: phase seconds, the long tail, the slowest replica, idle shares."""
     from verl_rl_insight.commands.api import print_table
@@ -124,10 +158,13 @@ def summarize(args: argparse.Namespace) -> int:
             + f" at {origin}",
             code=PROBLEMS,
         )
+    kept = kept_of(args)
     if args.json:
-        print(json.dumps({"from": origin, "steps": [s.as_json() for s in steps]}))
+        print(json.dumps({"from": origin, "steps": [s.as_json() for s in steps], "kept": kept}))
     else:
         print_table(summary.table(steps))
+        if kept is not None:
+            print(kept_line(kept))
     return 0
 
 

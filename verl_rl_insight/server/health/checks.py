@@ -37,6 +37,7 @@ class Check:
     evidence: str = ""
     since: int | None = None  # the step the flagged state began, where the test knows it (a plateau)
     critical: bool = False  # this step is worse than the detector's own severity (mismatch above 0.01)
+    mild: bool = False  # this step is only worth knowing (a streak of mostly mild steps is information)
 
 
 Test = Callable[[Series, Extra, Params], "Check | None"]
@@ -291,6 +292,46 @@ def no_learning_signal(series: Series, extra: Extra, p: Params) -> Check | None:
             break
     value = series[-1][1]
     return Check(bool(why), value, None, "; ".join(why) if why else "advantages, gradient and rewards vary")
+
+
+GROUP = "rl_insight/group/"  # plugin group_stats' keys
+
+
+def _at(extra: Extra, key: str, step: int) -> float | None:
+    """The value of one of the detector's other keys at ``step``, where the step has it."""
+    values = extra.get(key)
+    return values[-1][1] if values and values[-1][0] == step else None
+
+
+def zero_variance(series: Series, extra: Extra, p: Params) -> Check | None:
+    """Most GRPO groups carry no gradient: the share of groups (verl's ``uid``) whose rewards are all
+    equal (``rl_insight/group/zero_variance_share``) at or above ``zero_variance_share``, in a run
+    whose groups have two or more responses (``reward_std/mean`` is logged: with ``rollout.n`` 1 every
+    group is one response). A run without the plugin's keys: every group is uniform where every
+    response got the same score (``critic/score/max`` = ``min``) in a run without a critic (GRPO
+    and its kin; PPO's critic still gives advantages). Mostly all-solved groups are information (the
+    training prompts are solved), mostly none-solved (or equal, neither) a warning."""
+    step = series[-1][0]
+    share = _at(extra, GROUP + "zero_variance_share", step)
+    solved, failed = _at(extra, GROUP + "solve_all_share", step), _at(extra, GROUP + "solve_none_share", step)
+    if share is not None:
+        if _at(extra, GROUP + "reward_std/mean", step) is None:
+            return None  # groups of one response (PPO, rollout.n = 1): no group has a variance
+        evidence = f"{share:.0%} of the groups have all-equal rewards (GRPO gives them no gradient)"
+        if solved is not None and failed is not None and solved + failed > share + _ZERO:
+            evidence += ": every response of the batch got the same reward"  # its highest is its lowest
+        elif solved is not None and failed is not None:
+            evidence += f": {solved:.0%} all solved, {failed:.0%} none solved"
+    else:
+        high, low = _at(extra, "critic/score/max", step), _at(extra, "critic/score/min", step)
+        if high is None or low is None or _at(extra, "critic/vf_loss", step) is not None:
+            return None
+        if high - low > _ZERO:
+            return Check(False, math.nan, p["zero_variance_share"])  # some group varies: no share to tell
+        share, evidence = 1.0, f"every group is uniform: every response scored {fmt(high)} (critic/score/max = min)"
+    flagged = share >= p["zero_variance_share"]
+    mild = solved is not None and failed is not None and solved > failed and solved >= share / 2
+    return Check(flagged, share, p["zero_variance_share"], evidence if flagged else "", mild=flagged and mild)
 
 
 def mismatch(series: Series, extra: Extra, p: Params) -> Check | None:

@@ -1,109 +1,34 @@
 """The timeline without Tempo: the hub takes OTLP/HTTP spans itself (``POST /v1/traces``) and keeps
 them per run under ``<data>/spans``, bounded, so ``rl-insight timeline export`` has them.
 
-One JSON line per span in ``<run key>.jsonl``; ``runs.json`` indexes the runs. A run keeps at most
-``max_run_bytes`` (later spans are dropped and counted), all runs together ``max_total_bytes``
-(the run written to longest ago goes first).
+One JSON line per span in ``<run key>.jsonl`` (then ``<run key>.<n>.jsonl``: a run's segments);
+``runs.json`` indexes the runs. A run keeps at most ``max_run_bytes``: its oldest steps go first, so
+the newest steps of a long run are always there; all runs together ``max_total_bytes`` (the run
+written to longest ago goes first).
 """
+
+from __future__ import annotations
 
 import hashlib
 import json
 import os
 import threading
 import time
-import zlib
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from verl_rl_insight.contract.errors import BadInput, TooLarge, UnsupportedEncoding
 from verl_rl_insight.server.stores.files import write_atomically
+from verl_rl_insight.server.stores.otlp import Record, SpanEncoding, SpanError, SpanTooLarge, decode, records
 
-MAX_ATTRIBUTES = 32
-MAX_VALUE = 256
-LONG_VALUES = {"sample.prompt": 4096, "sample.response": 4096}  # the samples' text (plugin samples)
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-
-class SpanError(BadInput):
-    """An OTLP body that cannot be read."""
+__all__ = ["SpanEncoding", "SpanError", "SpanStore", "SpanTooLarge", "decode", "records", "run_key", "span_step"]
 
 
-class SpanTooLarge(SpanError, TooLarge):
-    """A body that inflates beyond the limit."""
-
-
-class SpanEncoding(SpanError, UnsupportedEncoding):
-    """A Content-Encoding other than gzip or none."""
-
-
-def decode(body: Any, encoding: Any, limit: Any) -> Any:
-    """ExportTraceServiceRequest from an OTLP/HTTP protobuf body (gzip allowed, inflated to at most
-    ``limit`` bytes: a small bomb cannot become a large body)."""
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    if encoding == "gzip":
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            body = inflate.decompress(body, limit + 1)
-        except zlib.error as exc:
-            raise SpanError(f"Content-Encoding gzip: the body is not gzip ({exc})") from None
-        if len(body) > limit or inflate.unconsumed_tail:
-            raise SpanTooLarge(f"the body inflates beyond {limit} bytes")
-    elif encoding not in (None, "", "identity"):
-        raise SpanEncoding(f"Content-Encoding {encoding[:40]!r} is not supported (gzip or none)")
-    request = ExportTraceServiceRequest()
-    try:
-        request.ParseFromString(body)
-    except (DecodeError, RuntimeError, ValueError) as exc:
-        raise SpanError(f"body is not an OTLP ExportTraceServiceRequest (protobuf): {exc}") from None
-    return request
-
-
-def _value(any_value: Any) -> Any:
-    kind = any_value.WhichOneof("value")
-    if kind in ("string_value", "bool_value", "int_value", "double_value"):
-        value = getattr(any_value, kind)
-        return value[:MAX_VALUE] if isinstance(value, str) else value
-    return None
-
-
-def records(request: Any) -> Any:
-    """(project, experiment_name, record) for each span of a request; spans without a run are skipped."""
-    for resource_spans in request.resource_spans:
-        resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
-        for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                attrs = {}
-                for a in span.attributes[: MAX_ATTRIBUTES + 2]:
-                    value = _value(a.value)
-                    if isinstance(value, str) and a.key in LONG_VALUES:
-                        value = a.value.string_value[: LONG_VALUES[a.key]]
-                    if value is not None:
-                        attrs[a.key[:MAX_VALUE]] = value
-                project, experiment = attrs.pop("project", None), attrs.pop("experiment_name", None)
-                if not isinstance(project, str) or not isinstance(experiment, str):
-                    continue
-                if "host.name" in resource:
-                    attrs.setdefault("node", resource["host.name"])
-                yield (
-                    project,
-                    experiment,
-                    {
-                        "trace_id": span.trace_id.hex(),
-                        "span_id": span.span_id.hex(),
-                        "parent_span_id": span.parent_span_id.hex(),
-                        "name": span.name[:MAX_VALUE],
-                        "start_ns": span.start_time_unix_nano,
-                        "end_ns": span.end_time_unix_nano,
-                        "attributes": dict(list(attrs.items())[:MAX_ATTRIBUTES]),
-                    },
-                )
-
-
-def _whole_lines(path: Path) -> Any:
+def _whole_lines(path: Path) -> int:
     """Cut a span file back to its last whole line (a process killed mid-append leaves a part of
     one, which later appends would glue to a whole line); returns its size."""
     try:
@@ -125,30 +50,76 @@ def _whole_lines(path: Path) -> Any:
         return 0
 
 
-def run_key(project: str, experiment: str | None) -> Any:
+def run_key(project: str, experiment: str | None) -> str:
     return hashlib.sha256(f"{project}\0{experiment}".encode()).hexdigest()[:24]
+
+
+class Segment(TypedDict):
+    """One file of a run's spans, in the order they came: segment 0 is ``<run key>.jsonl`` (the
+    run's only file before runs were kept in segments), segment ``n`` ``<run key>.<n>.jsonl``."""
+
+    n: int
+    bytes: int
+    low: int | None  # the oldest step of its spans
+    high: int | None  # the newest
+    new_steps: int  # the steps first seen in it (a step's spans may go on in the next segment)
+    spans: int
+
+
+def span_step(record: Mapping[str, object]) -> int | None:
+    """The trainer step a span record belongs to (``verl.step``, as the trainer's spans, the
+    samples and the agent loop's carry it; ``step`` where a span names it so)."""
+    attributes = record.get("attributes")
+    if not isinstance(attributes, dict):
+        return None
+    step = attributes.get("verl.step", attributes.get("step"))
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+SEGMENTS = 8  # a run's spans are kept in about this many files: the oldest goes first
+
+
+def _segment(n: int) -> Segment:
+    return {"n": n, "bytes": 0, "low": None, "high": None, "new_steps": 0, "spans": 0}
+
+
+def _note_step(run: dict[str, Any], segment: Segment, step: int | None) -> None:
+    """A span of ``step`` written to ``segment``: its steps, the run's newest step."""
+    segment["spans"] += 1
+    if step is None:
+        return
+    segment["low"] = step if segment["low"] is None else min(segment["low"], step)
+    segment["high"] = step if segment["high"] is None else max(segment["high"], step)
+    if run["newest_step"] is None or step > run["newest_step"]:
+        run["newest_step"] = step
+        segment["new_steps"] += 1
 
 
 class SpanStore:
     """Spans per run, bounded in bytes per run, in bytes and in runs all together (the run written
-    to longest ago goes first, counted in ``stats["evicted_runs"]``). The index (``runs.json``) is
-    kept in memory, in the order runs were last written, and saved at most once per
-    ``save_every_s`` (and at ``close``): a request costs the same with 10 runs or 10,000."""
+    to longest ago goes first, counted in ``stats["evicted_runs"]``). A run over ``max_run_bytes``
+    loses its oldest steps first: its spans are kept in segments of about an eighth of the bound,
+    and the oldest segment goes, with every span of the steps it held (so the steps kept are whole,
+    the newest always among them); each run says what it lost (``evicted_steps``, ``evicted_spans``,
+    ``evicted_through_step``) and what it keeps (``oldest_step``, ``newest_step``, ``max_bytes``).
+    The index (``runs.json``) is kept in memory, in the order runs were last written, and saved at
+    most once per ``save_every_s`` (and at ``close``): a request costs the same with 10 runs or 10,000."""
 
     def __init__(
         self,
         folder: Path,
-        max_run_bytes: Any = 64 * 2**20,
-        max_total_bytes: Any = 1024 * 2**20,
+        max_run_bytes: int = 64 * 2**20,
+        max_total_bytes: int = 1024 * 2**20,
         max_runs: int = 10_000,
         save_every_s: float = 1.0,
     ) -> None:
         self.folder = folder
         self.max_run_bytes = max_run_bytes
+        self.segment_bytes = max(1, max_run_bytes // SEGMENTS)
         self.max_total_bytes = max_total_bytes
         self.max_runs = max_runs
         self.save_every_s = save_every_s
-        self.stats = {"received": 0, "kept": 0, "dropped": 0, "unlabelled": 0, "evicted_runs": 0}
+        self.stats = {"received": 0, "kept": 0, "dropped": 0, "unlabelled": 0, "evicted_runs": 0, "evicted_spans": 0}
         self._lock = threading.Lock()
         folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -160,24 +131,32 @@ class SpanStore:
             sorted(runs.items(), key=lambda kv: kv[1].get("last", 0) if isinstance(kv[1], dict) else 0)
         )
         self._bytes = 0
+        known = set()
         for key, run in self._runs.items():
-            run["bytes"] = _whole_lines(folder / f"{key}.jsonl")
+            run.setdefault("segments", [_segment(0)])  # an index written before segments
+            for segment in run["segments"]:
+                segment["bytes"] = _whole_lines(self._path(key, segment))
+                known.add(self._path(key, segment).name)
+            run["bytes"] = sum(segment["bytes"] for segment in run["segments"])
             self._bytes += run["bytes"]
-        known = {f"{key}.jsonl" for key in self._runs}
         for orphan in folder.glob("*.jsonl"):  # written after the last index save, before a crash
             if orphan.name not in known:
                 orphan.unlink(missing_ok=True)
         self._saved_at = 0.0
         self._dirty = False
 
-    def add(self, request: Any, found: list[tuple[str, str, dict[str, Any]]] | None = None) -> Any:
+    def _path(self, key: str, segment: Segment) -> Path:
+        return self.folder / (f"{key}.jsonl" if segment["n"] == 0 else f"{key}.{segment['n']}.jsonl")
+
+    def add(self, request: ExportTraceServiceRequest, found: list[tuple[str, str, Record]] | None = None) -> int:
         """Keep the spans of one OTLP request (``found``: its ``records``, where the caller has
         them already); returns how many were kept."""
-        lines: dict[Any, Any] = {}
+        lines: dict[tuple[str, str], list[tuple[int | None, str]]] = {}
         total = 0
         for project, experiment, record in records(request) if found is None else found:
             total += 1
-            lines.setdefault((project, experiment), []).append(json.dumps(record, separators=(",", ":")) + "\n")
+            line = json.dumps(record, separators=(",", ":")) + "\n"
+            lines.setdefault((project, experiment), []).append((span_step(record), line))
         for resource_spans in request.resource_spans:
             for scope_spans in resource_spans.scope_spans:
                 self.stats["unlabelled"] += len(scope_spans.spans)
@@ -185,40 +164,120 @@ class SpanStore:
         kept = 0
         with self._lock:
             for (project, experiment), run_lines in lines.items():
-                key = run_key(project, experiment)
-                run = self._runs.get(key)
-                if run is None:
-                    run = self._runs[key] = {
-                        "project": project,
-                        "experiment_name": experiment,
-                        "bytes": 0,
-                        "spans": 0,
-                        "dropped": 0,
-                    }
-                data = "".join(run_lines).encode()
-                self.stats["received"] += len(run_lines)
-                if run["bytes"] + len(data) > self.max_run_bytes:
-                    run["dropped"] += len(run_lines)
-                    self.stats["dropped"] += len(run_lines)
-                    self._runs.move_to_end(key)
-                    continue
-                fd = os.open(self.folder / f"{key}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                with os.fdopen(fd, "ab") as f:
-                    f.write(data)
-                run.update(bytes=run["bytes"] + len(data), spans=run["spans"] + len(run_lines), last=time.time())
-                self._bytes += len(data)
-                self._runs.move_to_end(key)
-                kept += len(run_lines)
+                kept += self._add_run(project, experiment, run_lines)
             self.stats["kept"] += kept
             self._evict()
             self._dirty = True
             self._save_if_due()
         return kept
 
+    def _add_run(self, project: str, experiment: str, run_lines: list[tuple[int | None, str]]) -> int:
+        key = run_key(project, experiment)
+        run = self._runs.get(key)
+        if run is None:
+            run = self._runs[key] = {
+                "project": project,
+                "experiment_name": experiment,
+                "bytes": 0,
+                "spans": 0,
+                "dropped": 0,
+                "evicted_spans": 0,
+                "evicted_steps": 0,
+                "evicted_through_step": None,
+                "newest_step": None,
+                "segments": [_segment(0)],
+            }
+        self.stats["received"] += len(run_lines)
+        self._runs.move_to_end(key)
+        gone = run["evicted_through_step"]
+        late = [line for step, line in run_lines if gone is not None and step is not None and step <= gone]
+        run_lines = [(step, line) for step, line in run_lines if gone is None or step is None or step > gone]
+        self._count_evicted(run, len(late))  # a late span of a step already evicted goes with it
+        data = "".join(line for _, line in run_lines).encode()
+        if len(data) > self.max_run_bytes:  # one request larger than the run may hold
+            run["dropped"] += len(run_lines)
+            self.stats["dropped"] += len(run_lines)
+            return 0
+        segment = run["segments"][-1]
+        if segment["bytes"] >= self.segment_bytes:
+            segment = _segment(segment["n"] + 1)
+            run["segments"].append(segment)
+        for step, _ in run_lines:
+            _note_step(run, segment, step)
+        fd = os.open(self._path(key, segment), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "ab") as f:
+            f.write(data)
+        segment["bytes"] += len(data)
+        run.update(bytes=run["bytes"] + len(data), spans=run["spans"] + len(run_lines), last=time.time())
+        self._bytes += len(data)
+        while run["bytes"] > self.max_run_bytes and len(run["segments"]) > 1:
+            self._evict_oldest_steps(key, run)
+        return len(run_lines)
+
+    def _count_evicted(self, run: dict[str, Any], spans: int) -> None:
+        run["evicted_spans"] += spans
+        self.stats["evicted_spans"] += spans
+
+    def _evict_oldest_steps(self, key: str, run: dict[str, Any]) -> None:
+        """The run's oldest segment goes, and every span of the steps it held from the segments
+        after it (a step whose spans went on in the next segment is not kept in part)."""
+        oldest = run["segments"].pop(0)
+        self._path(key, oldest).unlink(missing_ok=True)
+        spans = oldest["spans"]
+        run["bytes"] -= oldest["bytes"]
+        self._bytes -= oldest["bytes"]
+        through, newest = oldest["high"], run["newest_step"]
+        if through is not None and newest is not None and through >= newest:
+            through = newest - 1  # the newest step is never evicted whole: what is left of it stays
+            moved = min(1, oldest["new_steps"])  # ... and it is counted where it stays
+            oldest["new_steps"] -= moved
+            run["segments"][0]["new_steps"] += moved
+        run["evicted_steps"] += oldest["new_steps"]
+        if through is not None and (run["evicted_through_step"] is None or through > run["evicted_through_step"]):
+            run["evicted_through_step"] = through
+        gone = run["evicted_through_step"]
+        for segment in run["segments"]:
+            if gone is not None and segment["low"] is not None and segment["low"] <= gone:
+                cut, spans_cut = self._cut_steps(key, segment, gone)
+                run["bytes"] -= cut
+                self._bytes -= cut
+                spans += spans_cut
+        run["spans"] -= spans
+        self._count_evicted(run, spans)
+
+    def _cut_steps(self, key: str, segment: Segment, through: int) -> tuple[int, int]:
+        """Rewrite a segment without the spans of steps up to ``through``: (bytes, spans) cut."""
+        path = self._path(key, segment)
+        try:
+            lines = path.read_bytes().splitlines(keepends=True)
+        except FileNotFoundError:
+            return 0, 0
+        kept, steps = [], []
+        for line in lines:
+            step = span_step(json.loads(line))
+            if step is None or step > through:
+                kept.append(line)
+                if step is not None:
+                    steps.append(step)
+        data = b"".join(kept)
+        fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(path.with_suffix(".tmp"), path)
+        cut = segment["bytes"] - len(data)
+        segment["bytes"], segment["low"], segment["high"] = (
+            len(data),
+            min(steps, default=None),
+            max(steps, default=None),
+        )
+        segment["spans"] -= len(lines) - len(kept)
+        return cut, len(lines) - len(kept)
+
     def _evict(self) -> None:
         while len(self._runs) > 1 and (self._bytes > self.max_total_bytes or len(self._runs) > self.max_runs):
             oldest, run = self._runs.popitem(last=False)  # the run written to longest ago
-            (self.folder / f"{oldest}.jsonl").unlink(missing_ok=True)
+            for segment in run["segments"]:
+                self._path(oldest, segment).unlink(missing_ok=True)
             self._bytes -= run["bytes"]
             self.stats["evicted_runs"] += 1
 
@@ -242,18 +301,32 @@ class SpanStore:
             total = len(self._runs)
             end = total if limit is None else min(total, offset + limit)
             keys = list(reversed(self._runs))[offset:end] if offset < total else []
-            return [dict(self._runs[k]) for k in keys], total
+            return [self._shown(self._runs[k]) for k in keys], total
 
-    def read(self, project: str, experiment: str | None) -> Any:
+    def _shown(self, run: dict[str, Any]) -> dict[str, Any]:
+        """A run as the store answers for it: what it holds, its bound and what it lost to it."""
+        shown = {k: v for k, v in run.items() if k != "segments"}
+        lows = [segment["low"] for segment in run["segments"] if segment["low"] is not None]
+        shown.update(max_bytes=self.max_run_bytes, oldest_step=min(lows, default=None))
+        for name in ("evicted_spans", "evicted_steps"):
+            shown.setdefault(name, 0)
+        for name in ("evicted_through_step", "newest_step"):
+            shown.setdefault(name, None)
+        return shown
+
+    def read(self, project: str, experiment: str | None) -> bytes | None:
         """The run's spans as JSON lines (bytes), or None for a run without spans here."""
         key = run_key(project, experiment)
         with self._lock:
             if key not in self._runs:
                 return None
-            try:
-                return (self.folder / f"{key}.jsonl").read_bytes()
-            except FileNotFoundError:
-                return b""
+            parts = []
+            for segment in self._runs[key]["segments"]:
+                try:
+                    parts.append(self._path(key, segment).read_bytes())
+                except FileNotFoundError:
+                    continue
+            return b"".join(parts)
 
     def delete(self, project: str, experiment: str | None) -> bool:
         key = run_key(project, experiment)
@@ -261,7 +334,8 @@ class SpanStore:
             run = self._runs.pop(key, None)
             if run is None:
                 return False
-            (self.folder / f"{key}.jsonl").unlink(missing_ok=True)
+            for segment in run["segments"]:
+                self._path(key, segment).unlink(missing_ok=True)
             self._bytes -= run["bytes"]
             self._dirty = True
             self._save_if_due(force=True)

@@ -57,6 +57,10 @@ SPAN_NAMES: dict[str, str] = {
     "update_weights": "weights sync",
     "save_checkpoint": "checkpoint save",
     "testing": "validation",
+    # verl's separate_async trainer (trainer/ppo/v1/trainer_separate_async.py): the GPUs handed over
+    "switch_to_rollout": "switch to rollout",
+    "switch_wait": "switch wait",
+    "switch_to_trainer": "switch to trainer",
     # DistProfiler.annotate roles (verl >= 0.9, on worker lanes rank_<n>)
     "actor_update": "actor update",
     "actor_compute_log_prob": "actor log_prob",
