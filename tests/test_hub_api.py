@@ -201,7 +201,8 @@ def test_a_prefix_route_serves_the_paths_below_it_and_leaves_the_rest_to_the_tab
     method it does not take there is 405 naming GET, and an unknown path is still 404."""
     from verl_rl_insight.contract.errors import NoSuchEndpoint, NotAllowed
     from verl_rl_insight.server.api import info
-    from verl_rl_insight.server.api.route import Access, Doc, Route
+    from verl_rl_insight.server.api.access import Access
+    from verl_rl_insight.server.api.route import Doc, Route
     from verl_rl_insight.server.api.router import Router
     from verl_rl_insight.server.api.routes import ROUTES
 

@@ -7,8 +7,8 @@ import hmac
 
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.errors import Forbidden, Unauthorized
+from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.request import Request
-from verl_rl_insight.server.api.route import Access
 from verl_rl_insight.server.stores.revocations import Revocations
 
 MISSING = (

@@ -3,10 +3,10 @@
 import time
 
 from verl_rl_insight.contract.wire import PushError
+from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.context import Context
 from verl_rl_insight.server.api.http_server import response_written
 from verl_rl_insight.server.api.request import Request
-from verl_rl_insight.server.api.route import Access
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.metrics.positions import check_scraper_name
 

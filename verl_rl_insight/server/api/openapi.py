@@ -22,7 +22,8 @@ from verl_rl_insight.contract.wire import (
     SilenceBody,
     TargetBody,
 )
-from verl_rl_insight.server.api.route import Access, JsonSchema, Route
+from verl_rl_insight.server.api.access import Access
+from verl_rl_insight.server.api.route import JsonSchema, Route
 
 ERROR: JsonSchema = {
     "description": "what is wrong, naming the field",

@@ -5,10 +5,10 @@ the OpenAPI document all read it, so a route is declared once.
 """
 
 import dataclasses
-import enum
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Final, Literal
 
+from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.request import Request
 
 if TYPE_CHECKING:  # the handlers' view of the API; context.py imports this module
@@ -16,14 +16,6 @@ if TYPE_CHECKING:  # the handlers' view of the API; context.py imports this modu
 
 Handler = Callable[["Context", Request], Awaitable[None]]
 JsonSchema = dict[str, object]
-
-
-class Access(enum.Enum):
-    """Who may call a route when the server has a token (without one, anyone may)."""
-
-    ANYONE = "anyone"
-    TOKEN = "token"
-    RUN_CREDENTIAL = "run_credential"  # the token, or a run credential of the run it names (the handler checks)
 
 
 CONFIGURED: Final = "max_body_bytes"  # a body limit: the server's max_body_mb setting

@@ -10,9 +10,9 @@ import msgspec
 
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.errors import NotFound, RLInsightError
+from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.context import Context
 from verl_rl_insight.server.api.request import Request
-from verl_rl_insight.server.api.route import Access
 from verl_rl_insight.server.explorer import params
 from verl_rl_insight.server.explorer.curves import curves_body
 from verl_rl_insight.server.explorer.pages import serve
