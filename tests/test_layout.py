@@ -89,14 +89,9 @@ DECLARATIVE = {
     "verl_rl_insight/dashboards/async_training.py::async_panels",
     "verl_rl_insight/server/managed/alert_rules.py::_timeline_rules",  # the timeline alert rules, one after another
 }
-# DEBT: what is still over the limits, each with why (an entry no longer needed fails the test)
-# offenders on main today. Each entry is a module (over 400 lines) or module::function (over 60).
-DEBT = {
-    "verl_rl_insight/contract/wire.py",  # the wire schema: one Struct per body, read top to bottom
-    # the demo's two run functions: the simulated job step by step (a split would scatter one story)
-    "verl_rl_insight/commands/demo/command.py::run",
-    "verl_rl_insight/commands/demo/simulation.py::run",
-}
+# DEBT: what is still over the limits, each with why (an entry no longer needed fails the test):
+# none left. Each entry would be a module (over 400 lines) or module::function (over 60).
+DEBT: set[str] = set()
 
 
 def oversized(root):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 import sys
 from typing import Annotated, Any, Literal
@@ -30,7 +29,6 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from verl_rl_insight.contract.errors import BadInput, TooLarge
 from verl_rl_insight.contract.naming import (
     GLOBAL_STEP_METRIC,
     LABEL_NAME_PATTERN,
@@ -38,38 +36,80 @@ from verl_rl_insight.contract.naming import (
     METRIC_NAME_PATTERN,
     SPECIAL_VALUES,
     STEP_TIME_METRIC,
-    TIMELINE_SERIES,
 )
-
-HUB_HEADER = "X-RL-Insight-Hub"  # the hub instance a sender expects; a restarted hub answers 409
-
-MAX_NAME = 200
-MAX_LABEL_VALUE = 256
-MAX_BATCHES = 10_000
-MAX_METRICS_PER_BATCH = 10_000
-MAX_EXTRA_LABELS = 16
-MAX_STEP = 2**63 - 1
-MAX_TIME = 1e11  # seconds since the epoch (year 5138): timestamps fit in int64 ms
-MAX_FUTURE_S = 300.0  # a batch stamped further than this beyond the server's clock is refused (max_future_s)
-MAX_TARGET_LABELS = 16
-MAX_TTL_S = 7 * 86400
-MAX_SILENCE_S = 30 * 86400
-MIN_SILENCE_S = 60
-
-# Whole-string patterns (see contract/naming.py for the name rules and why they end in (?!\n)$)
-HOST_PATTERN = r"^(?:[a-zA-Z0-9.\-]{1,253}|\[[0-9a-fA-F:]{2,39}\])(?!\n)$"
-PORT_PATTERN = r"^(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])(?!\n)$"
-ADDRESS_PATTERN = HOST_PATTERN.removesuffix("(?!\\n)$") + ":" + PORT_PATTERN.removeprefix("^")
-JOB_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_.\-]{0,63}(?!\n)$"
-ALERT_NAME_PATTERN = r"^[a-zA-Z_][a-zA-Z0-9_]{0,127}(?!\n)$"
-RESERVED_LABELS = frozenset({"project", "experiment_name", "job", "instance"})
-RESERVED_PREFIX = "rl_insight_hub_"  # the hub's own series
-# every name the server makes itself: the hub's figures, the detectors' findings (server/health), the
-# timeline's per-step figures (server/timeline: those names only; the trainer's span counters are
-# rl_insight_timeline_* too), the step time; a client's key of such a name is dropped
-RESERVED_PREFIXES = (RESERVED_PREFIX, "rl_insight_health_")
-RESERVED_NAMES = frozenset({STEP_TIME_METRIC, *TIMELINE_SERIES})
-MAX_DROPPED_NAMED = 100  # the names a push's answer lists at most (it counts them all)
+from verl_rl_insight.contract.wire_errors import PushError as PushError
+from verl_rl_insight.contract.wire_errors import PushTooLarge as PushTooLarge
+from verl_rl_insight.contract.wire_errors import _explain, _explain_malformed, _show
+from verl_rl_insight.contract.wire_errors import field_problem as field_problem
+from verl_rl_insight.contract.wire_limits import (
+    ADDRESS_PATTERN as ADDRESS_PATTERN,
+)
+from verl_rl_insight.contract.wire_limits import (
+    ALERT_NAME_PATTERN as ALERT_NAME_PATTERN,
+)
+from verl_rl_insight.contract.wire_limits import (
+    HOST_PATTERN as HOST_PATTERN,
+)
+from verl_rl_insight.contract.wire_limits import (
+    HUB_HEADER as HUB_HEADER,
+)
+from verl_rl_insight.contract.wire_limits import (
+    JOB_PATTERN as JOB_PATTERN,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_BATCHES as MAX_BATCHES,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_DROPPED_NAMED as MAX_DROPPED_NAMED,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_EXTRA_LABELS as MAX_EXTRA_LABELS,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_FUTURE_S as MAX_FUTURE_S,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_LABEL_VALUE as MAX_LABEL_VALUE,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_METRICS_PER_BATCH as MAX_METRICS_PER_BATCH,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_NAME as MAX_NAME,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_SILENCE_S as MAX_SILENCE_S,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_STEP as MAX_STEP,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_TARGET_LABELS as MAX_TARGET_LABELS,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_TIME as MAX_TIME,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MAX_TTL_S as MAX_TTL_S,
+)
+from verl_rl_insight.contract.wire_limits import (
+    MIN_SILENCE_S as MIN_SILENCE_S,
+)
+from verl_rl_insight.contract.wire_limits import (
+    PORT_PATTERN as PORT_PATTERN,
+)
+from verl_rl_insight.contract.wire_limits import (
+    RESERVED_LABELS as RESERVED_LABELS,
+)
+from verl_rl_insight.contract.wire_limits import (
+    RESERVED_NAMES as RESERVED_NAMES,
+)
+from verl_rl_insight.contract.wire_limits import (
+    RESERVED_PREFIX as RESERVED_PREFIX,
+)
+from verl_rl_insight.contract.wire_limits import (
+    RESERVED_PREFIXES as RESERVED_PREFIXES,
+)
 
 LabelValue = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_VALUE, pattern=LABEL_VALUE_PATTERN)]
 LabelName = Annotated[str, Meta(max_length=MAX_NAME, pattern=LABEL_NAME_PATTERN)]
@@ -220,14 +260,6 @@ class ErrorBody(Struct):
     error: str
 
 
-class PushError(BadInput):
-    """Bad push input; the message names the field."""
-
-
-class PushTooLarge(PushError, TooLarge):
-    """A push over a count limit."""
-
-
 @dataclasses.dataclass(slots=True)
 class Batch:
     """One validated batch: the stream's labels (sorted pairs), step, trainer time, its samples."""
@@ -253,11 +285,6 @@ _known_names: set[str] = set()
 # A run logs a few hundred names; at most 200-character names this bounds the cache near 16 MiB.
 _MAX_KNOWN_NAMES = 65_536
 _push_decoder = msgspec.json.Decoder(PushBody)
-
-
-def _show(text: object, limit: int = 60) -> str:
-    """A bounded, printable rendering of what the client sent, for error messages."""
-    return repr(text[:limit] if isinstance(text, str) else text)[: limit + 2]
 
 
 def is_reserved(name: str) -> bool:
@@ -352,7 +379,7 @@ def decode_push(body: bytes, now: float, max_future_s: float = MAX_FUTURE_S, own
     try:
         push = _push_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise _explain(exc, body) from None
+        raise _explain(exc, body, BatchBody.__struct_fields__, PushBody.__struct_fields__) from None
     except msgspec.DecodeError as exc:
         raise PushError(_explain_malformed(exc, body)) from None
     return [_batch(i, b, now, max_future_s, own) for i, b in enumerate(push.batches)]
@@ -365,119 +392,3 @@ def validate_push(payload: object, now: float, max_future_s: float = MAX_FUTURE_
     except (TypeError, ValueError) as exc:
         raise PushError(f"body is not JSON-serialisable: {exc}") from None
     return decode_push(body, now, max_future_s, own)
-
-
-_AT = re.compile(r"^(?P<message>.*?)(?: - at `(?P<key>key` in `)?\$(?P<path>[^`]*)`)?$", re.S)
-_KEY_MESSAGES = {
-    "metrics": f"invalid metric name (must match [a-zA-Z_:][a-zA-Z0-9_:]*, at most {MAX_NAME} characters)",
-    "labels": "invalid label name (must match [a-zA-Z_][a-zA-Z0-9_]*, not starting with __)",
-}
-
-
-def _explain(exc: msgspec.ValidationError, body: bytes) -> PushError:
-    """msgspec's message in this API's words: ``batches[3].metrics.loss: what is wrong``."""
-    match = _AT.match(str(exc))
-    assert match is not None  # the pattern matches any text
-    message, path = match["message"], (match["path"] or "").lstrip(".")
-    unknown = re.match(r"Object contains unknown field `(.*)`", message)
-    if unknown:
-        known = ", ".join(sorted(BatchBody.__struct_fields__ if path else PushBody.__struct_fields__))
-        return PushError(f"{path + ': ' if path else ''}unknown field {_show(unknown[1], 40)} (known: {known})")
-    if not path:
-        return PushError(f'body must be a JSON object {{"batches": [...]}}: {message}')
-    if match["key"]:
-        return PushError(f"{path}: {_KEY_MESSAGES.get(path.rpartition('.')[2], message)}")
-    if path.endswith(".metrics[...]"):
-        where = _name_dict_key(path, body) or path
-        if message.startswith("Number out of range"):
-            return PushError(f"{where} is too large for a 64-bit float")
-        return PushError(f"{where} must be a number or one of NaN, +Inf, -Inf ({message})")
-    if "[...]" in path:
-        path = _name_dict_key(path, body) or path
-    if repr(LABEL_VALUE_PATTERN) in message:
-        return PushError(f"{path} contains control characters")
-    if message.startswith("Expected `str` of length >= 1"):
-        return PushError(f"{path} must be a non-empty string")
-    if message.startswith(("Expected `array` of length <=", "Expected `object` of length <=")):
-        return PushTooLarge(f"{path}: {message}")
-    return PushError(f"{path}: {message}")
-
-
-def _name_dict_key(path: str, body: bytes) -> str | None:
-    """For ``batches[3].metrics[...]``: the key whose value broke the rule (read on the error path only)."""
-    head = path.partition("[...]")[0]
-    try:
-        node: Any = json.loads(body)
-        for part in re.findall(r"[^.\[\]]+|\[\d+\]", head):
-            node = node[int(part[1:-1])] if part.startswith("[") else node[part]
-        items = list(node.items())
-    except (ValueError, KeyError, IndexError, TypeError, RecursionError, AttributeError):
-        return None
-    for key, value in items:
-        if isinstance(value, str):
-            bad = value not in SPECIAL_VALUES and not re.match(LABEL_VALUE_PATTERN, value)
-            bad = bad or head.endswith("metrics") and value not in SPECIAL_VALUES
-        else:
-            try:
-                bad = isinstance(value, bool) or not math.isfinite(float(value))
-            except (TypeError, ValueError, OverflowError):
-                bad = True
-        if bad:
-            return f"{head}.{key}"
-    return None
-
-
-def field_problem(exc: msgspec.ValidationError, what: str) -> str:
-    """A msgspec refusal of a small body (target, silence) as ``field must be ...``."""
-    match = _AT.match(str(exc))
-    assert match is not None
-    message, path = match["message"], (match["path"] or "").lstrip(".")
-    unknown = re.match(r"Object contains unknown field `(.*)`", message)
-    if unknown:
-        return f"unknown field {_show(unknown[1], 40)} (the fields of {what})"
-    missing = re.match(r"Object missing required field `(.*)`", message)
-    if missing:
-        return f"{missing[1]} must be given"
-    if not path:
-        return f"body must be an object: {what}"
-    if match["key"]:
-        return f"{path}: {_KEY_MESSAGES['labels']}"
-    for pattern, rule in _PATTERN_RULES.items():
-        if repr(pattern) in message:
-            return f"{path} {rule}"
-    return f"{path} must be {message.removeprefix('Expected ')}"
-
-
-_PATTERN_RULES = {
-    LABEL_VALUE_PATTERN: "must be printable text (no control characters)",
-    ADDRESS_PATTERN: "must be host:port (no scheme or path), the port not out of range 1-65535",
-    JOB_PATTERN: "must match [a-zA-Z_][a-zA-Z0-9_.-]{0,63}",
-    ALERT_NAME_PATTERN: "must be an alert's name (letters, digits, _)",
-}
-
-
-def _explain_malformed(exc: msgspec.DecodeError, body: bytes) -> str:
-    """Malformed JSON; where Python's parser reads it, name the string msgspec refused (a lone surrogate)."""
-    try:
-        parsed = json.loads(body)
-    except (ValueError, RecursionError):
-        return f"body is not valid JSON: {str(exc)[:200]}"
-    found = _find_bad_text(parsed, "")
-    return f"{found}: not valid Unicode text (lone surrogate)" if found else f"body is not valid JSON: {str(exc)[:200]}"
-
-
-def _find_bad_text(node: object, path: str, depth: int = 0) -> str | None:
-    if depth > 8:
-        return None
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for key, value in items:
-        where = f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else str(key))
-        for text in ((key,) if isinstance(key, str) else ()) + ((value,) if isinstance(value, str) else ()):
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:
-                return where
-        found = _find_bad_text(value, where, depth + 1)
-        if found:
-            return found
-    return None

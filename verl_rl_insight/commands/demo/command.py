@@ -206,30 +206,14 @@ def run(
     out: TextIO = sys.stdout,
 ) -> int:
     from verl_rl_insight.commands.server import control
-    from verl_rl_insight.server.settings import ServerSettings
 
-    state = control.read_state()
+    state = _server(server_config, out)
     if state is None:
-        try:
-            settings = ServerSettings.load(server_config)
-        except (OSError, ValueError, TypeError) as exc:
-            print(f"rl-insight demo: bad server config: {exc}", file=out)
-            return 2
-        if control.start(settings, detach=True, out=out) == 2:
-            print("rl-insight demo: the server did not start (see above)", file=out)
-            return 2
-        state = control.read_state()
-        if state is None:  # started, and gone again before the demo began
-            print("rl-insight demo: the server stopped right after it started (see above)", file=out)
-            return 2
-    else:
-        print(control.panel(state), file=out)
+        return 2
     experiment = experiment or time.strftime("simulated-%Y%m%d-%H%M%S")
     os.environ[environment.SERVER_URL] = control.trainer_url(state, local=True)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a single-node demo: loopback
-    os.environ.setdefault(
-        "TQ_METRICS_COLLECT_INTERVAL", "1"
-    )  # a short run: TransferQueue's partition figures each second
+    os.environ.setdefault("TQ_METRICS_COLLECT_INTERVAL", "1")  # a short run: TransferQueue's figures each second
     gpus = 0 if has_gpu() else 8
     print(
         f"\n[demo] SIMULATED verl run: project={PROJECT} experiment_name={experiment}, {steps} steps, "
@@ -265,20 +249,44 @@ def run(
         progress.stop()
         if interrupted:
             marked = mark_finished(control.trainer_url(state, local=True), str(experiment))
-            print(
-                f"[demo] interrupted at step {progress.shown or 0} of {steps}; the run is "
-                + (
-                    "marked finished (rl-insight runs list)"
-                    if marked
-                    else "not marked finished: the server did not answer"
-                )
-                + f"; what verl and Ray printed is in {log_path}",
-                file=shown,
-                flush=True,
-            )
+            _say_interrupted(progress.shown or 0, steps, marked, log_path, shown)
             return 130
     where_to_look(state, experiment, engine, out)
     return 0
+
+
+def _server(server_config: str | None, out: TextIO) -> dict[str, Any] | None:
+    """The running server's state: the one running, else one started now (detached); None, said on
+    ``out``, when none could be had."""
+    from verl_rl_insight.commands.server import control
+    from verl_rl_insight.server.settings import ServerSettings
+
+    state = control.read_state()
+    if state is not None:
+        print(control.panel(state), file=out)
+        return state
+    try:
+        settings = ServerSettings.load(server_config)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"rl-insight demo: bad server config: {exc}", file=out)
+        return None
+    if control.start(settings, detach=True, out=out) == 2:
+        print("rl-insight demo: the server did not start (see above)", file=out)
+        return None
+    state = control.read_state()
+    if state is None:  # started, and gone again before the demo began
+        print("rl-insight demo: the server stopped right after it started (see above)", file=out)
+    return state
+
+
+def _say_interrupted(at: int, steps: int, marked: bool, log_path: Path, out: TextIO) -> None:
+    finished = "marked finished (rl-insight runs list)" if marked else "not marked finished: the server did not answer"
+    print(
+        f"[demo] interrupted at step {at} of {steps}; the run is {finished}; "
+        f"what verl and Ray printed is in {log_path}",
+        file=out,
+        flush=True,
+    )
 
 
 def mark_finished(trainer_url: str, experiment: str) -> bool:

@@ -228,14 +228,51 @@ class SimulatedActor:
             time.sleep(0.01)
 
 
+# what a step of the demo drives: the replicas, TransferQueue (or None), the actor, the GPUs' load
+StepParts = tuple[list["EngineSimulator"], ModuleType | None, SimulatedActor, simulated_nvml.SimulatedLoad]
+
+
 @ray.remote(num_cpus=0)
 class SimulatedTaskRunner:
     """verl's TaskRunner replaced by the simulation; ``run(config)`` as run_ppo calls it."""
 
+    def step_phases(
+        self, step: int, total: int, timing: dict[str, float], parts: "StepParts", step_s: float
+    ) -> "DataProto":
+        """One step's phases as verl's fit times them (``marked_timer``), each taking its share of the
+        step; the batch is verl's own (``rollout_batch``), its advantages verl's GRPO."""
+        from verl.trainer.ppo import ray_trainer
+        from verl.trainer.ppo.core_algos import AdvantageEstimator
+
+        engines, tq, actor, load = parts
+        marked_timer = ray_trainer.marked_timer
+        with marked_timer("gen", timing):
+            load.set(0.85)
+            generate_on(engines, step_s * 0.4, step)
+            if tq is not None:
+                exchange_through(tq, step)
+            time.sleep(step_s * 0.05)
+        batch = verl_step.rollout_batch(step, total, prompts=8)
+        for phase, share in (("reward", 0.05), ("old_log_prob", 0.1), ("ref", 0.05), ("values", 0.05)):
+            with marked_timer(phase, timing):
+                time.sleep(step_s * share)
+        with marked_timer("adv", timing):
+            batch = ray_trainer.compute_advantage(
+                batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=verl_step.ROLLOUT_N
+            )
+        with marked_timer("update_critic", timing):
+            time.sleep(step_s * 0.05)
+        with marked_timer("update_actor", timing):
+            load.set(0.95)
+            actor.update(step_s * 0.25)
+        with marked_timer("update_weights", timing):
+            load.set(0.3)
+            time.sleep(step_s * 0.05)
+        return batch
+
     def run(self, config: "DictConfig") -> int:
         from omegaconf import OmegaConf
         from verl.trainer.ppo import ray_trainer
-        from verl.trainer.ppo.core_algos import AdvantageEstimator
         from verl.utils.tracking import Tracking
 
         demo = config.rl_insight_demo
@@ -266,33 +303,7 @@ class SimulatedTaskRunner:
                 with marked_timer("start_profile", timing):
                     if curr_step_profile:
                         actor.profiler.start(role="train", profile_step=step)
-                with marked_timer("gen", timing):
-                    load.set(0.85)
-                    generate_on(engines, step_s * 0.4, step)
-                    if tq is not None:
-                        exchange_through(tq, step)
-                    time.sleep(step_s * 0.05)
-                batch = verl_step.rollout_batch(step, total, prompts=8)
-                with marked_timer("reward", timing):
-                    time.sleep(step_s * 0.05)
-                with marked_timer("old_log_prob", timing):
-                    time.sleep(step_s * 0.1)
-                with marked_timer("ref", timing):
-                    time.sleep(step_s * 0.05)
-                with marked_timer("values", timing):
-                    time.sleep(step_s * 0.05)
-                with marked_timer("adv", timing):
-                    batch = ray_trainer.compute_advantage(
-                        batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=verl_step.ROLLOUT_N
-                    )
-                with marked_timer("update_critic", timing):
-                    time.sleep(step_s * 0.05)
-                with marked_timer("update_actor", timing):
-                    load.set(0.95)
-                    actor.update(step_s * 0.25)
-                with marked_timer("update_weights", timing):
-                    load.set(0.3)
-                    time.sleep(step_s * 0.05)
+                batch = self.step_phases(step, total, timing, (engines, tq, actor, load), step_s)
                 with marked_timer("stop_profile", timing):
                     next_step_profile = step + 1 in profiler.steps if profiler.steps is not None else False
                     if curr_step_profile:
