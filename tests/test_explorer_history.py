@@ -105,3 +105,17 @@ def test_findings_fed_step_by_step_equal_diagnose_of_the_whole_run_through_late_
             assert said == expected, f"at step {step}"
             checked += 1
     assert checked > 15 and {30, 35} <= {s for f in said for s in range(f["first_step"], f["last_step"] + 1)}, said
+
+
+def test_the_run_page_has_a_validation_panel_per_data_source_of_a_real_two_source_run():
+    """diqiu's GPG run validates on GSM8K and MATH (val-core/<source>/reward/mean@1). The hub keeps the
+    series names (no slashes); the run page still draws one validation panel per data source."""
+    from tests.test_marks import REAL_RUN
+    from verl_rl_insight.server.explorer.keys import key_of, panels
+
+    two = REAL_RUN.parent / "diqiu_gpg_qwen2_7b_gsm8k_math_fsdp.jsonl"
+    logged = {k for line in two.read_text().splitlines() for k in json.loads(line)["data"] if k.startswith("val-core/")}
+    assert len({k.split("/")[1] for k in logged}) == 2, logged  # two data sources, as verl logs them
+    shown = [key_of(detectors.series_name(k)) for k in sorted(logged)]
+    titles = [p["title"] for p in panels(shown) if p["title"].startswith("Validation")]
+    assert len(titles) == 2 and all(len(p["keys"]) >= 1 for p in panels(shown)), (titles, shown)

@@ -48,6 +48,9 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 _PANELS = [(title, re.compile("|".join(f"(?:{p})" for p in patterns))) for title, patterns in PANELS]
 _VALIDATION = re.compile(r"^val-(?:core|aux)/(?:(.+)/[^/]+/[^/]+)?")
+# a key named back without its slashes (val-core/openai_gsm8k_reward_mean_1): its data source is what
+# comes before verl's variable name (reward, acc, score, ...: val-core/<source>/<var>/<metric>)
+_FLAT_VALIDATION = re.compile(r"^val-(?:core|aux)/(.+?)_(?:reward|acc|accuracy|score|pred|correct)(?:_|$)")
 _SIGNAL = re.compile(r"^rl_insight/(group|advantage)/")
 
 
@@ -80,7 +83,9 @@ def panels(keys: list[str]) -> list[dict[str, str | list[str]]]:
         else:
             source = _VALIDATION.match(key)
             if source is not None:
-                title = f"Validation {source.group(1)}" if source.group(1) else "Validation"
+                flat = None if source.group(1) else _FLAT_VALIDATION.match(key)
+                named = source.group(1) or (flat.group(1) if flat else None)
+                title = f"Validation {named}" if named else "Validation"
                 found.setdefault(title, []).append(key)
             elif _SIGNAL.match(key):
                 found.setdefault("Signals", []).append(key)
