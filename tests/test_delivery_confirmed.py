@@ -160,8 +160,14 @@ def test_a_store_that_cannot_be_asked_keeps_the_history_and_training_goes_on(hub
     time.sleep(0.1)
     first = stamped(http("GET", server.url + "/metrics?scraper=mine")[1].decode())
     assert first == [1, 2]  # the positive control: the steps were sent
+
+    def awaiting_store() -> int:
+        return hub.summary()["scraper_names"]["mine"]["scrapes_awaiting_store"]
+
+    # the scrape waits for its store once the server has settled its write (just after the client read it)
+    wait_for(lambda: awaiting_store() == 1, 10, what="the scrape awaiting its store")
     check.check()  # nobody answers: asked again next round
-    assert hub.summary()["scraper_names"]["mine"]["scrapes_awaiting_store"] == 1
+    assert awaiting_store() == 1
     assert stamped(http("GET", server.url + "/metrics?scraper=mine")[1].decode()) == []
     # the store answers, without the scrape: sent again, once
     numbers, _ = hub.awaiting(time.time())["mine"]

@@ -22,11 +22,12 @@ BOUND = 96 * 1024  # the run's bound here (64 MiB on a server): about 15 of the 
 @pytest.fixture
 def server(tmp_path):
     from verl_rl_insight.server.api.http_server import HttpServer
-    from verl_rl_insight.server.api.routes import Api
+    from verl_rl_insight.server.api.asgi import Api
+    from verl_rl_insight.server.api.parts import ApiParts, Startup
     from verl_rl_insight.server.metrics.hub import MetricHub
 
     store = SpanStore(tmp_path / "spans", max_run_bytes=BOUND)
-    api = Api(MetricHub(), spans=store, info=lambda: {"spans_kept_by_hub": True})
+    api = Api(ApiParts(MetricHub(), startup=Startup(spans=store), info=lambda: {"spans_kept_by_hub": True}))
     http_server = HttpServer(api, "127.0.0.1", 0).start()
     yield f"http://127.0.0.1:{http_server.port}", store
     http_server.stop()
