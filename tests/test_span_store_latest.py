@@ -21,8 +21,8 @@ BOUND = 96 * 1024  # the run's bound here (64 MiB on a server): about 15 of the 
 
 @pytest.fixture
 def server(tmp_path):
-    from verl_rl_insight.server.api.http_server import HttpServer
     from verl_rl_insight.server.api.asgi import Api
+    from verl_rl_insight.server.api.http_server import HttpServer
     from verl_rl_insight.server.api.parts import ApiParts, Startup
     from verl_rl_insight.server.metrics.hub import MetricHub
 
