@@ -119,3 +119,37 @@ def test_the_run_page_has_a_validation_panel_per_data_source_of_a_real_two_sourc
     shown = [key_of(detectors.series_name(k)) for k in sorted(logged)]
     titles = [p["title"] for p in panels(shown) if p["title"].startswith("Validation")]
     assert len(titles) == 2 and all(len(p["keys"]) >= 1 for p in panels(shown)), (titles, shown)
+
+
+def test_a_push_never_waits_for_the_explorers_findings_walk(monkeypatch):
+    """The hub's listener (Histories.observe, on the push path) takes the histories' lock; the
+    explorer's findings walk (up to a whole run's, after an older step changed) must run outside it.
+    The walk is held still here: the next step's push must get through meanwhile."""
+    import threading
+
+    from verl_rl_insight.server.explorer import findings
+
+    histories = Histories()
+    histories.observe([batch(step, logged(step)) for step in range(1, 30)])
+    walking, release = threading.Event(), threading.Event()
+    real = findings._walk_findings
+
+    def held(*args):
+        walking.set()
+        assert release.wait(10), "the test never let the walk go"
+        return real(*args)
+
+    monkeypatch.setattr(findings, "_walk_findings", held)
+    walker = threading.Thread(target=findings.FindingsCache().of, args=(("p", "e"), histories, detectors.DEFAULTS, ()))
+    walker.start()
+    try:
+        assert walking.wait(10), "the walk did not start"
+        pusher = threading.Thread(target=histories.observe, args=([batch(30, logged(30))],))
+        pusher.start()
+        pusher.join(5)
+        pushed = not pusher.is_alive()
+    finally:
+        release.set()
+        walker.join(10)
+    assert pushed, "a push waited for the findings walk"
+    assert histories.get(("p", "e")).steps[-1] == 30

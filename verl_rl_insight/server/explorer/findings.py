@@ -93,19 +93,36 @@ def _step_values(history: RunHistory, names: Sequence[str], i: int) -> dict[str,
     return values
 
 
-def _walk_findings(walk: _Walk, history: RunHistory) -> list[detectors.Finding]:
-    """Feed ``walk`` the steps it has not had (the newest kept back), then the findings with the
-    newest step added to a copy (under the histories' lock: a few steps' work, not the run's)."""
+StepValues = tuple[int, dict[str, float], float]  # (step, its values the detectors read, its time)
+
+
+def _unfed(walk: _Walk, history: RunHistory) -> tuple[list[StepValues], StepValues | None, bool]:
+    """What ``walk`` has not had of ``history``, copied out (taken under the histories' lock, which
+    the hub's pushes also take: the walking itself runs after it is let go): the steps before the
+    newest, the newest (which a second batch may still add keys to), whether the run finished."""
     names = _read_names(list(history.columns))
     newest = len(history.steps) - 1
-    for i in range(walk.fed, max(newest, 0)):
-        walk.health.add(history.steps[i], _step_values(history, names, i), history.times[i])
-        walk.fed, walk.last_fed = i + 1, history.steps[i]
+
+    def values(i: int) -> StepValues:
+        return history.steps[i], _step_values(history, names, i), history.times[i]
+
+    older = [values(i) for i in range(walk.fed, max(newest, 0))]
+    return older, values(newest) if newest >= walk.fed + len(older) else None, history.finished == 1
+
+
+def _walk_findings(
+    walk: _Walk, older: list[StepValues], newest: StepValues | None, finished: bool
+) -> list[detectors.Finding]:
+    """Feed ``walk`` the steps before the newest, then the findings with the newest added to a copy."""
+    for step, values, at in older:
+        walk.health.add(step, values, at)
+    if older:
+        walk.fed, walk.last_fed = walk.fed + len(older), older[-1][0]
     health = walk.health
-    if newest >= walk.fed:
+    if newest is not None:
         health = copy.deepcopy(walk.health)
-        health.add(history.steps[newest], _step_values(history, names, newest), history.times[newest])
-    return list(health.findings(history.finished == 1, time.time()))
+        health.add(*newest)
+    return list(health.findings(finished, time.time()))
 
 
 class FindingsCache:
@@ -125,25 +142,27 @@ class FindingsCache:
     ) -> list[Finding]:
         """The run's findings ([] for a run without history here)."""
         marks = tuple(resets)
-        with histories.lock:
-            history = histories.get(run)
-            if history is None:
-                return []
-            clock = 0 if history.finished == 1 else int(time.time() / RECENT_S)
-            stamp = (history.version, clock, marks)
-            with self._lock:
+        # this cache's lock first, the histories' inside it and only while what the walk lacks is
+        # copied out: a push (the hub's listener takes the histories' lock) never waits for a walk
+        with self._lock:
+            with histories.lock:
+                history = histories.get(run)
+                if history is None:
+                    return []
+                clock = 0 if history.finished == 1 else int(time.time() / RECENT_S)
+                stamp = (history.version, clock, marks)
                 kept = self._kept.get(run)
                 if kept is not None and kept[0] == stamp:
                     return kept[1]
                 walk = self._walks.get(run)
                 if walk is None or not walk.fits(history, marks):
                     walk = _Walk(params, marks, history.rewrites)
-                found = _walk_findings(walk, history)
-                findings = [shown(f) for f in found]
-                if len(self._kept) >= self.max_runs and run not in self._kept:
-                    oldest = next(iter(self._kept))
-                    self._kept.pop(oldest)
-                    self._walks.pop(oldest, None)
-                self._kept[run] = (stamp, findings)
-                self._walks[run] = walk
+                older, newest, finished = _unfed(walk, history)
+            findings = [shown(f) for f in _walk_findings(walk, older, newest, finished)]
+            if len(self._kept) >= self.max_runs and run not in self._kept:
+                oldest = next(iter(self._kept))
+                self._kept.pop(oldest)
+                self._walks.pop(oldest, None)
+            self._kept[run] = (stamp, findings)
+            self._walks[run] = walk
         return findings
