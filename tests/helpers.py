@@ -18,10 +18,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on now, and one this test process has not handed out before:
+    two calls in a row can otherwise get the same port back (the first socket is closed already), and
+    `server start --port P --prometheus-port P` is refused (a CI run failed on exactly that)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def http(method, url, body=None, headers=None, timeout=10):
