@@ -1,7 +1,10 @@
 """Cost of the batch statistics (plugin group_stats) on the training thread: one step's batch of
 8,192 responses in groups of 16 (verl's uid strings), after verl's real ``compute_advantage``
 (GRPO), against verl's own ``compute_data_metrics`` on the same batch, interleaved rounds in one
-process. Reports median and p99 of each (ms) and the ratio of the medians (group_stats / verl).
+process. Reports median and p99 of each (ms) and the ratio of the medians (group_stats / verl):
+the time the training thread waits; ``group_stats_cpu`` is the CPU time of the process meanwhile,
+the training thread's and the helper thread's together (the length's pass runs on a helper thread
+where the process may use two CPUs; ``--one-thread`` times it all on the calling thread).
 
     python benchmarks/bench_group_stats.py [--responses 8192] [--group 16] [--response-length 1024]
         [--sources 4] [--rounds 50] [--threads N] [--previous PATH/group_stats.py]
@@ -73,18 +76,20 @@ def figures(samples_ms):
 
 
 def interleaved(batch, rounds, ours_fn, verl_fn, previous=None):
-    """(ours ms, verl's ms, the previous version's ms, our last statistics): rounds interleaved, so a
-    load that comes and goes touches all alike; the previous version must give the same figures."""
-    ours, verls, before = [], [], []
+    """(ours ms, our CPU ms, verl's ms, the previous version's ms, our last statistics): rounds
+    interleaved, so a load that comes and goes touches all alike; the previous version must give
+    the same figures."""
+    ours, cpu, verls, before = [], [], [], []
     for _ in range(3):  # warm-up
         ours_fn(batch, {})
         verl_fn(batch, use_critic=False)
         if previous:
             previous(batch, {})
     for _ in range(rounds):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         stats = ours_fn(batch, {})
         t1 = time.perf_counter()
+        cpu.append((time.process_time() - c0) * 1000)
         verl_fn(batch, use_critic=False)
         t2 = time.perf_counter()
         ours.append((t1 - t0) * 1000)
@@ -94,7 +99,7 @@ def interleaved(batch, rounds, ours_fn, verl_fn, previous=None):
             old = previous(batch, {})
             before.append((time.perf_counter() - t3) * 1000)
             assert old.keys() == stats.keys() and all(abs(old[k] - stats[k]) < 1e-9 for k in old), "versions differ"
-    return ours, verls, before, stats
+    return ours, cpu, verls, before, stats
 
 
 def main():
@@ -109,6 +114,7 @@ def main():
     # its CPUs, so torch works on one thread there
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
     parser.add_argument("--kl-in-reward", action="store_true", help="rewards a tensor of their own (KL in the reward)")
+    parser.add_argument("--one-thread", action="store_true", help="no helper thread: all on the calling thread")
     parser.add_argument("--previous", help="another group_stats.py to time beside this one (same batch, interleaved)")
     args = parser.parse_args()
 
@@ -127,7 +133,8 @@ def main():
     batch = step_batch(*shape, kl_in_reward=args.kl_in_reward)
     compute = getattr(compute_advantage, "__wrapped__", compute_advantage)  # verl's own, unwrapped
     batch = compute(batch, adv_estimator=AdvantageEstimator.GRPO)
-    ours, verls, before, stats = interleaved(batch, args.rounds, batch_metrics, compute_data_metrics, previous)
+    ours_fn = (lambda b, known: batch_metrics(b, known, helper=None)) if args.one_thread else batch_metrics
+    ours, cpu, verls, before, stats = interleaved(batch, args.rounds, ours_fn, compute_data_metrics, previous)
     assert stats and "rl_insight/group/zero_variance_share" in stats
     result = {
         "batch": {
@@ -137,8 +144,10 @@ def main():
             "sources": args.sources,
             "torch_threads": torch.get_num_threads(),
             "kl_in_reward": args.kl_in_reward,
+            "helper_thread": not args.one_thread,
         },
         "group_stats": figures(ours),
+        "group_stats_cpu": figures(cpu),
         "verl_compute_data_metrics": figures(verls),
         "rounds": args.rounds,
     }

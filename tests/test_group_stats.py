@@ -96,15 +96,57 @@ def grpo(batch):
     return ray_trainer.compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO)
 
 
-def test_each_statistic_of_a_grpo_batch_equals_the_value_worked_out_by_hand():
-    from verl_rl_insight.trainer.plugins.group_stats import batch_metrics
+@pytest.mark.parametrize("on", ["the helper thread", "the calling thread"])
+def test_each_statistic_of_a_grpo_batch_equals_the_value_worked_out_by_hand(on, monkeypatch):
+    """The length's pass runs on the helper thread where the process may use two CPUs, on the
+    calling thread where it may use one (affinity as ``taskset -c 0`` would leave it)."""
+    import threading
 
+    from verl_rl_insight.trainer.plugins.group_stats import HelperThread, batch_metrics
+
+    if on == "the calling thread":
+        monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    else:
+        monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    helper = HelperThread()
     out = grpo(grpo_batch())
-    ours = batch_metrics(out, {})
+    ours = batch_metrics(out, {}, helper=helper)
+    started = [t for t in threading.enumerate() if t.name.startswith("rl-insight-group-stats")]
+    assert (helper.pool is not None and bool(started)) == (on == "the helper thread")
+    if helper.pool is not None:
+        helper.pool.shutdown()
     want = expected()
     assert set(ours) == set(want)
     for key, value in want.items():
         assert ours[key] == pytest.approx(value, abs=1e-9), key
+
+
+def _statistics_in_a_forked_child(batch, answers):
+    from verl_rl_insight.trainer.plugins.group_stats import batch_metrics
+
+    answers.put(batch_metrics(batch, {}))
+
+
+def test_a_forked_child_whose_parent_had_the_helper_thread_still_gets_its_statistics():
+    """A forked child inherits the executor but not its thread: a job handed to it would wait
+    forever; the child makes a helper of its own."""
+    import multiprocessing
+
+    from verl_rl_insight.trainer.plugins.group_stats import HELPER, batch_metrics
+
+    out = grpo(grpo_batch())
+    in_parent = batch_metrics(out, {})
+    if HELPER.pool is None:
+        pytest.skip("this machine gives the process one CPU: no helper thread to inherit")
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=_statistics_in_a_forked_child, args=(out, answers))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0, "the forked child hung on its parent's helper thread"
+    assert answers.get(timeout=5) == in_parent
 
 
 def test_a_batch_without_advantages_or_groups_gives_what_it_can_and_no_error():

@@ -15,15 +15,23 @@
   their own keys, later ones are summed up as ``other``.
 
 A reward is the response's ``token_level_rewards`` summed (what GRPO normalises), a score its
-``token_level_scores`` summed (verl's ``critic/score``). Computed on the training thread with torch
-and numpy ops, no loop over groups (benchmarks/bench_group_stats.py); merged into the step's
-``Tracking.log``, where a key verl already logged keeps verl's value.
+``token_level_scores`` summed (verl's ``critic/score``). Computed while the training thread waits,
+with torch and numpy ops, no loop over groups (benchmarks/bench_group_stats.py); merged into the
+step's ``Tracking.log``, where a key verl already logged keeps verl's value.
+
+Two passes over a whole mask (8,192 x 1,024 int64: 64 MB each) make most of the cost, and one
+core reads memory only so fast: the response length's pass over the attention mask runs on one
+helper thread while the training thread makes the non-zero advantage share's pass over the
+response mask, where this process may use two CPUs (``os.sched_getaffinity``). Both are single
+reductions that release the GIL; the training thread waits for the helper's result.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from verl_rl_insight.trainer.hookspecs import hookimpl
@@ -166,13 +174,40 @@ def _response_lengths(tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return tensors["response_mask"].sum(-1).double()
 
 
-def batch_metrics(batch: object, known_sources: dict[str, None] | None = None) -> dict[str, float] | None:
+class HelperThread:
+    """One helper thread for this process, made when first needed and made again after a fork (a
+    child has the executor but not its thread); None where this process may use one CPU only."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pool: ThreadPoolExecutor | None = None
+        self.pid = 0
+
+    def submit(self, work: Callable[[], torch.Tensor]) -> Future[torch.Tensor] | None:
+        if len(os.sched_getaffinity(0)) < 2:
+            return None
+        with self.lock:
+            if self.pool is None or self.pid != os.getpid():
+                self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rl-insight-group-stats")
+                self.pid = os.getpid()
+            try:
+                return self.pool.submit(work)
+            except RuntimeError:  # the interpreter is shutting down: the caller does it itself
+                return None
+
+
+HELPER = HelperThread()
+
+
+def batch_metrics(
+    batch: object, known_sources: dict[str, None] | None = None, helper: HelperThread | None = HELPER
+) -> dict[str, float] | None:
     """The statistics of a verl DataProto after advantage estimation, or None when it lacks what
     they are made of (rewards, scores and the response mask). What needs more is left out where the
     batch lacks it: groups without ``uid``, the non-zero advantage share without ``advantages``, the
     per-source keys without ``data_source``, the clip ratio without ``responses`` (the configured
     maximum length). ``known_sources`` (changed in place) are the sources that already have keys of
-    their own in this run."""
+    their own in this run; ``helper`` (None: all on the calling thread) makes the length's pass."""
     import torch
 
     tensors = getattr(batch, "batch", None)
@@ -181,17 +216,22 @@ def batch_metrics(batch: object, known_sources: dict[str, None] | None = None) -
         return None
     non_tensors = getattr(batch, "non_tensor_batch", None) or {}
     with torch.no_grad():
-        score = tensors["token_level_scores"].sum(-1).double()
-        same = tensors["token_level_rewards"] is tensors["token_level_scores"]  # no KL in the reward: verl's default
-        rewards = score if same else tensors["token_level_rewards"].sum(-1).double()
-        length = _response_lengths(tensors)
+        on_cpu = tensors["response_mask"].device.type == "cpu"
+        pending = helper.submit(lambda: _response_lengths(tensors)) if helper is not None and on_cpu else None
+        try:
+            score = tensors["token_level_scores"].sum(-1).double()
+            # the rewards are the scores themselves without KL in the reward: verl's default
+            same = tensors["token_level_rewards"] is tensors["token_level_scores"]
+            rewards = score if same else tensors["token_level_rewards"].sum(-1).double()
+            metrics: dict[str, float] = {}
+            if "uid" in non_tensors:
+                metrics.update(_group_metrics(rewards, non_tensors["uid"]))
+            if "advantages" in tensors.keys():
+                share = _nonzero_share(tensors["advantages"], tensors["response_mask"])
+                metrics[PREFIX + "advantage/nonzero_share"] = share
+        finally:
+            length = _response_lengths(tensors) if pending is None else pending.result()
         scored = length != 0  # verl's score statistics leave aborted responses out
-        metrics: dict[str, float] = {}
-        if "uid" in non_tensors:
-            metrics.update(_group_metrics(rewards, non_tensors["uid"]))
-        if "advantages" in tensors.keys():
-            share = _nonzero_share(tensors["advantages"], tensors["response_mask"])
-            metrics[PREFIX + "advantage/nonzero_share"] = share
         metrics.update(_quantiles("score", score[scored]))
         metrics.update(_quantiles("response_length", length))
         if "data_source" in non_tensors:
