@@ -217,6 +217,36 @@ def test_a_run_credential_registers_at_most_its_runs_cap_of_targets_and_another_
     assert len(listed) == 9
 
 
+def test_a_run_credential_cannot_take_over_another_runs_target_or_a_persons(served):
+    """Holding only its own run credential, an attacker registers the honest run's engine address
+    (and a person's node exporter) under its own labels: refused, naming the field and the owner;
+    Prometheus' service discovery still labels each target as its owner registered it, and the
+    honest run still renews its own."""
+    server = served()
+    honest = run_credential.mint(TOKEN, "p", "honest")
+    attacker = run_credential.mint(TOKEN, "p", "attacker")
+
+    def target(address, job, run, credential, ttl_s=90):
+        labels = {"project": "p", "experiment_name": run, "replica": "0"}
+        body = json.dumps({"address": address, "job": job, "labels": labels, "ttl_s": ttl_s}).encode()
+        return call("POST", server.url + "/api/v1/targets", credential, body)
+
+    assert target("127.0.0.1:9300", "vllm", "honest", honest)[0] == 200
+    node = json.dumps({"address": "127.0.0.1:9100", "job": "node", "labels": {}, "ttl_s": 0}).encode()
+    assert call("POST", server.url + "/api/v1/targets", TOKEN, node)[0] == 200  # a person's, with the token
+    status, answer, _ = target("127.0.0.1:9300", "vllm", "attacker", attacker)
+    assert status == 403 and "address" in answer and "run p/honest" in answer, (status, answer)
+    status, answer, _ = target("127.0.0.1:9100", "node", "attacker", attacker, ttl_s=1)
+    assert status == 403 and "a person" in answer, (status, answer)
+    assert target("127.0.0.1:9300", "vllm", "honest", honest)[0] == 200  # its own heartbeat
+    assert target("127.0.0.1:9301", "vllm", "attacker", attacker)[0] == 200  # an address of its own
+    sd = json.loads(http("GET", server.url + "/api/v1/sd")[1])
+    owners = {group["targets"][0]: group["labels"].get("experiment_name") for group in sd}
+    assert owners == {"127.0.0.1:9300": "honest", "127.0.0.1:9100": None, "127.0.0.1:9301": "attacker"}
+    static = [t for t in json.loads(http("GET", server.url + "/api/v1/targets")[1])["targets"] if not t["ttl_s"]]
+    assert [t["address"] for t in static] == ["127.0.0.1:9100"]  # still a static target, not one that expires
+
+
 def test_the_default_target_cap_holds_the_largest_job_one_hub_holds():
     """16,384 GPUs as 2,048 nodes of 8, a rollout replica per node and the TransferQueue endpoint:
     registered whole under the default; a run never gets the registry's 10,000."""

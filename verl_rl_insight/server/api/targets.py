@@ -31,7 +31,7 @@ async def post_target(ctx: Context, request: Request) -> None:
     labels = given if isinstance(given, dict) else {}
     run_credential.check_run(request.run, labels.get("project"), labels.get("experiment_name"), "labels")
     record = ctx.parts.targets.register(
-        item.get("address"), item.get("job"), item.get("labels") or {}, item.get("ttl_s", 90.0)
+        item.get("address"), item.get("job"), item.get("labels") or {}, item.get("ttl_s", 90.0), writer=request.run
     )
     await ctx.json(request, record)
 

@@ -17,7 +17,7 @@ from typing import TypedDict
 
 import msgspec
 
-from verl_rl_insight.contract.errors import BadInput
+from verl_rl_insight.contract.errors import BadInput, Forbidden
 from verl_rl_insight.contract.naming import label_value_problem
 from verl_rl_insight.contract.wire import TargetBody, field_problem
 from verl_rl_insight.server.managed.jobs import OWN_JOBS
@@ -86,6 +86,21 @@ class _Entry(TypedDict):
     expires: float | None  # on the registry's clock; None: no expiry
 
 
+def check_owner(key: tuple[str, str], labels: dict[str, str], writer: tuple[str, str]) -> None:
+    """Forbidden when a run credential's registration would replace a live target of another run,
+    or one without a run (``rl-insight targets add``): the registration would relabel that run's
+    engine series as the writer's, or turn a person's static target into one that expires."""
+    owner = labels.get("project"), labels.get("experiment_name")
+    if owner == writer:
+        return
+    whose = f"run {owner[0]}/{owner[1]}" if None not in owner else "a person (no run labels: rl-insight targets add)"
+    raise Forbidden(
+        f"address: target {key[1][:80]!r} of job {key[0][:80]!r} is registered by {whose[:200]}; a run credential "
+        f"adds new targets and renews its own only (a run's target is free again once that run removes it or its "
+        f"TTL runs out)"
+    )
+
+
 class TargetRegistry:
     def __init__(
         self,
@@ -108,9 +123,18 @@ class TargetRegistry:
         self._writer: threading.Thread | None = None
         self._load()
 
-    def register(self, address: object, job: object, labels: object = None, ttl_s: object = 90.0) -> Target:
-        """Register (or renew) a target; every argument is checked here, whoever calls."""
-        """Add or refresh a target (a heartbeat is the same call). Returns its record."""
+    def register(
+        self,
+        address: object,
+        job: object,
+        labels: object = None,
+        ttl_s: object = 90.0,
+        writer: tuple[str, str] | None = None,
+    ) -> Target:
+        """Add or renew a target (a heartbeat is the same call); every argument is checked here,
+        whoever calls. Returns its record. ``writer``: the run of the run credential that asks
+        (None: the server's token or the CLI), which may add a target or renew its own, never take
+        over one that another run or a person registered (check_owner)."""
         check_job_not_reserved(job)
         target = check_target(address, job, labels or {}, ttl_s)
         job, address, labels, ttl_s = target.job, target.address, target.labels, target.ttl_s
@@ -118,6 +142,8 @@ class TargetRegistry:
             self._expire()
             key = (job, address)
             previous = self._targets.get(key)
+            if previous is not None and writer is not None:
+                check_owner(key, previous["labels"], writer)
             if previous is None and len(self._targets) >= MAX_TARGETS:
                 raise TargetError(f"at most {MAX_TARGETS} targets")
             if previous is None:
