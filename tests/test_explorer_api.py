@@ -327,6 +327,9 @@ def test_after_a_restart_the_curves_are_read_back_from_prometheus(demo, tmp_path
     started = rl_insight("server", "start", "--detach", "--config", config, env=env, timeout=120)
     assert started.returncode == 0, started.stdout + started.stderr
     wait_for(lambda: http("GET", base + "/-/ready")[0] == 200, 60, what="the server back")
+    # the runs list, before any run page is read back: each run with its newest step, not a blank
+    rows = {(r["project"], r["experiment"]): r for r in get(base, "runs")[1]["runs"]}
+    assert rows[(PROJECT, EXPERIMENT)]["step"] == STEPS and rows[(PROJECT, "real")]["step"] == 210, rows
     status, after = get(base, "curves", project=PROJECT, experiment_name="real", keys="critic/score/mean,actor/entropy")
     assert status == 200, after
     assert after["steps"] == before["steps"] and after["series"] == before["series"]

@@ -6,7 +6,7 @@ import math
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from verl_rl_insight.contract.errors import NotFound
 from verl_rl_insight.contract.run_card import Json
@@ -29,18 +29,27 @@ class Cards(Protocol):
     def get(self, project: str, experiment: str) -> dict[str, Json]: ...
 
 
-def _hub_runs(streams: Sequence[Mapping[str, object]]) -> dict[Run, float | None]:
-    """run -> seconds since its newest step (its trainer's time), from the hub's streams."""
-    found: dict[Run, float | None] = {}
+class HubRun(NamedTuple):
+    age_s: float | None  # seconds since its newest step (its trainer's time)
+    step: int | None  # its newest step the hub holds (kept across restarts, as the hub's streams are)
+
+
+def _hub_runs(streams: Sequence[Mapping[str, object]]) -> dict[Run, HubRun]:
+    """run -> its newest step and that step's age, from the hub's streams."""
+    found: dict[Run, HubRun] = {}
     for stream in streams:
         labels = stream.get("labels")
         if not isinstance(labels, dict) or "project" not in labels or "experiment_name" not in labels:
             continue
         run = (str(labels["project"]), str(labels["experiment_name"]))
-        age = stream.get("last_step_s_ago")
+        age, step = stream.get("last_step_s_ago"), stream.get("step")
         seconds = float(age) if isinstance(age, (int, float)) else None
-        kept = found.get(run)
-        found[run] = seconds if kept is None else (kept if seconds is None else min(kept, seconds))
+        newest = step if isinstance(step, int) and not isinstance(step, bool) else None
+        kept = found.get(run, HubRun(None, None))
+        found[run] = HubRun(
+            seconds if kept.age_s is None else (kept.age_s if seconds is None else min(kept.age_s, seconds)),
+            newest if kept.step is None else (kept.step if newest is None else max(kept.step, newest)),
+        )
     return found
 
 
@@ -62,10 +71,12 @@ def findings_of(sources: Sources, run: Run, marks: Marks) -> list[Finding]:
     return sources.findings.of(run, sources.histories, sources.params, resets)
 
 
-def _summary(sources: Sources, run: Run, age: float | None, now: float) -> Answer:
-    """One row of the runs list (read under the histories' lock)."""
+def _summary(sources: Sources, run: Run, hub: HubRun, now: float) -> Answer:
+    """One row of the runs list (read under the histories' lock): from the run's step table, or
+    from the hub's streams for a run the explorer has not read since the server started."""
     history = sources.histories.get(run)
-    step = history.steps[-1] if history and history.steps else None
+    age = hub.age_s
+    step = history.steps[-1] if history and history.steps else hub.step
     at = history.times[-1] if history and history.steps else (now - age if age is not None else None)
     age = now - at if at is not None else age
     durations = [b - a for a, b in zip(history.times[-21:], history.times[-20:])] if history else []
@@ -94,7 +105,7 @@ def runs_answer(streams: Sequence[Mapping[str, object]], sources: Sources, marks
     now = time.time()
     ages = _hub_runs(streams)
     for run in sources.histories.runs():
-        ages.setdefault(run, None)
+        ages.setdefault(run, HubRun(None, None))
     rows = []
     for run, age in ages.items():
         with sources.histories.lock:
@@ -115,7 +126,7 @@ def run_answer(
     if history is None and run not in ages:
         raise NotFound(f"experiment_name: no run {run[0][:100]!r} / {run[1][:100]!r} here (GET /api/v1/explorer/runs)")
     with sources.histories.lock:
-        row = _summary(sources, run, ages.get(run), time.time())
+        row = _summary(sources, run, ages.get(run, HubRun(None, None)), time.time())
         names = list(history.columns) if history is not None else []
     keys = sorted({key_of(n) for n in names if n.startswith(PREFIX)})
     card: Json = None
