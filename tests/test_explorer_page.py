@@ -227,7 +227,9 @@ def test_samples_need_the_token_which_the_page_asks_for_once_and_sends_as_a_head
 
 
 def test_the_pages_are_served_with_a_strict_policy_and_the_static_folder_keeps_its_files(demo):
-    for path in ("/", "/runs", f"/runs/{PROJECT}/{EXPERIMENT}", f"/runs/{PROJECT}/{EXPERIMENT}/steps/3"):
+    # a name with a slash in it is one escaped segment of its page's path (the page's links encode it)
+    slashed = (f"/runs/{PROJECT}/qwen%2Fgrpo", "/runs/team%2Fa/qwen%2Fgrpo/steps/3")
+    for path in ("/", "/runs", f"/runs/{PROJECT}/{EXPERIMENT}", f"/runs/{PROJECT}/{EXPERIMENT}/steps/3", *slashed):
         status, body = http("GET", demo["base"] + path)
         assert status == 200 and b"/static/explorer/explorer.js" in body and b"<script>" not in body, path
     for name, kind in (("uPlot.iife.min.js", "text/javascript"), ("explorer.css", "text/css")):

@@ -12,6 +12,7 @@ class Scope(TypedDict, total=False):
     type: str
     method: str
     path: str
+    raw_path: bytes  # the path as sent, percent-escapes kept (``a%2Fb`` stays one segment)
     query_string: bytes
     headers: list[Header]
 

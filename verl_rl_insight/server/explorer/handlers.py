@@ -84,5 +84,8 @@ async def get_samples(ctx: Context, request: Request) -> None:
 
 
 async def get_page(ctx: Context, request: Request) -> None:
-    """The page shell (``/``, ``/runs/...``) or a vendored file (``/static/explorer/...``)."""
-    await serve(request, request.path)
+    """The page shell (``/``, ``/runs/...``) or a vendored file (``/static/explorer/...``), told
+    apart by the path as sent: a run named ``a/b`` has the page ``/runs/p/a%2Fb``, which the decoded
+    path would split into one segment too many."""
+    raw = request.scope.get("raw_path")
+    await serve(request, raw.decode("latin-1") if isinstance(raw, bytes) else request.path)
