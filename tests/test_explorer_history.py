@@ -107,6 +107,35 @@ def test_findings_fed_step_by_step_equal_diagnose_of_the_whole_run_through_late_
     assert checked > 15 and {30, 35} <= {s for f in said for s in range(f["first_step"], f["last_step"] + 1)}, said
 
 
+def test_a_run_at_its_cap_is_not_walked_again_from_its_first_kept_step_at_each_new_step(monkeypatch):
+    """A run at its cap drops its oldest step with every new one; its walk keeps going (it had the
+    dropped steps), so a page of a long run costs the new steps, not the whole kept history each
+    time; and what it says is still what diagnose says of the run with the dropped steps in it."""
+    from verl_rl_insight.server.explorer import findings
+    from verl_rl_insight.server.explorer.findings import FindingsCache
+
+    fed = []
+    add = detectors.RunHealth.add
+    monkeypatch.setattr(detectors.RunHealth, "add", lambda self, *a, **k: (fed.append(a[0]), add(self, *a, **k))[1])
+    per_step = len(logged(10))
+    histories, cache, whole = Histories(max_cells=30 * per_step), FindingsCache(), Histories()
+    run = ("p", "e")
+    nan_step = {**logged(70), detectors.series_name("actor/pg_loss"): math.nan}
+    for step in range(1, 121):
+        values = nan_step if step == 70 else logged(step)
+        histories.observe([batch(step, values)])
+        whole.observe([batch(step, values)])
+        said = cache.of(run, histories, detectors.DEFAULTS, ())
+    history = histories.get(run)
+    assert history.steps[0] > 80 and histories.stats["dropped_steps"] > 80  # at its cap since step ~30
+    assert len(fed) < 2 * 120, f"{len(fed)} steps walked for 120 new ones: the kept history walked again"
+    with whole.lock:
+        expected = [f for f in findings.walk(findings.snapshot(whole.get(run)), detectors.DEFAULTS, ()) if
+                    f["detector"] != "stall"]  # fmt: skip
+    assert [f for f in said if f["detector"] != "stall"] == expected
+    assert any(f["first_step"] <= 70 <= f["last_step"] for f in said), said  # the NaN step, dropped since
+
+
 def test_the_run_page_has_a_validation_panel_per_data_source_of_a_real_two_source_run():
     """diqiu's GPG run validates on GSM8K and MATH (val-core/<source>/reward/mean@1). The hub keeps the
     series names (no slashes); the run page still draws one validation panel per data source."""

@@ -68,20 +68,28 @@ class _Walk:
     """diagnose's walk of one run, fed step by step: every step but the newest (which a second batch
     may still add keys to) is fed once; a request copies the walk and adds the newest."""
 
-    def __init__(self, params: Mapping[str, float], resets: tuple[int, ...], rewrites: int) -> None:
+    def __init__(self, params: Mapping[str, float], resets: tuple[int, ...], history: RunHistory) -> None:
         self.health = detectors.RunHealth({**detectors.DEFAULTS, **params})
         for step in resets:
             self.health.reset_baseline(step)
         self.resets = resets
-        self.rewrites = rewrites
-        self.fed = 0  # history.steps[:fed] are in ``health``
+        self.rewrites = history.rewrites
+        # the steps in ``health``, counted from the run's first step the history ever held: those
+        # still held are history.steps[:fed - history.dropped] (a run at its cap drops its oldest)
+        self.fed = history.dropped
         self.last_fed: int | None = None
 
+    def place(self, history: RunHistory) -> int:
+        """Where in ``history.steps`` the next step to feed is."""
+        return self.fed - history.dropped
+
     def fits(self, history: RunHistory, resets: tuple[int, ...]) -> bool:
-        """Still a prefix of ``history``: nothing before its newest step changed since it was fed."""
-        if resets != self.resets or history.rewrites != self.rewrites or len(history.steps) < self.fed:
+        """Still a prefix of ``history`` (or more: what was dropped since it was fed): nothing before
+        its newest step changed since, and no step it never had was dropped."""
+        place = self.place(history)
+        if resets != self.resets or history.rewrites != self.rewrites or not 0 <= place <= len(history.steps):
             return False
-        return self.fed == 0 or history.steps[self.fed - 1] == self.last_fed
+        return place == 0 or history.steps[place - 1] == self.last_fed
 
 
 def _step_values(history: RunHistory, names: Sequence[str], i: int) -> dict[str, float]:
@@ -106,8 +114,9 @@ def _unfed(walk: _Walk, history: RunHistory) -> tuple[list[StepValues], StepValu
     def values(i: int) -> StepValues:
         return history.steps[i], _step_values(history, names, i), history.times[i]
 
-    older = [values(i) for i in range(walk.fed, max(newest, 0))]
-    return older, values(newest) if newest >= walk.fed + len(older) else None, history.finished == 1
+    place = walk.place(history)
+    older = [values(i) for i in range(place, max(newest, 0))]
+    return older, values(newest) if newest >= place + len(older) else None, history.finished == 1
 
 
 def _walk_findings(
@@ -156,7 +165,7 @@ class FindingsCache:
                     return kept[1]
                 walk = self._walks.get(run)
                 if walk is None or not walk.fits(history, marks):
-                    walk = _Walk(params, marks, history.rewrites)
+                    walk = _Walk(params, marks, history)
                 older, newest, finished = _unfed(walk, history)
             findings = [shown(f) for f in _walk_findings(walk, older, newest, finished)]
             if len(self._kept) >= self.max_runs and run not in self._kept:

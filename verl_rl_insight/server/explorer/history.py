@@ -52,8 +52,11 @@ class RunHistory:
         self.nonfinite: dict[str, dict[int, float]] = {}
         self.version = 0  # moves on with every step added: caches of answers made from it compare it
         # moves on when a step other than the newest changed (a late step, a second batch of an older
-        # step, the oldest dropped): a walk fed step by step starts again then (findings.py)
+        # step): a walk fed step by step starts again then (findings.py)
         self.rewrites = 0
+        # steps dropped from the front (the run at its cap): a walk that had them keeps going, its
+        # place in ``steps`` moved back by as many
+        self.dropped = 0
         self.from_prometheus = False
         self.finished: float | None = None  # rl_insight_run_finished: 0 from the first log, 1 after finish()
 
@@ -98,7 +101,7 @@ class RunHistory:
             del column[0]
             self.nonfinite.get(name, {}).pop(step, None)
         self.version += 1
-        self.rewrites += 1
+        self.dropped += 1
 
     def value(self, name: str, i: int) -> float | None:
         """The value logged for ``name`` at ``steps[i]`` (NaN and infinities as logged), None: not logged."""
