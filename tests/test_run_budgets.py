@@ -34,8 +34,9 @@ PROTOBUF = "application/x-protobuf"
 class Served:
     """The real hub, target registry, span store and timeline figures behind the real API."""
 
-    def __init__(self, tmp_path, memory_limit_bytes=LIMIT, max_targets_per_run=None, settle_s=60.0):
-        self.hub = MetricHub(memory_limit_bytes=memory_limit_bytes)
+    def __init__(self, tmp_path, memory_limit_bytes=LIMIT, max_targets_per_run=None, settle_s=60.0, max_series=None):
+        series = {} if max_series is None else {"max_series": max_series}
+        self.hub = MetricHub(memory_limit_bytes=memory_limit_bytes, **series)
         targets = TargetRegistry() if max_targets_per_run is None else TargetRegistry(max_per_run=max_targets_per_run)
         # wired as the server wires it (app.Server)
         self.figures = LiveFigures(
@@ -163,6 +164,41 @@ def test_one_run_filling_the_hubs_memory_leaves_another_runs_steps_whole(served)
     assert attacker_held <= 0.75 * LIMIT + 2**20  # its share alone, the rest left for others
 
 
+def test_one_run_filling_the_series_limit_leaves_another_runs_new_keys_and_steps_whole(served):
+    """The attacker's run pushes new metric names until refused: it gets 429 (its share of
+    max_series), never the whole limit; an honest run then logs 20 real verl steps through the real
+    sender, a validation's new keys every 5: none refused or dropped, every step in the scrape."""
+    server = served(memory_limit_bytes=256 * 2**20, max_series=4000)
+    attacker = run_credential.mint(TOKEN, "p", "attacker")
+    refused = None
+    for n in range(40):
+        names = {f"rl_insight_monitor_junk_{n}_{i}": 1.0 for i in range(250)}
+        body = json.dumps({"batches": [{"project": "p", "experiment_name": "attacker", "step": n, "metrics": names}]})
+        status, answer, headers = call("POST", server.url + "/api/v1/push", attacker, body.encode())
+        if status != 200:
+            refused = (status, answer, headers)
+            break
+    assert refused is not None, "the attacker never reached a bound"  # the positive control
+    status, answer, headers = refused
+    assert status == 429 and "max_series" in answer and "share" in answer, (status, answer[:300])
+    assert int(headers["retry-after"]) > 0
+    assert server.hub.summary()["series"] <= 0.75 * 4000
+
+    sender = BatchSender(server.url + "/api/v1/push", token=run_credential.mint(TOKEN, "p", "honest"), linger_s=0.01)
+    for step in range(1, 21):
+        metrics = verl_step(step, 20)
+        if step % 5 == 0:  # verl's validation: keys the run did not have before
+            metrics.update({f"val-core/source_{step}/reward/mean@1": 0.5, f"val-aux/source_{step}/score/mean@1": 0.5})
+        sender.submit(MetricBatch("p", "honest", step, time.time(), metrics, "rl_insight_monitor_"))
+        assert sender.flush(10)
+    assert sender.stats["rejected_batches"] == 0 and sender.stats["dropped_batches"] == 0, sender.stats
+    sender.close(1)
+    status, body = http("GET", server.url + "/metrics?scraper=prometheus", headers={"Authorization": f"Bearer {TOKEN}"})
+    steps = [int(float(value)) for value, _ in STEP_LINE.findall(body.decode())]
+    assert steps == list(range(1, 21)), f"{len(set(range(1, 21)) - set(steps))} of 20 steps lost"
+    assert 'rl_insight_monitor_val_core_source_20_reward_mean_1{experiment_name="honest"' in body.decode()
+
+
 def test_a_run_at_its_share_is_told_to_retry_and_its_sender_keeps_the_batches_until_there_is_room(served):
     """The real sender of a run at its share gets 429: it drops nothing as bad data, keeps the
     batches, and delivers them once the run has room again (here: the operator deleted its old streams)."""
@@ -238,11 +274,25 @@ def test_a_run_credential_cannot_take_over_another_runs_target_or_a_persons(serv
     assert status == 403 and "address" in answer and "run p/honest" in answer, (status, answer)
     status, answer, _ = target("127.0.0.1:9100", "node", "attacker", attacker, ttl_s=1)
     assert status == 403 and "a person" in answer, (status, answer)
+    for address, job in (("127.0.0.1:9300", "VLLM"), ("127.0.0.1:9300", "vllm2"), ("127.0.0.1:9100", "vllm")):
+        status, answer, _ = target(address, job, "attacker", attacker)  # the same address under another job
+        assert status == 403 and "address" in answer, (address, job, status, answer)
+    assert target("Node-7.cluster:9400", "vllm", "honest", honest)[0] == 200
+    status, answer, _ = target("node-7.CLUSTER:9400", "sglang", "attacker", attacker)  # DNS names know no case
+    assert status == 403 and "run p/honest" in answer, (status, answer)
+    for ttl_s in (0, 86400):  # a run's targets leave with it: none that stays, none for a day
+        status, answer, _ = target("127.0.0.1:9302", "vllm", "attacker", attacker, ttl_s=ttl_s)
+        assert status == 400 and "ttl_s" in answer, (ttl_s, status, answer)
     assert target("127.0.0.1:9300", "vllm", "honest", honest)[0] == 200  # its own heartbeat
     assert target("127.0.0.1:9301", "vllm", "attacker", attacker)[0] == 200  # an address of its own
     sd = json.loads(http("GET", server.url + "/api/v1/sd")[1])
     owners = {group["targets"][0]: group["labels"].get("experiment_name") for group in sd}
-    assert owners == {"127.0.0.1:9300": "honest", "127.0.0.1:9100": None, "127.0.0.1:9301": "attacker"}
+    assert owners == {
+        "127.0.0.1:9300": "honest",
+        "127.0.0.1:9100": None,
+        "127.0.0.1:9301": "attacker",
+        "Node-7.cluster:9400": "honest",
+    }
     static = [t for t in json.loads(http("GET", server.url + "/api/v1/targets")[1])["targets"] if not t["ttl_s"]]
     assert [t["address"] for t in static] == ["127.0.0.1:9100"]  # still a static target, not one that expires
 

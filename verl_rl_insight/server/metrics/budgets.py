@@ -18,6 +18,12 @@ sends them again later, nothing is dropped as bad data). History is held to the 
 whole bound is full: the oldest history of the runs over their share goes first, then the pushing
 run's own; a run under its share never loses a batch to another run's push, and a run alone may
 fill the whole bound with history.
+
+The series limit (``max_series``: the latest values' count, what every scrape renders) is shared
+by the same rule: a push that would take its run past its share of it is refused with
+``RunShareFull`` too, and one whose new series alone are more than a run may ever hold is bad data
+(422). A run cannot fill the limit so that another run's new keys (its first step, a validation)
+are refused.
 """
 
 from __future__ import annotations
@@ -59,10 +65,23 @@ def run_of(key: StreamKey) -> Run:
 
 
 class RunBudgets:
-    """The bytes each run holds in the hub (its streams' booked bytes and history)."""
+    """The bytes each run holds in the hub (its streams' booked bytes and history), and its series."""
 
     def __init__(self) -> None:
         self.held: collections.Counter[Run] = collections.Counter()
+        self.series: collections.Counter[Run] = collections.Counter()
+
+    def count_series(self, run: Run, n: int) -> None:
+        """``n`` series more (negative: fewer) of ``run``."""
+        held = self.series[run] + n
+        if held > 0:
+            self.series[run] = held
+        else:
+            del self.series[run]
+
+    def series_share(self, max_series: int, pushing: Iterable[Run] = ()) -> int:
+        """The series one run may hold under ``max_series`` now, the runs of a push counted."""
+        return share_of(max_series, len(self.series) + sum(1 for run in pushing if run not in self.series))
 
     def charge(self, run: Run, nbytes: int) -> None:
         """Book ``nbytes`` (negative: give back) to ``run``."""
@@ -79,6 +98,15 @@ class RunBudgets:
     def over_share(self, share: int) -> set[Run]:
         """The runs that hold more than ``share``: theirs is the history that goes first."""
         return {run for run, held in self.held.items() if held > share}
+
+
+def series_refusal(run: Run, held: int, share: int, max_series: int) -> RunShareFull:
+    project, experiment = run
+    return RunShareFull(
+        f"run {project[:80]!r} / {experiment[:80]!r} holds {held} series, its whole share of the hub's series "
+        f"limit ({share} of max_series {max_series}: a run holds at most max({MIN_SHARE:g}, min({SOLO_SHARE:g}, "
+        "1 / runs)) of it); retry later, or raise max_series, or delete finished runs (rl-insight runs delete)"
+    )
 
 
 def refusal(run: Run, share: int, limit: int) -> RunShareFull:

@@ -258,7 +258,7 @@ class MetricHub:
                 latest.setdefault(name, value)
         charge = snapshot.nbytes
         if fresh:
-            data.series += len(fresh)
+            self._memory.count_series(stream.run, len(fresh))
             chars = sum(stream.line_length(name) for name in fresh)
             stream.line_chars += chars
             charge += SERIES_BYTES * len(fresh) + LINE_COPIES * chars
@@ -304,7 +304,7 @@ class MetricHub:
 
     def _forget(self, key: StreamKey) -> int:
         stream = self._data.streams.pop(key)
-        self._data.series -= len(stream.latest)
+        self._memory.count_series(stream.run, -len(stream.latest))
         self._memory.charge(stream, -(stream.booked() + stream.history_bytes()))
         self._scrapes.forget_stream(key)
         self._data.version += 1

@@ -50,6 +50,11 @@ class Memory:
         self.used += nbytes
         self.runs.charge(stream.run, nbytes)
 
+    def count_series(self, run: budgets.Run, n: int) -> None:
+        """``n`` series more (negative: fewer), in all and for ``run``."""
+        self.data.series += n
+        self.runs.count_series(run, n)
+
     def fits(self, nbytes: int, series: int = 0) -> bool:
         return self.used + nbytes <= self.limit and self.data.series + series <= self.max_series
 
@@ -88,6 +93,7 @@ class Memory:
                 run = stream.run
             needed[run] += SNAPSHOT_BYTES + VALUE_BYTES * len(batch.names)  # snapshot_bytes, inline: once a batch
         new_series = 0
+        new_of: collections.Counter[budgets.Run] = collections.Counter()  # new series per run
         for key, names in new_names.items():
             chars = labels_chars(key)
             cost = sum(series_cost(chars, name) for name in names) + (STREAM_BYTES + chars if key not in streams else 0)
@@ -95,9 +101,9 @@ class Memory:
             needed[run] += cost
             grows[run] += cost
             new_series += len(names)
-        if self.data.series + new_series > self.max_series:
-            self.stats.rejected_series_limit += 1
-            raise OverCapacity(f"series limit reached ({self.max_series}); raise the hub's max_series")
+            new_of[run] += len(names)
+        if new_series:
+            self._fit_series(new_of, new_series)
         share = self._fit_shares(needed, grows)
         total = sum(needed.values())
         if self.used + total > self.limit:  # the runs over their share give way first
@@ -111,6 +117,28 @@ class Memory:
                 "and history); retry later, or raise the hub's memory_limit_mb or finish old runs"
             )
         return set(new_names)
+
+    def _fit_series(self, new_of: collections.Counter[budgets.Run], new_series: int) -> None:
+        """Hold each run of a push to its share of the series limit (budgets.py), and the push to the
+        limit: new series cannot be dropped later to make room."""
+        share = self.runs.series_share(self.max_series, new_of)
+        for run, n in new_of.items():
+            if n > share:  # not even alone in its share: the push itself is too big (422)
+                self.stats.rejected_series_limit += 1
+                raise OverCapacity(
+                    f"series limit: a push of {n} new series for run {run[1][:80]!r} is more than a run's share "
+                    f"of the hub's series limit ({share} of max_series {self.max_series}); send fewer keys or "
+                    "label sets, or raise max_series"
+                )
+            if self.runs.series[run] + n > share:
+                self.stats.rejected_series_limit += 1
+                raise budgets.series_refusal(run, self.runs.series[run], share, self.max_series)
+        if self.data.series + new_series > self.max_series:
+            self.stats.rejected_series_limit += 1
+            raise budgets.BoundFull(  # every run within its share, the whole limit held: retry later (429)
+                f"series limit reached ({self.max_series} series, every run within its share); retry later, or "
+                "raise the hub's max_series or delete finished runs (rl-insight runs delete)"
+            )
 
     def _fit_shares(self, needed: collections.Counter[budgets.Run], grows: collections.Counter[budgets.Run]) -> int:
         """Hold each run of a push to its share: a run that would grow (new streams or series, which

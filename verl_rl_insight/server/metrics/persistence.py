@@ -156,7 +156,7 @@ class HubFiles:
                 stream.restored_for = frozenset(map(str, whole))
                 self.data.streams[stream.key] = stream
                 self.memory.charge(stream, cost)
-                self.data.series += len(stream.latest)
+                self.memory.count_series(stream.run, len(stream.latest))
             self.data.version += 1
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning(
