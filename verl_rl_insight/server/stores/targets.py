@@ -28,6 +28,9 @@ MAX_TARGETS = 10_000
 # holds, 16,384 GPUs as 2,048 nodes of 8, registers a rollout replica per node (2,048) and its
 # TransferQueue endpoint; 64 more for other endpoints of its own. Setting: max_targets_per_run.
 MAX_TARGETS_PER_RUN = 2_048 + 64
+# the longest TTL a run credential's target may have: a run's targets leave with it (the trainer
+# renews every TTL/3); targets that stay (ttl_s 0) and longer ones are for the token
+RUN_MAX_TTL_S = 3600.0
 
 
 class TargetError(BadInput):
@@ -87,18 +90,34 @@ class _Entry(TypedDict):
 
 
 def check_owner(key: tuple[str, str], labels: dict[str, str], writer: tuple[str, str]) -> None:
-    """Forbidden when a run credential's registration would replace a live target of another run,
-    or one without a run (``rl-insight targets add``): the registration would relabel that run's
-    engine series as the writer's, or turn a person's static target into one that expires."""
+    """Forbidden when a run credential's registration would take an address that a live target of
+    another run holds (under any job), or one without a run (``rl-insight targets add``): it would
+    relabel that run's engine series as the writer's, or turn a person's static target into one
+    that expires."""
     owner = labels.get("project"), labels.get("experiment_name")
     if owner == writer:
         return
     whose = f"run {owner[0]}/{owner[1]}" if None not in owner else "a person (no run labels: rl-insight targets add)"
     raise Forbidden(
-        f"address: target {key[1][:80]!r} of job {key[0][:80]!r} is registered by {whose[:200]}; a run credential "
-        f"adds new targets and renews its own only (a run's target is free again once that run removes it or its "
-        f"TTL runs out)"
+        f"address: {key[1][:80]!r} is a target of job {key[0][:80]!r} registered by {whose[:200]}; a run "
+        f"credential adds new addresses and renews its own only (a run's target is free again once that run "
+        f"removes it or its TTL runs out)"
     )
+
+
+def check_run_ttl(ttl_s: float) -> None:
+    """A TargetError unless a run credential's target expires within RUN_MAX_TTL_S."""
+    if not 0 < ttl_s <= RUN_MAX_TTL_S:
+        raise TargetError(
+            f"ttl_s: a run credential's target expires, after 1 to {RUN_MAX_TTL_S:.0f} s (got {ttl_s:g}); "
+            "targets that stay (ttl_s 0) take the server's token (rl-insight targets add)"
+        )
+
+
+def address_key(address: str) -> str:
+    """An address as ownership compares it: the host's letters in one case (DNS names are)."""
+    host, _, port = address.rpartition(":")
+    return f"{host.lower()}:{port}"
 
 
 class TargetRegistry:
@@ -116,6 +135,7 @@ class TargetRegistry:
         self.writes = 0
         self._lock = threading.Lock()
         self._targets: dict[tuple[str, str], _Entry] = {}  # (job, address) ->
+        self._at: dict[str, set[tuple[str, str]]] = {}  # address_key -> the (job, address) keys there
         self._dirty = False
         self._wake = threading.Event()
         self._save_lock = threading.Lock()
@@ -138,18 +158,21 @@ class TargetRegistry:
         check_job_not_reserved(job)
         target = check_target(address, job, labels or {}, ttl_s)
         job, address, labels, ttl_s = target.job, target.address, target.labels, target.ttl_s
+        if writer is not None:
+            check_run_ttl(ttl_s)
         with self._lock:
             self._expire()
             key = (job, address)
             previous = self._targets.get(key)
-            if previous is not None and writer is not None:
-                check_owner(key, previous["labels"], writer)
+            if writer is not None:
+                for held in self._at.get(address_key(address), ()):
+                    check_owner(held, self._targets[held]["labels"], writer)
             if previous is None and len(self._targets) >= MAX_TARGETS:
                 raise TargetError(f"at most {MAX_TARGETS} targets")
             if previous is None:
                 self._check_run_cap(labels)
             expires = None if not ttl_s else self.clock() + ttl_s
-            self._targets[key] = {"labels": labels, "ttl_s": ttl_s, "expires": expires}
+            self._put(key, {"labels": labels, "ttl_s": ttl_s, "expires": expires})
             if not ttl_s or (previous is not None and not previous["ttl_s"]):
                 self._changed()
             return self._record(key)
@@ -173,7 +196,7 @@ class TargetRegistry:
 
     def remove(self, address: str, job: str) -> bool:
         with self._lock:
-            removed = self._targets.pop((job, address), None)
+            removed = self._drop((job, address))
             if removed is not None and not removed["ttl_s"]:
                 self._changed()
             return removed is not None
@@ -206,10 +229,23 @@ class TargetRegistry:
             "expires_in_s": expires_in,
         }
 
+    def _put(self, key: tuple[str, str], entry: _Entry) -> None:
+        self._targets[key] = entry
+        self._at.setdefault(address_key(key[1]), set()).add(key)
+
+    def _drop(self, key: tuple[str, str]) -> _Entry | None:
+        entry = self._targets.pop(key, None)
+        there = self._at.get(address_key(key[1]))
+        if there is not None:
+            there.discard(key)
+            if not there:
+                del self._at[address_key(key[1])]
+        return entry
+
     def _expire(self) -> None:
         now = self.clock()
         for key in [k for k, e in self._targets.items() if e["expires"] is not None and e["expires"] <= now]:
-            del self._targets[key]
+            self._drop(key)
 
     def _changed(self) -> None:
         if self.store_path is None:
@@ -251,7 +287,8 @@ class TargetRegistry:
         try:
             for item in json.loads(self.store_path.read_text()):
                 target = check_target(item["address"], item["job"], item.get("labels") or {}, 0)
-                self._targets[(target.job, target.address)] = {"labels": target.labels, "ttl_s": 0, "expires": None}
+                self._put((target.job, target.address), {"labels": target.labels, "ttl_s": 0, "expires": None})
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             self._targets.clear()
+            self._at.clear()
             set_aside(self.store_path, str(exc)[:200])  # the server starts; trainers register again
