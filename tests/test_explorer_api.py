@@ -51,7 +51,7 @@ def demo(tmp_path_factory):
         base, token = server_url.split(url.stdout.strip())
         real_run_pushed(base, token, stack_prometheus(config["data_dir"], config["prometheus_port"]))
         assert token == TOKEN
-        SERVER_CONFIG["path"] = str(path)
+        SERVER_CONFIG.update(path=str(path), data_dir=config["data_dir"], prometheus_port=config["prometheus_port"])
         yield base, token, {**env, "RL_INSIGHT_SERVER_URL": url.stdout.strip()}
     finally:
         rl_insight("server", "stop", env=env, timeout=60)
@@ -315,6 +315,29 @@ def test_report_escapes_a_response_that_closes_the_script():
     data = {"samples": {"1": {"samples": [{"response": "</script><script>alert(1)</script><!--"}]}}}
     text = report.data_json(data)
     assert "</script" not in text and "<!--" not in text and json.loads(text) == data
+
+
+def test_a_page_of_a_run_nobody_logged_costs_prometheus_one_request_not_a_range_query_per_window(demo):
+    """Anyone may ask for any name: the explorer asks its Prometheus whether it holds the run (its
+    index), and only then reads it back window by window (35 days in windows of 2 h: 420 queries)."""
+    from verl_rl_insight.server.explorer.prometheus import PrometheusReader
+
+    parts = urllib.parse.urlsplit(stack_prometheus(SERVER_CONFIG["data_dir"], SERVER_CONFIG["prometheus_port"]))
+    login = (urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password))
+    reader = PrometheusReader(f"http://127.0.0.1:{parts.port}", login)
+    queries = []
+    samples = reader.samples
+    reader.samples = lambda promql: (queries.append(promql), samples(promql))[1]
+    assert reader.run_steps(PROJECT, "nobody-logged-this", time.time()) == ([], None)
+    assert queries == []
+    steps, finished = reader.run_steps(PROJECT, "real", time.time())  # a run it holds: read back whole
+    assert [s for s, _, _ in steps] == list(range(0, 211)) and finished == 1 and queries
+    base = demo[0]
+    started = time.monotonic()
+    for n in range(20):  # what a stranger's loop of made-up names costs the server now
+        status, answer = get(base, "run", project=PROJECT, experiment_name=f"made-up-{n}")
+        assert status == 404 and "experiment_name" in answer["error"], answer
+    print(f"20 pages of made-up runs: {time.monotonic() - started:.2f} s")
 
 
 def test_after_a_restart_the_curves_are_read_back_from_prometheus(demo, tmp_path):

@@ -46,9 +46,24 @@ class PrometheusReader:
             return []
         return [(dict(r["metric"]), [(float(t), float(v)) for t, v in r.get("values", ())]) for r in found]
 
+    def has_run(self, project: str, experiment: str, now: float) -> bool:
+        """Whether Prometheus holds a step of the run in the last MAX_S (its index only: one request,
+        answered at once for a name it never saw); False when it does not answer (logged)."""
+        selector = f"{GLOBAL_STEP_METRIC}{run_selector(project, experiment)}"
+        query = {"match[]": selector, "start": f"{now - MAX_S:.3f}", "end": f"{now:.3f}"}
+        try:
+            reply = self.client.request("GET", f"{self.url}/api/v1/series", params=query)
+            return bool(reply.ok and reply.json()["data"])
+        except (RLInsightError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("explorer: Prometheus did not answer for run %s/%s (%s)", project[:80], experiment[:80], exc)
+            return False
+
     def run_steps(self, project: str, experiment: str, now: float) -> tuple[list[Step], float | None]:
         """The run's steps as (step, time, {series: value}): what the trainer's own stream logged;
-        and its last rl_insight_run_finished (1: finish() ran)."""
+        and its last rl_insight_run_finished (1: finish() ran). A run Prometheus never had costs one
+        request (``has_run``), not a range query for every window of MAX_S."""
+        if not self.has_run(project, experiment, now):
+            return [], None
         selector = run_selector(project, experiment)[1:-1]
         query = f'{{__name__=~"{TRAINER_SERIES}|{GLOBAL_STEP_METRIC}",{selector}}}'
         values: dict[str, dict[float, float]] = {}
