@@ -176,7 +176,8 @@ def _response_lengths(tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
 
 class HelperThread:
     """One helper thread for this process, made when first needed and made again after a fork (a
-    child has the executor but not its thread); None where this process may use one CPU only."""
+    child has the executor but not its thread). ``submit`` gives None where this process may use
+    one CPU only, or at interpreter shutdown: the caller then does the work itself."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
