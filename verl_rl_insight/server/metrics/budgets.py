@@ -64,6 +64,16 @@ def run_of(key: StreamKey) -> Run:
     return (labels.get("project", ""), labels.get("experiment_name", ""))
 
 
+def _add(counts: collections.Counter[Run], run: Run, n: int) -> None:
+    """``counts[run] += n``, the run gone from ``counts`` at nothing held (the runs counted are those
+    holding something: the shares divide by their number)."""
+    held = counts[run] + n
+    if held > 0:
+        counts[run] = held
+    else:
+        del counts[run]
+
+
 class RunBudgets:
     """The bytes each run holds in the hub (its streams' booked bytes and history), and its series."""
 
@@ -73,11 +83,7 @@ class RunBudgets:
 
     def count_series(self, run: Run, n: int) -> None:
         """``n`` series more (negative: fewer) of ``run``."""
-        held = self.series[run] + n
-        if held > 0:
-            self.series[run] = held
-        else:
-            del self.series[run]
+        _add(self.series, run, n)
 
     def series_share(self, max_series: int, pushing: Iterable[Run] = ()) -> int:
         """The series one run may hold under ``max_series`` now, the runs of a push counted."""
@@ -85,11 +91,7 @@ class RunBudgets:
 
     def charge(self, run: Run, nbytes: int) -> None:
         """Book ``nbytes`` (negative: give back) to ``run``."""
-        held = self.held[run] + nbytes
-        if held > 0:
-            self.held[run] = held
-        else:
-            del self.held[run]
+        _add(self.held, run, nbytes)
 
     def share(self, limit: int, pushing: Iterable[Run] = ()) -> int:
         """What one run may hold under ``limit`` now, with the runs of a push (``pushing``) counted."""
