@@ -1,7 +1,7 @@
 """What the training-health detectors are judged on.
 
-- ``real_runs()``: public verl runs their authors committed (``../shared/real_runs`` beside the
-  repository, and ``tests/data/real_runs``), in verl's ``file`` logger format. Labelled healthy by
+- ``real_runs()``: public verl runs their authors committed (``tests/data/real_runs``, with
+  their sources), in verl's ``file`` logger format. Labelled healthy by
   their authors: a finding there is a false finding, unless the run's ``.source.json`` describes
   what the detector saw (``KNOWN``).
 - ``healthy_shapes()``: realistic long-CoT GRPO runs of the shapes the issue names (slow entropy
@@ -28,12 +28,8 @@ from verl_rl_insight.commands.run_file import read_run
 from verl_rl_insight.server.health import detectors
 
 ROOT = Path(__file__).resolve().parent.parent
-# ../shared beside the repository (CI's fresh clone; a git worktree one level further down), and the repo's own
-REAL_RUN_DIRS = (
-    ROOT.parent / "shared" / "real_runs",
-    ROOT.parent.parent / "shared" / "real_runs",
-    ROOT / "tests" / "data" / "real_runs",
-)
+# inside the repository, so that a clone anywhere passes its tests (the team's shared/real_runs is copied in)
+REAL_RUN_DIRS = (ROOT / "tests" / "data" / "real_runs",)
 
 # What a run's .source.json says the run really shows (its "observed"), by run and detector: a
 # finding of these there is the detector describing the run, not a false one.

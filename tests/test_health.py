@@ -1,7 +1,7 @@
 """Training health through the real path: the server process (its detectors on every step it
 accepts) and a real Prometheus scraping it with the shipped rules loaded.
 
-- Every real verl run (``../shared/real_runs``, ``tests/data/real_runs``: verl's ``file`` logger
+- Every real verl run (``tests/data/real_runs``: verl's ``file`` logger
   output) pushed step by step: ``rl-insight diagnose --file`` raises no critical finding and at most
   one warning on it, and the server found online what diagnose finds (the same detectors).
 - Real runs with one failure injected (``benchmarks/health_shapes.py``: growing over tens of

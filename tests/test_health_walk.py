@@ -1,8 +1,7 @@
-"""The training-health walk in this process, on real verl runs (``../shared/real_runs`` and
-``tests/data/real_runs``, verl's ``file`` logger format) and on realistic shapes built from them
-(``benchmarks/health_shapes.py``): the offline walk (``detectors.diagnose``) and the online one
-(``HealthMonitor``, fed the batches the hub accepts) find the same findings; baselines start again
-at a reset step; each new failure mode is found near the step it began.
+"""The training-health walk in this process, on real verl runs (``tests/data/real_runs``, verl's ``file``
+logger format) and on realistic shapes built from them (``benchmarks/health_shapes.py``): the offline walk
+(``detectors.diagnose``) and the online one (``HealthMonitor``, fed the batches the hub accepts) find the same
+findings; baselines start again at a reset step; each new failure mode is found near the step it began.
 
 The same runs go through the real server and ``rl-insight diagnose --file`` in tests/test_health.py."""
 
@@ -56,7 +55,7 @@ def offline(run, resets=()):
 
 def test_there_are_real_runs_to_judge_on():
     runs = shapes.real_runs()
-    assert len(runs) >= 4, [r.name for r in runs]  # ../shared/real_runs has 4
+    assert len(runs) >= 9, [r.name for r in runs]  # tests/data/real_runs has 9
     assert all(r.source == "healthy" for r in runs)
     assert set(shapes.EXPECTED) <= {r.name for r in shapes.real_runs("failure")}
 
