@@ -10,6 +10,7 @@ import logging
 import time
 
 import numpy as np
+import pytest
 
 from tests.helpers import http, push
 from verl_rl_insight.commands.demo.verl_step import rollout_batch, step_metrics
@@ -80,7 +81,7 @@ def test_a_200_character_data_source_costs_its_long_keys_only_every_other_key_re
     assert len(kept) > 60
     for key, value in kept.items():
         name = metric_name(PREFIX, key)
-        assert exposed(text, name) is not None, f"{key} of step 2 is not on /metrics"
+        assert exposed(text, name) == pytest.approx(float(value), rel=1e-6, nan_ok=True), f"{key} of step 2"
     assert exposed(text, metric_name(PREFIX, "training/global_step")) == 2.0
     # the plugin's keys of the long source: present, short, under a stable name
     short = short_source(LONG)
@@ -88,7 +89,7 @@ def test_a_200_character_data_source_costs_its_long_keys_only_every_other_key_re
     for stat in ("count", "score/mean", "response_length/mean", "clip_ratio"):
         assert exposed(text, metric_name(PREFIX, f"rl_insight/source/{short}/{stat}")) is not None, stat
     assert exposed(text, metric_name(PREFIX, "rl_insight/source/openai/gsm8k/count")) is not None
-    assert f"data_source {LONG!r} is logged as rl_insight/source/{short}/" in caplog.text
+    assert f"data_source {LONG!r} is logged as rl_insight/source/{short}/..." in caplog.text
     # the long keys: named in the sender's log once, counted by the hub, never on /metrics
     assert sender.stats["dropped_keys"] >= len(too_long)
     assert f"leaves metric {metric_name(PREFIX, too_long[0])[:200]}" in caplog.text

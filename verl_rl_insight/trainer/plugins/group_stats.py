@@ -157,7 +157,7 @@ def _source_metrics(
         if name not in known and len(known) < MAX_SOURCES:
             known[name] = None
             if short_source(name) != name:
-                logger.info("rl-insight: data_source %r is logged as rl_insight/source/%s/...", name, short_source(name))
+                logger.info("rl-insight: data_source %r is logged as %s...", name, source_key(name, ""))
         labels.append(name if name in known else OTHER)
     merged = sorted(set(labels))
     slot = torch.tensor([merged.index(label) for label in labels], dtype=torch.int64)
