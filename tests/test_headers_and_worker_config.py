@@ -13,8 +13,8 @@ import pytest
 from verl_rl_insight.contract import environment, run_credential
 from verl_rl_insight.trainer.config import ENV_CONFIG_JSON, ENV_TOKEN
 from verl_rl_insight.trainer.runtime import ENV_EXPERIMENT, ENV_PROJECT
-from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
 from verl_rl_insight.trainer.verl_api.propagation import forwarded_environment, prepare_driver_environment
+from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
 
 TOKEN = "nosniff-t0ken"
 
