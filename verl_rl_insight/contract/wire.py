@@ -59,6 +59,7 @@ from verl_rl_insight.contract.wire_limits import (
 from verl_rl_insight.contract.wire_limits import (
     MAX_BATCHES as MAX_BATCHES,
 )
+from verl_rl_insight.contract.wire_limits import MAX_DROPPED_NAME, too_long_why
 from verl_rl_insight.contract.wire_limits import (
     MAX_DROPPED_NAMED as MAX_DROPPED_NAMED,
 )
@@ -292,21 +293,14 @@ def is_reserved(name: str) -> bool:
     return name.startswith(RESERVED_PREFIXES) or name in RESERVED_NAMES
 
 
-# how much of an over-long name the answer repeats (enough to find the key; the answer stays small)
-MAX_DROPPED_NAME = 2 * MAX_NAME
 RESERVED_WHY = "the server's own name (rl_insight_hub_*, rl_insight_health_*, the timeline's figures, the step time)"
 NOT_A_STEP_WHY = f"{GLOBAL_STEP_METRIC} is the step: it must be a whole number from 0 to {MAX_STEP}"
 
 
-def too_long_why(name: str) -> str:
-    return f"a metric name of {len(name)} characters, over the limit of {MAX_NAME}"
-
-
 def check_metric_names(where: str, metrics: dict[str, Any], own: bool = False) -> dict[str, str]:
     """Every key a metric name (else PushError); returns {key: why} for the keys left out of the
-    batch, the rest of it applied: a name the server keeps for itself (none when ``own``: the
-    server's own series) and a name over ``MAX_NAME`` characters (no key costs a step). Names seen
-    before cost a set look-up."""
+    batch, the rest applied: a name the server keeps for itself (none when ``own``: the server's own
+    series) and one over ``MAX_NAME`` characters (no key costs a step). Names seen cost a look-up."""
     if _known_names.issuperset(metrics):
         return {}
     left_out: dict[str, str] = {}
