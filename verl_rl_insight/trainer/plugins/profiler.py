@@ -191,14 +191,16 @@ class Profiles:
             wanted = range(request["first_step"], request["last_step"] + 1)
             future = [n for n in wanted if n > step]
             if not future:
+                waited = f" (it waited: {MAX_ARMED_STEPS} steps to come were armed)" if request.get("waited") else ""
                 self.update(
                     request,
                     "missed",
-                    f"step {wanted[-1]} had begun when the trainer saw the request (it was at step {step})",
+                    f"step {wanted[-1]} had begun when the trainer saw the request (it was at step {step})" + waited,
                 )
                 continue
             if len(self.wanted | set(future)) > MAX_ARMED_STEPS:
                 self._warn_once("armed", ARMED_FULL, MAX_ARMED_STEPS)
+                request["waited"] = True
                 continue  # still "requested": armed at a boundary once earlier steps are done
             self.wanted.update(future)
             late = f"; steps {wanted[0]}..{future[0] - 1} had begun" if future[0] > wanted[0] else ""
