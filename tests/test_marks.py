@@ -26,7 +26,7 @@ from verl_rl_insight.server.api.parts import ApiParts
 from verl_rl_insight.server.app import step_time_in
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.metrics.hub import MetricHub
-from verl_rl_insight.server.stores.marks import MarkStore
+from verl_rl_insight.server.stores.marks import MarkStore, WriteRate
 
 TOKEN = "the-servers-own-token"
 REAL_RUN = Path(__file__).parent / "data" / "real_runs" / "diqiu_gpg_qwen2_7b_gsm8k_math_fsdp.jsonl"  # steps 0-210
@@ -243,6 +243,7 @@ def test_marks_are_bounded_per_run_and_one_more_is_a_422(tmp_path):
 def test_marks_count_against_the_servers_memory_bound_and_one_beyond_it_is_a_422(tmp_path):
     hub = MetricHub(memory_limit_bytes=100_000)  # others may hold a quarter of it: 25 kB
     store = MarkStore(tmp_path / "marks.json")
+    store.rate = WriteRate(per_run=10_000, burst=10_000)  # the memory bound is what this test reaches
     store.book_all(lambda nbytes: hub.book_other("marks", nbytes))
     for step in range(5):
         store.add(mark_body(step=step, text="x" * MAX_MARK_TEXT))

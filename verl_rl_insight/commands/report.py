@@ -3,16 +3,23 @@ the run explorer's run page and the pages of its findings' steps as ONE self-con
 (the page's HTML, JavaScript and CSS inlined, and the API's answers as ``window.RL_INSIGHT_REPORT``),
 for a pull request or a chat: it opens from disk with no server and no network.
 
-Samples (prompts and responses) only with ``--samples``: they can be private. The file is this
-user's only (0600)."""
+What it shares is what the page shows and nothing more: the run and the compared runs, no other
+run's name (the runs list and each page's ``others`` are cut to them); no run card unless
+``--card``, and with it only the keys where the runs differ (``contract/run_card.differences``);
+samples (prompts and responses) only with ``--samples``: they can be private. The file is this
+user's only (0600), written to a new temporary name beside ``-o`` (``O_CREAT | O_EXCL``, never
+through a link) and renamed over it: a link planted at ``-o`` is replaced, not followed."""
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import importlib.resources
 import json
 import os
 import re
+import secrets
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,11 +28,13 @@ from typing import Protocol
 from verl_rl_insight.commands.api import call, common_options, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
 from verl_rl_insight.commands.timeline.command import steps_range
+from verl_rl_insight.contract.run_card import ABSENT, Json, differences
 
 API = "/api/v1/explorer"
 KEYS_PER_REQUEST = 64  # the API's bound
 MAX_STEP_PAGES = 50  # step pages in one report: the findings' first and last steps, the first 50
 STATIC = "/static/explorer/"
+NONE = "'none'"  # a CSP source list that allows nothing
 Answer = dict[str, object]
 _SCRIPT = re.compile(r'<script\b[^>]*\bsrc="' + re.escape(STATIC) + r'([\w.\-]+)"[^>]*>\s*</script>')
 _STYLE = re.compile(r'<link\b[^>]*\bhref="' + re.escape(STATIC) + r'([\w.\-]+)"[^>]*>')
@@ -98,7 +107,25 @@ def html(data: Mapping[str, object]) -> str:
         raise CliError(f"the explorer page's files are missing from this install: {', '.join(missing)}", code=PROBLEMS)
     tail = f"<script>window.RL_INSIGHT_REPORT = {data_json(data)};</script>" + "".join(scripts)
     at = page.rfind("</body>")
-    return page[:at] + tail + page[at:] if at >= 0 else page + tail
+    page = page[:at] + tail + page[at:] if at >= 0 else page + tail
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{report_csp(page)}">'
+    head = re.search(r"<head\b[^>]*>", page)
+    return page[: head.end()] + meta + page[head.end() :] if head else meta + page
+
+
+def report_csp(page: str) -> str:
+    """The report's Content-Security-Policy: its own inline scripts and styles only (each by its
+    SHA-256), no request anywhere (``default-src 'none'``, ``connect-src 'none'``), images from
+    ``data:`` only: text a run logged cannot run or load anything, also opened from disk."""
+
+    def hashes(tag: str) -> str:
+        found = re.findall(rf"<{tag}>(.*?)</{tag}>", page, flags=re.DOTALL)
+        return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(t.encode()).digest()).decode()}'" for t in found)
+
+    return (
+        f"default-src 'none'; script-src {hashes('script') or NONE}; style-src {hashes('style') or NONE}; "
+        "img-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'"
+    )
 
 
 def _list(answer: object, name: str) -> list[object]:
@@ -162,6 +189,7 @@ def collect(args: argparse.Namespace, base: str, token: str | None) -> Answer:
         compared[other] = {"run": other_page, "curves": curves(base, token, (run[0], other), other_keys, window)}
     if compared:
         data["compare"] = compared
+    confine(data, run, args.compare or [], args.card)
     steps: Answer = {}
     samples: Answer = {}
     for step in finding_steps(_list(page, "findings"), first, last):
@@ -174,23 +202,64 @@ def collect(args: argparse.Namespace, base: str, token: str | None) -> Answer:
     return data
 
 
+def _card_of(page: object) -> Mapping[str, Json]:
+    """The card a run answer carries (``{"card": {...}, "received": ...}``), or an empty one."""
+    stored = page.get("card") if isinstance(page, dict) else None
+    card = stored.get("card") if isinstance(stored, dict) else None
+    return card if isinstance(card, dict) else {}
+
+
+def confine(data: Answer, run: tuple[str, str], compared: list[str], card: bool) -> None:
+    """``data`` cut to what the report shares: the run and the compared runs only (the runs list,
+    each page's ``others``), and their cards only with ``card``, as the keys where they differ."""
+    allowed = {run[1], *compared}
+    listed = _list(data.get("runs"), "runs")
+    kept = [r for r in listed if isinstance(r, dict) and r.get("project") == run[0] and r.get("experiment") in allowed]
+    data["runs"] = {"runs": kept}
+    pages: dict[str, dict[str, object]] = {run[1]: _object(data, "run")}
+    pages.update({name: _object(_object(data, "compare").get(name), "run") for name in compared})
+    differ: dict[str, dict[str, Json]] = {name: {} for name in pages}
+    if card:
+        mine = _card_of(pages[run[1]])
+        for name in compared:
+            for key, left, right in differences(mine, _card_of(pages[name]))[0]:
+                for owner, value in ((run[1], left), (name, right)):
+                    if value is not ABSENT:
+                        differ[owner][key] = value  # type: ignore[assignment]  # ABSENT left out above
+    for name, page in pages.items():
+        page["others"] = [e for e in _list(page, "others") if e in allowed]
+        page["card"] = {"config": differ[name]} if card else None
+        page["card_needs_token"] = False
+
+
 def write_private(path: Path, text: str) -> int:
-    """``text`` into ``path``, readable by this user only (0600, also when the file was there)."""
+    """``text`` into ``path``, readable by this user only (0600): written to a new file of a
+    random name in ``path``'s folder (``O_CREAT | O_EXCL | O_NOFOLLOW``: never an existing file or
+    a link) and renamed over ``path``; a link at ``path`` is replaced, what it points to untouched."""
     data = text.encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        os.fchmod(f.fileno(), 0o600)
-        f.write(data)
+    folder = path.parent
+    temporary = folder / f".{path.name[:100]}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     return len(data)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.card and not args.compare:
+        raise CliError("--card shares the card's keys where the runs differ: it needs --compare E2")
     base, token = server(args)
     data = collect(args, base, token)
     size = write_private(Path(args.output), html(data))
     n_steps, n_keys = len(_list(data["curves"], "steps")), len(_object(data["curves"], "series"))
     findings, pages = len(_list(data["run"], "findings")), len(_object(data, "steps"))
     samples = f"samples of {pages} steps" if args.samples else "no samples (--samples adds them)"
+    samples += f", {len(_object(_object(data['run'], 'card'), 'config'))} card keys" if args.card else ", no card"
     print(
         f"{args.output}: {args.project}/{args.experiment}, {n_steps} steps, {n_keys} curves, {findings} findings, "
         f"{pages} step pages, {samples}, {size / 1e6:.1f} MB; opens from disk with no server"
@@ -219,6 +288,9 @@ def add_parsers(sub: Subcommands) -> None:
     parser.add_argument("--compare", type=_experiments, help="other experiments of the project to overlay: E2,E3")
     parser.add_argument("--steps", type=steps_range, help="only these steps: A:B (both included), A:, :B")
     parser.add_argument("--samples", action="store_true", help="add the steps' samples (prompts and responses)")
+    parser.add_argument(
+        "--card", action="store_true", help="add the run cards' keys where the runs differ (needs --compare)"
+    )
     parser.add_argument("-o", "--output", required=True, help="the HTML file to write (0600)")
     common_options(parser, top=True)
     parser.set_defaults(func=run)

@@ -22,10 +22,27 @@ MAX_MARK_STEP = 2**53  # a step that still reads back exactly from a float
 # the hub's own series of the marks: value = the step's trainer time in ms (Grafana's useValueForTime)
 MARK_METRIC = "rl_insight_hub_run_mark"
 
-# C0 and C1 controls (escape codes, newlines), zero-width and bidirectional format characters
-# (U+200B-U+200F, U+202A-U+202E, U+2060-U+206F), line and paragraph separators, the BOM
-MARK_TEXT_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]+(?!\n)$"
-MARK_TEXT_RULE = f"must be 1 to {MAX_MARK_TEXT} printable characters (no control or invisible format characters)"
+# C0 and C1 controls (escape codes, newlines); every format character of Unicode (category Cf:
+# the soft hyphen U+00AD, the Arabic letter mark U+061C, zero-width and bidirectional characters
+# U+200B-U+200F, U+202A-U+202E, U+2060-U+206F, the BOM, the tag characters U+E0001, U+E0020-U+E007F,
+# ...); line and paragraph separators; characters that draw nothing (the combining grapheme joiner,
+# Hangul fillers, Khmer inherent vowels, Mongolian and other variation selectors). A test checks the
+# list against every Cf character Python's unicodedata knows.
+INVISIBLE = (
+    r"\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u115f-\u1160\u17b4-\u17b5\u180b-\u180f"
+    r"\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U000110bd\U000110cd"
+    r"\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f"
+    r"\U000e0100-\U000e01ef"
+)
+MARK_TEXT_PATTERN = rf"^[^\x00-\x1f\x7f-\x9f{INVISIBLE}]+(?!\n)$"
+MARK_TEXT_RULE = (
+    f"must be 1 to {MAX_MARK_TEXT} printable characters (no control, format, invisible or bidirectional characters)"
+)
+# changes (a mark, a mark again, an unmark) of one run a second, and of all runs: each rewrites
+# marks.json with fsync; more is 429 with Retry-After
+MAX_MARK_WRITES_PER_RUN_S = 4
+MARK_WRITES_BURST = 10  # at once, before the rate applies
+MAX_MARK_WRITES_S = 32
 
 RunName = Annotated[str, Meta(min_length=1, max_length=256, pattern=LABEL_VALUE_PATTERN)]
 

@@ -3,26 +3,27 @@ line, nodes x GPUs, model), sent once by the trainer and kept by the server per 
 
 Shared by both sides: the trainer redacts before the card leaves its process, the server redacts
 again before it keeps it (defence in depth), and the CLI flattens two cards to dotted keys and
-prints where they differ. Redaction is by key name (a word token, key, secret, password, auth...,
-when the value is text or a block) and by value (a URL's user info, a value that is one of the
-secrets the caller knows, a run credential).
+prints where they differ. Redaction (``redaction.py``) is by key name and by shape.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-from verl_rl_insight.contract.run_credential import PREFIX as RUN_CREDENTIAL_PREFIX
-
-Json = None | bool | int | float | str | list["Json"] | dict[str, "Json"]
+from verl_rl_insight.contract.redaction import COLUMN_KEYS as COLUMN_KEYS
+from verl_rl_insight.contract.redaction import MASK as MASK
+from verl_rl_insight.contract.redaction import Json as Json
+from verl_rl_insight.contract.redaction import redact as redact
+from verl_rl_insight.contract.redaction import redact_argv as redact_argv
+from verl_rl_insight.contract.redaction import redact_card as redact_card
+from verl_rl_insight.contract.redaction import redact_text as redact_text
+from verl_rl_insight.contract.redaction import secret_key as secret_key
 
 MAX_CARD_BYTES = 256 * 1024  # one card, as JSON
 MAX_DEPTH = 32  # nesting of the config (verl's own is 6 deep)
 MAX_TEXT = 4096  # one string of the config
-MASK = "***"
 CARD_FIELDS = (
     "project",
     "experiment_name",
@@ -39,90 +40,6 @@ CARD_FIELDS = (
 )
 # identity of a run and what is said about the card, not what the run was started with: not compared
 IDENTITY_FIELDS = ("project", "experiment_name", "created", "derived", "notes")
-
-_SECRET_WORDS = frozenset(
-    {"token", "key", "secret", "secrets", "password", "passwd", "passphrase", "apikey", "credential", "credentials"}
-)
-_SECRET_PARTS = ("password", "passwd", "secret", "apikey", "api_key", "accesskey", "access_key")
-# verl's own keys that end in ``_key`` and name a dataset column (``data.prompt_key: prompt``):
-# not secrets while their value is a column name
-COLUMN_KEYS = frozenset({"prompt_key", "reward_fn_key", "image_key", "video_key", "audio_key", "teacher_key"})
-_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
-_WORDS = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
-_USER_INFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)[^/?#@\s]*@")
-
-
-def secret_key(name: str) -> bool:
-    """True for a key that names a secret: a word token / key / secret / password / auth...
-    (``hf_token``, ``wandb_api_key``, ``RL_INSIGHT_TOKEN``, ``Authorization``), not ``tokenizer``."""
-    lowered = name.lower()
-    if any(part in lowered for part in _SECRET_PARTS):
-        return True
-    words = [w.lower() for w in _WORDS.split(name) if w]
-    return any(w in _SECRET_WORDS or w.startswith("auth") for w in words)
-
-
-def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with URL user info (``scheme://user:pass@host`` -> ``scheme://***@host``), each of
-    ``secrets`` and any run credential replaced by ``***``."""
-    text = _USER_INFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
-    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    if RUN_CREDENTIAL_PREFIX in text:
-        text = re.sub(re.escape(RUN_CREDENTIAL_PREFIX) + r"[A-Za-z0-9_\-.]+", MASK, text)
-    return text
-
-
-def redact(value: Json, secrets: Iterable[str] = (), key: str = "") -> Json:
-    """A copy of ``value`` with every secret masked: the value of a secret-named key when it is
-    text or a block (a number or a flag is not a secret), and secrets inside any text."""
-    known = tuple(secrets)
-    column = key in COLUMN_KEYS and isinstance(value, str) and _COLUMN.fullmatch(value) is not None
-    if key and not column and secret_key(key) and isinstance(value, (str, list, dict)) and value not in ("", [], {}):
-        return MASK
-    if isinstance(value, str):
-        return redact_text(value, known)
-    if isinstance(value, list):
-        return [redact(v, known) for v in value]
-    if isinstance(value, dict):
-        return {k: redact(v, known, k) for k, v in value.items()}
-    return value
-
-
-def redact_card(card: Mapping[str, Json], secrets: Iterable[str] = ()) -> dict[str, Json]:
-    """A card with every secret masked; its ``derived`` (key -> key) is names, not values: only the
-    text in it is searched for secrets, a token-named key there is kept."""
-    known = tuple(secrets)
-    derived = card.get("derived")
-    out = {k: redact(v, known, k) for k, v in card.items() if k != "derived"}
-    if isinstance(derived, dict):
-        out["derived"] = {redact_text(k, known): redact(v, known) for k, v in derived.items()}
-    elif "derived" in card:
-        out["derived"] = redact(derived, known)
-    return out
-
-
-def redact_argv(argv: Iterable[str], secrets: Iterable[str] = ()) -> list[str]:
-    """A command line with secrets masked: ``a.b.hf_token=X`` (a Hydra override), ``--token X``,
-    ``--api-key=X``, and secrets inside any argument."""
-    known = tuple(secrets)
-    out: list[str] = []
-    mask_next = False
-    for arg in argv:
-        if mask_next:
-            out.append(MASK)
-            mask_next = False
-            continue
-        name, eq, _ = arg.partition("=")
-        last = name.lstrip("+~-").rsplit(".", 1)[-1]
-        if eq and last and secret_key(last):
-            out.append(f"{name}={MASK}")
-        elif arg.startswith("-") and not eq and secret_key(arg.lstrip("-")):
-            out.append(arg)
-            mask_next = True
-        else:
-            out.append(redact_text(arg, known))
-    return out
 
 
 def plain(value: object, notes: list[str], where: str = "config", depth: int = 0) -> Json:

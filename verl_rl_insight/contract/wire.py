@@ -59,6 +59,7 @@ from verl_rl_insight.contract.wire_limits import (
 from verl_rl_insight.contract.wire_limits import (
     MAX_BATCHES as MAX_BATCHES,
 )
+from verl_rl_insight.contract.wire_limits import MAX_DROPPED_NAME, too_long_why
 from verl_rl_insight.contract.wire_limits import (
     MAX_DROPPED_NAMED as MAX_DROPPED_NAMED,
 )
@@ -296,27 +297,31 @@ RESERVED_WHY = "the server's own name (rl_insight_hub_*, rl_insight_health_*, th
 NOT_A_STEP_WHY = f"{GLOBAL_STEP_METRIC} is the step: it must be a whole number from 0 to {MAX_STEP}"
 
 
-def check_metric_names(where: str, metrics: dict[str, Any], own: bool = False) -> list[str]:
-    """Every key a metric name (else PushError); returns the keys the server keeps for itself
-    (none when ``own``: the server's own series). Names seen before cost a set look-up."""
+def check_metric_names(where: str, metrics: dict[str, Any], own: bool = False) -> dict[str, str]:
+    """Every key a metric name (else PushError); returns {key: why} for the keys left out of the
+    batch, the rest applied: a name the server keeps for itself (none when ``own``: the server's own
+    series) and one over ``MAX_NAME`` characters (no key costs a step). Names seen cost a look-up."""
     if _known_names.issuperset(metrics):
-        return []
-    reserved: list[str] = []
+        return {}
+    left_out: dict[str, str] = {}
     for name in metrics:
         if name in _known_names:
             continue
-        if len(name) > MAX_NAME or _METRIC_NAME.search(name) is None:
+        if _METRIC_NAME.search(name) is None:
             raise PushError(
                 f"{where}.metrics: invalid metric name {_show(name, MAX_NAME)} "
                 f"(must match [a-zA-Z_:][a-zA-Z0-9_:]*, at most {MAX_NAME} characters)"
             )
+        if len(name) > MAX_NAME:
+            left_out[name[:MAX_DROPPED_NAME]] = too_long_why(name)  # never cached either
+            continue
         if is_reserved(name):
             if not own:
-                reserved.append(name)  # never cached: it is looked at again each time
+                left_out[name] = RESERVED_WHY  # never cached: it is looked at again each time
             continue
         if len(_known_names) < _MAX_KNOWN_NAMES:
             _known_names.add(sys.intern(name))
-    return reserved
+    return left_out
 
 
 def _step_of(given: float | str) -> int | None:
@@ -351,12 +356,12 @@ def _batch(i: int, body: BatchBody, now: float, max_future_s: float = MAX_FUTURE
         else:
             disagrees = step is not None and step != step_key
             step = step_key
-    reserved = check_metric_names(where, body.metrics, own)
-    if reserved:
+    left_out = check_metric_names(where, body.metrics, own)
+    if left_out:
         dropped = dropped or {}
-        for name in reserved:
+        for name in [n for n in body.metrics if n in left_out or len(n) > MAX_NAME]:
             del body.metrics[name]
-            dropped[name] = RESERVED_WHY
+        dropped.update(left_out)
     labels = [("experiment_name", body.experiment_name), ("project", body.project)]
     if body.labels:
         for name in body.labels:

@@ -33,3 +33,10 @@ RESERVED_PREFIX = "rl_insight_hub_"  # the hub's own series
 RESERVED_PREFIXES = (RESERVED_PREFIX, "rl_insight_health_")
 RESERVED_NAMES = frozenset({STEP_TIME_METRIC, *TIMELINE_SERIES})
 MAX_DROPPED_NAMED = 100  # the names a push's answer lists at most (it counts them all)
+# how much of an over-long metric name a push's answer repeats (enough to find the key, the answer small)
+MAX_DROPPED_NAME = 2 * MAX_NAME
+
+
+def too_long_why(name: str) -> str:
+    """Why a pushed key was left out of its batch: its name is over ``MAX_NAME`` characters."""
+    return f"a metric name of {len(name)} characters, over the limit of {MAX_NAME}"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from verl_rl_insight.contract.errors import RLInsightError, Starting
 from verl_rl_insight.server.api import errors, openapi
-from verl_rl_insight.server.api.asgi_types import Receive, Scope, Send
+from verl_rl_insight.server.api.asgi_types import Header, Receive, Scope, Send, Sent
 from verl_rl_insight.server.api.context import Context
 from verl_rl_insight.server.api.parts import ApiParts
 from verl_rl_insight.server.api.request import ClientGone, Request
@@ -23,6 +23,8 @@ from verl_rl_insight.server.api.routes import ROUTES
 
 logger = logging.getLogger("verl_rl_insight.server")
 
+# every answer: a browser never reads a JSON answer (which may hold text a run logged) as HTML or script
+NOSNIFF: Header = (b"x-content-type-options", b"nosniff")
 STARTING = f"the server is starting (its span store is not open yet); retry in {Starting.retry_after_s} s"
 
 
@@ -40,7 +42,7 @@ class Api:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        request = Request(scope, receive, send)
+        request = Request(scope, receive, _nosniff(send))
         try:
             route = self.router.find(request.method, request.path)
             self.context.auth.authorize(request, route.access)
@@ -67,3 +69,16 @@ class Api:
 
     def close(self) -> None:
         self.context.close()
+
+
+def _nosniff(send: Send) -> Send:
+    """``send`` that adds ``X-Content-Type-Options: nosniff`` to an answer that does not carry it."""
+
+    async def sending(message: Sent) -> None:
+        if message["type"] == "http.response.start" and not any(
+            name.lower() == NOSNIFF[0] for name, _ in message["headers"]
+        ):
+            message = {**message, "headers": [*message["headers"], NOSNIFF]}
+        await send(message)
+
+    return sending

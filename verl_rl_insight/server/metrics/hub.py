@@ -45,6 +45,7 @@ from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.run_card import Json
 from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.contract.wire import MAX_DROPPED_NAMED, MAX_FUTURE_S, Batch, decode_push, validate_push
+from verl_rl_insight.contract.wire_limits import MAX_NAME
 from verl_rl_insight.server.metrics import reports
 from verl_rl_insight.server.metrics.exposure import SCRAPE_NUMBER, Collector, Exposure
 from verl_rl_insight.server.metrics.memory import OTHERS_SHARE, Memory
@@ -271,6 +272,8 @@ class MetricHub:
         for name, why in (batch.dropped or {}).items():
             if name == GLOBAL_STEP_METRIC:
                 self._stats.keys_dropped_not_a_step += 1
+            elif len(name) > MAX_NAME:  # a reserved name is a valid one: never too long
+                self._stats.keys_dropped_too_long += 1
             else:
                 self._stats.keys_dropped_reserved += 1
             if len(named) < MAX_DROPPED_NAMED:

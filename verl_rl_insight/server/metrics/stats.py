@@ -30,6 +30,7 @@ class HubStats:
     batches_lost: int = 0
     keys_dropped_reserved: int = 0
     keys_dropped_not_a_step: int = 0
+    keys_dropped_too_long: int = 0
     step_disagreements: int = 0
     listener_errors: int = 0
 
@@ -70,6 +71,7 @@ def hub_series(gauges: Gauges, stats: HubStats) -> tuple[Stat, ...]:
         # a pushed key left out of its batch (the rest applied), by why; a step key unlike the step field
         Stat(KEYS_DROPPED + '{reason="reserved"}', "counter", stats.keys_dropped_reserved),
         Stat(KEYS_DROPPED + '{reason="not_a_step"}', "counter", stats.keys_dropped_not_a_step),
+        Stat(KEYS_DROPPED + '{reason="too_long"}', "counter", stats.keys_dropped_too_long),
         Stat(HUB_PREFIX + "step_disagreements_total", "counter", stats.step_disagreements),
     )
 

@@ -4,7 +4,9 @@ A mark names one step of one run, a person's text, and whether the detectors sta
 baselines again there. It is kept in ``<data>/marks.json`` (0600, written whole with fsync and
 rename; a damaged file is moved aside and named in the log), one mark per step (marking a step
 again replaces its mark), at most ``MAX_MARKS_PER_RUN`` per run and ``MAX_MARKS`` in all (one more
-is a 422).
+is a 422), at most ``MAX_MARK_WRITES_PER_RUN_S`` changes of a run a second (``MARK_WRITES_BURST`` at once)
+and ``MAX_MARK_WRITES_S`` of all runs (each rewrites the file with fsync; more is 429 with
+Retry-After).
 
 The hub exposes each mark whose step's time is known as ``rl_insight_hub_run_mark{project,
 experiment_name, mark, step, reset_baseline}`` with the step's trainer time in ms as its value:
@@ -27,11 +29,14 @@ from pathlib import Path
 
 import msgspec
 
-from verl_rl_insight.contract.errors import BadInput, NotFound, OverCapacity
+from verl_rl_insight.contract.errors import BadInput, Busy, NotFound, OverCapacity
 from verl_rl_insight.contract.marks import (
     MARK_METRIC,
     MARK_TEXT_PATTERN,
     MARK_TEXT_RULE,
+    MARK_WRITES_BURST,
+    MAX_MARK_WRITES_PER_RUN_S,
+    MAX_MARK_WRITES_S,
     MAX_MARKS,
     MAX_MARKS_PER_RUN,
     MarkBody,
@@ -47,6 +52,7 @@ MARK_BYTES = 600  # a mark's record and its slot in the store
 LINE_COPIES = 5  # its exposition line, in as many copies as the hub holds of a series' line (hub.py)
 RECENT_STEPS = 64  # per run: the steps' trainer times kept to place a mark made just after
 RECENT_RUNS = 256
+MAX_RATE_RUNS = 4096  # runs whose change rate is held before full buckets are forgotten
 Run = tuple[str, str]
 
 
@@ -71,6 +77,39 @@ class Mark:
         return MARK_BYTES + LINE_COPIES * line
 
 
+class WriteRate:
+    """Token buckets: ``per_run`` changes of one run a second (``burst`` at once), ``total`` of all
+    runs a second (``total_burst`` at once). A person marking steps by hand never waits; a loop
+    re-marking one step (each change rewrites marks.json with fsync) gets 429 with Retry-After.
+    Holds the runs changed lately only (a full bucket is forgotten). The store's lock holds it."""
+
+    def __init__(
+        self,
+        per_run: float = MAX_MARK_WRITES_PER_RUN_S,
+        burst: float = MARK_WRITES_BURST,
+        total: float = MAX_MARK_WRITES_S,
+        total_burst: float = 2 * MAX_MARK_WRITES_S,
+    ) -> None:
+        self.per_run, self.burst, self.total, self.total_burst = per_run, burst, total, total_burst
+        self._runs: dict[Run, tuple[float, float]] = {}  # run -> (changes left, when counted)
+        self._all = (total_burst, 0.0)
+
+    def take(self, run: Run, now: float) -> None:
+        """Count one change of ``run``; Busy (429, Retry-After) over either rate."""
+        left, at = self._runs.get(run, (self.burst, now))
+        left = min(self.burst, left + (now - at) * self.per_run)
+        left_all = min(self.total_burst, self._all[0] + (now - self._all[1]) * self.total)
+        if left < 1:
+            raise Busy(f"{run[0][:100]}/{run[1][:100]}: at most {self.per_run:g} mark changes a second per run")
+        if left_all < 1:
+            raise Busy(f"at most {self.total:g} mark changes a second on this server")
+        self._runs[run] = (left - 1, now)
+        self._all = (left_all - 1, now)
+        if len(self._runs) > MAX_RATE_RUNS:  # a full bucket holds nothing worth keeping
+            full_after = self.burst / self.per_run
+            self._runs = {r: v for r, v in self._runs.items() if now - v[1] < full_after}
+
+
 class MarkStore:
     def __init__(
         self,
@@ -88,6 +127,7 @@ class MarkStore:
         self.book: Callable[[int], bool] = lambda nbytes: True
         self.max_per_run, self.max_total = max_per_run, max_total
         self._lock = threading.Lock()
+        self.rate = WriteRate()
         self._marks: dict[Run, dict[int, Mark]] = {}
         self._recent: OrderedDict[Run, OrderedDict[int, float]] = OrderedDict()
         if path is not None and path.exists():
@@ -148,6 +188,7 @@ class MarkStore:
         at = self._known_time(run, ask.step)
         mark = Mark(ask.step, ask.text, ask.reset_baseline, time.time(), at)
         with self._lock:
+            self.rate.take(run, time.monotonic())
             here = self._marks.get(run, {})
             if ask.step not in here:
                 if len(here) >= self.max_per_run:
@@ -189,6 +230,8 @@ class MarkStore:
     def remove(self, project: str, experiment: str, step: int, run_only: Run | None = None) -> dict[str, object]:
         check_run(run_only, project, experiment, "project, experiment_name")
         with self._lock:
+            if step in self._marks.get((project, experiment), {}):
+                self.rate.take((project, experiment), time.monotonic())
             mark = self._marks.get((project, experiment), {}).pop(step, None)
             if mark is None:
                 raise NotFound(f"step: no mark at step {step} of {project[:100]}/{experiment[:100]}")

@@ -12,7 +12,8 @@
   ``compute_data_metrics`` defines them (score over the responses that were not aborted);
 - ``rl_insight/source/<data_source>/score/mean``, ``.../response_length/mean``,
   ``.../clip_ratio`` and ``.../count``, per ``data_source``: the first 32 sources a run shows get
-  their own keys, later ones are summed up as ``other``.
+  their own keys, later ones are summed up as ``other``; a source of more than 48 characters is
+  named by its start and a stable hash (``short_source``), so that its keys always fit.
 
 A reward is the response's ``token_level_rewards`` summed (what GRPO normalises), a score its
 ``token_level_scores`` summed (verl's ``critic/score``). Computed while the training thread waits,
@@ -28,6 +29,8 @@ reductions that release the GIL; the training thread waits for the helper's resu
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Hashable, Mapping
@@ -41,8 +44,12 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+logger = logging.getLogger("verl_rl_insight")
+
 PREFIX = "rl_insight/"
 MAX_SOURCES = 32  # per run; the rest are "other"
+# a source's part of its keys: 19 + 18 + 48 + 21 characters make the longest metric name 106 of 200
+MAX_SOURCE_NAME = 48
 OTHER = "other"
 KEYS = tuple(
     PREFIX + name
@@ -59,8 +66,20 @@ SOURCE_STATS = ("score/mean", "response_length/mean", "clip_ratio", "count")
 QUANTILES = (0.1, 0.5, 0.9)
 
 
+def short_source(source: str) -> str:
+    """``source`` as its keys name it: itself up to ``MAX_SOURCE_NAME`` characters, else its first
+    characters and a stable hash of the whole (``<first 37>~<10 hex of sha256>``), so that a key of
+    it always fits the server's 200-character metric names (a 200-character ``data_source`` made a
+    name the server refused, and the sender lost the whole step). The full name is said once in the
+    trainer's log and stands in verl's own ``val-core/<source>/...`` keys."""
+    if len(source) <= MAX_SOURCE_NAME:
+        return source
+    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{source[: MAX_SOURCE_NAME - len(digest) - 1]}~{digest}"
+
+
 def source_key(source: str, stat: str) -> str:
-    return f"{PREFIX}source/{source}/{stat}"
+    return f"{PREFIX}source/{short_source(source)}/{stat}"
 
 
 def _codes(values: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -137,6 +156,8 @@ def _source_metrics(
     for name in names:
         if name not in known and len(known) < MAX_SOURCES:
             known[name] = None
+            if short_source(name) != name:
+                logger.info("rl-insight: data_source %r is logged as %s...", name, source_key(name, ""))
         labels.append(name if name in known else OTHER)
     merged = sorted(set(labels))
     slot = torch.tensor([merged.index(label) for label in labels], dtype=torch.int64)

@@ -42,9 +42,14 @@ from verl_rl_insight.trainer.plugins.profiler_capability import (
     refusal,
 )
 
-__all__ = ["MAX_ANSWER_BYTES", "MAX_TAKEN", "Plugin", "Profiles", "arm", "capability", "refusal"]
+__all__ = ["MAX_ANSWER_BYTES", "MAX_ARMED_STEPS", "MAX_TAKEN", "Plugin", "Profiles", "arm", "capability", "refusal"]
 
 logger = logging.getLogger("verl_rl_insight")
+
+# the steps to come that requests may have armed at once: 20 open requests of 100 steps (what a
+# server may list) put 2,000 steps in verl's list, and one step boundary took 0.8-3.5 s
+MAX_ARMED_STEPS = 100
+ARMED_FULL = "rl-insight: %d steps to come are armed to be profiled already; later profile requests wait their turn"
 
 
 class Profiles:
@@ -63,6 +68,8 @@ class Profiles:
         self.profiled_steps = 0
         self.warned: set[str] = set()
         self.current: dict[int, tuple[int, list[str]]] = {}  # step -> (start ns, request ids) while profiled
+        self.wanted: set[int] = set()  # the armed requests' steps to come
+        self.listed: set[int] = set()  # the steps this plugin put in verl's global_profiler.steps
         self.wake = threading.Event()
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
@@ -167,10 +174,13 @@ class Profiles:
                 self._stopped(step)
 
     def _arm(self, config: DictConfig, step: int) -> None:
-        """Put requested steps from ``step + 1`` on into verl's ``global_profiler.steps``."""
-        from omegaconf import open_dict, read_write
-
+        """Arm the requested steps from ``step + 1`` on: at most ``MAX_ARMED_STEPS`` to come at once
+        (a request that would pass it waits for a later boundary). verl's ``global_profiler.steps``
+        gets them one boundary ahead (the next step, when wanted; a passed one taken out): verl
+        reads the list with ``in`` at every boundary, and OmegaConf writes a list of 2,000 steps in
+        0.2 s."""
         able = self.capability or capability(config)
+        self.wanted = {n for n in self.wanted if n > step}
         for request in self.requests.values():
             if request["state"] != "requested":
                 continue
@@ -181,15 +191,18 @@ class Profiles:
             wanted = range(request["first_step"], request["last_step"] + 1)
             future = [n for n in wanted if n > step]
             if not future:
+                waited = f" (it waited: {MAX_ARMED_STEPS} steps to come were armed)" if request.get("waited") else ""
                 self.update(
                     request,
                     "missed",
-                    f"step {wanted[-1]} had begun when the trainer saw the request (it was at step {step})",
+                    f"step {wanted[-1]} had begun when the trainer saw the request (it was at step {step})" + waited,
                 )
                 continue
-            profiler = config.global_profiler
-            with read_write(profiler), open_dict(profiler):
-                profiler.steps = sorted(set(profiler.steps or []) | set(future))
+            if len(self.wanted | set(future)) > MAX_ARMED_STEPS:
+                self._warn_once("armed", ARMED_FULL, MAX_ARMED_STEPS)
+                request["waited"] = True
+                continue  # still "requested": armed at a boundary once earlier steps are done
+            self.wanted.update(future)
             late = f"; steps {wanted[0]}..{future[0] - 1} had begun" if future[0] > wanted[0] else ""
             roles = ", ".join(f"{r} (ranks {k})" for r, k in able["roles"].items())
             self.update(
@@ -199,6 +212,28 @@ class Profiles:
                 f"every role on at launch: {roles}{late}",
                 trace_dir=able["save_path"],
             )
+        self._next_in_list(config, step)
+
+    def _next_in_list(self, config: DictConfig, step: int) -> None:
+        """verl's list holds the next step when it is wanted, and none of ours that has passed."""
+        from omegaconf import open_dict, read_write
+
+        passed = {n for n in self.listed if n < step}
+        add = step + 1 in self.wanted and step + 1 not in self.listed
+        if not passed and not add:
+            return
+        profiler = config.global_profiler
+        with read_write(profiler), open_dict(profiler):
+            if profiler.steps is None:
+                profiler.steps = []
+            for n in passed:
+                held = list(profiler.steps)
+                if n in held:
+                    del profiler.steps[held.index(n)]
+            if add and step + 1 not in profiler.steps:
+                profiler.steps.append(step + 1)
+                self.listed.add(step + 1)
+        self.listed -= passed
 
     def _started(self, config: DictConfig, step: int) -> None:
         steps = config.global_profiler.steps or []

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from omegaconf import OmegaConf
 
 from verl_rl_insight.contract import environment, run_credential, server_url
+from verl_rl_insight.contract.redaction import secret_key
 from verl_rl_insight.trainer.config import ENV_CONFIG_JSON, ENV_PREFIXES, ENV_SERVER_URL, ENV_TOKEN, hydra_block
 from verl_rl_insight.trainer.runtime import ENV_EXPERIMENT, ENV_PROJECT
 from verl_rl_insight.trainer.verl_api.tracking_backend import ENV_VERL_ENABLE
@@ -89,6 +90,14 @@ def scoped_to_run(env: dict[str, str]) -> dict[str, str]:
             if isinstance(block.get("server_url"), str):
                 block["server_url"], from_url = _split(block["server_url"])
                 token = token or from_url
+            left_out = _drop_secrets(block)
+            if left_out:
+                logger.warning(
+                    "rl-insight: setting(s) %s name a secret: not handed to the Ray workers (secrets never travel "
+                    "in config; the workers get a credential for this run in %s)",
+                    ", ".join(left_out[:10]),
+                    ENV_TOKEN,
+                )
             env[ENV_CONFIG_JSON] = json.dumps(block)
     if not token:
         return env
@@ -102,6 +111,22 @@ def scoped_to_run(env: dict[str, str]) -> dict[str, str]:
             "(the server's token never goes to them)"
         )
     return env
+
+
+def _drop_secrets(block: dict[str, object], where: str = "") -> list[str]:
+    """Take out of ``block`` (in place) every setting whose name names a secret (``token``,
+    ``api_key``, ``password``... at any depth: an unknown ``plugins.metric_push.token`` too) and
+    whose value is text or a block; returns their dotted names."""
+    dropped: list[str] = []
+    for key in list(block):
+        value = block[key]
+        name = f"{where}.{key}" if where else str(key)
+        if secret_key(str(key)) and isinstance(value, (str, list, dict)) and value not in ("", [], {}):
+            del block[key]
+            dropped.append(name)
+        elif isinstance(value, dict):
+            dropped.extend(_drop_secrets(value, name))
+    return dropped
 
 
 def _split(url: str) -> tuple[str, str | None]:

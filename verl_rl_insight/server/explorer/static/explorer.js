@@ -456,7 +456,7 @@
       el("h2", { text: `Findings (${findings.length})` }),
       findings.length ? findings.map((f) => findingCard(f, project, experiment)) : el("p", { class: "muted", text: "No finding: the detectors saw nothing wrong." }),
       (run.marks || []).length ? [el("h2", { text: "Marks" }), el("ul", {}, run.marks.map((m) => el("li", {}, el("a", { href: stepHref(project, experiment, m.step), text: `step ${m.step}` }), ` ${m.text}${m.reset_baseline ? " (baseline reset)" : ""}`)))] : null,
-      REPORT ? null : cardSection(run, compared),
+      REPORT && !run.card ? null : cardSection(run, compared),
       el("h2", { text: `Every other logged key (${others.length})` }),
       keyFilter,
       keyList
