@@ -40,38 +40,40 @@ def _slide(run: Run, over: int, share: float = SLIDE) -> None:
         _change(run, k, lambda v, r: v * (1 - share * r), over)
 
 
+# the failures of ``health_shapes.inject`` at the same sizes, spread over ``over`` steps; entropy
+# collapses to a fifteenth (the issue's run) rather than a fiftieth
 GRADUAL: dict[str, Callable[[Run, int], object]] = {
     "entropy_collapse": lambda run, over: (
         _change(run, "actor/entropy", lambda v, r: v * 15**-r, over),
         _slide(run, over),
     ),
     "entropy_blowup": lambda run, over: (
-        _change(run, "actor/entropy", lambda v, r: v * 5**r, over),
+        _change(run, "actor/entropy", lambda v, r: v * (1 + 9 * r) + 0.5 * r, over),
         _slide(run, over),
     ),
-    "reward_collapse": lambda run, over: _slide(run, over, 0.6),
-    "kl_blowup": lambda run, over: _change(run, "actor/kl_loss", lambda v, r: v * 30**r + 0.5 * r, over),
+    "reward_collapse": lambda run, over: _slide(run, over, 0.8),
+    "kl_blowup": lambda run, over: _change(run, "actor/kl_loss", lambda v, r: max(v, 0.01) * 30**r + 0.3 * r, over),
     "grad_norm_spike": lambda run, over: _change(run, "actor/grad_norm", lambda v, r: v * (1 + 9 * r), over),
-    "clip_ratio_runaway": lambda run, over: _change(run, "actor/pg_clipfrac", lambda v, r: v + 0.2 * r, over),
+    "clip_ratio_runaway": lambda run, over: _change(run, "actor/pg_clipfrac", lambda v, r: v + 0.3 * r, over),
     "response_length_explosion": lambda run, over: (
-        _change(run, "response_length/mean", lambda v, r: v * (1 + 1.5 * r), over),
+        _change(run, "response_length/mean", lambda v, r: v * (1 + 2 * r), over),
         _slide(run, over),
     ),
     "response_length_collapse": lambda run, over: (
-        _change(run, "response_length/mean", lambda v, r: v * (1 - 0.8 * r), over),
+        _change(run, "response_length/mean", lambda v, r: v * (1 - 0.9 * r), over),
         _slide(run, over),
     ),
     "response_truncation": lambda run, over: _change(
-        run, "response_length/clip_ratio", lambda v, r: min(1.0, v + 0.4 * r), over
+        run, "response_length/clip_ratio", lambda v, r: min(1.0, v + 0.5 * r), over
     ),
-    "throughput_drop": lambda run, over: _change(run, "perf/throughput", lambda v, r: v * (1 - 0.7 * r), over),
+    "throughput_drop": lambda run, over: _change(run, "perf/throughput", lambda v, r: v * (1 - 0.8 * r), over),
     "validation_drop": lambda run, over: _change(run, "val-core/math/acc/mean@1", lambda v, r: v * (1 - 0.4 * r), over),
 }
 
 
 def healthy(seed: int, mode: str = "") -> Run:
     """The shape the failures are injected into, with none."""
-    return grpo_run("gradual", seed, validate_every=5 if mode == "validation_drop" else 10)
+    return grpo_run("r1", seed, validate_every=5 if mode == "validation_drop" else 10)
 
 
 def gradual(mode: str, over: int, seed: int) -> Run:

@@ -167,7 +167,9 @@ class Streak:
         latest = self.findings[-1] if self.findings else None
         if latest is not None and (self.active or first_step <= latest.last_step + 1):
             latest.last_step = step  # the evidence stays the first step's; the severity the worst it got
-            latest.severity = min(latest.severity, severity, key=SEVERITIES.index)
+            if SEVERITIES.index(severity) < SEVERITIES.index(latest.severity):  # and why it got worse
+                latest.severity = severity
+                latest.evidence += f"; {severity} from step {step}: {self.run[-1][1].evidence}"
         else:
             self.findings.append(
                 Finding(

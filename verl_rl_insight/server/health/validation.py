@@ -88,11 +88,13 @@ def _earlier(series: Series, p: Params) -> Series:
 
 
 def validation_drop(series: Series, extra: Extra, p: Params) -> Check | None:
-    """The newest two validations each below the run's validation level before them (the better
-    of the median of the (up to) three before and the median of those 20-60 steps back), beyond a
-    share of it and 3x the validation set's noise: from the third validation on, and one wild
-    validation of a run that then recovers is not a drop. A fall of 90 % or more between two
-    validations: from the second (critical: a collapse)."""
+    """The newest validations against the run's validation level before them: a fall of 90 % or
+    more between two validations from the second (critical: a collapse); from the third, the
+    newest ones (two, three from the fifth validation: their median, so one wild validation of a
+    run that then recovers is not a drop) below the level, the better of the median of the (up
+    to) three validations before them and the median of those 20-60 steps back, beyond a share of
+    it and ``validation_mads`` x the noise of that difference (from one validation's: the set's
+    binomial noise where its size is known, else the run's own validation noise)."""
     sign = -1.0 if p.get("lower_is_better") else 1.0
     points = series[-int(p["validation_window"]) :]
     if len(points) < 2:
@@ -102,22 +104,31 @@ def validation_drop(series: Series, extra: Extra, p: Params) -> Check | None:
     binomial = math.sqrt(max(prev * (1 - prev), 1 / bound) / bound) if bound and 0 <= prev <= 1 else 0.0
     fall = sign * (prev - x)
     if fall >= p["validation_collapse"] * abs(prev) and fall > max(0.01, 3 * binomial):
-        evidence = (
-            f"step {step}: {fmt(x)} against step {prev_step}: {fmt(prev)}, {fall:.4g} worse (over 90 % of its size)"
-        )
+        evidence = f"step {step}: {fmt(x)} against step {prev_step}: {fmt(prev)}, {fall:.4g} worse (90 % or more)"
         return Check(True, x, prev, evidence, severity="critical")
     if len(points) < 3:
         return Check(False, x, prev)
-    candidates = [points[-5:-2], _earlier(points[:-1], p)]
-    before = max((c for c in candidates if c), key=lambda c: sign * statistics.median(v for _, v in c))
-    level = statistics.median(v for _, v in before)
-    spread = max(validation_noise([v for _, v in points[:-2]]), binomial)
-    drop = sign * (level - max(x, prev, key=lambda v: sign * v))  # the lesser drop of the two
-    flagged = drop > p["validation_drop"] * abs(level) and drop > p["validation_mads"] * spread and drop > 0.01
+    recent = points[-3:] if len(points) >= 5 else points[-2:]
+    now = statistics.median(v for _, v in recent) if len(recent) == 3 else min(prev, x, key=lambda v: -sign * v)
+    before = points[: -len(recent)]
+    candidates = [before[-3:], _earlier([*before, recent[-1]], p)[: len(before)]]
+    level_points = max((c for c in candidates if c), key=lambda c: sign * statistics.median(v for _, v in c))
+    level = statistics.median(v for _, v in level_points)
+    # the noise of the difference of two medians of a and b validations: sqrt(pi / 2 * (1 / a + 1 / b)) of one's
+    one = max(validation_noise([v for _, v in before]), binomial)
+    spread = one * math.sqrt(math.pi / 2 * (1 / len(recent) + 1 / len(level_points)))
+    drop = sign * (level - now)
+    flagged = (
+        drop > p["validation_drop"] * abs(level)
+        and drop > p["validation_mads"] * spread
+        and drop > 0.01
+        and sign * (level - x) > 0
+    )
+    said = "the median" if len(recent) == 3 else "the better"
     evidence = (
-        f"step {prev_step}: {fmt(prev)} and step {step}: {fmt(x)} against the median {fmt(level)} of the "
-        f"validations at steps {', '.join(str(s) for s, _ in before)}: both at least {drop:.4g} worse, "
-        f"{drop / max(spread, 1e-12):.1f}x the validation noise (+-{fmt(spread)}"
+        f"{said} {fmt(now)} of the validations at steps {', '.join(str(s) for s, _ in recent)} (step {step}: "
+        f"{fmt(x)}) against the median {fmt(level)} of those at steps {', '.join(str(s) for s, _ in level_points)}: "
+        f"{-sign * drop:+.4g}, {drop / max(spread, 1e-12):.1f}x the noise of that difference (+-{fmt(spread)}"
         f"{f', binomial of {bound} questions' if bound else ''})"
     )
     return Check(flagged, x, level, evidence if flagged else "")
