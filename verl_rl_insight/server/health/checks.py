@@ -136,7 +136,7 @@ def persistent_spike(series: Series, extra: Extra, p: Params) -> Check | None:
     x = min(_values(recent))
     evidence = (
         f"each of {steps(recent)} at or above {fmt(x)} (step {recent[-1][0]}: {fmt(recent[-1][1])}); the median "
-        f"of {steps(before)} {fmt(level)}, their 90th percentile {fmt(tail)}"
+        f"{fmt(level)} of {steps(before)}, their 90th percentile {fmt(tail)}"
     )
     return Check(x > bar, x, level, evidence)
 

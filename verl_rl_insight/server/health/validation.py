@@ -37,7 +37,7 @@ def member(prefix: str, names: Iterable[str]) -> str | None:
     reward first (``mean@N`` over ``best@k``/``worst@k``/``std``), then a loss or error."""
 
     def rank(name: str) -> tuple[int, int, str]:
-        low = name[len(prefix) :].lower()
+        low = name.lower()  # the family too: test_score/<data source> is a score
         kind = 0 if any(w in low for w in _GOOD) else 1 if any(w in low for w in _BAD) else 9
         plain = 2 if any(w in low for w in _NOT_A_LEVEL) else 0 if "mean" in low else 1
         return kind, plain, name
@@ -50,14 +50,15 @@ def member(prefix: str, names: Iterable[str]) -> str | None:
 def questions(values: Sequence[float], most: int = 200) -> int | None:
     """How many questions a validation score in [0, 1] is the share of: the fewest ``n`` for which
     each of the last 10 values is a whole number of ``n``-ths (as printed: within 3 decimals); None
-    when none up to ``most`` is (a large validation set, or not a share)."""
+    when none up to ``most`` is (a large validation set, or not a share), or when any ``n`` would
+    be (fewer than three different values)."""
     return _questions(tuple(values[-10:]), most)
 
 
 @functools.lru_cache(maxsize=4096)
 def _questions(values: tuple[float, ...], most: int) -> int | None:
-    if len(values) < 2 or any(not 0 <= v <= 1 for v in values):
-        return None
+    if len(set(values)) < 3 or any(not 0 <= v <= 1 for v in values):
+        return None  # two values or fewer: too many n fit (1 and 0.4 are 5 and 2 fifths, and 100 and 40 hundredths)
     for n in range(2, most + 1):
         tolerance = n * 5e-4 + 1e-9  # a value printed with 3 decimals
         if tolerance >= 0.25:
