@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import health_gradual as gradual
 from benchmarks import health_shapes as shapes
 from tests.helpers import rl_insight
 from tests.test_health_walk import offline, online
+from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.settings import ServerSettings
 
 
 def with_validation(key, values, every=10, base=None):
@@ -97,3 +101,10 @@ def test_a_real_healthy_runs_validation_noise_is_no_drop():
     """The GPG run's MATH validation has single low validations (0.389 among 0.5s) that recover."""
     run = shapes.real_run("diqiu_gpg_qwen2_7b_gsm8k_math_fsdp")
     assert validation_findings(run) == []
+
+
+def test_the_server_config_names_validation_keys_and_a_wrong_one_is_a_clear_error(tmp_path):
+    settings = ServerSettings(data_dir=str(tmp_path), validation_keys=["eval/alfworld_pass_rate"])
+    assert settings.validation_keys == ["eval/alfworld_pass_rate"]
+    with pytest.raises(ConfigError, match="validation_keys"):
+        ServerSettings(data_dir=str(tmp_path), validation_keys="eval/alfworld_pass_rate")
