@@ -18,6 +18,7 @@ Each finding names the steps it compared, both medians, the change and its noise
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import statistics
@@ -35,15 +36,22 @@ class Shift:
 
     now: float
     then: float
-    error: float  # the noise of ``now - then`` (one standard deviation)
-    span: tuple[float, ...]  # the values of the newest trend_near + trend_recent steps
+    window: Series  # every step from ``earlier``'s first to now
+    newest: Series  # the newest trend_near + trend_recent steps
     recent: Series
     earlier: Series
 
     @functools.cached_property
+    def error(self) -> float:
+        """The noise of ``now - then`` (one standard deviation), from the step-to-step changes of
+        ``window``; computed where the level test passed (the walk runs every step)."""
+        one = max(noise([v for _, v in self.window]), 1e-12)
+        return one * math.sqrt(math.pi / 2 * (1 / len(self.recent) + 1 / len(self.earlier)))
+
+    @functools.cached_property
     def trend_z(self) -> float:
-        """Mann-Kendall's z over ``span`` (computed where the rest of the test passed: it is n^2)."""
-        return mann_kendall(self.span)
+        """Mann-Kendall's z over ``newest`` (computed where the rest of the test passed: it is n^2)."""
+        return mann_kendall([v for _, v in self.newest])
 
     @property
     def change(self) -> float:
@@ -55,23 +63,25 @@ class Shift:
             f"median {fmt(self.now)} over {steps(self.recent)} against the median {fmt(self.then)} over "
             f"{steps(self.earlier)}: {self.change:+.4g}{share}, {abs(self.change) / self.error:.1f}x the noise "
             f"of that difference (+-{fmt(self.error)}, from the step-to-step changes), Mann-Kendall z "
-            f"{self.trend_z:+.1f} over the newest {len(self.span)} steps"
+            f"{self.trend_z:+.1f} over the newest {len(self.newest)} steps"
         )
+
+
+def _step(point: tuple[int, float]) -> int:
+    return point[0]
 
 
 def shift(series: Series, p: Params) -> Shift | None:
     """None while the run has fewer than ``trend_min_history`` steps ``trend_near``-``trend_far`` back."""
     last = series[-1][0]
     recent = list(series[-int(p["trend_recent"]) :])
-    earlier = [(s, v) for s, v in series if last - p["trend_far"] <= s <= last - p["trend_near"]]
+    first = bisect.bisect_left(series, last - p["trend_far"], key=_step)
+    earlier = list(series[first : bisect.bisect_right(series, last - p["trend_near"], key=_step)])
     if len(earlier) < p["trend_min_history"] or len(recent) < p["trend_recent"]:
         return None
-    span = [v for s, v in series if s >= earlier[0][0]]
-    lately = tuple(v for s, v in series if s > last - p["trend_near"] - p["trend_recent"])
-    one = max(noise(span), 1e-12)
-    error = one * math.sqrt(math.pi / 2 * (1 / len(recent) + 1 / len(earlier)))
+    newest = bisect.bisect_right(series, last - p["trend_near"] - p["trend_recent"], key=_step)
     now, then = statistics.median(v for _, v in recent), statistics.median(v for _, v in earlier)
-    return Shift(now, then, error, lately, recent, earlier)
+    return Shift(now, then, series[first:], series[newest:], recent, earlier)
 
 
 def beyond(found: Shift, direction: int, share: float, p: Params, at_least: float = 0.0) -> bool:
