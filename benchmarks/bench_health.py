@@ -8,7 +8,12 @@
 - the online cost: ``HealthMonitor.observe`` of one step against decoding that step's push body
   (``contract.wire.decode_push``, what the hub does with every push), the same steps, this run.
 
-    python benchmarks/bench_health.py [--seeds 5]
+- issue 38's two figures, per mode: steps from the onset to the first warning or critical on the
+  gradual shapes (``benchmarks/health_gradual.py``: a healthy start, then the failure built over 20,
+  40 and 60 steps; median / max over the seeds, offline and online), and the false findings on
+  every healthy real run, one by one (critical / warning).
+
+    python benchmarks/bench_health.py [--seeds 5] [--quick]   # --quick: issue 38's figures only, 3 seeds
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import health_gradual as gradual
 from benchmarks import health_shapes as shapes
 from verl_rl_insight.contract.wire import decode_push
 from verl_rl_insight.server.health import detectors
@@ -112,10 +118,73 @@ def cost_ratio(run: shapes.Run) -> tuple[float, float, float]:
     return o / d, o / len(pushes) * 1e6, d / len(pushes) * 1e6
 
 
+def show(xs: list[int | None]) -> str:
+    got = [x for x in xs if x is not None]
+    if not got:
+        return f"not found (0/{len(xs)})"
+    found = "" if len(got) == len(xs) else f", found {len(got)}/{len(xs)}"
+    return f"{statistics.median(got):g} / {max(got)}{found}" if len(xs) > 1 else f"{got[0]}{found}"
+
+
+def gradual_table(seeds: int) -> None:
+    """Issue 38's first figure: steps from the onset to the mode's first warning or critical."""
+    overs = " | ".join(f"over {n} steps" for n in gradual.OVERS)
+    print(f"| mode | {overs} | first alarm of any detector, over {gradual.OVERS[-1]} |")
+    print("| --- |" + " --- |" * (len(gradual.OVERS) + 1))
+    for mode in sorted(gradual.GRADUAL):
+        cells, first = [], []
+        for over in gradual.OVERS:
+            steps: list[int | None] = []
+            for seed in range(seeds):
+                run = gradual.gradual(mode, over, seed)
+                found_off, found_on = offline(run), online(run)
+                assert [f.as_json() for f in found_off] == [f.as_json() for f in found_on], run.name
+                steps.append(gradual.mode_alarm(run, found_off))
+                if over == gradual.OVERS[-1]:
+                    first.append(gradual.first_alarm(found_off))
+            cells.append(show(steps))
+        print(f"| `{mode}` | {' | '.join(cells)} | {show(first)} |")
+    quiet = [
+        f
+        for seed in range(seeds)
+        for variant in ("", "validation_drop")
+        for f in offline(gradual.healthy(seed, variant))
+        if f.severity != "info"
+    ]
+    print(f"\nthe same shapes without the failure ({2 * seeds} runs): {len(quiet)} warning or critical findings")
+
+
+def healthy_real_table() -> None:
+    """Issue 38's second figure: every healthy real run's findings (a finding its source describes,
+    ``shapes.KNOWN``, is counted apart)."""
+    print("| healthy real run | steps | critical | warning | described by its source | information |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for run in shapes.real_runs():
+        found = offline(run)
+        known = [f for f in found if f.severity != "info" and shapes.known(run, f)]
+        false = [f for f in found if f.severity != "info" and not shapes.known(run, f)]
+        crit = [f.detector for f in false if f.severity == "critical"]
+        warn = [f.detector for f in false if f.severity == "warning"]
+        info = sum(f.severity == "info" for f in found)
+        print(
+            f"| {run.name} | {len(detectors.steps_of(run.history))} | {len(crit)} {' '.join(crit)} | "
+            f"{len(warn)} {' '.join(warn)} | {', '.join(f'{f.detector} ({f.severity})' for f in known) or '-'} | "
+            f"{info} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="issue 38's figures only, 3 seeds")
     args = parser.parse_args()
+    print("steps from the onset to the mode's first warning or critical, gradual shapes (median / max):\n")
+    gradual_table(3 if args.quick else args.seeds)
+    print("\nfalse findings on every healthy real run (diagnose, the same walk as the server online):\n")
+    healthy_real_table()
+    if args.quick:
+        return
+    print()
     real = shapes.real_runs()
     healthy = shapes.healthy_shapes(args.seeds)
     on_real, on_shapes = false_findings(real), false_findings(healthy)
@@ -129,13 +198,6 @@ def main() -> None:
         found_off, found_on = offline(run), online(run)
         assert [f.as_json() for f in found_off] == [f.as_json() for f in found_on], run.name
         steps.setdefault(run.failure, {}).setdefault(where, []).append(shapes.detection(run, found_off))
-
-    def show(xs: list[int | None]) -> str:
-        got = [x for x in xs if x is not None]
-        if not got:
-            return f"not found (0/{len(xs)})"
-        found = "" if len(got) == len(xs) else f", found {len(got)}/{len(xs)}"
-        return f"{statistics.median(got):g} / {max(got)}{found}" if len(xs) > 1 else f"{got[0]}{found}"
 
     print(
         "| detector | false findings: real healthy runs | realistic healthy shapes | "

@@ -91,7 +91,8 @@ def test_a_file_that_is_not_a_run_is_one_line_naming_the_line_and_exit_2(tmp_pat
 
 def test_a_runs_export_csv_s_step_times_find_a_stall_where_the_run_logs_no_step_time(tmp_path):
     """The export carries each step's own time (training_step_time_seconds): a run that logs no
-    timing_s/step (the verl docs' notebook PPO run) with one step that took an hour is a stall."""
+    timing_s/step (the verl docs' notebook PPO run) with one step that took an hour is a stall, a
+    warning (issue 38: the step completed and the run carried on; critical is a step that never comes)."""
     run = shapes.real_run("verl_notebook_ppo_qwen05b_gsm8k")
     path = tmp_path / "export.csv"
     steps = detectors.steps_of(run.history)
@@ -105,5 +106,5 @@ def test_a_runs_export_csv_s_step_times_find_a_stall_where_the_run_logs_no_step_
             writer.writerow([step, *("" if c not in values else repr(values[c]) for c in columns), repr(at)])
     result = diagnose_file(path, "--json")
     [stall] = [f for f in json.loads(result.stdout)["findings"] if f["detector"] == "stall"]
-    assert (stall["first_step"], stall["severity"], round(stall["value"])) == (40, "critical", 3600)
+    assert (stall["first_step"], stall["severity"], round(stall["value"])) == (40, "warning", 3600)
     assert result.returncode == 1

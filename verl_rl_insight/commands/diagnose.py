@@ -108,7 +108,10 @@ def run(args: argparse.Namespace) -> int:
     params = {**detectors.DEFAULTS, **(info.get("health") or {})}
     marks = run_marks.fetch(base, token, args.project, args.experiment)  # rl-insight runs mark
     resets = run_marks.resets(marks)
-    findings = detectors.diagnose(history, times, finished=finished, now=time.time(), params=params, resets=resets)
+    keys = [*(args.validation_key or ()), *(info.get("validation_keys") or ())]
+    findings = detectors.diagnose(
+        history, times, finished=finished, now=time.time(), params=params, resets=resets, validation_keys=keys
+    )
     link = panel_link(
         info.get("grafana") if "grafana" in info.get("services", ()) else None, args.project, args.experiment
     )
@@ -132,7 +135,7 @@ def from_file(args: argparse.Namespace) -> int:
     if not steps:
         raise CliError(f"{path}: no step with a number in it", code=CANNOT)
     times = history.pop(STEP_TIME_METRIC, [])  # a runs export CSV has each step's own time
-    findings = detectors.diagnose(history, times, finished=True)
+    findings = detectors.diagnose(history, times, finished=True, validation_keys=args.validation_key or ())
     return report(args, str(path), {"file": str(path)}, (steps[0], steps[-1]), findings)
 
 
@@ -180,5 +183,12 @@ def add_parsers(sub: SubParsers) -> None:
         "--steps", type=steps_range, help="only findings within these steps: A:B (both included), A:, :B"
     )
     parser.add_argument("--prometheus", help="read this Prometheus instead of the server's")
+    parser.add_argument(
+        "--validation-key",
+        action="append",
+        metavar="KEY",
+        help="a verl key the run validates under beyond verl's own names (val-core/, val-aux/, val/, test_score/); "
+        "a family ends in / (val-aux/my_task/); repeat for more; followed first",
+    )
     common_options(parser, top=True)
     parser.set_defaults(func=run)

@@ -94,7 +94,9 @@ class Server:
             book=lambda nbytes: self.hub.book_other("timeline", nbytes),
             budget_bytes=int(OTHERS_SHARE * self.hub.memory_limit_bytes),
         )
-        self.health = HealthMonitor(self.hub.write_own, health_params(settings.alerts))
+        self.health = HealthMonitor(
+            self.hub.write_own, health_params(settings.alerts), validation_keys=settings.validation_keys
+        )
         self.hub.listeners.append(self.health.observe)
         # the run explorer's step table (a listener too) and the detectors' settings diagnose reads
         self.explorer = Sources(self.hub.listeners, self.health.params)
@@ -224,6 +226,7 @@ class Server:
             "span_relay": dict(self.relay.stats) if self.relay is not None else None,
             "timeline_figures": dict(self.figures.stats),
             "health": self.health.params,
+            "validation_keys": list(self.health.validation_keys),
             "tempo": urls["tempo"],
             "prometheus": urls["prometheus"],
             "grafana": urls["grafana"],

@@ -127,6 +127,9 @@ class ServerSettings:
     alerts: dict[str, Threshold] = dataclasses.field(
         default_factory=dict
     )  # alert thresholds (managed/alert_settings.py)
+    # the verl keys (or families ending in /) a run validates under beyond verl's own names
+    # (val-core/, val-aux/, val/, test_score/): the validation detectors follow these first
+    validation_keys: list[str] = dataclasses.field(default_factory=list)
     # named scrapers whose history goes only once their store shows it: name -> that Prometheus'
     # base URL (its query API); the server's own Prometheus is always one
     confirm_scrapers: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -137,6 +140,10 @@ class ServerSettings:
         if not self.token:
             self.token = os.environ.get(environment.TOKEN, "")
         thresholds(self.alerts)  # unknown keys are an error now, not at the first alert
+        if not isinstance(self.validation_keys, list) or not all(
+            isinstance(k, str) and k for k in self.validation_keys
+        ):
+            raise ConfigError("validation_keys must be a list of verl keys (a family ends in /: val-aux/my_task/)")
         if not isinstance(self.services, dict):
             raise ConfigError("services must be a mapping of service name to settings")
         unknown = sorted(set(self.services) - set(SERVICE_NAMES))

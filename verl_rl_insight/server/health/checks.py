@@ -6,22 +6,12 @@ settings are ``DEFAULTS`` in ``detectors.py``.
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from verl_rl_insight.server.health.signals import (
-    Series,
-    curvature_noise,
-    fmt,
-    noise,
-    quantile,
-    robust,
-    split,
-    theil_sen,
-)
+from verl_rl_insight.server.health.signals import Series, fmt, noise, quantile, robust, split, steps, theil_sen
 
 Params = Mapping[str, float]
 Extra = Mapping[str, Series]  # verl key -> its series up to the step (the detector's other keys)
@@ -38,40 +28,48 @@ class Check:
     since: int | None = None  # the step the flagged state began, where the test knows it (a plateau)
     critical: bool = False  # this step is worse than the detector's own severity (mismatch above 0.01)
     mild: bool = False  # this step is only worth knowing (a streak of mostly mild steps is information)
+    severity: str | None = None  # this step's own severity where it is not the detector's (a slow trend)
 
 
 Test = Callable[[Series, Extra, Params], "Check | None"]
 
 
-def _recent(values: list[float]) -> float:
-    return statistics.median(values)
+def _parts(series: Series, recent: int, window: int, min_history: int) -> tuple[Series, Series] | None:
+    """(the newest ``recent`` points, the up to ``window`` points before them), as ``split``."""
+    if split(series, recent, window, min_history) is None:
+        return None
+    points = series[-recent - window :]
+    return points[-recent:], points[:-recent]
 
 
-def _against(x: float, level: float, steps: int) -> str:
-    return f"{fmt(x)} against a median of {fmt(level)} over the {steps} steps before"
+def _values(points: Series) -> list[float]:
+    return [v for _, v in points]
+
+
+def _now(recent: Series) -> str:
+    """The newest steps' median, named as one, with the newest step's own value."""
+    x = statistics.median(_values(recent))
+    return f"median {fmt(x)} over {steps(recent)} (step {recent[-1][0]}: {fmt(recent[-1][1])})"
 
 
 def falls_from_level(share: str, mads: str, window: str) -> Test:
     """Flagged when the newest steps' median is below ``share`` of the run's level over the
     ``window`` steps before (their upper quartile: what it was, not one wild step; for a negative
-    level, ``1 - share`` of its size below it) and ``mads`` noise deviations under it: a fall over
-    tens of steps, not only a cliff."""
+    level, ``1 - share`` of its size below it) and ``mads`` noise deviations under it."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
-        parts = split(series, int(p["recent"]), int(p[window]), int(p["min_history"]))
+        parts = _parts(series, int(p["recent"]), int(p[window]), int(p["min_history"]))
         if parts is None:
             return None
         recent, before = parts
-        x, level = _recent(recent), quantile(before, 0.75)
+        x, level = statistics.median(_values(recent)), quantile(_values(before), 0.75)
         fall = level - x  # a share of the level's size: a reward in [-1, 0] falls as one in [0, 1] does
-        flagged = fall > (1 - p[share]) * abs(level) and fall > p[mads] * noise(before)
+        flagged = fall > (1 - p[share]) * abs(level) and fall > p[mads] * noise(_values(before))
         evidence = (
-            f"{fmt(x)} (median of the last {len(recent)} steps), down from {fmt(level)} over the "
-            f"{len(before)} steps before"
-            if flagged
-            else ""
+            f"{_now(recent)}, down from {fmt(level)}, the upper quartile of {steps(before)} (their median "
+            f"{fmt(statistics.median(_values(before)))})"
         )
-        return Check(flagged, x, level, evidence)
+        return Check(flagged, x, level, evidence if flagged else "")
 
     return test
 
@@ -90,57 +88,55 @@ def rises_from_level(
     needs before the newest."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
-        parts = split(series, int(p["recent"]), int(p[window]), int(p[history]))
+        parts = _parts(series, int(p["recent"]), int(p[window]), int(p[history]))
         if parts is None:
             return None
         recent, before = parts
-        x = _recent(recent)
-        level, spread = robust(before)
+        x = statistics.median(_values(recent))
+        level, spread = robust(_values(before))
         flagged = (
             x > p[ratio] * abs(level)
-            and x - level > p[mads] * max(spread, noise(before))
+            and x - level > p[mads] * max(spread, noise(_values(before)))
             and (floor is None or x > p[floor])
             and (at_least is None or x - level > p[at_least])
         )
-        return Check(flagged, x, level, _against(x, level, len(before)) if flagged else "")
+        evidence = f"{_now(recent)}, against the median {fmt(level)} of {steps(before)}"
+        return Check(flagged, x, level, evidence if flagged else "")
 
     return test
 
 
 def entropy_blowup(series: Series, extra: Extra, p: Params) -> Check | None:
     """Entropy far above its low over the window before: the policy samples noise (gibberish)."""
-    parts = split(series, int(p["recent"]), int(p["entropy_window"]), int(p["min_history"]))
+    parts = _parts(series, int(p["recent"]), int(p["entropy_window"]), int(p["min_history"]))
     if parts is None:
         return None
     recent, before = parts
-    x, low = _recent(recent), quantile(before, 0.25)
+    x, low = statistics.median(_values(recent)), quantile(_values(before), 0.25)
     flagged = (
         x > p["entropy_blowup_ratio"] * low
         and x - low > p["entropy_blowup_rise"]
-        and x - low > p["entropy_mads"] * noise(before)
+        and x - low > p["entropy_mads"] * noise(_values(before))
     )
-    return Check(
-        flagged,
-        x,
-        low,
-        f"{fmt(x)} (median of the last {len(recent)} steps), up from {fmt(low)} over the {len(before)} steps before",
-    )
+    evidence = f"{_now(recent)}, up from {fmt(low)}, the lower quartile of {steps(before)}"
+    return Check(flagged, x, low, evidence)
 
 
 def persistent_spike(series: Series, extra: Extra, p: Params) -> Check | None:
     """Every one of the newest steps above ``spike_ratio`` x the median before and above the
     run's own tail (``spike_tail`` x the 90th percentile of the steps before): single spikes of
     3-10x are normal in real runs, a norm that stays above the run's tail is not."""
-    parts = split(series, int(p["spike_steps"]), int(p["spike_window"]), int(p["min_history"]))
+    parts = _parts(series, int(p["spike_steps"]), int(p["spike_window"]), int(p["min_history"]))
     if parts is None:
         return None
     recent, before = parts
-    level = statistics.median(before)
-    bar = max(p["spike_ratio"] * level, p["spike_tail"] * quantile(before, 0.9))
-    x = min(recent)
+    level = statistics.median(_values(before))
+    tail = quantile(_values(before), 0.9)
+    bar = max(p["spike_ratio"] * level, p["spike_tail"] * tail)
+    x = min(_values(recent))
     evidence = (
-        f"the last {len(recent)} steps all at or above {fmt(x)}; the median of the {len(before)} steps before "
-        f"{fmt(level)}, their 90th percentile {fmt(quantile(before, 0.9))}"
+        f"each of {steps(recent)} at or above {fmt(x)} (step {recent[-1][0]}: {fmt(recent[-1][1])}); the median "
+        f"{fmt(level)} of {steps(before)}, their 90th percentile {fmt(tail)}"
     )
     return Check(x > bar, x, level, evidence)
 
@@ -148,18 +144,16 @@ def persistent_spike(series: Series, extra: Extra, p: Params) -> Check | None:
 def rising_share(series: Series, extra: Extra, p: Params) -> Check | None:
     """Truncation on its trend: the share of cut responses up by ``truncation_rise`` (absolute)
     and ``truncation_ratio`` x against the window before; a steady 10-25 % while lengths grow is not."""
-    parts = split(series, int(p["recent"]), int(p["truncation_window"]), int(p["min_history"]))
+    parts = _parts(series, int(p["recent"]), int(p["truncation_window"]), int(p["min_history"]))
     if parts is None:
         return None
     recent, before = parts
-    x, level = _recent(recent), statistics.median(before)
+    x, level = statistics.median(_values(recent)), statistics.median(_values(before))
     flagged = x - level > p["truncation_rise"] and x > p["truncation_ratio"] * level
-    return Check(
-        flagged,
-        x,
-        level,
-        f"{fmt(x)} of the responses cut at the length limit, up from {fmt(level)} over the {len(before)} steps before",
+    evidence = (
+        f"{_now(recent)} of the responses cut at the length limit, against the median {fmt(level)} of {steps(before)}"
     )
+    return Check(flagged, x, level, evidence)
 
 
 def plateau(series: Series, extra: Extra, p: Params) -> Check | None:
@@ -168,110 +162,27 @@ def plateau(series: Series, extra: Extra, p: Params) -> Check | None:
         return None
     window = series[-n:]
     trend = theil_sen(window) * (window[-1][0] - window[0][0])
-    med, spread = robust([v for _, v in window])
+    med, spread = robust(_values(window))
     error = spread * math.sqrt(12 / n)  # the standard error of a fitted trend over n noisy steps, about
-    flagged = abs(trend) < p["plateau_ratio"] * error
+    bar = p["plateau_ratio"] * error
+    flagged = abs(trend) < bar
     return Check(
         flagged,
         window[-1][1],
         med,
         since=window[0][0],
-        evidence=f"changed {trend:+.3g} over the last {n} steps, within its noise (+-{fmt(error)}) around {fmt(med)}",
+        evidence=f"changed {trend:+.3g} over {steps(window)} (Theil-Sen), within {p['plateau_ratio']:g} standard "
+        f"errors of no change (+-{fmt(bar)}), around a median of {fmt(med)}",
     )
-
-
-def questions(values: Sequence[float], most: int = 200) -> int | None:
-    """How many questions a validation score in [0, 1] is the share of: the fewest ``n`` for which
-    each of the last 10 values is a whole number of ``n``-ths (as printed: within 3 decimals); None
-    when none up to ``most`` is (a large validation set, or not a share)."""
-    return _questions(tuple(values[-10:]), most)
-
-
-@functools.lru_cache(maxsize=4096)
-def _questions(values: tuple[float, ...], most: int) -> int | None:
-    if not values or any(not 0 <= v <= 1 for v in values):
-        return None
-    for n in range(2, most + 1):
-        tolerance = n * 5e-4 + 1e-9  # a value printed with 3 decimals
-        if tolerance >= 0.25:
-            return None
-        if all(abs(v * n - round(v * n)) <= tolerance for v in values):
-            return n
-    return None
-
-
-def validation_noise(values: Sequence[float]) -> float:
-    """A validation score's noise: its step-to-step changes, and never below the binomial noise of
-    a share of ``questions(values)`` questions (a 30-question set moves by 0.09 between two
-    validations of the same policy)."""
-    spread = curvature_noise(values)
-    n = questions(values)
-    if n is not None:
-        p = min(max(statistics.median(values), 1 / n), 1 - 1 / n)
-        spread = max(spread, math.sqrt(p * (1 - p) / n))
-    return spread
-
-
-def validation_drop(series: Series, extra: Extra, p: Params) -> Check | None:
-    """The latest validation against the median of the three before it, beyond both a share of
-    it and the validation set's own noise (``validation_noise`` of the validations before)."""
-    values = [v for _, v in series][-int(p["validation_window"]) :]
-    if len(values) < 5:
-        return None
-    before = statistics.median(values[-4:-1])
-    x = values[-1]
-    spread = validation_noise(values[:-1])
-    drop = before - x
-    flagged = drop > p["validation_drop"] * abs(before) and drop > p["validation_mads"] * spread and drop > 0.01
-    return Check(
-        flagged,
-        x,
-        before,
-        f"{fmt(x)} against {fmt(before)}, the median of the three validations before (their noise +-{fmt(spread)})",
-    )
-
-
-def train_val_divergence(series: Series, extra: Extra, p: Params) -> Check | None:
-    """Validation sliding from its best of the last ``divergence_steps`` steps while the training
-    score rose over the same steps, each beyond its own noise: the policy learns the training
-    reward, not the task (reward hacking, overfitting to the training prompts)."""
-    last = series[-1][0]
-    val = [(s, v) for s, v in series if s > last - int(p["divergence_steps"])]
-    score = next((extra[k] for k in ("critic/score/mean", "critic/rewards/mean") if extra.get(k)), None)
-    if len(val) < 5 or score is None:
-        return None
-    values = [v for _, v in val]
-    rolling = [(val[i][0], statistics.median(values[i - 1 : i + 2])) for i in range(1, len(val) - 2)]
-    if not rolling:
-        return None
-    peak_step, peak = max(rolling, key=lambda sv: sv[1])
-    now = statistics.median(values[-3:])
-    at_peak = [v for s, v in score if peak_step - 5 <= s <= peak_step + 5]
-    lately = [v for _, v in score[-10:]]
-    if len(at_peak) < 5 or score[-1][0] < last - 5:
-        return None
-    rise = statistics.median(lately) - statistics.median(at_peak)
-    train_noise = max(noise([v for _, v in score[-50:]]), 1e-12)
-    fall = peak - now
-    val_noise = validation_noise([v for _, v in series][-int(p["validation_window"]) :])
-    flagged = (
-        fall > p["divergence_mads"] * val_noise
-        and fall > p["divergence_share"] * abs(peak)
-        and rise > p["divergence_mads"] * 0.6 * train_noise
-    )
-    evidence = (
-        f"validation {fmt(now)} (median of the last 3), down from {fmt(peak)} at step {peak_step}, while the "
-        f"training score rose {rise:+.3g} since then"
-    )
-    return Check(flagged, now, peak, evidence)
 
 
 _ZERO = 1e-12
 
 
 def no_learning_signal(series: Series, extra: Extra, p: Params) -> Check | None:
-    """Nothing to learn from at this step: every advantage 0, a zero gradient, or the same reward
-    for every sample of the batch (GRPO's advantages are then all 0)."""
+    """Nothing to learn from at this step: every advantage 0, a zero gradient, the same reward
+    for every sample of the batch (GRPO's advantages are then all 0), or no update at all (the step
+    logs its scores but not the update keys the run logged before: verl skipped the update)."""
     step = series[-1][0]
 
     def at(key: str) -> float | None:
@@ -285,13 +196,18 @@ def no_learning_signal(series: Series, extra: Extra, p: Params) -> Check | None:
     grad = at("actor/grad_norm")
     if grad is not None and abs(grad) <= _ZERO:
         why.append("actor/grad_norm is 0")
+    update = ("actor/grad_norm", "actor/pg_loss")
+    if all(extra.get(k) for k in update) and all(at(k) is None for k in update):
+        why.append(
+            "no actor/grad_norm or actor/pg_loss at this step, which the run logged before: verl skipped the update"
+        )
     for name in ("score", "rewards"):
         high, low = at(f"critic/{name}/max"), at(f"critic/{name}/min")
         if high is not None and low is not None and high - low <= _ZERO:
             why.append(f"every sample's {name} is {fmt(high)}")
             break
     value = series[-1][1]
-    return Check(bool(why), value, None, "; ".join(why) if why else "advantages, gradient and rewards vary")
+    return Check(bool(why), value, None, f"step {step}: " + "; ".join(why) if why else "")
 
 
 GROUP = "rl_insight/group/"  # plugin group_stats' keys
@@ -330,17 +246,18 @@ def zero_variance(series: Series, extra: Extra, p: Params) -> Check | None:
             return Check(False, math.nan, p["zero_variance_share"])  # some group varies: no share to tell
         share, evidence = 1.0, f"every group is uniform: every response scored {fmt(high)} (critic/score/max = min)"
     flagged = share >= p["zero_variance_share"]
+    evidence = f"step {step}: {evidence}"
     mild = solved is not None and failed is not None and solved > failed and solved >= share / 2
     return Check(flagged, share, p["zero_variance_share"], evidence if flagged else "", mild=flagged and mild)
 
 
 def mismatch(series: Series, extra: Extra, p: Params) -> Check | None:
-    x = series[-1][1]
+    step, x = series[-1]
     return Check(
         x > p["mismatch_warning"],
         x,
         None,
-        f"{fmt(x)} (normal below 0.005; above 0.01: engine precision)",
+        f"step {step}: {fmt(x)} (normal below 0.005; above 0.01: engine precision)",
         critical=x > p["mismatch_critical"],
     )
 

@@ -35,9 +35,37 @@ DEFAULTS: dict[str, float] = {
     "truncation_window": 30,
     "truncation_rise": 0.15,  # response_length/clip_ratio up by this much (absolute) ...
     "truncation_ratio": 2.0,  # ... and this many times its median before
+    "truncation_level": 0.3,  # a third of the responses cut (each of truncation_level_steps steps): a warning
+    "truncation_level_steps": 5,  # whatever its trend (their rewards and advantages are wrong)
+    # the slow side of each detector (trends.py): the median of the newest trend_recent steps against the
+    # median of the steps trend_near-trend_far before, beyond trend_mads x the noise of that difference and
+    # with a Mann-Kendall trend (z beyond trend_z) over those steps; and beyond each mode's share of the level
+    "trend_recent": 5,
+    "trend_near": 20,
+    "trend_far": 60,
+    "trend_min_history": 10,
+    "trend_mads": 4,
+    "trend_z": 3.0,
+    "trend_score_fall": 0.05,  # the training score down this share with an entropy / length change: critical
+    "trend_entropy_fall": 0.6,  # entropy below 40 % of its level 20-60 steps before
+    "trend_entropy_rise": 0.4,  # entropy 1.4x its level ... (healthy public runs: at most 1.21x)
+    "trend_entropy_abs": 0.1,  # ... and this many nats above it (healthy public runs: at most 0.006)
+    "trend_reward_fall": 0.12,  # healthy public runs: at most 3 % in 20-60 steps
+    "trend_kl_rise": 2.0,  # 3x ...
+    # ... and this many nats above (healthy public runs: at most 0.06 in 20-60 steps; an in-reward KL grows
+    # from 0 to 0.17 over the notebook run's 60 healthy steps)
+    "trend_kl_abs": 0.15,
+    "trend_grad_rise": 2.0,  # the gradient norm's median 3x
+    "trend_clip_rise": 2.0,  # the clip fraction 3x (and clip_min above)
+    "trend_length_rise": 0.6,
+    "trend_length_fall": 0.2,  # a fifth shorter, the score not rising
+    "trend_truncation_share": 1.0,  # the truncated share 2x ...
+    "trend_truncation_rise": 0.1,  # ... and up by this much (absolute)
+    "trend_throughput_fall": 0.18,  # healthy public runs: at most 14 %
+    "validation_collapse": 0.9,  # a validation this share below the one before: critical from 2 points
     "validation_window": 20,  # validations whose changes are the validation set's noise
-    "validation_drop": 0.15,  # a validation score this share below the median of the three before ...
-    "validation_mads": 3,  # ... and this many times its noise
+    "validation_drop": 0.08,  # a validation score this share below its level (validation.py) ...
+    "validation_mads": 3,  # ... and this many times the noise of the newest validations' median
     "divergence_steps": 100,  # validation down from its best of this many steps, the training score up ...
     "divergence_mads": 3,  # ... each beyond this many times its noise
     "divergence_share": 0.1,  # ... validation down by this share of its level

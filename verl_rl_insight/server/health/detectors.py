@@ -45,6 +45,7 @@ from verl_rl_insight.server.health.modes import (
     verl_key,
 )
 from verl_rl_insight.server.health.signals import Series, fmt
+from verl_rl_insight.server.health.validation import lower_is_better
 
 __all__ = [  # the modes are defined in modes.py, their settings in defaults.py; imported from here too
     "ALL",
@@ -86,14 +87,22 @@ def _trim(series: list[tuple[int, float]], keep: int, since: int | None) -> None
         del series[: len(series) - keep]
 
 
+def validation_streak(detector: Detector) -> bool:
+    return detector.keys == VALIDATION_KEYS
+
+
 class Streak:
     """A detector's walk over one run, one step at a time: the online monitor and the offline
     command both feed it through ``RunHealth``, so both find the same steps."""
 
-    def __init__(self, detector: Detector, params: Mapping[str, float], keep: int = KEEP) -> None:
+    def __init__(
+        self, detector: Detector, params: Mapping[str, float], keep: int = KEEP, validation_keys: Sequence[str] = ()
+    ) -> None:
         self.detector, self.params, self.keep = detector, params, keep
+        self.test_params = params  # and which way is better, for a validation series (from its name)
+        self.keys = (*validation_keys, *detector.keys) if validation_streak(detector) else detector.keys
         self.metric: str | None = None
-        self.rank = len(detector.keys)
+        self.rank = len(self.keys)
         self.series: list[tuple[int, float]] = []
         self.extra: dict[str, list[tuple[int, float]]] = {k: [] for k in detector.extra}
         self.run: list[tuple[int, Check]] = []  # the current streak of flagged steps
@@ -123,9 +132,11 @@ class Streak:
             if x is not None and math.isfinite(x) and (not values or step > values[-1][0]):
                 values.append((step, x))
             _trim(values, min(self.keep, self.detector.extra_keep), since)
-        found = pick(self.detector, metrics, self.rank) if self.rank > 0 else None  # a key it prefers?
+        found = pick(self.detector, metrics, self.rank, self.keys) if self.rank > 0 else None  # a key it prefers?
         if found is not None and found[0] < self.rank:  # the run logs a key the detector prefers: follow it
             self.rank, self.metric, self.series, self.run, self.active = found[0], found[1], [], [], False
+            if validation_streak(self.detector):
+                self.test_params = {**self.params, "lower_is_better": float(lower_is_better(found[1]))}
         if self.metric is None:
             return None
         value = metrics.get(self.metric)
@@ -135,7 +146,7 @@ class Streak:
         _trim(self.series, self.keep, since)
         if since is not None and self.run and self.run[0][0] < since:
             self.run, self.active = [], False
-        check = self.detector.test(self.series, self.extra, self.params)
+        check = self.detector.test(self.series, self.extra, self.test_params)
         if check is None or not check.flagged:
             self.run, self.active = [], False
             return check
@@ -144,16 +155,21 @@ class Streak:
             self._found(step)
         return check
 
+    def _severity(self, check: Check) -> str:
+        return "critical" if check.critical else check.severity or self.detector.severity
+
     def _found(self, step: int) -> None:
         first_step, first = self.run[0][1].since or self.run[0][0], self.run[0][1]
-        severity = self.detector.severity
-        if all(c.critical for _, c in self.run):
-            severity = "critical"
-        elif 2 * sum(c.mild for _, c in self.run) > len(self.run):  # most of its steps only worth knowing
+        # the least severe of the newest ``needed`` steps: a streak that grows worse rises with them
+        severity = max((self._severity(c) for _, c in self.run[-self.needed :]), key=SEVERITIES.index)
+        if 2 * sum(c.mild for _, c in self.run) > len(self.run):  # most of its steps only worth knowing
             severity = "info"
         latest = self.findings[-1] if self.findings else None
         if latest is not None and (self.active or first_step <= latest.last_step + 1):
-            latest.last_step, latest.severity = step, severity  # the evidence stays the first step's
+            latest.last_step = step  # the evidence stays the first step's; the severity the worst it got
+            if SEVERITIES.index(severity) < SEVERITIES.index(latest.severity):  # and why it got worse
+                latest.severity = severity
+                latest.evidence += f"; {severity} from step {step}: {self.run[-1][1].evidence}"
         else:
             self.findings.append(
                 Finding(
@@ -162,7 +178,7 @@ class Streak:
                     first_step,
                     step,
                     verl_key(self.metric or ""),
-                    f"step {self.run[0][0]}: {first.evidence}",
+                    first.evidence,
                     first.value,
                     first.baseline,
                     self.detector.panel,
@@ -214,7 +230,7 @@ class StepTimes:
             self.findings.append(
                 Finding(
                     "stall",
-                    "critical",
+                    "warning",  # it completed: the run carries on (critical is a step that never comes)
                     step,
                     step,
                     "step time",
@@ -263,9 +279,11 @@ class Said:
 class RunHealth:
     """Every detector's walk over one run."""
 
-    def __init__(self, params: Mapping[str, float], keep: int = KEEP) -> None:
+    def __init__(self, params: Mapping[str, float], keep: int = KEEP, validation_keys: Sequence[str] = ()) -> None:
+        """``validation_keys``: verl keys (or families ending in /) the user validates under, followed
+        before verl's own names."""
         self.params = params
-        self.streaks = [Streak(d, params, keep) for d in DETECTORS]
+        self.streaks = [Streak(d, params, keep, validation_keys) for d in DETECTORS]
         self.non_finite: Findings = []
         self.times = StepTimes(params, keep)
 
@@ -331,11 +349,12 @@ def diagnose(
     now: float = 0.0,
     params: Mapping[str, float] | None = None,
     resets: Sequence[int] = (),
+    validation_keys: Sequence[str] = (),
 ) -> Findings:
     """Every finding in a run's history ({series name: [(step, value)]}, values may be NaN), the
     most severe first. ``step_times``: (step, time it was logged); ``resets``: steps at which every
     detector's baseline starts again."""
-    walk = RunHealth({**DEFAULTS, **(params or {})})
+    walk = RunHealth({**DEFAULTS, **(params or {})}, validation_keys=validation_keys)
     for step in resets:
         walk.reset_baseline(step)
     at: dict[int, float] = dict(step_times)

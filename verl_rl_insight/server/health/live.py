@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from verl_rl_insight.server.health.detectors import BY_NAME, DEFAULTS, Finding, RunHealth
@@ -36,16 +36,21 @@ ONLINE = {d.name for d in BY_NAME.values() if d.online} | {"stall"}  # stall: it
 
 
 class _Run:
-    def __init__(self, params: Mapping[str, float]) -> None:
-        self.walk = RunHealth(params)
+    def __init__(self, params: Mapping[str, float], validation_keys: Sequence[str]) -> None:
+        self.walk = RunHealth(params, validation_keys=validation_keys)
         self.counts: dict[str, float] = {}  # detector name -> steps that belonged to a finding
 
 
 class HealthMonitor:
     def __init__(
-        self, emit: Callable[[dict[str, Any]], Any], params: Mapping[str, float] | None = None, max_runs: int = 256
+        self,
+        emit: Callable[[dict[str, Any]], Any],
+        params: Mapping[str, float] | None = None,
+        max_runs: int = 256,
+        validation_keys: Sequence[str] = (),
     ) -> None:
         self.emit = emit
+        self.validation_keys = tuple(validation_keys)  # the server config's validation_keys
         self.params = {**DEFAULTS, **(params or {})}
         self.max_runs = max_runs
         self.stats = {"steps": 0, "findings": 0}
@@ -55,7 +60,7 @@ class HealthMonitor:
     def _run(self, run_key: tuple[str, str]) -> _Run:
         run = self._runs.get(run_key)
         if run is None:
-            run = self._runs[run_key] = _Run(self.params)
+            run = self._runs[run_key] = _Run(self.params, self.validation_keys)
             while len(self._runs) > self.max_runs:
                 self._runs.popitem(last=False)
         self._runs.move_to_end(run_key)

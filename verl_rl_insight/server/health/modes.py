@@ -10,11 +10,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
-from verl_rl_insight.server.health import checks
+from verl_rl_insight.server.health import checks, trends, validation
 from verl_rl_insight.server.health.checks import Test
+from verl_rl_insight.server.health.trends import any_of, trend
 
 PREFIX = METRIC_PREFIX  # the trainer scalars' series (plugin trainer_metrics' default prefix)
-VALIDATION_KEYS = ("val-core/", "val/test_score/", "test_score/")  # verl's, then older verl's validation keys
+VALIDATION_KEYS = validation.FAMILIES  # verl's, then older verl's and agents' validation keys (families)
 VALIDATION = metric_name(PREFIX, "val-core/")
 SEVERITIES = ("critical", "warning", "info")  # info: worth knowing, not a problem (a plateau)
 KEEP = 120  # values each detector keeps of a series (online and offline alike: the same findings); its
@@ -68,6 +69,7 @@ SIGNAL_KEYS = (
     "critic/advantages/max",
     "critic/advantages/min",
     "actor/grad_norm",
+    "actor/pg_loss",  # with grad_norm: absent from a step that logs the rest, verl skipped the update
     "critic/score/max",
     "critic/score/min",
     "critic/rewards/max",
@@ -124,31 +126,39 @@ DETECTORS: tuple[Detector, ...] = (
         ENTROPY,
         "critical",
         3,
-        checks.falls_from_level("entropy_collapse_share", "entropy_mads", "entropy_window"),
+        any_of(
+            checks.falls_from_level("entropy_collapse_share", "entropy_mads", "entropy_window"),
+            trend(-1, "trend_entropy_fall", consequence=True),
+        ),
         "the policy's entropy collapsed: it stops exploring and samples nearly one answer",
         "actor/entropy next to score and response length; the clip fraction",
         "raise the entropy coefficient or the temperature, lower the learning rate, use clip-higher (DAPO), "
         "resume from a checkpoint before the collapse",
         "Training: what to check first",
+        extra=SCORE,  # the slow trend is critical where the score falls with it
     ),
     Detector(
         "entropy_blowup",
         ENTROPY,
         "critical",
         3,
-        checks.entropy_blowup,
+        any_of(checks.entropy_blowup, trend(1, "trend_entropy_rise", "trend_entropy_abs", consequence=True)),
         "the policy's entropy is climbing far above its level: it samples noise (gibberish, mixed languages)",
         "actor/entropy with response length and the samples; grad norm and KL",
         "lower the learning rate, lower the temperature, check the log-prob mismatch and the weight sync, "
         "resume from a checkpoint before the climb",
         "Training: what to check first",
+        extra=SCORE,
     ),
     Detector(
         "reward_collapse",
         SCORE,
         "critical",
         3,
-        checks.falls_from_level("reward_collapse_share", "reward_mads", "reward_window"),
+        any_of(
+            checks.falls_from_level("reward_collapse_share", "reward_mads", "reward_window"),
+            trend(-1, "trend_reward_fall", severity="critical"),  # the fall is the consequence itself
+        ),
         "the reward fell far below the run's own level: the policy got worse or the reward function broke",
         "score by step and the samples of the worst rollouts; the reward function's logs; KL and entropy",
         "check the reward function and the data; lower the learning rate; resume from the last good checkpoint",
@@ -172,7 +182,10 @@ DETECTORS: tuple[Detector, ...] = (
         ("actor/kl_loss", "actor/reward_kl_penalty", "critic/kl"),  # critic/kl: older verl's reward penalty
         "critical",
         2,
-        checks.rises_from_level("kl_ratio", "kl_mads", "window", at_least="kl_rise", history="kl_min_history"),
+        any_of(
+            checks.rises_from_level("kl_ratio", "kl_mads", "window", at_least="kl_rise", history="kl_min_history"),
+            trend(1, "trend_kl_rise", "trend_kl_abs"),
+        ),
         "the policy is running away from the reference policy it is held to (the KL loss or the reward's KL penalty)",
         "actor/kl_loss or actor/reward_kl_penalty by step, grad norm, the clip fraction",
         "lower the learning rate, raise the KL coefficient, tighten the clip range, check the log-prob mismatch",
@@ -183,7 +196,7 @@ DETECTORS: tuple[Detector, ...] = (
         ("actor/grad_norm",),
         "warning",
         1,
-        checks.persistent_spike,
+        any_of(checks.persistent_spike, trend(1, "trend_grad_rise")),
         "the gradient norm stays above the run's own tail: the start of a divergence, not one bad batch",
         "actor/grad_norm by step, the loss, the batch's response lengths",
         "lower the learning rate or the grad clip, skip the bad batches, check for very long or empty responses",
@@ -194,7 +207,10 @@ DETECTORS: tuple[Detector, ...] = (
         ("actor/pg_clipfrac",),
         "warning",
         3,
-        checks.rises_from_level("clip_ratio", "clip_mads", "window", floor="clip_min"),
+        any_of(
+            checks.rises_from_level("clip_ratio", "clip_mads", "window", floor="clip_min"),
+            trend(1, "trend_clip_rise", "clip_min"),
+        ),
         "the PPO clip fraction is running away: updates are too large for the trust region",
         "actor/pg_clipfrac with KL and grad norm",
         "lower the learning rate or the number of PPO epochs / mini-batches, check the log-prob mismatch",
@@ -205,31 +221,43 @@ DETECTORS: tuple[Detector, ...] = (
         ("response_length/mean",),
         "warning",
         3,
-        checks.rises_from_level("length_ratio", "length_mads", "length_window"),
+        any_of(
+            checks.rises_from_level("length_ratio", "length_mads", "length_window"),
+            trend(1, "trend_length_rise", consequence=True),
+        ),
         "responses are growing far beyond their recent length: repetition loops or reward hacking by length",
         "response_length/mean and clip_ratio, the samples of the longest rollouts",
         "add a length penalty or overlong reward shaping, check for repetition, cap max_response_length",
         "Rollout",
+        extra=SCORE,
     ),
     Detector(
         "response_length_collapse",
         ("response_length/mean",),
         "warning",
         3,
-        checks.falls_from_level("length_collapse_share", "length_mads_collapse", "entropy_window"),
+        any_of(
+            checks.falls_from_level("length_collapse_share", "length_mads_collapse", "entropy_window"),
+            trend(-1, "trend_length_fall", consequence=True),
+        ),
         "responses are getting far shorter than they were: the policy found a short answer the reward "
         "accepts, or generation breaks off (an EOS or stop-token problem)",
         "response_length/mean and min, the samples of the shortest rollouts, the score",
         "check the reward for a short-answer loophole and the stop tokens; add a minimum-length or format "
         "reward; resume from before the fall",
         "Rollout",
+        extra=SCORE,
     ),
     Detector(
         "response_truncation",
         ("response_length/clip_ratio",),
         "warning",
         3,
-        checks.rising_share,
+        any_of(
+            checks.rising_share,
+            trend(1, "trend_truncation_share", "trend_truncation_rise"),
+            trends.level_at_most("truncation_level", "truncation_level_steps"),
+        ),
         "more and more responses hit the length limit and are cut: their rewards and advantages are wrong",
         "response_length/clip_ratio and max; the truncated samples (repetition?)",
         "raise max_response_length, use overlong filtering / soft punishment (DAPO), check for repetition",
@@ -239,8 +267,8 @@ DETECTORS: tuple[Detector, ...] = (
         "validation_drop",
         VALIDATION_KEYS,
         "warning",
-        2,
-        checks.validation_drop,
+        1,
+        validation.validation_drop,
         "the validation score dropped well below its level, beyond the validation set's noise: overfitting "
         "or a regression",
         "val-core curves against the training score; the step of the best validation",
@@ -252,7 +280,7 @@ DETECTORS: tuple[Detector, ...] = (
         VALIDATION_KEYS,
         "warning",
         1,
-        checks.train_val_divergence,
+        validation.train_val_divergence,
         "the training reward rises while validation falls: the policy learns the reward, not the task "
         "(reward hacking, overfitting to the training prompts)",
         "the samples of high-reward rollouts (do they solve the task?), val-core against critic/score/mean",
@@ -266,7 +294,10 @@ DETECTORS: tuple[Detector, ...] = (
         ("perf/throughput",),
         "warning",
         3,
-        checks.falls_from_level("throughput_ratio", "throughput_mads", "entropy_window"),
+        any_of(
+            checks.falls_from_level("throughput_ratio", "throughput_mads", "entropy_window"),
+            trend(-1, "trend_throughput_fall"),
+        ),
         "throughput fell far below the run's own level: a slow node, memory pressure or a longer tail",
         "the RL state timeline (long tail, idle), GPU utilisation and memory, the engine panels",
         "find the slow replica or node, check preemption and memory, cap response length",
@@ -333,23 +364,19 @@ def series_name(key: str) -> str:
 _VERL_KEYS = {series_name(k): k for d in ALL for k in (*d.keys, *d.extra) if not k.endswith("/")}
 
 
-def _family_member(prefix: str, names: Iterable[str]) -> str | None:
-    """The validation series of a family to follow: a mean of a reward, score or accuracy first."""
-    found = sorted(n for n in names if n.startswith(prefix) and any(w in n for w in ("reward", "score", "acc")))
-    means = [n for n in found if "mean" in n]
-    return (means or found)[0] if found else None
-
-
 def pick(
-    detector: Detector, names: Iterable[str] | Mapping[str, float], better_than: int | None = None
+    detector: Detector,
+    names: Iterable[str] | Mapping[str, float],
+    better_than: int | None = None,
+    keys: Sequence[str] | None = None,
 ) -> tuple[int, str] | None:
     """(rank, series name) of the key the detector reads among ``names`` (series names): its first
     key present (rank 0 is its first key), only of a rank below ``better_than``; for a family
     (``val-core/``) its first reward, score or accuracy mean."""
     present = names if isinstance(names, Mapping) else set(names)
-    for rank, key in enumerate(detector.keys[:better_than]):
+    for rank, key in enumerate((detector.keys if keys is None else keys)[:better_than]):
         if key.endswith("/"):
-            member = _family_member(series_name(key), present)
+            member = validation.member(series_name(key), present)
             if member is not None:
                 return rank, member
         elif series_name(key) in present:

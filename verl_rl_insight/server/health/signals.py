@@ -69,3 +69,20 @@ def theil_sen(points: Series) -> float:
 
 def fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
+
+
+def mann_kendall(values: Sequence[float]) -> float:
+    """Mann-Kendall's z of a monotone trend in ``values`` (positive: up), ties counted as no
+    change; 0 for fewer than 4 values. |z| > 2.6 is a trend at 1 % for independent noise."""
+    n = len(values)
+    if n < 4:
+        return 0.0
+    s = sum((b > a) - (b < a) for i, a in enumerate(values) for b in values[i + 1 :])
+    var = n * (n - 1) * (2 * n + 5) / 18
+    return 0.0 if s == 0 else (s - (1 if s > 0 else -1)) / math.sqrt(var)
+
+
+def steps(points: Series) -> str:
+    """The steps ``points`` cover, as a reader names them: "step 7", "steps 7-12"."""
+    first, last = points[0][0], points[-1][0]
+    return f"step {first}" if first == last else f"steps {first}-{last}"
