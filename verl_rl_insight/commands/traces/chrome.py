@@ -129,7 +129,8 @@ def read_chrome(path: Path) -> FileSummary:
             if isinstance(event, dict):
                 collected.add(event)
     except READ_ERRORS as exc:
-        raise BadTrace(str(path), f"not a whole trace ({type(exc).__name__}: {str(exc)[:120]})") from None
+        said = (str(exc).strip().splitlines() or [""])[0][:120]  # yajl's message draws a caret below
+        raise BadTrace(str(path), f"not a whole trace ({type(exc).__name__}: {said})") from None
     if collected.events == 0:
         raise BadTrace(str(path), "no trace events in it")
     rank = _rank(path, header, bare_list)

@@ -18,7 +18,7 @@ class BadTrace(Exception):
         self.why = why
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.why}"
+        return f"{self.path}: {self.why}".replace("\n", " ")  # one line, whatever a parser said
 
 
 class PhaseTime(NamedTuple):
