@@ -6,7 +6,12 @@ from __future__ import annotations
 import html
 
 from verl_rl_insight.commands.api import print_table
-from verl_rl_insight.commands.traces.analysis import PhaseView, StepView
+from verl_rl_insight.commands.traces.analysis import BALANCED, PhaseView, StepView
+
+
+def _held(phase: PhaseView) -> bool:
+    """Whether the phase has a rank that held the others (not merely the largest of equals)."""
+    return len(phase.ranks) > 1 and phase.spread >= BALANCED
 
 
 def _s(value: float) -> str:
@@ -28,7 +33,7 @@ def print_view(view: StepView) -> None:
         print()
         rows = [[phase.phase, "rank", "node", "took s", "work s", "waiting in collectives"]]
         for r in phase.ranks:
-            mark = " <- slowest" if r is phase.slowest and len(phase.ranks) > 1 else ""
+            mark = " <- slowest" if r is phase.slowest and _held(phase) else ""
             rows.append(
                 [
                     "",
@@ -40,9 +45,11 @@ def print_view(view: StepView) -> None:
                 ]
             )
         print_table(rows)
-        if len(phase.ranks) > 1:
-            spread = "inf" if phase.spread == float("inf") else f"{phase.spread:.2f}x"
+        spread = "inf" if phase.spread == float("inf") else f"{phase.spread:.2f}x"
+        if _held(phase):
             print(f"  slowest rank {phase.slowest.who}; spread (max / median work) {spread}")
+        elif len(phase.ranks) > 1:
+            print(f"  balanced: spread (max / median work) {spread}")
     print()
     print(view.answer)
 
@@ -53,7 +60,7 @@ def _lanes(phase: PhaseView) -> str:
     for r in phase.ranks:
         work = r.time.busy_s / longest * 100
         wait = r.time.waiting_s / longest * 100
-        cls = " class='slowest'" if r is phase.slowest and len(phase.ranks) > 1 else ""
+        cls = " class='slowest'" if r is phase.slowest and _held(phase) else ""
         rows.append(
             f"<tr{cls}><td>rank {html.escape(r.who)}</td><td>{html.escape(r.node or '?')}</td>"
             f"<td>{_s(r.time.duration_s)}</td><td>{_s(r.time.busy_s)}</td>"
