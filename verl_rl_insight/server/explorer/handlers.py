@@ -66,7 +66,10 @@ async def get_curves(ctx: Context, request: Request) -> None:
 
 def _step_of_run(ctx: Context, sources: Sources, run: tuple[str, str], step: int) -> dict[str, object]:
     spans = sources.spans_of(ctx.parts.startup.spans, run)
-    return step_answer(sources, spans, run, step, findings_of(sources, run, ctx.parts.marks))
+    answer = step_answer(sources, spans, run, step, findings_of(sources, run, ctx.parts.marks))
+    profiles = ctx.parts.profiles
+    answer["profile"] = profiles.summary(run[0], run[1], step) if profiles is not None else None
+    return answer
 
 
 async def get_step(ctx: Context, request: Request) -> None:
