@@ -87,6 +87,11 @@ def test_the_requested_step_and_only_it_is_profiled_in_the_demo(tmp_path):
         [update] = [phase for phase in page["profile"]["phases"] if phase["phase"] == "update_actor"]
         assert [r["rank"] for r in update["ranks"]] == ["0"] and update["ranks"][0]["duration_s"] > 0
         assert page["profile"]["answer"].startswith(f"step {target}: ")
+        # and `rl-insight report` carries that step's page with its ranks
+        report = tmp_path / "report.html"
+        made = rl_insight("report", "--project", PROJECT, "--experiment", "profiled", "-o", str(report), env=env)
+        assert made.returncode == 0, made.stderr
+        assert f'"answer": "step {target}: ' in report.read_text()
         assert demo.wait(180) == 0
         # the profiled step on the timeline's profiler lane, and counted for the dashboards' annotations
         spans = [

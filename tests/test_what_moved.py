@@ -49,3 +49,30 @@ def test_the_text_says_what_moved(capsys):
     out = capsys.readouterr().out
     assert "timing_s_step step 253: 35.8 -> 42.9" in out
     assert "timing_s_ref" in out.split("timing_s_step step 253")[1].splitlines()[1]
+
+
+def test_the_step_page_says_what_moved_with_the_step(tmp_path):
+    """The explorer's step answer (``moved_with``) over the run's history as the hub holds it: the
+    same real run with the same jump, fed to the explorer's histories."""
+    from verl_rl_insight.commands.run_file import read_run
+    from verl_rl_insight.server.explorer.slow import moved_at
+    from verl_rl_insight.server.explorer.sources import Sources
+
+    rows = [json.loads(line) for line in PPO.read_text().splitlines()]
+    for row in rows:
+        if 600 <= row["step"] <= 611:
+            row["data"]["timing_s/step"] *= 1.6
+            row["data"]["response_length/mean"] *= 1.6
+    run_file = tmp_path / "run.jsonl"
+    run_file.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    by_step: dict[int, dict[str, float]] = {}
+    for name, points in read_run(run_file).items():
+        for step, value in points:
+            by_step.setdefault(step, {})[name] = value
+    sources = Sources()
+    run = ("p", "e")
+    sources.histories.fill(run, [(step, float(step), metrics) for step, metrics in sorted(by_step.items())])
+    (slow,) = moved_at(sources, run, 605)
+    assert (slow["series"], slow["first_step"], slow["last_step"]) == ("timing_s_step", 600, 611)
+    assert slow["moved_with"][0]["series"] == "response_length_mean"
+    assert moved_at(sources, run, 585) == []  # a step at the run's level (580 was a test step: its own range)

@@ -563,6 +563,24 @@
     return box;
   }
 
+  // the step's time left the run's level: the series that moved with it (rl-insight diagnose says the same)
+  function movedWith(ranges) {
+    const box = el("div", { "data-testid": "moved-with" });
+    if (!ranges || !ranges.length) {
+      box.append(el("p", { class: "muted", text: "The step's time is at the run's level." }));
+      return box;
+    }
+    for (const r of ranges) {
+      const steps = r.first_step === r.last_step ? `step ${r.first_step}` : `steps ${r.first_step}-${r.last_step}`;
+      box.append(el("p", { class: "summary-line" }, el("strong", { text: `${r.series} ${steps}: ${fmt(r.level)} → ${fmt(r.during)}` }), " (the run's level → the range's mean)"));
+      box.append(el("table", { class: "ranks" }, ...(r.moved_with.length ? r.moved_with.map((m) => el("tr", { "data-series": m.series },
+        el("td", { text: m.series }), el("td", { text: `${m.direction} ${fmt(m.level)} → ${fmt(m.during)}` }),
+        el("td", { text: `association ${m.association >= 0 ? "+" : ""}${m.association.toFixed(2)}${m.share_of_rise !== null && m.share_of_rise !== undefined ? `, ${Math.round(m.share_of_rise * 100)} % of the change` : ""}` })))
+        : [el("tr", {}, el("td", { text: "nothing else left its own level with it" }))])));
+    }
+    return box;
+  }
+
   function hardwareTable(hardware) {
     if (!hardware.length) return el("p", { class: "muted", "data-testid": "hardware", text: "No GPU fault or throttling on its nodes during the step." });
     const pairs = (o) => Object.entries(o || {}).filter(([, v]) => v).map(([k, v]) => `${k}=${fmt(v)}`).join(", ") || "–";
@@ -624,6 +642,8 @@
       lanes,
       el("h2", { text: "Ranks: verl's profiler traces of this step (work blue, waiting in collectives orange)" }),
       rankLanes(step.profile),
+      el("h2", { text: "What moved with the step's time" }),
+      movedWith(step.moved_with),
       el("h2", { text: "GPU faults and throttling of its nodes" }),
       hardwareTable(step.hardware || []),
       el("h2", { text: `Findings that cover step ${step.step} (${(step.findings || []).length})` }),
