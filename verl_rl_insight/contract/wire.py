@@ -229,6 +229,7 @@ class ProfilePhase(Struct, forbid_unknown_fields=True, omit_defaults=True):
     phase: ShortName
     ranks: Annotated[list[ProfileRankTime], Meta(max_length=MAX_SUMMARY_RANKS)]
     slowest: ShortName | None = None  # None: balanced, no rank held the others
+    ranks_total: Annotated[int, Meta(ge=0, le=2**31)] | None = None  # when ``ranks`` holds only the busiest
     spread: Annotated[float, Meta(ge=0)] | None = None  # the slowest rank's work / the median rank's
 
 

@@ -18,6 +18,9 @@ from verl_rl_insight.contract.wire import MAX_SUMMARY_RANKS
 
 logger = logging.getLogger(__name__)
 TIMEOUT_S = 900.0
+# rank entries in one summary: about 80 bytes each, so a summary stays well inside the report
+# route's 64 KB body; a phase of more ranks keeps its busiest (the slowest first), and says how many
+RANK_ENTRIES = 400
 
 
 def _nice() -> None:  # in the child, before it runs
@@ -52,11 +55,17 @@ def analyze(trace_dir: str, step: int, timeout_s: float = TIMEOUT_S) -> dict[str
 def compact(view: dict[str, Any], step: int) -> dict[str, Any]:
     """``profile analyze --json`` as the step page draws it."""
     phases = []
-    for phase in view["phases"][:32]:
+    chosen = view["phases"][:32]
+    per_phase = max(8, min(MAX_SUMMARY_RANKS, RANK_ENTRIES // max(len(chosen), 1)))
+    for phase in chosen:
         spread = phase.get("spread")
         held = len(phase["ranks"]) > 1 and spread is not None and spread >= 1.1
         ranks = []
-        for rank in phase["ranks"][:MAX_SUMMARY_RANKS]:
+        kept = phase["ranks"]
+        if len(kept) > per_phase:
+            busiest = sorted(kept, key=lambda r: -float(r["work_s"]))[:per_phase]
+            kept = [r for r in kept if any(r is b for b in busiest)]
+        for rank in kept:
             ops = rank.get("waiting_by_op") or {}
             row: dict[str, Any] = {
                 "rank": str(rank["rank"])[:64],
@@ -69,6 +78,8 @@ def compact(view: dict[str, Any], step: int) -> dict[str, Any]:
                 row["waiting_op"] = str(max(ops, key=lambda op: ops[op]))[:64]
             ranks.append(row)
         entry: dict[str, Any] = {"phase": str(phase["phase"])[:64], "ranks": ranks}
+        if len(ranks) < len(phase["ranks"]):
+            entry["ranks_total"] = len(phase["ranks"])
         if held:
             entry["slowest"] = str(phase["slowest"]["rank"])[:64]
         if spread is not None:

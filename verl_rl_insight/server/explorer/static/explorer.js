@@ -557,7 +557,8 @@
           el("td", { class: "rank-bar" }, bar("work", work / longest), bar("wait", r.waiting_s / longest)));
       });
       const spread = phase.spread !== undefined && phase.spread !== null ? ` · spread ${fmt(phase.spread)}x` : "";
-      box.append(el("h3", { text: `${phase.phase}${phase.slowest ? " · slowest rank " + phase.slowest : " · balanced"}${spread}` }),
+      const some = phase.ranks_total ? ` · the busiest ${phase.ranks.length} of ${phase.ranks_total} ranks` : "";
+      box.append(el("h3", { text: `${phase.phase}${phase.slowest ? " · slowest rank " + phase.slowest : " · balanced"}${spread}${some}` }),
         el("table", { class: "ranks" }, ...rows));
     }
     return box;
