@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 import urllib.parse
 from pathlib import Path
@@ -42,6 +43,7 @@ def _names() -> str:
 
 
 def _detector_names() -> str:
+    """The series the detectors read (the explorer's walk reads the same: ``explorer/findings.py``)."""
     keys = {k for d in detectors.ALL for k in (*d.keys, *d.extra)} | set(detectors.NON_FINITE_KEYS)
     wanted = {detectors.series_name(k) for k in keys if not k.endswith("/")} | {GLOBAL_STEP_METRIC}
     families = {detectors.series_name(k) + ".*" for k in keys if k.endswith("/")}
@@ -114,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
     params = {**detectors.DEFAULTS, **(info.get("health") or {})}
     marks = run_marks.fetch(base, token, args.project, args.experiment)  # rl-insight runs mark
     resets = run_marks.resets(marks)
-    findings = detectors.diagnose(history, times, finished=finished, now=time.time(), params=params, resets=resets)
+    walked = re.compile(f"^(?:{_detector_names()})$")  # the detectors' series: what the explorer walks too
+    read = {name: values for name, values in history.items() if walked.match(name)}
+    findings = detectors.diagnose(read, times, finished=finished, now=time.time(), params=params, resets=resets)
     link = panel_link(
         info.get("grafana") if "grafana" in info.get("services", ()) else None, args.project, args.experiment
     )

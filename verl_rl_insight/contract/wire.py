@@ -37,6 +37,8 @@ from verl_rl_insight.contract.naming import (
     SPECIAL_VALUES,
     STEP_TIME_METRIC,
 )
+from verl_rl_insight.contract.profile_summary import MAX_SUMMARY_RANKS as MAX_SUMMARY_RANKS
+from verl_rl_insight.contract.profile_summary import ProfileStepSummary
 from verl_rl_insight.contract.wire_errors import PushError as PushError
 from verl_rl_insight.contract.wire_errors import PushTooLarge as PushTooLarge
 from verl_rl_insight.contract.wire_errors import _explain, _explain_malformed, _show
@@ -207,39 +209,6 @@ class ProfileBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
     last_step: Step | None = None
     role: Literal["actor", "rollout", "ref", "critic"] | None = None
     ranks: Annotated[list[Annotated[int, Meta(ge=0, le=2**31)]], Meta(min_length=1, max_length=MAX_RANKS)] | None = None
-
-
-MAX_SUMMARY_RANKS = 1024  # ranks of one phase a step's summary carries
-Seconds = Annotated[float, Meta(ge=0, le=1e7)]
-ShortName = Annotated[str, Meta(min_length=1, max_length=64)]
-
-
-class ProfileRankTime(Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """One rank's time in one phase of a profiled step, as ``rl-insight profile analyze`` reads
-    it from verl's traces: in the phase, and waiting in collectives (mostly in ``waiting_op``)."""
-
-    rank: ShortName
-    duration_s: Seconds
-    waiting_s: Seconds
-    node: Annotated[str, Meta(max_length=256)] | None = None
-    waiting_op: ShortName | None = None
-
-
-class ProfilePhase(Struct, forbid_unknown_fields=True, omit_defaults=True):
-    phase: ShortName
-    ranks: Annotated[list[ProfileRankTime], Meta(max_length=MAX_SUMMARY_RANKS)]
-    slowest: ShortName | None = None  # None: balanced, no rank held the others
-    ranks_total: Annotated[int, Meta(ge=0, le=2**31)] | None = None  # when ``ranks`` holds only the busiest
-    spread: Annotated[float, Meta(ge=0)] | None = None  # the slowest rank's work / the median rank's
-
-
-class ProfileStepSummary(Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """A profiled step's per-rank summary (not its traces): what the step page draws under the
-    trainer's lanes."""
-
-    step: Step
-    answer: Annotated[str, Meta(max_length=500)]
-    phases: Annotated[list[ProfilePhase], Meta(max_length=32)] = []
 
 
 class ProfileUpdate(Struct, forbid_unknown_fields=True, omit_defaults=True):

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
-from verl_rl_insight.contract.wire import MAX_SUMMARY_RANKS
+from verl_rl_insight.contract.profile_summary import MAX_SUMMARY_RANKS
 
 logger = logging.getLogger(__name__)
 TIMEOUT_S = 900.0
