@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 import urllib.parse
 from pathlib import Path
@@ -26,7 +25,7 @@ from verl_rl_insight.commands.checks import CliError
 from verl_rl_insight.commands.run_file import RunFileError, read_run
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.watch.data import DataError, Prometheus
-from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, STEP_TIME_METRIC
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.server.health import detectors, moved
 
@@ -37,13 +36,8 @@ DASHBOARD = "verl_trainer_v1_with_vllm_engine"
 
 
 def _names() -> str:
-    """Every trainer scalar of the run: the detectors' keys, and all the others for what moved with
-    a slow step (``moved.what_moved``)."""
-    return METRIC_PREFIX + ".*"
-
-
-def _detector_names() -> str:
-    """The series the detectors read (the explorer's walk reads the same: ``explorer/findings.py``)."""
+    """The series the detectors read (the explorer's walk reads the same: ``explorer/findings.py``);
+    what moved with a slow step is looked for among them too."""
     keys = {k for d in detectors.ALL for k in (*d.keys, *d.extra)} | set(detectors.NON_FINITE_KEYS)
     wanted = {detectors.series_name(k) for k in keys if not k.endswith("/")} | {GLOBAL_STEP_METRIC}
     families = {detectors.series_name(k) + ".*" for k in keys if k.endswith("/")}
@@ -116,9 +110,7 @@ def run(args: argparse.Namespace) -> int:
     params = {**detectors.DEFAULTS, **(info.get("health") or {})}
     marks = run_marks.fetch(base, token, args.project, args.experiment)  # rl-insight runs mark
     resets = run_marks.resets(marks)
-    walked = re.compile(f"^(?:{_detector_names()})$")  # the detectors' series: what the explorer walks too
-    read = {name: values for name, values in history.items() if walked.match(name)}
-    findings = detectors.diagnose(read, times, finished=finished, now=time.time(), params=params, resets=resets)
+    findings = detectors.diagnose(history, times, finished=finished, now=time.time(), params=params, resets=resets)
     link = panel_link(
         info.get("grafana") if "grafana" in info.get("services", ()) else None, args.project, args.experiment
     )
