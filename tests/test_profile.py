@@ -76,6 +76,22 @@ def test_the_requested_step_and_only_it_is_profiled_in_the_demo(tmp_path):
         assert any(e.get("name") == "aten::mm" for e in events)  # the actor's update, recorded
         table = rl_insight("profile", "list", env=env).stdout
         assert f"finished  {target} " in table and str(traces) in table
+        # the trainer read the step's traces (rl-insight profile analyze, a process of its own) and sent
+        # the per-rank summary, not the trace: the step page's answer has it
+        query = f"project={PROJECT}&experiment_name=profiled&step={target}"
+        page = wait_for(
+            lambda: (p := json.loads(http("GET", hub + f"/api/v1/explorer/step?{query}")[1]))["profile"] and p,
+            120,
+            what="the profiled step's summary on the step page",
+        )
+        [update] = [phase for phase in page["profile"]["phases"] if phase["phase"] == "update_actor"]
+        assert [r["rank"] for r in update["ranks"]] == ["0"] and update["ranks"][0]["duration_s"] > 0
+        assert page["profile"]["answer"].startswith(f"step {target}: ")
+        # and `rl-insight report` carries that step's page with its ranks
+        report = tmp_path / "report.html"
+        made = rl_insight("report", "--project", PROJECT, "--experiment", "profiled", "-o", str(report), env=env)
+        assert made.returncode == 0, made.stderr
+        assert f'"answer": "step {target}: ' in report.read_text()
         assert demo.wait(180) == 0
         # the profiled step on the timeline's profiler lane, and counted for the dashboards' annotations
         spans = [

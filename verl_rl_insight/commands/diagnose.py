@@ -27,7 +27,7 @@ from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.watch.data import DataError, Prometheus
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
-from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health import detectors, moved
 
 CANNOT = 2
 CHUNK_S = 2 * 3600  # raw samples are read in windows of this length, newest first
@@ -36,6 +36,8 @@ DASHBOARD = "verl_trainer_v1_with_vllm_engine"
 
 
 def _names() -> str:
+    """The series the detectors read (the explorer's walk reads the same: ``explorer/findings.py``);
+    what moved with a slow step is looked for among them too."""
     keys = {k for d in detectors.ALL for k in (*d.keys, *d.extra)} | set(detectors.NON_FINITE_KEYS)
     wanted = {detectors.series_name(k) for k in keys if not k.endswith("/")} | {GLOBAL_STEP_METRIC}
     families = {detectors.series_name(k) + ".*" for k in keys if k.endswith("/")}
@@ -118,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     for finding in findings:
         finding.panel = f"{finding.panel}: {link}" if link else finding.panel
     run_id = {"project": args.project, "experiment_name": args.experiment}
-    code = report(args, f"{args.project}/{args.experiment}", run_id, (times[0][0], times[-1][0]), findings)
+    code = report(args, f"{args.project}/{args.experiment}", run_id, (times[0][0], times[-1][0]), findings, history)
     if not args.json:
         run_marks.print_marks(marks)
     return code
@@ -136,22 +138,46 @@ def from_file(args: argparse.Namespace) -> int:
         raise CliError(f"{path}: no step with a number in it", code=CANNOT)
     times = history.pop(STEP_TIME_METRIC, [])  # a runs export CSV has each step's own time
     findings = detectors.diagnose(history, times, finished=True, validation_keys=args.validation_key or ())
-    return report(args, str(path), {"file": str(path)}, (steps[0], steps[-1]), findings)
+    return report(args, str(path), {"file": str(path)}, (steps[0], steps[-1]), findings, history)
+
+
+SLOW_SHOWN = 3  # the ranges whose time left the run's level furthest
+
+
+def _print_slow(slow: list[Any]) -> None:
+    if not slow:
+        return
+    print(f"\ntime: {len(slow)} range(s) of steps left the run's own level; what moved with the largest:")
+    for exc, with_it in moved.largest(slow, SLOW_SHOWN):
+        print("  " + "\n  ".join(moved.describe(exc, with_it)))
 
 
 def report(
-    args: argparse.Namespace, name: str, run_id: dict[str, str], steps: tuple[int, int], found: list[Any]
+    args: argparse.Namespace,
+    name: str,
+    run_id: dict[str, str],
+    steps: tuple[int, int],
+    found: list[Any],
+    history: dict[str, Any],
 ) -> int:
     """The findings within ``--steps``, ranked, as text or JSON; the exit code."""
     first, last = args.steps or (None, None)
     findings = [f for f in found if (first is None or f.last_step >= first) and (last is None or f.first_step <= last)]
     code = 1 if any(f.severity != "info" for f in findings) else 0
+    slow = [
+        (e, m)
+        for e, m in moved.what_moved(history)
+        if (first is None or e.last_step >= first) and (last is None or e.first_step <= last)
+    ]
     if args.json:
-        print(json.dumps({**run_id, "steps": list(steps), "findings": [f.as_json() for f in findings]}))
+        out = {**run_id, "steps": list(steps), "findings": [f.as_json() for f in findings]}
+        out["slow_steps"] = [moved.as_json(e, m) for e, m in moved.largest(slow, SLOW_SHOWN)]
+        print(json.dumps(out))
         return code
     span_all = f"steps {steps[0]}-{steps[1]}"
     if not findings:
         print(f"{name} ({span_all}): no finding ({len(detectors.ALL)} detectors)")
+        _print_slow(slow)
         return 0
     print(f"{name} ({span_all}): {len(findings)} finding(s), the most severe first")
     for f in findings:
@@ -162,6 +188,7 @@ def report(
         print(f"          look first: {d.look}")
         print(f"          people usually: {d.usually}")
         print(f"          panel: {f.panel}")
+    _print_slow(slow)
     return code
 
 

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from verl_rl_insight.commands.api import SubParsers, call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError, positive_float
 from verl_rl_insight.commands.timeline.command import steps_range
+from verl_rl_insight.commands.traces import command as analyze_command
 from verl_rl_insight.contract.wire import PROFILE_ROLES
 
 ENDED = ("finished", "missed", "refused")
@@ -224,3 +225,4 @@ def add_parsers(sub: SubParsers) -> None:
     listing.add_argument("--experiment", help="the experiment_name")
     common_options(listing)
     listing.set_defaults(func=list_profiles)
+    analyze_command.add_parser(profile_sub)

@@ -174,6 +174,26 @@ def finding_steps(findings: Iterable[object], first: int | None, last: int | Non
     return sorted(steps)[:MAX_STEP_PAGES]
 
 
+def profiled_steps(
+    base: str, token: str | None, run: tuple[str, str], first: int | None, last: int | None
+) -> list[int]:
+    """The steps of the run whose per-rank profile summary the server holds (rl-insight profile),
+    within --steps, the newest 10: their pages show the ranks."""
+    query = urllib.parse.urlencode({"project": run[0], "experiment_name": run[1]})
+    try:
+        listed = call("GET", f"{base}/api/v1/profiles?{query}", token)
+    except CliError:  # a server without profile requests: the report goes on without
+        return []
+    steps = {
+        int(step)
+        for record in listed.get("profiles", [])
+        if isinstance(record, dict)
+        for step in (record.get("summaries") or {})
+        if str(step).isdigit() and (first is None or int(step) >= first) and (last is None or int(step) <= last)
+    }
+    return sorted(steps)[-10:]
+
+
 def collect(args: argparse.Namespace, base: str, token: str | None) -> Answer:
     """The API's answers the page draws the report from (EXPLORER_API.md says the shape)."""
     first, last = args.steps or (None, None)
@@ -192,7 +212,9 @@ def collect(args: argparse.Namespace, base: str, token: str | None) -> Answer:
     confine(data, run, args.compare or [], args.card)
     steps: Answer = {}
     samples: Answer = {}
-    for step in finding_steps(_list(page, "findings"), first, last):
+    wanted = finding_steps(_list(page, "findings"), first, last)
+    wanted = sorted(set(wanted) | set(profiled_steps(base, token, run, first, last)))[: MAX_STEP_PAGES + 10]
+    for step in wanted:
         steps[str(step)] = _get(base, token, "step", project=run[0], experiment_name=run[1], step=str(step))
         if args.samples:
             samples[str(step)] = _get(base, token, "samples", project=run[0], experiment_name=run[1], step=str(step))

@@ -37,6 +37,8 @@ from verl_rl_insight.contract.naming import (
     SPECIAL_VALUES,
     STEP_TIME_METRIC,
 )
+from verl_rl_insight.contract.profile_summary import MAX_SUMMARY_RANKS as MAX_SUMMARY_RANKS
+from verl_rl_insight.contract.profile_summary import ProfileStepSummary
 from verl_rl_insight.contract.wire_errors import PushError as PushError
 from verl_rl_insight.contract.wire_errors import PushTooLarge as PushTooLarge
 from verl_rl_insight.contract.wire_errors import _explain, _explain_malformed, _show
@@ -218,6 +220,7 @@ class ProfileUpdate(Struct, forbid_unknown_fields=True, omit_defaults=True):
     detail: Annotated[str, Meta(max_length=2000)] = ""
     trace_dir: Annotated[str, Meta(max_length=4096)] | None = None
     steps: Annotated[list[Step], Meta(max_length=MAX_PROFILE_STEPS)] = []
+    summaries: Annotated[list[ProfileStepSummary], Meta(max_length=MAX_PROFILE_STEPS)] = []
 
 
 class ProfileReportBody(Struct, forbid_unknown_fields=True, omit_defaults=True):

@@ -223,9 +223,12 @@ class SimulatedActor:
 
         deadline = time.monotonic() + seconds
         weights = torch.randn(64, 64)
-        while time.monotonic() < deadline:
-            weights = torch.tanh(weights @ weights.T / 64)
-            time.sleep(0.01)
+        # the range verl's engine_workers put around it (DistProfiler.annotate(role="actor_update") is a
+        # record_function of that name in the torch tool's continuous mode): the trace names the stage
+        with torch.profiler.record_function("actor_update"):
+            while time.monotonic() < deadline:
+                weights = torch.tanh(weights @ weights.T / 64)
+                time.sleep(0.01)
 
 
 # what a step of the demo drives: the replicas, TransferQueue (or None), the actor, the GPUs' load

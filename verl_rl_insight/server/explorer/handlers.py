@@ -18,6 +18,7 @@ from verl_rl_insight.server.explorer.curves import curves_body
 from verl_rl_insight.server.explorer.pages import serve
 from verl_rl_insight.server.explorer.runs import findings_of, run_answer, runs_answer
 from verl_rl_insight.server.explorer.samples import samples_answer
+from verl_rl_insight.server.explorer.slow import moved_at
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.explorer.steps import step_answer
 
@@ -66,7 +67,11 @@ async def get_curves(ctx: Context, request: Request) -> None:
 
 def _step_of_run(ctx: Context, sources: Sources, run: tuple[str, str], step: int) -> dict[str, object]:
     spans = sources.spans_of(ctx.parts.startup.spans, run)
-    return step_answer(sources, spans, run, step, findings_of(sources, run, ctx.parts.marks))
+    answer = step_answer(sources, spans, run, step, findings_of(sources, run, ctx.parts.marks))
+    profiles = ctx.parts.profiles
+    answer["profile"] = profiles.summary(run[0], run[1], step) if profiles is not None else None
+    answer["moved_with"] = moved_at(sources, run, step)
+    return answer
 
 
 async def get_step(ctx: Context, request: Request) -> None:

@@ -106,6 +106,16 @@ class ProfileStore:
             oldest: dict[str, Any] = min(ended, key=lambda r: r["updated"])
             del self._requests[oldest["id"]]
 
+    def summary(self, project: str, experiment: str, step: int) -> dict[str, Any] | None:
+        """The per-rank summary of ``step`` the run's trainer sent, or None."""
+        with self._lock:
+            for record in self._requests.values():
+                if (record["project"], record["experiment_name"]) == (project, experiment):
+                    found = (record.get("summaries") or {}).get(str(step))
+                    if found is not None:
+                        return dict(found)
+        return None
+
     def list(self, project: str | None = None, experiment: str | None = None) -> dict[str, Any]:
         """The requests (newest first) and, for one run, what its profiler can do."""
         with self._lock:
@@ -141,6 +151,9 @@ class ProfileStore:
                     record["trace_dir"] = update.trace_dir
                 if update.steps:
                     record["steps"] = sorted(set(record["steps"]) | set(update.steps))
+                for summary in update.summaries:  # the per-rank summary of a profiled step, by step
+                    if summary.step in record["steps"] or record["first_step"] <= summary.step <= record["last_step"]:
+                        record.setdefault("summaries", {})[str(summary.step)] = msgspec.to_builtins(summary)
             if report.capability is not None:
                 self._capability[run] = dict(report.capability)
                 while len(self._capability) > MAX_RUNS_WITH_CAPABILITY:

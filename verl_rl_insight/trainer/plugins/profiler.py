@@ -32,6 +32,7 @@ from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
 from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.plugins import profile_summary
 from verl_rl_insight.trainer.plugins.profiler_capability import (
     MAX_ANSWER_BYTES,
     MAX_TAKEN,
@@ -73,6 +74,8 @@ class Profiles:
         self.wake = threading.Event()
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
+        self.summarize = True  # analyse each profiled step's traces (profile_summary.py)
+        self.reader: threading.Thread | None = None
 
     def start(self, run: RunInfo) -> None:
         with self.lock:
@@ -267,6 +270,7 @@ class Profiles:
                 trace_dir=request.get("trace_dir"),
                 steps=done,
             )
+        self._summarize(step, ids)
         rt = runtime.get_runtime()
         if rt is not None:
             try:
@@ -280,6 +284,28 @@ class Profiles:
                 )
             except Exception:
                 pass
+
+    def _summarize(self, step: int, ids: list[str]) -> None:
+        """Read the step's traces in a process of its own, off the training thread, and send the
+        per-rank summary with the requests' next report. One at a time: a step profiled while
+        the last is still read goes without."""
+        trace_dir = next((self.requests[i].get("trace_dir") for i in ids if self.requests[i].get("trace_dir")), None)
+        if not trace_dir or not self.summarize or (self.reader is not None and self.reader.is_alive()):
+            return
+
+        def read() -> None:
+            found = profile_summary.analyze(str(trace_dir), step)
+            with self.lock:
+                for request_id in ids:
+                    request = self.requests[request_id]
+                    if isinstance(found, dict):
+                        self.update(request, request["state"], request["detail"], summaries=[found])
+                    else:
+                        note = f"{request['detail']}; step {step}'s traces not analysed: {found}"
+                        self.update(request, request["state"], note[:2000])
+
+        self.reader = threading.Thread(target=read, name="rl-insight-profile-summary", daemon=True)
+        self.reader.start()
 
     def close(self) -> None:
         self.stop.set()

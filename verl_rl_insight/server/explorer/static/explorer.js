@@ -530,6 +530,58 @@
     root.setAttribute("height", y);
     return root;
   }
+  function bar(cls, share) {
+    const span = el("span", { class: cls });
+    span.style.width = `${Math.max(0, Math.min(share, 1)) * 100}%`; // CSSOM: the page's CSP allows no style attribute
+    return span;
+  }
+  // the profiled step's ranks (rl-insight profile: the trainer sends the per-rank summary of verl's traces)
+  function rankLanes(profile) {
+    const box = el("div", { "data-testid": "rank-lanes" });
+    page.step.ranks = [];
+    if (!profile) {
+      box.append(el("p", { class: "muted", text: "This step was not profiled (or its traces are still being read)." }));
+      return box;
+    }
+    box.append(el("p", { class: "summary-line", "data-testid": "profile-answer" }, el("strong", { text: profile.answer })));
+    for (const phase of profile.phases || []) {
+      const longest = Math.max(...phase.ranks.map((r) => r.duration_s), 1e-9);
+      const rows = phase.ranks.map((r) => {
+        const slow = phase.slowest === r.rank;
+        const work = Math.max(r.duration_s - r.waiting_s, 0);
+        page.step.ranks.push({ phase: phase.phase, rank: r.rank, slowest: slow });
+        return el("tr", { class: slow ? "slowest" : "", "data-rank": r.rank },
+          el("td", { text: `rank ${r.rank}${r.node ? " @" + r.node : ""}` }),
+          el("td", { text: `${fmt(r.duration_s)} s` }),
+          el("td", { text: `${Math.round((r.waiting_s / Math.max(r.duration_s, 1e-9)) * 100)} % waiting${r.waiting_op ? " in " + r.waiting_op : ""}` }),
+          el("td", { class: "rank-bar" }, bar("work", work / longest), bar("wait", r.waiting_s / longest)));
+      });
+      const spread = phase.spread !== undefined && phase.spread !== null ? ` · spread ${fmt(phase.spread)}x` : "";
+      const some = phase.ranks_total ? ` · the busiest ${phase.ranks.length} of ${phase.ranks_total} ranks` : "";
+      box.append(el("h3", { text: `${phase.phase}${phase.slowest ? " · slowest rank " + phase.slowest : " · balanced"}${spread}${some}` }),
+        el("table", { class: "ranks" }, ...rows));
+    }
+    return box;
+  }
+
+  // the step's time left the run's level: the series that moved with it (rl-insight diagnose says the same)
+  function movedWith(ranges) {
+    const box = el("div", { "data-testid": "moved-with" });
+    if (!ranges || !ranges.length) {
+      box.append(el("p", { class: "muted", text: "The step's time is at the run's level." }));
+      return box;
+    }
+    for (const r of ranges) {
+      const steps = r.first_step === r.last_step ? `step ${r.first_step}` : `steps ${r.first_step}-${r.last_step}`;
+      box.append(el("p", { class: "summary-line" }, el("strong", { text: `${r.series} ${steps}: ${fmt(r.level)} → ${fmt(r.during)}` }), " (the run's level → the range's mean)"));
+      box.append(el("table", { class: "ranks" }, ...(r.moved_with.length ? r.moved_with.map((m) => el("tr", { "data-series": m.series },
+        el("td", { text: m.series }), el("td", { text: `${m.direction} ${fmt(m.level)} → ${fmt(m.during)}` }),
+        el("td", { text: `association ${m.association >= 0 ? "+" : ""}${m.association.toFixed(2)}${m.share_of_rise !== null && m.share_of_rise !== undefined ? `, ${Math.round(m.share_of_rise * 100)} % of the change` : ""}` })))
+        : [el("tr", {}, el("td", { text: "nothing else left its own level with it" }))])));
+    }
+    return box;
+  }
+
   function hardwareTable(hardware) {
     if (!hardware.length) return el("p", { class: "muted", "data-testid": "hardware", text: "No GPU fault or throttling on its nodes during the step." });
     const pairs = (o) => Object.entries(o || {}).filter(([, v]) => v).map(([k, v]) => `${k}=${fmt(v)}`).join(", ") || "–";
@@ -589,6 +641,10 @@
       el("p", { class: "summary-line" }, step.long_tail_s !== null && step.long_tail_s !== undefined ? `long tail: ${fmt(step.long_tail_s)} s (the step waited this long after the median replica's last generate call)` : "",
         step.idle_share !== null && step.idle_share !== undefined ? ` · the trainer idle ${Math.round(step.idle_share * 100)} % of the step` : ""),
       lanes,
+      el("h2", { text: "Ranks: verl's profiler traces of this step (work blue, waiting in collectives orange)" }),
+      rankLanes(step.profile),
+      el("h2", { text: "What moved with the step's time" }),
+      movedWith(step.moved_with),
       el("h2", { text: "GPU faults and throttling of its nodes" }),
       hardwareTable(step.hardware || []),
       el("h2", { text: `Findings that cover step ${step.step} (${(step.findings || []).length})` }),

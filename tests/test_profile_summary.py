@@ -1,0 +1,67 @@
+"""The per-rank summary a trainer sends of a profiled step (POST /api/v1/profiles/report,
+``updates[].summaries``): bounded and typed, a bad one is a 400 naming the field and changes
+nothing; a good one is kept on its request for the step page."""
+
+import json
+
+import pytest
+
+from tests.helpers import free_port, http, start_hub_process, stop_group
+
+TOKEN = "summary-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+RANK = {"rank": "1", "duration_s": 0.55, "waiting_s": 0.02, "waiting_op": "all-reduce"}
+SUMMARY = {"step": 3, "answer": "step 3: update_actor took 0.555 s on rank 1", "phases": [
+    {"phase": "update_actor", "slowest": "1", "spread": 1.66, "ranks": [RANK, {**RANK, "rank": "0"}]}
+]}  # fmt: skip
+
+
+@pytest.fixture
+def request_id(tmp_path):
+    port = free_port()
+    process = start_hub_process(port, tmp_path, token=TOKEN)
+    base = f"http://127.0.0.1:{port}"
+    body = json.dumps({"project": "p", "experiment_name": "e", "first_step": 3}).encode()
+    status, text = http("POST", base + "/api/v1/profiles", body, AUTH)
+    assert status == 200, text
+    yield base, json.loads(text)["id"]
+    stop_group(process)
+
+
+def report(base, request_id, summary):
+    update = {"id": request_id, "state": "finished", "steps": [3], "summaries": [summary]}
+    body = {"project": "p", "experiment_name": "e", "updates": [update]}
+    return http("POST", base + "/api/v1/profiles/report", json.dumps(body).encode(), AUTH)
+
+
+def listed(base):
+    return json.loads(http("GET", base + "/api/v1/profiles?project=p&experiment_name=e", headers=AUTH)[1])
+
+
+@pytest.mark.parametrize(
+    "summary, field",
+    [
+        ({**SUMMARY, "step": 0}, "summaries[0].step"),
+        ({**SUMMARY, "answer": "x" * 501}, "summaries[0].answer"),
+        ({**SUMMARY, "phases": [{**SUMMARY["phases"][0], "ranks": [{**RANK, "duration_s": -1}]}]}, "duration_s"),
+        (
+            {**SUMMARY, "phases": [{"phase": "gen", "ranks": [{"rank": "1", "duration_s": 0, "waiting_s": 0}] * 1025}]},
+            "ranks",
+        ),
+        ({**SUMMARY, "trace": "the whole trace"}, "unknown field 'trace'"),
+    ],
+)
+def test_a_bad_summary_is_a_400_naming_the_field_and_changes_nothing(request_id, summary, field):
+    base, rid = request_id
+    status, text = report(base, rid, summary)
+    assert status == 400 and field in json.loads(text)["error"], text
+    [record] = listed(base)["profiles"]
+    assert record["state"] == "requested" and "summaries" not in record
+
+
+def test_a_summary_is_kept_on_its_request_by_step(request_id):
+    base, rid = request_id
+    status, text = report(base, rid, SUMMARY)
+    assert status == 200, text
+    [record] = listed(base)["profiles"]
+    assert record["summaries"] == {"3": SUMMARY}
