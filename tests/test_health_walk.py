@@ -34,10 +34,10 @@ def batches_of(run, project="p", experiment="e"):
         }
 
 
-def online(run, resets=(), reset_late=None):
+def online(run, resets=(), reset_late=None, validation_keys=()):
     """The findings of the server's HealthMonitor fed the run step by step, as the hub gives them."""
     emitted = []
-    monitor = HealthMonitor(emitted.append)
+    monitor = HealthMonitor(emitted.append, validation_keys=validation_keys)
     for step in resets:
         monitor.reset_baseline("p", "e", step)
     for body in batches_of(run):
@@ -47,15 +47,15 @@ def online(run, resets=(), reset_late=None):
     return monitor.findings("p", "e"), emitted
 
 
-def offline(run, resets=()):
+def offline(run, resets=(), validation_keys=()):
     at = dict(run.times)
     times = [(s, START + at.get(s, float(s))) for s, _ in detectors.steps_of(run.history)]
-    return detectors.diagnose(run.history, times, resets=resets)
+    return detectors.diagnose(run.history, times, resets=resets, validation_keys=validation_keys)
 
 
 def test_there_are_real_runs_to_judge_on():
     runs = shapes.real_runs()
-    assert len(runs) >= 8, [r.name for r in runs]  # tests/data/real_runs has 8 healthy runs (and one failure)
+    assert len(runs) >= 8, [r.name for r in runs]  # tests/data/real_runs has 8 healthy runs and 1 failure
     assert all(r.source == "healthy" for r in runs)
     assert set(shapes.EXPECTED) <= {r.name for r in shapes.real_runs("failure")}
 
