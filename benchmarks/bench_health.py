@@ -115,7 +115,9 @@ def cost_ratio(run: shapes.Run) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="one seed of each shape (CI: it runs)")
     args = parser.parse_args()
+    args.seeds = 1 if args.quick else args.seeds
     real = shapes.real_runs()
     healthy = shapes.healthy_shapes(args.seeds)
     on_real, on_shapes = false_findings(real), false_findings(healthy)
