@@ -37,6 +37,7 @@ from verl_rl_insight.contract.marks import (
     MarkBody,
 )
 from verl_rl_insight.contract.run_credential import check_run
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch, field_problem
 from verl_rl_insight.server.metrics.exposition import label_text
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
@@ -47,7 +48,6 @@ MARK_BYTES = 600  # a mark's record and its slot in the store
 LINE_COPIES = 5  # its exposition line, in as many copies as the hub holds of a series' line (hub.py)
 RECENT_STEPS = 64  # per run: the steps' trainer times kept to place a mark made just after
 RECENT_RUNS = 256
-Run = tuple[str, str]
 
 
 class MarkError(BadInput):
