@@ -278,3 +278,14 @@ def test_the_readme_is_short_and_every_docs_page_is_in_the_site():
     assert pages - others <= in_nav, f"pages not in mkdocs.yml's nav: {sorted(pages - others - in_nav)}"
     assert all((REPO / "docs" / page).exists() for page in in_nav)
     assert "mkdocs build --strict" in (REPO / ".ci" / "run").read_text()
+
+
+def test_no_route_without_a_declared_access_rule():
+    """Each row of the route table says who may call it; a run credential's row says where the
+    request names its run (a row without it does not construct: ``Route.__post_init__``)."""
+    from verl_rl_insight.server.api.access import Access
+    from verl_rl_insight.server.api.routes import ROUTES
+
+    undeclared = [f"{r.method} {r.path}" for r in ROUTES if not isinstance(r.access, Access)]
+    unnamed = [f"{r.method} {r.path}" for r in ROUTES if r.access is Access.RUN_CREDENTIAL and r.run_in is None]
+    assert (undeclared, unnamed) == ([], [])
