@@ -10,8 +10,8 @@ import time
 import pytest
 
 from tests.helpers import rl_insight, wait_for
-from tests.test_state_timeline import one_training_step
-from tests.test_timeline_store import STEP_SPANS, otlp
+from tests.server.test_timeline_store import STEP_SPANS, otlp
+from tests.trainer.test_state_timeline import one_training_step
 from verl_rl_insight.server.stores.spans import SpanStore
 
 STEPS = 40

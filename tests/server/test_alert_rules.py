@@ -30,7 +30,7 @@ def test_promtool_accepts_the_rules_and_thresholds_are_configurable(tmp_path):
         "RLInsightRolloutLongTail",
         "RLInsightTrainerIdle",
         "RLInsightSlowReplica",
-        *(d.alert for d in detectors.ALL if d.online),  # training health (tests/test_health.py)
+        *(d.alert for d in detectors.ALL if d.online),  # training health (tests/server/test_health.py)
     }
     assert "> 0.02 and" in rules["RLInsightRolloutProbsDiffCritical"]["expr"]
     assert "> 0.005 and" in rules["RLInsightRolloutProbsDiffWarning"]["expr"]

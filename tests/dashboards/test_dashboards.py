@@ -140,7 +140,7 @@ def verl_ppo_step_keys():
 
 
 def test_every_key_a_verl_ppo_step_logs_has_a_panel_of_its_own():
-    from tests.test_demo import dashboard_shows
+    from tests.e2e.test_demo import dashboard_shows
     from verl_rl_insight.contract.naming import metric_name
 
     step_keys = verl_ppo_step_keys()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.helpers import free_port, http, rl_insight, start_hub_process, stop_group, wait_for
-from tests.test_timeline_store import PROTOBUF, TOKEN, otlp
+from tests.server.test_timeline_store import PROTOBUF, TOKEN, otlp
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S

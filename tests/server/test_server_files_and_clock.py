@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.helpers import free_port, http, push, start_hub_process, stop_group, wait_for
-from tests.test_timeline_store import otlp
+from tests.server.test_timeline_store import otlp
 
 TOKEN = "promises-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -3,7 +3,7 @@
 No public run logs plugin group_stats' keys, so it is judged two ways: on real verl runs through
 what verl logs (``critic/score/max`` = ``min``: every group is uniform; the collapsed GRPO run of
 tests/data/real_runs shows it from step 11), and on runs made of verl's own functions: each step a
-batch of GRPO groups (``tests.test_group_stats.grpo_batch``) through verl's real ``compute_advantage``,
+batch of GRPO groups (``tests.trainer.test_group_stats.grpo_batch``) through verl's real ``compute_advantage``,
 verl's ``compute_data_metrics`` (the step's dict) and the plugin's ``batch_metrics`` (its keys),
 the groups' solve rates changing over the steps."""
 
@@ -12,10 +12,10 @@ import random
 
 import pytest
 
-from benchmarks import health_shapes as shapes
+from tests import health_shapes as shapes
 from tests.helpers import rl_insight
-from tests.test_group_stats import grpo, grpo_batch
-from tests.test_health_walk import offline, online
+from tests.server.test_health_walk import offline, online
+from tests.trainer.test_group_stats import grpo, grpo_batch
 from verl_rl_insight.server.health import detectors
 
 N = 8  # responses per prompt (rollout.n)

@@ -231,7 +231,7 @@ def test_a_reader_that_stops_early_is_no_error():
 
 def test_an_output_path_in_a_missing_folder_is_one_line(tmp_path):
     from tests.helpers import http, start_hub_process, stop_group
-    from tests.test_timeline_store import PROTOBUF, STEP_SPANS, TOKEN, otlp
+    from tests.server.test_timeline_store import PROTOBUF, STEP_SPANS, TOKEN, otlp
 
     port = free_port()
     process = start_hub_process(port, tmp_path, token=TOKEN)

@@ -14,7 +14,7 @@ from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.metrics.hub import MetricHub
 
-REAL_RUN = Path(__file__).parent / "data" / "real_runs" / "diqiu_gpg_qwen2_7b_gsm8k_math_fsdp.jsonl"
+REAL_RUN = Path(__file__).parent.parent / "data" / "real_runs" / "diqiu_gpg_qwen2_7b_gsm8k_math_fsdp.jsonl"
 STEPS = 12
 
 

@@ -5,7 +5,7 @@ that is neither is one line naming the line and what was expected, exit 2."""
 import csv
 import json
 
-from benchmarks import health_shapes as shapes
+from tests import health_shapes as shapes
 from tests.helpers import rl_insight
 from verl_rl_insight.server.health import detectors
 

@@ -18,7 +18,7 @@ import urllib.parse
 import pytest
 
 from tests.helpers import http, require_prometheus, rl_insight, stack_prometheus, wait_for, write_server_config
-from tests.test_marks import REAL_RUN, wired
+from tests.server.test_marks import REAL_RUN, wired
 from verl_rl_insight.commands import report
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.server.health import detectors

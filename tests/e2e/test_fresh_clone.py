@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # the tests that read the real runs and the shapes built from them
-REAL_RUN_TESTS = ["tests/test_health_walk.py", "tests/test_diagnose_file.py", "tests/test_health_groups.py"]
+REAL_RUN_TESTS = [
+    "tests/server/test_health_walk.py",
+    "tests/commands/test_diagnose_file.py",
+    "tests/server/test_health_groups.py",
+]
 
 
 def _no_shared_above(path: Path) -> bool:

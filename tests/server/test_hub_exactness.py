@@ -228,7 +228,7 @@ def test_a_hub_stopped_or_killed_mid_run_sends_no_step_again_with_a_new_timestam
     import signal
 
     from tests.helpers import free_port, start_hub_process, stop_group
-    from tests.test_run_budgets import verl_step
+    from tests.server.test_run_budgets import verl_step
     from verl_rl_insight.trainer.client.metric_batch import MetricBatch
     from verl_rl_insight.trainer.client.sender import BatchSender
 

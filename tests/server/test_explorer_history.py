@@ -6,7 +6,7 @@ logged NaN stays apart from "not logged", and memory is bounded per run and in a
 import json
 import math
 
-from tests.test_marks import REAL_RUN, wired
+from tests.server.test_marks import REAL_RUN, wired
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.health import detectors
@@ -139,7 +139,7 @@ def test_a_run_at_its_cap_is_not_walked_again_from_its_first_kept_step_at_each_n
 def test_the_run_page_has_a_validation_panel_per_data_source_of_a_real_two_source_run():
     """diqiu's GPG run validates on GSM8K and MATH (val-core/<source>/reward/mean@1). The hub keeps the
     series names (no slashes); the run page still draws one validation panel per data source."""
-    from tests.test_marks import REAL_RUN
+    from tests.server.test_marks import REAL_RUN
     from verl_rl_insight.server.explorer.keys import key_of, panels
 
     two = REAL_RUN.parent / "diqiu_gpg_qwen2_7b_gsm8k_math_fsdp.jsonl"

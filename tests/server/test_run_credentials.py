@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.helpers import http
-from tests.test_timeline_store import STEP_SPANS, otlp
+from tests.server.test_timeline_store import STEP_SPANS, otlp
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer

@@ -29,7 +29,9 @@ from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.stores.marks import MarkStore
 
 TOKEN = "the-servers-own-token"
-REAL_RUN = Path(__file__).parent / "data" / "real_runs" / "diqiu_gpg_qwen2_7b_gsm8k_math_fsdp.jsonl"  # steps 0-210
+REAL_RUN = (
+    Path(__file__).parent.parent / "data" / "real_runs" / "diqiu_gpg_qwen2_7b_gsm8k_math_fsdp.jsonl"
+)  # steps 0-210
 
 
 def real_steps(first=1, count=5, start=None):

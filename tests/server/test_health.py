@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from benchmarks import health_shapes as shapes
+from tests import health_shapes as shapes
 from tests.helpers import (
     Prometheus,
     free_port,

@@ -13,7 +13,7 @@ import urllib.parse
 import pytest
 
 from tests.helpers import http, require_prometheus, rl_insight, stack_prometheus, wait_for, write_server_config
-from tests.test_alerting import require_alertmanager
+from tests.server.test_alerting import require_alertmanager
 
 WEBHOOK = "http://127.0.0.1:9/hook?secret=webhook-s3cret"  # a receiver whose URL is its secret
 NOBODY = 65534

@@ -3,13 +3,13 @@ logger format) and on realistic shapes built from them (``benchmarks/health_shap
 (``detectors.diagnose``) and the online one (``HealthMonitor``, fed the batches the hub accepts) find the same
 findings; baselines start again at a reset step; each new failure mode is found near the step it began.
 
-The same runs go through the real server and ``rl-insight diagnose --file`` in tests/test_health.py."""
+The same runs go through the real server and ``rl-insight diagnose --file`` in tests/server/test_health.py."""
 
 import math
 
 import pytest
 
-from benchmarks import health_shapes as shapes
+from tests import health_shapes as shapes
 from verl_rl_insight.contract.wire import validate_push
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.live import HealthMonitor
