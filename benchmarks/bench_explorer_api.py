@@ -71,7 +71,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--quick", action="store_true", help="200 steps, 20 requests (CI: it runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.requests = 200, 20
     hub = MetricHub(memory_limit_bytes=2 * 2**30, history_s=7 * 86400)
     api = Api(ApiParts(hub))
     server = HttpServer(api, "127.0.0.1", 0).start()

@@ -127,7 +127,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--curves", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="200 steps, 8 curves, 2 rounds (CI: it runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.curves, args.rounds = 200, 8, 2
     from playwright.sync_api import sync_playwright
 
     data_dir = tempfile.mkdtemp(prefix="bench-explorer-page-")

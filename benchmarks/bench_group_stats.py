@@ -110,6 +110,7 @@ def main():
     parser.add_argument("--prompt-length", type=int, default=512)
     parser.add_argument("--sources", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--quick", action="store_true", help="512 responses of 128 tokens, 3 rounds (CI: it runs)")
     # verl's driver loop runs in a Ray actor (TaskRunner, num_cpus=1): Ray sets OMP_NUM_THREADS to
     # its CPUs, so torch works on one thread there
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
@@ -117,6 +118,8 @@ def main():
     parser.add_argument("--one-thread", action="store_true", help="no helper thread: all on the calling thread")
     parser.add_argument("--previous", help="another group_stats.py to time beside this one (same batch, interleaved)")
     args = parser.parse_args()
+    if args.quick:
+        args.responses, args.response_length, args.prompt_length, args.rounds = 512, 128, 64, 3
 
     import torch
 

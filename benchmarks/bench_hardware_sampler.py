@@ -24,7 +24,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--quick", action="store_true", help="20 samples (CI: it runs)")
     args = parser.parse_args()
+    args.samples = 20 if args.quick else args.samples
     batches = []
     sampler = HardwareSampler(
         lambda batch: batches.append(batch),

@@ -208,11 +208,13 @@ def push_latency(series, seconds):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="10k and 100k series only, shorter latency runs")
+    parser.add_argument("--short", action="store_true", help="10k and 100k series only, shorter latency runs")
+    parser.add_argument("--quick", action="store_true", help="one round, 10k series, 1 s latency runs (CI: it runs)")
     parser.add_argument("--ingest-only", action="store_true", help="the ingest figures only")
     args = parser.parse_args()
-    sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 500_000)
-    seconds = 5 if args.quick else 15
+    sizes = (10_000,) if args.quick else (10_000, 100_000) if args.short else (10_000, 100_000, 500_000)
+    seconds = 1 if args.quick else 5 if args.short else 15
+    args.rounds = 1 if args.quick else args.rounds
     result = {
         "ingest": ingest(args.rounds),
         "ingest_with_global_step": ingest(args.rounds, global_step=True),

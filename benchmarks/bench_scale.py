@@ -511,6 +511,7 @@ def main():
     parser.add_argument("--scrape-interval", type=float, default=5.0)
     parser.add_argument("--duration", type=float, default=120.0)
     parser.add_argument("--fast", action="store_true", help="samplers every 1 s and 1 s steps")
+    parser.add_argument("--quick", action="store_true", help="4 nodes, 2 replicas, 1 s steps for 10 s (CI: it runs)")
     parser.add_argument("--ceiling", action="store_true", help="the hub alone, nodes doubled until it breaks")
     parser.add_argument("--max-nodes", type=int, default=8192)
     parser.add_argument("--start-nodes", type=int, default=128, help="--ceiling: the first level")
@@ -521,6 +522,9 @@ def main():
         args.token = os.environ.get("RL_INSIGHT_TOKEN")
         ROLES[args.role](args)
         return
+    if args.quick:
+        args.nodes, args.replicas, args.duration, args.scrape_interval, args.fast = 4, 2, 10.0, 1.0, True
+        args.start_nodes, args.max_nodes = 4, 8
     if args.fast:
         args.interval, args.step_seconds = 1.0, 1.0
     report = ceiling(args) if args.ceiling else simulate(args)

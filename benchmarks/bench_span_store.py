@@ -51,7 +51,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=60_000)
     parser.add_argument("--window", type=int, default=1000, help="requests measured at each end")
+    parser.add_argument("--quick", action="store_true", help="2,000 runs, windows of 200 (CI: it runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.window = 2000, 200
     with tempfile.TemporaryDirectory() as folder:
         store = SpanStore(Path(folder) / "spans")
         times: list[float] = []

@@ -19,7 +19,7 @@ def isolated_environment(monkeypatch, tmp_path):
             monkeypatch.delenv(key)
     monkeypatch.setenv("RL_INSIGHT_HOME", str(tmp_path / "home"))
     # The hardware sampler pushes host series of its own every few seconds; tests that count
-    # streams or pushes would see them. tests/test_hardware.py turns it back on.
+    # streams or pushes would see them. tests/trainer/test_hardware.py turns it back on.
     monkeypatch.setenv("VERL_RL_INSIGHT_CONFIG", json.dumps({"plugins": {"hardware": {"enabled": False}}}))
     yield
     runtime.shutdown(timeout_s=2)

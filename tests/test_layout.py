@@ -245,3 +245,47 @@ def test_the_package_has_no_more_bare_any_than_its_committed_figure(tmp_path):
     # and the count sees a new one: a module with one bare-Any function adds one to each
     (tmp_path / "new.py").write_text("from typing import Any\n\n\ndef f(x: Any) -> Any:\n    return x\n")
     assert bare_any_counts(tmp_path) == (1, 1, 1, 1)
+
+
+def test_the_run_type_and_the_run_finished_name_are_defined_once():
+    """``Run`` (project, experiment_name) and ``rl_insight_run_finished`` live in contract/runs.py;
+    no module declares ``Run = tuple[str, str]`` again or spells the name as a value of its own."""
+    import ast
+
+    declared, spelled = [], []
+    for path in sorted((REPO / "verl_rl_insight").rglob("*.py")):
+        where = path.relative_to(REPO).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            named_run = isinstance(node, ast.Assign) and "Run" in ast.unparse(node.targets[0])
+            if named_run and ast.unparse(node.value) == "tuple[str, str]":
+                declared.append(f"{where}:{node.lineno}")
+            if isinstance(node, ast.Constant) and node.value == "rl_insight_run_finished":
+                spelled.append(f"{where}:{node.lineno}")
+    assert declared == ["verl_rl_insight/contract/runs.py:11"], declared
+    assert [s.split(":")[0] for s in spelled] == ["verl_rl_insight/contract/runs.py"], spelled
+
+
+def test_the_readme_is_short_and_every_docs_page_is_in_the_site():
+    """At most 200 lines in README.md (the two commands, the own-job lines, links); the rest is the
+    docs site, whose nav names every page (mkdocs --strict in .ci/run fails a broken link)."""
+    import yaml
+
+    assert len((REPO / "README.md").read_text().splitlines()) <= 200
+    site = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    in_nav = {page for entry in site["nav"] for page in entry.values()}
+    pages = {p.relative_to(REPO / "docs").as_posix() for p in (REPO / "docs").glob("*.md")}
+    others = {"real-verl-run.md", "findings.md", "limits.md", "security.md", "explorer.md", "profile-analyze.md"}
+    assert pages - others <= in_nav, f"pages not in mkdocs.yml's nav: {sorted(pages - others - in_nav)}"
+    assert all((REPO / "docs" / page).exists() for page in in_nav)
+    assert "mkdocs build --strict" in (REPO / ".ci" / "run").read_text()
+
+
+def test_no_route_without_a_declared_access_rule():
+    """Each row of the route table says who may call it; a run credential's row says where the
+    request names its run (a row without it does not construct: ``Route.__post_init__``)."""
+    from verl_rl_insight.server.api.access import Access
+    from verl_rl_insight.server.api.routes import ROUTES
+
+    undeclared = [f"{r.method} {r.path}" for r in ROUTES if not isinstance(r.access, Access)]
+    unnamed = [f"{r.method} {r.path}" for r in ROUTES if r.access is Access.RUN_CREDENTIAL and r.run_in is None]
+    assert (undeclared, unnamed) == ([], [])

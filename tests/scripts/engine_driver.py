@@ -1,4 +1,4 @@
-"""Driver for tests/test_rollout_engines.py: verl's real LLMServerManager._initialize_llm_servers
+"""Driver for tests/trainer/test_rollout_engines.py: verl's real LLMServerManager._initialize_llm_servers
 (0.8+, imports on CPU) with SIMULATED replicas whose servers serve real engine metric names.
 argv: ENGINE REPLICAS PROJECT EXPERIMENT DISABLE_LOG_STATS(0|1). Prints READY, waits for a line on stdin."""
 

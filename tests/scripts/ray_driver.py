@@ -1,4 +1,4 @@
-"""Driver for tests/test_ray_workers.py: verl's real run_ppo with a small task runner that logs
+"""Driver for tests/trainer/test_ray_workers.py: verl's real run_ppo with a small task runner that logs
 through real ``Tracking`` inside a Ray worker. argv: RAY_ADDRESS PROJECT EXPERIMENT STEPS [OVERRIDES...]"""
 
 import os

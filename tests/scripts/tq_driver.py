@@ -1,4 +1,4 @@
-"""Driver for tests/test_transfer_queue.py: the real transferqueue package with its metrics
+"""Driver for tests/trainer/test_transfer_queue.py: the real transferqueue package with its metrics
 exporter on, and verl's real Tracking with transfer_queue.metrics.enabled=True.
 argv: EXPERIMENT. Prints READY <endpoint>, waits for a line on stdin."""
 

@@ -27,6 +27,7 @@ from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.watch.data import DataError, Prometheus
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
+from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.server.health import detectors, moved
 
 CANNOT = 2
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     prom = Prometheus(prom_url, timeout=30)
     try:
         history, times = read_history(prom, args.project, args.experiment, time.time())
-        finished = prom.scalar(f"rl_insight_run_finished{run_selector(args.project, args.experiment)}") == 1
+        finished = prom.scalar(f"{RUN_FINISHED}{run_selector(args.project, args.experiment)}") == 1
     except DataError as exc:
         raise CliError(str(exc), code=CANNOT) from None
     if not times:

@@ -13,6 +13,7 @@ from verl_rl_insight.commands.api import SubParsers, call, common_options, print
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError, positive_float
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.traces import command as analyze_command
+from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.contract.wire import PROFILE_ROLES
 
 ENDED = ("finished", "missed", "refused")
@@ -130,7 +131,7 @@ def _finished(base: str, token: str | None, project: str, experiment: str) -> bo
     if "prometheus" not in info.get("services", ()):
         return False
     try:
-        flag = Prometheus(info["prometheus"]).scalar(f"rl_insight_run_finished{run_selector(project, experiment)}")
+        flag = Prometheus(info["prometheus"]).scalar(f"{RUN_FINISHED}{run_selector(project, experiment)}")
         return bool(flag == 1)
     except DataError:
         return False

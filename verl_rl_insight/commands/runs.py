@@ -17,6 +17,7 @@ from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
 from verl_rl_insight.contract.naming import STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
+from verl_rl_insight.contract.runs import RUN_FINISHED
 
 
 def _prometheus(base: str, token: str | None) -> Prometheus | None:
@@ -65,7 +66,7 @@ def known_runs(
                 f"max by (project, experiment_name) (last_over_time({STEP_TIME_METRIC}{selector}[{since}]))"
             )
             finished = prom.query(
-                f"max by (project, experiment_name) (last_over_time(rl_insight_run_finished{selector}[{since}]))"
+                f"max by (project, experiment_name) (last_over_time({RUN_FINISHED}{selector}[{since}]))"
             )
         except DataError as exc:
             raise CliError(str(exc), code=PROBLEMS) from None

@@ -8,6 +8,7 @@ the dashboards use must appear as a string literal in verl), so the check follow
 from verl_rl_insight.contract import engine_metrics
 from verl_rl_insight.contract.marks import MARK_METRIC
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC, TIMELINE_SERIES
+from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.trainer.samplers.hardware import HostSampler
 
 # What the hub, the trainer-side plugins and the hardware sampler push.
@@ -15,7 +16,7 @@ PRODUCED = {
     GLOBAL_STEP_METRIC,
     STEP_TIME_METRIC,
     *TIMELINE_SERIES,
-    "rl_insight_run_finished",
+    RUN_FINISHED,
     "rl_insight_profiled_steps_total",
     "ALERTS",  # Prometheus' own series of the alerts that fire
     "rl_insight_health_finding",

@@ -11,6 +11,7 @@ it is registered), an instance, or a module of hook functions. A fresh manager h
 instances: nothing one run's plugins kept reaches the next.
 """
 
+import difflib
 import functools
 import importlib
 import logging
@@ -110,5 +111,33 @@ def build_plugin_manager(
         except Exception:
             logger.exception("rl-insight: plugin %r failed to load and is skipped", name)
             continue
-        pm.register(plugin, name=name)
+        try:
+            pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:  # a hook with arguments its spec does not give
+            logger.warning("rl-insight: plugin %r is skipped: %s", name, exc)
+            if pm.get_plugin(name) is not None:  # pluggy keeps what it registered before the error
+                pm.unregister(name=name)
+    warn_unknown_hooks(pm)
     return pm
+
+
+def warn_unknown_hooks(pm: pluggy.PluginManager) -> list[str]:
+    """Warn, naming the plugin, of each ``@hookimpl`` whose name is no hook rl-insight calls (a
+    misspelling never runs, and nobody would be told: pluggy's ``check_pending``, as a warning
+    rather than an error so that the rest of that plugin works). Returns the warnings."""
+    known = {name for name in dir(hookspecs) if name.startswith("rl_insight_")}
+    said: list[str] = []
+    for hook_name, caller in vars(pm.hook).items():
+        if hook_name.startswith("_") or not isinstance(caller, pluggy.HookCaller) or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.optionalhook:
+                continue
+            close = difflib.get_close_matches(hook_name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            said.append(
+                f"rl-insight: plugin {impl.plugin_name!r} implements {hook_name!r}, which is no hook rl-insight "
+                f"calls{hint}: it never runs"
+            )
+            logger.warning(said[-1])
+    return said

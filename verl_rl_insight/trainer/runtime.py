@@ -20,6 +20,7 @@ from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.trainer.config import ENV_SERVER_URL, ENV_TOKEN, check_simulated_gpus, load_config
 from verl_rl_insight.trainer.hook_types import RunInfo
+from verl_rl_insight.trainer.log_handoff import LogHandOff
 from verl_rl_insight.trainer.manager import build_plugin_manager
 
 logger = logging.getLogger("verl_rl_insight")
@@ -40,6 +41,8 @@ class Runtime:
         self._closed = False
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None
+        # Tracking.log hands its dict here and returns; the plugins' rl_insight_log_metrics run off its thread
+        self.logs = LogHandOff(self._log_metrics)
         self.hook.rl_insight_configure(config=config, pm=pm)
         if self.hook.rl_insight_collect.get_hookimpls():
             self._collector = threading.Thread(target=self._collect_loop, name="rl-insight-collect", daemon=True)
@@ -64,6 +67,9 @@ class Runtime:
         plugin: object | None = self.pm.get_plugin(name)
         return plugin
 
+    def _log_metrics(self, run: RunInfo, metrics: dict[str, object], step: int | None, timestamp: float) -> None:
+        self.hook.rl_insight_log_metrics(run=run, metrics=metrics, step=step, timestamp=timestamp)
+
     def _collect_loop(self) -> None:
         interval = float(self.config.collect_interval_s)
         while not self._stop.wait(interval):
@@ -84,6 +90,7 @@ class Runtime:
             return
         self._closed = True
         self._stop.set()
+        self.logs.close()  # every log handed over reaches the plugins before they flush
         if timeout_s is None:
             timeout_s = float(self.config.plugins.metric_push.flush_timeout_s)
         if self._collector is not None:
@@ -148,11 +155,15 @@ def _already_running(rt: Runtime, plugins: Mapping[str, object] | None) -> Runti
     return rt
 
 
-def shutdown(timeout_s: float | None = None) -> None:
-    """Flush and stop the runtime; a later ``start`` builds a fresh one."""
+def shutdown(timeout_s: float | None = None, only: Runtime | None = None) -> None:
+    """Flush and stop the runtime; a later ``start`` builds a fresh one. ``only``: stop that runtime
+    and no other (a ``Tracking`` collected late must not stop the runtime a newer one started)."""
     global _runtime
     with _lock:
-        runtime, _runtime = _runtime, None
+        if only is not None and only is not _runtime:
+            runtime: Runtime | None = only
+        else:
+            runtime, _runtime = _runtime, None
     if runtime is not None:
         runtime.shutdown(timeout_s)
 

@@ -10,6 +10,7 @@ from verl_rl_insight.contract.engine_metrics import LOAD, exposed
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, metric_name
 from verl_rl_insight.contract.promql import run_selector
+from verl_rl_insight.contract.runs import RUN_FINISHED
 
 PREFIX = METRIC_PREFIX
 STEP = GLOBAL_STEP_METRIC
@@ -158,7 +159,7 @@ def snapshot(prom: Prometheus, project: str, experiment: str | None, window_s: i
         "step": int(step),
         "step_time_s": prom.scalar(f"{metric('timing_s/step')}{selector}"),
         "throughput": prom.scalar(f"{metric('perf/throughput')}{selector}"),
-        "finished": prom.scalar(f"rl_insight_run_finished{selector}") == 1,
+        "finished": prom.scalar(f"{RUN_FINISHED}{selector}") == 1,
         "curves": curves,
         "engines": engines,
         "gpus": None

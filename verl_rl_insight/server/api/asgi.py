@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 
 from verl_rl_insight.contract.errors import RLInsightError, Starting
+from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.server.api import errors, openapi
 from verl_rl_insight.server.api.asgi_types import Header, Receive, Scope, Send, Sent
 from verl_rl_insight.server.api.context import Context
@@ -46,6 +47,9 @@ class Api:
         try:
             route = self.router.find(request.method, request.path)
             self.context.auth.authorize(request, route.access)
+            if request.run is not None and route.run_in == "query":  # a run credential: its own run only
+                project, experiment = request.param("project"), request.param("experiment_name")
+                check_run(request.run, project, experiment, "project, experiment_name")
             if route.needs_start and not self.parts.startup.ready:
                 raise Starting(STARTING)
             limit = route.body_limit

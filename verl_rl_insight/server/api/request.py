@@ -2,10 +2,9 @@
 
 import urllib.parse
 
-from verl_rl_insight.contract.errors import BadInput
+from verl_rl_insight.contract.runs import Run as Run  # re-exported for the handlers
+from verl_rl_insight.contract.runs import run_in_query
 from verl_rl_insight.server.api.asgi_types import Receive, Scope, Send, Sent
-
-Run = tuple[str, str]  # (project, experiment_name)
 
 
 class ClientGone(Exception):
@@ -40,8 +39,6 @@ class Request:
 
 
 def run_of(request: Request) -> Run:
-    """The run a request names in ``?project=P&experiment_name=E``; 400 when either is missing."""
-    project, experiment = request.param("project"), request.param("experiment_name")
-    if not project or not experiment:
-        raise BadInput("give ?project=P&experiment_name=E")
-    return project, experiment
+    """The run a request names in ``?project=P&experiment_name=E``; 400 naming the field when one is
+    missing or not a label value (``contract.runs.run_in_query``, as the explorer reads it)."""
+    return run_in_query(request.query)

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Final, Literal
 
-from verl_rl_insight.server.api.access import Access
+from verl_rl_insight.server.api.access import Access, RunIn
 from verl_rl_insight.server.api.request import Request
 
 if TYPE_CHECKING:  # the handlers' view of the API; context.py imports this module
@@ -44,3 +44,10 @@ class Route:
     needs_start: bool = False  # 503 with Retry-After until the server has finished starting
     body_limit: BodyLimit | None = None  # the largest body it reads (None: it reads none)
     prefix: bool = False  # the path and every path below it (pages, static files): not in the OpenAPI document
+    run_in: RunIn | None = None  # RUN_CREDENTIAL routes: where the request names its run (access.RunIn)
+
+    def __post_init__(self) -> None:
+        if (self.access is Access.RUN_CREDENTIAL) != (self.run_in is not None):
+            raise ValueError(
+                f"{self.method} {self.path}: a run credential's route, and only one, says where its run is"
+            )

@@ -80,6 +80,7 @@ HUB_ROUTES = (
             body=ref("PushBody"),
         ),
         body_limit=CONFIGURED,
+        run_in="body batches",
     ),
     Route(
         "GET",
@@ -102,6 +103,7 @@ TARGET_ROUTES = (
         RUN_CREDENTIAL,
         Doc("register a scrape target, or renew its TTL", errors=(400, 401, 413), body=ref("TargetBody")),
         body_limit=SMALL_BODY_BYTES,
+        run_in="body labels",
     ),
     Route(
         "DELETE",
@@ -109,6 +111,7 @@ TARGET_ROUTES = (
         targets.delete_target,
         RUN_CREDENTIAL,
         Doc("remove a scrape target", parameters=TARGET_PARAMETERS, errors=(400, 401, 404)),
+        run_in="target",
     ),
     Route("GET", "/api/v1/sd", targets.get_sd, ANYONE, Doc("the targets in Prometheus http_sd format")),
 )
@@ -150,6 +153,7 @@ RUN_ROUTES = (
             body=ref("RunCard"),
         ),
         body_limit=RUN_CARD_BODY_BYTES,
+        run_in="body",
     ),
     Route(
         "GET",
@@ -175,6 +179,7 @@ RUN_ROUTES = (
             body=ref("MarkBody"),
         ),
         body_limit=MARK_BODY_BYTES,
+        run_in="body",
     ),
     Route("GET", "/api/v1/runs/marks", runs.get_marks, ANYONE, Doc("a run's marks, by step", JSON_OK, RUN, (400,))),
     Route(
@@ -183,6 +188,7 @@ RUN_ROUTES = (
         runs.delete_mark,
         RUN_CREDENTIAL,
         Doc("remove the mark of a step", parameters=(*RUN, STEP), errors=(400, 401, 403, 404)),
+        run_in="query",
     ),
 )
 
@@ -200,6 +206,7 @@ SPAN_ROUTES = (
         ),
         needs_start=True,
         body_limit=CONFIGURED,
+        run_in="spans",
     ),
     Route(
         "GET",
@@ -263,6 +270,7 @@ PROFILE_ROUTES = (
             RUN_FILTER,
             (401, 404),
         ),
+        run_in="query",
     ),
     Route(
         "POST",
@@ -271,6 +279,7 @@ PROFILE_ROUTES = (
         RUN_CREDENTIAL,
         Doc("the trainer's word on its profile requests", errors=(400, 401, 404, 413), body=ref("ProfileReportBody")),
         body_limit=SMALL_BODY_BYTES,
+        run_in="body",
     ),
 )
 

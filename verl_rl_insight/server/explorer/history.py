@@ -24,12 +24,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
+from verl_rl_insight.contract.runs import RUN_FINISHED, Run
 
-FINISHED = "rl_insight_run_finished"
+FINISHED = RUN_FINISHED
 MAX_RUNS = 32
 MAX_CELLS = 4_000_000  # values per run: 10,000 steps of 400 series (32 MB) ...
 MAX_TOTAL_CELLS = 8_000_000  # ... and in all (64 MB): beyond it the run touched longest ago is forgotten
-Run = tuple[str, str]
 
 
 class StepBatch(Protocol):

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 from verl_rl_insight.contract.errors import BadInput
 from verl_rl_insight.contract.naming import label_value_problem
+from verl_rl_insight.contract.runs import Run, run_in_query
 
 MAX_KEYS = 64  # keys per curves request
 MAX_KEY_CHARS = 256
@@ -18,18 +19,9 @@ def _one(query: Query, name: str) -> str | None:
     return values[-1] if values else None
 
 
-def run_of(query: Query) -> tuple[str, str]:
-    """``?project=P&experiment_name=E``, both label values."""
-    found = []
-    for name in ("project", "experiment_name"):
-        value = _one(query, name)
-        if value is None or value == "":
-            raise BadInput(f"{name}: missing; give ?project=P&experiment_name=E")
-        problem = label_value_problem(value)
-        if problem:
-            raise BadInput(f"{name}: {problem}")
-        found.append(value)
-    return found[0], found[1]
+def run_of(query: Query) -> Run:
+    """``?project=P&experiment_name=E``, both label values (``contract.runs.run_in_query``)."""
+    return run_in_query(query)
 
 
 def whole(text: str, name: str) -> int:

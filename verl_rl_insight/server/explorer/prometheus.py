@@ -17,13 +17,14 @@ from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.promql import run_selector
+from verl_rl_insight.contract.runs import RUN_FINISHED
 
 logger = logging.getLogger("verl_rl_insight.server")
 
 CHUNK_S = 2 * 3600
 MAX_S = 35 * 86400
 MAX_WINDOWS = MAX_S // CHUNK_S
-FINISHED = "rl_insight_run_finished"
+FINISHED = RUN_FINISHED
 TRAINER_SERIES = f"rl_insight_monitor_.+|{FINISHED}"
 FAULTS = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
 THROTTLE = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",)

@@ -74,6 +74,7 @@ EXPLORER_ROUTES = (
             (*RUN, STEP),
             (400, 401, 403),
         ),
+        run_in="query",
     ),
     Route("GET", "/", handlers.get_page, Access.ANYONE, PAGE),
     Route("GET", "/runs", handlers.get_page, Access.ANYONE, PAGE, prefix=True),

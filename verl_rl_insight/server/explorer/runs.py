@@ -10,11 +10,11 @@ from typing import NamedTuple, Protocol
 
 from verl_rl_insight.contract.errors import NotFound
 from verl_rl_insight.contract.run_card import Json
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.findings import Finding
 from verl_rl_insight.server.explorer.keys import PREFIX, key_of, panels, series_of
 from verl_rl_insight.server.explorer.sources import Sources
 
-Run = tuple[str, str]
 IDLE_AFTER_S = 120.0  # no step for this long (and five median steps): idle, not running
 SPARK_POINTS = 100
 SPARK_KEYS = ("critic/score/mean", "critic/rewards/mean", "actor/entropy")

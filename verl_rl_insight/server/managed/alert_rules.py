@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from verl_rl_insight.contract.naming import STEP_TIME_METRIC
+from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.managed.alert_settings import Threshold, duration_s, thresholds
 from verl_rl_insight.server.managed.service import Links
@@ -170,7 +171,7 @@ def _stalled(t: Thresholds) -> Rule:
     return {
         "alert": "RLInsightTrainingStalled",
         "expr": f"({since}) > on({RUN}) clamp_min({float(t['stall_ratio']):g} * {median}, {floor:g}) "
-        f"unless on({RUN}) rl_insight_run_finished == 1",
+        f"unless on({RUN}) {RUN_FINISHED} == 1",
         "labels": {"severity": "critical"},
         "annotations": {
             "summary": "no step of {{ $labels.project }}/{{ $labels.experiment_name }} for "

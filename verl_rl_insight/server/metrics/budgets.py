@@ -32,9 +32,9 @@ import collections
 from collections.abc import Iterable
 
 from verl_rl_insight.contract.errors import Busy
+from verl_rl_insight.contract.runs import Run as Run  # re-exported: memory.py names it budgets.Run
 from verl_rl_insight.server.metrics.positions import StreamKey
 
-Run = tuple[str, str]  # (project, experiment_name)
 MIN_SHARE = 0.25  # a run may always hold this much of the bound, however many runs there are
 SOLO_SHARE = 0.75  # ... and at most this much, even alone: the rest is the next run's
 RETRY_AFTER_S = 5  # what a run refused for its share is told to wait before it sends again

@@ -141,10 +141,6 @@ class Exposure:
         }
 
 
-def _history_lines(stream: Stream, snapshot: Snapshot, ts_ms: int) -> list[Line]:
-    return exposition.series_lines(stream.labels, snapshot.names, snapshot.values, ts_ms)
-
-
 def _add(families: collections.defaultdict[str, list[str]], lines: list[Line]) -> None:
     for name, line in lines:
         families[name].append(line)

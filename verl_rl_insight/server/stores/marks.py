@@ -42,6 +42,7 @@ from verl_rl_insight.contract.marks import (
     MarkBody,
 )
 from verl_rl_insight.contract.run_credential import check_run
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch, field_problem
 from verl_rl_insight.server.metrics.exposition import label_text
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
@@ -53,7 +54,6 @@ LINE_COPIES = 5  # its exposition line, in as many copies as the hub holds of a 
 RECENT_STEPS = 64  # per run: the steps' trainer times kept to place a mark made just after
 RECENT_RUNS = 256
 MAX_RATE_RUNS = 4096  # runs whose change rate is held before full buckets are forgotten
-Run = tuple[str, str]
 
 
 class MarkError(BadInput):

@@ -139,7 +139,7 @@ class TargetRegistry:
         self._dirty = False
         self._wake = threading.Event()
         self._save_lock = threading.Lock()
-        self._closed = False
+        self._closed = threading.Event()  # set by close(): ends the writer's pause between two writes at once
         self._writer: threading.Thread | None = None
         self._load()
 
@@ -212,7 +212,7 @@ class TargetRegistry:
 
     def close(self) -> None:
         """Write what is pending and stop the writer."""
-        self._closed = True
+        self._closed.set()
         self._wake.set()
         if self._writer is not None:
             self._writer.join(5)
@@ -257,13 +257,14 @@ class TargetRegistry:
             self._writer.start()
 
     def _write_loop(self) -> None:
-        while not self._closed:
+        while not self._closed.is_set():
             self._wake.wait()
             self._wake.clear()
-            if self._closed:
+            if self._closed.is_set():
                 return
             self._save()
-            time.sleep(self.save_interval_s)  # changes meanwhile go out in the next write
+            if self._closed.wait(self.save_interval_s):  # changes meanwhile go out in the next write
+                return
 
     def _save(self) -> None:
         if self.store_path is None:

@@ -100,7 +100,7 @@ class BatchSender:
         self._delivered: collections.deque[tuple[float, bytes]] = collections.deque()
         self._wake = threading.Event()
         self._idle = threading.Condition()
-        self._count_lock = threading.Lock()
+        self._count_lock = threading.Lock()  # _outstanding, _queued_values and stats, written by both threads
         self._start_lock = threading.Lock()
         self._down_since: float | None = None
         self._failures = 0
@@ -121,7 +121,7 @@ class BatchSender:
             self._start()
         values = len(batch.raw or ())
         if len(self._queue) >= self.queue_batches or self._queued_values + values > self.queue_values:
-            self.stats["dropped_batches"] += 1
+            self._count("dropped_batches")
             self._warn_once(
                 "queue_full",
                 "rl-insight: sender queue full (%d batches or %d values); dropping metrics. "
@@ -180,6 +180,11 @@ class BatchSender:
                 self._thread = threading.Thread(target=self._run, name="rl-insight-sender", daemon=True)
                 self._thread.start()
 
+    def _count(self, what: str, n: int = 1) -> None:
+        """Add to ``stats``: the training thread (a full queue) and the sender thread both count."""
+        with self._count_lock:
+            self.stats[what] += n
+
     def _settled(self, count: int) -> None:
         with self._count_lock:
             self._outstanding -= count
@@ -198,7 +203,7 @@ class BatchSender:
             while len(self._spool) > self.spool_batches:
                 self._spool.popleft()
                 self._settled(1)
-                self.stats["dropped_batches"] += 1
+                self._count("dropped_batches")
                 self._warn_once(
                     "spool_full",
                     "rl-insight: spool full (%d batches) while the server is unreachable or refuses the token; "
@@ -228,7 +233,7 @@ class BatchSender:
                 encoded = encode(item)
             except Exception as exc:  # one bad batch never blocks the others
                 self._settled(1)
-                self.stats["invalid_batches"] += 1
+                self._count("invalid_batches")
                 self._warn_once(
                     "invalid",
                     "rl-insight: a metric batch (step %r) cannot be sent and is dropped: %s: %s",
@@ -238,7 +243,7 @@ class BatchSender:
                 )
                 continue
             if skipped:
-                self.stats["skipped_values"] += skipped
+                self._count("skipped_values", skipped)
                 self._warn_once(
                     "skipped",
                     "rl-insight: non-numeric metric values are skipped and counted (first seen at step %s)",
@@ -271,7 +276,7 @@ class BatchSender:
             return True
         if status is not None and 400 <= status < 500 and status not in RETRY_STATUSES:
             return self._refused(chunk, status, message)
-        self.stats["failed_requests"] += 1
+        self._count("failed_requests")
         self._failures += 1
         self._next_attempt = time.monotonic() + min(self.retry_max_s, 0.25 * 2 ** min(self._failures, 10))
         if self._down_since is None:
@@ -292,8 +297,8 @@ class BatchSender:
         self._narrowing_passed(len(chunk))
         while self._delivered and now - self._delivered[0][0] > self.resend_window_s:
             self._delivered.popleft()
-        self.stats["sent_batches"] += len(chunk)
-        self.stats["requests"] += 1
+        self._count("sent_batches", len(chunk))
+        self._count("requests")
         if self._down_since is not None:
             logger.warning(
                 "rl-insight: server %s reachable again after %.0f s; replaying the spooled batches (%d left)",
@@ -307,12 +312,12 @@ class BatchSender:
     def _left_out(self, answer: dict[str, object]) -> None:
         """What the server left out of delivered batches: named in the log once per name, counted."""
         dropped, disagreements = push_answer.left_out(answer)
-        self.stats["dropped_keys"] += len(dropped)
+        self._count("dropped_keys", len(dropped))
         for name, why in dropped.items():
             if len(self._warned) < MAX_NAMES_WARNED:
                 self._warn_once(("dropped_key", name), push_answer.DROPPED_KEY, name, why)
         if disagreements:
-            self.stats["step_disagreements"] += disagreements
+            self._count("step_disagreements", disagreements)
             self._warn_once("step_disagreement", push_answer.STEP_DISAGREEMENT)
 
     def _refused(self, chunk: list[bytes], status: int, message: str) -> bool:
@@ -324,7 +329,7 @@ class BatchSender:
         self._spool.popleft()
         self._settled(1)
         self._narrowing_passed(1)
-        self.stats["rejected_batches"] += 1
+        self._count("rejected_batches")
         self._warn_once(
             ("rejected", status),
             "rl-insight: server %s refused a metric batch (HTTP %s): %s; it is dropped, the others are delivered",
@@ -342,7 +347,7 @@ class BatchSender:
 
     def _resend_recent(self) -> None:
         """Put the batches delivered in the last resend_window_s back at the front of the spool."""
-        self.stats["resent_batches"] += len(self._delivered)
+        self._count("resent_batches", len(self._delivered))
         with self._count_lock:
             self._outstanding += len(self._delivered)
         self._spool.extendleft(encoded for _, encoded in reversed(self._delivered))
@@ -376,7 +381,8 @@ class BatchSender:
         """Batches carry this host's time: say once when it is far from the server's (HTTP Date)."""
         offset = push_answer.clock_offset(date, self.clock())
         if offset is not None and abs(offset) > CLOCK_WARN_S:
-            self.stats["clock_offset_s"] = round(offset)
+            with self._count_lock:
+                self.stats["clock_offset_s"] = round(offset)
             self._warn_once("clock", push_answer.CLOCK_WARNING, offset)
 
     def _warn_once(self, key: object, message: str, *args: object) -> None:

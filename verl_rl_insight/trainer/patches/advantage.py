@@ -26,6 +26,7 @@ def _wrap(original: Advantage) -> Advantage:
         caller = sys._getframe(1).f_locals.get("self")
         step = getattr(caller, "global_steps", None)
         step = step if isinstance(step, int) else None
+        rt.logs.drain()  # a figure put for an unknown step goes to the next log, never to one still handed over
         try:
             rt.hook.rl_insight_train_batch(run=rt.current_run(), batch=data, step=step, trainer=caller)
         except Exception:  # a training step never fails because of monitoring

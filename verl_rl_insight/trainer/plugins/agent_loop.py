@@ -16,20 +16,20 @@ import threading
 import time
 from collections.abc import Mapping
 
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.hook_types import RunInfo, Trajectory
 from verl_rl_insight.trainer.hookspecs import hookimpl
 
 Figures = collections.Counter  # figure name -> total (trajectories, turns, tool_calls, tool_seconds, ...)
-RunKey = tuple[str, str]  # (project, experiment_name)
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Plugin:
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.totals: dict[RunKey, dict[bool, Figures[str]]] = {}  # run -> {validate: figures}
-        self.steps: dict[RunKey, dict[int, Figures[str]]] = {}  # run -> {step: figures} (training only)
+        self.totals: dict[Run, dict[bool, Figures[str]]] = {}  # run -> {validate: figures}
+        self.steps: dict[Run, dict[int, Figures[str]]] = {}  # run -> {step: figures} (training only)
 
     @hookimpl
     def rl_insight_trajectory(self, run: RunInfo, trajectory: Trajectory) -> None:

@@ -62,9 +62,13 @@ class Plugin:
 
 
 def sender() -> BatchSender | None:
-    """The running runtime's BatchSender (None when no server is configured): for stats and tests."""
+    """The running runtime's BatchSender (None when no server is configured), once every
+    ``Tracking.log`` handed over so far has reached it: for stats and tests (its ``flush`` then
+    waits for those logs too)."""
     from verl_rl_insight.trainer import runtime
 
     rt = runtime.get_runtime()
+    if rt is not None:
+        rt.logs.drain()
     plugin = rt.plugin("metric_push") if rt is not None else None
     return plugin.sender if isinstance(plugin, Plugin) else None

@@ -15,12 +15,13 @@ import pluggy
 from omegaconf import DictConfig
 
 from verl_rl_insight.contract.naming import METRIC_PREFIX
+from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
 from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
 
-FINISHED = "rl_insight_run_finished"
+FINISHED = RUN_FINISHED
 
 
 class Plugin:

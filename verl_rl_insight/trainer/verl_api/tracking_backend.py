@@ -1,7 +1,8 @@
 """RLInsightBackend: the object verl's ``Tracking`` holds under ``logger["rl_insight"]``.
 
-``log`` runs on the training thread: it copies verl's dict and hands it to the plugins; it
-never raises (a broken plugin is logged once, training goes on).
+``log`` runs on the training thread: it copies verl's dict, stamps it and hands it over
+(``runtime.logs``, trainer/log_handoff.py); the plugins see it on another thread. It never raises
+(a broken plugin is logged once there, training goes on).
 """
 
 import logging
@@ -28,8 +29,7 @@ class RLInsightBackend:
         os.environ[ENV_VERL_ENABLE] = "1"
         self._runtime = runtime.start(trainer_config=config)
         self._run = self._runtime.run(project_name, experiment_name)
-        self._log_metrics = self._runtime.hook.rl_insight_log_metrics
-        self._failed = False
+        self._hand_over = self._runtime.logs.put
         self._runtime.hook.rl_insight_run_start(run=self._run, trainer_config=config)
         self._card = _card_sender(self._runtime.config, self._run, config)
         self._card_waits = self._card is not None
@@ -39,11 +39,9 @@ class RLInsightBackend:
             self._card_waits = False
             self._card.first_log()
         try:
-            self._log_metrics(run=self._run, metrics=dict(data), step=step, timestamp=time.time())
-        except Exception:
-            if not self._failed:
-                self._failed = True
-                logger.exception("rl-insight: a plugin failed while logging metrics; training goes on")
+            self._hand_over(self._run, dict(data), step, time.time())
+        except Exception:  # verl passes a dict; anything else is not worth a training step
+            logger.debug("rl-insight: a log that is not a mapping is not sent", exc_info=True)
 
     def finish(self) -> None:
         """Flush what is pending (bounded by ``metric_push.flush_timeout_s``) and stop."""
@@ -53,7 +51,7 @@ class RLInsightBackend:
         except Exception:
             pass
         try:
-            runtime.shutdown()
+            runtime.shutdown(only=self._runtime)
         except Exception:  # called from Tracking.__del__ during interpreter teardown too
             pass
 

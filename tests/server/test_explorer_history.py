@@ -1,0 +1,184 @@
+"""The explorer's step table (server/explorer/history.py), fed the batches the hub accepts: a real
+verl run's logged steps (tests/data/real_runs). A step's second batch (verl logs a validation in a
+call of its own) adds its keys, a copy sent again changes nothing, a late step takes its place, a
+logged NaN stays apart from "not logged", and memory is bounded per run and in all."""
+
+import json
+import math
+
+from tests.server.test_marks import REAL_RUN, wired
+from verl_rl_insight.contract.wire import Batch
+from verl_rl_insight.server.explorer.history import Histories
+from verl_rl_insight.server.health import detectors
+
+ROWS = [json.loads(line) for line in REAL_RUN.read_text().splitlines()]
+SCORE = detectors.series_name("critic/score/mean")
+
+
+def batch(step, metrics, experiment="e", at=None):
+    labels = (("experiment_name", experiment), ("project", "p"))
+    return Batch(labels=labels, step=step, time=1e9 + 10 * step if at is None else at, timed=True, metrics=metrics)
+
+
+def logged(step):
+    return {detectors.series_name(k): float(v) for k, v in ROWS[step]["data"].items() if wired(k, v)}
+
+
+def test_a_steps_second_batch_adds_its_keys_and_a_copy_changes_nothing():
+    histories = Histories()
+    train = {k: v for k, v in logged(5).items() if "val_core" not in k}
+    validation = {k: v for k, v in logged(5).items() if "val_core" in k}
+    assert train and validation
+    histories.observe([batch(4, logged(4)), batch(5, train)])
+    histories.observe([batch(5, validation, at=2e9)])
+    history = histories.get(("p", "e"))
+    assert history.steps == [4, 5] and history.times.tolist() == [1e9 + 40, 1e9 + 50]  # the first batch's time
+    assert all(history.value(k, 1) == v for k, v in logged(5).items())
+    version = history.version
+    histories.observe([batch(5, {SCORE: -1.0})])  # sent again (another value): the first stays
+    assert history.value(SCORE, 1) == logged(5)[SCORE] and history.version == version
+
+
+def test_a_late_step_takes_its_place_and_a_logged_nan_is_not_a_missing_value():
+    histories = Histories()
+    histories.observe([batch(1, logged(1)), batch(3, logged(3))])
+    histories.observe([batch(2, {**logged(2), SCORE: math.nan})])
+    history = histories.get(("p", "e"))
+    assert history.steps == [1, 2, 3]
+    assert math.isnan(history.value(SCORE, 1)) and history.series(SCORE)[0] == (1, logged(1)[SCORE])
+    assert history.value("rl_insight_monitor_never_logged", 1) is None
+    assert [s for s, _ in history.series(SCORE)] == [1, 2, 3]
+
+
+def test_memory_is_bounded_per_run_and_in_all():
+    per_step = len(logged(10))
+    histories = Histories(max_runs=3, max_cells=20 * per_step, max_total_cells=50 * per_step)
+    histories.observe([batch(step, logged(step), "a") for step in range(1, 41)])
+    a = histories.get(("p", "a"))
+    assert len(a.steps) * len(a.columns) <= 20 * per_step and a.steps[-1] == 40  # the oldest steps went
+    assert histories.stats["dropped_steps"] > 0
+    for experiment in ("b", "c", "d"):
+        histories.observe([batch(step, logged(step), experiment) for step in range(1, 21)])
+    assert histories.runs()[-1] == ("p", "d") and len(histories.runs()) <= 3
+    assert sum(h.cells() for h in map(histories.get, histories.runs())) <= 50 * per_step
+
+
+def _walked_again(history, resets=()):
+    """What diagnose says of the whole history, walked from its first step (findings.walk)."""
+    from verl_rl_insight.server.explorer import findings
+
+    return findings.walk(findings.snapshot(history), detectors.DEFAULTS, resets)
+
+
+def test_findings_fed_step_by_step_equal_diagnose_of_the_whole_run_through_late_steps_second_batches_and_marks():
+    """The explorer keeps diagnose's walk per run and feeds it only the steps it has not had (a page
+    of a 2,000-step run does not walk 2,000 steps every few seconds); what it says must stay what
+    diagnose says of the whole run: a real run's steps one by one, a NaN step (a finding), a late
+    step, a step's second batch, a mark that resets the baselines."""
+    from verl_rl_insight.server.explorer.findings import FindingsCache
+
+    histories, cache = Histories(), FindingsCache()
+    run = ("p", "e")
+    nan_step = {**logged(30), detectors.series_name("actor/pg_loss"): math.nan}
+    checked = 0
+    for step in range(1, 61):
+        if step == 20:
+            continue  # comes late, after step 40
+        values = nan_step if step == 30 else logged(step)
+        train = {k: v for k, v in values.items() if "val_core" not in k}
+        if step == 35:
+            train.pop(detectors.series_name("actor/pg_loss"))
+        histories.observe([batch(step, train)])
+        if step == 40:
+            histories.observe([batch(20, logged(20))])
+        if step == 38:  # an older step's second batch brings a key of its own: a NaN loss at step 35
+            histories.observe([batch(35, {detectors.series_name("actor/pg_loss"): math.nan})])
+        if step % 7 == 0:
+            validation = {k: v for k, v in values.items() if "val_core" in k}
+            histories.observe([batch(step, validation)])  # verl's validation call, for the same step
+        resets = (45,) if step >= 50 else ()
+        if step % 3 == 0 or step in (20, 40, 41, 50):
+            history = histories.get(run)
+            with histories.lock:
+                expected = [f for f in _walked_again(history, resets) if f["detector"] != "stall"]
+            said = [f for f in cache.of(run, histories, detectors.DEFAULTS, resets) if f["detector"] != "stall"]
+            assert said == expected, f"at step {step}"
+            checked += 1
+    assert checked > 15 and {30, 35} <= {s for f in said for s in range(f["first_step"], f["last_step"] + 1)}, said
+
+
+def test_a_run_at_its_cap_is_not_walked_again_from_its_first_kept_step_at_each_new_step(monkeypatch):
+    """A run at its cap drops its oldest step with every new one; its walk keeps going (it had the
+    dropped steps), so a page of a long run costs the new steps, not the whole kept history each
+    time; and what it says is still what diagnose says of the run with the dropped steps in it."""
+    from verl_rl_insight.server.explorer import findings
+    from verl_rl_insight.server.explorer.findings import FindingsCache
+
+    fed = []
+    add = detectors.RunHealth.add
+    monkeypatch.setattr(detectors.RunHealth, "add", lambda self, *a, **k: (fed.append(a[0]), add(self, *a, **k))[1])
+    per_step = len(logged(10))
+    histories, cache, whole = Histories(max_cells=30 * per_step), FindingsCache(), Histories()
+    run = ("p", "e")
+    nan_step = {**logged(70), detectors.series_name("actor/pg_loss"): math.nan}
+    for step in range(1, 121):
+        values = nan_step if step == 70 else logged(step)
+        histories.observe([batch(step, values)])
+        whole.observe([batch(step, values)])
+        said = cache.of(run, histories, detectors.DEFAULTS, ())
+    history = histories.get(run)
+    assert history.steps[0] > 80 and histories.stats["dropped_steps"] > 80  # at its cap since step ~30
+    assert len(fed) < 2 * 120, f"{len(fed)} steps walked for 120 new ones: the kept history walked again"
+    with whole.lock:
+        expected = [f for f in findings.walk(findings.snapshot(whole.get(run)), detectors.DEFAULTS, ()) if
+                    f["detector"] != "stall"]  # fmt: skip
+    assert [f for f in said if f["detector"] != "stall"] == expected
+    assert any(f["first_step"] <= 70 <= f["last_step"] for f in said), said  # the NaN step, dropped since
+
+
+def test_the_run_page_has_a_validation_panel_per_data_source_of_a_real_two_source_run():
+    """diqiu's GPG run validates on GSM8K and MATH (val-core/<source>/reward/mean@1). The hub keeps the
+    series names (no slashes); the run page still draws one validation panel per data source."""
+    from tests.server.test_marks import REAL_RUN
+    from verl_rl_insight.server.explorer.keys import key_of, panels
+
+    two = REAL_RUN.parent / "diqiu_gpg_qwen2_7b_gsm8k_math_fsdp.jsonl"
+    logged = {k for line in two.read_text().splitlines() for k in json.loads(line)["data"] if k.startswith("val-core/")}
+    assert len({k.split("/")[1] for k in logged}) == 2, logged  # two data sources, as verl logs them
+    shown = [key_of(detectors.series_name(k)) for k in sorted(logged)]
+    titles = [p["title"] for p in panels(shown) if p["title"].startswith("Validation")]
+    assert len(titles) == 2 and all(len(p["keys"]) >= 1 for p in panels(shown)), (titles, shown)
+
+
+def test_a_push_never_waits_for_the_explorers_findings_walk(monkeypatch):
+    """The hub's listener (Histories.observe, on the push path) takes the histories' lock; the
+    explorer's findings walk (up to a whole run's, after an older step changed) must run outside it.
+    The walk is held still here: the next step's push must get through meanwhile."""
+    import threading
+
+    from verl_rl_insight.server.explorer import findings
+
+    histories = Histories()
+    histories.observe([batch(step, logged(step)) for step in range(1, 30)])
+    walking, release = threading.Event(), threading.Event()
+    real = findings._walk_findings
+
+    def held(*args):
+        walking.set()
+        assert release.wait(10), "the test never let the walk go"
+        return real(*args)
+
+    monkeypatch.setattr(findings, "_walk_findings", held)
+    walker = threading.Thread(target=findings.FindingsCache().of, args=(("p", "e"), histories, detectors.DEFAULTS, ()))
+    walker.start()
+    try:
+        assert walking.wait(10), "the walk did not start"
+        pusher = threading.Thread(target=histories.observe, args=([batch(30, logged(30))],))
+        pusher.start()
+        pusher.join(5)
+        pushed = not pusher.is_alive()
+    finally:
+        release.set()
+        walker.join(10)
+    assert pushed, "a push waited for the findings walk"
+    assert histories.get(("p", "e")).steps[-1] == 30

@@ -1,0 +1,240 @@
+"""Training health through the real path: the server process (its detectors on every step it
+accepts) and a real Prometheus scraping it with the shipped rules loaded.
+
+- Every real verl run (``tests/data/real_runs``: verl's ``file`` logger
+  output) pushed step by step: ``rl-insight diagnose --file`` raises no critical finding and at most
+  one warning on it, and the server found online what diagnose finds (the same detectors).
+- Real runs with one failure injected (``benchmarks/health_shapes.py``: growing over tens of
+  steps): ``rl-insight diagnose`` reading Prometheus back finds each with its detector near its
+  step, the server found the same online, and each mode's ``RLInsight<Mode>`` fires for its run.
+- A NaN loss logged by verl's real ``Tracking`` fires RLInsightNonFinite."""
+
+import json
+import math
+import time
+
+import pytest
+
+from tests import health_shapes as shapes
+from tests.helpers import (
+    Prometheus,
+    free_port,
+    http,
+    push,
+    rl_insight,
+    run_python,
+    start_hub_process,
+    stop_group,
+    wait_for,
+)
+from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.managed.alert_rules import render
+
+PROJECT = "health"
+REAL_RUNS = shapes.real_runs()
+FAILURES = [r for r in shapes.failures(on_shapes=False)]
+
+
+def wire(value):
+    return value if math.isfinite(value) else ("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
+
+
+def push_run(hub, experiment, run, start):
+    """The run's steps as its trainer sends them (a step's values and its own time), then finish()."""
+    at = dict(run.times)
+    batches = [
+        {
+            "project": PROJECT,
+            "experiment_name": experiment,
+            "step": step,
+            "time": start + at.get(step, float(step)),
+            "metrics": {name: wire(v) for name, v in metrics.items()},
+        }
+        for step, metrics in detectors.steps_of(run.history)
+    ]
+    finished = {"rl_insight_run_finished": 1}  # what finish() sends: a run that ended is no stall
+    batches.append(
+        {"project": PROJECT, "experiment_name": experiment, "time": batches[-1]["time"] + 1, "metrics": finished}
+    )
+    for i in range(0, len(batches), 25):  # several pushes: the detectors see the steps in order
+        status, body = push(hub, {"batches": batches[i : i + 25]})
+        assert status == 200, body
+
+
+def online_findings(hub, experiment):
+    """{detector: steps in a finding} the server counted online (its live rl_insight_health_findings_total)."""
+    status, body = http("GET", hub + "/metrics")
+    assert status == 200
+    found = {}
+    for line in body.decode().splitlines():
+        if line.startswith("rl_insight_health_findings_total{") and f'experiment_name="{experiment}"' in line:
+            detector = line.split('detector="', 1)[1].split('"', 1)[0]
+            if float(line.rsplit(" ", 1)[1]) > 0:
+                found[detector] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def offline_online(found):
+    """The findings of the detectors the server pushes online ({detector: steps})."""
+    steps = {}
+    for f in found:
+        if detectors.BY_NAME[f["detector"]].online:
+            steps[f["detector"]] = steps.get(f["detector"], 0) + f["last_step"] - f["first_step"] + 1
+    return steps
+
+
+@pytest.fixture(scope="module")
+def real_runs_pushed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("health-real")
+    port = free_port()
+    process = start_hub_process(port, tmp)
+    hub = f"http://127.0.0.1:{port}"
+    try:
+        start = time.time() - 5000
+        for run in REAL_RUNS:
+            push_run(hub, run.name, run, start)
+        yield hub
+    finally:
+        stop_group(process)
+
+
+@pytest.mark.parametrize("run", REAL_RUNS, ids=lambda r: r.name)
+def test_a_real_healthy_run_gets_no_critical_and_at_most_one_warning_through_file_and_server(real_runs_pushed, run):
+    path = next(p for p in shapes.real_run_files() if p.stem == run.name)
+    result = rl_insight("diagnose", "--file", str(path), "--json")
+    assert result.returncode in (0, 1), result.stderr
+    found = json.loads(result.stdout)["findings"]
+    as_findings = [detectors.Finding(**f) for f in found]
+    false = [f for f in as_findings if f.severity != "info" and not shapes.known(run, f)]
+    assert [f for f in false if f.severity == "critical"] == [], false
+    assert len(false) <= 1, false
+    assert result.returncode == (1 if any(f.severity != "info" for f in as_findings) else 0)
+    for detector, (first, last) in shapes.KNOWN.get(run.name, {}).items():  # what the run's source describes
+        assert any(f.detector == detector and first <= f.first_step <= last for f in as_findings), (detector, found)
+    # the server, fed the same steps one push at a time, found the same online
+    assert set(online_findings(real_runs_pushed, run.name)) == set(offline_online(found)), found
+
+
+@pytest.fixture(scope="module")
+def failures_pushed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("health")
+    port = free_port()
+    process = start_hub_process(port, tmp)
+    hub = f"http://127.0.0.1:{port}"
+    rules = tmp / "rules.yml"
+    rules.write_text(render({"health_hold": "30m"}))
+    prometheus = None
+    try:
+        prometheus = Prometheus(tmp, [f"127.0.0.1:{port}"], rule_files=[rules])
+        # scraping before the pushes: each scrape then brings a few steps' history (one first scrape
+        # after all of them, some 400,000 samples, brought the live values only here)
+        wait_for(lambda: prometheus.query("up"), 30, what="Prometheus scraping the hub")
+        start = time.time() - 1000
+        for run in FAILURES:
+            push_run(hub, run.failure, run, start)
+
+        def complete():
+            found = prometheus.query(
+                f'count_over_time(rl_insight_monitor_training_global_step{{project="{PROJECT}"}}[30m])'
+            )
+            return len(found) == len(FAILURES)
+
+        wait_for(complete, 60, what="every run in Prometheus")
+        time.sleep(2)  # one more scrape: the last pushes' history
+        yield hub, prometheus
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        stop_group(process)
+
+
+def diagnose(hub, prometheus, experiment, *more):
+    result = rl_insight(
+        "diagnose", "--project", PROJECT, "--experiment", experiment, "--server", hub,
+        "--prometheus", prometheus.url, "--json", *more,
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr
+    found = json.loads(result.stdout)["findings"]
+    assert result.returncode == (1 if any(f["severity"] != "info" for f in found) else 0)
+    return found
+
+
+@pytest.mark.parametrize("run", FAILURES, ids=lambda r: r.failure)
+def test_each_injected_failure_is_found_near_its_step_online_and_offline(failures_pushed, run):
+    hub, prometheus = failures_pushed
+    found = diagnose(hub, prometheus, run.failure)
+    mine = [f for f in found if f["detector"] == run.failure and f["last_step"] >= run.inject_at]
+    assert mine, found
+    assert run.inject_at <= mine[0]["found_at"] <= run.inject_at + 40, mine  # failures grow over ~30 steps
+    assert [SEVERITY[f["severity"]] for f in found] == sorted(SEVERITY[f["severity"]] for f in found)  # ranked
+    assert all(f["evidence"] and f["metric"] for f in mine)
+    assert set(online_findings(hub, run.failure)) == set(offline_online(found)), found
+
+
+SEVERITY = {s: i for i, s in enumerate(detectors.SEVERITIES)}
+
+
+def test_each_injected_online_mode_fires_its_alert_for_its_run(failures_pushed):
+    hub, prometheus = failures_pushed
+    expected = {
+        (detectors.BY_NAME[r.failure].alert, r.failure) for r in FAILURES if detectors.BY_NAME[r.failure].online
+    }
+
+    def firing():
+        return {
+            (a["labels"]["alertname"], a["labels"]["experiment_name"])
+            for a in prometheus.alerts()
+            if a["state"] == "firing" and a["labels"]["alertname"] in {d.alert for d in detectors.ALL}
+        }
+
+    wait_for(lambda: firing() >= expected, 30, what="the alert of every injected mode")
+    # what else fires is what diagnose finds in the same run (a collapse to 0 is a reward collapse too)
+    for alert, experiment in firing() - expected:
+        assert alert in {detectors.BY_NAME[f["detector"]].alert for f in diagnose(hub, prometheus, experiment)}
+
+
+NAN_SCRIPT = """
+from verl.utils.tracking import Tracking
+from verl_rl_insight.commands.demo.verl_step import step_metrics  # what verl's trainer logs at a step
+tracking = Tracking("health", "nan-loss", default_backend=["rl_insight"])
+for step in range(1, 6):
+    tracking.log(step_metrics(step, 6), step=step)
+tracking.log({**step_metrics(6, 6), "actor/pg_loss": float("nan")}, step=6)
+tracking.finish()
+print("LOGGED")
+"""
+
+
+def test_a_nan_loss_logged_by_verls_tracking_fires_the_non_finite_alert(tmp_path):
+    """verl's real Tracking with the rl_insight backend, in its own process; the alert fires on
+    the step's NaN (its rule has no `for`: the first evaluation after the scrape that brings it)."""
+    port = free_port()
+    process = start_hub_process(port, tmp_path)
+    hub = f"http://127.0.0.1:{port}"
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render())
+    prometheus = None
+    try:
+        prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"], rule_files=[rules])
+        result = run_python(NAN_SCRIPT, env={"RL_INSIGHT_SERVER_URL": hub})
+        assert result.returncode == 0 and "LOGGED" in result.stdout, result.stderr[-2000:]
+
+        def firing():
+            return [
+                a
+                for a in prometheus.alerts()
+                if a["labels"]["alertname"] == "RLInsightNonFinite" and a["state"] == "firing"
+            ]
+
+        [alert] = wait_for(firing, 30, what="RLInsightNonFinite")
+        assert alert["labels"]["experiment_name"] == "nan-loss" and alert["labels"]["severity"] == "critical"
+        assert "rl-insight diagnose --project health --experiment nan-loss" in alert["annotations"]["description"]
+        found = rl_insight(
+            "diagnose", "--project", "health", "--experiment", "nan-loss", "--server", hub,
+            "--prometheus", prometheus.url,
+        )  # fmt: skip
+        assert found.returncode == 1 and "CRITICAL  non_finite  step 6  actor/pg_loss" in found.stdout, found.stdout
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        stop_group(process)

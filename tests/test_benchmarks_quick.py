@@ -1,0 +1,54 @@
+"""Every benchmark in benchmarks/ runs in its quick mode (``--quick``: that it runs, not a figure), so
+none rots unseen: a benchmark that crashes, or prints no figures, fails here. The figures themselves
+are for a person to read (the docs' benchmarks page), never asserted: the quick sizes are too small."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+TOOLS = {"health_shapes.py", "hub_process.py", "real_runs_convert.py", "real_runs_from_wandb.py"}  # not benchmarks
+
+# what each prints (a JSON object, or bench_health's table) and a key or line that shows its figures came out
+EXPECTED = {
+    "bench_explorer_api.py": "a 2,000-step curve",
+    "bench_explorer_page.py": "run_page",
+    "bench_group_stats.py": "group_stats",
+    "bench_hardware_sampler.py": "share_of_one_core_at_1hz_percent",
+    "bench_health.py": "| detector |",
+    "bench_hub.py": "ingest",
+    "bench_scale.py": "job",
+    "bench_span_store.py": "ratio_median_last_over_first",
+    "bench_tracking_log.py": "results",
+}
+
+
+def test_every_benchmark_has_a_quick_mode_checked_here():
+    found = {p.name for p in BENCHMARKS.glob("*.py")} - TOOLS
+    assert found == set(EXPECTED), "a benchmark without a quick run here (or one here that is gone)"
+    for name in found:
+        assert '"--quick"' in (BENCHMARKS / name).read_text(), f"{name} has no --quick"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_benchmark_quick_mode_runs_and_prints_its_figures(name, tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCHMARKS)]), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"{name} --quick failed:\n{done.stderr[-3000:]}"
+    out = done.stdout
+    if out.lstrip().startswith("{"):
+        assert EXPECTED[name] in json.loads(out), f"{name} printed no {EXPECTED[name]!r}: {out[:500]}"
+    else:
+        assert EXPECTED[name] in out, f"{name} printed no {EXPECTED[name]!r}: {out[:500]}"
