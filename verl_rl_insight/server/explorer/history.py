@@ -39,6 +39,7 @@ class StepBatch(Protocol):
     step: int | None
     time: float
     metrics: dict[str, float]
+    keys: dict[str, str] | None  # name: the key the trainer logged, for a name that does not tell it
 
 
 class RunHistory:
@@ -59,6 +60,9 @@ class RunHistory:
         self.dropped = 0
         self.from_prometheus = False
         self.finished: float | None = None  # rl_insight_run_finished: 0 from the first log, 1 after finish()
+        # series name -> the key the trainer logged (val-core/openai/gsm8k/reward/mean@1), where the
+        # trainer said it (wire: a batch's ``keys``); at most one a column
+        self.keys: dict[str, str] = {}
 
     def cells(self) -> int:
         return len(self.steps) * max(1, len(self.columns))
@@ -159,6 +163,8 @@ class Histories:
                 run = (labels["project"], labels["experiment_name"])
                 if batch.step is not None:
                     self._add(run, batch.step, batch.time, batch.metrics)
+                    if batch.keys and run in self._runs:
+                        self._runs[run].keys.update(batch.keys)
                 elif FINISHED in batch.metrics and run in self._runs:  # finish(): a batch of its own
                     self._runs[run].finished = batch.metrics[FINISHED]
                     self._runs[run].version += 1
