@@ -25,6 +25,7 @@ from verl_rl_insight.commands.checks import CliError
 from verl_rl_insight.commands.run_file import RunFileError, read_run
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.watch.data import DataError, Prometheus
+from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.server.health import detectors
@@ -67,6 +68,8 @@ def read_history(prom: Prometheus, project: str, experiment: str, now: float) ->
         seen_run = seen_run or steps_here
         end -= CHUNK_S
     step_at = {t: int(v) for t, v in samples.pop(GLOBAL_STEP_METRIC, {}).items()}
+    for t in superseded(step_at):  # the name used again from an earlier step: the newest attempt's steps
+        del step_at[t]
     history: dict[str, list[tuple[int, float]]] = {}
     for name, values in samples.items():
         by_step: dict[int, float] = {}

@@ -63,6 +63,7 @@ class RunHistory:
         # series name -> the key the trainer logged (val-core/openai/gsm8k/reward/mean@1), where the
         # trainer said it (wire: a batch's ``keys``); at most one a column
         self.keys: dict[str, str] = {}
+        self.newest = (-math.inf, 0)  # (time, step) of the step logged last: a step before it, later, is an attempt
 
     def cells(self) -> int:
         return len(self.steps) * max(1, len(self.columns))
@@ -70,6 +71,10 @@ class RunHistory:
     def add(self, step: int, at: float, metrics: Mapping[str, float]) -> bool:
         """The step's values (a second batch of a step held adds the keys it did not have: verl logs a
         validation's in a call of its own); False when nothing changed."""
+        if self.steps and step < self.newest[1] and at > self.newest[0]:
+            self.new_attempt(step)
+        if not self.steps or at >= self.newest[0]:
+            self.newest = (at, step)
         i = bisect.bisect_left(self.steps, step)
         if i == len(self.steps) or self.steps[i] != step:
             self.steps.insert(i, step)
@@ -95,6 +100,20 @@ class RunHistory:
             self.finished = metrics[FINISHED]
         self.version += 1
         return True
+
+    def new_attempt(self, first: int) -> None:
+        """The run's name used again from step ``first`` (a step before the newest, logged after it:
+        contract.attempts): the steps held from ``first`` on were the older attempt's; they go."""
+        keep = bisect.bisect_left(self.steps, first)
+        for step in self.steps[keep:]:
+            for odd in self.nonfinite.values():
+                odd.pop(step, None)
+        del self.steps[keep:]
+        del self.times[keep:]
+        for column in self.columns.values():
+            del column[keep:]
+        self.rewrites += 1
+        self.version += 1
 
     def drop_oldest(self) -> None:
         if not self.steps:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
@@ -106,6 +107,8 @@ class PrometheusReader:
 
 def _by_step(values: Mapping[str, Mapping[float, float]]) -> list[Step]:
     step_at = {t: int(v) for t, v in values.get(GLOBAL_STEP_METRIC, {}).items()}
+    for t in superseded(step_at):  # the name used again from an earlier step: the newest attempt's steps
+        del step_at[t]
     first_seen: dict[int, float] = {}
     for t in sorted(step_at):
         first_seen.setdefault(step_at[t], t)
