@@ -159,6 +159,28 @@ def test_the_keys_are_named_as_the_trainer_logged_them(runs, tab):
     assert validation and drawn["curves"][VALIDATION_KEY] == 3  # test_freq 4: steps 4, 8 and 12
 
 
+def test_the_report_keeps_the_overlay_says_which_steps_it_holds_and_refuses_an_empty_range(runs, tab, tmp_path):
+    report = tmp_path / "run.html"
+    made = rl_insight("report", "--project", PROJECT, "--experiment", FIRST, "--compare", SECOND, "--samples",
+                      "-o", str(report), env=runs["env"])  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "no samples: the run kept none" in made.stdout, made.stdout  # the runs kept no samples: said
+    drawn = open_page(tab, report.as_uri(), "run")
+    assert tab.locator("[data-testid=legend] .run").all_inner_texts() == [FIRST, SECOND]  # the overlay is on
+    assert any(len(p["runs"]) == 2 for p in drawn["panels"].values())
+    point = tab.evaluate("window.RL_INSIGHT_PAGE.pointAt(0, 3)")  # step 3: no finding there, no page
+    tab.mouse.move(point["x"], point["y"])
+    tab.mouse.click(point["x"], point["y"])
+    tab.wait_for_selector("body[data-ready=step]")
+    said = tab.inner_text("[data-testid=no-step-page]")
+    assert "holds no page of step 3" in said and str(NAN_STEP) in said and "{" not in said, said
+    empty = tmp_path / "empty.html"
+    refused = rl_insight("report", "--project", PROJECT, "--experiment", FIRST, "--steps", "100:200",
+                         "-o", str(empty), env=runs["env"])  # fmt: skip
+    assert refused.returncode == 2 and not empty.exists(), refused.stdout + refused.stderr
+    assert f"has no step in --steps 100:200 (its newest step is {STEPS})" in refused.stderr, refused.stderr
+
+
 def states_in_the_list(tab, runs):
     open_page(tab, runs["base"] + "/", "runs")
     found = {}

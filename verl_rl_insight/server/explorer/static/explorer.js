@@ -490,7 +490,9 @@
     for (const k of extra) if (!panels.some((p) => p.keys.includes(k))) panels.push({ title: k, keys: [k] });
     const findings = placeFindings(run, panels);
     const wanted = [...new Set(panels.flatMap((p) => p.keys))];
-    const compareNames = (params.get("compare") || "").split(",").filter((e) => e && (run.others || []).includes(e) && e !== experiment);
+    // a report shows the runs it was written with (--compare) until a box is unticked
+    const picked = REPORT && !params.has("compare") ? Object.keys(REPORT.compare || {}).join(",") : params.get("compare") || "";
+    const compareNames = picked.split(",").filter((e) => e && (run.others || []).includes(e) && e !== experiment);
     const [curves, ...compared] = await Promise.all([
       curvesOf(project, experiment, wanted),
       ...compareNames.map(async (e) => {
@@ -664,10 +666,20 @@
       else into.replaceChildren(el("p", { class: "muted", text: err.message }));
     }
   }
+  // a report file holds the pages of its findings' steps only: a click elsewhere says so, with those
+  function showMissingStep(step) {
+    const held = Object.keys(REPORT.steps || {}).map(Number).sort((a, b) => a - b);
+    show(el("h1", { text: `Step ${step}` }),
+      el("p", { "data-testid": "no-step-page" }, `This report holds no page of step ${step}: it holds the pages of its findings' steps`,
+        held.length ? [" (", held.map((n, i) => [i ? ", " : "", el("a", { href: `#/steps/${n}`, text: n })]), ")."] : " (none: no finding).",
+        " The server's explorer shows every step."),
+      el("p", {}, el("a", { href: "#/", text: "← back to the run" })));
+  }
   async function viewStep(where) {
     const { project, experiment } = where;
     crumbs(el("a", { href: REPORT ? "#/" : "/", text: "runs" }), el("a", { href: runHref(project, experiment), text: `${project} / ${experiment}` }), el("span", { text: `step ${where.step}` }));
     page.step = { lanes: [], slowest: null };
+    if (REPORT && !(REPORT.steps || {})[where.step]) return showMissingStep(where.step);
     // the run's answer only says whether samples need the token: asked alongside, awaited after the step is drawn
     const run = api("run", { project, experiment_name: experiment }).catch(() => null);
     const step = await api("step", { project, experiment_name: experiment, step: where.step });
