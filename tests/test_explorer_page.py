@@ -201,8 +201,11 @@ def test_the_step_page_shows_every_lane_with_its_generate_calls_and_the_slowest_
     assert all(lane["generate"] > 0 for lane in replicas), replicas
     assert drawn["slowest"] == row["slowest_replica"]
     assert row["slowest_replica"] in tab.inner_text("[data-testid=slowest]")
-    profile = tab.inner_text("[data-testid=profile]")
-    assert profile.startswith(f"rl-insight profile --project {PROJECT} --experiment {EXPERIMENT} --steps "), profile
+    profile = tab.inner_text("[data-testid=profile]")  # the demo run has finished: no coming step is offered
+    assert profile == "The run has finished: it has no coming step to profile.", profile
+    legend = tab.locator("[data-testid=phase-legend] .phase")  # every phase named, the shortest bars' too
+    assert legend.count() == len({span for lane in lanes for span in (s["name"] for s in lane["spans"])})
+    assert "SW Power Cap" in tab.inner_text("[data-testid=hardware]")
 
 
 def test_samples_need_the_token_which_the_page_asks_for_once_and_sends_as_a_header(demo, tab):

@@ -94,6 +94,12 @@ def request(args: argparse.Namespace) -> int:
             fix=f"ask for step {step + 2} or later (verl decides at the end of a step whether the next is profiled)",
             code=PROBLEMS,
         )
+    if _finished(base, token, args.project, args.experiment):
+        raise CliError(
+            f"{args.project}/{args.experiment} has finished: it has no coming step to profile",
+            fix="profile a run that is still training (`rl-insight runs list` says which are running)",
+            code=REFUSED,
+        )
     wanted = {"role": args.role, "ranks": args.ranks}
     able = _profiles(base, token, args.project, args.experiment).get("capability")
     if able is not None:

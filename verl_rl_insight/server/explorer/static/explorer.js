@@ -630,11 +630,23 @@
     root.setAttribute("height", y);
     return root;
   }
+  // every phase's colour and its time in the step: a bar too short for its name is named here (and on hover)
+  function phaseLegend(step) {
+    const total = {};
+    for (const lane of step.lanes) for (const span of lane.spans) total[span.name] = (total[span.name] || 0) + (span.end - span.start);
+    const names = Object.keys(total).sort((a, b) => total[b] - total[a]);
+    page.step.legend = names;
+    return el("div", { class: "phase-legend", "data-testid": "phase-legend" }, names.map((name) =>
+      el("span", { class: "phase", "data-name": name }, el("i", { class: "box", color: colorOf(name) }), `${name} ${fmt(total[name], 3)} s`)));
+  }
   function hardwareTable(hardware) {
     if (!hardware.length) return el("p", { class: "muted", "data-testid": "hardware", text: "No GPU fault or throttling on its nodes during the step." });
     const pairs = (o) => Object.entries(o || {}).filter(([, v]) => v).map(([k, v]) => `${k}=${fmt(v)}`).join(", ") || "–";
     return el("table", { "data-testid": "hardware" }, el("thead", {}, el("tr", {}, ["node", "GPU", "faults", "throttling"].map((h) => el("th", { text: h })))),
-      el("tbody", {}, hardware.map((h) => el("tr", {}, el("td", { text: h.node }), el("td", { text: h.gpu }), el("td", { text: pairs(h.faults) }), el("td", { text: pairs(h.throttle) })))));
+      el("tbody", {}, hardware.map((h) => el("tr", { "data-node": h.node }, el("td", { text: h.node }), el("td", { text: h.gpu }),
+        // in nvidia-smi's words (SW Power Cap, XID error 79); the raw figures on hover
+        el("td", { text: (h.fault_words || []).join(", ") || (h.fault_words ? "–" : pairs(h.faults)), title: pairs(h.faults) }),
+        el("td", { "data-testid": "throttle", text: (h.throttle_reasons || []).join(", ") || (h.throttle_reasons ? "–" : pairs(h.throttle)), title: pairs(h.throttle) })))));
   }
   function samplesSection(answer) {
     const section = el("section", { "data-testid": "samples" });
@@ -703,12 +715,12 @@
       hardwareTable(step.hardware || []),
       el("h2", { text: `Findings that cover step ${step.step} (${(step.findings || []).length})` }),
       (step.findings || []).length ? step.findings.map((f) => findingCard(f, project, experiment)) : el("p", { class: "muted", text: "None." }),
-      el("h2", { text: "Profile a coming step" }),
-      el("pre", { "data-testid": "profile", text: step.profile_command }),
+      step.profile_command ? [el("h2", { text: "Profile a coming step" }), el("pre", { "data-testid": "profile", text: step.profile_command })]
+        : el("p", { class: "muted", "data-testid": "profile", text: "The run has finished: it has no coming step to profile." }),
       el("h2", { text: "Samples" }),
       samples
     );
-    lanes.append(swimlane(step, lanes.clientWidth || 1000));
+    lanes.append(swimlane(step, lanes.clientWidth || 1000), phaseLegend(step));
     // the step is drawn (data-ready); its samples follow (data-samples)
     loadSamples(where, run, samples).finally(() => document.body.setAttribute("data-samples", "shown"));
   }
