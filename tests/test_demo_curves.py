@@ -37,7 +37,9 @@ def demo_steps():
     steps = {}
     for step in range(1, STEPS + 1):
         batch = verl_step.rollout_batch(step, STEPS, prompts=8)
-        batch = ray_trainer.compute_advantage(batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=verl_step.ROLLOUT_N)
+        batch = ray_trainer.compute_advantage(
+            batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=verl_step.ROLLOUT_N
+        )
         steps[step] = simulation.curves(step, STEPS, rng, dict(timing), batch)
     return steps
 

@@ -12,9 +12,9 @@ import urllib.parse
 import pytest
 
 from tests.helpers import REPO, require_prometheus, rl_insight, run_python, wait_for, write_server_config
+from tests.test_explorer_page import browser as browser
 from tests.test_explorer_page import open_page, require_browser
-from tests.test_explorer_page import browser as browser  # noqa: F401 (fixtures: chromium, a fresh tab that
-from tests.test_explorer_page import tab as tab  # noqa: F401 checks its console held no error)
+from tests.test_explorer_page import tab as tab
 
 TOKEN = "compare-test-token-4b8d1e"
 PROJECT = "cards"  # (tests/test_run_card.py's verl_config names it)
@@ -59,7 +59,10 @@ def runs(tmp_path_factory):
     assert started.returncode == 0, started.stdout + started.stderr
     base = f"http://127.0.0.1:{config['port']}"
     try:
-        trainer = {"RL_INSIGHT_HOME": env["RL_INSIGHT_HOME"], "RL_INSIGHT_SERVER_URL": f"http://rl-insight:{TOKEN}@127.0.0.1:{config['port']}"}
+        trainer = {
+            "RL_INSIGHT_HOME": env["RL_INSIGHT_HOME"],
+            "RL_INSIGHT_SERVER_URL": f"http://rl-insight:{TOKEN}@127.0.0.1:{config['port']}",
+        }
         for experiment, lr, n, nan_step in ((FIRST, "1e-6", 4, NAN_STEP), (SECOND, "3e-6", 8, 0)):
             code = RUN.format(project=PROJECT, steps=STEPS)
             logged = run_python(
@@ -83,6 +86,17 @@ def with_token(tab, runs):
     with tab.expect_navigation():
         tab.click("[data-testid=token-form] button")
     tab.wait_for_selector("body[data-ready=run]")
+
+
+def test_a_wrong_token_in_the_pages_prompt_is_said_to_be_refused(runs, tab):
+    open_page(tab, page_url(runs), "run")
+    assert not tab.locator("[data-testid=token-refused]").count()  # no token yet: only asked for
+    tab.fill("[data-testid=token-form] input", "not-the-token")
+    with tab.expect_navigation():
+        tab.click("[data-testid=token-form] button")
+    tab.wait_for_selector("body[data-ready=run]")
+    assert "was refused by the server" in tab.inner_text("[data-testid=token-refused]")
+    assert tab.locator("[data-testid=token-form]").count() == 1  # asked again
 
 
 def test_the_card_diff_on_the_run_page_lists_what_runs_diff_lists(runs, tab):
@@ -142,11 +156,9 @@ def test_the_probs_diff_mean_has_its_own_scale_with_verls_thresholds_and_steps_a
 
 def test_a_nan_step_breaks_its_line_rather_than_bridging_it(runs, tab):
     open_page(tab, page_url(runs), "run")
-    gaps = tab.evaluate(
-        """() => { const u = window.RL_INSIGHT_PAGE;
-        const i = Object.keys(u.panels).indexOf(Object.keys(u.panels).find((t) => u.panels[t].keys.includes('actor/pg_loss')));
-        return u.gapsOf(i, 'actor/pg_loss'); }"""
-    )
+    drawn = tab.evaluate("window.RL_INSIGHT_PAGE")
+    [title] = [t for t, panel in drawn["panels"].items() if "actor/pg_loss" in panel["keys"]]
+    gaps = tab.evaluate("([title, key]) => window.RL_INSIGHT_PAGE.gapsOf(title, key)", [title, "actor/pg_loss"])
     assert gaps == [NAN_STEP], gaps
 
 
@@ -194,7 +206,9 @@ def states_in_the_list(tab, runs):
 def states_in_runs_list(runs):
     listed = rl_insight("runs", "list", "--json", env=runs["env"])
     assert listed.returncode == 0, listed.stdout + listed.stderr
-    return {r["experiment_name"]: ("finished" if r["finished"] else "?", str(r["step"])) for r in json.loads(listed.stdout)}
+    return {
+        r["experiment_name"]: ("finished" if r["finished"] else "?", str(r["step"])) for r in json.loads(listed.stdout)
+    }
 
 
 def test_the_lists_state_of_each_run_is_runs_lists_across_a_server_restart(runs, tab):

@@ -222,6 +222,9 @@ def test_samples_need_the_token_which_the_page_asks_for_once_and_sends_as_a_head
         tab.click("[data-testid=token-form] button")
     tab.wait_for_selector("body[data-samples]")
     assert tab.locator("[data-testid=sample]").count() > 0
+    # a rollout picked for its log-prob mismatch shows that mismatch (a number), as `rl-insight samples` does
+    picked = tab.locator("[data-testid=sample][data-kind=mismatch] [data-testid=mismatch]").all_inner_texts()
+    assert picked and all(float(text) >= 0 for text in picked), picked
     assert api(demo, "samples", token=TOKEN, step=4)[0] == 200
     assert all(TOKEN not in url for url, _ in sent), "the token went into a URL"
     assert any(url.split("?")[0].endswith("/samples") and auth == f"Bearer {TOKEN}" for url, auth in sent)

@@ -53,7 +53,7 @@ def _runs_at_hub(base: str, token: str | None) -> dict[tuple[str, str], RunSeen]
     return runs
 
 
-def _known_run(base: str, token: str | None, project: str, experiment: str) -> RunSeen:
+def known_run(base: str, token: str | None, project: str, experiment: str) -> RunSeen:
     """The run as the hub holds it; refused (exit 2) with the runs it knows when it holds none of that name."""
     runs = _runs_at_hub(base, token)
     if (project, experiment) in runs:
@@ -87,7 +87,7 @@ def request(args: argparse.Namespace) -> int:
         raise CliError("--steps needs its first step (N or N:M)", code=2)
     last = last if last is not None else first
     base, token = server(args)
-    step = _known_run(base, token, args.project, args.experiment).step
+    step = known_run(base, token, args.project, args.experiment).step
     if step is not None and first <= step + 1:
         raise CliError(
             f"step {first} has begun or passed: {args.project}/{args.experiment} is at step {step}",

@@ -154,7 +154,11 @@ def healthy(key: str, step: int, total: int, rng: random.Random, metrics: StepMe
     if key == "actor/entropy_loss":  # (older verl's name of the entropy)
         entropy = metrics.get("actor/entropy")
         return float(entropy) if isinstance(entropy, (int, float)) else None
-    memory = {"perf/max_memory_allocated_gb": 38.0, "perf/max_memory_reserved_gb": 52.0, "perf/cpu_memory_used_gb": 96.0}
+    memory = {
+        "perf/max_memory_allocated_gb": 38.0,
+        "perf/max_memory_reserved_gb": 52.0,
+        "perf/cpu_memory_used_gb": 96.0,
+    }
     return memory[key] * (1 + rng.gauss(0, 0.01)) if key in memory else None
 
 

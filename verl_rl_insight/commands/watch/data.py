@@ -4,9 +4,9 @@ curves by step, throughput, rollout replicas, GPUs and the alerts that fire."""
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
 from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.engine_metrics import LOAD, exposed
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, metric_name

@@ -102,6 +102,10 @@ def _summary(sources: Sources, run: Run, hub: HubRun, now: float) -> Answer:
             "sparkline": spark}  # fmt: skip
 
 
+def _age_or_inf(hub: HubRun) -> float:
+    return math.inf if hub.age_s is None else hub.age_s
+
+
 def runs_answer(streams: Sequence[Mapping[str, object]], sources: Sources, marks: Marks) -> Answer:
     now = time.time()
     ages = _hub_runs(streams)
@@ -109,7 +113,7 @@ def runs_answer(streams: Sequence[Mapping[str, object]], sources: Sources, marks
     # the server started: read back from Prometheus now, so that the list says what its page and
     # `rl-insight runs list` say (finished, its sparkline), the newest runs first, at most BACKFILL_RUNS
     unread = [run for run in ages if sources.histories.get(run) is None]
-    unread.sort(key=lambda run: ages[run].age_s if ages[run].age_s is not None else math.inf)
+    unread.sort(key=lambda run: _age_or_inf(ages[run]))
     for run in unread[:BACKFILL_RUNS]:
         sources.history(run)
     for run in sources.histories.runs():

@@ -7,9 +7,8 @@ lazily (``samples()``), on the sender thread: the training thread pays for a dic
 from __future__ import annotations
 
 import math
-from typing import Any
-
 import re
+from typing import Any
 
 from verl_rl_insight.contract.naming import format_special, label_value_problem, metric_name
 

@@ -384,6 +384,7 @@
       onPointClick(chart, ctx);
       ctx.charts.push(chart);
       ctx.byPanel[index] = chart;
+      ctx.byTitle[title] = chart;
     });
     return panel;
   }
@@ -447,6 +448,8 @@
     const section = el("section", { "data-testid": "run-card" }, el("h2", { text: "Run card" }));
     const card = run.card && run.card.card; // the server keeps {card, received}
     if (!card) {
+      // a token kept in this tab, and still no card: the server refused it (say so, not only ask again)
+      if (run.card_needs_token && token()) section.append(el("p", { class: "error", "data-testid": "token-refused", text: "The token kept in this tab was refused by the server: give the right one (rl-insight server status --secrets shows it)." }));
       section.append(run.card_needs_token ? tokenBox("The run card (config, command, paths) needs the token.") : el("p", { class: "muted", text: "This run sent no card." }));
       return section;
     }
@@ -503,16 +506,16 @@
     ]);
     page.dataAt = performance.now(); // the answers are in: from here on it is the page's own drawing
     const alpha = Math.min(Math.max(+(params.get("smooth") || 0), 0), 0.99);
-    const ctx = { project, experiment, curves, compared, alpha, findings, marks: run.marks || [], pending: [], charts: [], byPanel: {}, syncKey: `run-${Math.random()}` };
+    const ctx = { project, experiment, curves, compared, alpha, findings, marks: run.marks || [], pending: [], charts: [], byPanel: {}, byTitle: {}, syncKey: `run-${Math.random()}` };
     // where on the screen panel i draws step n (what a click there opens): for people's scripts and the tests
     page.pointAt = (i, n) => {
       const chart = ctx.byPanel[i], box = chart.over.getBoundingClientRect();
       return { x: box.left + chart.valToPos(n, "x"), y: box.top + box.height / 2 };
     };
     page.marks = ctx.marks.map((m) => m.step);
-    // the steps where panel i's line of this run's key breaks (a NaN the trainer logged): for the tests
-    page.gapsOf = (i, key) => {
-      const chart = ctx.byPanel[i], at = chart.series.findIndex((s) => s.label === `${experiment} · ${key}`);
+    // the steps where the line of this run's key breaks (a NaN the trainer logged), in the panel titled so
+    page.gapsOf = (title, key) => {
+      const chart = ctx.byTitle[title], at = chart.series.findIndex((s) => s.label === `${experiment} · ${key}`);
       return chart.data[0].filter((_, j) => chart.data[at][j] === null);
     };
     page.cursorSteps = () => ctx.charts.map((c) => (c.cursor.idx === null || c.cursor.idx === undefined ? null : c.data[0][c.cursor.idx]));
@@ -652,8 +655,10 @@
     const section = el("section", { "data-testid": "samples" });
     const text = (t) => el("pre", { text: t ?? "" });
     if (answer.samples.length)
-      section.append(el("table", { class: "samples" }, el("thead", {}, el("tr", {}, ["kind", "rank", "score", "length", "source", "prompt", "response"].map((h) => el("th", { text: h })))),
+      section.append(el("table", { class: "samples" }, el("thead", {}, el("tr", {}, ["kind", "rank", "score", "mismatch", "length", "source", "prompt", "response"].map((h) => el("th", { text: h })))),
         el("tbody", {}, answer.samples.map((s) => el("tr", { "data-testid": "sample", "data-kind": s.kind }, el("td", { text: s.kind }), el("td", { text: s.rank }), el("td", { text: fmt(s.score) }),
+          // the train/inference log-prob mismatch the rollout was picked for (mean |p_rollout - p_actor|)
+          el("td", { "data-testid": "mismatch", text: s.mismatch === null || s.mismatch === undefined ? "–" : fmt(s.mismatch) }),
           el("td", { text: s.length ?? "–" }), el("td", { text: s.data_source ?? "–" }), el("td", {}, text(s.prompt)), el("td", {}, text(s.response)))))));
     for (const group of answer.groups || [])
       section.append(el("details", { "data-testid": "group" }, el("summary", { text: `group ${group.uid}: ${group.responses.length} responses${group.ground_truth ? ", ground truth " + group.ground_truth : ""}` }),
