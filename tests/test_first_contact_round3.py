@@ -118,3 +118,45 @@ def test_the_card_of_an_unresolved_config_holds_no_reference_runs_show_would_pri
     assert (
         card["config"]["actor_rollout_ref"]["actor"]["rollout_n"] == resolved["actor_rollout_ref"]["actor"]["rollout_n"]
     )
+
+
+def test_a_server_older_than_a_batchs_keys_still_gets_every_value():
+    """A trainer newer than its server: the server (a TEST DOUBLE of the previous release's push, which
+    refuses a field it does not know with that release's words) gets the values, without the keys."""
+    import http.server
+    import threading
+
+    from verl_rl_insight.trainer.client.sender import BatchSender
+
+    got = []
+
+    class OldPush(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if any("keys" in b for b in body["batches"]):
+                answer, status = {"error": "batches[0]: unknown field 'keys' (known: experiment_name, ...)"}, 400
+            else:
+                got.extend(body["batches"])
+                answer, status = {"accepted": len(body["batches"]), "duplicates": 0, "hub": "old"}, 200
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OldPush)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sender = BatchSender(f"http://127.0.0.1:{server.server_address[1]}/api/v1/push", linger_s=0.01)
+        for step in (1, 2):
+            sender.submit(MetricBatch("p", "old", step, 1.7e9 + step, step_metrics(step, 10), METRIC_PREFIX))
+        assert sender.flush(20)
+        sender.close(5)
+    finally:
+        server.shutdown()
+    assert [b["step"] for b in got] == [1, 2]
+    assert all(f"{METRIC_PREFIX}perf_mfu_actor" in b["metrics"] and "keys" not in b for b in got)  # values kept
