@@ -127,15 +127,7 @@ Metrics = Annotated[
 ]
 
 
-Keys = Annotated[
-    dict[str, Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_VALUE, pattern=LABEL_VALUE_PATTERN)]],
-    Meta(
-        max_length=MAX_METRICS_PER_BATCH,
-        description="metric name: the key the trainer logged it as, for a name that does not tell its key "
-        "(`val-core/openai/gsm8k/reward/mean@1` becomes ..._val_core_openai_gsm8k_reward_mean_1): what the "
-        "explorer shows",
-    ),
-]
+Keys = Annotated[dict[str, LabelValue], Meta(max_length=MAX_METRICS_PER_BATCH)]  # name: the key as logged
 
 
 class BatchBody(Struct, forbid_unknown_fields=True, omit_defaults=True):

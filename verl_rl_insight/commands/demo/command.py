@@ -212,20 +212,9 @@ def run(
 ) -> int:
     from verl_rl_insight.commands.server import control
 
-    state = _server(server_config, out)
-    if state is None:
-        return 2
     experiment = experiment or time.strftime("simulated-%Y%m%d-%H%M%S")
-    taken = Progress.step_of(state["local_hub_url"], experiment)
-    if taken is not None:
-        # one run, one answer: a second run under the name would be the first one's new attempt
-        # (contract.attempts), its 30 steps replaced by this one's 3
-        print(
-            f"rl-insight demo: the name {experiment!r} is taken: {PROJECT}/{experiment} has logged up to step "
-            f"{taken} on this server. A run's name is the run (verl resumes a run under its name, steps going "
-            f"on); give the demo another --experiment (e.g. {experiment}-2), or none for a fresh name",
-            file=out,
-        )
+    state = _server(server_config, out)
+    if state is None or _name_taken(state, experiment, out):
         return 2
     os.environ[environment.SERVER_URL] = control.trainer_url(state, local=True)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a single-node demo: loopback
@@ -269,6 +258,22 @@ def run(
             return 130
     where_to_look(state, experiment, engine, out)
     return 0
+
+
+def _name_taken(state: dict[str, Any], experiment: str, out: TextIO) -> bool:
+    """Whether the server has steps of the demo's project / ``experiment`` (said on ``out``): one run,
+    one answer: a second run under the name would be the first one's new attempt (contract.attempts),
+    its steps replaced by this one's."""
+    taken = Progress.step_of(state["local_hub_url"], experiment)
+    if taken is None:
+        return False
+    print(
+        f"rl-insight demo: the name {experiment!r} is taken: {PROJECT}/{experiment} has logged up to step "
+        f"{taken} on this server. A run's name is the run (verl resumes a run under its name, steps going "
+        f"on); give the demo another --experiment (e.g. {experiment}-2), or none for a fresh name",
+        file=out,
+    )
+    return True
 
 
 def _server(server_config: str | None, out: TextIO) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ lazily (``samples()``), on the sender thread: the training thread pays for a dic
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -37,6 +38,15 @@ def to_number(value: object) -> float | None:
 def encode_value(value: float) -> float | str:
     """JSON-safe form of a float: NaN and infinities travel as the strings Prometheus prints."""
     return value if math.isfinite(value) else format_special(value)
+
+
+def without_keys(encoded: bytes) -> bytes:
+    """An encoded batch without its ``keys`` (what a server older than that field refuses)."""
+    if b'"keys":' not in encoded:
+        return encoded
+    body = json.loads(encoded)
+    body.pop("keys", None)
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 
 
 class MetricBatch:

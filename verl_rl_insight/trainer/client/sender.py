@@ -37,7 +37,7 @@ from typing import Any
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.wire import HUB_HEADER
 from verl_rl_insight.trainer.client import push_answer
-from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+from verl_rl_insight.trainer.client.metric_batch import MetricBatch, without_keys
 
 ANSWER_BYTES = 2**20  # what is read of the server's answer to a push ({"hub": ...}): any server can be at the URL
 
@@ -57,15 +57,6 @@ def encode(batch: MetricBatch) -> bytes:
     if "step" in body:
         body["step"] = operator.index(body["step"])  # numpy integers are integers too
     body["time"] = float(body["time"])
-    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
-
-
-def without_keys(encoded: bytes) -> bytes:
-    """An encoded batch without its ``keys`` (what a server older than that field refuses)."""
-    if b'"keys":' not in encoded:
-        return encoded
-    body = json.loads(encoded)
-    body.pop("keys", None)
     return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 
 
