@@ -201,8 +201,11 @@ def test_the_step_page_shows_every_lane_with_its_generate_calls_and_the_slowest_
     assert all(lane["generate"] > 0 for lane in replicas), replicas
     assert drawn["slowest"] == row["slowest_replica"]
     assert row["slowest_replica"] in tab.inner_text("[data-testid=slowest]")
-    profile = tab.inner_text("[data-testid=profile]")
-    assert profile.startswith(f"rl-insight profile --project {PROJECT} --experiment {EXPERIMENT} --steps "), profile
+    profile = tab.inner_text("[data-testid=profile]")  # the demo run has finished: no coming step is offered
+    assert profile == "The run has finished: it has no coming step to profile.", profile
+    legend = tab.locator("[data-testid=phase-legend] .phase")  # every phase named, the shortest bars' too
+    assert legend.count() == len({span for lane in lanes for span in (s["name"] for s in lane["spans"])})
+    assert "SW Power Cap" in tab.inner_text("[data-testid=hardware]")
 
 
 def test_samples_need_the_token_which_the_page_asks_for_once_and_sends_as_a_header(demo, tab):
@@ -219,6 +222,9 @@ def test_samples_need_the_token_which_the_page_asks_for_once_and_sends_as_a_head
         tab.click("[data-testid=token-form] button")
     tab.wait_for_selector("body[data-samples]")
     assert tab.locator("[data-testid=sample]").count() > 0
+    # a rollout picked for its log-prob mismatch shows that mismatch (a number), as `rl-insight samples` does
+    picked = tab.locator("[data-testid=sample][data-kind=mismatch] [data-testid=mismatch]").all_inner_texts()
+    assert picked and all(float(text) >= 0 for text in picked), picked
     assert api(demo, "samples", token=TOKEN, step=4)[0] == 200
     assert all(TOKEN not in url for url, _ in sent), "the token went into a URL"
     assert any(url.split("?")[0].endswith("/samples") and auth == f"Bearer {TOKEN}" for url, auth in sent)

@@ -247,7 +247,7 @@ def test_a_mistyped_run_is_refused_naming_the_known_ones_and_wait_ends_when_the_
     tracking.finish()
 
 
-def test_wait_on_a_run_that_has_finished_ends_with_a_line_saying_so(monitoring_server, monkeypatch):
+def test_a_run_that_has_finished_is_refused_with_a_line_saying_so(monitoring_server, monkeypatch):
     import urllib.parse
 
     from verl.utils.tracking import Tracking
@@ -269,5 +269,6 @@ def test_wait_on_a_run_that_has_finished_ends_with_a_line_saying_so(monitoring_s
         "profile", "--project", "proj", "--experiment", "done", "--steps", "9", "--wait", "--timeout", "120",
         "--server", hub, timeout=120,
     )  # fmt: skip
-    assert waited.returncode == 1, waited.stdout + waited.stderr
-    assert "proj/done has finished at step 2: its requested steps will not come" in waited.stderr
+    assert waited.returncode == 2, waited.stdout + waited.stderr  # refused: nothing queued for a step never coming
+    assert "proj/done has finished: it has no coming step to profile" in waited.stderr
+    assert json.loads(http("GET", hub + "/api/v1/profiles")[1])["profiles"] == []

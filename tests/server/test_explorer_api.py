@@ -200,10 +200,14 @@ def test_a_step_page_names_the_slowest_replica_timeline_summary_names(demo):
         assert len(replicas) == 2 and all(lane["spans"] for lane in replicas)  # the demo's 2 replicas' calls
         assert page["lanes"][0]["lane"] == "trainer" and page["start"] < page["end"]
         assert page["long_tail_s"] == pytest.approx(row["tail_wait_s"])
-        assert f"--steps {STEPS + 2}" in page["profile_command"]
-        throttled += [gpu["throttle"] for gpu in page["hardware"]]
-    # the demo's simulated GPUs report clock throttle reason 4 (NVML's, as DCGM names it), sampled every second
-    assert throttled and all(t == {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 4.0} for t in throttled), throttled
+        assert page["finished"] and page["profile_command"] is None  # the demo finished: no coming step
+        nodes = {lane["node"] for lane in page["lanes"] if lane["node"]}
+        assert nodes and {gpu["node"] for gpu in page["hardware"]} <= nodes  # named as the swimlane names it
+        throttled += [(gpu["throttle"], gpu["throttle_reasons"]) for gpu in page["hardware"]]
+    # the demo's simulated GPUs report clock throttle reason 4 (NVML's, as DCGM names it), sampled every
+    # second: nvidia-smi's "SW Power Cap"
+    reason = ({"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": 4.0}, ["SW Power Cap"])
+    assert throttled and all(t == reason for t in throttled), throttled
 
 
 def test_samples_need_the_token_and_with_it_are_the_steps_samples(demo):

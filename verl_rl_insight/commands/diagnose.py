@@ -25,6 +25,7 @@ from verl_rl_insight.commands.checks import CliError
 from verl_rl_insight.commands.run_file import RunFileError, read_run
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.watch.data import DataError, Prometheus
+from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.contract.runs import RUN_FINISHED
@@ -70,6 +71,8 @@ def read_history(prom: Prometheus, project: str, experiment: str, now: float) ->
         seen_run = seen_run or steps_here
         end -= CHUNK_S
     step_at = {t: int(v) for t, v in samples.pop(GLOBAL_STEP_METRIC, {}).items()}
+    for t in superseded(step_at):  # the name used again from an earlier step: the newest attempt's steps
+        del step_at[t]
     history: dict[str, list[tuple[int, float]]] = {}
     for name, values in samples.items():
         by_step: dict[int, float] = {}
@@ -107,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
     except DataError as exc:
         raise CliError(str(exc), code=CANNOT) from None
     if not times:
+        from verl_rl_insight.commands.profile import known_run
+
+        known_run(base, token, args.project, args.experiment)  # a mistyped run: refused, the known ones named
         raise CliError(f"no step of {args.project}/{args.experiment} in Prometheus", code=CANNOT)
     params = {**detectors.DEFAULTS, **(info.get("health") or {})}
     marks = run_marks.fetch(base, token, args.project, args.experiment)  # rl-insight runs mark
@@ -138,6 +144,16 @@ def from_file(args: argparse.Namespace) -> int:
     if not steps:
         raise CliError(f"{path}: no step with a number in it", code=CANNOT)
     times = history.pop(STEP_TIME_METRIC, [])  # a runs export CSV has each step's own time
+    read = {k for d in detectors.ALL for k in (*d.keys, *d.extra)} | set(detectors.NON_FINITE_KEYS)
+    names = {detectors.series_name(k) for k in read if not k.endswith("/")}
+    families = tuple(detectors.series_name(k) for k in read if k.endswith("/"))
+    if not any(name in names or name.startswith(families) for name in history):
+        raise CliError(
+            f"{path}: none of the keys the detectors read is in it: nothing was checked",
+            fix="give a file of verl's keys (actor/pg_loss, critic/score/mean, actor/entropy, ...), as verl's "
+            "file logger or `rl-insight runs export` writes them",
+            code=CANNOT,
+        )
     findings = detectors.diagnose(history, times, finished=True, validation_keys=args.validation_key or ())
     return report(args, str(path), {"file": str(path)}, (steps[0], steps[-1]), findings, history)
 

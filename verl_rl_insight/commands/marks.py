@@ -39,19 +39,28 @@ def fetch(base: str, token: str | None, project: str, experiment: str) -> list[M
 
 
 def mark(args: argparse.Namespace) -> int:
+    from verl_rl_insight.commands.profile import known_run
+
     base, token = server(args)
+    known_run(base, token, args.project, args.experiment)  # a mistyped run is refused, the known ones named
+    held = {int(str(m["step"])): m for m in fetch(base, token, args.project, args.experiment)}
+    reset = args.reset_baseline
+    kept = ""
+    if reset is None:  # neither --reset-baseline nor --no-reset-baseline: a step marked again keeps its reset
+        reset = bool(args.step in held and held[args.step].get("reset_baseline"))
+        kept = " (its baseline reset kept: --no-reset-baseline drops it)" if reset else ""
     body = {
         "project": args.project,
         "experiment_name": args.experiment,
         "step": args.step,
         "text": args.text,
-        "reset_baseline": args.reset_baseline,
+        "reset_baseline": reset,
     }
     made: Mark = call("POST", f"{base}/api/v1/runs/marks", token, json.dumps(body))
     if args.json:
         print(json.dumps(made))
         return 0
-    reset = "; the detectors start their baselines again here" if made["reset_baseline"] else ""
+    reset = ("; the detectors start their baselines again here" + kept) if made["reset_baseline"] else ""
     print(
         f"marked step {made['step']} of {printable(args.project, 100)}/{printable(args.experiment, 100)}: "
         f'"{printable(made["text"])}"{reset}; on the dashboards {"at " if made.get("time") else ""}{_when(made)}'

@@ -55,7 +55,7 @@ def _runs_at_hub(base: str, token: str | None) -> dict[tuple[str, str], RunSeen]
     return runs
 
 
-def _known_run(base: str, token: str | None, project: str, experiment: str) -> RunSeen:
+def known_run(base: str, token: str | None, project: str, experiment: str) -> RunSeen:
     """The run as the hub holds it; refused (exit 2) with the runs it knows when it holds none of that name."""
     runs = _runs_at_hub(base, token)
     if (project, experiment) in runs:
@@ -89,12 +89,18 @@ def request(args: argparse.Namespace) -> int:
         raise CliError("--steps needs its first step (N or N:M)", code=2)
     last = last if last is not None else first
     base, token = server(args)
-    step = _known_run(base, token, args.project, args.experiment).step
+    step = known_run(base, token, args.project, args.experiment).step
     if step is not None and first <= step + 1:
         raise CliError(
             f"step {first} has begun or passed: {args.project}/{args.experiment} is at step {step}",
             fix=f"ask for step {step + 2} or later (verl decides at the end of a step whether the next is profiled)",
             code=PROBLEMS,
+        )
+    if _finished(base, token, args.project, args.experiment):
+        raise CliError(
+            f"{args.project}/{args.experiment} has finished: it has no coming step to profile",
+            fix="profile a run that is still training (`rl-insight runs list` says which are running)",
+            code=REFUSED,
         )
     wanted = {"role": args.role, "ranks": args.ranks}
     able = _profiles(base, token, args.project, args.experiment).get("capability")

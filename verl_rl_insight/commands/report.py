@@ -272,16 +272,37 @@ def write_private(path: Path, text: str) -> int:
     return len(data)
 
 
+def _sample_count(samples: object) -> int:
+    """Samples, groups and validation generations the report holds."""
+    answers = samples.values() if isinstance(samples, dict) else []
+    return sum(len(_list(a, "samples")) + len(_list(a, "groups")) + len(_list(a, "validation")) for a in answers)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.card and not args.compare:
         raise CliError("--card shares the card's keys where the runs differ: it needs --compare E2")
     base, token = server(args)
     data = collect(args, base, token)
+    if args.steps and not _list(data["curves"], "steps"):
+        first, last = args.steps
+        newest = _object(data, "run").get("step")
+        raise CliError(
+            f"{args.project}/{args.experiment} has no step in --steps {'' if first is None else first}:"
+            f"{'' if last is None else last} (its newest step is {newest}); no report written",
+            fix="give a range of its steps, or leave --steps out for all of them",
+        )
     size = write_private(Path(args.output), html(data))
     n_steps, n_keys = len(_list(data["curves"], "steps")), len(_object(data["curves"], "series"))
     findings, pages = len(_list(data["run"], "findings")), len(_object(data, "steps"))
     samples = f"samples of {pages} steps" if args.samples else "no samples (--samples adds them)"
     samples += f", {len(_object(_object(data['run'], 'card'), 'config'))} card keys" if args.card else ", no card"
+    if args.samples and not _sample_count(data.get("samples")):
+        samples = (
+            "no samples: the run kept none for its findings' steps (the trainer keeps them with "
+            "+plugins.samples.enabled=true)"
+            if pages
+            else "no samples: the report has no step page (samples come with its findings' steps)"
+        )
     print(
         f"{args.output}: {args.project}/{args.experiment}, {n_steps} steps, {n_keys} curves, {findings} findings, "
         f"{pages} step pages, {samples}, {size / 1e6:.1f} MB; opens from disk with no server"

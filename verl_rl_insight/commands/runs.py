@@ -280,7 +280,11 @@ def add_parsers(sub: SubParsers) -> None:
     marked.add_argument("--step", required=True, type=marks.step, help="the step marked")
     marked.add_argument("--text", required=True, help="what happened there, in a few words")
     marked.add_argument(
-        "--reset-baseline", action="store_true", help="the detectors start their baselines again at this step"
+        "--reset-baseline",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the detectors start their baselines again at this step (a step marked again keeps what its mark "
+        "had unless --no-reset-baseline)",
     )
     marked.set_defaults(func=marks.mark)
     marks_of = runs_sub.add_parser("marks", help="a run's marks, by step")

@@ -130,6 +130,9 @@ Metrics = Annotated[
 ]
 
 
+Keys = Annotated[dict[str, LabelValue], Meta(max_length=MAX_METRICS_PER_BATCH)]  # name: the key as logged
+
+
 class BatchBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
     """One trainer log call: a stream's samples at one step."""
 
@@ -159,6 +162,7 @@ class BatchBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
         ]
         | None
     ) = None
+    keys: Keys | None = None
 
 
 class PushBody(Struct, forbid_unknown_fields=True):
@@ -276,6 +280,7 @@ class Batch:
     # what was left out of it, {name: why}, and whether its step key disagreed with its step field
     dropped: dict[str, str] | None = None
     step_disagrees: bool = False
+    keys: dict[str, str] | None = None  # name: the key the trainer logged (only names that do not tell it)
     names: tuple[str, ...] = dataclasses.field(init=False)
     values: tuple[float, ...] = dataclasses.field(init=False)  # the decoded float objects: no copy, no boxing
 
@@ -377,7 +382,8 @@ def _batch(i: int, body: BatchBody, now: float, max_future_s: float = MAX_FUTURE
     if step is not None:
         metrics[GLOBAL_STEP_METRIC] = float(step)
         metrics[STEP_TIME_METRIC] = float(stamp)
-    return Batch(tuple(labels), step, stamp, body.time is not None, metrics, dropped, disagrees)
+    keys = {n: k for n, k in body.keys.items() if n in metrics} if body.keys else None
+    return Batch(tuple(labels), step, stamp, body.time is not None, metrics, dropped, disagrees, keys or None)
 
 
 def decode_push(body: bytes, now: float, max_future_s: float = MAX_FUTURE_S, own: bool = False) -> list[Batch]:

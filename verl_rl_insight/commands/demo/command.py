@@ -91,21 +91,26 @@ class Progress:
         self._thread.start()
 
     def _step(self) -> int | None:
+        return self.step_of(self.hub_url, self.experiment)
+
+    @staticmethod
+    def step_of(hub_url: str, experiment: str | None) -> int | None:
+        """The newest step the hub holds of the demo's project / ``experiment`` (None: no such run)."""
         from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
 
         try:
-            streams = fetch_json(self.hub_url + "/api/v1/streams", timeout_s=2)["streams"]
+            streams = fetch_json(hub_url + "/api/v1/streams", timeout_s=2)["streams"]
         except (NoAnswer, KeyError, TypeError):
             return None
         steps = [
             s.get("step") or 0
             for s in streams
-            if s["labels"].get("project") == PROJECT and s["labels"].get("experiment_name") == self.experiment
+            if s["labels"].get("project") == PROJECT and s["labels"].get("experiment_name") == experiment
         ]
         return max(steps, default=None)
 
     def _draw(self, step: int) -> None:
-        done = int(30 * step / max(self.steps, 1))
+        done = min(30, max(0, int(30 * step / max(self.steps, 1))))
         line = (
             f"[demo] SIMULATED step {step}/{self.steps} [{'#' * done}{'.' * (30 - done)}] {time.strftime('%H:%M:%S')}"
         )
@@ -207,10 +212,10 @@ def run(
 ) -> int:
     from verl_rl_insight.commands.server import control
 
-    state = _server(server_config, out)
-    if state is None:
-        return 2
     experiment = experiment or time.strftime("simulated-%Y%m%d-%H%M%S")
+    state = _server(server_config, out)
+    if state is None or _name_taken(state, experiment, out):
+        return 2
     os.environ[environment.SERVER_URL] = control.trainer_url(state, local=True)
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a single-node demo: loopback
     os.environ.setdefault("TQ_METRICS_COLLECT_INTERVAL", "1")  # a short run: TransferQueue's figures each second
@@ -255,6 +260,22 @@ def run(
     return 0
 
 
+def _name_taken(state: dict[str, Any], experiment: str, out: TextIO) -> bool:
+    """Whether the server has steps of the demo's project / ``experiment`` (said on ``out``): one run,
+    one answer: a second run under the name would be the first one's new attempt (contract.attempts),
+    its steps replaced by this one's."""
+    taken = Progress.step_of(state["local_hub_url"], experiment)
+    if taken is None:
+        return False
+    print(
+        f"rl-insight demo: the name {experiment!r} is taken: {PROJECT}/{experiment} has logged up to step "
+        f"{taken} on this server. A run's name is the run (verl resumes a run under its name, steps going "
+        f"on); give the demo another --experiment (e.g. {experiment}-2), or none for a fresh name",
+        file=out,
+    )
+    return True
+
+
 def _server(server_config: str | None, out: TextIO) -> dict[str, Any] | None:
     """The running server's state: the one running, else one started now (detached); None, said on
     ``out``, when none could be had."""
@@ -263,14 +284,14 @@ def _server(server_config: str | None, out: TextIO) -> dict[str, Any] | None:
 
     state = control.read_state()
     if state is not None:
-        print(control.panel(state), file=out)
+        print(control.panel(state, reveal_token=False), file=out)  # as `server status` shows it: no token
         return state
     try:
         settings = ServerSettings.load(server_config)
     except (OSError, ValueError, TypeError) as exc:
         print(f"rl-insight demo: bad server config: {exc}", file=out)
         return None
-    if control.start(settings, detach=True, out=out) == 2:
+    if control.start(settings, detach=True, out=out, reveal_token=False) == 2:
         print("rl-insight demo: the server did not start (see above)", file=out)
         return None
     state = control.read_state()

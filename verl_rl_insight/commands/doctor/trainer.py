@@ -91,7 +91,7 @@ def check_overrides(report: Report, overrides: Sequence[str]) -> None:
         config = compose(config_name="ppo_trainer", overrides=list(overrides))
     loggers = config.trainer.logger
     loggers = [loggers] if isinstance(loggers, str) else list(loggers)
-    if "rl_insight" in loggers:
+    if "rl_insight" in loggers or "rl-insight" in loggers:
         report.ok("trainer.logger", str(loggers))
     else:
         report.problem("trainer.logger", f"{loggers} has no rl_insight", 'trainer.logger=\'["console","rl_insight"]\'')

@@ -146,7 +146,7 @@ def failing(state: dict[str, Any]) -> bool:
     return any(not optional_absent(name, state) for name in state["missing"])
 
 
-def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdout) -> int:
+def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdout, reveal_token: bool = True) -> int:
     """Exit code: 0 running (without an optional service that is not installed), 1 running but a
     service failed, 2 not started."""
     state = read_state()
@@ -201,7 +201,7 @@ def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdo
         except (OSError, ValueError):
             state = None
         if state is not None and state.get("pid") == process.pid and http_ok(state["local_hub_url"] + "/-/ready"):
-            print(panel(state), file=out)
+            print(panel(state, reveal_token=reveal_token), file=out)
             return 1 if failing(state) else 0
         time.sleep(0.1)
     print(f"rl-insight server did not become ready within {START_TIMEOUT_S} s; see {log_path}", file=out)

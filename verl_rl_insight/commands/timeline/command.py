@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from verl_rl_insight.commands.api import SubParsers, call, common_options, server
-from verl_rl_insight.commands.checks import PROBLEMS, CliError
+from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.timeline.sources import Span
 
 
@@ -34,6 +34,14 @@ def read_spans(base: str, token: str | None, project: str, experiment: str | Non
         try:
             return sources.from_server(base, project, experiment, token), "the rl-insight server"
         except sources.SourceError as exc:
+            if exc.status in (401, 403):  # not "no spans": the server would not say
+                raise CliError(
+                    f"the server refused the token ({exc.status}): it shows the spans of {project}/{experiment} "
+                    "only to the right one",
+                    fix="give the server's token (RL_INSIGHT_SERVER_URL, or --server URL with it; "
+                    "`rl-insight server status --secrets` shows it)",
+                    code=REFUSED,
+                ) from None
             runs = call("GET", base + "/api/v1/spans/runs", token)["runs"]
             known = ", ".join(f"{r['project']}/{r['experiment_name']}" for r in runs[:10]) or "none yet"
             raise CliError(

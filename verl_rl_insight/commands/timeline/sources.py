@@ -30,14 +30,19 @@ class Span(TypedDict):
 
 
 class SourceError(RLInsightError):
-    """Spans that cannot be read from the server or Tempo; the message says why."""
+    """Spans that cannot be read from the server or Tempo; the message says why (``status``: the
+    HTTP status that refused them, None when none came)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _get(url: str, token: str | None = None) -> bytes:
     try:
         return fetch_ok("GET", url, token=token, timeout_s=30).body
     except NoAnswer as exc:
-        raise SourceError(str(exc)) from None
+        raise SourceError(str(exc), exc.status) from None
 
 
 def from_server(base: str, project: str, experiment: str | None, token: str | None = None) -> list[Span]:

@@ -6,6 +6,7 @@ from typing import Any
 
 from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
 from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.engine_metrics import LOAD, exposed
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, metric_name
@@ -120,7 +121,8 @@ def by_step(
     """[(global step, value)] of the run's last ``window_s``: the hub stamps a step's values and its
     global step with the same time, so each stored sample is matched to its own step."""
     values = prom.samples(f"{key_metric}{selector}[{int(window_s)}s]")
-    by = {int(steps[t]): v for t, v in sorted(values.items()) if t in steps}  # a step scraped again: once
+    replaced = superseded({t: int(s) for t, s in steps.items()})  # the name used again from an earlier step
+    by = {int(steps[t]): v for t, v in sorted(values.items()) if t in steps and t not in replaced}  # (once a step)
     return sorted(by.items())
 
 

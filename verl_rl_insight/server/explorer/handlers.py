@@ -52,9 +52,12 @@ async def get_runs(ctx: Context, request: Request) -> None:
 async def get_run(ctx: Context, request: Request) -> None:
     sources, run = _sources(ctx), params.run_of(request.query)
     card_ok = _has_token(ctx, request)
+    diff_from = params.diff_from(request.query)
     parts = ctx.parts
     await _answer(
-        ctx, request, lambda: run_answer(run, ctx.hub.streams(), sources, parts.marks, parts.run_cards, card_ok)
+        ctx,
+        request,
+        lambda: run_answer(run, ctx.hub.streams(), sources, parts.marks, parts.run_cards, card_ok, diff_from),
     )
 
 

@@ -39,6 +39,7 @@ class StepBatch(Protocol):
     step: int | None
     time: float
     metrics: dict[str, float]
+    keys: dict[str, str] | None  # name: the key the trainer logged, for a name that does not tell it
 
 
 class RunHistory:
@@ -59,6 +60,10 @@ class RunHistory:
         self.dropped = 0
         self.from_prometheus = False
         self.finished: float | None = None  # rl_insight_run_finished: 0 from the first log, 1 after finish()
+        # series name -> the key the trainer logged (val-core/openai/gsm8k/reward/mean@1), where the
+        # trainer said it (wire: a batch's ``keys``); at most one a column
+        self.keys: dict[str, str] = {}
+        self.newest = (-math.inf, 0)  # (time, step) of the step logged last: a step before it, later, is an attempt
 
     def cells(self) -> int:
         return len(self.steps) * max(1, len(self.columns))
@@ -66,6 +71,10 @@ class RunHistory:
     def add(self, step: int, at: float, metrics: Mapping[str, float]) -> bool:
         """The step's values (a second batch of a step held adds the keys it did not have: verl logs a
         validation's in a call of its own); False when nothing changed."""
+        if self.steps and step < self.newest[1] and at > self.newest[0]:
+            self.new_attempt(step)
+        if not self.steps or at >= self.newest[0]:
+            self.newest = (at, step)
         i = bisect.bisect_left(self.steps, step)
         if i == len(self.steps) or self.steps[i] != step:
             self.steps.insert(i, step)
@@ -91,6 +100,20 @@ class RunHistory:
             self.finished = metrics[FINISHED]
         self.version += 1
         return True
+
+    def new_attempt(self, first: int) -> None:
+        """The run's name used again from step ``first`` (a step before the newest, logged after it:
+        contract.attempts): the steps held from ``first`` on were the older attempt's; they go."""
+        keep = bisect.bisect_left(self.steps, first)
+        for step in self.steps[keep:]:
+            for odd in self.nonfinite.values():
+                odd.pop(step, None)
+        del self.steps[keep:]
+        del self.times[keep:]
+        for column in self.columns.values():
+            del column[keep:]
+        self.rewrites += 1
+        self.version += 1
 
     def drop_oldest(self) -> None:
         if not self.steps:
@@ -159,6 +182,8 @@ class Histories:
                 run = (labels["project"], labels["experiment_name"])
                 if batch.step is not None:
                     self._add(run, batch.step, batch.time, batch.metrics)
+                    if batch.keys and run in self._runs:
+                        self._runs[run].keys.update(batch.keys)
                 elif FINISHED in batch.metrics and run in self._runs:  # finish(): a batch of its own
                     self._runs[run].finished = batch.metrics[FINISHED]
                     self._runs[run].version += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 
 from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
@@ -38,11 +39,17 @@ def known_keys() -> dict[str, str]:
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Score and reward", (r"critic/(score|rewards)/(mean|max|min)",)),
     ("Entropy", (r"actor/entropy",)),
-    ("KL", (r"actor/(kl_loss|ppo_kl|kl_coef)", r"critic/kl.*")),
+    # a loss near 0.001 and a coefficient near 0.001-1 on one scale flatten one of them: each its own panel
+    ("KL", (r"actor/(kl_loss|ppo_kl|reward_kl_penalty)", r"critic/kl")),
+    ("KL coefficient", (r"actor/(kl_coef|reward_kl_penalty_coeff)", r"critic/kl_coeff?")),
     ("Grad norm", (r"(actor|critic)/grad_norm",)),
     ("Response length", (r"response_length/(mean|max|min)",)),
     ("Clip ratio", (r"actor/pg_clipfrac(_lower)?", r"response_length/clip_ratio", r"critic/vf_clipfrac")),
-    ("Log-prob mismatch", (r"training/rollout_.*",)),
+    # the mean is what verl's thresholds judge (0.005 / 0.01): its own scale, the lines drawn on it
+    ("Log-prob mismatch", (r"training/rollout_probs_diff_mean",)),
+    ("Log-prob mismatch: max and std", (r"training/rollout_probs_diff_(max|std)",)),
+    ("Rollout/actor log-prob correlation", (r"training/rollout_actor_probs_pearson_corr",)),
+    ("Log-prob mismatch: valid tokens", (r"training/rollout_.*",)),
     ("Throughput", (r"perf/throughput",)),
     ("Time per step", (r"timing_s/step",)),
 )
@@ -72,8 +79,23 @@ def series_of(key: str) -> str:
     return key if key.startswith(PREFIX) or key.startswith("rl_insight_") else metric_name(PREFIX, key)
 
 
-def panels(keys: list[str]) -> list[dict[str, str | list[str]]]:
-    """The key curves present among ``keys``, in page order (see the contract, EXPLORER_API.md)."""
+Panel = dict[str, str | list[str] | list[dict[str, str | float]]]
+MISMATCH_KEY = "training/rollout_probs_diff_mean"
+
+
+def thresholds(params: Mapping[str, float]) -> dict[str, list[dict[str, str | float]]]:
+    """panel title -> the lines a panel draws: verl's mismatch thresholds (the detectors' parameters)."""
+    return {
+        "Log-prob mismatch": [
+            {"value": params["mismatch_warning"], "severity": "warning", "label": f"{MISMATCH_KEY} warning"},
+            {"value": params["mismatch_critical"], "severity": "critical", "label": f"{MISMATCH_KEY} critical"},
+        ]
+    }
+
+
+def panels(keys: list[str], params: Mapping[str, float] | None = None) -> list[Panel]:
+    """The key curves present among ``keys``, in page order (see the contract, EXPLORER_API.md), each
+    with the threshold lines its detector judges by (``params``: the detectors' parameters)."""
     found: dict[str, list[str]] = {}
     for key in keys:
         for title, pattern in _PANELS:
@@ -91,4 +113,5 @@ def panels(keys: list[str]) -> list[dict[str, str | list[str]]]:
                 found.setdefault("Signals", []).append(key)
     order = [title for title, _ in PANELS]
     titles = sorted(found, key=lambda t: (order.index(t) if t in order else len(order) + (t == "Signals"), t))
-    return [{"title": title, "keys": found[title]} for title in titles]
+    lines = thresholds(params or detectors.DEFAULTS)
+    return [{"title": t, "keys": found[t], **({"thresholds": lines[t]} if t in lines else {})} for t in titles]

@@ -24,6 +24,17 @@ def run_of(query: Query) -> Run:
     return run_in_query(query)
 
 
+def diff_from(query: Query) -> str | None:
+    """``diff_from=E``: another experiment of the project, whose card the answer is compared with."""
+    value = _one(query, "diff_from")
+    if not value:
+        return None
+    problem = label_value_problem(value)
+    if problem:
+        raise BadInput(f"diff_from: {problem}")
+    return value
+
+
 def whole(text: str, name: str) -> int:
     if not text.isascii() or not text.isdigit() or len(text) > 13 or int(text) > MAX_STEP:
         raise BadInput(f"{name}: must be a whole number from 0 to {MAX_STEP}, not {text[:40]!r}")

@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.contract.runs import RUN_FINISHED
+from verl_rl_insight.server.explorer.dcgm import fault_words, throttle_reasons
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -98,15 +100,29 @@ class PrometheusReader:
             kept = [v for t, v in points if start - 1 <= t <= end]
             if not kept:
                 continue
-            where = (labels.get("node") or labels.get("instance") or "?", labels.get("gpu") or "?")
+            # the node as the swimlane names it (the host name: dcgm-exporter's Hostname label), not the
+            # address Prometheus scraped (the hub's, for every pushed GPU)
+            node = labels.get("node") or labels.get("Hostname") or labels.get("instance") or "?"
             kind = "throttle" if labels["__name__"] in THROTTLE else "faults"
-            figures = by_gpu.setdefault(where, {"faults": {}, "throttle": {}})[kind]
-            figures[labels["__name__"]] = max(kept)
-        return [{"node": node, "gpu": gpu, **figures} for (node, gpu), figures in sorted(by_gpu.items())]
+            figures = by_gpu.setdefault((node, labels.get("gpu") or "?"), {"faults": {}, "throttle": {}})[kind]
+            if kind == "throttle":  # a bitmask: every reason seen during the step
+                mask = 0
+                for value in kept:
+                    mask |= int(value) if value == value and 0 <= value < 2**32 else 0
+                figures[labels["__name__"]] = float(mask)
+            else:
+                figures[labels["__name__"]] = max(kept)
+        return [
+            {"node": node, "gpu": gpu, **figures, "fault_words": fault_words(figures["faults"]),
+             "throttle_reasons": [r for v in figures["throttle"].values() for r in throttle_reasons(int(v))]}
+            for (node, gpu), figures in sorted(by_gpu.items())
+        ]  # fmt: skip
 
 
 def _by_step(values: Mapping[str, Mapping[float, float]]) -> list[Step]:
     step_at = {t: int(v) for t, v in values.get(GLOBAL_STEP_METRIC, {}).items()}
+    for t in superseded(step_at):  # the name used again from an earlier step: the newest attempt's steps
+        del step_at[t]
     first_seen: dict[int, float] = {}
     for t in sorted(step_at):
         first_seen.setdefault(step_at[t], t)

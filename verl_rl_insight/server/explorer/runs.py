@@ -9,14 +9,15 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from verl_rl_insight.contract.errors import NotFound
-from verl_rl_insight.contract.run_card import Json
+from verl_rl_insight.contract.run_card import ABSENT, Json, differences
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.findings import Finding
 from verl_rl_insight.server.explorer.keys import PREFIX, key_of, panels, series_of
 from verl_rl_insight.server.explorer.sources import Sources
 
-IDLE_AFTER_S = 120.0  # no step for this long (and five median steps): idle, not running
+IDLE_AFTER_S = 600.0  # no step for this long (and five median steps): idle, not running (`runs list`: 600 s)
 SPARK_POINTS = 100
+BACKFILL_RUNS = 16  # runs the list reads back from Prometheus (half the histories' MAX_RUNS: no churn)
 SPARK_KEYS = ("critic/score/mean", "critic/rewards/mean", "actor/entropy")
 Answer = dict[str, object]
 
@@ -101,9 +102,20 @@ def _summary(sources: Sources, run: Run, hub: HubRun, now: float) -> Answer:
             "sparkline": spark}  # fmt: skip
 
 
+def _age_or_inf(hub: HubRun) -> float:
+    return math.inf if hub.age_s is None else hub.age_s
+
+
 def runs_answer(streams: Sequence[Mapping[str, object]], sources: Sources, marks: Marks) -> Answer:
     now = time.time()
     ages = _hub_runs(streams)
+    # a run the hub knows (its streams outlive a restart) whose steps the explorer has not read since
+    # the server started: read back from Prometheus now, so that the list says what its page and
+    # `rl-insight runs list` say (finished, its sparkline), the newest runs first, at most BACKFILL_RUNS
+    unread = [run for run in ages if sources.histories.get(run) is None]
+    unread.sort(key=lambda run: _age_or_inf(ages[run]))
+    for run in unread[:BACKFILL_RUNS]:
+        sources.history(run)
     for run in sources.histories.runs():
         ages.setdefault(run, HubRun(None, None))
     rows = []
@@ -118,8 +130,29 @@ def runs_answer(streams: Sequence[Mapping[str, object]], sources: Sources, marks
     return {"runs": rows}
 
 
+def card_diff(cards: Cards, first: Run, second: Run) -> Answer | None:
+    """The keys in which two runs' cards differ, as ``rl-insight runs diff P/FIRST P/SECOND`` lists
+    them (``contract.run_card.differences``); None when either run sent no card."""
+    try:
+        a, b = cards.get(*first), cards.get(*second)
+    except NotFound:
+        return None
+    mine, theirs = a.get("card"), b.get("card")
+    if not isinstance(mine, dict) or not isinstance(theirs, dict):
+        return None
+    found, by_nature = differences(mine, theirs)
+    rows = [[k, None if x is ABSENT else x, None if y is ABSENT else y] for k, x, y in found]
+    return {"first": first[1], "second": second[1], "differences": rows, "by_nature": len(by_nature)}
+
+
 def run_answer(
-    run: Run, streams: Sequence[Mapping[str, object]], sources: Sources, marks: Marks, cards: Cards, card_ok: bool
+    run: Run,
+    streams: Sequence[Mapping[str, object]],
+    sources: Sources,
+    marks: Marks,
+    cards: Cards,
+    card_ok: bool,
+    diff_from: str | None = None,
 ) -> Answer:
     ages = _hub_runs(streams)
     history = sources.history(run)
@@ -128,7 +161,8 @@ def run_answer(
     with sources.histories.lock:
         row = _summary(sources, run, ages.get(run, HubRun(None, None)), time.time())
         names = list(history.columns) if history is not None else []
-    keys = sorted({key_of(n) for n in names if n.startswith(PREFIX)})
+        logged = dict(history.keys) if history is not None else {}
+    keys = sorted({logged.get(n) or key_of(n) for n in names if n.startswith(PREFIX)})
     card: Json = None
     if card_ok:
         try:
@@ -136,16 +170,18 @@ def run_answer(
         except NotFound:
             card = None
     others = {r for r in ages} | set(sources.histories.runs())
+    diff = card_diff(cards, (run[0], diff_from), run) if card_ok and diff_from else None
     return {
         "project": run[0],
         "experiment": run[1],
         "state": row["state"],
         "step": row["step"],
         "keys": keys,
-        "panels": panels(keys),
+        "panels": panels(keys, sources.params),
         "findings": findings_of(sources, run, marks),
         "marks": marks_of(marks, run),
         "others": sorted(e for p, e in others if p == run[0] and e != run[1]),
         "card": card,
         "card_needs_token": not card_ok,
+        **({"card_diff": diff} if diff is not None else {}),
     }

@@ -116,6 +116,9 @@ def step_answer(
     drawn = lanes(inside, window[0], window[1]) if window is not None else []
     newest = max(step, known[3] if known is not None else step)
     hardware = sources.prometheus.hardware(run[0], run[1], start, end) if sources.prometheus is not None else []
+    with sources.histories.lock:
+        held = sources.histories.get(run)
+        finished = held is not None and held.finished == 1
     return {
         "step": step,
         "start": start,
@@ -133,6 +136,9 @@ def step_answer(
         "idle_share": summary.idle.get("trainer") if summary is not None else None,
         "hardware": hardware,
         "findings": [f for f in findings if int(str(f["first_step"])) <= step <= int(str(f["last_step"]))],
-        "profile_command": f"rl-insight profile --project {shlex.quote(run[0])} --experiment {shlex.quote(run[1])} "
+        "finished": finished,  # the run finished: no coming step to profile
+        "profile_command": None
+        if finished
+        else f"rl-insight profile --project {shlex.quote(run[0])} --experiment {shlex.quote(run[1])} "
         f"--steps {newest + 2}",
     }

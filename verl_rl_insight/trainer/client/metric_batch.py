@@ -6,10 +6,16 @@ lazily (``samples()``), on the sender thread: the training thread pays for a dic
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from typing import Any
 
-from verl_rl_insight.contract.naming import format_special, metric_name
+from verl_rl_insight.contract.naming import format_special, label_value_problem, metric_name
+
+# a key its name tells back (``actor/pg_loss`` -> ``actor_pg_loss``: the first ``_`` after a known
+# group was the slash); any other (two slashes, ``@``, ``-``, ``.``) travels beside its name
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+(/[A-Za-z0-9_]+)?")
 
 
 def to_number(value: object) -> float | None:
@@ -34,10 +40,19 @@ def encode_value(value: float) -> float | str:
     return value if math.isfinite(value) else format_special(value)
 
 
+def without_keys(encoded: bytes) -> bytes:
+    """An encoded batch without its ``keys`` (what a server older than that field refuses)."""
+    if b'"keys":' not in encoded:
+        return encoded
+    body = json.loads(encoded)
+    body.pop("keys", None)
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+
+
 class MetricBatch:
     """One ``Tracking.log`` call (or one sampler tick) for one run."""
 
-    __slots__ = ("project", "experiment_name", "step", "timestamp", "raw", "prefix", "labels", "_converted")
+    __slots__ = ("project", "experiment_name", "step", "timestamp", "raw", "prefix", "labels", "_converted", "_keys")
 
     def __init__(
         self,
@@ -57,6 +72,7 @@ class MetricBatch:
         self.prefix = prefix
         self.labels = labels or {}
         self._converted: tuple[dict[str, float], int] | None = None
+        self._keys: dict[str, str] = {}
 
     def samples(self) -> tuple[dict[str, float], int]:
         """(metrics, skipped): {prometheus name: float} and the count of non-numeric values left out."""
@@ -68,7 +84,11 @@ class MetricBatch:
                 if number is None:
                     skipped += 1
                 else:
-                    metrics[metric_name(self.prefix, key)] = number
+                    name = metric_name(self.prefix, key)
+                    metrics[name] = number
+                    text = str(key)
+                    if self.prefix and not _PLAIN_KEY.fullmatch(text) and label_value_problem(text) is None:
+                        self._keys[name] = text  # (a key the server would refuse is not said: the value goes)
             self._converted = (metrics, skipped)
             self.raw = None  # verl's values (tensors, arrays) are not kept past the conversion
         return self._converted
@@ -86,4 +106,6 @@ class MetricBatch:
             body["step"] = self.step
         if self.labels:
             body["labels"] = self.labels
+        if self._keys:
+            body["keys"] = self._keys
         return body

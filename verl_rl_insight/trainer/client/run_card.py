@@ -121,6 +121,95 @@ def _select(config: Json, path: str) -> Json:
     return config
 
 
+_INNER = re.compile(r"\$\{([^{}]*)\}")  # a reference with none inside it (the innermost first)
+_PATH = re.compile(r"(\.*)([A-Za-z_][A-Za-z0-9_.]*)")
+
+
+def _scalar(text: str) -> Json:
+    """A default of ``${oc.select:key,default}`` as YAML reads a scalar."""
+    text = text.strip()
+    words: dict[str, Json] = {"null": None, "~": None, "true": True, "false": False}
+    if text.lower() in words:
+        return words[text.lower()]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if text in ("[]", "{}"):
+        return [] if text == "[]" else {}
+    return text.strip("'\"")
+
+
+def _lookup(body: str, config: Json, parent: list[str]) -> tuple[bool, Json]:
+    """(found, value) of one reference's body: ``a.b``, ``.x``, ``oc.select:a.b,default``; another
+    resolver (``oc.env``...) is not found: it stays as written."""
+    select = body.startswith("oc.select:")
+    key, comma, default = body[len("oc.select:") :].partition(",") if select else (body, "", "")
+    path = _PATH.fullmatch(key.strip())
+    if path is None:
+        return False, None
+    dots, name = path.groups()
+    up = len(dots) - 1
+    if dots and up > len(parent):
+        return False, None
+    where = ".".join([*parent[: len(parent) - up], name]) if dots else name
+    if not _missing(config, where):
+        return True, _select(config, where)
+    return (True, _scalar(default)) if select and comma else (False, None)
+
+
+def _resolve_text(text: str, config: Json, parent: list[str]) -> tuple[Json, bool]:
+    """``text`` with its references put in place (a whole-string reference: the value itself)."""
+    changed, start = False, 0
+    while (found := _INNER.search(text, start)) is not None:
+        ok, value = _lookup(found.group(1), config, parent)
+        if ok and found.start() == 0 and found.end() == len(text) and not (isinstance(value, str) and "${" in value):
+            return value, True  # the value itself (a block: its own references resolved in the next pass)
+        if not ok or (isinstance(value, str) and "${" in value) or isinstance(value, (dict, list)):
+            start = found.end()  # left as written (or not resolved yet: a later pass)
+            continue
+        text = text[: found.start()] + str(value) + text[found.end() :]
+        changed, start = True, 0
+    return text, changed
+
+
+def resolve_references(config: Json, passes: int = 8) -> Json:
+    """The config with each reference (``${a.b}``, ``${oc.select:a.b,default}``, ``${..x}``, also
+    inside text: ``checkpoints/${trainer.project_name}``) put in its place, as OmegaConf's
+    ``resolve=True`` would, for a config handed over unresolved (the demo's); another resolver
+    (``${oc.env:...}``) stays as written."""
+
+    def walk(node: Json, parent: list[str]) -> tuple[Json, bool]:
+        if isinstance(node, dict):
+            changed = False
+            out: dict[str, Json] = {}
+            for key, value in node.items():
+                out[key], moved = walk(value, [*parent, key])
+                changed = changed or moved
+            return out, changed
+        if isinstance(node, list):
+            items = [walk(v, parent) for v in node]
+            return [v for v, _ in items], any(moved for _, moved in items)
+        if isinstance(node, str) and "${" in node:
+            return _resolve_text(node, config, parent[:-1])
+        return node, False
+
+    for _ in range(passes):  # a reference to a reference: resolved over passes
+        config, changed = walk(config, [])
+        if not changed:
+            break
+    return config
+
+
+def _missing(config: Json, path: str) -> bool:
+    for part in path.split("."):
+        if not isinstance(config, dict) or part not in config:
+            return True
+        config = config[part]
+    return False
+
+
 def secrets_known(token: str | None, environ: Mapping[str, str]) -> list[str]:
     """The secret values this process knows: the server's token, RL_INSIGHT_TOKEN, the URL's password."""
     found = [token or "", environ.get(environment.TOKEN, "")]
@@ -152,7 +241,7 @@ def build_card(
     environ = os.environ if environ is None else environ
     notes: list[str] = []
     try:
-        plain_config = plain(config, notes) if config is not None else None
+        plain_config = resolve_references(plain(config, notes)) if config is not None else None
     except Exception as exc:  # a mapping that breaks while read: what can be is sent
         notes.append(f"config could not be read ({type(exc).__name__})")
         plain_config = None

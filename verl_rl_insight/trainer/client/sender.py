@@ -37,7 +37,7 @@ from typing import Any
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.wire import HUB_HEADER
 from verl_rl_insight.trainer.client import push_answer
-from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+from verl_rl_insight.trainer.client.metric_batch import MetricBatch, without_keys
 
 ANSWER_BYTES = 2**20  # what is read of the server's answer to a push ({"hub": ...}): any server can be at the URL
 
@@ -110,6 +110,7 @@ class BatchSender:
         self._queued_values = 0  # values of the batches in the hand-off queue (the memory it holds)
         self._limit: int | None = None  # while searching for refused batches: the request size to try
         self._suspect = 0  # how many batches at the head of the spool that search covers
+        self._old_server = False  # the server refused a batch's ``keys`` (it predates them): sent without
         self._hub: str | None = None  # the hub instance that accepted our last push
         self._client = HttpClient(self.token)
         self._thread: threading.Thread | None = None
@@ -266,6 +267,8 @@ class BatchSender:
 
     def _send_some(self) -> bool:
         chunk = self._chunk()
+        if self._old_server:  # a server that predates a batch's ``keys``: sent without them
+            chunk = [without_keys(encoded) for encoded in chunk]
         status, message, answer = self._post(b'{"batches":[' + b",".join(chunk) + b"]}")
         if status is not None and status < 300:
             self._delivered_now(chunk, answer)
@@ -273,6 +276,9 @@ class BatchSender:
         if status == 409:  # a restarted hub: what it had not exposed yet is gone, send it again first
             self._hub = None
             self._resend_recent()
+            return True
+        if status == 400 and not self._old_server and "unknown field 'keys'" in message:
+            self._old_server = True  # an older server: the keys (names as logged) go, the values do not
             return True
         if status is not None and 400 <= status < 500 and status not in RETRY_STATUSES:
             return self._refused(chunk, status, message)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("verl_rl_insight")
 
 BACKEND = "rl_insight"
+ALIAS = "rl-insight"  # the package's own spelling: trainer.logger=[console,rl-insight] is the same backend
 
 
 def _bind(
@@ -49,7 +50,7 @@ def _tracking_init(
         project, experiment, backends, config = _bind(args, kwargs)
     except TypeError:  # an argument shape verl will judge itself
         return wrapped(*args, **kwargs)
-    if BACKEND not in backends:
+    if BACKEND not in backends and ALIAS not in backends:
         return wrapped(*args, **kwargs)
     # Built before verl's own init so that verl 0.9's RLInsightLogger finds the runtime
     # configured from the full trainer config.
@@ -99,6 +100,9 @@ def install(module: ModuleType) -> None:
     module.__dict__["_rl_insight_added_backend"] = BACKEND not in tracking.supported_backend
     if module._rl_insight_added_backend:
         tracking.supported_backend.append(BACKEND)
+    module.__dict__["_rl_insight_added_alias"] = ALIAS not in tracking.supported_backend
+    if module._rl_insight_added_alias:
+        tracking.supported_backend.append(ALIAS)
     wrapt.wrap_function_wrapper(tracking, "__init__", _tracking_init)
     legacy = getattr(module, "RLInsightLogger", None)
     if legacy is not None and hasattr(legacy, "_rl_insight_module"):
@@ -116,6 +120,8 @@ def uninstall(module: ModuleType) -> None:
     unwrap(tracking, "__init__")
     if module._rl_insight_added_backend and BACKEND in tracking.supported_backend:
         tracking.supported_backend.remove(BACKEND)
+    if getattr(module, "_rl_insight_added_alias", False) and ALIAS in tracking.supported_backend:
+        tracking.supported_backend.remove(ALIAS)
     legacy = getattr(module, "RLInsightLogger", None)
     if legacy is not None and hasattr(module, "_rl_insight_previous_api"):
         legacy._rl_insight_module = module._rl_insight_previous_api

@@ -30,7 +30,7 @@ def logger_list(trainer_config: Mapping[str, object] | None) -> list[str]:
 def prepare_driver_environment(trainer_config: Mapping[str, object] | None) -> None:
     """Called before verl's ``run_ppo`` builds its runtime_env: mirror what verl 0.9 does for
     ``VERL_RL_INSIGHT_ENABLE`` and publish the Hydra ``rl_insight`` block for the workers."""
-    if "rl_insight" in logger_list(trainer_config):
+    if {"rl_insight", "rl-insight"} & set(logger_list(trainer_config)):
         os.environ[ENV_VERL_ENABLE] = "1"
     block = hydra_block(trainer_config)
     if block:

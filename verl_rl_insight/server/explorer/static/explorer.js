@@ -9,7 +9,7 @@
   const MAX_KEYS = 64; // keys per /curves request (the API's limit)
   const COLORS = ["#2f6fca", "#e0592a", "#2e9d5b", "#8e44ad", "#c0392b", "#16a2b8", "#b8860b", "#555"];
   const SEVERITY = { critical: "rgba(198,40,40,0.16)", warning: "rgba(224,138,0,0.16)", info: "rgba(47,111,202,0.12)" };
-  const page = (window.RL_INSIGHT_PAGE = { view: null, ready: false, curves: {}, bands: [], marks: [], step: null });
+  const page = (window.RL_INSIGHT_PAGE = { view: null, ready: false, curves: {}, bands: [], marks: [], step: null, panels: {} });
 
   // -- small helpers -----------------------------------------------------------------------
   function el(tag, attrs, ...children) {
@@ -17,6 +17,7 @@
     for (const [name, value] of Object.entries(attrs || {})) {
       if (value === null || value === undefined || value === false) continue;
       if (name === "text") node.textContent = String(value);
+      else if (name === "color") node.style.background = value; // CSSOM: the policy allows no style attribute
       else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
       else node.setAttribute(name, value === true ? "" : String(value));
     }
@@ -166,8 +167,8 @@
 
   // -- the runs list ------------------------------------------------------------------------
   function sparkline(spark) {
-    const canvas = el("canvas", { class: "sparkline", width: 120, height: 24, title: spark ? spark.key : "" });
     const values = spark ? spark.values : [];
+    const canvas = el("canvas", { class: "sparkline", width: 120, height: 24, title: spark ? spark.key : "", "data-points": values.filter((v) => v !== null).length });
     const finite = values.filter((v) => v !== null);
     if (finite.length < 2) return canvas;
     const ctx = canvas.getContext("2d");
@@ -234,7 +235,7 @@
     if (!alpha) return values;
     let state = null, weight = 0;
     return values.map((v) => {
-      if (v === null || v === undefined) return null;
+      if (v === null || v === undefined) return v; // a NaN stays a break, a step not logged stays skipped
       state = state === null ? 0 : state;
       state = alpha * state + (1 - alpha) * v;
       weight = alpha * weight + (1 - alpha);
@@ -278,58 +279,141 @@
       },
     };
   }
-  function chartPanel(ctx, index, title, keys) {
+  // a panel's keys told apart by their dash (a run is told by its colour: see runColor)
+  const DASHES = [undefined, [6, 4], [2, 3], [10, 3, 2, 3]];
+  const runColor = (r) => COLORS[r % COLORS.length];
+  // one run alone: a colour per key, as a reader expects; two runs or more: a colour per run, a dash per key
+  const lineStyle = (ctx, r, k) => (ctx.compared.length ? { stroke: runColor(r), dash: DASHES[k % DASHES.length] } : { stroke: COLORS[k % COLORS.length], dash: undefined });
+  // the steps of every run of the panel, and each series on them: undefined where a key was not logged
+  // that step (the line goes on), null where the trainer logged NaN or an infinity (the line breaks there)
+  function aligned(runs, keys) {
+    const steps = [...new Set(runs.flatMap((run) => run.curves.steps))].sort((a, b) => a - b);
+    const at = new Map(steps.map((s, i) => [s, i]));
+    const columns = [];
+    for (const run of runs)
+      for (const k of keys) {
+        const column = new Array(steps.length).fill(undefined), values = run.curves.series[k] || [];
+        const bad = new Set((run.curves.nonfinite || {})[k] || []);
+        run.curves.steps.forEach((s, i) => (column[at.get(s)] = bad.has(i) ? null : values[i] === null ? undefined : values[i]));
+        columns.push(column);
+      }
+    return { steps, columns };
+  }
+  function thresholdsPlugin(lines) {
+    return { hooks: { draw: [(u) => {
+      const ctx = u.ctx;
+      ctx.save();
+      ctx.font = `${Math.round(10 * devicePixelRatio)}px sans-serif`;
+      for (const line of lines) {
+        const y = Math.round(u.valToPos(line.value, "y", true));
+        ctx.strokeStyle = ctx.fillStyle = line.severity === "critical" ? "#c62828" : "#e08a00";
+        ctx.setLineDash([5, 4]);
+        ctx.beginPath();
+        ctx.moveTo(u.bbox.left, y);
+        ctx.lineTo(u.bbox.left + u.bbox.width, y);
+        ctx.stroke();
+        ctx.textAlign = "right";
+        ctx.fillText(`${line.severity} ${line.value}`, u.bbox.left + u.bbox.width - 4 * devicePixelRatio, y - 3 * devicePixelRatio);
+      }
+      ctx.restore();
+    }] } };
+  }
+  // y ticks with as many decimals as their spacing needs (0.9996 0.9998 1, not 1 1 1)
+  function yTicks(splits) {
+    const gap = splits.length > 1 ? Math.abs(splits[1] - splits[0]) : 1;
+    const digits = Math.min(12, Math.max(0, -Math.floor(Math.log10(gap || 1)) + 1));
+    return splits.map((v) => (Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-4) ? v.toExponential(2) : String(+v.toFixed(digits))));
+  }
+  const STEP_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
+  function chartPanel(ctx, index, panelSpec) {
+    const { title, keys } = panelSpec, lines = panelSpec.thresholds || [];
     const holder = el("div", { class: "chart" });
     const note = el("div", { class: "note" });
-    const panel = el("section", { class: "panel", "data-testid": "panel", "data-title": title }, el("h3", { text: title }), holder, note);
-    const tables = [];
-    const series = [{ label: "step" }];
+    const readout = el("div", { class: "readout", "data-testid": "readout" });
+    const runs = [{ experiment: ctx.experiment, curves: ctx.curves }, ...ctx.compared].filter((run) => run.curves);
+    const present = keys.filter((k) => runs.some((run) => k in run.curves.series));
+    // the panel's keys, each with its dash or colour: one row, the runs' colours are the page's legend
+    const keyLegend = el("div", { class: "key-legend" }, present.map((k, i) => {
+      const style = lineStyle(ctx, 0, i);
+      return el("span", { class: "key", "data-key": k }, el("i", { class: `swatch ${ctx.compared.length ? "dash-" + (i % DASHES.length) : ""}`, color: ctx.compared.length ? null : style.stroke }), k);
+    }));
+    const panel = el("section", { class: "panel", "data-testid": "panel", "data-title": title }, el("h3", { text: title }), keyLegend, holder, readout, note);
     const counts = {};
-    const runs = [{ experiment: ctx.experiment, curves: ctx.curves, dash: null }, ...ctx.compared];
-    runs.forEach((run, r) => {
-      const present = keys.filter((k) => run.curves && k in run.curves.series);
-      if (!present.length) return;
-      const raw = present.map((k) => run.curves.series[k]);
-      const smoothed = raw.map((values) => ema(values, ctx.alpha));
-      tables.push([run.curves.steps, ...(ctx.alpha ? [...raw, ...smoothed] : raw)]);
-      const line = (k, i, faint) => ({
-        label: `${r ? run.experiment + " · " : ""}${k}${faint ? " (raw)" : ""}`,
-        stroke: COLORS[keys.indexOf(k) % COLORS.length] + (faint ? "44" : ""),
-        width: faint ? 1 : 1.5,
-        dash: r ? [6, 4] : undefined,
-        spanGaps: true,
-        points: { show: false },
-      });
-      if (ctx.alpha) present.forEach((k, i) => series.push(line(k, i, true)));
-      present.forEach((k, i) => series.push(line(k, i, false)));
-      if (r === 0) present.forEach((k, i) => (counts[k] = raw[i].filter((v) => v !== null).length));
+    const own = runs[0].experiment === ctx.experiment ? runs[0] : null;
+    if (own) for (const k of present) if (own.curves.series[k]) counts[k] = own.curves.series[k].filter((v) => v !== null).length;
+    for (const run of runs)
       for (const k of present) {
         const bad = (run.curves.nonfinite || {})[k];
-        if (bad && bad.length) note.append(el("div", { text: `${run.experiment} · ${k}: ${bad.length} non-finite value(s), left out` }));
+        if (bad && bad.length) note.append(el("div", { text: `${run.experiment} · ${k}: ${bad.length} non-finite value(s): the line breaks there` }));
       }
-    });
     const bands = ctx.findings.filter((f) => f.panel === index);
     for (const band of bands) page.bands.push({ panel: title, key: band.key, detector: band.detector, first_step: band.first_step, last_step: band.last_step, severity: band.severity });
     Object.assign(page.curves, counts);
     panel.setAttribute("data-points", JSON.stringify(counts));
     panel.setAttribute("data-bands", JSON.stringify(bands.map((b) => [b.first_step, b.last_step])));
-    if (!tables.length) {
+    if (!present.length) {
       holder.append(el("p", { class: "muted", text: "not logged in this run" }));
       return panel;
     }
-    const data = tables.length === 1 ? tables[0] : uPlot.join(tables);
+    const { steps, columns } = aligned(runs, present);
+    const series = [{ label: "step" }], data = [steps], drawn = [];
+    runs.forEach((run, r) => present.forEach((k, i) => {
+      const raw = columns[r * present.length + i], style = lineStyle(ctx, r, i);
+      if (ctx.alpha) { // the raw values faint behind the smoothed line: not in any legend
+        series.push({ label: `${run.experiment} · ${k} (raw)`, stroke: style.stroke + "40", width: 1, dash: style.dash, points: { show: false } });
+        data.push(raw);
+      }
+      series.push({ label: `${run.experiment} · ${k}`, stroke: style.stroke, width: 1.6, dash: style.dash, points: { show: false } });
+      data.push(ctx.alpha ? ema(raw, ctx.alpha) : raw);
+      drawn.push({ run: run.experiment, key: k, color: style.stroke, index: data.length - 1 });
+    }));
+    const info = (page.panels[title] = { keys: present, runs: Object.fromEntries(runs.map((run, r) => [run.experiment, lineStyle(ctx, r, 0).stroke])),
+      colors: drawn.map((d) => [d.run, d.key, d.color]), thresholds: lines.map((l) => l.value), xticks: [], yrange: null });
+    const tops = lines.map((l) => l.value);
     ctx.pending.push(() => {
       const width = (ctx.width = ctx.width || Math.max(300, holder.clientWidth || 500)); // one layout read
-      const chart = new uPlot(
-        { width, height: 220, series, scales: { x: { time: false } }, legend: { live: true }, plugins: [bandsPlugin(bands, ctx.marks)], cursor: { drag: { x: true, y: false } } },
-        data,
-        holder
-      );
+      const options = {
+        width, height: 200, series, legend: { show: false },
+        scales: { x: { time: false }, y: tops.length ? { range: (u, lo, hi) => { const top = Math.max(hi ?? 0, ...tops) * 1.15; info.yrange = [Math.min(lo ?? 0, 0), top]; return info.yrange; } } : {} },
+        axes: [{ incrs: STEP_INCRS, values: (u, splits) => ((info.xticks = splits), splits.map((s) => String(s))) }, { size: 60, values: (u, splits) => yTicks(splits) }],
+        plugins: [bandsPlugin(bands, ctx.marks), thresholdsPlugin(lines)],
+        cursor: { y: false, drag: { x: true, y: false }, sync: { key: ctx.syncKey, setSeries: false }, points: { size: 6 } },
+        hooks: { setCursor: [(u) => showValues(u, readout, drawn)] },
+      };
+      const chart = new uPlot(options, data, holder);
       onPointClick(chart, ctx);
       ctx.charts.push(chart);
       ctx.byPanel[index] = chart;
+      ctx.byTitle[title] = chart;
     });
     return panel;
+  }
+  // the values at the cursor's step, every run's, under the panel (as W&B's hover box)
+  function showValues(u, readout, drawn) {
+    const idx = u.cursor.idx;
+    if (idx === null || idx === undefined) return void readout.replaceChildren(el("span", { class: "muted", text: "hover a curve for its values" }));
+    // a line per run: its colour, then each key's value (the keys' common prefix left out)
+    const keys = [...new Set(drawn.map((d) => d.key))];
+    const cut = keys.length > 1 ? commonPrefix(keys).lastIndexOf("/") + 1 : 0;
+    const runs = [...new Set(drawn.map((d) => d.run))];
+    readout.replaceChildren(el("strong", { text: `step ${u.data[0][idx]}` }), ...runs.map((run) => {
+      const mine = drawn.filter((d) => d.run === run);
+      return el("div", { class: "value", "data-run": run }, el("i", { class: "swatch", color: mine[0].color }), el("span", { text: run }),
+        ...mine.map((d) => { const v = u.data[d.index][idx]; return el("span", {}, `${d.key.slice(cut)} `, el("b", { text: v === null ? "NaN" : v === undefined ? "–" : fmt(v) })); }));
+    }));
+  }
+  function commonPrefix(texts) {
+    let prefix = texts[0];
+    for (const t of texts) while (!t.startsWith(prefix)) prefix = prefix.slice(0, -1);
+    return prefix;
+  }
+  // one legend for the page: a row per run (its colour), not a row per run x key x raw/smoothed
+  function runLegend(ctx) {
+    if (!ctx.compared.length) return null;
+    const runs = [ctx.experiment, ...ctx.compared.map((c) => c.experiment)];
+    return el("div", { class: "run-legend", "data-testid": "legend" }, runs.map((e, r) =>
+      el("span", { class: "run", "data-run": e }, el("i", { class: "swatch", color: runColor(r) }), e)),
+      el("span", { class: "muted", text: "line style: the panel's keys (named above each panel)" }));
   }
   function onPointClick(chart, ctx) {
     let down = null;
@@ -353,31 +437,40 @@
       evidence.length ? el("dl", {}, evidence.map(([k, v]) => [el("dt", { text: k }), el("dd", { text: fmt(v, 6) })])) : null,
       f.where_to_look ? el("p", { class: "muted" }, "where to look: ", f.where_to_look) : null);
   }
-  function flatten(value, prefix, out) {
-    if (value && typeof value === "object" && !Array.isArray(value)) {
-      for (const [k, v] of Object.entries(value)) flatten(v, prefix ? `${prefix}.${k}` : k, out);
-    } else out[prefix] = JSON.stringify(value);
-    return out;
+  // a number as Python prints it (1e-06, not 0.000001): the CLI's runs diff shows the same text
+  function pyNumber(v) {
+    const e = v === 0 || !Number.isFinite(v) ? 0 : Math.floor(Math.log10(Math.abs(v)));
+    if (Number.isInteger(v) && e < 16) return String(v);
+    return e < -4 || e >= 16 ? v.toExponential().replace(/e([+-])(\d)$/, "e$10$2") : String(v);
   }
+  const shownValue = (v) => (v === null || v === undefined ? "(absent)" : typeof v === "string" ? v : typeof v === "number" ? pyNumber(v) : JSON.stringify(v));
   function cardSection(run, compared) {
     const section = el("section", { "data-testid": "run-card" }, el("h2", { text: "Run card" }));
-    if (!run.card) {
+    const card = run.card && run.card.card; // the server keeps {card, received}
+    if (!card) {
+      // a token kept in this tab, and still no card: the server refused it (say so, not only ask again)
+      if (run.card_needs_token && token()) section.append(el("p", { class: "error", "data-testid": "token-refused", text: "The token kept in this tab was refused by the server: give the right one (rl-insight server status --secrets shows it)." }));
       section.append(run.card_needs_token ? tokenBox("The run card (config, command, paths) needs the token.") : el("p", { class: "muted", text: "This run sent no card." }));
       return section;
     }
-    const mine = flatten(run.card.config || {}, "", {});
-    const others = compared.filter((c) => c.run && c.run.card).map((c) => [c.experiment, flatten(c.run.card.config || {}, "", {})]);
-    if (others.length) {
-      const keys = [...new Set([...Object.keys(mine), ...others.flatMap(([, o]) => Object.keys(o))])].sort();
-      const differ = keys.filter((k) => others.some(([, o]) => o[k] !== mine[k]));
+    // the keys in which the cards differ, as `rl-insight runs diff P/THIS P/OTHER` lists them (the server's diff)
+    for (const other of compared) {
+      const diff = other.run && other.run.card_diff;
+      if (!diff) {
+        section.append(el("p", { class: "muted", text: `${other.experiment} sent no card: nothing to compare` }));
+        continue;
+      }
+      const rows = diff.differences;
       section.append(
-        el("h3", { text: `config that differs (${differ.length} of ${keys.length} keys)` }),
-        el("table", { "data-testid": "config-diff" },
-          el("thead", {}, el("tr", {}, el("th", { text: "key" }), el("th", { text: run.experiment }), others.map(([e]) => el("th", { text: e })))),
-          el("tbody", {}, differ.map((k) => el("tr", {}, el("td", {}, el("code", { text: k })), el("td", { text: mine[k] ?? "–" }), others.map(([, o]) => el("td", { text: o[k] ?? "–" }))))))
+        el("h3", { text: `config that differs from ${other.experiment} (${rows.length} key${rows.length === 1 ? "" : "s"})` }),
+        rows.length ? el("table", { "data-testid": "config-diff", "data-with": other.experiment },
+          el("thead", {}, el("tr", {}, el("th", { text: "key" }), el("th", { text: diff.first }), el("th", { text: diff.second }))),
+          el("tbody", {}, rows.map(([k, a, b]) => el("tr", { "data-key": k }, el("td", {}, el("code", { text: k })), el("td", { text: shownValue(a) }), el("td", { text: shownValue(b) })))))
+          : el("p", { class: "muted", text: "started alike: no key differs" }),
+        diff.by_nature ? el("p", { class: "muted", text: `(${diff.by_nature} more differ by nature: they hold the runs' own names, or copy a key above)` }) : null
       );
     }
-    const { config, ...rest } = run.card;
+    const { config, ...rest } = card;
     section.append(el("details", {}, el("summary", { text: "the card" }), el("pre", { text: JSON.stringify(rest, null, 2) })),
       el("details", {}, el("summary", { text: "config" }), el("pre", { text: JSON.stringify(config || {}, null, 2) })));
     return section;
@@ -400,24 +493,32 @@
     for (const k of extra) if (!panels.some((p) => p.keys.includes(k))) panels.push({ title: k, keys: [k] });
     const findings = placeFindings(run, panels);
     const wanted = [...new Set(panels.flatMap((p) => p.keys))];
-    const compareNames = (params.get("compare") || "").split(",").filter((e) => e && (run.others || []).includes(e) && e !== experiment);
+    // a report shows the runs it was written with (--compare) until a box is unticked
+    const picked = REPORT && !params.has("compare") ? Object.keys(REPORT.compare || {}).join(",") : params.get("compare") || "";
+    const compareNames = picked.split(",").filter((e) => e && (run.others || []).includes(e) && e !== experiment);
     const [curves, ...compared] = await Promise.all([
       curvesOf(project, experiment, wanted),
       ...compareNames.map(async (e) => {
-        const other = await api("run", { project, experiment_name: e });
+        const other = await api("run", { project, experiment_name: e, diff_from: experiment });
         const keys = wanted.filter((k) => other.keys.includes(k));
         return { experiment: e, run: other, curves: await curvesOf(project, e, keys) };
       }),
     ]);
     page.dataAt = performance.now(); // the answers are in: from here on it is the page's own drawing
     const alpha = Math.min(Math.max(+(params.get("smooth") || 0), 0), 0.99);
-    const ctx = { project, experiment, curves, compared, alpha, findings, marks: run.marks || [], pending: [], charts: [], byPanel: {} };
+    const ctx = { project, experiment, curves, compared, alpha, findings, marks: run.marks || [], pending: [], charts: [], byPanel: {}, byTitle: {}, syncKey: `run-${Math.random()}` };
     // where on the screen panel i draws step n (what a click there opens): for people's scripts and the tests
     page.pointAt = (i, n) => {
       const chart = ctx.byPanel[i], box = chart.over.getBoundingClientRect();
       return { x: box.left + chart.valToPos(n, "x"), y: box.top + box.height / 2 };
     };
     page.marks = ctx.marks.map((m) => m.step);
+    // the steps where the line of this run's key breaks (a NaN the trainer logged), in the panel titled so
+    page.gapsOf = (title, key) => {
+      const chart = ctx.byTitle[title], at = chart.series.findIndex((s) => s.label === `${experiment} · ${key}`);
+      return chart.data[0].filter((_, j) => chart.data[at][j] === null);
+    };
+    page.cursorSteps = () => ctx.charts.map((c) => (c.cursor.idx === null || c.cursor.idx === undefined ? null : c.data[0][c.cursor.idx]));
     const setParam = (name, value) => {
       if (value) params.set(name, value);
       else params.delete(name);
@@ -436,7 +537,8 @@
       ctx.width = 0;
       for (const chart of ctx.charts.splice(0)) chart.destroy();
       page.bands = [];
-      grid.replaceChildren(...panels.map((p, i) => chartPanel(ctx, i, p.title, p.keys)));
+      page.panels = {};
+      grid.replaceChildren(...panels.map((p, i) => chartPanel(ctx, i, p)));
       for (const draw of ctx.pending.splice(0)) draw();
     };
     const shown = new Set(wanted);
@@ -452,6 +554,7 @@
       el("div", { class: "controls" }, el("label", {}, "smoothing (EMA)", smooth, smoothValue),
         compareBoxes.length ? el("span", {}, "compare: ", compareBoxes) : null,
         el("span", { class: "muted", text: "click a point to open its step; drag to zoom, double-click to reset" })),
+      runLegend(ctx),
       grid,
       el("h2", { text: `Findings (${findings.length})` }),
       findings.length ? findings.map((f) => findingCard(f, project, experiment)) : el("p", { class: "muted", text: "No finding: the detectors saw nothing wrong." }),
@@ -582,18 +685,32 @@
     return box;
   }
 
+  // every phase's colour and its time in the step: a bar too short for its name is named here (and on hover)
+  function phaseLegend(step) {
+    const total = {};
+    for (const lane of step.lanes) for (const span of lane.spans) total[span.name] = (total[span.name] || 0) + (span.end - span.start);
+    const names = Object.keys(total).sort((a, b) => total[b] - total[a]);
+    page.step.legend = names;
+    return el("div", { class: "phase-legend", "data-testid": "phase-legend" }, names.map((name) =>
+      el("span", { class: "phase", "data-name": name }, el("i", { class: "box", color: colorOf(name) }), `${name} ${fmt(total[name], 3)} s`)));
+  }
   function hardwareTable(hardware) {
     if (!hardware.length) return el("p", { class: "muted", "data-testid": "hardware", text: "No GPU fault or throttling on its nodes during the step." });
     const pairs = (o) => Object.entries(o || {}).filter(([, v]) => v).map(([k, v]) => `${k}=${fmt(v)}`).join(", ") || "–";
     return el("table", { "data-testid": "hardware" }, el("thead", {}, el("tr", {}, ["node", "GPU", "faults", "throttling"].map((h) => el("th", { text: h })))),
-      el("tbody", {}, hardware.map((h) => el("tr", {}, el("td", { text: h.node }), el("td", { text: h.gpu }), el("td", { text: pairs(h.faults) }), el("td", { text: pairs(h.throttle) })))));
+      el("tbody", {}, hardware.map((h) => el("tr", { "data-node": h.node }, el("td", { text: h.node }), el("td", { text: h.gpu }),
+        // in nvidia-smi's words (SW Power Cap, XID error 79); the raw figures on hover
+        el("td", { text: (h.fault_words || []).join(", ") || (h.fault_words ? "–" : pairs(h.faults)), title: pairs(h.faults) }),
+        el("td", { "data-testid": "throttle", text: (h.throttle_reasons || []).join(", ") || (h.throttle_reasons ? "–" : pairs(h.throttle)), title: pairs(h.throttle) })))));
   }
   function samplesSection(answer) {
     const section = el("section", { "data-testid": "samples" });
     const text = (t) => el("pre", { text: t ?? "" });
     if (answer.samples.length)
-      section.append(el("table", { class: "samples" }, el("thead", {}, el("tr", {}, ["kind", "rank", "score", "length", "source", "prompt", "response"].map((h) => el("th", { text: h })))),
+      section.append(el("table", { class: "samples" }, el("thead", {}, el("tr", {}, ["kind", "rank", "score", "mismatch", "length", "source", "prompt", "response"].map((h) => el("th", { text: h })))),
         el("tbody", {}, answer.samples.map((s) => el("tr", { "data-testid": "sample", "data-kind": s.kind }, el("td", { text: s.kind }), el("td", { text: s.rank }), el("td", { text: fmt(s.score) }),
+          // the train/inference log-prob mismatch the rollout was picked for (mean |p_rollout - p_actor|)
+          el("td", { "data-testid": "mismatch", text: s.mismatch === null || s.mismatch === undefined ? "–" : fmt(s.mismatch) }),
           el("td", { text: s.length ?? "–" }), el("td", { text: s.data_source ?? "–" }), el("td", {}, text(s.prompt)), el("td", {}, text(s.response)))))));
     for (const group of answer.groups || [])
       section.append(el("details", { "data-testid": "group" }, el("summary", { text: `group ${group.uid}: ${group.responses.length} responses${group.ground_truth ? ", ground truth " + group.ground_truth : ""}` }),
@@ -618,10 +735,20 @@
       else into.replaceChildren(el("p", { class: "muted", text: err.message }));
     }
   }
+  // a report file holds the pages of its findings' steps only: a click elsewhere says so, with those
+  function showMissingStep(step) {
+    const held = Object.keys(REPORT.steps || {}).map(Number).sort((a, b) => a - b);
+    show(el("h1", { text: `Step ${step}` }),
+      el("p", { "data-testid": "no-step-page" }, `This report holds no page of step ${step}: it holds the pages of its findings' steps`,
+        held.length ? [" (", held.map((n, i) => [i ? ", " : "", el("a", { href: `#/steps/${n}`, text: n })]), ")."] : " (none: no finding).",
+        " The server's explorer shows every step."),
+      el("p", {}, el("a", { href: "#/", text: "← back to the run" })));
+  }
   async function viewStep(where) {
     const { project, experiment } = where;
     crumbs(el("a", { href: REPORT ? "#/" : "/", text: "runs" }), el("a", { href: runHref(project, experiment), text: `${project} / ${experiment}` }), el("span", { text: `step ${where.step}` }));
     page.step = { lanes: [], slowest: null };
+    if (REPORT && !(REPORT.steps || {})[where.step]) return showMissingStep(where.step);
     // the run's answer only says whether samples need the token: asked alongside, awaited after the step is drawn
     const run = api("run", { project, experiment_name: experiment }).catch(() => null);
     const step = await api("step", { project, experiment_name: experiment, step: where.step });
@@ -649,12 +776,12 @@
       hardwareTable(step.hardware || []),
       el("h2", { text: `Findings that cover step ${step.step} (${(step.findings || []).length})` }),
       (step.findings || []).length ? step.findings.map((f) => findingCard(f, project, experiment)) : el("p", { class: "muted", text: "None." }),
-      el("h2", { text: "Profile a coming step" }),
-      el("pre", { "data-testid": "profile", text: step.profile_command }),
+      step.profile_command ? [el("h2", { text: "Profile a coming step" }), el("pre", { "data-testid": "profile", text: step.profile_command })]
+        : el("p", { class: "muted", "data-testid": "profile", text: "The run has finished: it has no coming step to profile." }),
       el("h2", { text: "Samples" }),
       samples
     );
-    lanes.append(swimlane(step, lanes.clientWidth || 1000));
+    lanes.append(swimlane(step, lanes.clientWidth || 1000), phaseLegend(step));
     // the step is drawn (data-ready); its samples follow (data-samples)
     loadSamples(where, run, samples).finally(() => document.body.setAttribute("data-samples", "shown"));
   }

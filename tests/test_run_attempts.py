@@ -1,0 +1,131 @@
+"""One run, one answer (issue 37): a run resumed under its name (verl from a checkpoint: steps N+1...)
+and a run started again from step 1 under its name (a new attempt) read the same in the explorer's
+list and page, ``rl-insight runs list`` and ``rl-insight diagnose``; the demo says a name is taken.
+The steps are what verl's trainer logs (the demo's step dicts), sent as the trainer's own batches
+(``MetricBatch.to_json``) to the real server, stored by a real Prometheus."""
+
+import json
+import time
+import urllib.parse
+
+import pytest
+
+from tests.helpers import http, push, require_prometheus, rl_insight, wait_for, write_server_config
+from verl_rl_insight.commands.demo.verl_step import step_metrics
+from verl_rl_insight.contract.attempts import superseded
+from verl_rl_insight.contract.naming import METRIC_PREFIX
+from verl_rl_insight.server.explorer.history import Histories
+from verl_rl_insight.server.explorer.prometheus import _by_step
+from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+
+TOKEN = "attempts-token-2c9e7a"
+PROJECT = "rl-insight-demo"  # the demo's project: `demo --experiment restarted` meets the run
+RESTARTED, RESUMED = "restarted", "resumed"
+
+
+def batch(experiment, step, at, total=30):
+    return MetricBatch(PROJECT, experiment, step, at, step_metrics(step, total, test_freq=0), METRIC_PREFIX)
+
+
+def test_a_step_going_back_later_in_time_is_a_new_attempt_and_a_resume_is_not():
+    first = {100.0 + s: s for s in range(1, 31)}
+    assert superseded(first) == set()
+    restart = {**first, **{200.0 + s: s for s in range(1, 4)}}
+    assert superseded(restart) == {100.0 + s for s in range(1, 31)}  # every old step: the new attempt is the run
+    resume = {**first, **{200.0 + s: s for s in range(31, 34)}}
+    assert superseded(resume) == set()
+    # a resume from a checkpoint at step 20 after step 25 was logged: 21-25 are the new attempt's
+    crashed = {**{100.0 + s: s for s in range(1, 26)}, **{200.0 + s: s for s in range(21, 24)}}
+    assert superseded(crashed) == {100.0 + s for s in range(21, 26)}
+    by_step = _by_step({"rl_insight_monitor_training_global_step": {t: float(s) for t, s in restart.items()},
+                        "x": {t: float(t) for t in restart}})  # fmt: skip
+    assert [(step, values["x"]) for step, _, values in by_step] == [(1, 201.0), (2, 202.0), (3, 203.0)]
+
+
+def test_the_explorers_history_keeps_the_newest_attempt_and_a_late_step_in_its_place():
+    histories = Histories()
+    run = (PROJECT, RESTARTED)
+
+    def observe(step, at):
+        body = batch(RESTARTED, step, at).to_json()
+        histories.observe([_Batch(body)])
+
+    for s in range(1, 31):
+        observe(s, 100.0 + s)
+    for s in range(1, 4):
+        observe(s, 200.0 + s)
+    assert histories.get(run).steps == [1, 2, 3]
+    observe(5, 210.0)
+    observe(4, 209.0)  # sent late (its own, older time): put in its place, not an attempt
+    assert histories.get(run).steps == [1, 2, 3, 4, 5]
+    for s in range(6, 9):
+        observe(s, 300.0 + s)  # a resume: steps going on
+    assert histories.get(run).steps == list(range(1, 9))
+
+
+class _Batch:
+    """A pushed body as the hub hands it to its listeners (contract.wire.Batch's fields)."""
+
+    def __init__(self, body):
+        self.labels = (("experiment_name", body["experiment_name"]), ("project", body["project"]))
+        self.step, self.time, self.keys = body["step"], body["time"], body.get("keys")
+        self.metrics = {k: float(v) for k, v in body["metrics"].items()}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    require_prometheus()
+    tmp = tmp_path_factory.mktemp("attempts")
+    path, config = write_server_config(
+        tmp, token=TOKEN, services={"tempo": {"enabled": False}, "grafana": {"enabled": False}}
+    )
+    env = {"VERL_RL_INSIGHT_CONFIG": None, "RL_INSIGHT_HOME": str(tmp / "home")}
+    started = rl_insight("server", "start", "--detach", "--config", str(path), env=env, timeout=180)
+    assert started.returncode == 0, started.stdout + started.stderr
+    base = f"http://127.0.0.1:{config['port']}"
+    try:
+        now = time.time()
+        sent = [(RESTARTED, s, now - 200 + s) for s in range(1, 31)] + [(RESTARTED, s, now - 60 + s) for s in (1, 2, 3)]
+        sent += [(RESUMED, s, now - 200 + s) for s in range(1, 31)] + [(RESUMED, s, now - 60 + s) for s in (31, 32, 33)]
+        for experiment, step, at in sent:
+            status, body = push(base, {"batches": [batch(experiment, step, at).to_json()]}, TOKEN)
+            assert status == 200, body
+        yield {"base": base, "env": env}
+    finally:
+        rl_insight("server", "stop", env=env, timeout=60)
+
+
+def explorer(base, what, **query):
+    url = f"{base}/api/v1/explorer/{what}?{urllib.parse.urlencode(query)}"
+    status, body = http("GET", url, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200, body
+    return json.loads(body)
+
+
+def diagnosed_steps(server, experiment):
+    result = rl_insight("diagnose", "--project", PROJECT, "--experiment", experiment, "--json", env=server["env"])
+    return json.loads(result.stdout)["steps"] if result.stdout.startswith("{") else None
+
+
+@pytest.mark.parametrize(("experiment", "steps"), [(RESTARTED, [1, 3]), (RESUMED, [1, 33])])
+def test_list_page_runs_list_and_diagnose_agree_on_a_restarted_and_a_resumed_run(server, experiment, steps):
+    first, last = steps
+    listed = rl_insight("runs", "list", "--json", env=server["env"])
+    assert listed.returncode == 0, listed.stderr
+    [row] = [r for r in json.loads(listed.stdout) if r["experiment_name"] == experiment]
+    assert row["step"] == last
+    [shown] = [r for r in explorer(server["base"], "runs")["runs"] if r["experiment"] == experiment]
+    assert shown["step"] == last
+    page = explorer(server["base"], "run", project=PROJECT, experiment_name=experiment)
+    assert page["step"] == last
+    curves = explorer(server["base"], "curves", project=PROJECT, experiment_name=experiment, keys="critic/score/mean")
+    assert curves["steps"] == list(range(first, last + 1))
+    assert wait_for(lambda: diagnosed_steps(server, experiment) == steps, 60, interval=2, what="diagnose's steps")
+
+
+def test_the_demo_on_a_taken_name_says_so_and_shows_no_token(server):
+    result = rl_insight("demo", "--experiment", RESTARTED, "--steps", "3", env=server["env"], timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    said = result.stdout + result.stderr
+    assert f"the name {RESTARTED!r} is taken" in said and "up to step 3" in said, said
+    assert TOKEN not in said and "#" * 31 not in said
