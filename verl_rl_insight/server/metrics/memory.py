@@ -102,6 +102,7 @@ class Memory:
             grows[run] += cost
             new_series += len(names)
             new_of[run] += len(names)
+        self._refuse_too_big(needed)
         if new_series:
             self._fit_series(new_of, new_series)
         share = self._fit_shares(needed, grows)
@@ -117,6 +118,17 @@ class Memory:
                 "and history); retry later, or raise the hub's memory_limit_mb or finish old runs"
             )
         return set(new_names)
+
+    def _refuse_too_big(self, needed: collections.Counter[budgets.Run]) -> None:
+        """A push more than a run may ever hold (half the bound), or more than that in all: bad data (422)."""
+        for run, amount in [*needed.items(), (("", "(all runs of the push)"), sum(needed.values()))]:
+            if amount > budgets.MOST * self.limit:
+                self.stats.rejected_memory += 1
+                raise OverCapacity(
+                    f"a push of {amount / 2**20:.1f} MiB for run {run[1][:80]!r} is more than a run may ever hold "
+                    f"of the hub's memory (half of memory_limit_mb, {self.limit / 2**21:.1f} MiB): send smaller "
+                    "batches or fewer label sets, or raise memory_limit_mb"
+                )
 
     def _fit_series(self, new_of: collections.Counter[budgets.Run], new_series: int) -> None:
         """Hold each run of a push to its allowance of the series limit (budgets.py), and the push to
@@ -147,14 +159,7 @@ class Memory:
         the runs over it give way first). Returns the fair part."""
         share = self.runs.share(self.limit, needed)
         for run, amount in needed.items():
-            if amount > budgets.MOST * self.limit:  # more than a run may ever hold: the data is too big (422)
-                self.stats.rejected_memory += 1
-                raise OverCapacity(
-                    f"a push of {amount / 2**20:.1f} MiB for run {run[1][:80]!r} is more than a run may ever hold "
-                    f"of the hub's memory (half of memory_limit_mb, {self.limit / 2**21:.1f} MiB): send smaller "
-                    "batches or fewer label sets, or raise memory_limit_mb"
-                )
-            if not grows[run]:
+            if not grows.get(run):
                 continue
             allowed = self.runs.allowance(run, self.limit, needed)
             if self.runs.held[run] + amount > allowed:  # its own oldest history first
