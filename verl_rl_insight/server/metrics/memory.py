@@ -155,8 +155,8 @@ class Memory:
     def _fit_shares(self, needed: collections.Counter[budgets.Run], grows: collections.Counter[budgets.Run]) -> int:
         """Hold each run of a push to its allowance (budgets.py): a run that would grow (new streams or
         series, which cannot be dropped later) past it first gives up its own oldest history for the
-        room, or is refused (429: its sender retries). History alone is held to the fair part only when the bound is full (``make_room``:
-        the runs over it give way first). Returns the fair part."""
+        room, or is refused (429: its sender retries). History alone is held to the fair part only
+        when the bound is full (``make_room``: the runs over it give way first). Returns the fair part."""
         share = self.runs.share(self.limit, needed)
         for run, amount in needed.items():
             if not grows.get(run):
