@@ -26,6 +26,7 @@ from verl_rl_insight.server.health import detectors
 SpanRecord = dict[str, object]
 Listener = Callable[[list[Batch]], None]  # what the hub calls with the batches it accepted
 MAX_SPAN_RUNS = 4  # runs whose parsed spans are kept
+MAX_CURVES_RUNS = 16  # runs whose last curves answer is kept (each at most curves.MAX_CELLS values)
 BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again after this long
 
 
@@ -44,6 +45,10 @@ class Sources:
         self._spans: OrderedDict[tuple[str, str], tuple[int, list[SpanRecord]]] = OrderedDict()
         self._spans_lock = threading.Lock()
         self._asked: dict[tuple[str, str], float] = {}  # run -> when Prometheus was asked for it
+        # the last curves answer of each of the runs asked last (curves.cached_curves_body)
+        self.curves: OrderedDict[tuple[str, str], tuple[object, bytes]] = OrderedDict()
+        self.curves_lock = threading.Lock()
+        self.max_curves = MAX_CURVES_RUNS
 
     def history(self, run: tuple[str, str]) -> RunHistory | None:
         """The run's history, read back from Prometheus first when the hub has not carried it."""
