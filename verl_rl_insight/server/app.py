@@ -76,7 +76,9 @@ class Server:
             jobs={prometheus.scraper_name(settings): jobs.HUB_JOB},
         )
         self.targets = TargetRegistry(
-            settings.data_path / "targets.json", max_per_run=int(settings.max_targets_per_run)
+            settings.data_path / "targets.json",
+            max_per_run=int(settings.max_targets_per_run),
+            own_ports=frozenset(v for k, v in vars(settings).items() if k.endswith("port") and isinstance(v, int)),
         )
         self.api: Api | None = None
         self.http: HttpServer | None = None
