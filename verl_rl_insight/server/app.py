@@ -43,6 +43,8 @@ from verl_rl_insight.server.stores.spans import SpanStore
 from verl_rl_insight.server.stores.targets import TargetRegistry
 from verl_rl_insight.server.timeline.live import LiveFigures
 
+HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (explorer/history.py)
+
 logger = logging.getLogger("verl_rl_insight.server")
 
 __all__ = ["PortInUse", "Server", "main", "run", "state_path", "step_time_in"]
@@ -99,7 +101,8 @@ class Server:
         self.health = HealthMonitor(self.hub.write_own, health_params(settings.alerts))
         self.hub.listeners.append(self.health.observe)
         # the run explorer's step table (a listener too) and the detectors' settings diagnose reads
-        self.explorer = Sources(self.hub.listeners, self.health.params)
+        history_bytes = int(HISTORY_SHARE * self.hub.memory_limit_bytes)  # by bytes, not a count of runs
+        self.explorer = Sources(self.hub.listeners, self.health.params, history_bytes=history_bytes)
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
         self.logins: dict[str, tuple[str, str]] = {}  # service -> its login (Prometheus, Alertmanager)

@@ -121,11 +121,7 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> str:
             lines.append(f"  {name:<12} NOT RUNNING: {what}" + (f"\n               fix: {fix}" if fix else ""))
     lines.append(
         "  writes       "
-        + (
-            f"need the token (kept in {secrets_dir}, carried by the URL below)"
-            if state["token"]
-            else LOCAL_TRUST
-        )
+        + (f"need the token (kept in {secrets_dir}, carried by the URL below)" if state["token"] else LOCAL_TRUST)
     )
     lines += ["", "On every training node:"]
     if reveal_token or not state.get("token"):

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.explorer.findings import FindingsCache
-from verl_rl_insight.server.explorer.history import Histories, RunHistory
+from verl_rl_insight.server.explorer.history import MAX_BYTES, Histories, RunHistory
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.health import detectors
 
@@ -35,8 +35,13 @@ class SpanSource(Protocol):
 
 
 class Sources:
-    def __init__(self, listeners: list[Listener] | None = None, params: Mapping[str, float] | None = None) -> None:
-        self.histories = Histories()
+    def __init__(
+        self,
+        listeners: list[Listener] | None = None,
+        params: Mapping[str, float] | None = None,
+        history_bytes: int = MAX_BYTES,
+    ) -> None:
+        self.histories = Histories(max_bytes=history_bytes)
         if listeners is not None:
             listeners.append(self.histories.observe)
         self.prometheus: PrometheusReader | None = None
@@ -51,14 +56,18 @@ class Sources:
         self.max_curves = MAX_CURVES_RUNS
 
     def history(self, run: tuple[str, str]) -> RunHistory | None:
-        """The run's history, read back from Prometheus first when the hub has not carried it."""
-        if self.histories.get(run) is None and self.prometheus is not None:
+        """The run's history, read back from Prometheus first when the hub has not carried it, or
+        carried it and forgot it for room (a run forgotten comes back whole, not from the steps
+        since). A run Prometheus had nothing of is asked again only after BACKFILL_AGAIN_S."""
+        held = self.histories.get(run)
+        if (held is None or held.partial) and self.prometheus is not None:
             now = time.time()
-            if now - self._asked.get(run, 0.0) > BACKFILL_AGAIN_S:
-                self._asked[run] = now
-                if len(self._asked) > 4096:
-                    self._asked.clear()
+            if held is not None or self.histories.forgotten(run) or now - self._asked.get(run, 0.0) > BACKFILL_AGAIN_S:
                 steps, finished = self.prometheus.run_steps(run[0], run[1], now)
+                if not steps:
+                    self._asked[run] = now
+                    if len(self._asked) > 4096:
+                        self._asked.clear()
                 self.histories.fill(run, steps, finished)
         return self.histories.get(run)
 
