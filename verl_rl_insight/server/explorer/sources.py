@@ -31,6 +31,8 @@ BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again afte
 
 
 class SpanSource(Protocol):
+    cuts: int  # moves on when spans leave a run's files other than at their end (stores/spans.py)
+
     def read(self, project: str, experiment: str | None) -> bytes | None: ...
 
 
@@ -47,7 +49,7 @@ class Sources:
         self.prometheus: PrometheusReader | None = None
         self.params: Mapping[str, float] = dict(params or detectors.DEFAULTS)
         self.findings = FindingsCache()
-        self._spans: OrderedDict[tuple[str, str], tuple[int, list[SpanRecord]]] = OrderedDict()
+        self._spans: OrderedDict[tuple[str, str], tuple[int, int, list[SpanRecord]]] = OrderedDict()
         self._spans_lock = threading.Lock()
         self._asked: dict[tuple[str, str], float] = {}  # run -> when Prometheus was asked for it
         # the last curves answer of each of the runs asked last (curves.cached_curves_body)
@@ -73,17 +75,20 @@ class Sources:
 
     def spans_of(self, store: SpanSource | None, run: tuple[str, str]) -> list[SpanRecord]:
         """The run's spans kept by the server's span store ([] without one, or without spans)."""
-        body = store.read(run[0], run[1]) if store is not None else None
+        if store is None:
+            return []
+        cuts = store.cuts  # (before the read: a cut meanwhile makes the next request read whole)
+        body = store.read(run[0], run[1])
         if not body:
             return []
         with self._spans_lock:
-            read, spans = self._spans.get(run, (0, []))
-            if read > len(body):  # the file was cut back or made again: read it whole
+            held_cuts, read, spans = self._spans.get(run, (cuts, 0, []))
+            if read > len(body) or held_cuts != cuts:  # the files were cut (oldest steps evicted): read whole
                 read, spans = 0, []
             end = body.rfind(b"\n") + 1
             if end > read:
                 spans = spans + [_record(line) for line in body[read:end].splitlines() if line.strip()]
-            self._spans[run] = (max(read, end), spans)
+            self._spans[run] = (cuts, max(read, end), spans)
             self._spans.move_to_end(run)
             while len(self._spans) > MAX_SPAN_RUNS:
                 self._spans.popitem(last=False)
