@@ -18,7 +18,7 @@ from verl_rl_insight.server.explorer.keys import series_of
 from verl_rl_insight.server.explorer.sources import Sources
 
 _encode = msgspec.json.Encoder().encode
-MAX_CELLS = 100_000  # values in one answer (about 1 MB of JSON): 64 keys x 1,562 steps
+MAX_CELLS = 100_000  # values in one answer (about 2 MB of JSON): 64 keys x 1,562 steps
 
 
 def stride_of(steps: int, keys: int) -> int:
