@@ -25,18 +25,25 @@ class InFlight:
         self.held = 0
         self.refused = 0
 
-    def take(self, nbytes: int) -> bool:
-        over = self.held > 0 and self.held + nbytes > self.limit  # (one answer always goes, however big)
-        if over or (self.book is not None and not self.book(nbytes)):
+    def take(self, nbytes: int) -> int | None:
+        """Book ``nbytes``: the bytes booked under the memory bound (to give back), or None when it
+        does not fit now. One answer always goes, however big and however full the bound (a hub
+        full of history is a normal hub)."""
+        alone = self.held == 0
+        if not alone and self.held + nbytes > self.limit:
             self.refused += 1
-            return False
+            return None
+        booked = nbytes if self.book is None or self.book(nbytes) else 0
+        if not booked and not alone:
+            self.refused += 1
+            return None
         self.held += nbytes
-        return True
+        return booked
 
-    def give_back(self, nbytes: int) -> None:
+    def give_back(self, nbytes: int, booked: int) -> None:
         self.held -= nbytes
-        if self.book is not None:
-            self.book(-nbytes)
+        if self.book is not None and booked:
+            self.book(-booked)
 
 
 class Writer:
@@ -57,14 +64,15 @@ class Writer:
     ) -> None:
         """``body`` in pieces; ``booked``: its memory is already booked elsewhere (a named scrape's)."""
         budget = None if booked or len(body) <= SMALL_BYTES else self.in_flight
-        if budget is not None and not budget.take(len(body)):
+        held = budget.take(len(body)) if budget is not None else 0
+        if held is None:
             await self._busy(send, len(body))
             return
         try:
             await self._write(send, status, content_type, body, headers)
         finally:
             if budget is not None:
-                budget.give_back(len(body))
+                budget.give_back(len(body), held)
 
     async def _write(
         self, send: Send, status: int, content_type: str, body: bytes, headers: list[Header] | tuple[()]
