@@ -77,13 +77,15 @@ def activated():
 
 @pytest.fixture
 def monitoring_server(tmp_path):
-    """`rl-insight server start --detach`: the hub and a real Prometheus scraping every second."""
+    """`rl-insight server start --detach --local-trust`: the hub and a real Prometheus scraping every
+    second, writes without a token (the tests that use it test what is written, not the token)."""
     require_prometheus()
     hub, prom = free_port(), free_port()
     started = rl_insight(
         "server",
         "start",
         "--detach",
+        "--local-trust",
         "--bind",
         "127.0.0.1",
         "--port",

@@ -278,6 +278,8 @@ def start_hub_process(port, tmp_path, open_files=None, log=None, **settings):
         "port": port,
         "data_dir": str(tmp_path / "data"),
         "services": {name: {"enabled": False} for name in ("prometheus", "alertmanager", "tempo", "grafana")},
+        # tests that do not test the token: named, as `rl-insight server start --local-trust` names it
+        **({} if settings.get("token") else {"local_trust": True}),
         **settings,
     }
     limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))) if open_files else None

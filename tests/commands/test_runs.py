@@ -160,7 +160,7 @@ def test_after_a_server_restart_runs_list_keeps_each_runs_age_and_shows_the_newe
 
     require_prometheus()
     hub_port, prom_port = free_port(), free_port()
-    start = ("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port),
+    start = ("server", "start", "--detach", "--local-trust", "--bind", "127.0.0.1", "--port", str(hub_port),
              "--prometheus-port", str(prom_port), "--scrape-interval", "1", "--data-dir", str(tmp_path / "data"),
              "--no-tempo", "--no-grafana", "--no-alertmanager")  # fmt: skip
     hub = f"http://127.0.0.1:{hub_port}"

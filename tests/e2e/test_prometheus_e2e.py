@@ -31,6 +31,7 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
     started = cli(
         "server",
         "start",
+        "--local-trust",  # the test of a tokenless trainer URL on a machine of one user
         "--detach",
         "--bind",
         "127.0.0.1",
@@ -51,7 +52,9 @@ def test_logged_values_are_queryable_in_prometheus_with_labels(monkeypatch, tmp_
         assert started.returncode == 0, started.stdout + started.stderr
         assert f"export RL_INSIGHT_SERVER_URL=http://127.0.0.1:{hub_port}" in started.stdout
         assert f"http://127.0.0.1:{hub_port}/metrics" in started.stdout
-        again = cli("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port), env=env)
+        again = cli(
+            "server", "start", "--detach", "--local-trust", "--bind", "127.0.0.1", "--port", str(hub_port), env=env
+        )
         assert again.returncode == 2 and "already running" in again.stdout
 
         monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"http://127.0.0.1:{hub_port}")

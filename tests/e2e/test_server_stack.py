@@ -69,7 +69,7 @@ class NodeExporter:
 def test_start_supervise_discover_and_stop(server_config):
     require_prometheus()
     path, config = server_config
-    started = cli("server", "start", "--detach", "--config", str(path))
+    started = cli("server", "start", "--detach", "--local-trust", "--config", str(path))  # no token to carry
     exporter = NodeExporter(path.parent)
     try:
         assert started.returncode == 0, started.stdout + started.stderr
@@ -81,7 +81,7 @@ def test_start_supervise_discover_and_stop(server_config):
         assert f"OTLP         {hub}/v1/traces   (spans pass through the hub to Tempo)" in out
         assert f"export RL_INSIGHT_SERVER_URL=http://127.0.0.1:{config['port']}" in out
 
-        again = cli("server", "start", "--detach", "--config", str(path))
+        again = cli("server", "start", "--detach", "--local-trust", "--config", str(path))
         assert again.returncode == 2 and "already running" in again.stdout
 
         status = cli("server", "status")
@@ -90,7 +90,7 @@ def test_start_supervise_discover_and_stop(server_config):
         assert info["otlp_traces"] == f"http://127.0.0.1:{config['port']}/v1/traces"
         # spans sent to the hub reach Tempo (its stand-in records what it receives) byte for byte
         body = otlp([("step", "trainer", 1, 10**18, 10**18 + 10**9, 1, 0)]).SerializeToString()
-        headers = {"Content-Type": "application/x-protobuf"}  # on loopback the server needs no token
+        headers = {"Content-Type": "application/x-protobuf"}  # started with --local-trust: no token
         assert http("POST", f"http://127.0.0.1:{config['port']}/v1/traces", body, headers)[0] == 200
         received = path.parent / "data" / "received-spans.bin"
         wait_for(lambda: received.exists() and received.read_bytes() == len(body).to_bytes(4, "big") + body, 20)
@@ -276,7 +276,7 @@ def test_prometheus_data_survives_a_server_restart(server_config):
         status, body = http("GET", prom + "/api/v1/query?query=rl_insight_monitor_persisted[1h]")
         return json.loads(body)["data"]["result"] if status == 200 else []
 
-    assert cli("server", "start", "--detach", "--config", str(path)).returncode == 0
+    assert cli("server", "start", "--detach", "--local-trust", "--config", str(path)).returncode == 0
     try:
         batch = {
             "project": "p",

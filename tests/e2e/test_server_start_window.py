@@ -40,6 +40,7 @@ def starting(tmp_path, monkeypatch):
         port=port,
         data_dir=str(tmp_path / "data"),
         services={name: {"enabled": False} for name in SERVICES},
+        local_trust=True,  # what `rl-insight server start --local-trust` names: spans posted without a token
     )
     server = app.Server(settings)
     starter = threading.Thread(target=server.start, daemon=True)

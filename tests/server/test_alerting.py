@@ -140,7 +140,7 @@ def test_notification_silence_and_a_killed_alertmanager(tmp_path):
             "route": {"group_wait": "1s", "group_interval": "1s", "repeat_interval": "2s"},
         },
     )
-    started = rl_insight("server", "start", "--detach", "--config", str(path))
+    started = rl_insight("server", "start", "--detach", "--local-trust", "--config", str(path))
     hub = f"http://127.0.0.1:{config['port']}"
     trainer = Trainer(hub, "alerting", "mismatch run")
     try:

@@ -253,7 +253,7 @@ def test_a_registered_target_cannot_confirm_a_scrape_for_the_hub(tmp_path):
 
     target = ThreadingHTTPServer(("127.0.0.1", 0), Target)
     threading.Thread(target=target.serve_forever, daemon=True).start()
-    start = ("server", "start", "--detach", "--bind", "127.0.0.1", "--port", str(hub_port),
+    start = ("server", "start", "--detach", "--local-trust", "--bind", "127.0.0.1", "--port", str(hub_port),
              "--prometheus-port", str(prom_port), "--scrape-interval", "1", "--data-dir", str(tmp_path / "data"),
              "--no-tempo", "--no-grafana", "--no-alertmanager")  # fmt: skip
     env = dict(os.environ)

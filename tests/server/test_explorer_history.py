@@ -52,7 +52,9 @@ def test_a_late_step_takes_its_place_and_a_logged_nan_is_not_a_missing_value():
 
 def test_memory_is_bounded_per_run_and_in_all():
     per_step = len(logged(10))
-    histories = Histories(max_runs=3, max_cells=20 * per_step, max_total_cells=50 * per_step)
+    one = Histories()
+    one.observe([batch(step, logged(step), "one") for step in range(1, 21)])
+    histories = Histories(max_bytes=int(2.5 * one.get(("p", "one")).nbytes()), max_cells=20 * per_step)
     histories.observe([batch(step, logged(step), "a") for step in range(1, 41)])
     a = histories.get(("p", "a"))
     assert len(a.steps) * len(a.columns) <= 20 * per_step and a.steps[-1] == 40  # the oldest steps went
@@ -60,7 +62,8 @@ def test_memory_is_bounded_per_run_and_in_all():
     for experiment in ("b", "c", "d"):
         histories.observe([batch(step, logged(step), experiment) for step in range(1, 21)])
     assert histories.runs()[-1] == ("p", "d") and len(histories.runs()) <= 3
-    assert sum(h.cells() for h in map(histories.get, histories.runs())) <= 50 * per_step
+    assert sum(h.nbytes() for h in map(histories.get, histories.runs())) <= int(2.5 * one.get(("p", "one")).nbytes())
+    assert histories.forgotten(("p", "a"))  # forgotten for room: read back from Prometheus when asked
 
 
 def _walked_again(history, resets=()):

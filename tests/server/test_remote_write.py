@@ -107,7 +107,7 @@ def test_every_series_reaches_victoriametrics_and_doctor_names_the_refused_queue
         otlp_endpoint=f"http://127.0.0.1:{free_port()}/v1/traces",
     )
     env = {"RL_INSIGHT_SERVER_URL": None, "RL_INSIGHT_TOKEN": None}
-    started = rl_insight("server", "start", "--detach", "--config", str(path), env=env)
+    started = rl_insight("server", "start", "--detach", "--local-trust", "--config", str(path), env=env)
     hub = f"http://127.0.0.1:{config['port']}"
     try:
         assert started.returncode == 0, started.stdout + started.stderr

@@ -43,6 +43,8 @@ from verl_rl_insight.server.stores.spans import SpanStore
 from verl_rl_insight.server.stores.targets import TargetRegistry
 from verl_rl_insight.server.timeline.live import LiveFigures
 
+HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (explorer/history.py)
+
 logger = logging.getLogger("verl_rl_insight.server")
 
 __all__ = ["PortInUse", "Server", "main", "run", "state_path", "step_time_in"]
@@ -76,7 +78,9 @@ class Server:
             jobs={prometheus.scraper_name(settings): jobs.HUB_JOB},
         )
         self.targets = TargetRegistry(
-            settings.data_path / "targets.json", max_per_run=int(settings.max_targets_per_run)
+            settings.data_path / "targets.json",
+            max_per_run=int(settings.max_targets_per_run),
+            own_ports=frozenset(v for k, v in vars(settings).items() if k.endswith("port") and isinstance(v, int)),
         )
         self.api: Api | None = None
         self.http: HttpServer | None = None
@@ -99,7 +103,8 @@ class Server:
         )
         self.hub.listeners.append(self.health.observe)
         # the run explorer's step table (a listener too) and the detectors' settings diagnose reads
-        self.explorer = Sources(self.hub.listeners, self.health.params)
+        history_bytes = int(HISTORY_SHARE * self.hub.memory_limit_bytes)  # by bytes, not a count of runs
+        self.explorer = Sources(self.hub.listeners, self.health.params, history_bytes=history_bytes)
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
         self.logins: dict[str, tuple[str, str]] = {}  # service -> its login (Prometheus, Alertmanager)

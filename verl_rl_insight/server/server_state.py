@@ -63,6 +63,7 @@ def state_of(
         "missing": missing,
         "absent": sorted(absent),
         "token": bool(s.token),
+        "local_trust": s.local_trust,
         "secrets_dir": str(s.data_path / "secrets"),
         "grafana_admin_user": s.grafana_admin_user,
         "grafana_anonymous_viewer": s.grafana_anonymous_viewer,

@@ -105,7 +105,9 @@ class ServerSettings:
     scrape_interval_s: float = 5.0
     retention: str = "30d"  # Prometheus and Tempo
     data_dir: str = ""
-    token: str = ""  # RL_INSIGHT_TOKEN; generated when empty and bind is beyond loopback
+    token: str = ""  # RL_INSIGHT_TOKEN; generated at the first start when empty (kept in secrets/hub-token, 0600)
+    # no token, writes open to every local user: only named on the command line (--local-trust), on loopback
+    local_trust: bool = False
     grafana_admin_user: str = "admin"
     grafana_admin_password: str = ""  # generated when empty (rl-insight server status --secrets)
     grafana_anonymous_viewer: bool = False
@@ -208,7 +210,12 @@ class ServerSettings:
                 loaded = yaml.safe_load(f) or {}
             if not isinstance(loaded, dict):
                 raise ConfigError(f"{config_file}: expected a mapping of settings")
-            known = {f.name for f in dataclasses.fields(cls)}
+            known = {f.name for f in dataclasses.fields(cls)} - {"local_trust"}
+            if "local_trust" in loaded:
+                raise ConfigError(
+                    f"{config_file}: local_trust is not a setting of a file: name it on the command line "
+                    "(rl-insight server start --local-trust), where whoever starts the server sees it"
+                )
             unknown = sorted(set(loaded) - known)
             if unknown:
                 raise ConfigError(

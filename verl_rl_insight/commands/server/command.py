@@ -45,6 +45,7 @@ def start(args: argparse.Namespace) -> int:
         prometheus_port=args.prometheus_port,
         data_dir=args.data_dir,
         scrape_interval_s=args.scrape_interval,
+        local_trust=True if args.local_trust else None,
         disable=disabled,
     )
     checks.writable_folder(settings.data_path)
@@ -149,6 +150,11 @@ def add_parsers(sub: SubParsers) -> None:
     begin.add_argument("--prometheus-port", type=checks.port, help="Prometheus port (default 9090)")
     begin.add_argument(
         "--scrape-interval", type=checks.positive_float, help="Prometheus scrape interval in seconds (default 5)"
+    )
+    begin.add_argument(
+        "--local-trust",
+        action="store_true",
+        help="no token: writes open to every user of this machine (loopback only; a machine of one user)",
     )
     for name in ("prometheus", "alertmanager", "tempo", "grafana"):
         begin.add_argument(f"--no-{name}", action="store_true", help=f"do not run {name}")

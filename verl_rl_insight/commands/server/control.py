@@ -55,6 +55,12 @@ def state_secret(state: dict[str, Any], name: str) -> str | None:
     return credentials.read_secret(state["settings"]["data_dir"], name) if state.get("settings") else None
 
 
+LOCAL_TRUST = (
+    "OPEN to every user of this machine (started with --local-trust: no token; any local user may push, "
+    "silence alerts and delete runs)"
+)
+
+
 def trainer_url(state: dict[str, Any], reveal: bool = True, local: bool = False) -> str:
     """RL_INSIGHT_SERVER_URL for trainers (``local``: on this machine): the hub's URL, carrying the
     token when one is required."""
@@ -115,11 +121,7 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> str:
             lines.append(f"  {name:<12} NOT RUNNING: {what}" + (f"\n               fix: {fix}" if fix else ""))
     lines.append(
         "  writes       "
-        + (
-            f"need the token (kept in {secrets_dir}, carried by the URL below)"
-            if state["token"]
-            else "open to local users only (listening on loopback)"
-        )
+        + (f"need the token (kept in {secrets_dir}, carried by the URL below)" if state["token"] else LOCAL_TRUST)
     )
     lines += ["", "On every training node:"]
     if reveal_token or not state.get("token"):
@@ -242,7 +244,7 @@ def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> int:
     if show_secrets:
         password = state_secret(state, credentials.GRAFANA_PASSWORD_FILE)
         token = state_secret(state, credentials.TOKEN_FILE) if state["token"] else None
-        print(f"\n  token              {token or '(none: writes are open on loopback)'}", file=out)
+        print(f"\n  token              {token or '(none: --local-trust, writes are open on loopback)'}", file=out)
         print(f"  Grafana password   {password or '(none)'}   (user {state['grafana_admin_user']})", file=out)
     else:
         print("  (rl-insight server status --secrets shows the token and the Grafana password)", file=out)

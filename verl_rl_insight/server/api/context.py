@@ -12,11 +12,12 @@ from verl_rl_insight.server.api.auth import Authenticator
 from verl_rl_insight.server.api.bodies import BodyBudget
 from verl_rl_insight.server.api.parts import ApiParts
 from verl_rl_insight.server.api.request import Request
-from verl_rl_insight.server.api.writer import Writer
+from verl_rl_insight.server.api.writer import InFlight, Writer
 
 logger = logging.getLogger("verl_rl_insight.server")
 
 T = TypeVar("T")
+IN_FLIGHT_SHARE = 1 / 16  # of memory_limit_mb: the answers being written at once (writer.InFlight)
 
 
 class Context:
@@ -24,7 +25,8 @@ class Context:
         self.parts = parts
         self.hub = parts.hub
         self.openapi = openapi  # the document, rendered once
-        self.writer = Writer()
+        limit = int(IN_FLIGHT_SHARE * self.hub.memory_limit_bytes)
+        self.writer = Writer(InFlight(limit, lambda nbytes: self.hub.book_other("responses", nbytes)))
         self.auth = Authenticator(parts.token, parts.revocations)
         self.bodies = BodyBudget(max(parts.body_budget_bytes, 4 * parts.max_body_bytes), self.refused)
         self.parse = asyncio.Semaphore(1)  # bodies are parsed one at a time: one parse's memory beyond the budget

@@ -11,7 +11,9 @@ client still sending a body it was already answered for (so the client reads the
 """
 
 import asyncio
+import collections
 import contextvars
+import ipaddress
 import json
 import logging
 import resource
@@ -26,6 +28,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 from verl_rl_insight.server.api.asgi_types import App
 
 logger = logging.getLogger("verl_rl_insight.server")
+PER_CLIENT_SHARE = 1 / 8  # of the connection cap, what one source address may hold at once
 
 _connection: contextvars.ContextVar["GuardedH11Protocol | None"] = contextvars.ContextVar(
     "rl_insight_connection", default=None
@@ -63,18 +66,27 @@ class GuardedH11Protocol(H11Protocol):
     receive_timeout_s = 10.0
     send_timeout_s = 30.0
     max_connections = 2048
+    max_per_client = 256  # connections one source address (an IPv6 /64) holds at once: a share of max_connections
+    per_client: collections.Counter[str]  # open connections by source address, shared by the server's connections
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.lingering = False
         super().connection_made(_LingeringTransport(transport, self))  # type: ignore[arg-type]  # duck-typed
         self.broken = False
         self._receive_timer: asyncio.TimerHandle | None = None
+        self.source: str | None = None
         if len(self.connections) > self.max_connections:
             # Never let descriptors run out: accept() would fail in a loop (CPython 3.11 retries it
             # up to the backlog at once, logging each) and nobody would be served.
             self.broken = True
             transport.abort()
             return
+        source = client_address(transport.get_extra_info("peername"))
+        if self.per_client[source] >= self.max_per_client:
+            self._refuse_client(transport, source)
+            return
+        self.source = source
+        self.per_client[source] += 1
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # headers and body go out in two writes: without this, Nagle and the client's delayed
@@ -82,7 +94,25 @@ class GuardedH11Protocol(H11Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._arm_receive()
 
+    def _refuse_client(self, transport: asyncio.Transport, source: str) -> None:
+        """503 to a connection past its address's share of the connections, closed at once."""
+        self.broken = True
+        body = json.dumps(
+            {"error": f"too many connections from {source} ({self.max_per_client} at once); close some and retry"}
+        ).encode()
+        transport.write(
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+            b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        transport.close()
+        self.loop.call_later(1.0, transport.abort)  # a client that does not read its 503 holds nothing
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.source is not None:
+            self.per_client[self.source] -= 1
+            if self.per_client[self.source] <= 0:
+                del self.per_client[self.source]
+            self.source = None
         if exc is not None:
             self.broken = True
         if self._receive_timer is not None:
@@ -91,8 +121,8 @@ class GuardedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self.lingering:
-            return  # the rest of a body already answered: dropped
+        if self.lingering or (self.broken and self.source is None):
+            return  # the rest of a body already answered, or a connection refused: dropped
         token = _connection.set(self)  # the request's task inherits it: see response_written()
         try:
             if self._receive_timer is None and (self.cycle is None or self.cycle.response_complete):
@@ -134,6 +164,21 @@ class GuardedH11Protocol(H11Protocol):
         if self.transport.get_write_buffer_size():
             self.broken = True
             self.transport.abort()
+
+
+def client_address(peer: object) -> str:
+    """Whose connection it is: its source address, an IPv6 one by its /64 (what one host is given)."""
+    if not isinstance(peer, tuple) or not peer or not isinstance(peer[0], str):
+        return "?"
+    try:
+        address = ipaddress.ip_address(peer[0])
+    except ValueError:
+        return peer[0]
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
 
 
 async def response_written(timeout_s: float = 30.0) -> bool:
@@ -212,6 +257,9 @@ class HttpServer:
                 "receive_timeout_s": receive_timeout_s,
                 "send_timeout_s": send_timeout_s,
                 "max_connections": max_connections,
+                # one address holds a share: a flood from one leaves the trainer and Prometheus their connections
+                "max_per_client": max(4, int(max_connections * PER_CLIENT_SHARE)),
+                "per_client": collections.Counter(),
             },
         )
         self.config = uvicorn.Config(

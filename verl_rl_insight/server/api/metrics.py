@@ -29,8 +29,8 @@ async def get_metrics(ctx: Context, request: Request) -> None:
     assert exposure is not None  # a named scrape always gets one
     written = False
     try:
-        body = await ctx.in_thread(exposure.body)
-        await ctx.writer.body(request.send, 200, exposition.CONTENT_TYPE, body)
+        body = await ctx.in_thread(exposure.body)  # booked under the memory bound by the hub (Memory.reserve)
+        await ctx.writer.body(request.send, 200, exposition.CONTENT_TYPE, body, booked=True)
         written = await response_written()
     finally:
         exposure.commit(written)

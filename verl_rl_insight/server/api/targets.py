@@ -30,8 +30,10 @@ async def post_target(ctx: Context, request: Request) -> None:
     given = item.get("labels")
     labels = given if isinstance(given, dict) else {}
     run_credential.check_run(request.run, labels.get("project"), labels.get("experiment_name"), "labels")
-    record = ctx.parts.targets.register(
-        item.get("address"), item.get("job"), item.get("labels") or {}, item.get("ttl_s", 90.0), writer=request.run
+    record = await ctx.in_thread(  # off the event loop: the host is resolved (own_address.py)
+        lambda: ctx.parts.targets.register(
+            item.get("address"), item.get("job"), item.get("labels") or {}, item.get("ttl_s", 90.0), writer=request.run
+        )
     )
     await ctx.json(request, record)
 

@@ -14,7 +14,7 @@ from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.context import Context
 from verl_rl_insight.server.api.request import Request
 from verl_rl_insight.server.explorer import params
-from verl_rl_insight.server.explorer.curves import curves_body
+from verl_rl_insight.server.explorer.curves import cached_curves_body
 from verl_rl_insight.server.explorer.pages import serve
 from verl_rl_insight.server.explorer.runs import findings_of, run_answer, runs_answer
 from verl_rl_insight.server.explorer.samples import samples_answer
@@ -65,7 +65,7 @@ async def get_curves(ctx: Context, request: Request) -> None:
     sources, run = _sources(ctx), params.run_of(request.query)
     keys = params.keys_of(request.query)
     first, last = params.steps_of(request.query)
-    await _answer(ctx, request, lambda: curves_body(sources, run, keys, first, last))
+    await _answer(ctx, request, lambda: cached_curves_body(sources, run, keys, first, last))
 
 
 def _step_of_run(ctx: Context, sources: Sources, run: tuple[str, str], step: int) -> dict[str, object]:

@@ -6,9 +6,12 @@ step), and, for a run the server has not heard since it started, read back once 
 (``prometheus.read_run``). A step already held keeps its first values (a resent copy is the same
 step); a step older than the newest is put in its place.
 
-Bounded: ``max_runs`` runs and ``max_total_cells`` values in all (beyond either, the run touched
-longest ago is forgotten first, counted in ``stats["forgotten_runs"]``), ``max_cells`` values per
-run (beyond it the run's oldest steps go, counted in ``stats["dropped_steps"]``). A value is a
+Bounded by bytes, not by a count of runs: ``max_bytes`` in all (a share of the server's
+``memory_limit_mb``; beyond it the run touched longest ago is forgotten first, counted in
+``stats["forgotten_runs"]``), ``max_cells`` values per run (beyond it the run's oldest steps go,
+counted in ``stats["dropped_steps"]``). A run forgotten here is not lost: its steps are in
+Prometheus, and a run that logs again after it was forgotten is marked ``partial`` so that the
+explorer reads it back whole (``Sources.history``) instead of showing the steps since. A value is a
 C double (8 bytes); a NaN or an infinity the trainer logged is kept beside its column, so that
 "not logged that step" (NaN in the column) and "logged NaN" stay apart.
 """
@@ -27,9 +30,12 @@ from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.runs import RUN_FINISHED, Run
 
 FINISHED = RUN_FINISHED
-MAX_RUNS = 32
 MAX_CELLS = 4_000_000  # values per run: 10,000 steps of 400 series (32 MB) ...
-MAX_TOTAL_CELLS = 8_000_000  # ... and in all (64 MB): beyond it the run touched longest ago is forgotten
+MAX_BYTES = 64 * 2**20  # ... and all runs' bytes (the server gives a share of memory_limit_mb)
+MAX_FORGOTTEN = 4096  # runs remembered as forgotten (read back whole when they log again)
+RUN_BYTES = 2048  # what a run holds besides its steps: its objects, its dicts
+STEP_BYTES = 8 + 8 + 32  # a step's time, its place in the list and its int
+COLUMN_BYTES = 256  # a column's array and name
 
 
 class StepBatch(Protocol):
@@ -59,6 +65,7 @@ class RunHistory:
         # place in ``steps`` moved back by as many
         self.dropped = 0
         self.from_prometheus = False
+        self.partial = False  # the run was forgotten and logs again: its older steps are in Prometheus only
         self.finished: float | None = None  # rl_insight_run_finished: 0 from the first log, 1 after finish()
         # series name -> the key the trainer logged (val-core/openai/gsm8k/reward/mean@1), where the
         # trainer said it (wire: a batch's ``keys``); at most one a column
@@ -67,6 +74,11 @@ class RunHistory:
 
     def cells(self) -> int:
         return len(self.steps) * max(1, len(self.columns))
+
+    def nbytes(self) -> int:
+        """What it holds, about: its values, its steps and times, its columns' objects."""
+        odd = sum(len(v) for v in self.nonfinite.values())
+        return RUN_BYTES + 8 * self.cells() + STEP_BYTES * len(self.steps) + COLUMN_BYTES * len(self.columns) + 64 * odd
 
     def add(self, step: int, at: float, metrics: Mapping[str, float]) -> bool:
         """The step's values (a second batch of a step held adds the keys it did not have: verl logs a
@@ -161,15 +173,14 @@ class RunHistory:
 class Histories:
     """The runs' histories, thread-safe: the hub's pushes add, the API's requests read (under ``lock``)."""
 
-    def __init__(
-        self, max_runs: int = MAX_RUNS, max_cells: int = MAX_CELLS, max_total_cells: int = MAX_TOTAL_CELLS
-    ) -> None:
-        self.max_runs = max_runs
+    def __init__(self, max_bytes: int = MAX_BYTES, max_cells: int = MAX_CELLS) -> None:
+        self.max_bytes = max_bytes
         self.max_cells = max_cells
-        self.max_total_cells = max_total_cells
         self.lock = threading.Lock()
         self.stats = {"steps": 0, "dropped_steps": 0, "forgotten_runs": 0}
         self._runs: OrderedDict[Run, RunHistory] = OrderedDict()
+        self._bytes: dict[Run, int] = {}  # each run's nbytes() when it last changed
+        self._forgotten: OrderedDict[Run, None] = OrderedDict()  # runs forgotten here (read back when asked)
 
     def observe(self, batches: Sequence[StepBatch]) -> None:
         """The hub's listener: each trainer batch with a step (its own stream: labels project and
@@ -192,17 +203,21 @@ class Histories:
         history = self._runs.get(run)
         if history is None:
             history = self._runs[run] = RunHistory()
-            while len(self._runs) > self.max_runs:
-                self._runs.popitem(last=False)
-                self.stats["forgotten_runs"] += 1
+            history.partial = self._forgotten.pop(run, False) is None
         self._runs.move_to_end(run)
         if history.add(step, at, metrics):
             self.stats["steps"] += 1
         while history.cells() > self.max_cells and len(history.steps) > 1:
             history.drop_oldest()
             self.stats["dropped_steps"] += 1
-        while len(self._runs) > 1 and sum(h.cells() for h in self._runs.values()) > self.max_total_cells:
-            self._runs.popitem(last=False)  # (never ``run``: it was touched last)
+        self._bytes[run] = history.nbytes()
+        total = sum(self._bytes.values())
+        while len(self._runs) > 1 and total > self.max_bytes:
+            gone, _ = self._runs.popitem(last=False)  # (never ``run``: it was touched last)
+            total -= self._bytes.pop(gone, 0)
+            self._forgotten[gone] = None
+            while len(self._forgotten) > MAX_FORGOTTEN:
+                self._forgotten.popitem(last=False)
             self.stats["forgotten_runs"] += 1
 
     def fill(
@@ -215,6 +230,7 @@ class Histories:
             history = self._runs.get(run)
             if history is not None:
                 history.from_prometheus = True
+                history.partial = False
                 history.finished = finished if finished is not None else history.finished
 
     def get(self, run: Run) -> RunHistory | None:
@@ -225,6 +241,12 @@ class Histories:
         with self.lock:
             return list(self._runs)
 
+    def forgotten(self, run: Run) -> bool:
+        """Whether ``run`` was forgotten here for room (its steps are in Prometheus)."""
+        with self.lock:
+            return run in self._forgotten
+
     def forget(self, run: Run) -> None:
         with self.lock:
             self._runs.pop(run, None)
+            self._bytes.pop(run, None)

@@ -17,7 +17,7 @@ from verl_rl_insight.server.explorer.sources import Sources
 
 IDLE_AFTER_S = 600.0  # no step for this long (and five median steps): idle, not running (`runs list`: 600 s)
 SPARK_POINTS = 100
-BACKFILL_RUNS = 16  # runs the list reads back from Prometheus (half the histories' MAX_RUNS: no churn)
+BACKFILL_RUNS = 16  # runs the list reads back from Prometheus after a restart, newest first
 SPARK_KEYS = ("critic/score/mean", "critic/rewards/mean", "actor/entropy")
 Answer = dict[str, object]
 

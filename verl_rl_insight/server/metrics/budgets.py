@@ -1,29 +1,26 @@
-"""Each run's share of the hub's memory bound: one run (one run credential) can never take what another needs.
+"""Each run's share of the hub's memory bound and of its series limit: one run (one run
+credential) can never take what another needs, and the shares never add up past the whole.
 
-The rule: with ``n`` runs holding memory in the hub (the pushing one counted), a run may hold at most
+What a run may hold of a bound (``allowance``), with ``n`` runs holding something (the pushing ones
+counted) and ``others`` what the other runs hold:
 
-    share = memory_limit x max(MIN_SHARE, min(SOLO_SHARE, 1 / n))
+    allowance = min(limit / n, (limit - others) / 2)
 
-- alone, a run may use three quarters of the bound (most of it), and a quarter is always left for
-  the next run to arrive, even when the first one's latest values (which cannot be dropped) fill
-  its share;
-- two runs may hold half each, three a third, four or more a quarter each: a run never holds less
-  than a quarter because others exist (100 runs are bounded by the whole bound, and none of them by
-  a hundredth of it), and never more than its fair share once the bound is full.
+- a run may hold at most half of what the others leave: whatever it takes, as much stays free, the
+  room of the runs not yet seen. A new run always finds room (half of what is free), however many
+  credentials pushed before it, and the shares of the runs already there shrink as others arrive;
+- and never more than its fair part ``limit / n`` once others hold some.
 
-A push that would grow its run (new streams or series: latest values, which cannot be dropped
-later) past its share first drops that run's own oldest history; when its latest values leave no
-room, the push is refused with ``RunShareFull`` (429, Retry-After: the sender keeps the batches and
-sends them again later, nothing is dropped as bad data). History is held to the shares when the
-whole bound is full: the oldest history of the runs over their share goes first, then the pushing
-run's own; a run under its share never loses a batch to another run's push, and a run alone may
-fill the whole bound with history.
+What a run already holds is never taken from it for this (its latest values cannot be dropped): a
+run over its allowance keeps logging its steps on the series it has, and a push that would grow it
+(new streams or series) is refused with ``RunShareFull`` (429, Retry-After: the sender keeps the
+batches and sends them again, nothing is dropped as bad data), after its own oldest history and
+the history of the runs over their fair part were dropped for the room. One push more than a run
+could ever hold (half of the bound) is bad data (422).
 
-The series limit (``max_series``: the latest values' count, what every scrape renders) is shared
-by the same rule: a push that would take its run past its share of it is refused with
-``RunShareFull`` too, and one whose new series alone are more than a run may ever hold is bad data
-(422). A run cannot fill the limit so that another run's new keys (its first step, a validation)
-are refused.
+History is held to the fair part ``limit / n`` when the whole bound is full: the oldest history of
+the runs over it goes first, then the pushing run's own; a run alone may fill the whole bound with
+history.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ from verl_rl_insight.contract.errors import Busy
 from verl_rl_insight.contract.runs import Run as Run  # re-exported: memory.py names it budgets.Run
 from verl_rl_insight.server.metrics.positions import StreamKey
 
-MIN_SHARE = 0.25  # a run may always hold this much of the bound, however many runs there are
-SOLO_SHARE = 0.75  # ... and at most this much, even alone: the rest is the next run's
+MOST = 0.5  # a run holds at most this much of what the other runs leave free: the rest is the next run's
 RETRY_AFTER_S = 5  # what a run refused for its share is told to wait before it sends again
 
 
@@ -54,8 +50,21 @@ class BoundFull(Busy):
 
 
 def share_of(limit: int, runs: int) -> int:
-    """What one of ``runs`` runs may hold of ``limit``: max(MIN_SHARE, min(SOLO_SHARE, 1 / runs)) of it."""
-    return int(limit * max(MIN_SHARE, min(SOLO_SHARE, 1 / max(runs, 1))))
+    """One of ``runs`` runs' fair part of ``limit`` (the timeline's waiting spans are shared so
+    too): max(1/4, min(3/4, 1 / runs)) of it."""
+    return int(limit * max(0.25, min(0.75, 1 / max(runs, 1))))
+
+
+def allowance(
+    counts: collections.Counter[Run], run: Run, limit: int, pushing: Iterable[Run] = (), evictable: bool = False
+) -> int:
+    """What ``run`` may hold of ``limit`` now: min(limit / n, (limit - others) / 2) (the module's rule).
+    ``evictable``: what another run holds past its fair part is history that gives way when the
+    bound is full, so it is not counted against ``run``."""
+    n = max(1, len(counts) + sum(1 for other in set(pushing) if other not in counts))
+    fair = limit / n
+    others = sum(min(held, fair) if evictable else held for other, held in counts.items() if other != run)
+    return int(min(fair, MOST * max(limit - others, 0)))
 
 
 def run_of(key: StreamKey) -> Run:
@@ -85,29 +94,36 @@ class RunBudgets:
         """``n`` series more (negative: fewer) of ``run``."""
         _add(self.series, run, n)
 
-    def series_share(self, max_series: int, pushing: Iterable[Run] = ()) -> int:
-        """The series one run may hold under ``max_series`` now, the runs of a push counted."""
-        return share_of(max_series, len(self.series) + sum(1 for run in pushing if run not in self.series))
+    def series_allowance(self, run: Run, max_series: int, pushing: Iterable[Run] = ()) -> int:
+        """The series ``run`` may hold under ``max_series`` now, the runs of a push counted."""
+        return allowance(self.series, run, max_series, pushing)
 
     def charge(self, run: Run, nbytes: int) -> None:
         """Book ``nbytes`` (negative: give back) to ``run``."""
         _add(self.held, run, nbytes)
 
     def share(self, limit: int, pushing: Iterable[Run] = ()) -> int:
-        """What one run may hold under ``limit`` now, with the runs of a push (``pushing``) counted."""
-        return share_of(limit, len(self.held) + sum(1 for run in pushing if run not in self.held))
+        """One run's fair part of ``limit`` now (``limit / n``), with the runs of a push counted."""
+        return int(limit / max(1, len(self.held) + sum(1 for run in set(pushing) if run not in self.held)))
+
+    def allowance(self, run: Run, limit: int, pushing: Iterable[Run] = ()) -> int:
+        """The bytes ``run`` may hold under ``limit`` now, the runs of a push counted."""
+        return allowance(self.held, run, limit, pushing, evictable=True)
 
     def over_share(self, share: int) -> set[Run]:
         """The runs that hold more than ``share``: theirs is the history that goes first."""
         return {run for run, held in self.held.items() if held > share}
 
 
+RULE = "a run holds at most min(1 / runs, half of what the other runs leave) of it, the rest kept for new runs"
+
+
 def series_refusal(run: Run, held: int, share: int, max_series: int) -> RunShareFull:
     project, experiment = run
     return RunShareFull(
         f"run {project[:80]!r} / {experiment[:80]!r} holds {held} series, its whole share of the hub's series "
-        f"limit ({share} of max_series {max_series}: a run holds at most max({MIN_SHARE:g}, min({SOLO_SHARE:g}, "
-        "1 / runs)) of it); retry later, or raise max_series, or delete finished runs (rl-insight runs delete)"
+        f"limit ({share} of max_series {max_series}: {RULE}); retry later, or raise max_series, or delete "
+        "finished runs (rl-insight runs delete)"
     )
 
 
@@ -115,7 +131,6 @@ def refusal(run: Run, share: int, limit: int) -> RunShareFull:
     project, experiment = run
     return RunShareFull(
         f"run {project[:80]!r} / {experiment[:80]!r} holds its whole share of the hub's memory "
-        f"({share / 2**20:.1f} of memory_limit_mb {limit / 2**20:.0f} MiB: a run holds at most "
-        f"max({MIN_SHARE:g}, min({SOLO_SHARE:g}, 1 / runs)) of it) in latest values; retry later, or raise "
-        "memory_limit_mb, or use fewer label sets"
+        f"({share / 2**20:.1f} of memory_limit_mb {limit / 2**20:.0f} MiB: {RULE}) in latest values; "
+        "retry later, or raise memory_limit_mb, or use fewer label sets"
     )

@@ -71,7 +71,7 @@ class Memory:
         return True
 
     def run_share(self) -> int:
-        """What one run may hold now."""
+        """One run's fair part of the bound now (budgets.py)."""
         return self.runs.share(self.limit)
 
     # -- a push ---------------------------------------------------------------------------
@@ -102,6 +102,7 @@ class Memory:
             grows[run] += cost
             new_series += len(names)
             new_of[run] += len(names)
+        self._refuse_too_big(needed)
         if new_series:
             self._fit_series(new_of, new_series)
         share = self._fit_shares(needed, grows)
@@ -118,21 +119,32 @@ class Memory:
             )
         return set(new_names)
 
+    def _refuse_too_big(self, needed: collections.Counter[budgets.Run]) -> None:
+        """A push more than a run may ever hold (half the bound), or more than that in all: bad data (422)."""
+        for run, amount in [*needed.items(), (("", "(all runs of the push)"), sum(needed.values()))]:
+            if amount > budgets.MOST * self.limit:
+                self.stats.rejected_memory += 1
+                raise OverCapacity(
+                    f"a push of {amount / 2**20:.1f} MiB for run {run[1][:80]!r} is more than a run may ever hold "
+                    f"of the hub's memory (half of memory_limit_mb, {self.limit / 2**21:.1f} MiB): send smaller "
+                    "batches or fewer label sets, or raise memory_limit_mb"
+                )
+
     def _fit_series(self, new_of: collections.Counter[budgets.Run], new_series: int) -> None:
-        """Hold each run of a push to its share of the series limit (budgets.py), and the push to the
-        limit: new series cannot be dropped later to make room."""
-        share = self.runs.series_share(self.max_series, new_of)
+        """Hold each run of a push to its allowance of the series limit (budgets.py), and the push to
+        the limit: new series cannot be dropped later to make room."""
         for run, n in new_of.items():
-            if n > share:  # not even alone in its share: the push itself is too big (422)
+            if n > budgets.MOST * self.max_series:  # more than a run may ever hold: the push is too big (422)
                 self.stats.rejected_series_limit += 1
                 raise OverCapacity(
-                    f"series limit: a push of {n} new series for run {run[1][:80]!r} is more than a run's share "
-                    f"of the hub's series limit ({share} of max_series {self.max_series}); send fewer keys or "
-                    "label sets, or raise max_series"
+                    f"series limit: a push of {n} new series for run {run[1][:80]!r} is more than a run may "
+                    f"ever hold of the hub's series limit (half of max_series {self.max_series}); send fewer "
+                    "keys or label sets, or raise max_series"
                 )
-            if self.runs.series[run] + n > share:
+            allowed = self.runs.series_allowance(run, self.max_series, new_of)
+            if self.runs.series[run] + n > allowed:
                 self.stats.rejected_series_limit += 1
-                raise budgets.series_refusal(run, self.runs.series[run], share, self.max_series)
+                raise budgets.series_refusal(run, self.runs.series[run], allowed, self.max_series)
         if self.data.series + new_series > self.max_series:
             self.stats.rejected_series_limit += 1
             raise budgets.BoundFull(  # every run within its share, the whole limit held: retry later (429)
@@ -141,25 +153,21 @@ class Memory:
             )
 
     def _fit_shares(self, needed: collections.Counter[budgets.Run], grows: collections.Counter[budgets.Run]) -> int:
-        """Hold each run of a push to its share: a run that would grow (new streams or series, which
-        cannot be dropped later) past it gives up its own oldest history for the room, or is refused
-        (429: its sender retries). History alone is held to the share only when the bound is full
-        (``make_room``: the runs over their share give way first). Returns the share."""
+        """Hold each run of a push to its allowance (budgets.py): a run that would grow (new streams or
+        series, which cannot be dropped later) past it first gives up its own oldest history for the
+        room, or is refused (429: its sender retries). History alone is held to the fair part only
+        when the bound is full (``make_room``: the runs over it give way first). Returns the fair part."""
         share = self.runs.share(self.limit, needed)
         for run, amount in needed.items():
-            if amount > share:  # not even alone in its share: the data itself is too big (422)
-                self.stats.rejected_memory += 1
-                raise OverCapacity(
-                    f"a push of {amount / 2**20:.1f} MiB for run {run[1][:80]!r} is more than a run's share of "
-                    f"the hub's memory ({share / 2**20:.1f} MiB of memory_limit_mb): send smaller batches "
-                    "or fewer label sets, or raise memory_limit_mb"
-                )
-            if not grows[run] or self.runs.held[run] + amount <= share:
+            if not grows.get(run):
                 continue
-            self.evict(self.runs.held[run] + amount - share, {run})
-            if self.runs.held[run] + amount > share:
+            allowed = self.runs.allowance(run, self.limit, needed)
+            if self.runs.held[run] + amount > allowed:  # its own oldest history first
+                self.evict(self.runs.held[run] + amount - allowed, {run})
+            allowed = self.runs.allowance(run, self.limit, needed)
+            if self.runs.held[run] + amount > allowed:
                 self.stats.rejected_run_share += 1
-                raise budgets.refusal(run, share, self.limit)
+                raise budgets.refusal(run, allowed, self.limit)
         return share
 
     def evict(self, amount: int, runs: set[budgets.Run]) -> None:

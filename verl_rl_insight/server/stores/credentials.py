@@ -1,8 +1,10 @@
 """The server's secrets: the write token, Grafana's admin password, and the logins of the
 server's Prometheus and Alertmanager.
 
-Secure by default: a hub that listens beyond loopback always requires a token for writes; when
-none is configured one is generated. Grafana always gets a password that is not ``admin``:
+Secure by default: a hub always requires a token for writes, on loopback too (every local user
+reaches loopback); when none is configured one is generated at the first start. The one exception,
+``--local-trust`` on the command line (``local_trust``), is for a machine of one user: no token,
+writes open on loopback, and ``rl-insight server status`` says so. Grafana always gets a password that is not ``admin``:
 generated when none is configured. Both are kept in files of mode 0600 under
 ``<data_dir>/secrets`` (the same value on every start), are read by the services from files,
 never from a command line, and are shown only by ``rl-insight server start`` (the export line)
@@ -75,7 +77,13 @@ def _kept_or_new(data_path: Path, name: str, configured: str) -> str:
 def resolve(settings: ServerSettings) -> ServerSettings:
     """Fill in the token and Grafana password of ``settings`` (in place) and return it."""
     data = settings.data_path
-    if settings.token or not is_loopback(settings.bind):
+    if settings.local_trust:
+        if not is_loopback(settings.bind) or settings.token:
+            raise CredentialError(
+                "--local-trust (no token) is for a server on loopback without a token: bind 127.0.0.1 "
+                f"(not {settings.bind}) and give no token, or leave --local-trust out"
+            )
+    else:
         settings.token = _kept_or_new(data, TOKEN_FILE, settings.token)
     if settings.grafana_admin_password == "admin":
         raise CredentialError(

@@ -131,6 +131,9 @@ class SpanStore:
             sorted(runs.items(), key=lambda kv: kv[1].get("last", 0) if isinstance(kv[1], dict) else 0)
         )
         self._bytes = 0
+        # moves on whenever spans leave a run's files other than at their end (its oldest steps
+        # evicted, a run evicted or deleted): a reader that read on from an offset reads again whole
+        self.cuts = 0
         known = set()
         for key, run in self._runs.items():
             run.setdefault("segments", [_segment(0)])  # an index written before segments
@@ -222,6 +225,7 @@ class SpanStore:
         """The run's oldest segment goes, and every span of the steps it held from the segments
         after it (a step whose spans went on in the next segment is not kept in part)."""
         oldest = run["segments"].pop(0)
+        self.cuts += 1
         self._path(key, oldest).unlink(missing_ok=True)
         spans = oldest["spans"]
         run["bytes"] -= oldest["bytes"]
@@ -276,6 +280,7 @@ class SpanStore:
     def _evict(self) -> None:
         while len(self._runs) > 1 and (self._bytes > self.max_total_bytes or len(self._runs) > self.max_runs):
             oldest, run = self._runs.popitem(last=False)  # the run written to longest ago
+            self.cuts += 1
             for segment in run["segments"]:
                 self._path(oldest, segment).unlink(missing_ok=True)
             self._bytes -= run["bytes"]
@@ -334,6 +339,7 @@ class SpanStore:
             run = self._runs.pop(key, None)
             if run is None:
                 return False
+            self.cuts += 1
             for segment in run["segments"]:
                 self._path(key, segment).unlink(missing_ok=True)
             self._bytes -= run["bytes"]

@@ -22,12 +22,18 @@ from verl_rl_insight.contract.naming import label_value_problem
 from verl_rl_insight.contract.wire import TargetBody, field_problem
 from verl_rl_insight.server.managed.jobs import OWN_JOBS
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
+from verl_rl_insight.server.stores.own_address import own_port_problem
 
 MAX_TARGETS = 10_000
 # a run's own targets at most (its labels' project and experiment_name): the largest job one hub
 # holds, 16,384 GPUs as 2,048 nodes of 8, registers a rollout replica per node (2,048) and its
 # TransferQueue endpoint; 64 more for other endpoints of its own. Setting: max_targets_per_run.
 MAX_TARGETS_PER_RUN = 2_048 + 64
+# all runs' targets together at most RUN_TARGETS_SCALE x max_targets_per_run, and a run at most half of
+# what the other runs leave of that (the hub's rule for its memory, metrics/budgets.py): eight runs
+# cannot each take the largest job's worth of Prometheus' scrapes, and a new run always finds room
+RUN_TARGETS_SCALE = 2
+RUN_TARGETS_FLOOR = 8  # ... yet every run may register this many (a small job's replicas), whatever the others hold
 # the longest TTL a run credential's target may have: a run's targets leave with it (the trainer
 # renews every TTL/3); targets that stay (ttl_s 0) and longer ones are for the token
 RUN_MAX_TTL_S = 3600.0
@@ -127,8 +133,10 @@ class TargetRegistry:
         clock: Callable[[], float] = time.monotonic,
         save_interval_s: float = 0.5,
         max_per_run: int = MAX_TARGETS_PER_RUN,
+        own_ports: frozenset[int] = frozenset(),
     ) -> None:
         self.max_per_run = max_per_run  # one run's targets at most (check_run_cap)
+        self.own_ports = own_ports  # this server's ports: no target may be one of them here (own_address.py)
         self.store_path = store_path
         self.clock = clock
         self.save_interval_s = save_interval_s
@@ -160,6 +168,9 @@ class TargetRegistry:
         job, address, labels, ttl_s = target.job, target.address, target.labels, target.ttl_s
         if writer is not None:
             check_run_ttl(ttl_s)
+        problem = own_port_problem(address, self.own_ports)  # (resolves the host: before the lock)
+        if problem:
+            raise TargetError(problem)
         with self._lock:
             self._expire()
             key = (job, address)
@@ -183,15 +194,21 @@ class TargetRegistry:
         project, experiment = labels.get("project"), labels.get("experiment_name")
         if project is None or experiment is None:
             return  # not a run's (``rl-insight targets add`` of a node exporter): MAX_TARGETS holds it
-        held = sum(
-            1
-            for e in self._targets.values()
-            if e["labels"].get("project") == project and e["labels"].get("experiment_name") == experiment
-        )
-        if held >= self.max_per_run:
+        runs: dict[tuple[str, str], int] = {}
+        for e in self._targets.values():
+            labelled = e["labels"]
+            if "project" in labelled and "experiment_name" in labelled:
+                run = labelled["project"], labelled["experiment_name"]
+                runs[run] = runs.get(run, 0) + 1
+        held = runs.pop((project, experiment), 0)
+        whole = RUN_TARGETS_SCALE * self.max_per_run
+        allowed = min(self.max_per_run, max(RUN_TARGETS_FLOOR, (whole - sum(runs.values())) // 2))
+        if held >= allowed:
             raise TargetError(
-                f"labels: run {project[:80]!r} / {experiment[:80]!r} has {held} targets, the most a run may "
-                f"register (max_targets_per_run: {self.max_per_run}); remove some, or raise max_targets_per_run"
+                f"labels: run {project[:80]!r} / {experiment[:80]!r} has {held} targets, the most it may register "
+                f"now ({allowed}: at most max_targets_per_run: {self.max_per_run}, and half of what the other runs "
+                f"leave of {whole} for all runs, at least {RUN_TARGETS_FLOOR}); remove some, or raise "
+                "max_targets_per_run"
             )
 
     def remove(self, address: str, job: str) -> bool:

@@ -1,0 +1,79 @@
+"""Scrape targets against the real server process; the attacker holds run credentials (what any
+Ray worker of a job carries). A target at the server's own ports is refused under every spelling of
+this machine's address (it would have Prometheus scrape the hub's every series again under the
+writer's labels), and all runs' targets together are bounded: a run may register at most half of
+what the other runs leave, so eight credentials cannot each take the largest job's worth, and a new
+run still finds room."""
+
+import json
+import socket
+
+from tests.helpers import free_port, http, start_hub_process, stop_group
+from verl_rl_insight.contract import run_credential
+from verl_rl_insight.server.stores.targets import RUN_TARGETS_FLOOR
+
+TOKEN = "the-servers-own-token-for-targets"
+
+
+def _register(url, credential, address, run="attacker", job="vllm"):
+    body = {"address": address, "job": job, "labels": {"project": "p", "experiment_name": run}, "ttl_s": 600}
+    headers = {"Authorization": f"Bearer {credential}", "Content-Type": "application/json"}
+    status, answer = http("POST", url + "/api/v1/targets", json.dumps(body).encode(), headers)
+    return status, answer.decode()
+
+
+def test_the_servers_own_ports_are_refused_under_any_spelling(tmp_path):
+    port = free_port()
+    hub = start_hub_process(port, tmp_path, token=TOKEN)
+    url = f"http://127.0.0.1:{port}"
+    credential = run_credential.mint(TOKEN, "p", "attacker")
+    spellings = [
+        f"127.0.0.1:{port}",
+        f"127.1:{port}",
+        f"2130706433:{port}",
+        f"0x7f000001:{port}",
+        f"0177.0.0.1:{port}",
+        f"127.0.0.2:{port}",  # another loopback address: this machine (a server bound to 0.0.0.0 answers there)
+        f"0.0.0.0:{port}",
+        f"localhost:{port}",
+        f"LOCALHOST:{port}",
+        f"[::1]:{port}",
+        f"[::ffff:7f00:1]:{port}",
+        f"{socket.gethostname()}:{port}",
+        f"127.0.0.1:{9090}",  # the server's Prometheus port (a setting: its default)
+    ]
+    try:
+        for address in spellings:
+            status, answer = _register(url, credential, address)
+            assert status == 400 and "own port" in answer, (address, status, answer[:200])
+        assert _register(url, credential, f"127.0.0.1:{port + 1 if port < 65535 else port - 1}")[0] == 200
+        listed = json.loads(http("GET", url + "/api/v1/targets", headers={"Authorization": f"Bearer {TOKEN}"})[1])
+        assert len(listed["targets"]) == 1
+    finally:
+        stop_group(hub)
+
+
+def test_eight_run_credentials_cannot_each_take_a_runs_cap_and_a_new_run_finds_room(tmp_path):
+    port = free_port()
+    cap = 64
+    hub = start_hub_process(port, tmp_path, token=TOKEN, max_targets_per_run=cap)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        held = {}
+        for r in range(8):
+            credential = run_credential.mint(TOKEN, "p", f"attacker-{r}")
+            n = 0
+            for i in range(cap + 1):
+                status, answer = _register(url, credential, f"10.0.{r}.{i + 1}:8000", run=f"attacker-{r}")
+                if status != 200:
+                    assert status == 400 and "max_targets_per_run" in answer, answer[:200]
+                    break
+                n += 1
+            held[r] = n
+        assert held[0] == cap  # the first run alone: its whole cap
+        # all runs together: a bounded number of scrapes (twice a run's cap, and the few every run may have)
+        assert sum(held.values()) <= 2 * cap + 8 * RUN_TARGETS_FLOOR, held
+        credential = run_credential.mint(TOKEN, "p", "honest")
+        assert _register(url, credential, "10.1.0.1:8000", run="honest")[0] == 200  # a new run finds room
+    finally:
+        stop_group(hub)
