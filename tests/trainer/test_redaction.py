@@ -16,7 +16,7 @@ from verl_rl_insight.contract.redaction import MASK, redact_card
 from verl_rl_insight.server.stores.run_cards import check_card
 from verl_rl_insight.trainer.client.run_card import build_card
 
-CORPUS = json.loads((Path(__file__).parent / "data" / "redaction_corpus.json").read_text())
+CORPUS = json.loads((Path(__file__).parent.parent / "data" / "redaction_corpus.json").read_text())
 SHAPES = CORPUS["secrets"]
 
 

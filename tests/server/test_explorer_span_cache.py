@@ -5,7 +5,7 @@ span kept. The store and the spans are real (OTLP through the store's own add)."
 
 import json
 
-from tests.test_timeline_store import STEP_SPANS, otlp
+from tests.server.test_timeline_store import STEP_SPANS, otlp
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.stores.spans import SpanStore
 

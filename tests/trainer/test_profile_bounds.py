@@ -9,8 +9,8 @@ benchmarks/bench_profile_boundary.py."""
 
 import logging
 
+from tests.e2e.test_profiler_hostile_server import RUN, HostileServer, requested, trainer  # noqa: F401  (a fixture)
 from tests.helpers import wait_for
-from tests.test_profiler_hostile_server import RUN, HostileServer, requested, trainer  # noqa: F401  (a fixture)
 from verl_rl_insight.trainer.plugins.profiler import MAX_ARMED_STEPS, MAX_TAKEN, Profiles
 
 EACH = 100

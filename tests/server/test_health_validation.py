@@ -12,7 +12,7 @@ import pytest
 from benchmarks import health_gradual as gradual
 from benchmarks import health_shapes as shapes
 from tests.helpers import rl_insight
-from tests.test_health_walk import offline, online
+from tests.server.test_health_walk import offline, online
 from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.settings import ServerSettings

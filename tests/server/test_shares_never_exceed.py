@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.helpers import http
-from tests.test_run_budgets import STEP_LINE, TOKEN, Served, call, long_label_push, verl_step
+from tests.server.test_run_budgets import STEP_LINE, TOKEN, Served, call, long_label_push, verl_step
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.client.sender import BatchSender

@@ -11,10 +11,10 @@ import urllib.parse
 
 import pytest
 
+from tests.e2e.test_explorer_page import browser as browser
+from tests.e2e.test_explorer_page import open_page, require_browser
+from tests.e2e.test_explorer_page import tab as tab
 from tests.helpers import REPO, require_prometheus, rl_insight, run_python, wait_for, write_server_config
-from tests.test_explorer_page import browser as browser
-from tests.test_explorer_page import open_page, require_browser
-from tests.test_explorer_page import tab as tab
 
 TOKEN = "compare-test-token-4b8d1e"
 PROJECT = "cards"  # (tests/test_run_card.py's verl_config names it)
@@ -25,7 +25,7 @@ RUN = """
 import math, sys
 from omegaconf import OmegaConf
 from verl.utils.tracking import Tracking
-from tests.test_run_card import verl_config
+from tests.server.test_run_card import verl_config
 from verl_rl_insight.commands.demo.verl_step import step_metrics
 experiment, lr, n, nan_step = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 config = verl_config(experiment, lr, n)

@@ -16,7 +16,7 @@ import pytest
 
 from benchmarks import health_gradual as gradual
 from benchmarks import health_shapes as shapes
-from tests.test_health_walk import offline
+from tests.server.test_health_walk import offline
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.signals import fmt
 

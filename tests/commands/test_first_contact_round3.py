@@ -105,7 +105,7 @@ def test_the_card_of_an_unresolved_config_holds_no_reference_runs_show_would_pri
     ``${oc.select:...}`` and ``${..x}`` as OmegaConf would."""
     from omegaconf import OmegaConf
 
-    from tests.test_run_card import verl_config
+    from tests.server.test_run_card import verl_config
     from verl_rl_insight.trainer.client.run_card import build_card
 
     raw = OmegaConf.to_container(verl_config("unresolved", "1e-6", 4))  # not resolved

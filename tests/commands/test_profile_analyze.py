@@ -16,7 +16,7 @@ import pytest
 from tests.helpers import REPO, free_port
 from verl_rl_insight.commands import main
 
-PROFILES = Path(__file__).parent / "data" / "profiles"
+PROFILES = Path(__file__).parent.parent / "data" / "profiles"
 STEP = 7
 
 
@@ -162,7 +162,7 @@ def test_the_step_page_draws_the_ranks_and_names_the_slowest_in_a_real_browser(t
     """The summary the trainer sends (``profile_summary.compact`` of this very analysis) drawn by
     the explorer's own page in Chromium, from a report file (the page reads the same answer there
     as from the API)."""
-    from tests.test_explorer_page import CHROMIUM, require_browser
+    from tests.e2e.test_explorer_page import CHROMIUM, require_browser
     from verl_rl_insight.commands.report import html
     from verl_rl_insight.trainer.plugins.profile_summary import compact
 

@@ -15,7 +15,7 @@ from verl_rl_insight.commands.demo import simulation, verl_step
 from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
 from verl_rl_insight.server.health import detectors
 
-REAL = Path(__file__).parent / "data" / "real_runs" / "yushengsu_amd_grpo_deepseek7b_gsm8k.jsonl"
+REAL = Path(__file__).parent.parent / "data" / "real_runs" / "yushengsu_amd_grpo_deepseek7b_gsm8k.jsonl"
 STEPS = 20
 
 
