@@ -54,7 +54,11 @@ def test_a_server_on_loopback_takes_no_write_without_its_token(tmp_path):
         token_file = tmp_path / "data" / "secrets" / "hub-token"
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600  # made at the first start, this user's only
         assert as_other_user(hub) == {"push": 401, "mark": 401, "delete": 401}
-        # the server's own user: the CLI reads the token from the file it owns
+        # the server's own user: its run logs a step with the token from the file it owns (a run is marked
+        # after its first step), and the CLI reads the same file
+        owner = {"Authorization": f"Bearer {token_file.read_text().strip()}", "Content-Type": "application/json"}
+        step = {"batches": [{"project": "victim", "experiment_name": "run", "step": 1, "metrics": {"loss": 0.0}}]}
+        assert http("POST", hub + "/api/v1/push", json.dumps(step).encode(), owner)[0] == 200
         marked = rl_insight("runs", "mark", "--project", "victim", "--experiment", "run", "--step", "1", "--text", "ok")
         assert marked.returncode == 0, marked.stdout + marked.stderr
         shown = rl_insight("server", "status")
