@@ -68,9 +68,9 @@ def curves_body(
             series[key] = [column[i] for i in at] if column is not None else [None] * len(steps)
             odd = history.nonfinite.get(name)
             if odd:
-                at = [i for i, step in enumerate(steps) if step in odd]
-                if at:
-                    nonfinite[key] = at
+                places = [i for i, step in enumerate(steps) if step in odd]
+                if places:
+                    nonfinite[key] = places
         times = [history.times[i] for i in at]
         answer: dict[str, object] = {"steps": steps, "times": times, "series": series}
     if stride > 1:
