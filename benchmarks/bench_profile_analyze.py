@@ -128,7 +128,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=float, default=20.0, help="JSON megabytes per rank (before gzip)")
     parser.add_argument("--jobs", type=int, default=2, help="reading processes for the streaming run")
+    parser.add_argument("--quick", action="store_true", help="8 ranks x 1 MB (CI: it runs)")
     args = parser.parse_args()
+    args.mb = 1.0 if args.quick else args.mb
     with tempfile.TemporaryDirectory() as folder:
         t = time.perf_counter()
         for rank in range(RANKS):

@@ -78,7 +78,10 @@ def main():
     parser.add_argument("--steps-each", type=int, default=100)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--previous", help="another version of trainer/plugins/profiler.py, timed too")
+    parser.add_argument("--quick", action="store_true", help="5 requests, 10 steps (CI: it runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.requests, args.steps = 5, 10
     from verl_rl_insight.trainer.plugins import profiler
 
     listing = [requested(i, 2 + i, 2 + i + args.steps_each - 1) for i in range(args.requests)]

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.helpers import free_port, http, process_figures, push, start_hub_process, stop_group
-from tests.test_bounded_answers import KEYS, _log_run, _never_reading
+from tests.server.test_bounded_answers import KEYS, _log_run, _never_reading
 
 
 def _pushes(url: str, count: int, first: int) -> list[float]:
@@ -42,7 +42,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--readers", type=int, default=300)
     parser.add_argument("--pushes", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="30 readers, 20 pushes (CI: it runs)")
     args = parser.parse_args()
+    if args.quick:
+        args.readers, args.pushes = 30, 20
     with tempfile.TemporaryDirectory() as folder:
         port = free_port()
         hub = start_hub_process(port, Path(folder), memory_limit_mb=256)

@@ -21,6 +21,8 @@ def start_hub(port, data_dir, **settings):
         "port": port,
         "data_dir": data_dir,
         "services": {name: {"enabled": False} for name in ("prometheus", "tempo", "grafana")},
+        # the benchmarks measure the hub, not the token: named, as `rl-insight server start --local-trust` names it
+        **({} if settings.get("token") else {"local_trust": True}),
         **settings,
     }
     process = subprocess.Popen(

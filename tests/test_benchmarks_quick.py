@@ -12,7 +12,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
-TOOLS = {"health_shapes.py", "hub_process.py", "real_runs_convert.py", "real_runs_from_wandb.py"}  # not benchmarks
+TOOLS = {  # not benchmarks: the shapes the detectors are judged on, a server process, converters
+    "health_shapes.py",
+    "health_gradual.py",
+    "hub_process.py",
+    "real_runs_convert.py",
+    "real_runs_from_wandb.py",
+}
 
 # what each prints (a JSON object, or bench_health's table) and a key or line that shows its figures came out
 EXPECTED = {
@@ -20,9 +26,12 @@ EXPECTED = {
     "bench_explorer_page.py": "run_page",
     "bench_group_stats.py": "group_stats",
     "bench_hardware_sampler.py": "share_of_one_core_at_1hz_percent",
-    "bench_health.py": "| detector |",
+    "bench_health.py": "| mode | over 20 steps",
     "bench_hub.py": "ingest",
+    "bench_profile_analyze.py": "profile analyze",
+    "bench_profile_boundary.py": "this",
     "bench_scale.py": "job",
+    "bench_slow_readers.py": "p99_ratio",
     "bench_span_store.py": "ratio_median_last_over_first",
     "bench_tracking_log.py": "results",
 }

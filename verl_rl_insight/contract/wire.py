@@ -38,7 +38,6 @@ from verl_rl_insight.contract.naming import (
     STEP_TIME_METRIC,
 )
 from verl_rl_insight.contract.profile_summary import MAX_SUMMARY_RANKS as MAX_SUMMARY_RANKS
-from verl_rl_insight.contract.profile_summary import ProfileStepSummary
 from verl_rl_insight.contract.wire_errors import PushError as PushError
 from verl_rl_insight.contract.wire_errors import PushTooLarge as PushTooLarge
 from verl_rl_insight.contract.wire_errors import _explain, _explain_malformed, _show
@@ -112,6 +111,27 @@ from verl_rl_insight.contract.wire_limits import (
 )
 from verl_rl_insight.contract.wire_limits import (
     RESERVED_PREFIXES as RESERVED_PREFIXES,
+)
+from verl_rl_insight.contract.wire_profiles import (
+    MAX_PROFILE_STEPS as MAX_PROFILE_STEPS,
+)
+from verl_rl_insight.contract.wire_profiles import (
+    MAX_RANKS as MAX_RANKS,
+)
+from verl_rl_insight.contract.wire_profiles import (  # the profile requests' bodies, importable from here
+    PROFILE_ROLES as PROFILE_ROLES,
+)
+from verl_rl_insight.contract.wire_profiles import (
+    PROFILE_STATES as PROFILE_STATES,
+)
+from verl_rl_insight.contract.wire_profiles import (
+    ProfileBody as ProfileBody,
+)
+from verl_rl_insight.contract.wire_profiles import (
+    ProfileReportBody as ProfileReportBody,
+)
+from verl_rl_insight.contract.wire_profiles import (
+    ProfileUpdate as ProfileUpdate,
 )
 
 LabelValue = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_VALUE, pattern=LABEL_VALUE_PATTERN)]
@@ -194,47 +214,6 @@ class SilenceBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
     ) = None
     comment: Annotated[str, Meta(min_length=1, max_length=500, pattern=LABEL_VALUE_PATTERN)] | None = None
     created_by: Annotated[str, Meta(min_length=1, max_length=100, pattern=LABEL_VALUE_PATTERN)] | None = None
-
-
-PROFILE_ROLES = ("actor", "rollout", "ref", "critic")
-PROFILE_STATES = ("requested", "armed", "running", "finished", "missed", "refused")
-MAX_PROFILE_STEPS = 100  # one request profiles at most this many steps
-MAX_RANKS = 64
-RunLabel = Annotated[str, Meta(min_length=1, max_length=MAX_LABEL_VALUE, pattern=LABEL_VALUE_PATTERN)]
-Step = Annotated[int, Meta(ge=1, le=MAX_STEP)]
-
-
-class ProfileBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """``POST /api/v1/profiles``: have the running trainer profile steps first_step..last_step
-    with verl's own profiler (``global_profiler``)."""
-
-    project: RunLabel
-    experiment_name: RunLabel
-    first_step: Step
-    last_step: Step | None = None
-    role: Literal["actor", "rollout", "ref", "critic"] | None = None
-    ranks: Annotated[list[Annotated[int, Meta(ge=0, le=2**31)]], Meta(min_length=1, max_length=MAX_RANKS)] | None = None
-
-
-class ProfileUpdate(Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """What the trainer says of one request: its state, and what a person should know."""
-
-    id: Annotated[str, Meta(pattern=r"^[0-9a-f]{12}(?!\n)$")]
-    state: Literal["armed", "running", "finished", "missed", "refused"]
-    detail: Annotated[str, Meta(max_length=2000)] = ""
-    trace_dir: Annotated[str, Meta(max_length=4096)] | None = None
-    steps: Annotated[list[Step], Meta(max_length=MAX_PROFILE_STEPS)] = []
-    summaries: Annotated[list[ProfileStepSummary], Meta(max_length=MAX_PROFILE_STEPS)] = []
-
-
-class ProfileReportBody(Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """``POST /api/v1/profiles/report``: the trainer's word on a run's requests and what its
-    profiler can do (tool, roles, ranks, where traces go)."""
-
-    project: RunLabel
-    experiment_name: RunLabel
-    updates: Annotated[list[ProfileUpdate], Meta(max_length=1000)] = []
-    capability: Annotated[dict[str, Any], Meta(max_length=32)] | None = None
 
 
 class PushAnswer(Struct, omit_defaults=True):

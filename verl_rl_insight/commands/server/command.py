@@ -141,6 +141,28 @@ def add_parsers(sub: SubParsers) -> None:
         "server", help="the monitoring server (metric hub, Prometheus, Alertmanager, Tempo, Grafana)"
     )
     server_sub = server.add_subparsers(dest="server_command", metavar="COMMAND", required=True)
+    _add_start(server_sub)
+    server_sub.add_parser("stop", help="stop the server and every service it started").set_defaults(func=stop)
+    state = server_sub.add_parser("status", help="every service: pid, health, restarts, version, data size")
+    state.add_argument("--secrets", action="store_true", help="also show the write token and the Grafana password")
+    state.set_defaults(func=status)
+    where = server_sub.add_parser(
+        "url",
+        help='the URL trainers export (with the token): export RL_INSIGHT_SERVER_URL="$(rl-insight server url)"',
+    )
+    where.add_argument("--local", action="store_true", help="the loopback address, for trainers on this machine")
+    where.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="the server's Prometheus with its login (http://rl-insight:<password>@127.0.0.1:9090), for "
+        "scripts and a browser on this machine",
+    )
+    where.set_defaults(func=url)
+    _add_install(server_sub)
+
+
+def _add_start(server_sub: SubParsers) -> None:
+    """`rl-insight server start` and its options."""
     begin = server_sub.add_parser("start", help="start the server and its services")
     begin.add_argument("--detach", action="store_true", help="return once everything is ready")
     begin.add_argument("--config", help="YAML file of server settings")
@@ -159,22 +181,10 @@ def add_parsers(sub: SubParsers) -> None:
     for name in ("prometheus", "alertmanager", "tempo", "grafana"):
         begin.add_argument(f"--no-{name}", action="store_true", help=f"do not run {name}")
     begin.set_defaults(func=start)
-    server_sub.add_parser("stop", help="stop the server and every service it started").set_defaults(func=stop)
-    state = server_sub.add_parser("status", help="every service: pid, health, restarts, version, data size")
-    state.add_argument("--secrets", action="store_true", help="also show the write token and the Grafana password")
-    state.set_defaults(func=status)
-    where = server_sub.add_parser(
-        "url",
-        help='the URL trainers export (with the token): export RL_INSIGHT_SERVER_URL="$(rl-insight server url)"',
-    )
-    where.add_argument("--local", action="store_true", help="the loopback address, for trainers on this machine")
-    where.add_argument(
-        "--prometheus",
-        action="store_true",
-        help="the server's Prometheus with its login (http://rl-insight:<password>@127.0.0.1:9090), for "
-        "scripts and a browser on this machine",
-    )
-    where.set_defaults(func=url)
+
+
+def _add_install(server_sub: SubParsers) -> None:
+    """`rl-insight server install` and its options."""
     setup = server_sub.add_parser(
         "install",
         help="install Prometheus, Alertmanager, Tempo, Grafana (verified "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from typing import Any
 
@@ -109,3 +110,13 @@ class MetricBatch:
         if self._keys:
             body["keys"] = self._keys
         return body
+
+
+def encode(batch: MetricBatch) -> bytes:
+    """One batch as the JSON bytes the server's push takes; raises TypeError / ValueError when it
+    cannot be encoded (a step that is not an integer, a label that is not text)."""
+    body = batch.to_json()
+    if "step" in body:
+        body["step"] = operator.index(body["step"])  # numpy integers are integers too
+    body["time"] = float(body["time"])
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()

@@ -25,9 +25,7 @@ order, at most ``max_batches_per_request`` and ``max_request_bytes`` per request
 from __future__ import annotations
 
 import collections
-import json
 import logging
-import operator
 import os
 import threading
 import time
@@ -37,7 +35,7 @@ from typing import Any
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.wire import HUB_HEADER
 from verl_rl_insight.trainer.client import push_answer
-from verl_rl_insight.trainer.client.metric_batch import MetricBatch, without_keys
+from verl_rl_insight.trainer.client.metric_batch import MetricBatch, encode, without_keys
 
 ANSWER_BYTES = 2**20  # what is read of the server's answer to a push ({"hub": ...}): any server can be at the URL
 
@@ -48,16 +46,6 @@ MAX_NAMES_WARNED = 100  # names of dropped keys logged at most (each once)
 RETRY_STATUSES = frozenset({401, 403, 408, 409, 429})
 CLOCK_WARN_S = 60.0  # a host clock this far from the server's is worth a warning (HTTP Date has 1 s steps)
 _senders: weakref.WeakSet[BatchSender] = weakref.WeakSet()
-
-
-def encode(batch: MetricBatch) -> bytes:
-    """One batch as the JSON bytes the server's push takes; raises TypeError / ValueError when it
-    cannot be encoded (a step that is not an integer, a label that is not text)."""
-    body = batch.to_json()
-    if "step" in body:
-        body["step"] = operator.index(body["step"])  # numpy integers are integers too
-    body["time"] = float(body["time"])
-    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
 
 
 class BatchSender:
