@@ -109,6 +109,8 @@ def environment(run: RealRun) -> dict[str, str]:
         RAY_DEDUP_LOGS="0",
         RAY_raylet_start_wait_time_s="300",  # a loaded 2-core machine starts Ray's processes slowly
         RAY_agent_register_timeout_ms="300000",
+        RAY_DASHBOARD_STARTUP_TIMEOUT_S="600",
+        RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT="300",
         # CPU
         PYTHONPATH=str(SITE),
         VERL_USE_EXTERNAL_MODULES="verl_rl_insight.commands.demo.real.cpu_platform",
@@ -151,7 +153,7 @@ def free_port() -> int:
         return port
 
 
-def ray_head_command(python: Path, folder: Path) -> tuple[list[str], str]:
+def ray_head_command(python: Path, temp_dir: Path) -> tuple[list[str], str]:
     """``ray start --head`` on 127.0.0.1 with every port chosen free: several Ray clusters on one
     machine (CI, other jobs) otherwise collide on Ray's fixed default ports and the raylet dies.
     16 logical CPUs (TransferQueue's storage actors and verl's workers need more than 2 to be
@@ -179,7 +181,7 @@ def ray_head_command(python: Path, folder: Path) -> tuple[list[str], str]:
         "--num-gpus=1",
         "--include-dashboard=false",
         "--disable-usage-stats",
-        f"--temp-dir={folder / 'ray'}",
+        f"--temp-dir={temp_dir}",
         *(f"{flag}={value}" for flag, value in ports.items()),
     ]
     return argv, f"127.0.0.1:{port}"
@@ -209,7 +211,12 @@ class Started:
                     continue
 
 
-def _wait_for_head(head: subprocess.Popen[bytes], log: Path, timeout_s: float = 300) -> None:
+def _raylet_died(temp_dir: Path) -> bool:
+    """Whether the head's raylet died on a failed check (`ray start` then waits on, for minutes)."""
+    return any(b"Check failed" in path.read_bytes() for path in temp_dir.glob("session_2*/logs/raylet.out"))
+
+
+def _wait_for_head(head: subprocess.Popen[bytes], log: Path, temp_dir: Path, timeout_s: float = 300) -> None:
     import time
 
     deadline = time.monotonic() + timeout_s
@@ -217,7 +224,7 @@ def _wait_for_head(head: subprocess.Popen[bytes], log: Path, timeout_s: float = 
         text = log.read_bytes()
         if b"block forever" in text:
             return
-        if head.poll() is not None or b"Failed to start the dashboard" in text:
+        if head.poll() is not None or b"Failed to start the dashboard" in text or _raylet_died(temp_dir):
             break
         time.sleep(0.5)
     raise RuntimeError(f"the Ray head did not start; its output: {log}")
@@ -228,14 +235,15 @@ def start_head(python: Path, run: RealRun, env: dict[str, str], attempts: int = 
     agent a fixed time to start and dies when the agent is slower (Ray's WaitForPersistedPort)."""
     head_env = {k: v for k, v in env.items() if not k.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_"))}
     for attempt in range(1, attempts + 1):
-        argv, run.ray_address = ray_head_command(python, run.folder)
+        temp_dir = run.folder / f"ray{attempt}"
+        argv, run.ray_address = ray_head_command(python, temp_dir)
         head_log = run.folder / f"ray_head_{attempt}.log"
         with open(head_log, "wb") as out:
             head = subprocess.Popen(
                 argv, env=head_env, cwd=str(run.folder), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
         try:
-            _wait_for_head(head, head_log)
+            _wait_for_head(head, head_log, temp_dir)
             return head
         except RuntimeError:
             Started(head, head).stop()

@@ -107,11 +107,21 @@ def build(venv: Path, package_root: Path) -> None:
         _pip(venv, "install", *REQUIREMENTS_SECOND)
         _pip(venv, "uninstall", "-y", *CUDA_ONLY)
         _vllm_metadata_alias(venv)
-        _pip(venv, "install", "-e", str(package_root), log=venv / "rl-insight-pip.log")
+        _pip(venv, "install", *this_package(package_root), log=venv / "rl-insight-pip.log")
         (venv / STAMP_NAME).write_text(stamp_text())
         return
     if not points_at(venv, package_root):  # a complete venv: only the package follows this checkout
-        _pip(venv, "install", "--no-deps", "-e", str(package_root), log=venv / "rl-insight-pip.log")
+        _pip(venv, "install", "--no-deps", *this_package(package_root), log=venv / "rl-insight-pip.log")
+
+
+def this_package(package_root: Path) -> list[str]:
+    """pip's arguments for this package: the checkout, editable; else (installed from a wheel) the same
+    release from the index."""
+    if (package_root / "setup.cfg").exists():
+        return ["-e", str(package_root)]
+    from importlib.metadata import version
+
+    return [f"verl-rl-insight=={version('verl-rl-insight')}"]
 
 
 def package_root() -> Path:
