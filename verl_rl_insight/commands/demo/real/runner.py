@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 from verl_rl_insight.commands.demo.real import venv as real_venv
@@ -235,7 +236,8 @@ def start_head(python: Path, run: RealRun, env: dict[str, str], attempts: int = 
     agent a fixed time to start and dies when the agent is slower (Ray's WaitForPersistedPort)."""
     head_env = {k: v for k, v in env.items() if not k.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_"))}
     for attempt in range(1, attempts + 1):
-        temp_dir = run.folder / f"ray{attempt}"
+        # short: Ray's socket paths under it must stay within AF_UNIX's 107 bytes (a pytest tmp path is not)
+        temp_dir = Path(tempfile.mkdtemp(prefix="rl-real-ray-"))
         argv, run.ray_address = ray_head_command(python, temp_dir)
         head_log = run.folder / f"ray_head_{attempt}.log"
         with open(head_log, "wb") as out:
