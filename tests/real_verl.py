@@ -118,9 +118,10 @@ def watched_run(tmp_path_factory):
     run = runner.RealRun(tmp / "run", PROJECT, EXPERIMENT, server)
     os.environ["RL_INSIGHT_HOME"] = env["RL_INSIGHT_HOME"]  # the run's home: its profiles go there
     start = time.time()
-    started = runner.start(run, venv)
-    process = started.driver
+    started = None
     try:
+        started = runner.start(run, venv)
+        process = started.driver
         profile_request, metrics, metrics_at, address = watch(process, run, f"http://127.0.0.1:{config['port']}", env)
         returncode = process.wait(timeout=max(1, RUN_TIMEOUT_S - (time.time() - start)))
         yield WatchedRun(
@@ -136,5 +137,6 @@ def watched_run(tmp_path_factory):
             (start, time.time()),
         )
     finally:
-        started.stop()
+        if started is not None:
+            started.stop()
         rl_insight("server", "stop", env=env, timeout=60)
