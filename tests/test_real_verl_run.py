@@ -167,7 +167,9 @@ def test_the_run_card_holds_verls_resolved_config(real_run):
     assert config["trainer"]["experiment_name"] == EXPERIMENT and config["trainer"]["total_training_steps"] == 3
     assert config["actor_rollout_ref"]["rollout"]["n"] == 2 and config["algorithm"]["adv_estimator"] == "grpo"
     assert config["actor_rollout_ref"]["model"]["path"] == str(real_run.run.folder / "inputs" / "model")
-    assert "verl.trainer.main_ppo" in card["command"]  # the driver's own command line, run as __main__
+    # the driver's command line as the user typed it (run as __main__, sys.argv[0] is main_ppo.py's path)
+    assert card["command"][1:3] == ["-m", "verl.trainer.main_ppo"], card["command"]
+    assert "trainer.total_training_steps=3" in card["command"], card["command"]
 
 
 def test_group_statistics_and_the_log_prob_mismatch_come_from_the_real_batch(real_run):

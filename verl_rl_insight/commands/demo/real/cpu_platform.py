@@ -16,7 +16,7 @@ Where it lives and who loads it: in the demo's room (``commands/demo``), which n
 may import (import-linter), because `rl-insight demo --real` ships it to users without a GPU. Only
 the real-run runner (runner.py) loads it, into the processes of the run it starts: verl's
 ``VERL_USE_EXTERNAL_MODULES`` names ``install_platform`` 's module and a ``sitecustomize`` on that
-run's PYTHONPATH (site/sitecustomize.py) installs the vLLM and torch parts in every process, vLLM's
+run's PYTHONPATH (site/sitecustomize.py) installs the vLLM and torch parts (cpu_patches.py) in every process, vLLM's
 spawned engine processes included. Nothing of it is loaded in a user's GPU run.
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 _NOOP_ZERO = (
     "memory_allocated",
@@ -137,39 +137,6 @@ def install_platform() -> None:
 
         def cudart(self) -> None:
             return None
-
-
-def _plain_gloo(
-    wrapped: Callable[..., object], instance: object, args: tuple[object, ...], kwargs: dict[str, object]
-) -> object:
-    backend = kwargs.get("backend", args[0] if args else None)
-    if isinstance(backend, str) and set(backend.split(",")) == {"cpu:gloo"}:
-        if args:
-            args = ("gloo", *args[1:])
-        else:
-            kwargs["backend"] = "gloo"
-    return wrapped(*args, **kwargs)
-
-
-def _plain_linear(layer: object, remove_weight: bool) -> None:
-    """vLLM's CPU dispatch, but the layer keeps its weight (verl's weight sync loads into it)."""
-    import torch
-
-    layer.cpu_linear = lambda x, weight, bias=None: torch.nn.functional.linear(x, weight, bias)  # type: ignore[attr-defined]
-
-
-def install_process_patches() -> None:
-    """In every process of the run: plain gloo for torch.distributed, plain linear layers for vLLM."""
-    import wrapt
-
-    def on_distributed(module: types.ModuleType) -> None:
-        wrapt.wrap_function_wrapper(module, "init_process_group", _plain_gloo)
-
-    def on_vllm_utils(module: types.ModuleType) -> None:
-        module.__dict__["dispatch_cpu_unquantized_gemm"] = _plain_linear
-
-    wrapt.register_post_import_hook(on_distributed, "torch.distributed.distributed_c10d")
-    wrapt.register_post_import_hook(on_vllm_utils, "vllm.model_executor.layers.utils")
 
 
 if os.environ.get("VERL_PLATFORM") == "cpu" and __name__ != "__main__":

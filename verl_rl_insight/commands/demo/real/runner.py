@@ -247,9 +247,9 @@ def start_head(python: Path, run: RealRun, env: dict[str, str], attempts: int = 
         try:
             _wait_for_head(head, head_log, temp_dir)
             return head
-        except RuntimeError:
+        except BaseException as exc:  # an interrupted wait too: no head left behind
             Started(head, head).stop()
-            if attempt == attempts:
+            if attempt == attempts or not isinstance(exc, RuntimeError):
                 raise
     raise AssertionError("unreachable")
 
