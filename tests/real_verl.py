@@ -37,6 +37,11 @@ class WatchedRun:
     metrics_at: float  # when the replica's /metrics was read (it was serving then)
     window: tuple  # (start, end) unix seconds of the run
 
+    @property
+    def base(self):
+        """The server's address, no credential in it (the explorer's pages)."""
+        return "http://" + self.server.split("@", 1)[1]
+
     def log(self):
         return self.run.log_file.read_text(errors="replace")
 

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests import real_verl
+from tests import test_explorer_page as explorer_page
 from tests.helpers import http
 from tests.real_verl import EXPERIMENT, PROFILED_STEP, PROJECT
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, metric_name
 
 RUN = f'project="{PROJECT}",experiment_name="{EXPERIMENT}"'
+browser, tab, open_page = explorer_page.browser, explorer_page.tab, explorer_page.open_page  # Chromium, as there
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +209,35 @@ def test_diagnose_and_doctor_find_nothing_wrong_with_the_real_run(real_run):
     assert diagnosed.returncode == 0, diagnosed.stdout + diagnosed.stderr
     doctor = real_run.cli("doctor", "--project", PROJECT, "--experiment", EXPERIMENT)
     assert doctor.returncode == 0 and "problem" not in doctor.stdout.lower(), doctor.stdout + doctor.stderr
+
+
+def _explorer(real_run, name, **params):
+    query = urllib.parse.urlencode({"project": PROJECT, "experiment_name": EXPERIMENT, **params})
+    status, body = http("GET", f"{real_run.base}/api/v1/explorer/{name}?{query}")
+    assert status == 200, body[:500]
+    return json.loads(body)
+
+
+def test_the_explorers_run_page_draws_each_key_curve_with_a_point_per_step_verl_logged_it(real_run, tab):
+    run = _explorer(real_run, "run")
+    drawn = open_page(tab, f"{real_run.base}/runs/{PROJECT}/{EXPERIMENT}", "run")
+    keys = [k for panel in run["panels"] for k in panel["keys"]]
+    assert {"critic/score/mean", "actor/pg_loss", "actor/entropy"} <= set(keys), keys
+    steps = real_run.file_logger()
+    for key in keys:  # a point for each step at which verl's file logger wrote the key (validation: step 0)
+        logged = [s for s, data in steps.items() if isinstance(data.get(key), (int, float))]
+        assert drawn["curves"].get(key) == len(logged), (key, drawn["curves"].get(key), logged)
+    assert len(tab.locator("[data-testid=panel] canvas").all()) >= len(run["panels"])
+
+
+def test_the_explorers_step_page_draws_verls_phases_and_the_replicas_generate_calls(real_run, tab):
+    given = _explorer(real_run, "step", step=2)["lanes"]
+    drawn = open_page(tab, f"{real_run.base}/runs/{PROJECT}/{EXPERIMENT}/steps/2", "step")["step"]
+    assert [lane["lane"] for lane in drawn["lanes"]] == [lane["lane"] for lane in given]
+    for lane, expected in zip(drawn["lanes"], given, strict=True):
+        shown = tab.locator(f"[data-testid=swimlane] g[data-lane='{lane['lane']}'] rect.span")
+        assert lane["spans"] == len(expected["spans"]) == shown.count(), lane
+    replicas = [lane for lane in drawn["lanes"] if lane["kind"] == "replica"]
+    assert replicas and all(lane["generate"] > 0 for lane in replicas), drawn["lanes"]
+    trainer = [span["name"] for lane in given if lane["kind"] != "replica" for span in lane["spans"]]
+    assert {"gen", "update_actor"} <= set(trainer), sorted(set(trainer))

@@ -66,9 +66,24 @@ def _device_module() -> types.ModuleType:
     return module
 
 
+def _unpinned_offload(module: types.ModuleType) -> None:
+    """verl's FSDP2 engine offloads its forward-only models (the reference) with
+    ``CPUOffloadPolicy(pin_memory=True)``; pinning needs an accelerator (``Cannot access accelerator
+    device when none is available``). On the CPU the offload stays, unpinned."""
+    policy = module.CPUOffloadPolicy
+
+    def unpinned(*args: object, **kwargs: object) -> object:
+        return policy(*args, **{**kwargs, "pin_memory": False})
+
+    module.CPUOffloadPolicy = unpinned
+
+
 def install_platform() -> None:
     """Register verl's "cpu" platform (``VERL_PLATFORM=cpu`` selects it)."""
     import torch
+    import wrapt
+
+    wrapt.register_post_import_hook(_unpinned_offload, "verl.workers.engine.fsdp.transformer_impl")
     from verl.plugin.platform.platform_base import PlatformBase
     from verl.plugin.platform.platform_manager import PlatformRegistry
 

@@ -107,6 +107,7 @@ def environment(run: RealRun) -> dict[str, str]:
         PYTHONUNBUFFERED="1",  # the log follows the run
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # Ray on 127.0.0.1
         RAY_USAGE_STATS_ENABLED="0",
+        RAY_AUTH_MODE="disabled",  # Ray 2.60 made token auth the default; the head is on 127.0.0.1 for this run only
         RAY_DEDUP_LOGS="0",
         RAY_raylet_start_wait_time_s="300",  # a loaded 2-core machine starts Ray's processes slowly
         RAY_agent_register_timeout_ms="300000",
