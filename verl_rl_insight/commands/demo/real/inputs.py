@@ -62,7 +62,11 @@ def write_model(folder: Path) -> None:
     corpus = [f"{q} {INSTRUCTION} #### {a}" for q, a in problems(400, 3)] + ["0123456789 + - * / = ####"] * 20
     tokenizer = Tokenizer(models.BPE(unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=512, special_tokens=SPECIAL))
+    # every byte a token (as in Qwen's own vocabulary): verl's agent loop needs "\n" to be exactly one
+    # token (its Qwen chat-template builder checks), and no text may vanish from an encoding
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=SPECIAL, initial_alphabet=alphabet)
+    tokenizer.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
     )
