@@ -82,7 +82,7 @@ def test_every_steps_scalars_in_prometheus_equal_what_verls_file_logger_wrote(re
 def test_the_replica_registered_and_its_vllm_series_carry_the_runs_labels(real_run):
     assert real_run.replica_address, "no vllm target under the run's labels: " + real_run.log()[-3000:]
     targets = real_run.cli("targets", "list", "--json")
-    [target] = [t for t in json.loads(targets.stdout)["targets"] if t["job"] == "vllm"]
+    [target] = [t for t in json.loads(targets.stdout) if t["job"] == "vllm"]  # `targets list --json`: a list
     assert target["labels"]["project"] == PROJECT and target["labels"]["experiment_name"] == EXPERIMENT, target
     # verl prints each replica's address (`LLMServerManager: [...]`): the one registered
     assert real_run.replica_address in real_run.log()

@@ -59,6 +59,7 @@ def _device_module() -> types.ModuleType:
         psutil.virtual_memory().total,
     )
     module.current_device = lambda: "cpu"  # type: ignore[attr-defined]
+    module.get_device_name = lambda *args, **kwargs: "CPU"  # type: ignore[attr-defined]  # verl's name for torch.cpu
     module.device_count = lambda: 1  # type: ignore[attr-defined]
     module.is_available = lambda: True  # type: ignore[attr-defined]
     module.manual_seed = torch.manual_seed  # type: ignore[attr-defined]
@@ -70,12 +71,12 @@ def _unpinned_offload(module: types.ModuleType) -> None:
     """verl's FSDP2 engine offloads its forward-only models (the reference) with
     ``CPUOffloadPolicy(pin_memory=True)``; pinning needs an accelerator (``Cannot access accelerator
     device when none is available``). On the CPU the offload stays, unpinned."""
-    policy = module.CPUOffloadPolicy
+    policy = module.__dict__["CPUOffloadPolicy"]
 
     def unpinned(*args: object, **kwargs: object) -> object:
         return policy(*args, **{**kwargs, "pin_memory": False})
 
-    module.CPUOffloadPolicy = unpinned
+    module.__dict__["CPUOffloadPolicy"] = unpinned
 
 
 def install_platform() -> None:
