@@ -36,6 +36,7 @@ class WatchedRun:
     replica_address: str
     metrics_at: float  # when the replica's /metrics was read (it was serving then)
     window: tuple  # (start, end) unix seconds of the run
+    replica_target: dict | None = None  # the replica's target as listed while it served
 
     @property
     def base(self):
@@ -82,8 +83,12 @@ def _replica(server):
     if status != 200:
         return None
     for target in json.loads(body).get("targets", []):
-        if target.get("job") == "vllm" and target["labels"].get("experiment_name") == EXPERIMENT:
-            return target["address"]
+        labels = target["labels"]
+        if target.get("job") == "vllm" and (labels.get("project"), labels.get("experiment_name")) == (
+            PROJECT,
+            EXPERIMENT,
+        ):
+            return target
     return None
 
 
@@ -91,20 +96,21 @@ def watch(process, run, server, env):
     """While the run goes: ask for the profile once the hub knows the run (validation logs step 0),
     read the replica's /metrics once it has served requests. Returns (profile request, metrics, its
     time, address)."""
-    profile_request, metrics, metrics_at, address = None, "", 0.0, None
+    profile_request, metrics, metrics_at, address, target = None, "", 0.0, None, None
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while process.poll() is None and time.monotonic() < deadline:
         if profile_request is None and _hub_knows(server, 0):
             profile_request = rl_insight(
                 "profile", "--project", PROJECT, "--experiment", EXPERIMENT, "--steps", str(PROFILED_STEP), env=env
             )
-        address = address or _replica(server)
+        target = target or _replica(server)
+        address = target and target["address"]
         if address and not _hub_knows(server, 2):  # the newest text before the last step: still serving
             status, body = http("GET", f"http://{address}/metrics")
             if status == 200 and re.search(rb"^vllm:generation_tokens_total\{[^}]*\} [1-9]", body, re.M):
                 metrics, metrics_at = body.decode(), time.time()
         time.sleep(0.5)
-    return profile_request, metrics, metrics_at, address
+    return profile_request, metrics, metrics_at, target
 
 
 def watched_run(tmp_path_factory):
@@ -127,7 +133,7 @@ def watched_run(tmp_path_factory):
     try:
         started = runner.start(run, venv)
         process = started.driver
-        profile_request, metrics, metrics_at, address = watch(process, run, f"http://127.0.0.1:{config['port']}", env)
+        profile_request, metrics, metrics_at, target = watch(process, run, f"http://127.0.0.1:{config['port']}", env)
         returncode = process.wait(timeout=max(1, RUN_TIMEOUT_S - (time.time() - start)))
         yield WatchedRun(
             run,
@@ -137,9 +143,10 @@ def watched_run(tmp_path_factory):
             returncode,
             profile_request,
             metrics,
-            address,
+            target and target["address"],
             metrics_at,
             (start, time.time()),
+            target,
         )
     finally:
         if started is not None:

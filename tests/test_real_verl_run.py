@@ -61,10 +61,14 @@ def test_the_run_finished_with_3_steps_of_verls_own_keys(real_run):
 def test_every_steps_scalars_in_prometheus_equal_what_verls_file_logger_wrote(real_run):
     steps = real_run.file_logger()
     stored = raw(real_run.prometheus, f'{{__name__=~"{METRIC_PREFIX}.+",{RUN}}}', real_run.window)
-    step_at = {t: int(v) for t, v in stored[GLOBAL_STEP_METRIC].items()}
-    at_step = {step: t for t, step in step_at.items()}
-    assert set(at_step) >= {1, 2, 3}, step_at  # each step once, with its own time
-    assert len(step_at) == len(at_step), step_at
+    # the hub serves each step's values stamped with the step's own time, then as the run's live
+    # values at every scrape until the next step: a step's own sample is its first
+    samples = sorted(stored[GLOBAL_STEP_METRIC].items())
+    assert [v for _, v in samples] == sorted(v for _, v in samples), samples  # in order, never back
+    at_step: dict[int, float] = {}
+    for t, v in samples:
+        at_step.setdefault(int(v), t)
+    assert set(at_step) >= {1, 2, 3}, samples
     wrong, compared = [], 0
     for step in (1, 2, 3):
         for key, value in steps[step].items():
@@ -81,8 +85,9 @@ def test_every_steps_scalars_in_prometheus_equal_what_verls_file_logger_wrote(re
 
 def test_the_replica_registered_and_its_vllm_series_carry_the_runs_labels(real_run):
     assert real_run.replica_address, "no vllm target under the run's labels: " + real_run.log()[-3000:]
-    targets = real_run.cli("targets", "list", "--json")
-    [target] = [t for t in json.loads(targets.stdout) if t["job"] == "vllm"]  # `targets list --json`: a list
+    # the target, as `rl-insight targets list` showed it while the replica served (it expires after the run)
+    target = real_run.replica_target
+    assert target["job"] == "vllm", target
     assert target["labels"]["project"] == PROJECT and target["labels"]["experiment_name"] == EXPERIMENT, target
     # verl prints each replica's address (`LLMServerManager: [...]`): the one registered
     assert real_run.replica_address in real_run.log()
@@ -174,6 +179,7 @@ def test_the_run_card_holds_verls_resolved_config(real_run):
     assert "trainer.total_training_steps=3" in card["command"], card["command"]
 
 
+@pytest.mark.verl_v1_gap
 def test_group_statistics_and_the_log_prob_mismatch_come_from_the_real_batch(real_run):
     for name in ("rl_insight_group_zero_variance_share", "training_rollout_probs_diff_mean"):
         series = query(real_run.prometheus, f"{METRIC_PREFIX}{name}{{{RUN}}}", at=real_run.window[1] + 30)
@@ -185,6 +191,7 @@ def test_group_statistics_and_the_log_prob_mismatch_come_from_the_real_batch(rea
     assert all(steps[s]["training/rollout_probs_diff_mean"] < 0.01 for s in (1, 2, 3))
 
 
+@pytest.mark.verl_v1_gap
 def test_validation_generations_and_a_grpo_group_are_among_the_samples(real_run):
     validation = real_run.cli("samples", "--project", PROJECT, "--experiment", EXPERIMENT, "--validation", "--json")
     assert validation.returncode == 0, validation.stdout + validation.stderr
@@ -214,8 +221,14 @@ def test_diagnose_names_the_random_models_missing_signal_and_doctor_is_clean(rea
     assert diagnosed.returncode == 1, diagnosed.stdout + diagnosed.stderr
     findings = json.loads(diagnosed.stdout)["findings"]
     assert [(f["detector"], f["first_step"]) for f in findings] == [("no_learning_signal", 1)], findings
+    # doctor: the run's checks are ok; its only problems are the services this test's server does not
+    # run (Tempo and Grafana cannot run here: their absence is what doctor must and does report)
     doctor = real_run.cli("doctor", "--project", PROJECT, "--experiment", EXPERIMENT)
-    assert doctor.returncode == 0 and "problem" not in doctor.stdout.lower(), doctor.stdout + doctor.stderr
+    problems = [line.split(None, 1)[1] for line in doctor.stdout.splitlines() if line.startswith("PROBLEM")]
+    absent = ("service tempo:", "service grafana:", "datasources:", "dashboards:")
+    assert problems and all(p.startswith(absent) for p in problems), doctor.stdout + doctor.stderr
+    for check in ("recent samples: step 3", "patches active", "Ray workers: RL_INSIGHT_* reach them"):
+        assert any(line.startswith("ok") and check in line for line in doctor.stdout.splitlines()), doctor.stdout
 
 
 def _explorer(real_run, name, **params):
@@ -232,7 +245,12 @@ def test_the_explorers_run_page_draws_each_key_curve_with_a_point_per_step_verl_
     assert {"critic/score/mean", "actor/entropy"} <= set(keys), keys
     steps = real_run.file_logger()
     for key in keys:  # a point for each step at which verl's file logger wrote the key (validation: step 0)
-        logged = [s for s, data in steps.items() if isinstance(data.get(key), (int, float))]
+        name = metric_name(METRIC_PREFIX, key)  # the page names a key by its series ('/' and '_' alike)
+        logged = [
+            s
+            for s, data in steps.items()
+            if any(metric_name(METRIC_PREFIX, k) == name and isinstance(v, (int, float)) for k, v in data.items())
+        ]
         assert drawn["curves"].get(key) == len(logged), (key, drawn["curves"].get(key), logged)
     assert len(tab.locator("[data-testid=panel] canvas").all()) >= len(run["panels"])
 
