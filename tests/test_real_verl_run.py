@@ -91,12 +91,17 @@ def test_the_replica_registered_and_its_vllm_series_carry_the_runs_labels(real_r
     assert target["labels"]["project"] == PROJECT and target["labels"]["experiment_name"] == EXPERIMENT, target
     # verl prints each replica's address (`LLMServerManager: [...]`): the one registered
     assert real_run.replica_address in real_run.log()
-    series = query(real_run.prometheus, f"count by (__name__, model_name) ({{__name__=~'vllm:.+',{RUN}}})")
+    # while the replica served (after the run its series are stale: an instant query then has none)
+    series = query(
+        real_run.prometheus,
+        f"count by (__name__, model_name) ({{__name__=~'vllm:.+',{RUN}}})",
+        at=real_run.metrics_at,
+    )
     names = {s["metric"]["__name__"] for s in series}
     assert {"vllm:num_requests_running", "vllm:generation_tokens_total", "vllm:prompt_tokens_total"} <= names
     # in verl's replicas the model's name is its path
     assert {s["metric"]["model_name"] for s in series} == {str(real_run.run.folder / "inputs" / "model")}
-    assert not query(real_run.prometheus, '{__name__=~"vllm:.+",project="default"}')
+    assert not query(real_run.prometheus, '{__name__=~"vllm:.+",project="default"}', at=real_run.metrics_at)
 
 
 def test_every_listed_vllm_name_is_in_a_real_replicas_metrics_with_its_labels(real_run):
