@@ -208,7 +208,7 @@ def test_dashboards_have_the_rows_variables_and_datasources_users_look_for():
     # per replica: an engine index inside a replica never splits a line
     engine_row = [p for p in panels if "vllm:" in json.dumps(p.get("targets", []))]
     assert all(
-        "by (replica)" in t["expr"] or "by (le" in t["expr"] or "by (finished_reason)" in t["expr"]
+        "by (replica" in t["expr"] or "by (le" in t["expr"] or "by (finished_reason)" in t["expr"]
         for p in engine_row
         for t in p["targets"]
     ), [p["title"] for p in engine_row]

@@ -131,7 +131,7 @@ def test_the_run_card_from_verls_hydra_config_is_shown_diffed_and_holds_no_secre
     assert fields["versions"].startswith("verl 0.9.1, verl_rl_insight ")
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert fields["commit"].startswith(head)  # pytest runs in the repository: its commit
-    assert fields["command"] == shlex.join(sys.argv)  # the driver's command line
+    assert fields["command"] == shlex.join(sys.orig_argv)  # the driver's command line, as typed (python -m ...)
     assert fields["nodes x GPUs"] == "1 x 8" and fields["model"] == "Qwen/Qwen2.5-0.5B-Instruct"
     assert lines[7].startswith("config (") and all(line.startswith("  ") and " = " in line for line in lines[8:])
     assert "  actor_rollout_ref.actor.optim.lr = 1e-06" in lines

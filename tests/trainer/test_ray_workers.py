@@ -101,6 +101,8 @@ def test_worker_logs_reach_the_hub_with_env_from_the_driver_only(ray_cluster, hu
     card = wait_for(
         lambda: len(server.api.parts.run_cards) and server.api.parts.run_cards.get("ray-proj", "ray-exp")["card"], 10
     )
-    assert card["command"][0].endswith("ray_driver.py") and card["command"][2:4] == ["ray-proj", "ray-exp"]
+    # as typed: the interpreter, then the script and its arguments
+    assert card["command"][0] == sys.executable and card["command"][1].endswith("ray_driver.py"), card["command"]
+    assert card["command"][3:5] == ["ray-proj", "ray-exp"], card["command"]
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
     assert card["git"]["commit"] == head.strip() and card["config"]["trainer"]["experiment_name"] == "ray-exp"

@@ -93,7 +93,7 @@ def test_every_replica_is_scraped_with_job_replica_node_labels_and_its_own_label
         for replica, result in by_replica.items():
             labels = result["metric"]
             assert labels["job"] == engine and labels["project"] == "engines"
-            assert labels["model_name"] == "Qwen2.5-0.5B-Instruct" and "exported_engine" not in labels
+            assert labels["model_name"] == "/models/Qwen2.5-0.5B-Instruct" and "exported_engine" not in labels
             if engine == "vllm":
                 assert labels["engine"] == "0"  # vLLM's own engine index, not shadowed
             expected = (int(replica) + 2) / 10 if "kv_cache" in metric else int(replica)

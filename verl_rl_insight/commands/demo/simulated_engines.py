@@ -17,12 +17,15 @@ from prometheus_client import (
 from verl_rl_insight.contract import engine_metrics
 from verl_rl_insight.contract.engine_metrics import EngineMetric
 
-# the labels each engine puts on every series (vLLM's engine: its own engine index in a replica)
+# the labels each engine puts on every series (vLLM's engine: its own engine index in a replica; in
+# verl's replicas vLLM's model_name is actor_rollout_ref.model.path, as a real run shows)
+MODEL_PATH = "/models/Qwen2.5-0.5B-Instruct"
 ENGINE_LABELS = {
-    "vllm": {"model_name": "Qwen2.5-0.5B-Instruct", "engine": "0"},
-    "sglang": {"model_name": "Qwen2.5-0.5B-Instruct"},
+    "vllm": {"model_name": MODEL_PATH, "engine": "0"},
+    "sglang": {"model_name": MODEL_PATH},
 }
 FINISHED_REASONS = ("stop", "length", "abort")
+WAITING_REASONS = ("capacity", "deferred")  # vLLM's num_requests_waiting_by_reason
 TOKEN_BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, float("inf"))
 
 
@@ -77,12 +80,17 @@ class EngineSimulator:
         self.kinds = {metric.name: metric.kind for metric in engine_metrics.of(engine)}
         self.series: dict[str, Any] = {}
         self.finished: Counter | None = None
+        self.waiting_by_reason: Gauge | None = None
         for spec in engine_metrics.of(engine):
             metric = self._register(spec, names)
             if spec.labels == ("finished_reason",) and isinstance(metric, Counter):
                 self.finished = metric
                 for reason in FINISHED_REASONS:
                     metric.labels(*values, reason).inc(0)
+            elif spec.labels == ("reason",) and isinstance(metric, Gauge):
+                self.waiting_by_reason = metric
+                for reason in WAITING_REASONS:
+                    metric.labels(*values, reason).set(0)
             elif spec.labels:
                 raise ValueError(f"the simulator has no values for the labels {spec.labels} of {spec.name}")
             else:
@@ -107,7 +115,7 @@ class EngineSimulator:
             return Gauge(spec.name, spec.name, names, registry=self.registry)
         if spec.kind == "counter":
             return Counter(spec.name, spec.name, names, registry=self.registry)
-        buckets = TOKEN_BUCKETS if spec.name.endswith("_tokens") else Histogram.DEFAULT_BUCKETS
+        buckets = TOKEN_BUCKETS if "_tokens" in spec.name else Histogram.DEFAULT_BUCKETS
         return Histogram(spec.name, spec.name, names, registry=self.registry, buckets=buckets)
 
     def simulate_generate(self, requests: int, response_tokens: int) -> None:
@@ -117,13 +125,17 @@ class EngineSimulator:
         generated = requests * response_tokens
         load = engine_metrics.LOAD[self.engine]
         s[load.running].set(round(requests * r.uniform(0.6, 1.0)))
-        s[load.waiting].set(round(requests * r.uniform(0, 0.3)))
+        waiting = round(requests * r.uniform(0, 0.3))
+        s[load.waiting].set(waiting)
         s[load.kv_cache].set(r.uniform(0.4, 0.9))
         if self.engine == "vllm":
             queries = prompt // 16
             s["vllm:prefix_cache_queries"].inc(queries)
             s["vllm:prefix_cache_hits"].inc(int(queries * r.uniform(0.2, 0.7)))
             s["vllm:num_preemptions"].inc(r.randint(0, 2))
+            s["vllm:prompt_tokens_cached"].inc(int(prompt * r.uniform(0.1, 0.5)))  # never above the prompt tokens
+            assert self.waiting_by_reason is not None
+            self.waiting_by_reason.labels(*self.label_values, "capacity").set(waiting)  # the reasons sum to waiting
             drafted = generated // 2
             s["vllm:spec_decode_num_drafts"].inc(drafted // 4)
             s["vllm:spec_decode_num_draft_tokens"].inc(drafted)
@@ -147,7 +159,7 @@ class EngineSimulator:
             if kind != "histogram":
                 continue
             for _ in range(requests):
-                if name.endswith("_tokens"):
+                if "_tokens" in name:
                     s[name].observe(r.randint(50, 300) if "prompt" in name else r.expovariate(1 / response_tokens))
                 else:
                     scale = (

@@ -22,6 +22,8 @@ TARGETS = [
     ("verl.utils.rollout_trace", "verl_rl_insight.trainer.patches.rollout_trace"),
     ("verl.trainer.ppo.ray_trainer", "verl_rl_insight.trainer.patches.generations"),
     ("verl.trainer.ppo.v1.trainer_base", "verl_rl_insight.trainer.patches.generations"),
+    # constants_ppo before main_ppo: the driver's runtime_env, also when main_ppo runs as __main__
+    ("verl.trainer.constants_ppo", "verl_rl_insight.trainer.patches.main_ppo"),
     ("verl.trainer.main_ppo", "verl_rl_insight.trainer.patches.main_ppo"),
     ("verl.single_controller.base.worker", "verl_rl_insight.trainer.patches.workers"),
     ("verl.workers.rollout.llm_server", "verl_rl_insight.trainer.patches.server_managers"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,13 +18,28 @@ from verl_rl_insight.trainer import runtime
 Advantage = Callable[..., "DataProto"]  # verl's compute_advantage(data, adv_estimator, ...)
 
 
+def _trainer(frame: FrameType | None, depth: int = 4) -> object | None:
+    """The trainer whose step this is: the nearest caller's ``self`` with an int ``global_steps``.
+    verl's v1 trainer (main_ppo's default in 0.9.1) calls compute_advantage from a helper function
+    (``compute_advantage_for_multi_trajectories``), so the direct caller has no ``self``: group
+    statistics went to step None and the GRPO groups were never sampled."""
+    for _ in range(depth):
+        if frame is None:
+            return None
+        caller: object = frame.f_locals.get("self")
+        if caller is not None and isinstance(getattr(caller, "global_steps", None), int):
+            return caller
+        frame = frame.f_back
+    return None
+
+
 def _wrap(original: Advantage) -> Advantage:
     def compute_advantage(data: DataProto, *args: object, **kwargs: object) -> DataProto:
         rt = runtime.get_runtime()
         if rt is None:
             return original(data, *args, **kwargs)
-        caller = sys._getframe(1).f_locals.get("self")
-        step = getattr(caller, "global_steps", None)
+        caller = _trainer(sys._getframe(1))
+        step = getattr(caller, "global_steps", None) if caller is not None else None
         step = step if isinstance(step, int) else None
         rt.logs.drain()  # a figure put for an unknown step goes to the next log, never to one still handed over
         try:

@@ -100,7 +100,39 @@ def _wrap(original: Callable[..., contextlib.AbstractContextManager[object]], la
     return timer
 
 
+def _profiled_method(original: Callable[..., object], phase: str) -> Callable[..., object]:
+    """verl's v1 trainer (main_ppo's default in 0.9.1) has no start_profile/stop_profile timers:
+    its ``_start_profiling``/``_stop_profiling`` methods are the step's profiler boundaries."""
+
+    def method(self: object, *args: object, **kwargs: object) -> object:
+        step = getattr(self, "global_steps", None)
+        step = step if isinstance(step, int) else None
+        _hook("rl_insight_profile_point", trainer=self, phase=phase, when="enter", step=step)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _hook("rl_insight_profile_point", trainer=self, phase=phase, when="exit", step=step)
+
+    method.__wrapped__ = original  # type: ignore[attr-defined]
+    method._rl_insight_phase_timer = True  # type: ignore[attr-defined]
+    return method
+
+
+PROFILING_METHODS = {"_start_profiling": "start_profile", "_stop_profiling": "stop_profile"}
+
+
+def _install_profiling_methods(module: ModuleType) -> None:
+    trainer = module.__dict__.get("PPOTrainer")
+    if not isinstance(trainer, type) or module.__name__ != "verl.trainer.ppo.v1.trainer_base":
+        return
+    for attr, phase in PROFILING_METHODS.items():
+        original = trainer.__dict__.get(attr)
+        if callable(original) and not getattr(original, "_rl_insight_phase_timer", False):
+            setattr(trainer, attr, _profiled_method(original, phase))
+
+
 def install(module: ModuleType) -> None:
+    _install_profiling_methods(module)
     lane = LANES.get(module.__name__, "trainer")
     for attr in TIMER_NAMES:
         original = module.__dict__.get(attr)
@@ -112,6 +144,11 @@ def install(module: ModuleType) -> None:
 
 
 def uninstall(module: ModuleType) -> None:
+    trainer = module.__dict__.get("PPOTrainer")
+    for attr in PROFILING_METHODS if isinstance(trainer, type) else ():
+        current = trainer.__dict__.get(attr)
+        if current is not None and getattr(current, "_rl_insight_phase_timer", False):
+            setattr(trainer, attr, current.__wrapped__)
     for attr in TIMER_NAMES:
         current = module.__dict__.get(attr)
         if current is not None and getattr(current, "_rl_insight_phase_timer", False):

@@ -55,7 +55,10 @@ def _publish_command_line() -> None:
     from verl_rl_insight.contract.run_card import redact_argv
     from verl_rl_insight.trainer.client.run_card import secrets_known
 
-    os.environ[environment.COMMAND] = json.dumps(redact_argv(sys.argv, secrets_known(None, os.environ)))
+    # the interpreter's own argv: run as `python -m verl.trainer.main_ppo`, sys.argv[0] is main_ppo.py's
+    # path and the card said neither `python` nor `-m`, so it could not be run again as written
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv)
+    os.environ[environment.COMMAND] = json.dumps(redact_argv(argv, secrets_known(None, os.environ)))
     os.environ[environment.WORKDIR] = os.getcwd()
 
 
