@@ -94,9 +94,14 @@ def test_the_requested_step_and_only_it_is_profiled_in_the_demo(tmp_path):
         assert f'"answer": "step {target}: ' in report.read_text()
         assert demo.wait(180) == 0
         # the profiled step on the timeline's profiler lane, and counted for the dashboards' annotations
+        token = (Path(config["data_dir"]) / "secrets" / "hub-token").read_text().strip()  # made at the first start
         spans = [
             json.loads(line)
-            for line in http("GET", hub + f"/api/v1/spans?project={PROJECT}&experiment_name=profiled")[1].splitlines()
+            for line in http(
+                "GET",
+                hub + f"/api/v1/spans?project={PROJECT}&experiment_name=profiled",
+                headers={"Authorization": f"Bearer {token}"},  # a run's spans are read with the server's token
+            )[1].splitlines()
         ]
         [mark] = [s for s in spans if s["attributes"].get("state_lane_id") == "profiler"]
         assert mark["attributes"]["verl.step"] == target and mark["attributes"]["requests"] == record["id"]
