@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import real_verl
-from tests import test_explorer_page as explorer_page
+from tests.e2e import test_explorer_page as explorer_page
 from tests.helpers import http
 from tests.real_verl import EXPERIMENT, PROFILED_STEP, PROJECT
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, metric_name
