@@ -130,8 +130,6 @@ def doctor(args: argparse.Namespace) -> int:
 def add_parsers(sub: SubParsers) -> None:
     import argparse
 
-    from verl_rl_insight.commands import checks
-
     runner = sub.add_parser("run", help="run a command with monitoring activated: rl-insight run -- CMD ...")
     runner.add_argument("command", nargs=argparse.REMAINDER)
     runner.set_defaults(func=run)
@@ -141,6 +139,27 @@ def add_parsers(sub: SubParsers) -> None:
     listing.set_defaults(func=plugins)
 
     sub.add_parser("config", help="print the merged trainer-side config").set_defaults(func=config)
+
+    _add_demo(sub)
+
+    checking = sub.add_parser("doctor", help='the "dashboard shows no data" checklist: ok / problem / fix')
+    checking.add_argument("--server", help="server URL (default: RL_INSIGHT_SERVER_URL, else the local server)")
+    checking.add_argument("--project")
+    checking.add_argument("--experiment")
+    checking.add_argument("overrides", nargs=argparse.REMAINDER, help="-- the job's Hydra overrides")
+    checking.set_defaults(func=doctor)
+
+    dashboards = sub.add_parser("dashboards", help="the Grafana dashboards")
+    dashboards_sub = dashboards.add_subparsers(dest="dashboards_command", metavar="COMMAND", required=True)
+    export = dashboards_sub.add_parser("export", help="write the dashboards' JSON for an existing Grafana")
+    export.add_argument("dir", metavar="DIR")
+    export.add_argument("--force", action="store_true", help="overwrite dashboards already in DIR")
+    export.set_defaults(func=dashboards_export)
+
+
+def _add_demo(sub: SubParsers) -> None:
+    """`rl-insight demo`: the simulated run, or the real one (--real)."""
+    from verl_rl_insight.commands import checks
 
     simulation = sub.add_parser(
         "demo",
@@ -176,17 +195,3 @@ def add_parsers(sub: SubParsers) -> None:
     )
     simulation.add_argument("--plan", action="store_true", help="with --real: say what it would install and run")
     simulation.set_defaults(func=demo)
-
-    checking = sub.add_parser("doctor", help='the "dashboard shows no data" checklist: ok / problem / fix')
-    checking.add_argument("--server", help="server URL (default: RL_INSIGHT_SERVER_URL, else the local server)")
-    checking.add_argument("--project")
-    checking.add_argument("--experiment")
-    checking.add_argument("overrides", nargs=argparse.REMAINDER, help="-- the job's Hydra overrides")
-    checking.set_defaults(func=doctor)
-
-    dashboards = sub.add_parser("dashboards", help="the Grafana dashboards")
-    dashboards_sub = dashboards.add_subparsers(dest="dashboards_command", metavar="COMMAND", required=True)
-    export = dashboards_sub.add_parser("export", help="write the dashboards' JSON for an existing Grafana")
-    export.add_argument("dir", metavar="DIR")
-    export.add_argument("--force", action="store_true", help="overwrite dashboards already in DIR")
-    export.set_defaults(func=dashboards_export)
