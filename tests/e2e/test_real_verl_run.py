@@ -83,7 +83,6 @@ def test_every_steps_scalars_in_prometheus_equal_what_verls_file_logger_wrote(re
     assert compared >= 3 * 60 and not wrong, "\n".join(wrong[:40])
 
 
-@pytest.mark.real_verl_unverified
 def test_the_replica_registered_and_its_vllm_series_carry_the_runs_labels(real_run):
     assert real_run.replica_address, "no vllm target under the run's labels: " + real_run.log()[-3000:]
     # the target, as `rl-insight targets list` showed it while the replica served (it expires after the run)
