@@ -23,7 +23,7 @@ TOOLS = {  # not benchmarks: the shapes the detectors are judged on, a server pr
 # what each prints (a JSON object, or bench_health's table) and a key or line that shows its figures came out
 EXPECTED = {
     "bench_explorer_api.py": "a 2,000-step curve",
-    "bench_explorer_page.py": "run_page",
+    "bench_explorer_page.py": "run_median_ms",
     "bench_group_stats.py": "group_stats",
     "bench_hardware_sampler.py": "share_of_one_core_at_1hz_percent",
     "bench_health.py": "| mode | over 20 steps",
