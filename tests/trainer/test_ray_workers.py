@@ -9,53 +9,17 @@ the hub proves that the worker was patched and got the variable through verl's r
 import os
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
-from tests.helpers import REPO, free_port, kill_session, wait_for
-
-RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+from tests.helpers import REPO, wait_for
+from tests.ray_cluster import RAY_ENV, ray_head
 
 
 @pytest.fixture
 def ray_cluster():
-    port = free_port()
-    while 10001 <= port <= 19999:  # Ray keeps this range for worker ports
-        port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_"))}
-    env.update(RAY_ENV)
-    temp_dir = tempfile.mkdtemp(prefix="rlray")
-    log = open(os.path.join(temp_dir, "ray-start.log"), "wb")
-    process = subprocess.Popen(
-        [
-            "ray",
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            f"--port={port}",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            f"--temp-dir={temp_dir}",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        wait_for(
-            lambda: b"block forever" in open(log.name, "rb").read() or process.poll() is not None,
-            90,
-            interval=0.5,
-            what="ray head",
-        )
-        assert process.poll() is None, open(log.name, "rb").read()[-3000:].decode(errors="replace")
-        yield f"127.0.0.1:{port}"
-    finally:
-        kill_session(process.pid)
-        log.close()
+    with ray_head() as address:  # tests/ray_cluster.py: a head of its own, no RL_INSIGHT_* variable
+        yield address
 
 
 def test_worker_logs_reach_the_hub_with_env_from_the_driver_only(ray_cluster, hub_server):
