@@ -6,26 +6,12 @@ the attackers are told 429 + Retry-After, never that their data is bad."""
 import json
 import time
 
-import pytest
-
 from tests.helpers import http
-from tests.server.test_run_budgets import STEP_LINE, TOKEN, Served, call, long_label_push, verl_step
+from tests.server.test_run_budgets import STEP_LINE, TOKEN, call, long_label_push, verl_step
+from tests.server.test_run_budgets import served as served  # the fixture: servers made and closed per test
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.client.sender import BatchSender
-
-
-@pytest.fixture
-def served(tmp_path):
-    made = []
-
-    def make(**kwargs):
-        made.append(Served(tmp_path, **kwargs))
-        return made[-1]
-
-    yield make
-    for server in made:
-        server.close()
 
 
 def _fill(server, experiment, body_of, tries=200):
