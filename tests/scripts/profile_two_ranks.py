@@ -1,7 +1,7 @@
 """Two ranks on a gloo group, each profiled with verl's own torch profiler (verl 0.9.1's
 ``get_torch_profiler``: its file names, CPU activity) and verl's stage mark (``record_function``
 named as ``DistProfiler.annotate(role="actor_update")`` names it). Inside ``actor_update`` rank 1
-sleeps 0.5 s before the all-reduce, so rank 0 waits for it there.
+sleeps 1.5 s before the all-reduce, so rank 0 waits for it there.
 
     python3 tests/scripts/profile_two_ranks.py OUT_DIR STEP PORT
 """
@@ -14,12 +14,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-SLEEP_S = 0.5
+SLEEP_S = 1.5
 
 
 def worker(rank: int, out: str, step: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.set_num_threads(1)  # two ranks on a 2-core machine: no intra-op pool fighting the other rank
+    torch.randn(128, 128) @ torch.randn(128, 128)  # first matmul's one-off set-up (up to 1 s under load) outside the phase
     from verl.utils.profiler.torch_profile import get_torch_profiler
 
     prof = get_torch_profiler(
