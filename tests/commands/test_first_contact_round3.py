@@ -9,6 +9,7 @@ import pytest
 from tests.helpers import free_port, http, push, rl_insight, run_python, start_hub_process, stop_group, wait_for
 from verl_rl_insight.commands.demo.verl_step import step_metrics
 from verl_rl_insight.contract.naming import METRIC_PREFIX
+from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 
 TOKEN = "round3-token-6a1f0d"
@@ -160,3 +161,17 @@ def test_a_server_older_than_a_batchs_keys_still_gets_every_value():
         server.shutdown()
     assert [b["step"] for b in got] == [1, 2]
     assert all(f"{METRIC_PREFIX}perf_mfu_actor" in b["metrics"] and "keys" not in b for b in got)  # values kept
+
+
+def test_a_profile_asked_of_a_finished_run_is_refused_over_http_naming_its_state(hub):
+    ask = {"project": "p", "experiment_name": "run-a", "first_step": 5}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+    status, answer = http("POST", hub + "/api/v1/profiles", json.dumps(ask).encode(), headers)
+    assert status == 200, answer  # still running: a coming step can be profiled
+    finish = MetricBatch("p", "run-a", None, 1.7e9 + 10, {RUN_FINISHED: 1}).to_json()
+    assert push(hub, {"batches": [finish]}, TOKEN)[0] == 200
+    status, answer = http("POST", hub + "/api/v1/profiles", json.dumps({**ask, "first_step": 6}).encode(), headers)
+    assert status == 409, answer
+    assert json.loads(answer)["error"] == "p/run-a is in state finished: it has no coming step to profile"
+    listed = json.loads(http("GET", hub + "/api/v1/profiles?project=p&experiment_name=run-a", headers=headers)[1])
+    assert [r["first_step"] for r in listed["profiles"]] == [5]  # the refused one was not kept
