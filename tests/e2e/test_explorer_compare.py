@@ -39,11 +39,16 @@ for step in range(1, {steps} + 1):
                 metrics[key] = metrics[key] * (1.15 if key != "actor/entropy" else 0.8)
     if step == nan_step:
         metrics["actor/pg_loss"] = float("nan")
+    if step % 4 == 0:  # keys whose Prometheus names lose the slashes and the @; the second run's falls by 95 %
+        metrics["val-aux/num_turns/max"] = 3.0
+        if n == 8:
+            metrics["val-aux/math/reward/mean@4"] = 0.6 if step == 4 else 0.03
     tracking.log(metrics, step=step)
 tracking.finish()
 print("LOGGED")
 """
 VALIDATION_KEY = "val-core/openai/gsm8k/reward/mean@1"
+FALLING_KEY = "val-aux/math/reward/mean@4"
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +228,23 @@ def test_the_lists_state_of_each_run_is_runs_lists_across_a_server_restart(runs,
     wait_for(lambda: states_in_runs_list(runs) == expected, 60, interval=2, what="runs list after the restart")
     after = states_in_the_list(tab, runs)
     assert after == before, (before, after)  # finished stays finished, the sparklines filled
+
+
+def test_the_keys_keep_their_logged_names_across_a_server_restart_on_the_page_and_in_diagnose(runs, tab):
+    stopped = rl_insight("server", "stop", env=runs["env"], timeout=60)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    started = rl_insight("server", "start", "--detach", "--config", str(runs["config"]), env=runs["env"], timeout=180)
+    assert started.returncode == 0, started.stdout + started.stderr
+    drawn = open_page(tab, page_url(runs, SECOND), "run")  # nothing logged since the restart
+    text = tab.inner_text("main")
+    for key in (VALIDATION_KEY, "perf/mfu/actor", "val-aux/num_turns/max", FALLING_KEY):
+        assert key in text, key
+    for flat in ("openai_gsm8k_reward_mean_1", "perf/mfu_actor", "num_turns_max", "math_reward_mean_4"):
+        assert flat not in text, flat
+    assert any(FALLING_KEY in p["keys"] for p in drawn["panels"].values()), drawn["panels"]
+    follow = ("--validation-key", FALLING_KEY)  # followed first (else verl's val-core key is)
+    found = rl_insight("diagnose", "--project", PROJECT, "--experiment", SECOND, *follow, "--json", env=runs["env"])
+    [drop] = [f for f in json.loads(found.stdout)["findings"] if f["detector"] == "validation_drop"]
+    assert drop["metric"] == FALLING_KEY, drop
+    said = rl_insight("diagnose", "--project", PROJECT, "--experiment", SECOND, *follow, env=runs["env"])
+    assert f"{FALLING_KEY}: " in said.stdout and "math_reward_mean_4" not in said.stdout, said.stdout

@@ -93,6 +93,18 @@ def panel_link(grafana: str | None, project: str, experiment: str) -> str:
     return f"{grafana}/d/{DASHBOARD}?{query}"
 
 
+def logged_names(base: str, token: str | None, project: str, experiment: str) -> dict[str, str]:
+    """The names the detectors give the run's series -> the keys as the trainer logged them (the
+    server keeps what the trainer said; {} from a server older than that)."""
+    from verl_rl_insight.server.explorer.keys import logged_names as named
+
+    query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
+    try:
+        return named(call("GET", f"{base}/api/v1/runs/keys?{query}", token)["keys"])
+    except (CliError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 def run(args: argparse.Namespace) -> int:
     if args.file is not None:
         return from_file(args)
@@ -124,8 +136,10 @@ def run(args: argparse.Namespace) -> int:
     link = panel_link(
         info.get("grafana") if "grafana" in info.get("services", ()) else None, args.project, args.experiment
     )
+    names = logged_names(base, token, args.project, args.experiment)
     for finding in findings:
         finding.panel = f"{finding.panel}: {link}" if link else finding.panel
+        finding.metric = names.get(finding.metric, finding.metric)  # the key as the trainer logged it
     run_id = {"project": args.project, "experiment_name": args.experiment}
     code = report(args, f"{args.project}/{args.experiment}", run_id, (times[0][0], times[-1][0]), findings, history)
     if not args.json:

@@ -37,6 +37,7 @@ from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.revocations import Revocations
 from verl_rl_insight.server.stores.run_cards import RunCardStore
+from verl_rl_insight.server.stores.run_keys import RunKeys
 from verl_rl_insight.server.stores.silences import Alerting
 from verl_rl_insight.server.stores.span_relay import SpanRelay
 from verl_rl_insight.server.stores.spans import SpanStore
@@ -104,7 +105,9 @@ class Server:
         self.hub.listeners.append(self.health.observe)
         # the run explorer's step table (a listener too) and the detectors' settings diagnose reads
         history_bytes = int(HISTORY_SHARE * self.hub.memory_limit_bytes)  # by bytes, not a count of runs
-        self.explorer = Sources(self.hub.listeners, self.health.params, history_bytes=history_bytes)
+        names = RunKeys(settings.data_path / "run-keys")  # the keys as logged, kept across restarts
+        names.book_all(lambda nbytes: self.hub.book_other("run_keys", nbytes))
+        self.explorer = Sources(self.hub.listeners, self.health.params, history_bytes=history_bytes, names=names)
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
         self.logins: dict[str, tuple[str, str]] = {}  # service -> its login (Prometheus, Alertmanager)

@@ -183,6 +183,18 @@ RUN_ROUTES = (
     ),
     Route("GET", "/api/v1/runs/marks", runs.get_marks, ANYONE, Doc("a run's marks, by step", JSON_OK, RUN, (400,))),
     Route(
+        "GET",
+        "/api/v1/runs/keys",
+        runs.get_keys,
+        ANYONE,
+        Doc(
+            "the run's keys as its trainer logged them: {series name: logged key}, kept across restarts",
+            JSON_OK,
+            RUN,
+            (400,),
+        ),
+    ),
+    Route(
         "DELETE",
         "/api/v1/runs/marks",
         runs.delete_mark,

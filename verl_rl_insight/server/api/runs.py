@@ -18,6 +18,7 @@ async def delete_run(ctx: Context, request: Request) -> None:
         marks = parts.marks.forget(project, experiment)
         if parts.explorer is not None:
             parts.explorer.histories.forget((project, experiment))
+            parts.explorer.names.forget((project, experiment))
         return {
             "project": project,
             "experiment_name": experiment,
@@ -64,6 +65,14 @@ async def post_mark(ctx: Context, request: Request) -> None:
 async def get_marks(ctx: Context, request: Request) -> None:
     project, experiment = run_of(request)
     await ctx.json_from(request, lambda: ctx.parts.marks.of_run(project, experiment))
+
+
+async def get_keys(ctx: Context, request: Request) -> None:
+    """The run's keys as its trainer logged them: {series name: logged key} (only names that do not tell it)."""
+    project, experiment = run_of(request)
+    sources = ctx.parts.explorer
+    keys = sources.logged((project, experiment)) if sources is not None else {}
+    await ctx.json(request, {"project": project, "experiment_name": experiment, "keys": keys})
 
 
 async def delete_mark(ctx: Context, request: Request) -> None:

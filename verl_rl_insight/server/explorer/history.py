@@ -67,9 +67,6 @@ class RunHistory:
         self.from_prometheus = False
         self.partial = False  # the run was forgotten and logs again: its older steps are in Prometheus only
         self.finished: float | None = None  # rl_insight_run_finished: 0 from the first log, 1 after finish()
-        # series name -> the key the trainer logged (val-core/openai/gsm8k/reward/mean@1), where the
-        # trainer said it (wire: a batch's ``keys``); at most one a column
-        self.keys: dict[str, str] = {}
         self.newest = (-math.inf, 0)  # (time, step) of the step logged last: a step before it, later, is an attempt
 
     def cells(self) -> int:
@@ -193,8 +190,6 @@ class Histories:
                 run = (labels["project"], labels["experiment_name"])
                 if batch.step is not None:
                     self._add(run, batch.step, batch.time, batch.metrics)
-                    if batch.keys and run in self._runs:
-                        self._runs[run].keys.update(batch.keys)
                 elif FINISHED in batch.metrics and run in self._runs:  # finish(): a batch of its own
                     self._runs[run].finished = batch.metrics[FINISHED]
                     self._runs[run].version += 1

@@ -18,6 +18,7 @@ from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.dashboards.keys import GROUPS, RUNTIME_KEYS, STATS
 from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health.modes import verl_key
 
 PREFIX = detectors.PREFIX
 _GROUPS = sorted(((metric_name("", g), g) for g in GROUPS), key=lambda pair: -len(pair[0]))
@@ -72,6 +73,16 @@ def key_of(series: str) -> str:
         if name.startswith(form + "_") and len(name) > len(form) + 1:
             return f"{group}/{name[len(form) + 1 :]}"
     return name
+
+
+def logged_names(logged: Mapping[str, str]) -> dict[str, str]:
+    """Each name a series goes by here (its own, the key named back, the detectors' name of it) ->
+    the key the trainer logged, from ``logged`` (series name -> logged key: a push's ``keys``)."""
+    names = {}
+    for series, key in logged.items():
+        for name in (series, key_of(series), verl_key(series), key_of(verl_key(series))):
+            names[name] = key
+    return names
 
 
 def series_of(key: str) -> str:

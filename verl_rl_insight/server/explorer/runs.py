@@ -12,7 +12,7 @@ from verl_rl_insight.contract.errors import NotFound
 from verl_rl_insight.contract.run_card import ABSENT, Json, differences
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.findings import Finding
-from verl_rl_insight.server.explorer.keys import PREFIX, key_of, panels, series_of
+from verl_rl_insight.server.explorer.keys import PREFIX, key_of, logged_names, panels, series_of
 from verl_rl_insight.server.explorer.sources import Sources
 
 IDLE_AFTER_S = 600.0  # no step for this long (and five median steps): idle, not running (`runs list`: 600 s)
@@ -69,7 +69,9 @@ def marks_of(marks: Marks, run: Run) -> list[dict[str, Json]]:
 
 def findings_of(sources: Sources, run: Run, marks: Marks) -> list[Finding]:
     resets = sorted(int(str(m["step"])) for m in marks_of(marks, run) if m["reset_baseline"])
-    return sources.findings.of(run, sources.histories, sources.params, resets)
+    found = sources.findings.of(run, sources.histories, sources.params, resets)
+    names = logged_names(sources.logged(run))  # each finding names its key as the trainer logged it
+    return [{**f, "key": names[str(f["key"])]} if str(f["key"]) in names else f for f in found]
 
 
 def _summary(sources: Sources, run: Run, hub: HubRun, now: float) -> Answer:
@@ -161,7 +163,7 @@ def run_answer(
     with sources.histories.lock:
         row = _summary(sources, run, ages.get(run, HubRun(None, None)), time.time())
         names = list(history.columns) if history is not None else []
-        logged = dict(history.keys) if history is not None else {}
+    logged = sources.logged(run)  # kept with the run's files: as logged after a restart too
     keys = sorted({logged.get(n) or key_of(n) for n in names if n.startswith(PREFIX)})
     card: Json = None
     if card_ok:

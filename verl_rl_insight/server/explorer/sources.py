@@ -3,6 +3,7 @@
 - ``histories``: each run's trainer scalars by step (a hub listener; ``history.py``), read back once
   from the server's Prometheus for a run the hub has not carried since the server started;
 - ``prometheus``: that Prometheus (None: the server runs none; set by the server once it has started it);
+- ``names``: each run's keys as its trainer logged them (a hub listener, kept in the data folder);
 - ``params``: the detectors' parameters the server's health monitor runs with (what diagnose reads);
 - ``findings``: the findings per run (``findings.py``), and ``spans_of``: a run's kept spans, parsed,
   read on from where the last request stopped (the span store only appends to a run's file).
@@ -22,6 +23,7 @@ from verl_rl_insight.server.explorer.findings import FindingsCache
 from verl_rl_insight.server.explorer.history import MAX_BYTES, Histories, RunHistory
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.stores.run_keys import RunKeys
 
 SpanRecord = dict[str, object]
 Listener = Callable[[list[Batch]], None]  # what the hub calls with the batches it accepted
@@ -42,10 +44,13 @@ class Sources:
         listeners: list[Listener] | None = None,
         params: Mapping[str, float] | None = None,
         history_bytes: int = MAX_BYTES,
+        names: RunKeys | None = None,
     ) -> None:
         self.histories = Histories(max_bytes=history_bytes)
+        self.names = names if names is not None else RunKeys()  # the keys as logged (kept across restarts)
         if listeners is not None:
             listeners.append(self.histories.observe)
+            listeners.append(self.names.observe)
         self.prometheus: PrometheusReader | None = None
         self.params: Mapping[str, float] = dict(params or detectors.DEFAULTS)
         self.findings = FindingsCache()
@@ -72,6 +77,10 @@ class Sources:
                         self._asked.clear()
                 self.histories.fill(run, steps, finished)
         return self.histories.get(run)
+
+    def logged(self, run: tuple[str, str]) -> dict[str, str]:
+        """The run's series name -> the key its trainer logged, where the trainer said it."""
+        return self.names.get(run)
 
     def spans_of(self, store: SpanSource | None, run: tuple[str, str]) -> list[SpanRecord]:
         """The run's spans kept by the server's span store ([] without one, or without spans)."""
