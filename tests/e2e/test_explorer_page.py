@@ -299,6 +299,16 @@ def test_screenshots_of_the_run_page_and_a_step_page_are_not_blank(demo, tab, tm
     assert canvas_variance(tab, "[data-testid=swimlane]") > 100
 
 
+def test_each_explorer_picture_is_shown_by_the_docs_and_remade_by_the_script():
+    """docs/explorer-*.png: each referenced by a page of the docs, each a picture
+    scripts/make_screenshots.py writes (so none goes stale beyond remaking), none referenced missing."""
+    pictures = {p.name for p in DOCS.glob("explorer-*.png")}
+    referenced = {m for page in DOCS.glob("*.md") for m in re.findall(r"\((explorer-[\w-]+\.png)\)", page.read_text())}
+    script = (REPO / "scripts" / "make_screenshots.py").read_text()
+    made = set(re.findall(r'"(explorer-[\w-]+\.png)"', script))
+    assert pictures == referenced == made == {"explorer-run.png", "explorer-step.png", "explorer-compare.png"}
+
+
 class Collected:
     """What a page handler sends (the ASGI messages), as the API's Request would pass them on."""
 
