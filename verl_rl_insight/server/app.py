@@ -44,6 +44,7 @@ from verl_rl_insight.server.stores.targets import TargetRegistry
 from verl_rl_insight.server.timeline.live import LiveFigures
 
 HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (explorer/history.py)
+SPAN_INDEX_SHARE = 1 / 64  # of memory_limit_mb: where each step's spans lie, for step pages (stores/span_index.py)
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -131,7 +132,9 @@ class Server:
             if s.enabled(name):
                 self._start_service(name)
         if "tempo" not in self.services and not s.otlp_endpoint:  # no Tempo: the hub keeps the spans
-            self.spans = SpanStore(s.data_path / "spans")
+            self.spans = SpanStore(
+                s.data_path / "spans", index_bytes=int(SPAN_INDEX_SHARE * self.hub.memory_limit_bytes)
+            )
         elif "tempo" in self.services and not s.otlp_endpoint:  # Tempo: spans pass through the hub to it
             self.relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
         threading.Thread(target=self._tick, name="rl-insight-timeline-figures", daemon=True).start()

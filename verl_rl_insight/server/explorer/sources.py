@@ -4,13 +4,13 @@
   from the server's Prometheus for a run the hub has not carried since the server started;
 - ``prometheus``: that Prometheus (None: the server runs none; set by the server once it has started it);
 - ``params``: the detectors' parameters the server's health monitor runs with (what diagnose reads);
-- ``findings``: the findings per run (``findings.py``), and ``spans_of``: a run's kept spans, parsed,
-  read on from where the last request stopped (the span store only appends to a run's file).
+- ``findings``: the findings per run (``findings.py``), and ``step_spans``: the spans of one step
+  and those beside it in time, read where the span store's index says they lie (never a run's
+  whole files: anyone may ask for a step page).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
@@ -25,15 +25,16 @@ from verl_rl_insight.server.health import detectors
 
 SpanRecord = dict[str, object]
 Listener = Callable[[list[Batch]], None]  # what the hub calls with the batches it accepted
-MAX_SPAN_RUNS = 4  # runs whose parsed spans are kept
 MAX_CURVES_RUNS = 16  # runs whose last curves answer is kept (each at most curves.MAX_CELLS values)
 BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again after this long
 
 
 class SpanSource(Protocol):
-    cuts: int  # moves on when spans leave a run's files other than at their end (stores/spans.py)
+    """The span store (stores/spans.py): a step's spans, the spans during a time, from its index."""
 
-    def read(self, project: str, experiment: str | None) -> bytes | None: ...
+    def step_spans(self, project: str, experiment: str, step: int) -> list[SpanRecord]: ...
+
+    def spans_during(self, project: str, experiment: str, start_ns: int, end_ns: int) -> list[SpanRecord]: ...
 
 
 class Sources:
@@ -49,8 +50,6 @@ class Sources:
         self.prometheus: PrometheusReader | None = None
         self.params: Mapping[str, float] = dict(params or detectors.DEFAULTS)
         self.findings = FindingsCache()
-        self._spans: OrderedDict[tuple[str, str], tuple[int, int, list[SpanRecord]]] = OrderedDict()
-        self._spans_lock = threading.Lock()
         self._asked: dict[tuple[str, str], float] = {}  # run -> when Prometheus was asked for it
         # the last curves answer of each of the runs asked last (curves.cached_curves_body)
         self.curves: OrderedDict[tuple[str, str], tuple[object, bytes]] = OrderedDict()
@@ -73,31 +72,23 @@ class Sources:
                 self.histories.fill(run, steps, finished)
         return self.histories.get(run)
 
-    def spans_of(self, store: SpanSource | None, run: tuple[str, str]) -> list[SpanRecord]:
-        """The run's spans kept by the server's span store ([] without one, or without spans)."""
+    def step_spans(self, store: SpanSource | None, run: tuple[str, str], step: int) -> list[SpanRecord]:
+        """The spans a step page draws ([] without a span store): the step's own, and, when it has a
+        trainer ``step`` span, every span that may overlap that span's time (the replicas' calls
+        carry no step)."""
         if store is None:
             return []
-        cuts = store.cuts  # (before the read: a cut meanwhile makes the next request read whole)
-        body = store.read(run[0], run[1])
-        if not body:
-            return []
-        with self._spans_lock:
-            held_cuts, read, spans = self._spans.get(run, (cuts, 0, []))
-            if read > len(body) or held_cuts != cuts:  # the files were cut (oldest steps evicted): read whole
-                read, spans = 0, []
-            end = body.rfind(b"\n") + 1
-            if end > read:
-                spans = spans + [_record(line) for line in body[read:end].splitlines() if line.strip()]
-            self._spans[run] = (cuts, max(read, end), spans)
-            self._spans.move_to_end(run)
-            while len(self._spans) > MAX_SPAN_RUNS:
-                self._spans.popitem(last=False)
-            return spans
-
-
-def _record(line: bytes) -> SpanRecord:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return {"name": "?", "start_ns": 0, "end_ns": 0, "attributes": {}}
-    return record if isinstance(record, dict) else {"name": "?", "start_ns": 0, "end_ns": 0, "attributes": {}}
+        own = store.step_spans(run[0], run[1], step)
+        window = None
+        for span in own:
+            attrs = span.get("attributes")
+            attrs = attrs if isinstance(attrs, dict) else {}
+            start, end = span.get("start_ns"), span.get("end_ns")
+            lane = attrs.get("state_lane_id") or "trainer"
+            if (attrs.get("state_name") or span.get("name")) != "step" or lane != "trainer":
+                continue
+            if isinstance(start, int) and isinstance(end, int):
+                window = (start, end) if window is None else (min(window[0], start), max(window[1], end))
+        if window is None or window[1] <= window[0]:
+            return own
+        return store.spans_during(run[0], run[1], window[0], window[1])
