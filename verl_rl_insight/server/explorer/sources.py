@@ -27,6 +27,7 @@ SpanRecord = dict[str, object]
 Listener = Callable[[list[Batch]], None]  # what the hub calls with the batches it accepted
 MAX_CURVES_RUNS = 16  # runs whose last curves answer is kept (each at most curves.MAX_CELLS values)
 BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again after this long
+PARTIAL_AGAIN_S = 2.0  # a run forgotten for room, not read back whole yet (Prometheus behind): again after this
 
 
 class SpanSource(Protocol):
@@ -59,17 +60,20 @@ class Sources:
     def history(self, run: tuple[str, str]) -> RunHistory | None:
         """The run's history, read back from Prometheus first when the hub has not carried it, or
         carried it and forgot it for room (a run forgotten comes back whole, not from the steps
-        since). A run Prometheus had nothing of is asked again only after BACKFILL_AGAIN_S."""
+        since). A run Prometheus had nothing of is asked again only after BACKFILL_AGAIN_S; a run
+        read back before Prometheus had its newest steps (``partial``) after PARTIAL_AGAIN_S."""
         held = self.histories.get(run)
         if (held is None or held.partial) and self.prometheus is not None:
             now = time.time()
-            if held is not None or self.histories.forgotten(run) or now - self._asked.get(run, 0.0) > BACKFILL_AGAIN_S:
+            since = now - self._asked.get(run, 0.0)
+            if since > (PARTIAL_AGAIN_S if held is not None else BACKFILL_AGAIN_S) or (
+                held is None and self.histories.forgotten(run)
+            ):
                 steps, finished = self.prometheus.run_steps(run[0], run[1], now)
-                if not steps:
-                    self._asked[run] = now
-                    if len(self._asked) > 4096:
-                        self._asked.clear()
-                self.histories.fill(run, steps, finished)
+                self._asked[run] = now
+                if len(self._asked) > 4096:
+                    self._asked.clear()
+                return self.histories.fill(run, steps, finished) or held
         return self.histories.get(run)
 
     def step_spans(self, store: SpanSource | None, run: tuple[str, str], step: int) -> list[SpanRecord]:
