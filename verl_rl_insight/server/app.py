@@ -44,6 +44,7 @@ from verl_rl_insight.server.stores.targets import TargetRegistry
 from verl_rl_insight.server.timeline.live import LiveFigures
 
 HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (explorer/history.py)
+CURVES_SHARE = 1 / 32  # of memory_limit_mb: the explorer's kept curves answers (explorer/curves.py)
 SPAN_INDEX_SHARE = 1 / 64  # of memory_limit_mb: where each step's spans lie, for step pages (stores/span_index.py)
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -105,7 +106,8 @@ class Server:
         self.hub.listeners.append(self.health.observe)
         # the run explorer's step table (a listener too) and the detectors' settings diagnose reads
         history_bytes = int(HISTORY_SHARE * self.hub.memory_limit_bytes)  # by bytes, not a count of runs
-        self.explorer = Sources(self.hub.listeners, self.health.params, history_bytes=history_bytes)
+        curves_bytes = int(CURVES_SHARE * self.hub.memory_limit_bytes)
+        self.explorer = Sources(self.hub.listeners, self.health.params, history_bytes, curves_bytes)
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
         self.logins: dict[str, tuple[str, str]] = {}  # service -> its login (Prometheus, Alertmanager)

@@ -25,7 +25,8 @@ from verl_rl_insight.server.health import detectors
 
 SpanRecord = dict[str, object]
 Listener = Callable[[list[Batch]], None]  # what the hub calls with the batches it accepted
-MAX_CURVES_RUNS = 16  # runs whose last curves answer is kept (each at most curves.MAX_CELLS values)
+MAX_CURVES_RUNS = 16  # runs whose last curves answer is kept (each at most curves.MAX_CELLS values) ...
+MAX_CURVES_BYTES = 32 * 2**20  # ... and all those answers' bytes (the server gives a share of memory_limit_mb)
 BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again after this long
 PARTIAL_AGAIN_S = 2.0  # a run forgotten for room, not read back whole yet (Prometheus behind): again after this
 
@@ -44,6 +45,7 @@ class Sources:
         listeners: list[Listener] | None = None,
         params: Mapping[str, float] | None = None,
         history_bytes: int = MAX_BYTES,
+        curves_bytes: int = MAX_CURVES_BYTES,
     ) -> None:
         self.histories = Histories(max_bytes=history_bytes)
         if listeners is not None:
@@ -56,6 +58,7 @@ class Sources:
         self.curves: OrderedDict[tuple[str, str], tuple[object, bytes]] = OrderedDict()
         self.curves_lock = threading.Lock()
         self.max_curves = MAX_CURVES_RUNS
+        self.max_curves_bytes = curves_bytes  # the kept answers' bytes together: the oldest go first
 
     def history(self, run: tuple[str, str]) -> RunHistory | None:
         """The run's history, read back from Prometheus first when the hub has not carried it, or
