@@ -11,7 +11,9 @@ Bounded by bytes, not by a count of runs: ``max_bytes`` in all (a share of the s
 ``stats["forgotten_runs"]``), ``max_cells`` values per run (beyond it the run's oldest steps go,
 counted in ``stats["dropped_steps"]``). A run forgotten here is not lost: its steps are in
 Prometheus, and a run that logs again after it was forgotten is marked ``partial`` so that the
-explorer reads it back whole (``Sources.history``) instead of showing the steps since. A value is a
+explorer reads it back whole (``Sources.history``) instead of showing the steps since, and again
+until Prometheus gives back the newest step it had when it was forgotten (``awaited``: a scrape
+behind the pushes has not sent Prometheus those steps yet). A value is a
 C double (8 bytes); a NaN or an infinity the trainer logged is kept beside its column, so that
 "not logged that step" (NaN in the column) and "logged NaN" stay apart.
 """
