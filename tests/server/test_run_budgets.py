@@ -285,8 +285,8 @@ def test_a_run_credential_cannot_take_over_another_runs_target_or_a_persons(serv
     for address, job in (("127.0.0.1:9300", "VLLM"), ("127.0.0.1:9300", "vllm2"), ("127.0.0.1:9100", "vllm")):
         status, answer, _ = target(address, job, "attacker", attacker)  # the same address under another job
         assert status == 403 and "address" in answer, (address, job, status, answer)
-    assert target("Node-7.cluster:9400", "vllm", "honest", honest)[0] == 200
-    status, answer, _ = target("node-7.CLUSTER:9400", "sglang", "attacker", attacker)  # DNS names know no case
+    assert target("LocalHost:9400", "vllm", "honest", honest)[0] == 200
+    status, answer, _ = target("localhost:9400", "sglang", "attacker", attacker)  # DNS names know no case
     assert status == 403 and "run p/honest" in answer, (status, answer)
     for ttl_s in (0, 86400):  # a run's targets leave with it: none that stays, none for a day
         status, answer, _ = target("127.0.0.1:9302", "vllm", "attacker", attacker, ttl_s=ttl_s)
@@ -294,12 +294,15 @@ def test_a_run_credential_cannot_take_over_another_runs_target_or_a_persons(serv
     assert target("127.0.0.1:9300", "vllm", "honest", honest)[0] == 200  # its own heartbeat
     assert target("127.0.0.1:9301", "vllm", "attacker", attacker)[0] == 200  # an address of its own
     sd = json.loads(http("GET", server.url + "/api/v1/sd")[1])
-    owners = {group["targets"][0]: group["labels"].get("experiment_name") for group in sd}
+    owners = {group["labels"]["instance"]: group["labels"].get("experiment_name") for group in sd}
     assert owners == {
         "127.0.0.1:9300": "honest",
         "127.0.0.1:9100": None,
         "127.0.0.1:9301": "attacker",
-        "Node-7.cluster:9400": "honest",
+        "LocalHost:9400": "honest",  # handed to Prometheus as the address it resolved to when registered
+    }
+    assert {group["targets"][0] for group in sd if group["labels"]["instance"] == "LocalHost:9400"} == {
+        "127.0.0.1:9400"
     }
     static = [t for t in json.loads(http("GET", server.url + "/api/v1/targets")[1])["targets"] if not t["ttl_s"]]
     assert [t["address"] for t in static] == ["127.0.0.1:9100"]  # still a static target, not one that expires

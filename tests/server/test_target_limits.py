@@ -8,6 +8,8 @@ run still finds room."""
 import json
 import socket
 
+import pytest
+
 from tests.helpers import free_port, http, start_hub_process, stop_group
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.server.stores.targets import RUN_TARGETS_FLOOR
@@ -77,3 +79,36 @@ def test_eight_run_credentials_cannot_each_take_a_runs_cap_and_a_new_run_finds_r
         assert _register(url, credential, "10.1.0.1:8000", run="honest")[0] == 200  # a new run finds room
     finally:
         stop_group(hub)
+
+
+def test_a_name_that_resolves_to_this_machine_after_registration_is_not_scraped_there(monkeypatch):
+    """DNS rebinding: a run credential registers a name its DNS answers with another machine's
+    address, then makes it answer 127.0.0.1. Prometheus is handed the address checked at
+    registration (http_sd, what GET /api/v1/sd serves), never the name to resolve again; a renewal
+    while the name answers 127.0.0.1 at an own port is refused; a name that resolves to nothing is
+    refused. The DNS answers are the test's (getaddrinfo), the registry the server's own."""
+    from verl_rl_insight.server.stores.targets import TargetError, TargetRegistry
+
+    answers = {"rebind.example": "10.9.8.7"}
+    real = socket.getaddrinfo
+
+    def dns(host, *args, **kwargs):
+        if host in answers:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answers[host], 0))]
+        if host.endswith(".example"):
+            raise socket.gaierror("no such name")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", dns)
+    own = 8800
+    registry = TargetRegistry(own_ports=frozenset({own}))
+    labels = {"project": "p", "experiment_name": "attacker"}
+    registry.register(f"rebind.example:{own}", "vllm", labels, 600, writer=("p", "attacker"))
+    answers["rebind.example"] = "127.0.0.1"  # the attacker's DNS now answers with this machine
+    assert registry.http_sd() == [
+        {"targets": [f"10.9.8.7:{own}"], "labels": {"instance": f"rebind.example:{own}", **labels, "job": "vllm"}}
+    ]
+    with pytest.raises(TargetError, match="own port"):  # the heartbeat resolves again, and is refused
+        registry.register(f"rebind.example:{own}", "vllm", labels, 600, writer=("p", "attacker"))
+    with pytest.raises(TargetError, match="does not resolve"):
+        registry.register(f"nowhere.example:{own}", "vllm", labels, 600, writer=("p", "attacker"))

@@ -90,6 +90,10 @@ def test_a_200_character_data_source_costs_its_long_keys_only_every_other_key_re
         assert exposed(text, metric_name(PREFIX, f"rl_insight/source/{short}/{stat}")) is not None, stat
     assert exposed(text, metric_name(PREFIX, "rl_insight/source/openai/gsm8k/count")) is not None
     assert f"data_source {LONG!r} is logged as rl_insight/source/{short}/..." in caplog.text
+    # the full name, for a user who sees the hash: a label of its own series, beside the short key
+    named = [x for x in text.splitlines() if x.startswith("rl_insight_source_name{")]
+    assert len(named) == 1 and f'data_source="{LONG}"' in named[0] and f'source_key="{short}"' in named[0], named
+    assert 'experiment_name="long-source"' in named[0] and float(named[0].split()[1]) == 1.0
     # the long keys: named in the sender's log once, counted by the hub, never on /metrics
     assert sender.stats["dropped_keys"] >= len(too_long)
     assert f"leaves metric {metric_name(PREFIX, too_long[0])[:200]}" in caplog.text

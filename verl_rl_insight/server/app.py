@@ -45,6 +45,8 @@ from verl_rl_insight.server.stores.targets import TargetRegistry
 from verl_rl_insight.server.timeline.live import LiveFigures
 
 HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (explorer/history.py)
+CURVES_SHARE = 1 / 32  # of memory_limit_mb: the explorer's kept curves answers (explorer/curves.py)
+SPAN_INDEX_SHARE = 1 / 64  # of memory_limit_mb: where each step's spans lie, for step pages (stores/span_index.py)
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -107,7 +109,10 @@ class Server:
         history_bytes = int(HISTORY_SHARE * self.hub.memory_limit_bytes)  # by bytes, not a count of runs
         names = RunKeys(settings.data_path / "run-keys")  # the keys as logged, kept across restarts
         names.book_all(lambda nbytes: self.hub.book_other("run_keys", nbytes))
-        self.explorer = Sources(self.hub.listeners, self.health.params, history_bytes=history_bytes, names=names)
+        curves_bytes = int(CURVES_SHARE * self.hub.memory_limit_bytes)
+        self.explorer = Sources(
+            self.hub.listeners, self.health.params, history_bytes=history_bytes, curves_bytes=curves_bytes, names=names
+        )
         self._ticking = threading.Event()
         self.on_change: Callable[[], None] | None = None
         self.logins: dict[str, tuple[str, str]] = {}  # service -> its login (Prometheus, Alertmanager)
@@ -134,7 +139,9 @@ class Server:
             if s.enabled(name):
                 self._start_service(name)
         if "tempo" not in self.services and not s.otlp_endpoint:  # no Tempo: the hub keeps the spans
-            self.spans = SpanStore(s.data_path / "spans")
+            self.spans = SpanStore(
+                s.data_path / "spans", index_bytes=int(SPAN_INDEX_SHARE * self.hub.memory_limit_bytes)
+            )
         elif "tempo" in self.services and not s.otlp_endpoint:  # Tempo: spans pass through the hub to it
             self.relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
         threading.Thread(target=self._tick, name="rl-insight-timeline-figures", daemon=True).start()

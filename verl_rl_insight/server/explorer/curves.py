@@ -5,7 +5,8 @@ null; ``nonfinite`` says where the trainer logged one).
 Anyone may ask, so an answer is bounded and made once: at most ``MAX_CELLS`` values (past it,
 every ``stride``-th step of the range, the last one always, and ``"stride"`` in the answer; a
 narrower ``first``/``last`` gives every step of it), and kept per run until the run logs again
-(``Sources.curves``), so a thousand askers share one body."""
+(``Sources.curves``: the last answer of each of 16 runs at most, all of them within
+``max_curves_bytes``, a share of ``memory_limit_mb``), so a thousand askers share one body."""
 
 from __future__ import annotations
 
@@ -40,10 +41,14 @@ def cached_curves_body(
             return held[1]
     body = curves_body(sources, run, keys, first, last)
     with sources.curves_lock:
+        sources.curves.pop(run, None)
+        if len(body) > sources.max_curves_bytes:
+            return body  # larger than all kept answers may be: made for this request alone
         sources.curves[run] = (question, body)
-        sources.curves.move_to_end(run)
-        while len(sources.curves) > sources.max_curves:
-            sources.curves.popitem(last=False)
+        kept_bytes = sum(len(kept) for _, kept in sources.curves.values())
+        while len(sources.curves) > sources.max_curves or kept_bytes > sources.max_curves_bytes:
+            _, (_, gone) = sources.curves.popitem(last=False)
+            kept_bytes -= len(gone)
     return body
 
 

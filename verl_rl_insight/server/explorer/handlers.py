@@ -19,7 +19,7 @@ from verl_rl_insight.server.explorer.pages import serve
 from verl_rl_insight.server.explorer.runs import findings_of, run_answer, runs_answer
 from verl_rl_insight.server.explorer.samples import samples_answer
 from verl_rl_insight.server.explorer.slow import moved_at
-from verl_rl_insight.server.explorer.sources import Sources
+from verl_rl_insight.server.explorer.sources import Sources, SpanRecord
 from verl_rl_insight.server.explorer.steps import step_answer
 
 
@@ -69,7 +69,7 @@ async def get_curves(ctx: Context, request: Request) -> None:
 
 
 def _step_of_run(ctx: Context, sources: Sources, run: tuple[str, str], step: int) -> dict[str, object]:
-    spans = sources.spans_of(ctx.parts.startup.spans, run)
+    spans = sources.step_spans(ctx.parts.startup.spans, run, step)
     answer = step_answer(sources, spans, run, step, findings_of(sources, run, ctx.parts.marks))
     profiles = ctx.parts.profiles
     answer["profile"] = profiles.summary(run[0], run[1], step) if profiles is not None else None
@@ -83,12 +83,19 @@ async def get_step(ctx: Context, request: Request) -> None:
     await _answer(ctx, request, lambda: _step_of_run(ctx, sources, run, step))
 
 
+def _own_spans(ctx: Context, run: tuple[str, str], step: int) -> list[SpanRecord]:
+    """The step's own spans (its samples carry its step), read where the span store's index says."""
+    store = ctx.parts.startup.spans
+    return store.step_spans(run[0], run[1], step) if store is not None else []
+
+
 async def get_samples(ctx: Context, request: Request) -> None:
     """The token, or a run credential of this run (the route is a RUN_CREDENTIAL one)."""
-    sources, run = _sources(ctx), params.run_of(request.query)
+    _sources(ctx)
+    run = params.run_of(request.query)
     run_credential.check_run(request.run, run[0], run[1], "project, experiment_name")
     step = params.step_of(request.query)
-    await _answer(ctx, request, lambda: samples_answer(sources.spans_of(ctx.parts.startup.spans, run), run, step))
+    await _answer(ctx, request, lambda: samples_answer(_own_spans(ctx, run, step), run, step))
 
 
 async def get_page(ctx: Context, request: Request) -> None:

@@ -11,7 +11,9 @@ Bounded by bytes, not by a count of runs: ``max_bytes`` in all (a share of the s
 ``stats["forgotten_runs"]``), ``max_cells`` values per run (beyond it the run's oldest steps go,
 counted in ``stats["dropped_steps"]``). A run forgotten here is not lost: its steps are in
 Prometheus, and a run that logs again after it was forgotten is marked ``partial`` so that the
-explorer reads it back whole (``Sources.history``) instead of showing the steps since. A value is a
+explorer reads it back whole (``Sources.history``) instead of showing the steps since, and again
+until Prometheus gives back the newest step it had when it was forgotten (``awaited``: a scrape
+behind the pushes has not sent Prometheus those steps yet). A value is a
 C double (8 bytes); a NaN or an infinity the trainer logged is kept beside its column, so that
 "not logged that step" (NaN in the column) and "logged NaN" stay apart.
 """
@@ -66,6 +68,9 @@ class RunHistory:
         self.dropped = 0
         self.from_prometheus = False
         self.partial = False  # the run was forgotten and logs again: its older steps are in Prometheus only
+        # the newest step the run had when it was forgotten: a read-back that does not reach it (Prometheus
+        # had not scraped it yet, or did not answer) leaves the run partial, to be read back again
+        self.awaited: int | None = None
         self.finished: float | None = None  # rl_insight_run_finished: 0 from the first log, 1 after finish()
         self.newest = (-math.inf, 0)  # (time, step) of the step logged last: a step before it, later, is an attempt
 
@@ -177,7 +182,8 @@ class Histories:
         self.stats = {"steps": 0, "dropped_steps": 0, "forgotten_runs": 0}
         self._runs: OrderedDict[Run, RunHistory] = OrderedDict()
         self._bytes: dict[Run, int] = {}  # each run's nbytes() when it last changed
-        self._forgotten: OrderedDict[Run, None] = OrderedDict()  # runs forgotten here (read back when asked)
+        # runs forgotten here (read back when asked), each with the newest step it had then
+        self._forgotten: OrderedDict[Run, int | None] = OrderedDict()
 
     def observe(self, batches: Sequence[StepBatch]) -> None:
         """The hub's listener: each trainer batch with a step (its own stream: labels project and
@@ -198,7 +204,8 @@ class Histories:
         history = self._runs.get(run)
         if history is None:
             history = self._runs[run] = RunHistory()
-            history.partial = self._forgotten.pop(run, False) is None
+            history.partial = run in self._forgotten
+            history.awaited = self._forgotten.pop(run, None)
         self._runs.move_to_end(run)
         if history.add(step, at, metrics):
             self.stats["steps"] += 1
@@ -208,25 +215,37 @@ class Histories:
         self._bytes[run] = history.nbytes()
         total = sum(self._bytes.values())
         while len(self._runs) > 1 and total > self.max_bytes:
-            gone, _ = self._runs.popitem(last=False)  # (never ``run``: it was touched last)
+            gone, forgotten = self._runs.popitem(last=False)  # (never ``run``: it was touched last)
             total -= self._bytes.pop(gone, 0)
-            self._forgotten[gone] = None
+            newest = forgotten.steps[-1] if forgotten.steps else None
+            if forgotten.awaited is not None:  # forgotten again before it was read back whole
+                newest = forgotten.awaited if newest is None else max(newest, forgotten.awaited)
+            self._forgotten[gone] = newest
             while len(self._forgotten) > MAX_FORGOTTEN:
                 self._forgotten.popitem(last=False)
             self.stats["forgotten_runs"] += 1
 
     def fill(
         self, run: Run, steps: Iterable[tuple[int, float, Mapping[str, float]]], finished: float | None = None
-    ) -> None:
-        """A run read back from Prometheus (steps in any order); what the hub added since stays."""
+    ) -> RunHistory | None:
+        """A run read back from Prometheus (steps in any order); what the hub added since stays. The
+        run stays ``partial`` (read back again later) while Prometheus has not given back the newest
+        step it had when it was forgotten. Returns the run's history (filled, even when the runs
+        touched meanwhile have forgotten it again)."""
         with self.lock:
+            newest: int | None = None
+            history = None
             for step, at, metrics in steps:
                 self._add(run, step, at, metrics)
-            history = self._runs.get(run)
+                history = self._runs.get(run, history)
+                newest = step if newest is None else max(newest, step)
+            history = self._runs.get(run, history)
             if history is not None:
                 history.from_prometheus = True
-                history.partial = False
+                if history.awaited is None or (newest is not None and newest >= history.awaited):
+                    history.partial, history.awaited = False, None
                 history.finished = finished if finished is not None else history.finished
+            return history
 
     def get(self, run: Run) -> RunHistory | None:
         """The run's history (read it under ``lock``), or None."""

@@ -5,13 +5,13 @@
 - ``prometheus``: that Prometheus (None: the server runs none; set by the server once it has started it);
 - ``names``: each run's keys as its trainer logged them (a hub listener, kept in the data folder);
 - ``params``: the detectors' parameters the server's health monitor runs with (what diagnose reads);
-- ``findings``: the findings per run (``findings.py``), and ``spans_of``: a run's kept spans, parsed,
-  read on from where the last request stopped (the span store only appends to a run's file).
+- ``findings``: the findings per run (``findings.py``), and ``step_spans``: the spans of one step
+  and those beside it in time, read where the span store's index says they lie (never a run's
+  whole files: anyone may ask for a step page).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
@@ -27,15 +27,18 @@ from verl_rl_insight.server.stores.run_keys import RunKeys
 
 SpanRecord = dict[str, object]
 Listener = Callable[[list[Batch]], None]  # what the hub calls with the batches it accepted
-MAX_SPAN_RUNS = 4  # runs whose parsed spans are kept
-MAX_CURVES_RUNS = 16  # runs whose last curves answer is kept (each at most curves.MAX_CELLS values)
+MAX_CURVES_RUNS = 16  # runs whose last curves answer is kept (each at most curves.MAX_CELLS values) ...
+MAX_CURVES_BYTES = 32 * 2**20  # ... and all those answers' bytes (the server gives a share of memory_limit_mb)
 BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again after this long
+PARTIAL_AGAIN_S = 2.0  # a run forgotten for room, not read back whole yet (Prometheus behind): again after this
 
 
 class SpanSource(Protocol):
-    cuts: int  # moves on when spans leave a run's files other than at their end (stores/spans.py)
+    """The span store (stores/spans.py): a step's spans, the spans during a time, from its index."""
 
-    def read(self, project: str, experiment: str | None) -> bytes | None: ...
+    def step_spans(self, project: str, experiment: str, step: int) -> list[SpanRecord]: ...
+
+    def spans_during(self, project: str, experiment: str, start_ns: int, end_ns: int) -> list[SpanRecord]: ...
 
 
 class Sources:
@@ -44,6 +47,7 @@ class Sources:
         listeners: list[Listener] | None = None,
         params: Mapping[str, float] | None = None,
         history_bytes: int = MAX_BYTES,
+        curves_bytes: int = MAX_CURVES_BYTES,
         names: RunKeys | None = None,
     ) -> None:
         self.histories = Histories(max_bytes=history_bytes)
@@ -54,59 +58,53 @@ class Sources:
         self.prometheus: PrometheusReader | None = None
         self.params: Mapping[str, float] = dict(params or detectors.DEFAULTS)
         self.findings = FindingsCache()
-        self._spans: OrderedDict[tuple[str, str], tuple[int, int, list[SpanRecord]]] = OrderedDict()
-        self._spans_lock = threading.Lock()
         self._asked: dict[tuple[str, str], float] = {}  # run -> when Prometheus was asked for it
         # the last curves answer of each of the runs asked last (curves.cached_curves_body)
         self.curves: OrderedDict[tuple[str, str], tuple[object, bytes]] = OrderedDict()
         self.curves_lock = threading.Lock()
         self.max_curves = MAX_CURVES_RUNS
+        self.max_curves_bytes = curves_bytes  # the kept answers' bytes together: the oldest go first
 
     def history(self, run: tuple[str, str]) -> RunHistory | None:
         """The run's history, read back from Prometheus first when the hub has not carried it, or
         carried it and forgot it for room (a run forgotten comes back whole, not from the steps
-        since). A run Prometheus had nothing of is asked again only after BACKFILL_AGAIN_S."""
+        since). A run Prometheus had nothing of is asked again only after BACKFILL_AGAIN_S; a run
+        read back before Prometheus had its newest steps (``partial``) after PARTIAL_AGAIN_S."""
         held = self.histories.get(run)
         if (held is None or held.partial) and self.prometheus is not None:
             now = time.time()
-            if held is not None or self.histories.forgotten(run) or now - self._asked.get(run, 0.0) > BACKFILL_AGAIN_S:
+            since = now - self._asked.get(run, 0.0)
+            if since > (PARTIAL_AGAIN_S if held is not None else BACKFILL_AGAIN_S) or (
+                held is None and self.histories.forgotten(run)
+            ):
                 steps, finished = self.prometheus.run_steps(run[0], run[1], now)
-                if not steps:
-                    self._asked[run] = now
-                    if len(self._asked) > 4096:
-                        self._asked.clear()
-                self.histories.fill(run, steps, finished)
+                self._asked[run] = now
+                if len(self._asked) > 4096:
+                    self._asked.clear()
+                return self.histories.fill(run, steps, finished) or held
         return self.histories.get(run)
 
     def logged(self, run: tuple[str, str]) -> dict[str, str]:
         """The run's series name -> the key its trainer logged, where the trainer said it."""
         return self.names.get(run)
 
-    def spans_of(self, store: SpanSource | None, run: tuple[str, str]) -> list[SpanRecord]:
-        """The run's spans kept by the server's span store ([] without one, or without spans)."""
+    def step_spans(self, store: SpanSource | None, run: tuple[str, str], step: int) -> list[SpanRecord]:
+        """The spans a step page draws ([] without a span store): the step's own, and, when it has a
+        trainer ``step`` span, every span that may overlap that span's time (the replicas' calls
+        carry no step)."""
         if store is None:
             return []
-        cuts = store.cuts  # (before the read: a cut meanwhile makes the next request read whole)
-        body = store.read(run[0], run[1])
-        if not body:
-            return []
-        with self._spans_lock:
-            held_cuts, read, spans = self._spans.get(run, (cuts, 0, []))
-            if read > len(body) or held_cuts != cuts:  # the files were cut (oldest steps evicted): read whole
-                read, spans = 0, []
-            end = body.rfind(b"\n") + 1
-            if end > read:
-                spans = spans + [_record(line) for line in body[read:end].splitlines() if line.strip()]
-            self._spans[run] = (cuts, max(read, end), spans)
-            self._spans.move_to_end(run)
-            while len(self._spans) > MAX_SPAN_RUNS:
-                self._spans.popitem(last=False)
-            return spans
-
-
-def _record(line: bytes) -> SpanRecord:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return {"name": "?", "start_ns": 0, "end_ns": 0, "attributes": {}}
-    return record if isinstance(record, dict) else {"name": "?", "start_ns": 0, "end_ns": 0, "attributes": {}}
+        own = store.step_spans(run[0], run[1], step)
+        window = None
+        for span in own:
+            attrs = span.get("attributes")
+            attrs = attrs if isinstance(attrs, dict) else {}
+            start, end = span.get("start_ns"), span.get("end_ns")
+            lane = attrs.get("state_lane_id") or "trainer"
+            if (attrs.get("state_name") or span.get("name")) != "step" or lane != "trainer":
+                continue
+            if isinstance(start, int) and isinstance(end, int):
+                window = (start, end) if window is None else (min(window[0], start), max(window[1], end))
+        if window is None or window[1] <= window[0]:
+            return own
+        return store.spans_during(run[0], run[1], window[0], window[1])

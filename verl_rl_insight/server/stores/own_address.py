@@ -42,12 +42,32 @@ def is_this_machine(ip: str) -> bool:
         return False
 
 
-def own_port_problem(address: str, own_ports: frozenset[int]) -> str | None:
-    """Why ``address`` (host:port) may not be a target: it is one of this server's ports here."""
+def pinned(address: str) -> tuple[str | None, list[str]]:
+    """(what Prometheus is handed for ``address``, the addresses its host resolves to now): an IP
+    literal as it is; a name as the address it resolves to now (None: it resolves to nothing), so
+    that what was checked is what is scraped: a name that later resolves to this machine (DNS
+    rebinding) cannot turn a target into one of this server's own ports."""
+    host, _, port = address.rpartition(":")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(bare)
+        return address, [bare]
+    except ValueError:
+        pass
+    ips = resolved(host)
+    if not ips:
+        return None, []
+    first = sorted(ips, key=lambda ip: ":" in ip)[0]  # IPv4 first
+    return (f"[{first}]:{port}" if ":" in first else f"{first}:{port}"), ips
+
+
+def own_port_problem(address: str, own_ports: frozenset[int], ips: list[str] | None = None) -> str | None:
+    """Why ``address`` (host:port) may not be a target: it is one of this server's ports here
+    (``ips``: what its host resolves to, where the caller resolved it already)."""
     host, _, port = address.rpartition(":")
     if not port.isdigit() or int(port) not in own_ports:
         return None
-    for ip in resolved(host):
+    for ip in resolved(host) if ips is None else ips:
         if is_this_machine(ip):
             return (
                 f"address {address[:80]!r} is this server's own port {port} ({ip}): the server's Prometheus "

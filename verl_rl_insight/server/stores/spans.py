@@ -15,12 +15,14 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from verl_rl_insight.server.stores.files import write_atomically
 from verl_rl_insight.server.stores.otlp import Record, SpanEncoding, SpanError, SpanTooLarge, decode, records
+from verl_rl_insight.server.stores.span_index import MAX_BYTES as INDEX_BYTES
+from verl_rl_insight.server.stores.span_index import Places, RunIndex, SpanIndex, index_files, read_places
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -112,6 +114,7 @@ class SpanStore:
         max_total_bytes: int = 1024 * 2**20,
         max_runs: int = 10_000,
         save_every_s: float = 1.0,
+        index_bytes: int = INDEX_BYTES,
     ) -> None:
         self.folder = folder
         self.max_run_bytes = max_run_bytes
@@ -120,6 +123,8 @@ class SpanStore:
         self.max_runs = max_runs
         self.save_every_s = save_every_s
         self.stats = {"received": 0, "kept": 0, "dropped": 0, "unlabelled": 0, "evicted_runs": 0, "evicted_spans": 0}
+        self.index = SpanIndex(index_bytes)  # where each step's spans lie: a step page reads only those
+        self.read_bytes = 0  # read back from the files for step pages (what the index saves)
         self._lock = threading.Lock()
         folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -154,12 +159,12 @@ class SpanStore:
     def add(self, request: ExportTraceServiceRequest, found: list[tuple[str, str, Record]] | None = None) -> int:
         """Keep the spans of one OTLP request (``found``: its ``records``, where the caller has
         them already); returns how many were kept."""
-        lines: dict[tuple[str, str], list[tuple[int | None, str]]] = {}
+        lines: dict[tuple[str, str], list[tuple[int | None, str, Record]]] = {}
         total = 0
         for project, experiment, record in records(request) if found is None else found:
             total += 1
             line = json.dumps(record, separators=(",", ":")) + "\n"
-            lines.setdefault((project, experiment), []).append((span_step(record), line))
+            lines.setdefault((project, experiment), []).append((span_step(record), line, record))
         for resource_spans in request.resource_spans:
             for scope_spans in resource_spans.scope_spans:
                 self.stats["unlabelled"] += len(scope_spans.spans)
@@ -174,7 +179,7 @@ class SpanStore:
             self._save_if_due()
         return kept
 
-    def _add_run(self, project: str, experiment: str, run_lines: list[tuple[int | None, str]]) -> int:
+    def _add_run(self, project: str, experiment: str, run_lines: list[tuple[int | None, str, Record]]) -> int:
         key = run_key(project, experiment)
         run = self._runs.get(key)
         if run is None:
@@ -190,13 +195,14 @@ class SpanStore:
                 "newest_step": None,
                 "segments": [_segment(0)],
             }
+            self.index.start(key)  # indexed from its first span on
         self.stats["received"] += len(run_lines)
         self._runs.move_to_end(key)
         gone = run["evicted_through_step"]
-        late = [line for step, line in run_lines if gone is not None and step is not None and step <= gone]
-        run_lines = [(step, line) for step, line in run_lines if gone is None or step is None or step > gone]
+        late = [line for step, line, _ in run_lines if gone is not None and step is not None and step <= gone]
+        run_lines = [(step, line, r) for step, line, r in run_lines if gone is None or step is None or step > gone]
         self._count_evicted(run, len(late))  # a late span of a step already evicted goes with it
-        data = "".join(line for _, line in run_lines).encode()
+        data = "".join(line for _, line, _ in run_lines).encode()
         if len(data) > self.max_run_bytes:  # one request larger than the run may hold
             run["dropped"] += len(run_lines)
             self.stats["dropped"] += len(run_lines)
@@ -205,8 +211,9 @@ class SpanStore:
         if segment["bytes"] >= self.segment_bytes:
             segment = _segment(segment["n"] + 1)
             run["segments"].append(segment)
-        for step, _ in run_lines:
+        for step, _, _ in run_lines:
             _note_step(run, segment, step)
+        self.index.written(key, segment["n"], segment["bytes"], ((r, step, len(line)) for step, line, r in run_lines))
         fd = os.open(self._path(key, segment), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "ab") as f:
             f.write(data)
@@ -226,6 +233,9 @@ class SpanStore:
         after it (a step whose spans went on in the next segment is not kept in part)."""
         oldest = run["segments"].pop(0)
         self.cuts += 1
+        indexed = self.index.get(key)
+        if indexed is not None:
+            indexed.forget_segment(oldest["n"])
         self._path(key, oldest).unlink(missing_ok=True)
         spans = oldest["spans"]
         run["bytes"] -= oldest["bytes"]
@@ -257,10 +267,18 @@ class SpanStore:
         except FileNotFoundError:
             return 0, 0
         kept, steps = [], []
+        indexed = self.index.get(key)
+        if indexed is not None:
+            indexed.forget_segment(segment["n"])
+        offset = 0
         for line in lines:
-            step = span_step(json.loads(line))
+            record = json.loads(line)
+            step = span_step(record)
             if step is None or step > through:
                 kept.append(line)
+                if indexed is not None:  # its place in the segment as rewritten
+                    indexed.add(record, step, segment["n"], offset, len(line))
+                offset += len(line)
                 if step is not None:
                     steps.append(step)
         data = b"".join(kept)
@@ -284,6 +302,7 @@ class SpanStore:
             for segment in run["segments"]:
                 self._path(oldest, segment).unlink(missing_ok=True)
             self._bytes -= run["bytes"]
+            self.index.drop(oldest)
             self.stats["evicted_runs"] += 1
 
     def _save_if_due(self, force: bool = False) -> None:
@@ -333,6 +352,31 @@ class SpanStore:
                     continue
             return b"".join(parts)
 
+    def step_spans(self, project: str, experiment: str, step: int) -> list[Record]:
+        """The spans of ``step`` (``verl.step``), read from where the index says they lie."""
+        return self._spans_at(project, experiment, lambda indexed: indexed.places_of(step)[0])
+
+    def spans_during(self, project: str, experiment: str, start_ns: int, end_ns: int) -> list[Record]:
+        """Every span that may overlap [start_ns, end_ns] (some just outside it too: the caller cuts)."""
+        return self._spans_at(project, experiment, lambda indexed: indexed.places_during(start_ns, end_ns))
+
+    def _spans_at(self, project: str, experiment: str, where: Callable[[RunIndex], Places]) -> list[Record]:
+        key = run_key(project, experiment)
+        with self._lock:
+            run = self._runs.get(key)
+            if run is None:
+                return []
+            paths = {segment["n"]: self._path(key, segment) for segment in run["segments"]}
+            indexed = self.index.get(key)
+            if indexed is None:  # written before this server started, or dropped for room: once
+                indexed = self.index.start(key)
+                self.read_bytes += index_files(indexed, sorted(paths.items()), span_step)
+            places = where(indexed)
+            self.index.settle(key)
+            found, read = read_places(paths, places)
+            self.read_bytes += read
+            return found
+
     def delete(self, project: str, experiment: str | None) -> bool:
         key = run_key(project, experiment)
         with self._lock:
@@ -343,6 +387,7 @@ class SpanStore:
             for segment in run["segments"]:
                 self._path(key, segment).unlink(missing_ok=True)
             self._bytes -= run["bytes"]
+            self.index.drop(key)
             self._dirty = True
             self._save_if_due(force=True)
         return True

@@ -22,7 +22,7 @@ from verl_rl_insight.contract.naming import label_value_problem
 from verl_rl_insight.contract.wire import TargetBody, field_problem
 from verl_rl_insight.server.managed.jobs import OWN_JOBS
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
-from verl_rl_insight.server.stores.own_address import own_port_problem
+from verl_rl_insight.server.stores.own_address import own_port_problem, pinned
 
 MAX_TARGETS = 10_000
 # a run's own targets at most (its labels' project and experiment_name): the largest job one hub
@@ -93,6 +93,7 @@ class _Entry(TypedDict):
     labels: dict[str, str]
     ttl_s: float
     expires: float | None  # on the registry's clock; None: no expiry
+    scraped: str | None  # the address Prometheus is handed: the host resolved at registration (own_address.pinned)
 
 
 def check_owner(key: tuple[str, str], labels: dict[str, str], writer: tuple[str, str]) -> None:
@@ -168,7 +169,10 @@ class TargetRegistry:
         job, address, labels, ttl_s = target.job, target.address, target.labels, target.ttl_s
         if writer is not None:
             check_run_ttl(ttl_s)
-        problem = own_port_problem(address, self.own_ports)  # (resolves the host: before the lock)
+        scraped, ips = pinned(address)  # (resolves the host once, before the lock: checked is scraped)
+        if scraped is None:
+            raise TargetError(f"address: {address[:80]!r} does not resolve to an address here")
+        problem = own_port_problem(address, self.own_ports, ips)
         if problem:
             raise TargetError(problem)
         with self._lock:
@@ -183,7 +187,7 @@ class TargetRegistry:
             if previous is None:
                 self._check_run_cap(labels)
             expires = None if not ttl_s else self.clock() + ttl_s
-            self._put(key, {"labels": labels, "ttl_s": ttl_s, "expires": expires})
+            self._put(key, {"labels": labels, "ttl_s": ttl_s, "expires": expires, "scraped": scraped})
             if not ttl_s or (previous is not None and not previous["ttl_s"]):
                 self._changed()
             return self._record(key)
@@ -225,7 +229,12 @@ class TargetRegistry:
 
     def http_sd(self) -> builtins.list[dict[str, builtins.list[str] | dict[str, str]]]:
         """The target groups in Prometheus' http_sd format (``job`` as a target label)."""
-        return [{"targets": [t["address"]], "labels": dict(t["labels"], job=t["job"])} for t in self.list()]
+        with self._lock:
+            self._expire()
+            return [  # the address resolved at registration; the name the user gave as ``instance``
+                {"targets": [e.get("scraped") or a], "labels": {"instance": a, **e["labels"], "job": j}}
+                for (j, a), e in sorted(self._targets.items())
+            ]
 
     def close(self) -> None:
         """Write what is pending and stop the writer."""
@@ -292,7 +301,7 @@ class TargetRegistry:
                     return
                 self._dirty = False
                 static = [
-                    {"job": j, "address": a, "labels": e["labels"]}
+                    {"job": j, "address": a, "labels": e["labels"], "scraped": e.get("scraped") or a}
                     for (j, a), e in sorted(self._targets.items())
                     if not e["ttl_s"]
                 ]
@@ -305,7 +314,9 @@ class TargetRegistry:
         try:
             for item in json.loads(self.store_path.read_text()):
                 target = check_target(item["address"], item["job"], item.get("labels") or {}, 0)
-                self._put((target.job, target.address), {"labels": target.labels, "ttl_s": 0, "expires": None})
+                scraped = item.get("scraped") if isinstance(item.get("scraped"), str) else None
+                entry: _Entry = {"labels": target.labels, "ttl_s": 0, "expires": None, "scraped": scraped}
+                self._put((target.job, target.address), entry)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             self._targets.clear()
             self._at.clear()

@@ -13,7 +13,10 @@
 - ``rl_insight/source/<data_source>/score/mean``, ``.../response_length/mean``,
   ``.../clip_ratio`` and ``.../count``, per ``data_source``: the first 32 sources a run shows get
   their own keys, later ones are summed up as ``other``; a source of more than 48 characters is
-  named by its start and a stable hash (``short_source``), so that its keys always fit.
+  named by its start and a stable hash (``short_source``), so that its keys always fit; the full
+  name goes out as a label: ``rl_insight_source_name{data_source="<full name>",source_key="<short>"} 1``
+  (its first 256 characters, the longest label value the server takes), sent when the source is
+  first seen and with every sampler round, so a user maps the hash back in Prometheus or Grafana.
 
 A reward is the response's ``token_level_rewards`` summed (what GRPO normalises), a score its
 ``token_level_scores`` summed (verl's ``critic/score``). Computed while the training thread waits,
@@ -37,18 +40,23 @@ from collections.abc import Callable, Hashable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from verl_rl_insight.contract.wire_limits import MAX_LABEL_VALUE
 from verl_rl_insight.trainer.hookspecs import hookimpl
 from verl_rl_insight.trainer.plugins.step_inbox import StepInbox
 
 if TYPE_CHECKING:
     import numpy as np
+    import pluggy
     import torch
+
+    from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 
 logger = logging.getLogger("verl_rl_insight")
 
 PREFIX = "rl_insight/"
 MAX_SOURCES = 32  # per run; the rest are "other"
 # a source's part of its keys: 19 + 18 + 48 + 21 characters make the longest metric name 106 of 200
+SOURCE_NAME_METRIC = "rl_insight_source_name"  # a long source's full name and short key, as labels
 MAX_SOURCE_NAME = 48
 OTHER = "other"
 KEYS = tuple(
@@ -272,12 +280,16 @@ class GroupStats:
         self.inbox = StepInbox()
         self.sources: dict[Hashable, dict[str, None]] = {}  # run -> the sources that have keys of their own
         self.lock = threading.Lock()
+        self.pm: pluggy.PluginManager | None = None  # its rl_insight_export_batch sends, from configure
+        self.named: dict[Hashable, set[str]] = {}  # run -> the long sources whose full name was sent
 
     @hookimpl
-    def rl_insight_configure(self, config: object) -> None:
+    def rl_insight_configure(self, config: object, pm: pluggy.PluginManager) -> None:
         self.inbox.clear()
+        self.pm = pm
         with self.lock:
             self.sources.clear()
+            self.named.clear()
 
     @hookimpl
     def rl_insight_advantage_batch(self, run: Hashable, batch: object, step: int | None) -> None:
@@ -286,6 +298,20 @@ class GroupStats:
         metrics = batch_metrics(batch, known)
         if metrics is not None:
             self.inbox.put(run, step, metrics)
+        with self.lock:
+            named = self.named.setdefault(run, set())
+            new = [s for s in list(known) if s not in named and short_source(s) != s]
+            named.update(new)
+        if new and self.pm is not None:
+            for made in source_names(run, new):
+                self.pm.hook.rl_insight_export_batch(batch=made)
+
+    @hookimpl
+    def rl_insight_collect(self, run: Hashable) -> list[MetricBatch] | None:
+        """The run's long sources' full names again (a live series: the hub keeps it on /metrics)."""
+        with self.lock:
+            named = sorted(self.named.get(run, ()))
+        return source_names(run, named) or None
 
     @hookimpl(tryfirst=True)
     def rl_insight_log_metrics(
@@ -294,8 +320,27 @@ class GroupStats:
         self.inbox.merge_into(run, step, metrics)
 
 
+def source_names(run: Hashable, sources: list[str]) -> list[MetricBatch]:
+    """One batch per long source: its full name and its short key, as labels of a series of 1."""
+    import time
+
+    from verl_rl_insight.trainer.client.metric_batch import MetricBatch
+
+    project, experiment = getattr(run, "project", None), getattr(run, "experiment_name", None)
+    if not isinstance(project, str) or not isinstance(experiment, str):
+        return []
+    now = time.time()
+    return [
+        MetricBatch(project, experiment, None, now, {SOURCE_NAME_METRIC: 1.0}, labels={
+            "data_source": source[:MAX_LABEL_VALUE], "source_key": short_source(source)
+        })
+        for source in sources
+    ]  # fmt: skip
+
+
 # the manager registers this module: its hooks are the one instance's (bound methods keep the marks)
 plugin = GroupStats()
 rl_insight_configure = plugin.rl_insight_configure
 rl_insight_advantage_batch = plugin.rl_insight_advantage_batch
 rl_insight_log_metrics = plugin.rl_insight_log_metrics
+rl_insight_collect = plugin.rl_insight_collect
