@@ -172,14 +172,16 @@ def _slow(args: argparse.Namespace, history: dict[str, Any]) -> list[Any]:
     ]
 
 
-def with_side_series(prom: Prometheus, args: argparse.Namespace, history: dict[str, Any], times: list[Any]) -> Any:
+def with_side_series(
+    prom: Prometheus, args: argparse.Namespace, history: dict[str, side_series.Series], times: list[tuple[int, float]]
+) -> dict[str, side_series.Series]:
     """``history`` and the run's engine, TransferQueue and GPU series (``health/side_series.py``)
     over the steps of the ranges shown, as candidates of what moved with them; ``history`` alone
     when none is shown or Prometheus will not give them."""
     shown = moved.largest(_slow(args, history), SLOW_SHOWN)
     around = side_series.around(times, {s for e, _ in shown for s in (*e.baseline_steps, *e.steps)})
 
-    def query(promql: str) -> list[Any]:
+    def query(promql: str) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
         return [(r["metric"], [(float(t), float(v)) for t, v in r.get("values", ())]) for r in prom.query(promql)]
 
     try:

@@ -41,8 +41,8 @@ ENGINE_COUNTERS = frozenset(
 FAMILIES = ("tq_.+", "DCGM_FI_.+")
 LEFT_OUT = ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "tq_controller_uptime_seconds")
 # the labels that tell one replica's, one GPU's, one TransferQueue unit's series from another's
-KEEP = ("replica", "Hostname", "node", "gpu", "op_type", "storage_unit_id", "partition_id", "task_name", "reason")
-KEEP += ("finished_reason",)
+KEEP: tuple[str, ...] = ("replica", "Hostname", "node", "gpu", "op_type", "storage_unit_id", "partition_id")
+KEEP += ("task_name", "reason", "finished_reason")
 
 
 def selector(project: str, experiment: str) -> str:
