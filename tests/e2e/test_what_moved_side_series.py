@@ -129,6 +129,12 @@ def test_the_replicas_queue_that_jumped_with_the_step_time_ranks_first(slow_run,
     named = {m["series"] for m in slow["moved_with"]}
     assert f"{WAITING}{{replica=1}}" not in named and "DCGM_FI_DEV_GPU_UTIL{Hostname=n1,gpu=0}" not in named
 
+    main(["diagnose", "--server", url, "--prometheus", prometheus.url, "--project", "moved", "--experiment", "waiting"])
+    text = capsys.readouterr().out
+    print(text)
+    under = text.split(f"timing_s_step steps {LEVEL_STEPS + 1}-{LEVEL_STEPS + SLOW_STEPS}: ")[1].splitlines()
+    assert under[1].split() == [f"{WAITING}{{replica=0}}", "up", *under[1].split()[2:]], text
+
     # the step page's answer (the explorer reads the run and the replicas' series back from Prometheus)
     from verl_rl_insight.server.explorer.prometheus import PrometheusReader
     from verl_rl_insight.server.explorer.slow import moved_at
