@@ -106,4 +106,4 @@ def test_engine_counters_and_histograms_are_one_value_a_step():
         "vllm:request_queue_time_seconds_mean{replica=0}": [(2, 0.5), (4, 2.5)],
         "vllm:num_requests_waiting{replica=0}": [(2, 2.0), (3, 7.0)],
     }
-    assert len(asked) == 1 and '|vllm:num_requests_waiting|' in asked[0] and 'project="p"' in asked[0]
+    assert len(asked) == 1 and "|vllm:num_requests_waiting|" in asked[0] and 'project="p"' in asked[0]
