@@ -13,7 +13,7 @@ the end of the step). Over that window:
 - a histogram is its mean over the step: the increase of its ``_sum`` over that of its ``_count``
   (the engines' request latency, queue time, time to first token).
 Each series is one per replica / GPU / TransferQueue unit, named with the labels that tell them
-apart: ``vllm:num_requests_waiting{replica=0}``, ``DCGM_FI_DEV_GPU_UTIL{Hostname=n1,gpu=3}``.
+apart: ``vllm:num_requests_waiting{replica=0}``, ``DCGM_FI_DEV_GPU_UTIL{Hostname=n1,gpu=3}`` (``DROP``).
 Left out: what grows with the step's length by construction (a GPU's energy counter, TransferQueue's
 uptime), and histograms' buckets."""
 
@@ -40,9 +40,11 @@ ENGINE_COUNTERS = frozenset(
 )
 FAMILIES = ("tq_.+", "DCGM_FI_.+")
 LEFT_OUT = ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "tq_controller_uptime_seconds")
-# the labels that tell one replica's, one GPU's, one TransferQueue unit's series from another's
-KEEP: tuple[str, ...] = ("replica", "Hostname", "node", "gpu", "op_type", "storage_unit_id", "partition_id")
-KEEP += ("task_name", "reason", "finished_reason")
+# labels that say which run, which scrape or which device (by another name) a series is of: left out of
+# its name; every other label stays in it (replica, Hostname, gpu, op_type, storage_unit_id, an engine's
+# index inside a replica, ...), so two series are never read as one
+DROP = frozenset(("__name__", "project", "experiment_name", "job", "instance", "le", "model_name", "simulated"))
+DROP |= {"UUID", "device", "modelName", "pci_bus_id", "DCGM_FI_DRIVER_VERSION"}
 
 
 def selector(project: str, experiment: str) -> str:
@@ -60,8 +62,8 @@ def is_counter(name: str) -> bool:
 
 
 def label(labels: Mapping[str, str]) -> str:
-    """``name{replica=0}``: the series' name and the labels that tell it from its siblings."""
-    kept = ",".join(f"{k}={labels[k]}" for k in KEEP if k in labels)
+    """``name{replica=0}``: the series' name and the labels that tell it from its siblings (sorted)."""
+    kept = ",".join(f"{k}={labels[k]}" for k in sorted(labels) if k not in DROP)
     return labels.get("__name__", "?") + (f"{{{kept}}}" if kept else "")
 
 
