@@ -5,7 +5,7 @@ names, a ``distributedInfo`` header, an ``actor_update`` range, CPU ops and kern
 all-reduce kernels; rank 5 works 30 % longer so the others wait for it.
 
     python benchmarks/bench_profile_analyze.py            # quick: 8 ranks x 20 MB
-    python benchmarks/bench_profile_analyze.py --mb 200   # the issue's size: 8 x 200 MB (about 25 min here)
+    python benchmarks/bench_profile_analyze.py --mb 200   # the issue's size: 8 x 200 MB (about 14 min here)
 """
 
 import argparse

@@ -76,3 +76,36 @@ def test_the_step_page_says_what_moved_with_the_step(tmp_path):
     assert (slow["series"], slow["first_step"], slow["last_step"]) == ("timing_s_step", 600, 611)
     assert slow["moved_with"][0]["series"] == "response_length_mean"
     assert moved_at(sources, run, 585) == []  # a step at the run's level (580 was a test step: its own range)
+
+
+def test_engine_counters_and_histograms_are_one_value_a_step():
+    """A counter is its increase over the step (a reset: its value since), a histogram its mean over
+    the step (its _sum's increase over its _count's), a gauge its samples' mean; the first step has
+    no window (its start is unknown). Series that differ in a label beyond the run's stay apart."""
+    from verl_rl_insight.server.health import side_series
+
+    times = [(1, 100.0), (2, 110.0), (3, 120.0), (4, 130.0)]
+    labels = {"project": "p", "experiment_name": "e", "replica": "0", "model_name": "m"}
+    samples = [
+        ({**labels, "__name__": "vllm:num_preemptions_total"}, [(95, 1), (105, 1), (115, 4), (125, 2), (129, 3)]),
+        ({**labels, "__name__": "vllm:request_queue_time_seconds_sum"}, [(99, 0), (109, 2), (119, 2), (129, 12)]),
+        ({**labels, "__name__": "vllm:request_queue_time_seconds_count"}, [(99, 0), (109, 4), (119, 4), (129, 8)]),
+        ({**labels, "__name__": "vllm:request_queue_time_seconds_bucket", "le": "1"}, [(99, 0), (109, 4)]),
+        ({**labels, "__name__": "vllm:num_requests_waiting"}, [(105, 1), (108, 3), (115, 7)]),
+        ({**labels, "__name__": "vllm:num_requests_waiting", "engine": "1"}, [(105, 5), (115, 9)]),
+        ({**labels, "__name__": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"}, [(105, 1), (115, 2)]),
+    ]
+    asked = []
+
+    def query(promql):
+        asked.append(promql)
+        return samples
+
+    found = side_series.read(query, "p", "e", times)
+    assert found == {
+        "vllm:num_preemptions_total{replica=0}": [(2, 0.0), (3, 3.0), (4, 3.0)],
+        "vllm:request_queue_time_seconds_mean{replica=0}": [(2, 0.5), (4, 2.5)],
+        "vllm:num_requests_waiting{replica=0}": [(2, 2.0), (3, 7.0)],
+        "vllm:num_requests_waiting{engine=1,replica=0}": [(2, 5.0), (3, 9.0)],  # a second engine: apart
+    }
+    assert len(asked) == 1 and "|vllm:num_requests_waiting|" in asked[0] and 'project="p"' in asked[0]

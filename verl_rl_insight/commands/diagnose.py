@@ -29,7 +29,7 @@ from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.contract.runs import RUN_FINISHED
-from verl_rl_insight.server.health import detectors, moved
+from verl_rl_insight.server.health import detectors, moved, side_series
 
 CANNOT = 2
 CHUNK_S = 2 * 3600  # raw samples are read in windows of this length, newest first
@@ -141,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         finding.panel = f"{finding.panel}: {link}" if link else finding.panel
         finding.metric = names.get(finding.metric, finding.metric)  # the key as the trainer logged it
     run_id = {"project": args.project, "experiment_name": args.experiment}
+    history = with_side_series(prom, args, history, times)
     code = report(args, f"{args.project}/{args.experiment}", run_id, (times[0][0], times[-1][0]), findings, history)
     if not args.json:
         run_marks.print_marks(marks)
@@ -175,6 +176,35 @@ def from_file(args: argparse.Namespace) -> int:
 SLOW_SHOWN = 3  # the ranges whose time left the run's level furthest
 
 
+def _slow(args: argparse.Namespace, history: dict[str, Any]) -> list[Any]:
+    """The ranges where the step time (or a phase's) left its level, within ``--steps``."""
+    first, last = args.steps or (None, None)
+    return [
+        (e, m)
+        for e, m in moved.what_moved(history)
+        if (first is None or e.last_step >= first) and (last is None or e.first_step <= last)
+    ]
+
+
+def with_side_series(
+    prom: Prometheus, args: argparse.Namespace, history: dict[str, side_series.Series], times: list[tuple[int, float]]
+) -> dict[str, side_series.Series]:
+    """``history`` and the run's engine, TransferQueue and GPU series (``health/side_series.py``)
+    over the steps of the ranges shown, as candidates of what moved with them; ``history`` alone
+    when none is shown or Prometheus will not give them."""
+    shown = moved.largest(_slow(args, history), SLOW_SHOWN)
+    around = side_series.around(times, {s for e, _ in shown for s in (*e.baseline_steps, *e.steps)})
+
+    def query(promql: str) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        return [(r["metric"], [(float(t), float(v)) for t, v in r.get("values", ())]) for r in prom.query(promql)]
+
+    try:
+        side = side_series.read(query, args.project, args.experiment, around)
+    except DataError:  # (too many samples for one query, say): the trainer's keys alone
+        return history
+    return {**history, **side}
+
+
 def _print_slow(slow: list[Any]) -> None:
     if not slow:
         return
@@ -195,11 +225,7 @@ def report(
     first, last = args.steps or (None, None)
     findings = [f for f in found if (first is None or f.last_step >= first) and (last is None or f.first_step <= last)]
     code = 1 if any(f.severity != "info" for f in findings) else 0
-    slow = [
-        (e, m)
-        for e, m in moved.what_moved(history)
-        if (first is None or e.last_step >= first) and (last is None or e.first_step <= last)
-    ]
+    slow = _slow(args, history)
     if args.json:
         out = {**run_id, "steps": list(steps), "findings": [f.as_json() for f in findings]}
         out["slow_steps"] = [moved.as_json(e, m) for e, m in moved.largest(slow, SLOW_SHOWN)]

@@ -169,7 +169,7 @@ def associated(history: Mapping[str, Series], exc: Excursion, top: int = TOP) ->
         if (
             name in (exc.series, STEP_TIMING)
             or name.startswith(DERIVED)
-            or any(p in name.lower() for p in DERIVED_PARTS)
+            or (name.startswith(METRIC_PREFIX) and any(p in name.lower() for p in DERIVED_PARTS))
         ):
             continue
         values = {s: v for s, v in points if math.isfinite(v)}
