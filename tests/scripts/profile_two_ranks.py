@@ -21,7 +21,8 @@ def worker(rank: int, out: str, step: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     torch.set_num_threads(1)  # two ranks on a 2-core machine: no intra-op pool fighting the other rank
-    torch.randn(128, 128) @ torch.randn(128, 128)  # first matmul's one-off set-up (up to 1 s under load) outside the phase
+    # the first matmul's one-off set-up (up to 1 s under load), outside the phase
+    torch.randn(128, 128) @ torch.randn(128, 128)
     from verl.utils.profiler.torch_profile import get_torch_profiler
 
     prof = get_torch_profiler(
