@@ -11,11 +11,14 @@ registers a replica address through verl's ``RLInsightLogger`` (what verl's roll
 and records what the driver handed it, then ends the worker (no model is loaded).
 """
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import verl
@@ -37,7 +40,10 @@ def probed_cluster(tmp_path_factory):
         "ENTRY_PROBE_REPLICA": replica,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "tests" / "scripts"), str(REPO)])),
     }
-    with ray_head(env) as address:
+    # logical CPUs only (verl's task runners ask for some; a 2-core machine runs them all the same); no
+    # idle workers started ahead for each of them
+    env["RAY_prestart_worker_first_driver"] = "0"
+    with ray_head(env, num_cpus=max(2, *TASK_RUNNER_CPUS.values())) as address:
         yield address, probe_dir, replica
 
 
@@ -96,6 +102,24 @@ ENTRY_POINTS = {
         "-m",
         "verl.experimental.fully_async_policy.fully_async_main",
     ],
+    "python -m verl.experimental.one_step_off_policy.main_ppo": [
+        "-m",
+        "verl.experimental.one_step_off_policy.main_ppo",
+    ],
+}
+
+
+def _task_runner_cpus(module):
+    """The logical CPUs an entry point's task runner asks Ray for (``@ray.remote(num_cpus=N)``), read
+    from its source: one-step-off-policy's OneStepTaskRunner asks for 10 ("make sure main_task is not
+    scheduled on head"), so on a head with fewer it is never scheduled and its worker never starts."""
+    source = Path(importlib.util.find_spec(module).origin).read_text()
+    return max([1, *(int(n) for n in re.findall(r"@ray\.remote\(num_cpus=(\d+)", source))])
+
+
+TASK_RUNNER_CPUS = {
+    module: _task_runner_cpus(module)
+    for module in ("verl.trainer.main_ppo", *(e[1] for e in ENTRY_POINTS.values() if e[0] == "-m"))
 }
 
 

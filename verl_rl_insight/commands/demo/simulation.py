@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from verl_rl_insight.commands.demo import verl_step
+from verl_rl_insight.commands.demo.v1_path import V1Steps
 from verl_rl_insight.commands.demo.verl_step import StepMetrics
 from verl_rl_insight.trainer import runtime
 from verl_rl_insight.trainer.plugins import hardware
@@ -272,8 +273,10 @@ StepParts = tuple[list["EngineSimulator"], ModuleType | None, SimulatedActor, si
 
 
 @ray.remote(num_cpus=0)
-class SimulatedTaskRunner:
-    """verl's TaskRunner replaced by the simulation; ``run(config)`` as run_ppo calls it."""
+class SimulatedTaskRunner(V1Steps):
+    """verl's TaskRunner replaced by the simulation; ``run(config)`` as run_ppo calls it. Its loop is
+    verl 0.9.1's v1 trainer's (what main_ppo runs): v1's own ``_start_profiling``/``_stop_profiling``
+    around the step, the advantages through v1's helper (``v1_path``)."""
 
     def step_phases(
         self, step: int, total: int, timing: dict[str, float], parts: "StepParts", step_s: float
@@ -281,7 +284,6 @@ class SimulatedTaskRunner:
         """One step's phases as verl's fit times them (``marked_timer``), each taking its share of the
         step; the batch is verl's own (``rollout_batch``), its advantages verl's GRPO."""
         from verl.trainer.ppo import ray_trainer
-        from verl.trainer.ppo.core_algos import AdvantageEstimator
 
         engines, tq, actor, load = parts
         marked_timer = ray_trainer.marked_timer
@@ -295,10 +297,8 @@ class SimulatedTaskRunner:
         for phase, share in (("reward", 0.05), ("old_log_prob", 0.1), ("ref", 0.05), ("values", 0.05)):
             with marked_timer(phase, timing):
                 time.sleep(step_s * share)
-        with marked_timer("adv", timing):
-            batch = ray_trainer.compute_advantage(
-                batch, adv_estimator=AdvantageEstimator.GRPO, num_repeat=verl_step.ROLLOUT_N
-            )
+        with marked_timer("adv", timing):  # v1's: its rows in TransferQueue, compute_advantage from a helper
+            batch = self.advantage_step(tq, batch, verl_step.ROLLOUT_N)
         with marked_timer("update_critic", timing):
             time.sleep(step_s * 0.05)
         with marked_timer("update_actor", timing):
@@ -332,22 +332,15 @@ class SimulatedTaskRunner:
         total = int(config.trainer.total_training_steps)
         step_s = float(demo.step_seconds)
         marked_timer = ray_trainer.marked_timer
-        profiler = config.global_profiler
-        # verl's fit loop: whether a step is profiled is decided at the end of the step before
-        curr_step_profile = 1 in profiler.steps if profiler.steps is not None else False
+        # v1's fit loop: whether a step is profiled is decided at the end of the step before
+        self.init_v1(config, actor.profiler, total)
         for step in range(1, total + 1):
             self.global_steps = step  # what the patches read, as in verl's trainers
             timing: dict[str, float] = {}
             with marked_timer("step", timing):
-                with marked_timer("start_profile", timing):
-                    if curr_step_profile:
-                        actor.profiler.start(role="train", profile_step=step)
+                self._start_profiling()
                 batch = self.step_phases(step, total, timing, (engines, tq, actor, load), step_s)
-                with marked_timer("stop_profile", timing):
-                    next_step_profile = step + 1 in profiler.steps if profiler.steps is not None else False
-                    if curr_step_profile:
-                        actor.profiler.stop(run_command=False)
-                    curr_step_profile = next_step_profile
+                self._stop_profiling()
             tracking.log(curves(step, total, rng, timing, batch), step=step)
         time.sleep(float(demo.linger_s))  # let Prometheus scrape the replicas once more
         tracking.finish()

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from verl import DataProto
 
 from verl_rl_insight.trainer import runtime
+from verl_rl_insight.trainer.patches import v1_batch
 
 Advantage = Callable[..., "DataProto"]  # verl's compute_advantage(data, adv_estimator, ...)
 
@@ -38,17 +39,22 @@ def _wrap(original: Advantage) -> Advantage:
         rt = runtime.get_runtime()
         if rt is None:
             return original(data, *args, **kwargs)
-        caller = _trainer(sys._getframe(1))
+        frame = sys._getframe(1)
+        caller = _trainer(frame)
         step = getattr(caller, "global_steps", None) if caller is not None else None
         step = step if isinstance(step, int) else None
         rt.logs.drain()  # a figure put for an unknown step goes to the next log, never to one still handed over
+        added = None
         try:
-            rt.hook.rl_insight_train_batch(run=rt.current_run(), batch=data, step=step, trainer=caller)
+            added = v1_batch.extra(data, frame, caller)  # v1: what it left in TransferQueue
+            seen = data if added is None else added.on(data)
+            rt.hook.rl_insight_train_batch(run=rt.current_run(), batch=seen, step=step, trainer=caller)
         except Exception:  # a training step never fails because of monitoring
             pass
         result = original(data, *args, **kwargs)
         try:
-            rt.hook.rl_insight_advantage_batch(run=rt.current_run(), batch=result, step=step, trainer=caller)
+            seen = result if added is None else added.on(result)
+            rt.hook.rl_insight_advantage_batch(run=rt.current_run(), batch=seen, step=step, trainer=caller)
         except Exception:
             pass
         return result

@@ -265,7 +265,9 @@ def batch_metrics(
         metrics.update(_quantiles("score", score[scored]))
         metrics.update(_quantiles("response_length", length))
         if "data_source" in non_tensors:
+            limit = (getattr(batch, "meta_info", None) or {}).get("max_response_length")
             width = tensors["responses"].shape[-1] if "responses" in tensors.keys() else None
+            width = limit if isinstance(limit, int) and width is not None else width
             clipped = None if width is None else (length == width).double()
             known = {} if known_sources is None else known_sources
             metrics.update(_source_metrics(non_tensors["data_source"], score, length, clipped, scored, known))

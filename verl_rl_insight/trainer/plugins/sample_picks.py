@@ -53,7 +53,7 @@ def _scores(tensors: Mapping[str, torch.Tensor], rows: int) -> torch.Tensor:
 
 
 def _response_mask(tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    if _has(tensors, "response_mask"):
+    if _has(tensors, "response_mask") or not _has(tensors, "responses"):
         return tensors["response_mask"]
     return tensors["attention_mask"][:, -tensors["responses"].shape[1] :]
 
@@ -88,12 +88,23 @@ def ground_truth(batch: DataProto, i: int) -> str | None:
     return None if value is None else str(value)
 
 
+def max_length(batch: DataProto, responses: torch.Tensor) -> int:
+    """The configured response length: ``meta_info["max_response_length"]`` where the batch says it
+    (verl's v1 trainer pads to the batch's longest response), else the padded width (v0 pads to it)."""
+    limit = (batch.meta_info or {}).get("max_response_length")
+    return limit if isinstance(limit, int) else int(responses.shape[1])
+
+
 def train_rows(batch: DataProto, k: int) -> list[SpanRow]:
-    """Worst first, then best, then largest mismatch; rank 1 is the most extreme."""
+    """Worst first, then best, then largest mismatch; rank 1 is the most extreme. None where the
+    batch has no ``responses``."""
     import torch
 
     tensors = batch.batch
+    if not _has(tensors, "responses"):
+        return []
     responses = tensors["responses"]
+    limit = max_length(batch, responses)
     mask = _response_mask(tensors)
     lengths = mask.sum(-1)
     scores = _scores(tensors, len(lengths))
@@ -120,7 +131,7 @@ def train_rows(batch: DataProto, k: int) -> list[SpanRow]:
                 "sample.score": float(scores[i]),
                 "sample.length": length,
                 "sample.mismatch": float(mismatch[i]) if mismatch is not None else None,
-                "sample.finish_reason": "length" if length >= responses.shape[1] else "stop",
+                "sample.finish_reason": "length" if length >= limit else "stop",
                 "sample.data_source": _text_of(sources, i),
             }
             ids = {"sample.prompt": _prompt_ids(tensors, i), "sample.response": responses[i, :length].tolist()}
@@ -152,6 +163,7 @@ def group_rows(batch: DataProto, n: int) -> list[SpanRow]:
         return []
     mask = _response_mask(tensors)
     scores = _scores(tensors, len(mask))
+    has_responses = _has(tensors, "responses")
     rows = []
     for members in _widest_groups(scores, non_tensors["uid"], n):
         first = int(members[0])
@@ -174,7 +186,7 @@ def group_rows(batch: DataProto, n: int) -> list[SpanRow]:
                 "sample.advantage": advantage,
                 "sample.length": length,
             }
-            ids = {"sample.response": tensors["responses"][i][row_mask].tolist()}
+            ids = {"sample.response": tensors["responses"][i][row_mask].tolist()} if has_responses else {}
             if rank == 0:  # the group's one prompt, once
                 ids["sample.prompt"] = _prompt_ids(tensors, i)
             rows.append(SpanRow(f"group {uid} {rank + 1}", attributes, ids))
