@@ -261,3 +261,37 @@ def test_each_plugin_manager_holds_its_own_plugin_objects_so_one_runs_state_neve
     finished = [b.samples()[0] for b in sent[id(first)] if b.step is None]
     assert finished == [{"rl_insight_run_finished": 0.0}, {"rl_insight_run_finished": 1.0}]
     assert first.get_plugin("trainer_metrics") is not second.get_plugin("trainer_metrics")
+
+
+def test_a_plugin_that_raises_in_a_hook_leaves_the_other_plugins_of_that_hook_running(caplog):
+    """pluggy stops a hook call at the first exception: the samples plugin (registered last, so
+    called first) raising on verl's v1 batch kept group statistics from ever running. Each plugin's
+    hook functions now run on their own; the failure is logged once, naming the plugin and hook."""
+    from verl_rl_insight.trainer.manager import build_plugin_manager
+    from verl_rl_insight.trainer.runtime import RunInfo
+
+    class Raising:
+        @hookspecs.hookimpl
+        def rl_insight_advantage_batch(self, run, batch, step, trainer):
+            raise KeyError("responses")
+
+    class Recorder:
+        def __init__(self):
+            self.steps = []
+
+        @hookspecs.hookimpl
+        def rl_insight_advantage_batch(self, run, batch, step, trainer):
+            self.steps.append(step)
+
+    recorder = Recorder()
+    plugins = {"hardware": {"enabled": False}, "samples": {"enabled": True}}
+    config = load_config({"rl_insight": {"plugins": plugins}}, environ={})
+    pm = build_plugin_manager(config, environ={}, plugins={"agent_loop": recorder, "samples": Raising()})
+    callers = [impl.plugin_name for impl in pm.hook.rl_insight_advantage_batch.get_hookimpls()]
+    assert callers.index("samples") > callers.index("agent_loop")  # pluggy calls the last one first
+    with caplog.at_level("ERROR", logger="verl_rl_insight"):
+        for step in (1, 2):
+            pm.hook.rl_insight_advantage_batch(run=RunInfo("p", "e"), batch=object(), step=step, trainer=None)
+    assert recorder.steps == [1, 2]
+    said = [r.getMessage() for r in caplog.records if "failed in" in r.getMessage()]
+    assert said == ["rl-insight: plugin 'samples' failed in rl_insight_advantage_batch (the other plugins go on)"]

@@ -118,7 +118,39 @@ def build_plugin_manager(
             if pm.get_plugin(name) is not None:  # pluggy keeps what it registered before the error
                 pm.unregister(name=name)
     warn_unknown_hooks(pm)
+    isolate(pm)
     return pm
+
+
+def isolate(pm: pluggy.PluginManager) -> None:
+    """Each plugin's hook functions run on their own: one that raises is logged (the first time,
+    naming the plugin and the hook) and counts as no answer, and the other plugins of that hook
+    still run. pluggy stops a hook call at the first exception: the samples plugin raising on a
+    batch without ``responses`` once kept group statistics from ever running on verl's v1 trainer."""
+    for hook_name, caller in vars(pm.hook).items():
+        if hook_name.startswith("_") or not isinstance(caller, pluggy.HookCaller):
+            continue
+        for impl in caller.get_hookimpls():
+            if not (impl.wrapper or impl.hookwrapper or getattr(impl.function, "_rl_insight_isolated", False)):
+                impl.function = _isolated(impl.function, impl.plugin_name, hook_name)  # type: ignore[misc]
+
+
+def _isolated(function: Callable[..., object], plugin: str, hook: str) -> Callable[..., object]:
+    said = False
+
+    @functools.wraps(function)
+    def call(*args: object, **kwargs: object) -> object:
+        nonlocal said
+        try:
+            return function(*args, **kwargs)
+        except Exception:
+            if not said:
+                said = True
+                logger.exception("rl-insight: plugin %r failed in %s (the other plugins go on)", plugin, hook)
+            return None
+
+    call._rl_insight_isolated = True  # type: ignore[attr-defined]
+    return call
 
 
 def warn_unknown_hooks(pm: pluggy.PluginManager) -> list[str]:

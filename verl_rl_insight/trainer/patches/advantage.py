@@ -46,7 +46,8 @@ def _wrap(original: Advantage) -> Advantage:
         rt.logs.drain()  # a figure put for an unknown step goes to the next log, never to one still handed over
         added = None
         try:
-            added = v1_batch.extra(data, frame, caller)  # v1: what it left in TransferQueue
+            texts = rt.plugin("samples") is not None  # prompts and responses: only samples reads them
+            added = v1_batch.extra(data, frame, caller, texts)  # v1: what it left in TransferQueue
             seen = data if added is None else added.on(data)
             rt.hook.rl_insight_train_batch(run=rt.current_run(), batch=seen, step=step, trainer=caller)
         except Exception:  # a training step never fails because of monitoring

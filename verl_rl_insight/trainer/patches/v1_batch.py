@@ -64,19 +64,25 @@ def _mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
     return (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
 
 
-def _fetch(meta: BatchMeta, keys: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, dict[str, list[object]]]:
-    """The rows' prompts and responses (jagged tensors), and the dataset's columns TransferQueue has."""
+def _fetch(
+    meta: BatchMeta, keys: Sequence[str], texts: bool
+) -> tuple[dict[str, torch.Tensor], dict[str, list[object]]]:
+    """The rows' prompts and responses (jagged tensors) where ``texts``, and the dataset's columns
+    TransferQueue has (``reward_model`` only with the texts: samples alone read it)."""
     import transfer_queue as tq
 
-    data = tq.kv_batch_get(keys=list(keys), partition_id=meta.partition_id, select_fields=TEXT_FIELDS)
+    tensors = {}
+    if texts:
+        data = tq.kv_batch_get(keys=list(keys), partition_id=meta.partition_id, select_fields=TEXT_FIELDS)
+        tensors = {name: data[name] for name in TEXT_FIELDS}
     columns: dict[str, list[object]] = {}
-    for name in ROW_FIELDS:
+    for name in ROW_FIELDS if texts else ROW_FIELDS[:1]:
         try:  # a dataset without the column has none in TransferQueue either
             column = tq.kv_batch_get(keys=list(keys), partition_id=meta.partition_id, select_fields=[name])
             columns[name] = list(column[name])
         except Exception:
             continue
-    return data["prompts"], data["responses"], columns
+    return tensors, columns
 
 
 def max_response_length(trainer: object) -> int | None:
@@ -109,9 +115,12 @@ class Extra:
         return DataProto(batch=merged, non_tensor_batch=columns, meta_info={**self.meta_info, **(data.meta_info or {})})
 
 
-def extra(data: DataProto, frame: FrameType | None, trainer: object) -> Extra | None:
+def extra(data: DataProto, frame: FrameType | None, trainer: object, texts: bool = True) -> Extra | None:
     """The fields v1 left in TransferQueue for the rows of ``data``, or None where ``data`` is not
-    a v1 batch (it has ``responses``, or no KVBatchMeta is in the callers' frames)."""
+    a v1 batch (it has ``responses``, or no KVBatchMeta is in the callers' frames). ``texts``: also
+    the prompts and responses (the samples plugin's; a step's every token read once more from
+    TransferQueue on the training thread, so only where a plugin reads them: group statistics take
+    the lengths from ``response_mask``)."""
     import numpy as np
     import torch
 
@@ -125,20 +134,19 @@ def extra(data: DataProto, frame: FrameType | None, trainer: object) -> Extra | 
     keys = [meta.keys[i] for i in rows] if rows is not None else list(meta.keys)
     if len(keys) != len(data):
         return None
-    prompt_rows, response_rows, fetched = _fetch(meta, keys)
-    prompts, prompt_lengths = _padded(prompt_rows)
-    responses, response_lengths = _padded(response_rows)
-    width = tensors["response_mask"].shape[-1]  # verl's own padding of this batch
-    responses = torch.nn.functional.pad(responses[:, :width], (0, width - min(width, responses.shape[-1])))
-    attention_mask = torch.cat([_mask(prompt_lengths, prompts.shape[-1]), _mask(response_lengths, width)], -1)
+    fetched_tensors, fetched = _fetch(meta, keys, texts)
+    added: dict[str, torch.Tensor] = {}
+    if fetched_tensors:
+        prompts, prompt_lengths = _padded(fetched_tensors["prompts"])
+        responses, response_lengths = _padded(fetched_tensors["responses"])
+        width = tensors["response_mask"].shape[-1]  # verl's own padding of this batch
+        responses = torch.nn.functional.pad(responses[:, :width], (0, width - min(width, responses.shape[-1])))
+        attention_mask = torch.cat([_mask(prompt_lengths, prompts.shape[-1]), _mask(response_lengths, width)], -1)
+        added = {"prompts": prompts, "responses": responses, "attention_mask": attention_mask}
     columns = {}
     for name, values in fetched.items():
         column: np.ndarray = np.empty(len(keys), dtype=object)
         column[:] = values
         columns[name] = column
     limit = max_response_length(trainer)
-    return Extra(
-        {"prompts": prompts, "responses": responses, "attention_mask": attention_mask},
-        columns,
-        {} if limit is None else {MAX_LENGTH: limit},
-    )
+    return Extra(added, columns, {} if limit is None else {MAX_LENGTH: limit})
