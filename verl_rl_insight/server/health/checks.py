@@ -95,11 +95,14 @@ def rises_from_level(
         if parts is None:
             return None
         recent, before = parts
-        x = statistics.median(_values(recent))
-        level, spread = robust(_values(before))
+        x, values = statistics.median(_values(recent)), _values(before)
+        level = statistics.median(values)  # robust's median: its spread only where the ratio passed
+        if not x > p[ratio] * abs(level):
+            return Check(False, x, level)
+        level, spread = robust(values)
         flagged = (
             x > p[ratio] * abs(level)
-            and x - level > p[mads] * max(spread, noise(_values(before)))
+            and x - level > p[mads] * max(spread, noise(values))
             and (floor is None or x > p[floor])
             and (at_least is None or x - level > p[at_least])
         )

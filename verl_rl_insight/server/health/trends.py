@@ -77,21 +77,19 @@ class Shift:
         )
 
 
-def _step(point: tuple[int, float]) -> int:
-    return point[0]
-
-
 def shift(series: Series, p: Params) -> Shift | None:
     """None while the run has fewer than ``trend_min_history`` steps ``trend_near``-``trend_far`` back."""
     last = series[-1][0]
     recent = series[-int(p["trend_recent"]) :]
     if len(recent) < p["trend_recent"]:
         return None
-    first = bisect.bisect_left(series, last - p["trend_far"], key=_step)
-    earlier = series[first : bisect.bisect_right(series, last - p["trend_near"], key=_step)]
+    # (step, value) pairs order by their step first and their values are finite: (s, -inf) comes before
+    # every pair of step s and (s, inf) after them (bisect without a key function called at each probe)
+    first = bisect.bisect_left(series, (last - p["trend_far"], -math.inf))
+    earlier = series[first : bisect.bisect_right(series, (last - p["trend_near"], math.inf))]
     if len(earlier) < p["trend_min_history"]:
         return None
-    newest = bisect.bisect_right(series, last - p["trend_near"] - p["trend_recent"], key=_step)
+    newest = bisect.bisect_right(series, (last - p["trend_near"] - p["trend_recent"], math.inf))
     now, then = median([v for _, v in recent]), median([v for _, v in earlier])
     return Shift(now, then, series, first, newest, recent, earlier)
 
