@@ -7,11 +7,10 @@ settings are ``DEFAULTS`` in ``detectors.py``.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from verl_rl_insight.server.health.signals import Series, fmt, noise, quantile, robust, steps, theil_sen
+from verl_rl_insight.server.health.signals import Series, fmt, median, noise, quantile, robust, steps, theil_sen
 
 Params = Mapping[str, float]
 Extra = Mapping[str, Series]  # verl key -> its series up to the step (the detector's other keys)
@@ -49,7 +48,7 @@ def _values(points: Series) -> list[float]:
 
 def _now(recent: Series) -> str:
     """The newest steps' median, named as one, with the newest step's own value."""
-    x = statistics.median(_values(recent))
+    x = median(_values(recent))
     return f"median {fmt(x)} over {steps(recent)} (step {recent[-1][0]}: {fmt(recent[-1][1])})"
 
 
@@ -63,14 +62,14 @@ def falls_from_level(share: str, mads: str, window: str) -> Test:
         if parts is None:
             return None
         recent, before = parts
-        x, level = statistics.median(_values(recent)), quantile(_values(before), 0.75)
+        x, level = median(_values(recent)), quantile(_values(before), 0.75)
         fall = level - x  # a share of the level's size: a reward in [-1, 0] falls as one in [0, 1] does
         flagged = fall > (1 - p[share]) * abs(level) and fall > p[mads] * noise(_values(before))
         if not flagged:  # evidence only where a finding can quote it (the walk runs every step)
             return Check(False, x, level)
         evidence = (
             f"{_now(recent)}, down from {fmt(level)}, the upper quartile of {steps(before)} (their median "
-            f"{fmt(statistics.median(_values(before)))})"
+            f"{fmt(median(_values(before)))})"
         )
         return Check(flagged, x, level, evidence)
 
@@ -95,8 +94,8 @@ def rises_from_level(
         if parts is None:
             return None
         recent, before = parts
-        x, values = statistics.median(_values(recent)), _values(before)
-        level = statistics.median(values)  # robust's median: its spread only where the ratio passed
+        x, values = median(_values(recent)), _values(before)
+        level = median(values)  # robust's median: its spread only where the ratio passed
         if not x > p[ratio] * abs(level):
             return Check(False, x, level)
         level, spread = robust(values)
@@ -118,7 +117,7 @@ def entropy_blowup(series: Series, extra: Extra, p: Params) -> Check | None:
     if parts is None:
         return None
     recent, before = parts
-    x, low = statistics.median(_values(recent)), quantile(_values(before), 0.25)
+    x, low = median(_values(recent)), quantile(_values(before), 0.25)
     flagged = (
         x > p["entropy_blowup_ratio"] * low
         and x - low > p["entropy_blowup_rise"]
@@ -136,7 +135,7 @@ def persistent_spike(series: Series, extra: Extra, p: Params) -> Check | None:
     if parts is None:
         return None
     recent, before = parts
-    level = statistics.median(_values(before))
+    level = median(_values(before))
     tail = quantile(_values(before), 0.9)
     bar = max(p["spike_ratio"] * level, p["spike_tail"] * tail)
     x = min(_values(recent))
@@ -156,7 +155,7 @@ def rising_share(series: Series, extra: Extra, p: Params) -> Check | None:
     if parts is None:
         return None
     recent, before = parts
-    x, level = statistics.median(_values(recent)), statistics.median(_values(before))
+    x, level = median(_values(recent)), median(_values(before))
     flagged = x - level > p["truncation_rise"] and x > p["truncation_ratio"] * level
     if not flagged:
         return Check(False, x, level)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from verl_rl_insight.server.health.checks import Check, Extra, Params, Test
@@ -77,8 +78,10 @@ class Shift:
         )
 
 
-def shift(series: Series, p: Params) -> Shift | None:
-    """None while the run has fewer than ``trend_min_history`` steps ``trend_near``-``trend_far`` back."""
+def shift(series: Series, p: Params, moved: Callable[[float, float], bool] | None = None) -> Shift | Check | None:
+    """None while the run has fewer than ``trend_min_history`` steps ``trend_near``-``trend_far`` back;
+    with ``moved`` (now, then): an unflagged Check of the two medians where it says no, before any
+    Shift is made (the walk runs every trend at every step)."""
     last = series[-1][0]
     recent = series[-int(p["trend_recent"]) :]
     if len(recent) < p["trend_recent"]:
@@ -86,12 +89,20 @@ def shift(series: Series, p: Params) -> Shift | None:
     # (step, value) pairs order by their step first and their values are finite: (s, -inf) comes before
     # every pair of step s and (s, inf) after them (bisect without a key function called at each probe)
     first = bisect.bisect_left(series, (last - p["trend_far"], -math.inf))
-    earlier = series[first : bisect.bisect_right(series, (last - p["trend_near"], math.inf))]
-    if len(earlier) < p["trend_min_history"]:
+    end = bisect.bisect_right(series, (last - p["trend_near"], math.inf))
+    if end - first < p["trend_min_history"]:
         return None
-    newest = bisect.bisect_right(series, (last - p["trend_near"] - p["trend_recent"], math.inf))
+    earlier = series[first:end]
     now, then = median([v for _, v in recent]), median([v for _, v in earlier])
+    if moved is not None and not moved(now, then):
+        return Check(False, now, then)
+    newest = bisect.bisect_right(series, (last - p["trend_near"] - p["trend_recent"], math.inf))
     return Shift(now, then, series, first, newest, recent, earlier)
+
+
+def score_or_none(series: Series, p: Params) -> Shift | None:
+    found = shift(series, p)
+    return found if isinstance(found, Shift) else None
 
 
 def beyond(
@@ -117,7 +128,7 @@ def beyond(
 def score_shift(extra: Extra, p: Params) -> Shift | None:
     """The training score's shift over the same steps, where the run logs one."""
     score = next((extra[k] for k in SCORE_KEYS if extra.get(k)), None)
-    return shift(score, p) if score else None
+    return score_or_none(score, p) if score else None
 
 
 def score_rises(found: Shift | None) -> bool:
@@ -139,9 +150,15 @@ def trend(
     with ``consequence`` a critical one where the training score fell too over the same steps."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
-        found = shift(series, p)
-        if found is None:
-            return None
+        least = p[at_least] if at_least else 0.0
+
+        def moved(now: float, then: float) -> bool:  # beyond's first two tests
+            change = direction * (now - then)
+            return change > p[share] * abs(then) and change > least
+
+        found = shift(series, p, moved)
+        if not isinstance(found, Shift):
+            return found
         flagged = beyond(found, direction, p[share], p, p[at_least] if at_least else 0.0, mads, z)
         score = score_shift(extra, p) if consequence and flagged else None
         if not flagged or score_rises(score):
