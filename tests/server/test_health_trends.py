@@ -16,21 +16,21 @@ from tests.server.test_health_walk import offline, online
 from verl_rl_insight.server.health import detectors
 
 SEEDS = (0, 1, 2)
-# the two measured limits, stated in docs/findings.md: a throughput that falls by 80 % over 60 steps
-# in a run whose step times move by 8 % each step, and a validation (500 questions, every 5 steps)
-# that loses 40 % over 60 steps while the policy still improves, are found in 28-31 and 20-30 steps
-LATE = {("throughput_drop", 60): 35, ("validation_drop", 60): 35}
 
 
 @pytest.mark.parametrize("over", gradual.OVERS)
 @pytest.mark.parametrize("mode", sorted(gradual.GRADUAL))
 def test_a_failure_that_builds_over_tens_of_steps_is_found_within_25_steps_of_its_onset(mode, over):
-    bound = LATE.get((mode, over), gradual.WITHIN)
     for seed in SEEDS:
         run = gradual.gradual(mode, over, seed)
         found = offline(run)
         steps = gradual.mode_alarm(run, found)
-        assert steps is not None and steps <= bound, (mode, over, seed, [(f.detector, f.found_at) for f in found])
+        assert steps is not None and steps <= gradual.WITHIN, (
+            mode,
+            over,
+            seed,
+            [(f.detector, f.found_at) for f in found],
+        )
         assert gradual.first_alarm(found) <= steps  # nothing else was said first, wrongly, before the onset
         assert all(f.found_at is None or f.found_at >= gradual.ONSET or f.severity == "info" for f in found)
 

@@ -7,11 +7,10 @@ settings are ``DEFAULTS`` in ``detectors.py``.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from verl_rl_insight.server.health.signals import Series, fmt, noise, quantile, robust, split, steps, theil_sen
+from verl_rl_insight.server.health.signals import Series, fmt, median, noise, quantile, robust, steps, theil_sen
 
 Params = Mapping[str, float]
 Extra = Mapping[str, Series]  # verl key -> its series up to the step (the detector's other keys)
@@ -29,6 +28,7 @@ class Check:
     critical: bool = False  # this step is worse than the detector's own severity (mismatch above 0.01)
     mild: bool = False  # this step is only worth knowing (a streak of mostly mild steps is information)
     severity: str | None = None  # this step's own severity where it is not the detector's (a slow trend)
+    sustained: bool = False  # the check already covers many steps (a trend): a finding from this step alone
 
 
 Test = Callable[[Series, Extra, Params], "Check | None"]
@@ -36,7 +36,7 @@ Test = Callable[[Series, Extra, Params], "Check | None"]
 
 def _parts(series: Series, recent: int, window: int, min_history: int) -> tuple[Series, Series] | None:
     """(the newest ``recent`` points, the up to ``window`` points before them), as ``split``."""
-    if split(series, recent, window, min_history) is None:
+    if len(series) < recent + min_history:  # as ``split``, without building its lists
         return None
     points = series[-recent - window :]
     return points[-recent:], points[:-recent]
@@ -48,7 +48,7 @@ def _values(points: Series) -> list[float]:
 
 def _now(recent: Series) -> str:
     """The newest steps' median, named as one, with the newest step's own value."""
-    x = statistics.median(_values(recent))
+    x = median(_values(recent))
     return f"median {fmt(x)} over {steps(recent)} (step {recent[-1][0]}: {fmt(recent[-1][1])})"
 
 
@@ -62,14 +62,16 @@ def falls_from_level(share: str, mads: str, window: str) -> Test:
         if parts is None:
             return None
         recent, before = parts
-        x, level = statistics.median(_values(recent)), quantile(_values(before), 0.75)
+        x, level = median(_values(recent)), quantile(_values(before), 0.75)
         fall = level - x  # a share of the level's size: a reward in [-1, 0] falls as one in [0, 1] does
         flagged = fall > (1 - p[share]) * abs(level) and fall > p[mads] * noise(_values(before))
+        if not flagged:  # evidence only where a finding can quote it (the walk runs every step)
+            return Check(False, x, level)
         evidence = (
             f"{_now(recent)}, down from {fmt(level)}, the upper quartile of {steps(before)} (their median "
-            f"{fmt(statistics.median(_values(before)))})"
+            f"{fmt(median(_values(before)))})"
         )
-        return Check(flagged, x, level, evidence if flagged else "")
+        return Check(flagged, x, level, evidence)
 
     return test
 
@@ -92,16 +94,19 @@ def rises_from_level(
         if parts is None:
             return None
         recent, before = parts
-        x = statistics.median(_values(recent))
-        level, spread = robust(_values(before))
+        x, values = median(_values(recent)), _values(before)
+        level = median(values)  # robust's median: its spread only where the ratio passed
+        if not x > p[ratio] * abs(level):
+            return Check(False, x, level)
+        level, spread = robust(values)
         flagged = (
             x > p[ratio] * abs(level)
-            and x - level > p[mads] * max(spread, noise(_values(before)))
+            and x - level > p[mads] * max(spread, noise(values))
             and (floor is None or x > p[floor])
             and (at_least is None or x - level > p[at_least])
         )
-        evidence = f"{_now(recent)}, against the median {fmt(level)} of {steps(before)}"
-        return Check(flagged, x, level, evidence if flagged else "")
+        evidence = f"{_now(recent)}, against the median {fmt(level)} of {steps(before)}" if flagged else ""
+        return Check(flagged, x, level, evidence)
 
     return test
 
@@ -112,13 +117,13 @@ def entropy_blowup(series: Series, extra: Extra, p: Params) -> Check | None:
     if parts is None:
         return None
     recent, before = parts
-    x, low = statistics.median(_values(recent)), quantile(_values(before), 0.25)
+    x, low = median(_values(recent)), quantile(_values(before), 0.25)
     flagged = (
         x > p["entropy_blowup_ratio"] * low
         and x - low > p["entropy_blowup_rise"]
         and x - low > p["entropy_mads"] * noise(_values(before))
     )
-    evidence = f"{_now(recent)}, up from {fmt(low)}, the lower quartile of {steps(before)}"
+    evidence = f"{_now(recent)}, up from {fmt(low)}, the lower quartile of {steps(before)}" if flagged else ""
     return Check(flagged, x, low, evidence)
 
 
@@ -130,15 +135,17 @@ def persistent_spike(series: Series, extra: Extra, p: Params) -> Check | None:
     if parts is None:
         return None
     recent, before = parts
-    level = statistics.median(_values(before))
+    level = median(_values(before))
     tail = quantile(_values(before), 0.9)
     bar = max(p["spike_ratio"] * level, p["spike_tail"] * tail)
     x = min(_values(recent))
+    if not x > bar:
+        return Check(False, x, level)
     evidence = (
         f"each of {steps(recent)} at or above {fmt(x)} (step {recent[-1][0]}: {fmt(recent[-1][1])}); the median "
         f"{fmt(level)} of {steps(before)}, their 90th percentile {fmt(tail)}"
     )
-    return Check(x > bar, x, level, evidence)
+    return Check(True, x, level, evidence)
 
 
 def rising_share(series: Series, extra: Extra, p: Params) -> Check | None:
@@ -148,12 +155,14 @@ def rising_share(series: Series, extra: Extra, p: Params) -> Check | None:
     if parts is None:
         return None
     recent, before = parts
-    x, level = statistics.median(_values(recent)), statistics.median(_values(before))
+    x, level = median(_values(recent)), median(_values(before))
     flagged = x - level > p["truncation_rise"] and x > p["truncation_ratio"] * level
+    if not flagged:
+        return Check(False, x, level)
     evidence = (
         f"{_now(recent)} of the responses cut at the length limit, against the median {fmt(level)} of {steps(before)}"
     )
-    return Check(flagged, x, level, evidence)
+    return Check(True, x, level, evidence)
 
 
 def plateau(series: Series, extra: Extra, p: Params) -> Check | None:

@@ -62,10 +62,13 @@ DEFAULTS: dict[str, float] = {
     "trend_truncation_share": 1.0,  # the truncated share 2x ...
     "trend_truncation_rise": 0.1,  # ... and up by this much (absolute)
     "trend_throughput_fall": 0.18,  # healthy public runs: at most 14 %
+    "trend_throughput_mads": 3,
+    "trend_throughput_z": 2.6,
     "validation_collapse": 0.9,  # a validation this share below the one before: critical from 2 points
     "validation_window": 20,  # validations whose changes are the validation set's noise
     "validation_drop": 0.08,  # a validation score this share below its level (validation.py) ...
-    "validation_mads": 3,  # ... and this many times the noise of the newest validations' median
+    "validation_blind_drop": 0.25,  # ... this share where its noise is not known yet (3-4 validations)
+    "validation_mads": 2.5,  # ... and this many times the noise of the newest validations' median
     "divergence_steps": 100,  # validation down from its best of this many steps, the training score up ...
     "divergence_mads": 3,  # ... each beyond this many times its noise
     "divergence_share": 0.1,  # ... validation down by this share of its level

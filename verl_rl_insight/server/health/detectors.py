@@ -103,8 +103,11 @@ class Streak:
         self.keys = (*validation_keys, *detector.keys) if validation_streak(detector) else detector.keys
         self.metric: str | None = None
         self.rank = len(self.keys)
+        self.seen: set[str] = set()  # the series names of the steps before
         self.series: list[tuple[int, float]] = []
         self.extra: dict[str, list[tuple[int, float]]] = {k: [] for k in detector.extra}
+        self.extra_names = [(series_name(k), v) for k, v in self.extra.items()]  # named once, read every step
+        self.extra_keep = min(keep, detector.extra_keep)
         self.run: list[tuple[int, Check]] = []  # the current streak of flagged steps
         self.findings: Findings = []
         self.active = False  # the newest step belongs to a finding
@@ -127,12 +130,17 @@ class Streak:
     def add(self, step: int, metrics: Mapping[str, float]) -> Check | None:
         """The step's values (series name -> value); the check of the step where it has the metric."""
         since = self._since(step)
-        for key, values in self.extra.items():
-            x = metrics.get(series_name(key))
+        for name, values in self.extra_names:
+            x = metrics.get(name)
             if x is not None and math.isfinite(x) and (not values or step > values[-1][0]):
                 values.append((step, x))
-            _trim(values, min(self.keep, self.detector.extra_keep), since)
-        found = pick(self.detector, metrics, self.rank, self.keys) if self.rank > 0 else None  # a key it prefers?
+            if since is not None or len(values) > self.extra_keep:  # what _trim does, where it has something to do
+                _trim(values, self.extra_keep, since)
+        # a key it prefers? Only among names this walk has not seen: a name seen before was picked then if better
+        fresh = self.rank > 0 and not self.seen.issuperset(metrics)
+        found = pick(self.detector, metrics, self.rank, self.keys) if fresh else None
+        if fresh:
+            self.seen.update(metrics)
         if found is not None and found[0] < self.rank:  # the run logs a key the detector prefers: follow it
             self.rank, self.metric, self.series, self.run, self.active = found[0], found[1], [], [], False
             if validation_streak(self.detector):
@@ -151,7 +159,7 @@ class Streak:
             self.run, self.active = [], False
             return check
         self.run.append((step, check))
-        if len(self.run) >= self.needed:
+        if len(self.run) >= self.needed or check.sustained:
             self._found(step)
         return check
 

@@ -296,7 +296,7 @@ DETECTORS: tuple[Detector, ...] = (
         3,
         any_of(
             checks.falls_from_level("throughput_ratio", "throughput_mads", "entropy_window"),
-            trend(-1, "trend_throughput_fall"),
+            trend(-1, "trend_throughput_fall", mads="trend_throughput_mads", z="trend_throughput_z"),
         ),
         "throughput fell far below the run's own level: a slow node, memory pressure or a longer tail",
         "the RL state timeline (long tail, idle), GPU utilisation and memory, the engine panels",

@@ -21,11 +21,11 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from verl_rl_insight.server.health.checks import Check, Extra, Params, Test
-from verl_rl_insight.server.health.signals import Series, fmt, mann_kendall, noise, steps
+from verl_rl_insight.server.health.signals import Series, fmt, mann_kendall, median, noise, steps
 
 SCORE_KEYS = ("critic/score/mean", "critic/rewards/mean")
 
@@ -36,10 +36,21 @@ class Shift:
 
     now: float
     then: float
-    window: Series  # every step from ``earlier``'s first to now
-    newest: Series  # the newest trend_near + trend_recent steps
+    series: Series
+    first: int  # the index of ``earlier``'s first step in ``series``
+    newest_from: int  # the index of the first of the newest trend_near + trend_recent steps
     recent: Series
     earlier: Series
+
+    @property
+    def window(self) -> Series:
+        """Every step from ``earlier``'s first to now (sliced where it is read: the walk runs every step)."""
+        return self.series[self.first :]
+
+    @property
+    def newest(self) -> Series:
+        """The newest trend_near + trend_recent steps."""
+        return self.series[self.newest_from :]
 
     @functools.cached_property
     def error(self) -> float:
@@ -67,39 +78,57 @@ class Shift:
         )
 
 
-def _step(point: tuple[int, float]) -> int:
-    return point[0]
-
-
-def shift(series: Series, p: Params) -> Shift | None:
-    """None while the run has fewer than ``trend_min_history`` steps ``trend_near``-``trend_far`` back."""
+def shift(series: Series, p: Params, moved: Callable[[float, float], bool] | None = None) -> Shift | Check | None:
+    """None while the run has fewer than ``trend_min_history`` steps ``trend_near``-``trend_far`` back;
+    with ``moved`` (now, then): an unflagged Check of the two medians where it says no, before any
+    Shift is made (the walk runs every trend at every step)."""
     last = series[-1][0]
-    recent = list(series[-int(p["trend_recent"]) :])
-    first = bisect.bisect_left(series, last - p["trend_far"], key=_step)
-    earlier = list(series[first : bisect.bisect_right(series, last - p["trend_near"], key=_step)])
-    if len(earlier) < p["trend_min_history"] or len(recent) < p["trend_recent"]:
+    recent = series[-int(p["trend_recent"]) :]
+    if len(recent) < p["trend_recent"]:
         return None
-    newest = bisect.bisect_right(series, last - p["trend_near"] - p["trend_recent"], key=_step)
-    now, then = statistics.median(v for _, v in recent), statistics.median(v for _, v in earlier)
-    return Shift(now, then, series[first:], series[newest:], recent, earlier)
+    # (step, value) pairs order by their step first and their values are finite: (s, -inf) comes before
+    # every pair of step s and (s, inf) after them (bisect without a key function called at each probe)
+    first = bisect.bisect_left(series, (last - p["trend_far"], -math.inf))
+    end = bisect.bisect_right(series, (last - p["trend_near"], math.inf))
+    if end - first < p["trend_min_history"]:
+        return None
+    earlier = series[first:end]
+    now, then = median([v for _, v in recent]), median([v for _, v in earlier])
+    if moved is not None and not moved(now, then):
+        return Check(False, now, then)
+    newest = bisect.bisect_right(series, (last - p["trend_near"] - p["trend_recent"], math.inf))
+    return Shift(now, then, series, first, newest, recent, earlier)
 
 
-def beyond(found: Shift, direction: int, share: float, p: Params, at_least: float = 0.0) -> bool:
+def score_or_none(series: Series, p: Params) -> Shift | None:
+    found = shift(series, p)
+    return found if isinstance(found, Shift) else None
+
+
+def beyond(
+    found: Shift,
+    direction: int,
+    share: float,
+    p: Params,
+    at_least: float = 0.0,
+    mads: str = "trend_mads",
+    z: str = "trend_z",
+) -> bool:
     """The change goes ``direction`` (+1 up, -1 down) by more than ``share`` of the earlier level,
-    ``at_least`` in absolute terms, ``trend_mads`` x its noise, with a Mann-Kendall trend."""
+    ``at_least`` in absolute terms, ``mads`` x its noise, with a Mann-Kendall trend (beyond ``z``)."""
     change = direction * found.change
     return (
         change > share * abs(found.then)
         and change > at_least
-        and change > p["trend_mads"] * found.error
-        and direction * found.trend_z > p["trend_z"]
+        and change > p[mads] * found.error
+        and direction * found.trend_z > p[z]
     )
 
 
 def score_shift(extra: Extra, p: Params) -> Shift | None:
     """The training score's shift over the same steps, where the run logs one."""
     score = next((extra[k] for k in SCORE_KEYS if extra.get(k)), None)
-    return shift(score, p) if score else None
+    return score_or_none(score, p) if score else None
 
 
 def score_rises(found: Shift | None) -> bool:
@@ -109,16 +138,28 @@ def score_rises(found: Shift | None) -> bool:
 
 
 def trend(
-    direction: int, share: str, at_least: str | None = None, consequence: bool = False, severity: str = "warning"
+    direction: int,
+    share: str,
+    at_least: str | None = None,
+    consequence: bool = False,
+    severity: str = "warning",
+    mads: str = "trend_mads",
+    z: str = "trend_z",
 ) -> Test:
     """Flagged when the level moved ``direction`` beyond ``beyond``'s bar: a ``severity`` step, and
     with ``consequence`` a critical one where the training score fell too over the same steps."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
-        found = shift(series, p)
-        if found is None:
-            return None
-        flagged = beyond(found, direction, p[share], p, p[at_least] if at_least else 0.0)
+        least = p[at_least] if at_least else 0.0
+
+        def moved(now: float, then: float) -> bool:  # beyond's first two tests
+            change = direction * (now - then)
+            return change > p[share] * abs(then) and change > least
+
+        found = shift(series, p, moved)
+        if not isinstance(found, Shift):
+            return found
+        flagged = beyond(found, direction, p[share], p, p[at_least] if at_least else 0.0, mads, z)
         score = score_shift(extra, p) if consequence and flagged else None
         if not flagged or score_rises(score):
             return Check(False, found.now, found.then)
@@ -127,7 +168,9 @@ def trend(
         if score is not None:
             evidence += f"; the training score {'fell' if fell else 'did not rise'}: {score.text()}"
         level = "critical" if fell else severity
-        return Check(True, found.now, found.then, evidence, since=found.earlier[-1][0] + 1, severity=level)
+        return Check(
+            True, found.now, found.then, evidence, since=found.earlier[-1][0] + 1, severity=level, sustained=True
+        )
 
     return test
 

@@ -119,8 +119,10 @@ def validation_drop(series: Series, extra: Extra, p: Params) -> Check | None:
     one = max(validation_noise([v for _, v in before]), binomial)
     spread = one * math.sqrt(math.pi / 2 * (1 / len(recent) + 1 / len(level_points)))
     drop = sign * (level - now)
+    # no noise known yet (too few validations before for their changes, too few values for the set's size):
+    # a drop must then be a larger share of the level (validation_blind_drop) rather than beyond a noise of 0
     flagged = (
-        drop > p["validation_drop"] * abs(level)
+        drop > p["validation_drop" if spread > 0 else "validation_blind_drop"] * abs(level)
         and drop > p["validation_mads"] * spread
         and drop > 0.01
         and sign * (level - x) > 0
