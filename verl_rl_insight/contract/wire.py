@@ -280,7 +280,9 @@ def is_reserved(name: str) -> bool:
     return name.startswith(RESERVED_PREFIXES) or name in RESERVED_NAMES
 
 
-RESERVED_WHY = "the server's own name (rl_insight_hub_*, rl_insight_health_*, the timeline's figures, the step time)"
+RESERVED_WHY = (
+    "the server's own name (rl_insight_hub_*, rl_insight_health_*, the timeline's figures, the step time, the attempt)"
+)
 NOT_A_STEP_WHY = f"{GLOBAL_STEP_METRIC} is the step: it must be a whole number from 0 to {MAX_STEP}"
 
 
