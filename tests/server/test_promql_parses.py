@@ -163,6 +163,16 @@ def series(key: str, experiment: str = EXPERIMENT) -> str:
     return f'{metric_name(M, key)}{{project="{PROJECT}",experiment_name="{experiment}"}}'
 
 
+def attempt_series(experiment: str = EXPERIMENT) -> str:
+    """The hub's rl_insight_run_attempt of a run (the trainer panels join on it)."""
+    return f'{ATTEMPT_METRIC}{{project="{PROJECT}",experiment_name="{experiment}"}}'
+
+
+def joined_labels() -> str:
+    """The labels a trainer panel's query gives a series of the run, in its first attempt."""
+    return f'{{project="{PROJECT}",experiment_name="{EXPERIMENT}",attempt="1"}}'
+
+
 def shown_as(key: str) -> str:
     """The labels a trainer panel gives ``key``'s series: its name as ``key``, the run's attempt."""
     return f'{{key="{metric_name(M, key)}",project="{PROJECT}",experiment_name="{EXPERIMENT}",attempt="1"}}'
@@ -182,7 +192,7 @@ def test_the_catch_all_panel_as_prometheus_reads_it_shows_a_key_no_panel_draws_a
     drawn = ["actor/pg_loss", "timing_s/gen", "rollout/moe/max_vio/layer_3", "training/global_step"]
     moe_layer = next(expr for where, expr in dashboard_expressions() if "panel 'MoE load imbalance per layer'" in where)
     inputs = [series(k) for k in [undrawn, *drawn]] + [series(undrawn, experiment="another-run")]
-    inputs += [f'{ATTEMPT_METRIC}{{project="{PROJECT}",experiment_name="{e}"}}' for e in (EXPERIMENT, "another-run")]
+    inputs += [attempt_series(), attempt_series("another-run")]
     tests = {
         "rule_files": [],
         "evaluation_interval": "1m",

@@ -276,7 +276,7 @@ _push_decoder = msgspec.json.Decoder(PushBody)
 
 
 def is_reserved(name: str) -> bool:
-    """A name the server makes itself (the hub's, the detectors', the timeline's, the step time)."""
+    """A name the server makes itself (the hub's, the detectors', the timeline's, the step time, the attempt)."""
     return name.startswith(RESERVED_PREFIXES) or name in RESERVED_NAMES
 
 
