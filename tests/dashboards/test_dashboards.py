@@ -408,10 +408,12 @@ def test_gpu_panels_and_the_gpu_variable_follow_the_node_selector():
         assert 'Hostname=~"$node"' in gpu["query"]["query"]
 
 
-def test_every_xy_chart_is_in_the_current_schema_with_one_series_per_experiment():
+def test_every_xy_chart_is_in_the_current_schema_with_one_series_per_experiment_and_attempt():
     """Grafana 11's XY chart options (mapping / series with field matchers, pluginVersion set, so no
-    migration guesses), the step and the value merged on time and run, then split by experiment:
-    two experiments selected are two lines, not a join that breaks."""
+    migration guesses), the step and the value merged on time, run and attempt, then split by
+    experiment and attempt: two experiments selected are two lines, not a join that breaks, and a
+    run restarted from step 1 under its name is two lines, not one that goes back to step 1."""
+    from verl_rl_insight.dashboards.attempts import BY_ATTEMPT
     from verl_rl_insight.dashboards.panels import every_panel
 
     charts = [p for d in build().values() for p in every_panel(d) if p["type"] == "xychart"]
@@ -422,11 +424,8 @@ def test_every_xy_chart_is_in_the_current_schema_with_one_series_per_experiment(
         assert chart["options"]["series"][0]["x"]["field"]["matcher"] == {"id": "byName", "options": "step"}
         ids = [t["id"] for t in chart["transformations"]]
         assert ids == ["merge", "organize", "partitionByValues"], chart["title"]
-        assert chart["transformations"][2]["options"]["fields"] == ["experiment_name"]
-        assert all(
-            t["format"] == "table" and t["expr"].startswith("max by (project, experiment_name)")
-            for t in chart["targets"]
-        )
+        assert chart["transformations"][2]["options"]["fields"] == ["experiment_name", "attempt"]
+        assert all(t["format"] == "table" and t["expr"].startswith(BY_ATTEMPT) for t in chart["targets"])
 
 
 def test_the_trajectory_dashboard_reads_the_spans_this_package_sends():

@@ -10,9 +10,17 @@ import urllib.parse
 
 import pytest
 
-from tests.helpers import http, push, require_prometheus, rl_insight, wait_for, write_server_config
+from tests.helpers import (
+    http,
+    push,
+    require_prometheus,
+    rl_insight,
+    stack_prometheus,
+    wait_for,
+    write_server_config,
+)
 from verl_rl_insight.commands.demo.verl_step import step_metrics
-from verl_rl_insight.contract.attempts import superseded
+from verl_rl_insight.contract.attempts import attempts, superseded
 from verl_rl_insight.contract.naming import METRIC_PREFIX
 from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.explorer.prometheus import _by_step
@@ -90,7 +98,7 @@ def server(tmp_path_factory):
         for experiment, step, at in sent:
             status, body = push(base, {"batches": [batch(experiment, step, at).to_json()]}, TOKEN)
             assert status == 200, body
-        yield {"base": base, "env": env}
+        yield {"base": base, "env": env, "prometheus": stack_prometheus(tmp / "data", config["prometheus_port"])}
     finally:
         rl_insight("server", "stop", env=env, timeout=60)
 
@@ -129,3 +137,49 @@ def test_the_demo_on_a_taken_name_says_so_and_shows_no_token(server):
     said = result.stdout + result.stderr
     assert f"the name {RESTARTED!r} is taken" in said and "up to step 3" in said, said
     assert TOKEN not in said and "#" * 31 not in said
+
+
+def prometheus(server, query, at=None):
+    params = {"query": query, **({"time": f"{at:.3f}"} if at is not None else {})}
+    status, body = http("GET", f"{server['prometheus']}/api/v1/query?{urllib.parse.urlencode(params)}")
+    assert status == 200, body
+    return json.loads(body)["data"]["result"]
+
+
+def panel_query(title, experiment):
+    """The generated trainer dashboard's query of panel ``title``, as Grafana sends it for the run."""
+    from verl_rl_insight.dashboards import DASHBOARDS_DIR
+    from verl_rl_insight.dashboards.panels import every_panel
+
+    dashboard = json.loads((DASHBOARDS_DIR / "verl_trainer_v1_with_vllm_engine.json").read_text())
+    [panel] = [p for p in every_panel(dashboard) if p.get("title") == title]
+    expr = panel["targets"][0]["expr"]
+    return expr.replace("$project", PROJECT).replace("$experiment_name", experiment)
+
+
+@pytest.mark.parametrize(("experiment", "attempts_seen"), [(RESTARTED, {"1", "2"}), (RESUMED, {"1"})])
+def test_grafanas_trainer_panels_name_each_point_by_the_attempt_that_logged_it(server, experiment, attempts_seen):
+    """Each sample Prometheus holds of the run's global step, read back through the dashboard's
+    "Global step" and "Entropy" panels at its own time: the panel names it by the attempt the rule
+    of contract/attempts.py gives its step (steps 1-30, then 1-3: attempt 1, then 2; a resume
+    31-33 stays attempt 1), with the step's own value (the join multiplies by 1)."""
+    step_name = f"{METRIC_PREFIX}training_global_step"
+    run = f'{{project="{PROJECT}",experiment_name="{experiment}"}}'
+
+    def stored():
+        found = prometheus(server, f"{step_name}{run}[10m]")
+        return found and {float(v) for _, v in found[0]["values"]} >= {33.0 if experiment == RESUMED else 30.0, 3.0}
+
+    wait_for(stored, 30, interval=1, what="every step in Prometheus")
+    samples = [(float(t), int(float(v))) for t, v in prometheus(server, f"{step_name}{run}[10m]")[0]["values"]]
+    starts = [start for start, _ in attempts(dict(samples))]
+    seen = set()
+    for at, step in samples:
+        expected = str(1 + sum(start <= at for start in starts))
+        [point] = prometheus(server, panel_query("Global step", experiment), at)
+        assert (point["metric"]["attempt"], float(point["value"][1])) == (expected, step), (at, step)
+        [entropy] = prometheus(server, panel_query("Entropy", experiment), at)
+        [own] = prometheus(server, f"{METRIC_PREFIX}actor_entropy{run}", at)
+        assert (entropy["metric"]["attempt"], entropy["value"][1]) == (expected, own["value"][1])
+        seen.add(expected)
+    assert seen == attempts_seen

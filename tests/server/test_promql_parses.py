@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from verl_rl_insight.contract.attempts import ATTEMPT_METRIC
 from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.dashboards.panels import M, every_panel
@@ -162,11 +163,27 @@ def series(key: str, experiment: str = EXPERIMENT) -> str:
     return f'{metric_name(M, key)}{{project="{PROJECT}",experiment_name="{experiment}"}}'
 
 
+def attempt_series(experiment: str = EXPERIMENT) -> str:
+    """The hub's rl_insight_run_attempt of a run (the trainer panels join on it)."""
+    return f'{ATTEMPT_METRIC}{{project="{PROJECT}",experiment_name="{experiment}"}}'
+
+
+def joined_labels() -> str:
+    """The labels a trainer panel's query gives a series of the run, in its first attempt."""
+    return f'{{project="{PROJECT}",experiment_name="{EXPERIMENT}",attempt="1"}}'
+
+
+def shown_as(key: str) -> str:
+    """The labels a trainer panel gives ``key``'s series: its name as ``key``, the run's attempt."""
+    return f'{{key="{metric_name(M, key)}",project="{PROJECT}",experiment_name="{EXPERIMENT}",attempt="1"}}'
+
+
 def test_the_catch_all_panel_as_prometheus_reads_it_shows_a_key_no_panel_draws_and_hides_drawn_ones(tmp_path):
     """A key a newer verl adds to its fully async rollouter's statistics (every key verl 0.9.1 and main
     log has a panel now: ``fully_async/processing_time/tp50`` is on the async row) is on no panel of its
     own: the catch-all must show it. Keys the rows draw by name (actor/pg_loss) or by pattern
-    (timing_s/gen, the MoE layer family) it must not, nor the same key of another run."""
+    (timing_s/gen, the MoE layer family) it must not, nor the same key of another run. Each series is
+    named by its key and its run's attempt (the hub's rl_insight_run_attempt)."""
     from verl_rl_insight.dashboards import training
 
     assert re.fullmatch(training.shown(), metric_name(M, "fully_async/processing_time/tp50"))  # the async row's
@@ -175,6 +192,7 @@ def test_the_catch_all_panel_as_prometheus_reads_it_shows_a_key_no_panel_draws_a
     drawn = ["actor/pg_loss", "timing_s/gen", "rollout/moe/max_vio/layer_3", "training/global_step"]
     moe_layer = next(expr for where, expr in dashboard_expressions() if "panel 'MoE load imbalance per layer'" in where)
     inputs = [series(k) for k in [undrawn, *drawn]] + [series(undrawn, experiment="another-run")]
+    inputs += [attempt_series(), attempt_series("another-run")]
     tests = {
         "rule_files": [],
         "evaluation_interval": "1m",
@@ -186,12 +204,12 @@ def test_the_catch_all_panel_as_prometheus_reads_it_shows_a_key_no_panel_draws_a
                     {
                         "expr": catch_all_expr(),
                         "eval_time": "2m",
-                        "exp_samples": [{"labels": series(undrawn), "value": 1}],
+                        "exp_samples": [{"labels": shown_as(undrawn), "value": 1}],
                     },
                     {
                         "expr": moe_layer,
                         "eval_time": "2m",
-                        "exp_samples": [{"labels": series("rollout/moe/max_vio/layer_3"), "value": 1}],
+                        "exp_samples": [{"labels": shown_as("rollout/moe/max_vio/layer_3"), "value": 1}],
                     },
                 ],
             }

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from tests.helpers import wait_for
-from tests.server.test_promql_parses import PROJECT, as_grafana_sends, promtool, series
+from tests.server.test_promql_parses import PROJECT, as_grafana_sends, attempt_series, joined_labels, promtool, series
 from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.dashboards import DASHBOARDS_DIR, async_keys
 from verl_rl_insight.dashboards.panels import M, every_panel
@@ -61,12 +61,13 @@ def test_the_staleness_is_drawn_beside_the_limit_it_pauses_at_as_prometheus_eval
         "tests": [
             {
                 "interval": "1m",
-                "input_series": [{"series": series(k), "values": f"{v} {v} {v}"} for k, v in values.items()],
+                "input_series": [{"series": series(k), "values": f"{v} {v} {v}"} for k, v in values.items()]
+                + [{"series": attempt_series(), "values": "1 1 1"}],
                 "promql_expr_test": [
                     {
                         "expr": as_grafana_sends(shown[metric_name(M, k)]),
                         "eval_time": "2m",
-                        "exp_samples": [{"labels": series(k), "value": v}],
+                        "exp_samples": [{"labels": joined_labels(), "value": v}],  # named by the run's attempt
                     }
                     for k, v in values.items()
                 ],

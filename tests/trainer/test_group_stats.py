@@ -262,8 +262,9 @@ def test_the_signal_and_per_source_panels_show_those_values_in_a_real_prometheus
     from tests.helpers import Prometheus, wait_for
     from verl_rl_insight.dashboards.build import build
     from verl_rl_insight.dashboards.panels import every_panel
+    from verl_rl_insight.server.stores.run_attempts import RunAttempts
 
-    server = hub_server()
+    server = hub_server(attempts=RunAttempts())  # as the server builds its hub: the panels join on the attempt
     prometheus = Prometheus(tmp_path, [f"127.0.0.1:{server.port}"])
     try:
         monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)
@@ -283,6 +284,7 @@ def test_the_signal_and_per_source_panels_show_those_values_in_a_real_prometheus
                 expr = t["expr"].replace("$project", "proj").replace("$experiment_name", "panels")
                 for r in prometheus.query(expr):
                     legend = t["legendFormat"].replace("{{experiment_name}}", r["metric"]["experiment_name"])
+                    legend = legend.replace(" #{{attempt}}", f" #{r['metric']['attempt']}")
                     results[legend.replace("{{source}}", r["metric"].get("source", ""))] = float(r["value"][1])
             return results
 
@@ -290,14 +292,14 @@ def test_the_signal_and_per_source_panels_show_those_values_in_a_real_prometheus
         wait_for(lambda: shown("Responses per data source"), 30, what="the step scraped")
         assert shown("Groups with no signal") == pytest.approx(
             {
-                "all rewards equal panels": want["rl_insight/group/zero_variance_share"],
-                "all solved panels": want["rl_insight/group/solve_all_share"],
-                "none solved panels": want["rl_insight/group/solve_none_share"],
+                "all rewards equal panels #1": want["rl_insight/group/zero_variance_share"],
+                "all solved panels #1": want["rl_insight/group/solve_all_share"],
+                "none solved panels #1": want["rl_insight/group/solve_none_share"],
             }
         )
-        assert shown("Responses with a non-zero advantage") == {"non-zero advantage panels": 0.4}
+        assert shown("Responses with a non-zero advantage") == {"non-zero advantage panels #1": 0.4}
         assert shown("Score p10 / p50 / p90") == pytest.approx(
-            {f"p{q} panels": want[f"rl_insight/score/p{q}"] for q in (10, 50, 90)}
+            {f"p{q} panels #1": want[f"rl_insight/score/p{q}"] for q in (10, 50, 90)}
         )
         for title, stat in (
             ("Score mean per data source", "score/mean"),
@@ -307,8 +309,8 @@ def test_the_signal_and_per_source_panels_show_those_values_in_a_real_prometheus
         ):
             assert shown(title) == pytest.approx(
                 {
-                    "math panels": want[f"rl_insight/source/math/{stat}"],
-                    "openai_gsm8k panels": want[f"rl_insight/source/openai/gsm8k/{stat}"],
+                    "math panels #1": want[f"rl_insight/source/math/{stat}"],
+                    "openai_gsm8k panels #1": want[f"rl_insight/source/openai/gsm8k/{stat}"],
                 }
             ), title
     finally:

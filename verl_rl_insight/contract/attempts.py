@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+# the attempt each step of a run belongs to (1, 2, ...): a series the hub adds to each trainer
+# batch with a step, same timestamp as its global step, so Grafana's panels join on it
+# (server/stores/run_attempts.py); a client's key of that name is dropped
+ATTEMPT_METRIC = "rl_insight_run_attempt"
+
 
 def attempts(step_at: Mapping[float, int]) -> list[tuple[float, int]]:
     """(start time, first step) of each attempt after the first: where, in time order, the step

@@ -276,11 +276,13 @@ _push_decoder = msgspec.json.Decoder(PushBody)
 
 
 def is_reserved(name: str) -> bool:
-    """A name the server makes itself (the hub's, the detectors', the timeline's, the step time)."""
+    """A name the server makes itself (the hub's, the detectors', the timeline's, the step time, the attempt)."""
     return name.startswith(RESERVED_PREFIXES) or name in RESERVED_NAMES
 
 
-RESERVED_WHY = "the server's own name (rl_insight_hub_*, rl_insight_health_*, the timeline's figures, the step time)"
+RESERVED_WHY = (
+    "the server's own name (rl_insight_hub_*, rl_insight_health_*, the timeline's figures, the step time, the attempt)"
+)
 NOT_A_STEP_WHY = f"{GLOBAL_STEP_METRIC} is the step: it must be a whole number from 0 to {MAX_STEP}"
 
 

@@ -2,6 +2,7 @@
 the names the server keeps for itself; the schema, its error messages and the OpenAPI document read
 them from here."""
 
+from verl_rl_insight.contract.attempts import ATTEMPT_METRIC
 from verl_rl_insight.contract.naming import STEP_TIME_METRIC, TIMELINE_SERIES
 
 HUB_HEADER = "X-RL-Insight-Hub"  # the hub instance a sender expects; a restarted hub answers 409
@@ -31,7 +32,7 @@ RESERVED_PREFIX = "rl_insight_hub_"  # the hub's own series
 # timeline's per-step figures (server/timeline: those names only; the trainer's span counters are
 # rl_insight_timeline_* too), the step time; a client's key of such a name is dropped
 RESERVED_PREFIXES = (RESERVED_PREFIX, "rl_insight_health_")
-RESERVED_NAMES = frozenset({STEP_TIME_METRIC, *TIMELINE_SERIES})
+RESERVED_NAMES = frozenset({STEP_TIME_METRIC, ATTEMPT_METRIC, *TIMELINE_SERIES})
 MAX_DROPPED_NAMED = 100  # the names a push's answer lists at most (it counts them all)
 # how much of an over-long metric name a push's answer repeats (enough to find the key, the answer small)
 MAX_DROPPED_NAME = 2 * MAX_NAME

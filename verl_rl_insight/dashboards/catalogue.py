@@ -6,6 +6,7 @@ the dashboards use must appear as a string literal in verl), so the check follow
 """
 
 from verl_rl_insight.contract import engine_metrics
+from verl_rl_insight.contract.attempts import ATTEMPT_METRIC
 from verl_rl_insight.contract.marks import MARK_METRIC
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC, TIMELINE_SERIES
 from verl_rl_insight.contract.runs import RUN_FINISHED
@@ -44,6 +45,7 @@ PRODUCED = {
     "rl_insight_hub_scrapes_unconfirmed_total",
     "rl_insight_hub_batches_lost_total",
     "rl_insight_hub_scrape_number",
+    ATTEMPT_METRIC,  # each trainer step's attempt of its run (server/stores/run_attempts.py)
     MARK_METRIC,  # the marks of runs' steps (rl-insight runs mark)
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_MEM_COPY_UTIL",

@@ -7,8 +7,9 @@ as tables, merges them on time and run, splits the result per experiment, and pl
 against value: an XY chart whose series are named by experiment.
 """
 
-from verl_rl_insight.dashboards.panels import BY_RUN, PROM, RUN, Layout, M, Panel, step_axis, target, timeseries
-from verl_rl_insight.dashboards.training import EXP, metric
+from verl_rl_insight.dashboards.attempts import BY_ATTEMPT, EXP, per_attempt
+from verl_rl_insight.dashboards.panels import PROM, RUN, Layout, M, Panel, step_axis, target, timeseries
+from verl_rl_insight.dashboards.training import metric
 
 CURVES = (
     ("Score", "critic/score/mean", "short"),
@@ -34,16 +35,20 @@ def build(variables: list[Panel]) -> Panel:
     layout.add(
         {
             "type": "table",
-            "title": "Runs compared: last step",
+            "title": "Runs compared: last step of each attempt",
             "datasource": PROM,
-            "targets": [target(f"{BY_RUN} ({M}training_global_step{{{RUN}}})", "", "A", fmt="table")],
+            "targets": [
+                target(f"{BY_ATTEMPT} ({per_attempt(f'{M}training_global_step{{{RUN}}}')})", "", "A", fmt="table")
+            ],
             "options": {"showHeader": True},
             "fieldConfig": {"defaults": {}, "overrides": []},
         },
         w=8,
         h=6,
     )
-    layout.add(timeseries("Global step over time", [(f"{M}training_global_step{{{RUN}}}", EXP)]), w=16, h=6)
+    layout.add(
+        timeseries("Global step over time", [(per_attempt(f"{M}training_global_step{{{RUN}}}"), EXP)]), w=16, h=6
+    )
     layout.row("Key curves by training step")
     for title, key, unit in CURVES:
         layout.add(by_step(title, key, unit), w=12, h=8)

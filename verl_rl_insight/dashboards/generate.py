@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from verl_rl_insight.dashboards import DASHBOARDS_DIR, keys, traceql
+from verl_rl_insight.dashboards import DASHBOARDS_DIR, attempts, keys, traceql
 from verl_rl_insight.dashboards.panels import PERCENT_UNITS, M, Panel, every_panel
 
 PERCENT_RULE = """\
@@ -85,6 +85,9 @@ def percent_problem(expr: str, unit: str) -> str | None:
     """Why ``expr`` could leave the unit's range (None when it cannot), by PERCENT_RULE."""
     text = " ".join(expr.split())
     top = PERCENT_UNITS[unit]
+    inner = attempts.joined(text)
+    if inner is not None:  # times 1, with the attempt as a label: in range where the series is
+        return percent_problem(inner, unit)
     clamp = re.fullmatch(r"clamp\((.*), 0, (\d+)\)", text)
     if clamp:
         return None if int(clamp.group(2)) == top else f"clamped to {clamp.group(2)}, not {top}"

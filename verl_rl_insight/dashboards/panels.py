@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from verl_rl_insight.contract.naming import METRIC_PREFIX
+from verl_rl_insight.dashboards.attempts import BY_ATTEMPT, RUN_MATCHERS, per_attempt
+from verl_rl_insight.dashboards.attempts import EXP as EXP
 from verl_rl_insight.dashboards.traceql import RUN_FILTER
 
 # a panel, row, query target, variable or whole dashboard being built: a JSON object as Grafana
@@ -15,7 +17,7 @@ from verl_rl_insight.dashboards.traceql import RUN_FILTER
 Panel = dict[str, object]
 PROM = {"type": "prometheus", "uid": "rl-insight-prometheus"}
 TEMPO = {"type": "tempo", "uid": "rl-insight-tempo"}
-RUN = 'project=~"$project",experiment_name=~"$experiment_name"'
+RUN = RUN_MATCHERS
 TRACE_RUN = RUN_FILTER  # raw strings, anchored: see dashboards/traceql.py
 M = METRIC_PREFIX
 RATE = "[$__rate_interval]"  # the window of every rate() and increase() on a panel
@@ -123,22 +125,21 @@ def heatmap(title: str, expr: str, unit: str, description: str = "") -> Panel:
 
 
 XY_PLUGIN_VERSION = "11.2.0"  # the XY chart's current options (mapping / series), as Grafana 11 saves them
-BY_RUN = "max by (project, experiment_name)"
 
 
 def step_axis(title: str, key: str, unit: str = "short", description: str = "") -> Panel:
-    """A training-step x axis, one line per experiment: Prometheus is time-only, so the value and
-    the global step (pushed together, same timestamps) come as tables, are merged on time and run,
-    split by experiment and plotted as an XY chart. 11,000 points at most (Prometheus' limit): at
-    24 h, steps shorter than 8 s share a point."""
-    step = target(f"{BY_RUN} ({M}training_global_step{{{RUN}}})", "step", "A", fmt="table")
-    value = target(f"{BY_RUN} ({M}{key}{{{RUN}}})", key, "B", fmt="table")
+    """A training-step x axis, a line per experiment and attempt (a run restarted from step 1 is two
+    lines): Prometheus is time-only, so the value and the global step (pushed together, same
+    timestamps) come as tables, merged on time, run and attempt, split, plotted as an XY chart.
+    11,000 points at most (Prometheus' limit): at 24 h, steps shorter than 8 s share a point."""
+    step = target(f"{BY_ATTEMPT} ({per_attempt(f'{M}training_global_step{{{RUN}}}')})", "step", "A", fmt="table")
+    value = target(f"{BY_ATTEMPT} ({per_attempt(f'{M}{key}{{{RUN}}}')})", key, "B", fmt="table")
     return {
         "type": "xychart",
         "pluginVersion": XY_PLUGIN_VERSION,
         "title": f"{title} by training step",
         "datasource": PROM,
-        "description": description or f"{key} against the global step, one line per experiment",
+        "description": description or f"{key} against the global step, one line per experiment and attempt",
         "maxDataPoints": 11000,
         "targets": [step, value],
         "transformations": [
@@ -146,7 +147,11 @@ def step_axis(title: str, key: str, unit: str = "short", description: str = "") 
             {"id": "organize", "options": {"renameByName": {"Value #A": "step", "Value #B": key}}},
             {
                 "id": "partitionByValues",
-                "options": {"fields": ["experiment_name"], "keepFields": False, "naming": {"asLabels": False}},
+                "options": {
+                    "fields": ["experiment_name", "attempt"],
+                    "keepFields": False,
+                    "naming": {"asLabels": False},
+                },
             },
         ],
         "options": {

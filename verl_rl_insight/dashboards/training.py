@@ -9,9 +9,8 @@ import re
 from collections import defaultdict
 
 from verl_rl_insight.dashboards import keys as catalogue
+from verl_rl_insight.dashboards.attempts import EXP, per_attempt, with_key
 from verl_rl_insight.dashboards.panels import RUN, Layout, M, Panel, step_axis, timeseries
-
-EXP = "{{experiment_name}}"
 
 
 def metric(key: str) -> str:
@@ -21,7 +20,7 @@ def metric(key: str) -> str:
 
 
 def series(key: str, legend: str | None = None) -> tuple[str, str]:
-    return f"{metric(key)}{{{RUN}}}", f"{legend or key} {EXP}"
+    return per_attempt(f"{metric(key)}{{{RUN}}}"), f"{legend or key} {EXP}"
 
 
 def overview_rows(layout: Layout) -> None:
@@ -45,7 +44,7 @@ def overview_rows(layout: Layout) -> None:
         )
     )
     layout.add(timeseries("Entropy", [series("actor/entropy", "entropy")]))
-    layout.add(timeseries("Global step", [(f"{M}training_global_step{{{RUN}}}", "{{experiment_name}}")]), w=12, h=6)
+    layout.add(timeseries("Global step", [(per_attempt(f"{M}training_global_step{{{RUN}}}"), EXP)]), w=12, h=6)
     layout.add(
         timeseries(
             "Time since the last step",
@@ -131,7 +130,9 @@ def family_panels() -> dict[str, tuple[str | None, list[Panel]]]:
             if pattern_group == group:
                 selector = promql_string(metric_regex(regex))
                 rows[title][1].append(
-                    timeseries(name, [(f"{{__name__=~{selector},{RUN}}}", "{{__name__}} " + EXP)], unit=unit)
+                    timeseries(
+                        name, [(per_attempt(with_key(f"{{__name__=~{selector},{RUN}}}")), "{{key}} " + EXP)], unit=unit
+                    )
                 )
     return rows
 
@@ -167,7 +168,7 @@ def key_rows(layout: Layout) -> dict[str, str]:
     layout.add(
         timeseries(
             "Every other key the trainer logs",
-            [(f"{{__name__=~{everything},__name__!~{drawn},{RUN}}}", "{{__name__}} " + EXP)],
+            [(per_attempt(with_key(f"{{__name__=~{everything},__name__!~{drawn},{RUN}}}")), "{{key}} " + EXP)],
             description="keys no panel above shows (a key a newer verl adds): empty when every key has its panel",
         ),
         w=24,
@@ -202,7 +203,7 @@ def per_source(stat: str) -> str:
     (``source``) taken from the metric name."""
     pattern = metric_regex(f"rl_insight/source/.+/{stat}")
     tail = metric_regex(f"/{stat}")[len(M) :]
-    return (
+    return per_attempt(
         f"label_replace({{__name__=~{promql_string(pattern)},{RUN}}}, "
         f'"source", "$1", "__name__", {promql_string(".+_source_(.+)" + tail)})'
     )

@@ -36,6 +36,7 @@ from verl_rl_insight.server.stores.files import private_folder
 from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.revocations import Revocations
+from verl_rl_insight.server.stores.run_attempts import RunAttempts
 from verl_rl_insight.server.stores.run_cards import RunCardStore
 from verl_rl_insight.server.stores.run_keys import RunKeys
 from verl_rl_insight.server.stores.silences import Alerting
@@ -65,6 +66,7 @@ def confirm_stores(settings: ServerSettings) -> dict[str, str]:
 class Server:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
+        self.attempts = RunAttempts(settings.data_path / "run-attempts.json")
         self.hub = MetricHub(
             max_series=int(settings.max_series),
             memory_limit_bytes=int(settings.memory_limit_mb * 2**20),
@@ -73,6 +75,7 @@ class Server:
             latest_path=settings.data_path / "hub-latest.json",
             max_future_s=settings.max_future_s,
             confirming=frozenset(confirm_stores(settings)),
+            attempts=RunAttempts(settings.data_path / "run-attempts.json"),  # each step's attempt, a series
         )
         self.delivery = DeliveryCheck(
             self.hub,
@@ -105,6 +108,7 @@ class Server:
             self.hub.write_own, health_params(settings.alerts), validation_keys=settings.validation_keys
         )
         self.hub.listeners.append(self.health.observe)
+        self.hub.listeners.append(self.attempts.saved)  # the attempts' file, written outside the hub's lock
         # the run explorer's step table (a listener too) and the detectors' settings diagnose reads
         history_bytes = int(HISTORY_SHARE * self.hub.memory_limit_bytes)  # by bytes, not a count of runs
         names = RunKeys(settings.data_path / "run-keys")  # the keys as logged, kept across restarts

@@ -49,7 +49,7 @@ from verl_rl_insight.contract.wire_limits import MAX_NAME
 from verl_rl_insight.server.metrics import reports
 from verl_rl_insight.server.metrics.exposure import SCRAPE_NUMBER, Collector, Exposure
 from verl_rl_insight.server.metrics.memory import OTHERS_SHARE, Memory
-from verl_rl_insight.server.metrics.model import HubData, Snapshot, Stream
+from verl_rl_insight.server.metrics.model import Attempts, HubData, Snapshot, Stream
 from verl_rl_insight.server.metrics.persistence import HubFiles
 from verl_rl_insight.server.metrics.positions import StreamKey
 from verl_rl_insight.server.metrics.scrapes import Awaiting, ScrapeBusy, Scrapes
@@ -95,7 +95,9 @@ class MetricHub:
         max_future_s: float = MAX_FUTURE_S,
         confirming: frozenset[str] = frozenset(),
         latest_path: Path | None = None,
+        attempts: Attempts | None = None,
     ) -> None:
+        self.attempts = attempts  # numbers each trainer step's attempt as it is applied, in order
         self.max_future_s = max_future_s
         self.max_series = max_series
         self.history_s = history_s
@@ -194,6 +196,7 @@ class MetricHub:
         added: list[Batch] = []
         data, stats = self._data, self._stats
         with data.lock:
+            batches = self.attempts.mark(batches) if self.attempts is not None else batches
             growing = self._memory.make_room(batches)  # the streams that get new series
             duplicates = disagreements = 0
             dropped: dict[str, str] = {}

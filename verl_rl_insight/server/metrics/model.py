@@ -7,12 +7,23 @@ import collections
 import dataclasses
 import math
 import threading
+from typing import Protocol
 
+from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.metrics import budgets, exposition
 from verl_rl_insight.server.metrics.positions import Identity, Scraper, StreamKey
 from verl_rl_insight.server.metrics.sizes import LINE_COPIES, SERIES_BYTES, STREAM_BYTES, line_length, snapshot_bytes
 
 Line = tuple[str, str]  # (metric name, exposition line), as exposition.series_lines makes them
+
+
+class Attempts(Protocol):
+    """Numbers each trainer step's attempt among its values, under the hub's lock, in the order
+    applied (``server/stores/run_attempts.py``: given to the hub at construction)."""
+
+    def mark(self, batches: list[Batch]) -> list[Batch]: ...
+
+    def forget(self, run: tuple[str, str]) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)
