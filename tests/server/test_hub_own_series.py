@@ -1,6 +1,7 @@
-"""The server's own series (the live detectors' findings) enter the hub through a path of their own
-(``MetricHub.write_own``): a scraper gets each of them once, in order, stamped at its step's time,
-and the hub's listeners get only what the trainers pushed, never what a listener made of it.
+"""The server's own series (the live detectors' findings) are read by the hub at scrape time, never
+pushed through its front door (``MetricHub.derived``): a scraper gets each of them once, in order,
+stamped at its step's time, and the hub's listeners get only what the trainers pushed, never what a
+listener made of it.
 
 The steps are a real verl run's (``tests/data/real_runs``, verl's ``file`` logger format), the last
 one with a NaN loss as verl's trainer would log it."""
@@ -35,12 +36,10 @@ def real_steps(start):
 
 
 def wired_hub():
-    """The hub with the live detectors, wired as app.Server wires them."""
-    hub = MetricHub()
-    health = HealthMonitor(hub.write_own)
-    hub.listeners.append(health.observe)
-    heard = []
-    hub.listeners.append(heard.extend)  # every batch the listeners are handed
+    """The hub with the live detectors, wired as the server wires them (compose.py)."""
+    health = HealthMonitor()
+    heard = []  # every batch the listeners are handed
+    hub = MetricHub(listeners=(health.observe, heard.extend), derived=(health,))
     return hub, heard
 
 

@@ -15,17 +15,9 @@ import sys
 import threading
 from collections.abc import Callable
 
-from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.api.parts import ApiParts, Startup
-from verl_rl_insight.server.explorer.prometheus import PrometheusReader
-from verl_rl_insight.server.explorer.sources import Sources
-from verl_rl_insight.server.health.live import HealthMonitor
-from verl_rl_insight.server.managed import alertmanager, jobs, prometheus
-from verl_rl_insight.server.managed.alert_settings import health_params
+from verl_rl_insight.server.compose import Parts, build
 from verl_rl_insight.server.managed.supervisor import Service, Supervisor
-from verl_rl_insight.server.metrics.delivery import DeliveryCheck
-from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, MetricHub
 from verl_rl_insight.server.ports import PortInUse, check_ports_free
 from verl_rl_insight.server.run_series import delete_series, step_time_in
 from verl_rl_insight.server.server_state import hub_url, public_urls, state_of, state_path, write_state
@@ -33,80 +25,29 @@ from verl_rl_insight.server.service_start import NotInstalled, start_service
 from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import private_folder
-from verl_rl_insight.server.stores.marks import MarkStore
-from verl_rl_insight.server.stores.profiles import ProfileStore
-from verl_rl_insight.server.stores.revocations import Revocations
-from verl_rl_insight.server.stores.run_cards import RunCardStore
-from verl_rl_insight.server.stores.silences import Alerting
 from verl_rl_insight.server.stores.span_relay import SpanRelay
 from verl_rl_insight.server.stores.spans import SpanStore
-from verl_rl_insight.server.stores.targets import TargetRegistry
-from verl_rl_insight.server.timeline.live import LiveFigures
 
-HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (explorer/history.py)
+DERIVED_EVERY_S = 10.0  # the server's own series are applied at least this often when nobody scrapes
 
 logger = logging.getLogger("verl_rl_insight.server")
 
 __all__ = ["PortInUse", "Server", "main", "run", "state_path", "step_time_in"]
 
 
-def confirm_stores(settings: ServerSettings) -> dict[str, str]:
-    """Named scrapers whose store is read back before their history goes: the server's own
-    Prometheus, and those configured."""
-    stores = dict(settings.confirm_scrapers)
-    if settings.enabled("prometheus"):  # with its login, once the server has made one
-        stores[prometheus.scraper_name(settings)] = prometheus.login_url(settings)
-    return stores
-
-
 class Server:
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, on_change: Callable[[dict[str, object]], None] | None = None) -> None:
         self.settings = settings
-        self.hub = MetricHub(
-            max_series=int(settings.max_series),
-            memory_limit_bytes=int(settings.memory_limit_mb * 2**20),
-            history_s=settings.history_s,
-            state_path=settings.data_path / "hub-state.json",
-            latest_path=settings.data_path / "hub-latest.json",
-            max_future_s=settings.max_future_s,
-            confirming=frozenset(confirm_stores(settings)),
-        )
-        self.delivery = DeliveryCheck(
-            self.hub,
-            confirm_stores(settings),
-            settle_s=max(2.0, float(settings.scrape_interval_s)),
-            jobs={prometheus.scraper_name(settings): jobs.HUB_JOB},
-        )
-        self.targets = TargetRegistry(
-            settings.data_path / "targets.json",
-            max_per_run=int(settings.max_targets_per_run),
-            own_ports=frozenset(v for k, v in vars(settings).items() if k.endswith("port") and isinstance(v, int)),
-        )
-        self.api: Api | None = None
+        self.on_change = on_change  # called with the server's state when a service restarts (its state file)
+        self.parts: Parts | None = None  # built by ``start`` (compose.py), once the credentials are written
         self.http: HttpServer | None = None
         self.services: dict[str, Service] = {}
         self.missing: dict[str, list[str]] = {}  # service -> [what is missing, the command that fixes it]
         self.absent: set[str] = set()  # services whose binary is not installed at all (a state when optional)
         self.supervisor: Supervisor | None = None
-        self.alerting: Alerting | None = None
         self.spans: SpanStore | None = None
         self.relay: SpanRelay | None = None
-        self.startup = Startup(ready=False)  # what the API may use once the server has started
-        self.figures = LiveFigures(
-            self.hub.write_own,  # the server's own series: names a client may not push, not sent to listeners
-            settle_s=settings.timeline_settle_s,
-            book=lambda nbytes: self.hub.book_other("timeline", nbytes),
-            budget_bytes=int(OTHERS_SHARE * self.hub.memory_limit_bytes),
-        )
-        self.health = HealthMonitor(
-            self.hub.write_own, health_params(settings.alerts), validation_keys=settings.validation_keys
-        )
-        self.hub.listeners.append(self.health.observe)
-        # the run explorer's step table (a listener too) and the detectors' settings diagnose reads
-        history_bytes = int(HISTORY_SHARE * self.hub.memory_limit_bytes)  # by bytes, not a count of runs
-        self.explorer = Sources(self.hub.listeners, self.health.params, history_bytes=history_bytes)
         self._ticking = threading.Event()
-        self.on_change: Callable[[], None] | None = None
         self.logins: dict[str, tuple[str, str]] = {}  # service -> its login (Prometheus, Alertmanager)
 
     def start(self) -> "Server":
@@ -115,14 +56,9 @@ class Server:
         private_folder(s.data_path)  # and one made before this release becomes so too
         credentials.resolve(s)
         self.logins = credentials.write_service_logins(s.data_path)
-        self.delivery.stores = confirm_stores(s)  # the Prometheus login written just now
         check_ports_free(s)
-        if s.enabled("alertmanager"):
-            self.alerting = Alerting(
-                alertmanager.url(s), s.data_path / "silences.json", login=self.logins["alertmanager"]
-            )
-        self.api = Api(self._api_parts(self._marks()))
-        self.http = HttpServer(self.api, s.bind, s.port)
+        parts = self.parts = build(s, self.logins, self)
+        self.http = HttpServer(parts.api, s.bind, s.port)
         try:
             self.http.start()
         except OSError as exc:
@@ -134,51 +70,24 @@ class Server:
             self.spans = SpanStore(s.data_path / "spans")
         elif "tempo" in self.services and not s.otlp_endpoint:  # Tempo: spans pass through the hub to it
             self.relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
-        threading.Thread(target=self._tick, name="rl-insight-timeline-figures", daemon=True).start()
+        threading.Thread(target=self._tick, args=(parts,), name="rl-insight-timeline-figures", daemon=True).start()
         threading.Thread(
-            target=self.delivery.run, args=(self._ticking,), name="rl-insight-delivery", daemon=True
+            target=parts.delivery.run, args=(self._ticking,), name="rl-insight-delivery", daemon=True
         ).start()
-        if "prometheus" in self.services:  # a run the hub has not carried is read back from Prometheus
-            self.explorer.prometheus = PrometheusReader(prometheus.url(s), self.logins["prometheus"])
         self.supervisor = Supervisor(self.services, on_restart=self._restarted)
         self.supervisor.start()
-        self.startup.open(self.spans, self.relay)
+        parts.startup.open(self.spans, self.relay)
         return self
 
-    def _marks(self) -> MarkStore:
-        """People's marks on steps; one with reset_baseline starts the live detectors' baselines again there."""
-        s = self.settings
-        marks = MarkStore(s.data_path / "marks.json", on_reset=self.health.reset_baseline, step_time=self.step_time)
-        marks.on_change = self.hub.changed
-        marks.book_all(lambda nbytes: self.hub.book_other("marks", nbytes))
-        self.hub.listeners.append(marks.observe)
-        self.hub.collectors.append(marks.lines)
-        return marks
-
-    def _api_parts(self, marks: MarkStore) -> ApiParts:
-        s = self.settings
-        return ApiParts(
-            self.hub,
-            targets=self.targets,
-            token=s.token,
-            max_body_bytes=int(s.max_body_mb * 2**20),
-            services=self.service_status,
-            info=self.info,
-            alerting=self.alerting,
-            startup=self.startup,  # until the span store and the services are in place: 503
-            figures=self.figures,
-            delete_series=self.delete_series,
-            profiles=ProfileStore(s.data_path / "profiles.json"),
-            revocations=Revocations(s.data_path / "revoked-runs.json", future_s=s.max_future_s),
-            run_cards=RunCardStore(s.data_path / "run-cards"),
-            marks=marks,
-            explorer=self.explorer,
-        )
-
-    def _tick(self) -> None:
-        """Make the figures of the steps that have settled, every second, until the server stops."""
+    def _tick(self, parts: Parts) -> None:
+        """Make the figures of the steps that have settled, every second, and apply the server's own
+        series every DERIVED_EVERY_S (a scrape does it first), until the server stops."""
+        ticks = 0
         while not self._ticking.wait(1.0):
-            self.figures.tick()
+            parts.figures.tick()
+            ticks += 1
+            if ticks % int(DERIVED_EVERY_S) == 0:
+                parts.hub.take_derived()
 
     def delete_series(self, project: str, experiment: str | None) -> str:
         """Delete a run's series in this server's Prometheus (its admin API, on loopback); says what happened."""
@@ -195,10 +104,11 @@ class Server:
         return step_time_in(url, project, experiment, step, self.logins["prometheus"]) if url else None
 
     def _restarted(self, service: Service) -> None:
-        if service.name == "alertmanager" and self.alerting is not None:
-            self.alerting.restore_when_ready()
-        if self.on_change:
-            self.on_change()
+        alerting = self.parts.alerting if self.parts is not None else None
+        if service.name == "alertmanager" and alerting is not None:
+            alerting.restore_when_ready()
+        if self.on_change is not None:
+            self.on_change(self.state())
 
     def _start_service(self, name: str) -> None:
         started = start_service(self.settings, name, self.logins, public_urls(self.settings))
@@ -217,7 +127,10 @@ class Server:
         return not self.missing
 
     def info(self) -> dict[str, object]:
-        """What trainers are told: where to send traces, where people look."""
+        """What trainers are told: where to send traces, where people look (asked once started)."""
+        parts = self.parts
+        if parts is None:
+            raise RuntimeError("the server has not started")
         urls = public_urls(self.settings)
         if self.settings.otlp_endpoint:
             traces = self.settings.otlp_endpoint
@@ -229,9 +142,9 @@ class Server:
             "otlp_traces": traces,
             "spans_kept_by_hub": self.spans is not None,
             "span_relay": dict(self.relay.stats) if self.relay is not None else None,
-            "timeline_figures": dict(self.figures.stats),
-            "health": self.health.params,
-            "validation_keys": list(self.health.validation_keys),
+            "timeline_figures": dict(parts.figures.stats),
+            "health": parts.health.params,
+            "validation_keys": list(parts.health.validation_keys),
             "tempo": urls["tempo"],
             "prometheus": urls["prometheus"],
             "grafana": urls["grafana"],
@@ -256,30 +169,30 @@ class Server:
                 svc.stop()
         if self.http is not None:
             self.http.stop()
-        if self.api is not None:
-            self.api.close()
-        try:
-            self.hub.save_latest()  # no push comes any more: a restarted hub exposes these at once
-        except OSError as exc:
-            logger.warning("metric hub: cannot save the latest values: %s", exc)
+        if self.parts is not None:
+            self.parts.api.close()
+            try:
+                self.parts.hub.save_latest()  # no push comes any more: a restarted hub exposes these at once
+            except OSError as exc:
+                logger.warning("metric hub: cannot save the latest values: %s", exc)
         if self.relay is not None:
             self.relay.close()
         if self.spans is not None:
             self.spans.close()
-        self.targets.close()
+        if self.parts is not None:
+            self.parts.targets.close()
 
 
 def run(settings: ServerSettings, on_ready: Callable[[dict[str, object]], None] | None = None) -> int:
     """Start everything, write the state file, call ``on_ready(state)``, serve until SIGTERM/SIGINT."""
     # Hand the GIL on every 1 ms instead of 5: a push waiting behind a long rendering gets it sooner.
     sys.setswitchinterval(0.001)
-    server = Server(settings)
+    server = Server(settings, on_change=write_state)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
         server.start()
-        server.on_change = lambda: write_state(server.state())
         server.wait_ready()
         write_state(server.state())
         if on_ready is not None:

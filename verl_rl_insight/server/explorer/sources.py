@@ -1,8 +1,9 @@
 """What the explorer's answers are made from, in one object the API holds (``Api.explorer``):
 
-- ``histories``: each run's trainer scalars by step (a hub listener; ``history.py``), read back once
-  from the server's Prometheus for a run the hub has not carried since the server started;
-- ``prometheus``: that Prometheus (None: the server runs none; set by the server once it has started it);
+- ``histories``: each run's trainer scalars by step (``histories.observe`` is a hub listener, given
+  to the hub by whoever builds both: ``app.py``; ``history.py``), read back once from the server's
+  Prometheus for a run the hub has not carried since the server started;
+- ``prometheus``: that Prometheus (None: the server runs none);
 - ``params``: the detectors' parameters the server's health monitor runs with (what diagnose reads);
 - ``findings``: the findings per run (``findings.py``), and ``spans_of``: a run's kept spans, parsed,
   read on from where the last request stopped (the span store only appends to a run's file).
@@ -14,17 +15,15 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Protocol
 
-from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.explorer.findings import FindingsCache
 from verl_rl_insight.server.explorer.history import MAX_BYTES, Histories, RunHistory
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.health import detectors
 
 SpanRecord = dict[str, object]
-Listener = Callable[[list[Batch]], None]  # what the hub calls with the batches it accepted
 MAX_SPAN_RUNS = 4  # runs whose parsed spans are kept
 MAX_CURVES_RUNS = 16  # runs whose last curves answer is kept (each at most curves.MAX_CELLS values)
 BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again after this long
@@ -39,14 +38,12 @@ class SpanSource(Protocol):
 class Sources:
     def __init__(
         self,
-        listeners: list[Listener] | None = None,
         params: Mapping[str, float] | None = None,
         history_bytes: int = MAX_BYTES,
+        prometheus: PrometheusReader | None = None,
     ) -> None:
         self.histories = Histories(max_bytes=history_bytes)
-        if listeners is not None:
-            listeners.append(self.histories.observe)
-        self.prometheus: PrometheusReader | None = None
+        self.prometheus = prometheus
         self.params: Mapping[str, float] = dict(params or detectors.DEFAULTS)
         self.findings = FindingsCache()
         self._spans: OrderedDict[tuple[str, str], tuple[int, int, list[SpanRecord]]] = OrderedDict()

@@ -1,6 +1,6 @@
 """The detectors run online: the server walks every detector over each trainer step it accepts
-(before Prometheus has it) and pushes what they say into the hub, one stream per run and detector
-(``source="health"``, ``detector``, ``metric``), stamped at the step's time:
+and exposes what they say, one stream per run and detector (``source="health"``, ``detector``,
+``metric``), stamped at the step's time:
 
 - ``rl_insight_health_finding``: 1 while the newest step belongs to a finding, else 0;
 - ``rl_insight_health_findings_total``: the steps that belonged to a finding so far (the
@@ -16,6 +16,11 @@ run's last step (so it never fires before a run has a step time).
 ``reset_baseline(project, experiment, step)``: every baseline of the run starts again at ``step``
 (a planned change: ``rl-insight runs mark --reset-baseline``).
 
+The walk is off the push path: a push only queues its steps (``observe``, a hub listener); they
+are walked when the hub asks for the series (``collect``: at a scrape, or the server's now and
+then, ``metrics/derived.py``) or the findings are read; beyond ``MAX_WAITING`` steps queued, the
+push that adds one walks them (bounded whoever scrapes).
+
 Bounded: ``max_runs`` runs (the one heard from longest ago is forgotten first), each detector
 keeping the last ``KEEP`` (120) values of what it reads. A server restart starts the baselines again
 from the next steps.
@@ -23,16 +28,29 @@ from the next steps.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
+from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.health.detectors import BY_NAME, DEFAULTS, Finding, RunHealth
+from verl_rl_insight.server.metrics.derived import derived_batch
 
 SOURCE = "health"
 ONLINE = {d.name for d in BY_NAME.values() if d.online} | {"stall"}  # stall: its step times, for its rule
+MAX_WAITING = 8192  # trainer steps queued for the walk, all runs together
+
+
+class _Waiting(NamedTuple):
+    """A trainer step queued for the walk: the tuples of names and values the hub's snapshot holds
+    too (a view, not a copy of the step)."""
+
+    run: tuple[str, str]
+    step: int
+    time: float
+    names: tuple[str, ...]
+    values: tuple[float, ...]
 
 
 class _Run:
@@ -44,17 +62,17 @@ class _Run:
 class HealthMonitor:
     def __init__(
         self,
-        emit: Callable[[dict[str, Any]], Any],
         params: Mapping[str, float] | None = None,
         max_runs: int = 256,
         validation_keys: Sequence[str] = (),
     ) -> None:
-        self.emit = emit
         self.validation_keys = tuple(validation_keys)  # the server config's validation_keys
         self.params = {**DEFAULTS, **(params or {})}
         self.max_runs = max_runs
-        self.stats = {"steps": 0, "findings": 0}
+        self.stats = {"steps": 0, "findings": 0, "walked_on_push": 0}
         self._runs: OrderedDict[tuple[str, str], _Run] = OrderedDict()
+        self._waiting: list[_Waiting] = []  # trainer steps the hub took, not walked yet, in order
+        self._made: list[Batch] = []  # the series walked, not collected yet, in order
         self._lock = threading.Lock()
 
     def _run(self, run_key: tuple[str, str]) -> _Run:
@@ -70,32 +88,44 @@ class HealthMonitor:
         """Every detector's baseline of the run starts again at ``step`` (``rl-insight runs mark
         --reset-baseline``): the steps before it are not baseline once the run is there."""
         with self._lock:
+            self._walk()
             self._run((project, experiment)).walk.reset_baseline(step)
 
     def findings(self, project: str, experiment: str) -> list[Finding]:
         """What the detectors found so far in the run (the server's memory of it)."""
         with self._lock:
+            self._walk()
             run = self._runs.get((project, experiment))
             return run.walk.findings() if run is not None else []
 
-    def observe(self, batches: list[Any]) -> None:
-        """The batches the hub accepted (``contract.wire.Batch``): the trainer's own stream only."""
-        out: list[dict[str, Any]] = []
+    def observe(self, batches: list[Batch]) -> None:
+        """The batches the hub accepted: the trainer's own streams' steps are queued (a hub listener)."""
         with self._lock:
-            for batch in batches:
-                labels = dict(batch.labels)
-                if batch.step is None or set(labels) != {"project", "experiment_name"}:
-                    continue
-                run_key = (labels["project"], labels["experiment_name"])
-                out.extend(self._step(run_key, self._run(run_key), batch))
-                self.stats["steps"] += 1
-        if out:  # outside the lock: the hub calls its listeners (this one too) from the push
-            self.emit({"batches": out})
+            for b in batches:
+                if b.step is not None and len(b.labels) == 2:  # labels: experiment_name, project (sorted)
+                    self._waiting.append(_Waiting((b.labels[1][1], b.labels[0][1]), b.step, b.time, b.names, b.values))
+            if len(self._waiting) > MAX_WAITING:
+                self.stats["walked_on_push"] += len(self._waiting)
+                self._walk()
 
-    def _step(self, run_key: tuple[str, str], run: _Run, batch: Any) -> list[dict[str, Any]]:
-        project, experiment = run_key
-        made: list[dict[str, Any]] = []
-        for said in run.walk.add(batch.step, batch.metrics, batch.time):
+    def collect(self) -> list[Batch]:
+        """The series of the steps queued since the last call, in order (``derived.Derived``)."""
+        with self._lock:
+            self._walk()
+            made, self._made = self._made, []
+        return made
+
+    def _walk(self) -> None:
+        """Walk the queued steps (under the lock)."""
+        for step in self._waiting:
+            self._made.extend(self._step(step, self._run(step.run)))
+            self.stats["steps"] += 1
+        self._waiting = []
+
+    def _step(self, step: _Waiting, run: _Run) -> list[Batch]:
+        project, experiment = step.run
+        made: list[Batch] = []
+        for said in run.walk.add(step.step, dict(zip(step.names, step.values)), step.time):
             if said.detector not in ONLINE:
                 continue
             run.counts[said.detector] = run.counts.get(said.detector, 0.0) + (1.0 if said.finding else 0.0)
@@ -104,16 +134,9 @@ class HealthMonitor:
                 "rl_insight_health_findings_total": run.counts[said.detector],
             }
             for name, x in (("rl_insight_health_value", said.value), ("rl_insight_health_baseline", said.baseline)):
-                if x is not None and math.isfinite(x):
-                    metrics[name] = x
+                if x is not None:
+                    metrics[name] = x  # derived_batch leaves out what is not finite
             self.stats["findings"] += int(said.finding)
-            made.append(
-                {
-                    "project": project,
-                    "experiment_name": experiment,
-                    "time": batch.time,
-                    "metrics": metrics,
-                    "labels": {"source": SOURCE, "detector": said.detector, "metric": said.metric},
-                }
-            )
+            labels = {"project": project, "experiment_name": experiment, "source": SOURCE, "detector": said.detector}
+            made.append(derived_batch({**labels, "metric": said.metric}, step.time, metrics))
         return made
