@@ -44,7 +44,8 @@ def online(run, resets=(), reset_late=None, validation_keys=()):
         if reset_late is not None and body["step"] == reset_late[0]:
             monitor.reset_baseline("p", "e", reset_late[1])
         monitor.observe(validate_push({"batches": [body]}, now=START + 10**9))
-        emitted.append(monitor.collect())  # what the hub reads of it at a scrape
+        monitor.walk()  # what the server does every second (app.Server._tick), then the hub takes the series
+        emitted.append(monitor.collect())
     return monitor.findings("p", "e"), emitted
 
 

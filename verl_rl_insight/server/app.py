@@ -28,8 +28,6 @@ from verl_rl_insight.server.stores.files import private_folder
 from verl_rl_insight.server.stores.span_relay import SpanRelay
 from verl_rl_insight.server.stores.spans import SpanStore
 
-DERIVED_EVERY_S = 10.0  # the server's own series are applied at least this often when nobody scrapes
-
 logger = logging.getLogger("verl_rl_insight.server")
 
 __all__ = ["PortInUse", "Server", "main", "run", "state_path", "step_time_in"]
@@ -80,14 +78,13 @@ class Server:
         return self
 
     def _tick(self, parts: Parts) -> None:
-        """Make the figures of the steps that have settled, every second, and apply the server's own
-        series every DERIVED_EVERY_S (a scrape does it first), until the server stops."""
-        ticks = 0
+        """Every second until the server stops: make the figures of the steps that have settled,
+        walk the detectors over the steps pushed since (off the push path and off the scrape:
+        ``health/live.py``), and hand the hub what they made (a scrape does it too)."""
         while not self._ticking.wait(1.0):
             parts.figures.tick()
-            ticks += 1
-            if ticks % int(DERIVED_EVERY_S) == 0:
-                parts.hub.take_derived()
+            parts.health.walk()
+            parts.hub.take_derived()
 
     def delete_series(self, project: str, experiment: str | None) -> str:
         """Delete a run's series in this server's Prometheus (its admin API, on loopback); says what happened."""

@@ -113,7 +113,7 @@ def build(settings: ServerSettings, logins: dict[str, tuple[str, str]], calls: C
         bound=bound,
         listeners=(health.observe, explorer.histories.observe, marks.observe),
         collectors=(marks,),
-        derived=(health, figures),  # the server's own series, read at scrape time
+        derived=(health, figures),  # the server's own series, taken every second (app.Server._tick)
     )
     delivery = DeliveryCheck(
         hub, stores, settle_s=max(2.0, float(s.scrape_interval_s)), jobs={prometheus.scraper_name(s): jobs.HUB_JOB}

@@ -16,10 +16,10 @@ run's last step (so it never fires before a run has a step time).
 ``reset_baseline(project, experiment, step)``: every baseline of the run starts again at ``step``
 (a planned change: ``rl-insight runs mark --reset-baseline``).
 
-The walk is off the push path: a push only queues its steps (``observe``, a hub listener); they
-are walked when the hub asks for the series (``collect``: at a scrape, or the server's now and
-then, ``metrics/derived.py``) or the findings are read; beyond ``MAX_WAITING`` steps queued, the
-push that adds one walks them (bounded whoever scrapes).
+The walk is off the push path and off the scrape: a push only queues its steps (``observe``, a hub
+listener); the server walks them every second (``walk``, its own thread) and hands the hub what
+they made (``collect``, ``metrics/derived.py``), stamped at their steps' times. Beyond
+``MAX_WAITING`` steps queued, the push that adds one walks them (bounded whoever walks).
 
 Bounded: ``max_runs`` runs (the one heard from longest ago is forgotten first), each detector
 keeping the last ``KEEP`` (120) values of what it reads. A server restart starts the baselines again
@@ -39,7 +39,7 @@ from verl_rl_insight.server.metrics.derived import derived_batch
 
 SOURCE = "health"
 ONLINE = {d.name for d in BY_NAME.values() if d.online} | {"stall"}  # stall: its step times, for its rule
-MAX_WAITING = 8192  # trainer steps queued for the walk, all runs together
+MAX_WAITING = 256  # trainer steps queued for the walk, all runs together (see the module docstring)
 
 
 class _Waiting(NamedTuple):
@@ -73,7 +73,8 @@ class HealthMonitor:
         self._runs: OrderedDict[tuple[str, str], _Run] = OrderedDict()
         self._waiting: list[_Waiting] = []  # trainer steps the hub took, not walked yet, in order
         self._made: list[Batch] = []  # the series walked, not collected yet, in order
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the queue, what was made and the counters (held briefly)
+        self._walking = threading.Lock()  # the runs' walks: one walker at a time, in the order queued
 
     def _run(self, run_key: tuple[str, str]) -> _Run:
         run = self._runs.get(run_key)
@@ -87,13 +88,13 @@ class HealthMonitor:
     def reset_baseline(self, project: str, experiment: str, step: int) -> None:
         """Every detector's baseline of the run starts again at ``step`` (``rl-insight runs mark
         --reset-baseline``): the steps before it are not baseline once the run is there."""
-        with self._lock:
+        with self._walking:
             self._walk()
             self._run((project, experiment)).walk.reset_baseline(step)
 
     def findings(self, project: str, experiment: str) -> list[Finding]:
         """What the detectors found so far in the run (the server's memory of it)."""
-        with self._lock:
+        with self._walking:
             self._walk()
             run = self._runs.get((project, experiment))
             return run.walk.findings() if run is not None else []
@@ -104,23 +105,34 @@ class HealthMonitor:
             for b in batches:
                 if b.step is not None and len(b.labels) == 2:  # labels: experiment_name, project (sorted)
                     self._waiting.append(_Waiting((b.labels[1][1], b.labels[0][1]), b.step, b.time, b.names, b.values))
-            if len(self._waiting) > MAX_WAITING:
+            over = len(self._waiting) > MAX_WAITING
+            if over:
                 self.stats["walked_on_push"] += len(self._waiting)
-                self._walk()
+        if over:
+            self.walk()
+
+    def walk(self) -> None:
+        """Walk the steps queued (the server's thread, every second; a push beyond the bound)."""
+        with self._walking:
+            self._walk()
 
     def collect(self) -> list[Batch]:
-        """The series of the steps queued since the last call, in order (``derived.Derived``)."""
+        """The series made since the last call, in order (``derived.Derived``): what the walks made
+        (a scrape never walks: a backlog would hold it past its timeout)."""
         with self._lock:
-            self._walk()
             made, self._made = self._made, []
         return made
 
     def _walk(self) -> None:
-        """Walk the queued steps (under the lock)."""
-        for step in self._waiting:
-            self._made.extend(self._step(step, self._run(step.run)))
-            self.stats["steps"] += 1
-        self._waiting = []
+        """Walk the queued steps (under ``_walking``)."""
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+        made: list[Batch] = []
+        for step in waiting:
+            made.extend(self._step(step, self._run(step.run)))
+        with self._lock:
+            self._made.extend(made)
+            self.stats["steps"] += len(waiting)
 
     def _step(self, step: _Waiting, run: _Run) -> list[Batch]:
         project, experiment = step.run
@@ -136,7 +148,7 @@ class HealthMonitor:
             for name, x in (("rl_insight_health_value", said.value), ("rl_insight_health_baseline", said.baseline)):
                 if x is not None:
                     metrics[name] = x  # derived_batch leaves out what is not finite
-            self.stats["findings"] += int(said.finding)
+            self.stats["findings"] += int(said.finding)  # under _walking: the one writer
             labels = {"project": project, "experiment_name": experiment, "source": SOURCE, "detector": said.detector}
             made.append(derived_batch({**labels, "metric": said.metric}, step.time, metrics))
         return made

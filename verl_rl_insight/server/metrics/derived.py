@@ -1,6 +1,6 @@
 """The server's own series made from what the trainers send (the detectors' findings, the
-timeline's figures): parts the hub asks at scrape time for what they made, never a push through
-the front door (``hub.MetricHub.take_derived``)."""
+timeline's figures): parts the hub asks for what they made (the server every second), never a push
+through the front door (``hub.MetricHub.take_derived``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from verl_rl_insight.contract.wire import Batch
 
 class Derived(Protocol):
     """A part that makes series of the server's own from what the trainers send (the detectors, the
-    timeline): asked at scrape time for what it made since it was last asked, in order."""
+    timeline): asked for what it made since it was last asked, in order."""
 
     def collect(self) -> list[Batch]: ...
 

@@ -24,9 +24,9 @@ What a user can rely on:
   oldest history, or is told to retry later (429), and never takes another run's;
 - rendering formats outside the push lock: a push waits for a render only while references are
   taken (O(streams)), never for the formatting of every series;
-- the server's own series are read at scrape time, never pushed through the front door:
-  ``collectors`` give lines (the marks), ``derived`` parts the batches they made since asked last
-  (``derived.py``: the findings, the timeline's figures), never handed to the listeners.
+- the server's own series are never pushed through the front door: ``collectors`` give lines at
+  scrape time (the marks), ``derived`` parts the batches they made since asked last (``derived.py``:
+  the findings, the timeline's figures; the server asks every second), never handed to listeners.
 
 The parts: ``model.py`` (streams, snapshots, the shared state), ``memory.py`` and ``budgets.py``
 (the bound), ``scrapes.py`` and ``exposure.py`` (what each scraper is sent), ``positions.py``
@@ -160,8 +160,9 @@ class MetricHub:
             return self._memory.book_other(owner, nbytes)
 
     def take_derived(self) -> int:
-        """Apply what the derived parts made since asked last (a scrape asks first; the server now and
-        then): the batches applied. What does not fit, or fails, is counted (``listener_errors``)."""
+        """Apply what the derived parts made since asked last (the server every second; never a
+        scrape: it stays as quick as before): the batches applied. What does not fit, or fails, is
+        counted (``listener_errors``)."""
         applied = 0
         with self._derived_lock:
             for part in self.derived:
@@ -321,7 +322,6 @@ class MetricHub:
         history it has not been sent; call ``commit()`` on the result once the body was written."""
         if scraper is None:
             return None
-        self.take_derived()
         return self._scrapes.expose(scraper, int((arrival if arrival is not None else self.clock()) * 1000))
 
     def awaiting(self, written_before: float) -> dict[str, Awaiting]:
@@ -333,10 +333,14 @@ class MetricHub:
         """The store of scraper ``name`` holds scrapes ``stored`` of ``numbers`` (``Scrapes.confirm``)."""
         return self._scrapes.confirm(name, numbers, stored)
 
+    def changed(self) -> None:
+        """The next unnamed scrape renders again (a collector's version does so by itself)."""
+        with self._data.lock:
+            self._data.version += 1
+
     def live_body(self) -> bytes:
         """The live values of every stream (what an unnamed scrape gets), rendered once per change
         (of the streams', or of what a collector exposes)."""
-        self.take_derived()
         with self._scrapes.render_lock:
             with self._data.lock:
                 version = (self._data.version, *(c.version for c in self.collectors))

@@ -3,7 +3,7 @@ receives (kept by the hub, or on their way to Tempo), so that panels and alert r
 
 A step's figures are made once, when its trainer ``step`` span has arrived and either a later
 step's span has arrived too or ``settle_s`` has passed (replica spans come from other processes,
-each exporter sending about once a second). The hub takes them at scrape time (``collect``:
+each exporter sending about once a second). The hub takes them every second (``collect``:
 ``metrics/derived.py``) as one stream per run (``source="timeline"``), one per lane (idle) and one
 per replica (lag, slowest), stamped with the step's end time: exactly once per step, like any pushed
 sample (without a step: only the trainer's own series carry the global step, which the stall alert
