@@ -18,7 +18,9 @@ run's last step (so it never fires before a run has a step time).
 
 The walk is off the push path and off the scrape: a push only queues its steps (``observe``, a hub
 listener); the server walks them every second (``walk``, its own thread) and hands the hub what
-they made (``collect``, ``metrics/derived.py``), stamped at their steps' times. Beyond
+they made (``collect``, ``metrics/derived.py``), stamped at their steps' times; an unnamed scrape
+(live values) has the hub collect first, and ``collect`` walks what is queued unless a walk is under
+way. A named scrape (Prometheus, history) never does: a backlog would hold it past its timeout. Beyond
 ``MAX_WAITING`` steps queued, the push that adds one walks them (bounded whoever walks).
 
 Bounded: ``max_runs`` runs (the one heard from longest ago is forgotten first), each detector
@@ -117,8 +119,13 @@ class HealthMonitor:
             self._walk()
 
     def collect(self) -> list[Batch]:
-        """The series made since the last call, in order (``derived.Derived``): what the walks made
-        (a scrape never walks: a backlog would hold it past its timeout)."""
+        """The series made since the last call, in order (``derived.Derived``): the steps still queued
+        walked first, unless a walk is under way (its series go with the next call)."""
+        if self._walking.acquire(blocking=False):
+            try:
+                self._walk()
+            finally:
+                self._walking.release()
         with self._lock:
             made, self._made = self._made, []
         return made

@@ -160,9 +160,9 @@ class MetricHub:
             return self._memory.book_other(owner, nbytes)
 
     def take_derived(self) -> int:
-        """Apply what the derived parts made since asked last (the server every second; never a
-        scrape: it stays as quick as before): the batches applied. What does not fit, or fails, is
-        counted (``listener_errors``)."""
+        """Apply what the derived parts made since asked last (the server every second, an unnamed
+        scrape; never a named one: it stays as quick as before): the batches applied. What does not
+        fit, or fails, is counted (``listener_errors``)."""
         applied = 0
         with self._derived_lock:
             for part in self.derived:
@@ -340,7 +340,8 @@ class MetricHub:
 
     def live_body(self) -> bytes:
         """The live values of every stream (what an unnamed scrape gets), rendered once per change
-        (of the streams', or of what a collector exposes)."""
+        (of the streams', or of what a collector exposes); what the derived parts made is taken first."""
+        self.take_derived()
         with self._scrapes.render_lock:
             with self._data.lock:
                 version = (self._data.version, *(c.version for c in self.collectors))
