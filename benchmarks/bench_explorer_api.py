@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.parts import ApiParts
+from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.metrics.hub import MetricHub
 
@@ -75,8 +76,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.steps, args.requests = 200, 20
-    hub = MetricHub(memory_limit_bytes=2 * 2**30, history_s=7 * 86400)
-    api = Api(ApiParts(hub))
+    explorer = Sources()
+    hub = MetricHub(memory_limit_bytes=2 * 2**30, history_s=7 * 86400, listeners=(explorer.histories.observe,))
+    api = Api(ApiParts(hub, explorer=explorer))
     server = HttpServer(api, "127.0.0.1", 0).start()
     base = f"http://127.0.0.1:{server.port}"
     session = requests.Session()

@@ -63,7 +63,7 @@ def bodies(run: shapes.Run) -> list[bytes]:
 
 
 def online(run: shapes.Run) -> list[detectors.Finding]:
-    monitor = HealthMonitor(lambda out: None)
+    monitor = HealthMonitor()
     for body in bodies(run):
         monitor.observe(decode_push(body, now=NOW + 10**9))
     return monitor.findings("p", "e")
@@ -109,10 +109,11 @@ def cost_ratio(run: shapes.Run) -> tuple[float, float, float]:
         for b in pushes:
             decode_push(b, now=NOW + 10**9)
 
-    def observe_all() -> None:
-        monitor = HealthMonitor(lambda out: None)
+    def observe_all() -> None:  # the walk of each push's steps (at a scrape on the server: off the push)
+        monitor = HealthMonitor()
         for batches in decoded:
             monitor.observe(batches)
+            monitor.collect()
 
     d, o = math.inf, math.inf
     for _ in range(5):  # interleaved, the fastest of each: the machine's load moves both alike

@@ -7,8 +7,11 @@
    Each round after the first sends the same 20 steps again: the hub takes them as resent copies
    (duplicates, skipped), so these two figures measure the HTTP path, decoding and the duplicate
    check. ``ingest_new_steps`` sends new steps every round (each applied, and walked by the
-   server's health detectors, a listener of every push); ``apply_in_process`` is
-   ``MetricHub.push_body`` of new steps in this process, no HTTP and no listeners;
+   server's health detectors by the server's thread every second: their walk is off the push path);
+   ``apply_in_process`` is ``MetricHub.push_body`` of new steps in this process, no HTTP and no
+   listeners; ``apply_with_listeners`` the same with the server's listeners (``compose.py``: the
+   detectors' queue, the explorer's histories, the marks), ``with_health_only`` with the detectors'
+   alone, each with the walk the server's thread does (``walk_s``, per round) timed apart;
 2. render: ``/metrics`` of 10k / 100k / 500k series after every series changed, against
    ``prometheus_client.generate_latest`` of a registry holding the same series;
 3. push latency while ``/metrics`` of 500k series is rendered over and over, against push
@@ -31,7 +34,10 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hub_process import free_port, start_hub
 
+from verl_rl_insight.server.explorer.sources import Sources
+from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.server.stores.marks import MarkStore
 
 
 def push_body(streams, series, step, prefix="rl_insight_monitor_metric_", global_step=False):
@@ -104,6 +110,39 @@ def apply_in_process(rounds):
         "hub_samples_per_s": statistics.median(applied),
         "json_loads_samples_per_s": statistics.median(parse),
         "ratio_hub_to_json_loads": statistics.median(applied) / statistics.median(parse),
+    }
+
+
+def apply_with_listeners(rounds, explorer=True):
+    """``apply_in_process`` with the listeners the server gives its hub (compose.py), against
+    ``json.loads`` of the same bodies; then the detectors' walk the server's thread does, timed apart."""
+    health, sources, marks = HealthMonitor(), Sources(), MarkStore()
+    listeners = (health.observe, sources.histories.observe, marks.observe) if explorer else (health.observe,)
+    hub = MetricHub(memory_limit_bytes=1 << 36, listeners=listeners, derived=(health,))
+    hub.push_body(push_body(100, 300, 0))
+    health.walk()
+    hub.take_derived()
+    parse, applied, walks = [], [], []
+    for r in range(rounds):
+        bodies = [push_body(100, 300, 1 + 20 * r + step) for step in range(20)]
+        samples = 100 * 300 * len(bodies)
+        t0 = time.perf_counter()
+        for body in bodies:
+            json.loads(body)
+        parse.append(samples / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        for body in bodies:
+            hub.push_body(body)
+        applied.append(samples / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        health.walk()  # what the server's thread does every second (app.Server._tick)
+        hub.take_derived()
+        walks.append(time.perf_counter() - t0)
+    return {
+        "hub_samples_per_s": statistics.median(applied),
+        "json_loads_samples_per_s": statistics.median(parse),
+        "ratio_hub_to_json_loads": statistics.median(applied) / statistics.median(parse),
+        "walk_s": statistics.median(walks),
     }
 
 
@@ -220,6 +259,8 @@ def main():
         "ingest_with_global_step": ingest(args.rounds, global_step=True),
         "ingest_new_steps": ingest(args.rounds, new_steps=True),
         "apply_in_process": apply_in_process(args.rounds),
+        "apply_with_listeners": apply_with_listeners(args.rounds),
+        "with_health_only": apply_with_listeners(args.rounds, explorer=False),
     }
     if args.ingest_only:
         print(json.dumps(result, indent=2))

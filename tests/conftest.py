@@ -7,6 +7,7 @@ from tests.helpers import free_port, require_prometheus, rl_insight
 from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.parts import ApiParts
+from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.trainer import runtime
 
@@ -29,10 +30,10 @@ class HubUnderTest:
     """The real metric hub and HTTP API (uvicorn) in this process, on a free loopback port."""
 
     def __init__(self, token=None, info=None, max_body_bytes=None, port=0, **hub_kwargs):
-        self.hub = MetricHub(**hub_kwargs)
-        self.api = Api(
-            ApiParts(self.hub, token=token, info=info, **({"max_body_bytes": max_body_bytes} if max_body_bytes else {}))
-        )
+        explorer = Sources()  # the run explorer hears the pushes, as the server wires it (compose.py)
+        self.hub = MetricHub(**hub_kwargs, listeners=(explorer.histories.observe, explorer.names.observe))
+        body = {"max_body_bytes": max_body_bytes} if max_body_bytes else {}
+        self.api = Api(ApiParts(self.hub, token=token, info=info, explorer=explorer, **body))
         self.server = HttpServer(self.api, "127.0.0.1", port).start()
         self.port = self.server.port
         self.url = f"http://127.0.0.1:{self.port}"

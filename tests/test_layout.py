@@ -291,3 +291,56 @@ def test_no_route_without_a_declared_access_rule():
     undeclared = [f"{r.method} {r.path}" for r in ROUTES if not isinstance(r.access, Access)]
     unnamed = [f"{r.method} {r.path}" for r in ROUTES if r.access is Access.RUN_CREDENTIAL and r.run_in is None]
     assert (undeclared, unnamed) == ([], [])
+
+
+ROOT_MODULES = ("verl_rl_insight/server/compose.py", "verl_rl_insight/server/app.py")
+REGISTERING = {"listeners", "collectors", "derived"}  # what a part would append itself to
+
+
+def completed_after_construction(source: str) -> list[str]:
+    """Where ``source`` sets an attribute of another object (``x.a = ...``, ``self.part.a = ...``:
+    completing a part after its construction) or adds to a part's listeners, collectors or derived
+    parts (``hub.listeners.append(...)``: a part registered after construction)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            while isinstance(target, ast.Subscript):  # x[k] = ...: what is set is in x
+                target = target.value
+            own = isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+            if isinstance(target, ast.Attribute) and not own:
+                found.append(f"line {node.lineno}: {ast.unparse(target)} = ...")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            adds = node.func.attr in ("append", "extend")
+            if adds and isinstance(owner, ast.Attribute) and owner.attr in REGISTERING:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_part_is_completed_after_construction_in_the_root_and_no_write_own():
+    """The composition root builds each part with what it needs (issue 40's goals): in it no
+    attribute of a part is set after construction; nowhere in the server does a part register itself
+    with the hub (or is registered) after construction; no ``write_own`` exists: the server's own
+    series are read at scrape time (``metrics/derived.py``), never pushed through the front door."""
+    for path in ROOT_MODULES:
+        assert completed_after_construction((REPO / path).read_text()) == [], path
+    server = REPO / "verl_rl_insight" / "server"
+    for path in server.rglob("*.py"):
+        source = path.read_text()
+        registered = [f for f in completed_after_construction(source) if any(f".{r}." in f for r in REGISTERING)]
+        assert registered == [], path
+        assert "write_own" not in source, path
+    # positive controls: what the server did before this root, caught
+    assert completed_after_construction("explorer.prometheus = PrometheusReader(url, login)\n")
+    assert completed_after_construction("self.delivery.stores = confirm_stores(s)\n")
+    assert completed_after_construction("self.hub.listeners.append(self.health.observe)\n")
+    assert completed_after_construction("listeners.append(x)\n") == []  # a local list is no part
+    assert completed_after_construction("self.parts = build(s, logins, self)\nstores[name(s)] = url\n") == []
+    assert completed_after_construction("self.hub.stats[name] = 1\n")

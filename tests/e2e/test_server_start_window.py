@@ -95,7 +95,7 @@ def test_opentelemetrys_exporter_retries_through_the_window_and_its_spans_are_ke
         )  # fmt: skip
     )
     sender.start()
-    wait_for(lambda: server.api.responses.get("5xx"), 20, 0.02, "the exporter's first post answered 503")
+    wait_for(lambda: server.parts.api.responses.get("5xx"), 20, 0.02, "the exporter's first post answered 503")
     loaded.set()
     sender.join(30)
     assert results == [SpanExportResult.SUCCESS]

@@ -37,13 +37,15 @@ def batches_of(run, project="p", experiment="e"):
 def online(run, resets=(), reset_late=None, validation_keys=()):
     """The findings of the server's HealthMonitor fed the run step by step, as the hub gives them."""
     emitted = []
-    monitor = HealthMonitor(emitted.append, validation_keys=validation_keys)
+    monitor = HealthMonitor(validation_keys=validation_keys)
     for step in resets:
         monitor.reset_baseline("p", "e", step)
     for body in batches_of(run):
         if reset_late is not None and body["step"] == reset_late[0]:
             monitor.reset_baseline("p", "e", reset_late[1])
         monitor.observe(validate_push({"batches": [body]}, now=START + 10**9))
+        monitor.walk()  # what the server does every second (app.Server._tick), then the hub takes the series
+        emitted.append(monitor.collect())
     return monitor.findings("p", "e"), emitted
 
 
@@ -92,7 +94,7 @@ def test_a_planned_change_at_a_reset_step_is_no_finding_online():
 def test_online_and_offline_find_the_same_on_a_real_run(run):
     found, emitted = online(run)
     assert [f.as_json() for f in found] == [f.as_json() for f in offline(run)]
-    assert emitted  # the monitor pushed what it said
+    assert any(emitted)  # the monitor gave the hub what it said
 
 
 NEW_MODES = (

@@ -1,6 +1,7 @@
-"""The server's own series (the live detectors' findings) enter the hub through a path of their own
-(``MetricHub.write_own``): a scraper gets each of them once, in order, stamped at its step's time,
-and the hub's listeners get only what the trainers pushed, never what a listener made of it.
+"""The server's own series (the live detectors' findings) are taken by the hub from the detectors,
+never pushed through its front door (``MetricHub.derived``): a scraper gets each of them once, in order,
+stamped at its step's time, and the hub's listeners get only what the trainers pushed, never what a
+listener made of it.
 
 The steps are a real verl run's (``tests/data/real_runs``, verl's ``file`` logger format), the last
 one with a NaN loss as verl's trainer would log it."""
@@ -35,20 +36,25 @@ def real_steps(start):
 
 
 def wired_hub():
-    """The hub with the live detectors, wired as app.Server wires them."""
-    hub = MetricHub()
-    health = HealthMonitor(hub.write_own)
-    hub.listeners.append(health.observe)
-    heard = []
-    hub.listeners.append(heard.extend)  # every batch the listeners are handed
-    return hub, heard
+    """The hub with the live detectors, wired as the server wires them (compose.py)."""
+    health = HealthMonitor()
+    heard = []  # every batch the listeners are handed
+    hub = MetricHub(listeners=(health.observe, heard.extend), derived=(health,))
+    return hub, heard, health
+
+
+def tick(hub, health):
+    """What the server does every second (app.Server._tick): walk the steps pushed, apply what was made."""
+    health.walk()
+    hub.take_derived()
 
 
 def test_the_detectors_series_reach_a_scraper_once_each_in_step_order_and_never_the_listeners():
-    hub, heard = wired_hub()
+    hub, heard, health = wired_hub()
     start = time.time() - 30 * (STEPS + 1)
     for batch in real_steps(start):
         hub.push({"batches": [batch]})
+    tick(hub, health)
     # the listeners heard the trainer's steps, each once, and nothing the detectors wrote
     assert [b.step for b in heard] == list(range(1, STEPS + 1))
     assert all(dict(b.labels).keys() == {"project", "experiment_name"} for b in heard)

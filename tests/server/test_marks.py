@@ -63,11 +63,8 @@ def mark_body(**fields):
 
 @pytest.fixture
 def api(tmp_path):
-    hub = MetricHub()
     marks = MarkStore(tmp_path / "marks.json")
-    marks.on_change = hub.changed
-    hub.listeners.append(marks.observe)
-    hub.collectors.append(marks.lines)
+    hub = MetricHub(listeners=(marks.observe,), collectors=(marks,))  # as the server wires them (compose.py)
     api = Api(ApiParts(hub, token=TOKEN, marks=marks))
     server = HttpServer(api, "127.0.0.1", 0).start()
     yield f"http://127.0.0.1:{server.port}", hub
@@ -244,9 +241,8 @@ def test_marks_are_bounded_per_run_and_one_more_is_a_422(tmp_path):
 
 def test_marks_count_against_the_servers_memory_bound_and_one_beyond_it_is_a_422(tmp_path):
     hub = MetricHub(memory_limit_bytes=100_000)  # others may hold a quarter of it: 25 kB
-    store = MarkStore(tmp_path / "marks.json")
+    store = MarkStore(tmp_path / "marks.json", book=lambda nbytes: hub.book_other("marks", nbytes))
     store.rate = WriteRate(per_run=10_000, burst=10_000)  # the memory bound is what this test reaches
-    store.book_all(lambda nbytes: hub.book_other("marks", nbytes))
     for step in range(5):
         store.add(mark_body(step=step, text="x" * MAX_MARK_TEXT))
     assert hub.summary()["memory_booked_by_others"]["marks"] > 5 * 5 * MAX_MARK_TEXT

@@ -18,7 +18,7 @@ from verl_rl_insight.contract import run_credential
 from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.parts import ApiParts, Startup
-from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, MetricHub
+from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, Bound, MetricHub
 from verl_rl_insight.server.settings import ServerSettings
 from verl_rl_insight.server.stores.spans import SpanStore
 from verl_rl_insight.server.stores.targets import TargetRegistry
@@ -35,16 +35,15 @@ class Served:
     """The real hub, target registry, span store and timeline figures behind the real API."""
 
     def __init__(self, tmp_path, memory_limit_bytes=LIMIT, max_targets_per_run=None, settle_s=60.0, max_series=None):
-        series = {} if max_series is None else {"max_series": max_series}
-        self.hub = MetricHub(memory_limit_bytes=memory_limit_bytes, **series)
         targets = TargetRegistry() if max_targets_per_run is None else TargetRegistry(max_per_run=max_targets_per_run)
-        # wired as the server wires it (app.Server)
+        # wired as the server wires it (compose.py)
+        bound = Bound(memory_limit_bytes, max_series if max_series is not None else 500_000)
         self.figures = LiveFigures(
-            self.hub.push,
             settle_s=settle_s,
-            book=lambda nbytes: self.hub.book_other("timeline", nbytes),
-            budget_bytes=int(OTHERS_SHARE * self.hub.memory_limit_bytes),
+            book=lambda nbytes: bound.book_other("timeline", nbytes),
+            budget_bytes=int(OTHERS_SHARE * memory_limit_bytes),
         )
+        self.hub = MetricHub(bound=bound, derived=(self.figures,))
         self.api = Api(
             ApiParts(
                 self.hub,

@@ -228,22 +228,26 @@ def test_each_step_made_once_when_settled_and_within_bounds():
     from verl_rl_insight.server.timeline.live import LiveFigures
 
     now = [1000.0]
-    pushed = []
-    live = LiveFigures(pushed.append, settle_s=10, max_runs=2, clock=lambda: now[0])
+    made = []  # what the hub reads of it at scrapes
+
+    def steps():  # each step's main batch (no lane, no replica)
+        made.extend(live.collect())
+        return [b for b in made if len(b.labels) == 3]
+
+    live = LiveFigures(settle_s=10, max_runs=2, clock=lambda: now[0])
     spans = list(records(otlp(sync_run(), experiment="a")))
     live.observe(spans[:14])  # steps 1 and 2 and their calls
-    assert [b["batches"][0]["time"] for b in pushed] == [(T0 + 10 * S) / S]  # step 1: step 2 has come
+    assert [b.time for b in steps()] == [(T0 + 10 * S) / S]  # step 1: step 2 has come
     live.tick()
-    assert len(pushed) == 1  # step 2 waits for its replicas (or the settle time)
+    assert len(steps()) == 1  # step 2 waits for its replicas (or the settle time)
     now[0] += 10
     live.tick()
-    assert len(pushed) == 2
+    assert len(steps()) == 2
     live.observe(spans)  # everything again, and step 3
     now[0] += 10
     live.tick()
-    made = [b["batches"][0]["metrics"]["rl_insight_timeline_steps_total"] for b in pushed]
-    assert made == [1, 2, 3]  # steps 1 and 2 not made twice
-    names = {name for body in pushed for batch in body["batches"] for name in batch["metrics"]}
+    assert [b.metrics["rl_insight_timeline_steps_total"] for b in steps()] == [1, 2, 3]  # 1 and 2 not made twice
+    names = {name for batch in made for name in batch.metrics}
     assert names <= set(TIMELINE_SERIES) and "rl_insight_timeline_long_tail_ratio" in names
     for experiment in ("b", "c"):
         live.observe(records(otlp(sync_run(), experiment=experiment)))
@@ -257,8 +261,7 @@ def test_spans_waiting_for_their_step_are_bounded_in_all_whatever_a_client_sends
     from verl_rl_insight.server.stores.spans import records
     from verl_rl_insight.server.timeline.live import LiveFigures
 
-    pushed = []
-    live = LiveFigures(pushed.append, settle_s=0, max_runs=8, max_spans=300, max_total_spans=1000)
+    live = LiveFigures(settle_s=0, max_runs=8, max_spans=300, max_total_spans=1000)
     calls = [("vllm_generate", "replica_0", None, T0 + i * S, T0 + i * S + 1, 1 + i % 200, 0) for i in range(500)]
     for run in range(20):  # 20 runs x 500 spans, no step span at all
         live.observe(records(otlp(calls, experiment=f"flood-{run}")))
@@ -266,10 +269,8 @@ def test_spans_waiting_for_their_step_are_bounded_in_all_whatever_a_client_sends
     assert live.stats["dropped"] >= 20 * 500 - 1000
     live.observe(records(otlp(sync_run(), experiment="real")))
     live.tick()
-    made = [
-        b for body in pushed for b in body["batches"] if b["experiment_name"] == "real" and not b["labels"].get("lane")
-    ]
-    assert [b["metrics"]["rl_insight_timeline_generate_calls"] for b in made] == [4, 4, 4]
+    made = [b for b in live.collect() if ("experiment_name", "real") in b.labels and len(b.labels) == 3]
+    assert [b.metrics["rl_insight_timeline_generate_calls"] for b in made] == [4, 4, 4]
 
 
 def test_spans_waiting_are_booked_under_the_memory_bound_and_never_crowd_out_the_trainers_pushes():
@@ -281,11 +282,12 @@ def test_spans_waiting_are_booked_under_the_memory_bound_and_never_crowd_out_the
     import gc
     import tracemalloc
 
-    from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, MetricHub
+    from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, Bound, MetricHub
     from verl_rl_insight.server.timeline.live import LiveFigures
 
-    hub = MetricHub(memory_limit_bytes=16 * 2**20)
-    live = LiveFigures(hub.write_own, settle_s=0, book=lambda n: hub.book_other("timeline", n))
+    bound = Bound(16 * 2**20, 500_000)  # wired as the server wires them (compose.py)
+    live = LiveFigures(settle_s=0, book=lambda n: bound.book_other("timeline", n))
+    hub = MetricHub(bound=bound, derived=(live,))
 
     def big(run, i):
         attributes = {f"attribute_{k:02d}": f"{i:08d}" + "x" * 248 for k in range(30)}

@@ -58,8 +58,6 @@ class ApiParts:
     workers: int = 4  # threads that parse, render and write off the event loop
     body_budget_bytes: int = BODY_BUDGET_BYTES  # all bodies being received (at least 4 x max_body_bytes)
     save_every_s: float = 1.0  # the hub's scraper state is saved at most this often
-    explorer: Sources | None = None  # the run explorer's data (server/explorer); made here when not given
-
-    def __post_init__(self) -> None:
-        if self.explorer is None:
-            self.explorer = Sources(self.hub.listeners)
+    # the run explorer's data (server/explorer); its histories hear the pushes only where they are one
+    # of the hub's listeners (app.py)
+    explorer: Sources | None = dataclasses.field(default_factory=Sources)

@@ -1,9 +1,11 @@
 """What the explorer's answers are made from, in one object the API holds (``Api.explorer``):
 
-- ``histories``: each run's trainer scalars by step (a hub listener; ``history.py``), read back once
-  from the server's Prometheus for a run the hub has not carried since the server started;
-- ``prometheus``: that Prometheus (None: the server runs none; set by the server once it has started it);
-- ``names``: each run's keys as its trainer logged them (a hub listener, kept in the data folder);
+- ``histories``: each run's trainer scalars by step (``histories.observe`` is a hub listener, given
+  to the hub by whoever builds both: ``compose.py``; ``history.py``), read back once from the server's
+  Prometheus for a run the hub has not carried since the server started;
+- ``prometheus``: that Prometheus (None: the server runs none);
+- ``names``: each run's keys as its trainer logged them (``names.observe`` a hub listener too, kept in
+  the data folder);
 - ``params``: the detectors' parameters the server's health monitor runs with (what diagnose reads);
 - ``findings``: the findings per run (``findings.py``), and ``step_spans``: the spans of one step
   and those beside it in time, read where the span store's index says they lie (never a run's
@@ -15,10 +17,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Protocol
 
-from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.explorer.findings import FindingsCache
 from verl_rl_insight.server.explorer.history import MAX_BYTES, Histories, RunHistory
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
@@ -26,7 +27,6 @@ from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.stores.run_keys import RunKeys
 
 SpanRecord = dict[str, object]
-Listener = Callable[[list[Batch]], None]  # what the hub calls with the batches it accepted
 MAX_CURVES_RUNS = 16  # runs whose last curves answer is kept (each at most curves.MAX_CELLS values) ...
 MAX_CURVES_BYTES = 32 * 2**20  # ... and all those answers' bytes (the server gives a share of memory_limit_mb)
 BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again after this long
@@ -44,18 +44,15 @@ class SpanSource(Protocol):
 class Sources:
     def __init__(
         self,
-        listeners: list[Listener] | None = None,
         params: Mapping[str, float] | None = None,
         history_bytes: int = MAX_BYTES,
         curves_bytes: int = MAX_CURVES_BYTES,
         names: RunKeys | None = None,
+        prometheus: PrometheusReader | None = None,
     ) -> None:
         self.histories = Histories(max_bytes=history_bytes)
         self.names = names if names is not None else RunKeys()  # the keys as logged (kept across restarts)
-        if listeners is not None:
-            listeners.append(self.histories.observe)
-            listeners.append(self.names.observe)
-        self.prometheus: PrometheusReader | None = None
+        self.prometheus = prometheus
         self.params: Mapping[str, float] = dict(params or detectors.DEFAULTS)
         self.findings = FindingsCache()
         self._asked: dict[tuple[str, str], float] = {}  # run -> when Prometheus was asked for it

@@ -1,6 +1,6 @@
 """The detectors run online: the server walks every detector over each trainer step it accepts
-(before Prometheus has it) and pushes what they say into the hub, one stream per run and detector
-(``source="health"``, ``detector``, ``metric``), stamped at the step's time:
+and exposes what they say, one stream per run and detector (``source="health"``, ``detector``,
+``metric``), stamped at the step's time:
 
 - ``rl_insight_health_finding``: 1 while the newest step belongs to a finding, else 0;
 - ``rl_insight_health_findings_total``: the steps that belonged to a finding so far (the
@@ -16,6 +16,13 @@ run's last step (so it never fires before a run has a step time).
 ``reset_baseline(project, experiment, step)``: every baseline of the run starts again at ``step``
 (a planned change: ``rl-insight runs mark --reset-baseline``).
 
+The walk is off the push path and off the scrape: a push only queues its steps (``observe``, a hub
+listener); the server walks them every second (``walk``, its own thread) and hands the hub what
+they made (``collect``, ``metrics/derived.py``), stamped at their steps' times; an unnamed scrape
+(live values) has the hub collect first, and ``collect`` walks what is queued unless a walk is under
+way. A named scrape (Prometheus, history) never does: a backlog would hold it past its timeout. Beyond
+``MAX_WAITING`` steps queued, the push that adds one walks them (bounded whoever walks).
+
 Bounded: ``max_runs`` runs (the one heard from longest ago is forgotten first), each detector
 keeping the last ``KEEP`` (120) values of what it reads. A server restart starts the baselines again
 from the next steps.
@@ -23,16 +30,29 @@ from the next steps.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
+from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.health.detectors import BY_NAME, DEFAULTS, Finding, RunHealth
+from verl_rl_insight.server.metrics.derived import derived_batch
 
 SOURCE = "health"
 ONLINE = {d.name for d in BY_NAME.values() if d.online} | {"stall"}  # stall: its step times, for its rule
+MAX_WAITING = 256  # trainer steps queued for the walk, all runs together (see the module docstring)
+
+
+class _Waiting(NamedTuple):
+    """A trainer step queued for the walk: the tuples of names and values the hub's snapshot holds
+    too (a view, not a copy of the step)."""
+
+    run: tuple[str, str]
+    step: int
+    time: float
+    names: tuple[str, ...]
+    values: tuple[float, ...]
 
 
 class _Run:
@@ -44,18 +64,19 @@ class _Run:
 class HealthMonitor:
     def __init__(
         self,
-        emit: Callable[[dict[str, Any]], Any],
         params: Mapping[str, float] | None = None,
         max_runs: int = 256,
         validation_keys: Sequence[str] = (),
     ) -> None:
-        self.emit = emit
         self.validation_keys = tuple(validation_keys)  # the server config's validation_keys
         self.params = {**DEFAULTS, **(params or {})}
         self.max_runs = max_runs
-        self.stats = {"steps": 0, "findings": 0}
+        self.stats = {"steps": 0, "findings": 0, "walked_on_push": 0}
         self._runs: OrderedDict[tuple[str, str], _Run] = OrderedDict()
-        self._lock = threading.Lock()
+        self._waiting: list[_Waiting] = []  # trainer steps the hub took, not walked yet, in order
+        self._made: list[Batch] = []  # the series walked, not collected yet, in order
+        self._lock = threading.Lock()  # the queue, what was made and the counters (held briefly)
+        self._walking = threading.Lock()  # the runs' walks: one walker at a time, in the order queued
 
     def _run(self, run_key: tuple[str, str]) -> _Run:
         run = self._runs.get(run_key)
@@ -69,33 +90,61 @@ class HealthMonitor:
     def reset_baseline(self, project: str, experiment: str, step: int) -> None:
         """Every detector's baseline of the run starts again at ``step`` (``rl-insight runs mark
         --reset-baseline``): the steps before it are not baseline once the run is there."""
-        with self._lock:
+        with self._walking:
+            self._walk()
             self._run((project, experiment)).walk.reset_baseline(step)
 
     def findings(self, project: str, experiment: str) -> list[Finding]:
         """What the detectors found so far in the run (the server's memory of it)."""
-        with self._lock:
+        with self._walking:
+            self._walk()
             run = self._runs.get((project, experiment))
             return run.walk.findings() if run is not None else []
 
-    def observe(self, batches: list[Any]) -> None:
-        """The batches the hub accepted (``contract.wire.Batch``): the trainer's own stream only."""
-        out: list[dict[str, Any]] = []
+    def observe(self, batches: list[Batch]) -> None:
+        """The batches the hub accepted: the trainer's own streams' steps are queued (a hub listener)."""
         with self._lock:
-            for batch in batches:
-                labels = dict(batch.labels)
-                if batch.step is None or set(labels) != {"project", "experiment_name"}:
-                    continue
-                run_key = (labels["project"], labels["experiment_name"])
-                out.extend(self._step(run_key, self._run(run_key), batch))
-                self.stats["steps"] += 1
-        if out:  # outside the lock: the hub calls its listeners (this one too) from the push
-            self.emit({"batches": out})
+            for b in batches:
+                if b.step is not None and len(b.labels) == 2:  # labels: experiment_name, project (sorted)
+                    self._waiting.append(_Waiting((b.labels[1][1], b.labels[0][1]), b.step, b.time, b.names, b.values))
+            over = len(self._waiting) > MAX_WAITING
+            if over:
+                self.stats["walked_on_push"] += len(self._waiting)
+        if over:
+            self.walk()
 
-    def _step(self, run_key: tuple[str, str], run: _Run, batch: Any) -> list[dict[str, Any]]:
-        project, experiment = run_key
-        made: list[dict[str, Any]] = []
-        for said in run.walk.add(batch.step, batch.metrics, batch.time):
+    def walk(self) -> None:
+        """Walk the steps queued (the server's thread, every second; a push beyond the bound)."""
+        with self._walking:
+            self._walk()
+
+    def collect(self) -> list[Batch]:
+        """The series made since the last call, in order (``derived.Derived``): the steps still queued
+        walked first, unless a walk is under way (its series go with the next call)."""
+        if self._walking.acquire(blocking=False):
+            try:
+                self._walk()
+            finally:
+                self._walking.release()
+        with self._lock:
+            made, self._made = self._made, []
+        return made
+
+    def _walk(self) -> None:
+        """Walk the queued steps (under ``_walking``)."""
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+        made: list[Batch] = []
+        for step in waiting:
+            made.extend(self._step(step, self._run(step.run)))
+        with self._lock:
+            self._made.extend(made)
+            self.stats["steps"] += len(waiting)
+
+    def _step(self, step: _Waiting, run: _Run) -> list[Batch]:
+        project, experiment = step.run
+        made: list[Batch] = []
+        for said in run.walk.add(step.step, dict(zip(step.names, step.values)), step.time):
             if said.detector not in ONLINE:
                 continue
             run.counts[said.detector] = run.counts.get(said.detector, 0.0) + (1.0 if said.finding else 0.0)
@@ -104,16 +153,9 @@ class HealthMonitor:
                 "rl_insight_health_findings_total": run.counts[said.detector],
             }
             for name, x in (("rl_insight_health_value", said.value), ("rl_insight_health_baseline", said.baseline)):
-                if x is not None and math.isfinite(x):
-                    metrics[name] = x
-            self.stats["findings"] += int(said.finding)
-            made.append(
-                {
-                    "project": project,
-                    "experiment_name": experiment,
-                    "time": batch.time,
-                    "metrics": metrics,
-                    "labels": {"source": SOURCE, "detector": said.detector, "metric": said.metric},
-                }
-            )
+                if x is not None:
+                    metrics[name] = x  # derived_batch leaves out what is not finite
+            self.stats["findings"] += int(said.finding)  # under _walking: the one writer
+            labels = {"project": project, "experiment_name": experiment, "source": SOURCE, "detector": said.detector}
+            made.append(derived_batch({**labels, "metric": said.metric}, step.time, metrics))
         return made

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from verl_rl_insight.server.metrics import exposition
@@ -20,7 +20,16 @@ from verl_rl_insight.server.metrics.stats import HUB_PREFIX, Stat, stat_lines
 
 SCRAPE_NUMBER = HUB_PREFIX + "scrape_number"  # in a confirming scraper's body: read back from its store
 
-Collector = Callable[[], list[str]]  # typed exposition lines of the server's own (the marks)
+
+class Collector(Protocol):
+    """Series of the server's own read at scrape time (the marks), client_python's habit: typed
+    exposition lines, and a number that moves on whenever they change (the unnamed scrapes' shared
+    rendering is made again then)."""
+
+    @property
+    def version(self) -> int: ...
+
+    def lines(self) -> list[str]: ...
 
 
 class Sent(NamedTuple):
@@ -53,7 +62,7 @@ class Desk(Protocol):
     """What an exposure reports back to (``scrapes.Scrapes``)."""
 
     render_lock: threading.Lock
-    collectors: list[Collector]
+    collectors: Sequence[Collector]
 
     def save_promises(self) -> None: ...
 
@@ -119,8 +128,8 @@ class Exposure:
             _add(families, lines)
             exposition.pause()
         trailer = stat_lines(self.stats)
-        for collect in self.desk.collectors:
-            trailer += collect()
+        for collector in self.desk.collectors:
+            trailer += collector.lines()
         if self.number and self.scraper is not None:
             trailer += [
                 f"# TYPE {SCRAPE_NUMBER} gauge",

@@ -24,8 +24,9 @@ What a user can rely on:
   oldest history, or is told to retry later (429), and never takes another run's;
 - rendering formats outside the push lock: a push waits for a render only while references are
   taken (O(streams)), never for the formatting of every series;
-- the server's own series (the detectors' findings, the timeline's figures) come in through
-  ``write_own``: applied like a push, never handed to the listeners again.
+- the server's own series are never pushed through the front door: ``collectors`` give lines at
+  scrape time (the marks), ``derived`` parts the batches they made since asked last (``derived.py``:
+  the findings, the timeline's figures; the server asks every second), never handed to listeners.
 
 The parts: ``model.py`` (streams, snapshots, the shared state), ``memory.py`` and ``budgets.py``
 (the bound), ``scrapes.py`` and ``exposure.py`` (what each scraper is sent), ``positions.py``
@@ -35,11 +36,11 @@ The parts: ``model.py`` (streams, snapshots, the shared state), ``memory.py`` an
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple, TypedDict
 
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.run_card import Json
@@ -47,38 +48,19 @@ from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.contract.wire import MAX_DROPPED_NAMED, MAX_FUTURE_S, Batch, decode_push, validate_push
 from verl_rl_insight.contract.wire_limits import MAX_NAME
 from verl_rl_insight.server.metrics import reports
+from verl_rl_insight.server.metrics.derived import Derived
 from verl_rl_insight.server.metrics.exposure import SCRAPE_NUMBER, Collector, Exposure
-from verl_rl_insight.server.metrics.memory import OTHERS_SHARE, Memory
-from verl_rl_insight.server.metrics.model import Attempts, HubData, Snapshot, Stream
+from verl_rl_insight.server.metrics.memory import OTHERS_SHARE, Bound
+from verl_rl_insight.server.metrics.model import Attempts, PushResult, Removed, Snapshot, Stream
 from verl_rl_insight.server.metrics.persistence import HubFiles
 from verl_rl_insight.server.metrics.positions import StreamKey
 from verl_rl_insight.server.metrics.scrapes import Awaiting, ScrapeBusy, Scrapes
 from verl_rl_insight.server.metrics.sizes import LINE_COPIES, SERIES_BYTES
 from verl_rl_insight.server.metrics.stats import Gauges, HubStats, Stat, hub_series
 
-__all__ = ["OTHERS_SHARE", "SCRAPE_NUMBER", "Exposure", "MetricHub", "PushResult", "ScrapeBusy"]
+__all__ = ["OTHERS_SHARE", "SCRAPE_NUMBER", "Bound", "Derived", "Exposure", "MetricHub", "PushResult", "ScrapeBusy"]
 
 Listener = Callable[[list[Batch]], None]
-
-
-class _Applied(TypedDict):
-    accepted: int
-    duplicates: int
-    hub: str
-
-
-class PushResult(_Applied, total=False):
-    """A push's answer (``wire.PushAnswer``): what it left out only where it left something out."""
-
-    dropped_keys: dict[str, str]
-    step_disagreements: int
-
-
-class Removed(NamedTuple):
-    """What ``delete_run`` forgot."""
-
-    streams: int
-    series: int
 
 
 class MetricHub:
@@ -95,9 +77,16 @@ class MetricHub:
         max_future_s: float = MAX_FUTURE_S,
         confirming: frozenset[str] = frozenset(),
         latest_path: Path | None = None,
+        bound: Bound | None = None,
+        listeners: Sequence[Listener] = (),
+        collectors: Sequence[Collector] = (),
+        derived: Sequence[Derived] = (),
         attempts: Attempts | None = None,
     ) -> None:
-        self.attempts = attempts  # numbers each trainer step's attempt as it is applied, in order
+        """``bound``: made of ``memory_limit_bytes`` and ``max_series`` when not given; ``listeners``:
+        called with the batches each push added (not its duplicates), outside the hub lock;
+        ``attempts``: numbers each trainer step's attempt as it is applied, in order."""
+        self.attempts = attempts
         self.max_future_s = max_future_s
         self.max_series = max_series
         self.history_s = history_s
@@ -105,15 +94,12 @@ class MetricHub:
         self.scraper_ttl_s = scraper_ttl_s
         self.clock = clock
         self.instance = uuid.uuid4().hex[:16]  # a new one per start: senders resend when it changes
-        # called with the batches each push added (not its duplicates), after the hub has them,
-        # outside its lock: the server's health detectors read the trainers' steps here
-        self.listeners: list[Listener] = []
-        # typed exposition lines of the server's own that every scrape ends with (the marks); their
-        # owner calls ``changed`` when they change
-        self.collectors: list[Collector] = []
-        self._stats = HubStats()
-        self._data = HubData()
-        self._memory = Memory(self._data, self._stats, memory_limit_bytes, max_series)
+        self.listeners = tuple(listeners)
+        self.collectors = tuple(collectors)
+        self.derived = tuple(derived)
+        self._derived_lock = threading.Lock()  # what one part made is applied in the order made
+        bound = bound if bound is not None else Bound(memory_limit_bytes, max_series)
+        self._stats, self._data, self._memory = bound.stats, bound.data, bound.memory
         self._files = HubFiles(self._data, self._memory, clock, state_path, latest_path, history_s, stream_ttl_s)
         self._scrapes = Scrapes(
             self._data,
@@ -127,7 +113,7 @@ class MetricHub:
             self._hub_series,
         )
         self._next_sweep = 0.0
-        self._live_version = -1  # the version of the shared rendering of the live values
+        self._live_version: tuple[int, ...] = ()  # the versions the shared rendering of the live values is of
         self._live_bytes = b""
         self._files.load(confirming)
 
@@ -152,17 +138,10 @@ class MetricHub:
         and ``dropped_keys`` / ``step_disagreements`` where there were any (``wire.PushAnswer``).
 
         Raises PushError (nothing applied) when any part of it is invalid or does not fit. A key the
-        server keeps for itself is dropped from its batch, the rest applied (see ``write_own``).
+        server keeps for itself is dropped from its batch, the rest applied.
         """
         now = self.clock()
         return self._tell(*self._apply(validate_push(payload, now, self.max_future_s), now))
-
-    def write_own(self, payload: object) -> PushResult:
-        """The server's own series (the detectors', the timeline's: names a client's push may not
-        write), applied as a push is, in the order written; not handed to the listeners (they are
-        what the listeners made of the trainers' steps)."""
-        now = self.clock()
-        return self._apply(validate_push(payload, now, self.max_future_s, own=True), now)[0]
 
     def push_body(self, body: bytes, run: tuple[str, str] | None = None) -> PushResult:
         """``push`` for the bytes of a push body: decoded and validated in one pass (msgspec builds
@@ -182,6 +161,22 @@ class MetricHub:
         or when others would hold more than ``OTHERS_SHARE`` of it (``Memory.book_other``)."""
         with self._data.lock:
             return self._memory.book_other(owner, nbytes)
+
+    def take_derived(self) -> int:
+        """Apply what the derived parts made since asked last (the server every second, an unnamed
+        scrape; never a named one: it stays as quick as before): the batches applied. What does not
+        fit, or fails, is counted (``listener_errors``)."""
+        applied = 0
+        with self._derived_lock:
+            for part in self.derived:
+                try:
+                    made = part.collect()
+                    if made:
+                        applied += self._apply(made, self.clock())[0]["accepted"]
+                except Exception:  # one part's failure never stops a scrape or the others
+                    with self._data.lock:
+                        self._stats.listener_errors += 1
+        return applied
 
     def _tell(self, result: PushResult, added: list[Batch]) -> PushResult:
         for listener in self.listeners:
@@ -343,15 +338,17 @@ class MetricHub:
         return self._scrapes.confirm(name, numbers, stored)
 
     def changed(self) -> None:
-        """What a collector exposes has changed: the next unnamed scrape renders again."""
+        """The next unnamed scrape renders again (a collector's version does so by itself)."""
         with self._data.lock:
             self._data.version += 1
 
     def live_body(self) -> bytes:
-        """The live values of every stream (what an unnamed scrape gets), rendered once per change."""
+        """The live values of every stream (what an unnamed scrape gets), rendered once per change
+        (of the streams', or of what a collector exposes); what the derived parts made is taken first."""
+        self.take_derived()
         with self._scrapes.render_lock:
             with self._data.lock:
-                version = self._data.version
+                version = (self._data.version, *(c.version for c in self.collectors))
                 if self._live_version == version:
                     return self._live_bytes
                 exposure = self._scrapes.live()
@@ -375,6 +372,7 @@ class MetricHub:
 
     def summary(self) -> dict[str, Json]:
         """The hub's own figures: memory, series, streams, history, scrapers (``GET /api/v1/hub``)."""
+        self.take_derived()
         now = self.clock()
         with self._data.lock:
             return reports.summary(self._data, self._memory, self._stats, self._hub_series(), self.instance, now)
@@ -382,6 +380,7 @@ class MetricHub:
     def streams(self) -> list[reports.StreamSummary]:
         """A summary per stream: labels, last step, series count, seconds since the last push and
         since its newest step's own time."""
+        self.take_derived()
         now = self.clock()
         with self._data.lock:
             return [reports.stream_summary(s, now) for s in self._data.streams.values()]
@@ -397,4 +396,5 @@ class MetricHub:
 
     def save_latest(self) -> int:
         """At a clean stop: write every stream's latest values (``HubFiles.save_latest``)."""
+        self.take_derived()
         return self._files.save_latest()

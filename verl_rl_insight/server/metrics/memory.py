@@ -31,6 +31,22 @@ logger = logging.getLogger("verl_rl_insight.server")
 OTHERS_SHARE = 0.25  # what the server may hold beside the hub under memory_limit_mb (book_other), at most
 
 
+class Bound:
+    """The hub's memory bound with what it guards (the hub's data and counters), made before the
+    hub: the parts that hold memory beside it (the timeline's waiting spans, the marks) book under
+    it from their construction on, and the hub is built with them (``app.py``)."""
+
+    def __init__(self, limit: int, max_series: int) -> None:
+        self.data = HubData()
+        self.stats = HubStats()
+        self.memory = Memory(self.data, self.stats, limit, max_series)
+
+    def book_other(self, owner: str, nbytes: int) -> bool:
+        """``Memory.book_other`` under the hub lock."""
+        with self.data.lock:
+            return self.memory.book_other(owner, nbytes)
+
+
 class Memory:
     """The bytes the hub holds against ``limit``, overall and per run."""
 

@@ -7,7 +7,7 @@ import collections
 import dataclasses
 import math
 import threading
-from typing import Protocol
+from typing import NamedTuple, Protocol, TypedDict
 
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.metrics import budgets, exposition
@@ -135,3 +135,23 @@ class HubData:
 
     def history_snapshots(self) -> int:
         return sum(len(s.history) for s in self.streams.values())
+
+
+class _Applied(TypedDict):
+    accepted: int
+    duplicates: int
+    hub: str
+
+
+class PushResult(_Applied, total=False):
+    """A push's answer (``wire.PushAnswer``): what it left out only where it left something out."""
+
+    dropped_keys: dict[str, str]
+    step_disagreements: int
+
+
+class Removed(NamedTuple):
+    """What ``delete_run`` forgot."""
+
+    streams: int
+    series: int

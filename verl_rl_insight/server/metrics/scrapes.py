@@ -54,7 +54,7 @@ class Scrapes:
         clock: Callable[[], float],
         new_scraper_history_s: float,
         confirming: frozenset[str],
-        collectors: list[Collector],
+        collectors: Sequence[Collector],
         save_promises: Callable[[], None],
         hub_series: Callable[[], tuple[Stat, ...]],
     ) -> None:

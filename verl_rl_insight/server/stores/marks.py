@@ -118,13 +118,14 @@ class MarkStore:
         step_time: Callable[[str, str, int], float | None] | None = None,
         max_per_run: int = MAX_MARKS_PER_RUN,
         max_total: int = MAX_MARKS,
+        book: Callable[[int], bool] = lambda nbytes: True,
     ) -> None:
         self.path = path
         self.on_reset = on_reset  # the live detectors start their baselines again at the step
         self.step_time = step_time  # a step's trainer time from the server's Prometheus
-        self.on_change: Callable[[], None] | None = None  # the hub's exposition changed
-        # books bytes (negative: gives back) under the hub's memory bound: hub.book_other("marks", n)
-        self.book: Callable[[int], bool] = lambda nbytes: True
+        self.version = 0  # moves on whenever ``lines`` changes (the hub's exposition: a collector)
+        # books bytes (negative: gives back) under the hub's memory bound: Bound.book_other("marks", n)
+        self.book = book
         self.max_per_run, self.max_total = max_per_run, max_total
         self._lock = threading.Lock()
         self.rate = WriteRate()
@@ -132,6 +133,7 @@ class MarkStore:
         self._recent: OrderedDict[Run, OrderedDict[int, float]] = OrderedDict()
         if path is not None and path.exists():
             self._load(path)
+        book(sum(m.nbytes(run) for run, marks in self._marks.items() for m in marks.values()))  # read back
         if on_reset is not None:  # a restarted server's detectors hear the resets again
             for (project, experiment), marks in self._marks.items():
                 for mark in marks.values():
@@ -161,15 +163,8 @@ class MarkStore:
             marks = [m.as_json(run) for run, by_step in self._marks.items() for m in by_step.values()]
             write_atomically(self.path, json.dumps({"marks": marks}), mode=0o600)
 
-    def book_all(self, book: Callable[[int], bool]) -> None:
-        """Book what the marks read back hold, and every mark from now on, with ``book``."""
-        with self._lock:
-            self.book = book
-            book(sum(m.nbytes(run) for run, marks in self._marks.items() for m in marks.values()))
-
     def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
+        self.version += 1
 
     # -- what the API does -------------------------------------------------------------------
     def add(self, body: bytes, run_only: Run | None = None) -> dict[str, object]:

@@ -3,10 +3,11 @@ receives (kept by the hub, or on their way to Tempo), so that panels and alert r
 
 A step's figures are made once, when its trainer ``step`` span has arrived and either a later
 step's span has arrived too or ``settle_s`` has passed (replica spans come from other processes,
-each exporter sending about once a second). They are pushed into the hub as one stream per run
-(``source="timeline"``), one per lane (idle) and one per replica (lag, slowest), stamped with the
-step's end time: exactly once per step, like any pushed sample (without a step: only the trainer's
-own series carry the global step, which the stall alert and ``runs list`` read).
+each exporter sending about once a second). The hub takes them every second (``collect``:
+``metrics/derived.py``) as one stream per run (``source="timeline"``), one per lane (idle) and one
+per replica (lag, slowest), stamped with the step's end time: exactly once per step, like any pushed
+sample (without a step: only the trainer's own series carry the global step, which the stall alert
+and ``runs list`` read).
 
 Series per run; gauges hold the last step's figure, counters add every step's (a window's share is
 ``increase(a[w]) / increase(b[w])``, which the scrapes' repeated live values do not skew):
@@ -43,7 +44,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.metrics.budgets import share_of
+from verl_rl_insight.server.metrics.derived import derived_batch
 from verl_rl_insight.server.timeline.summary import REPLICA_PREFIX, StepSummary, summarize
 
 SOURCE_LABEL = {"source": "timeline"}
@@ -95,17 +98,14 @@ def slowest(figures: StepSummary) -> str | None:
     return figures.slowest_replica if figures.seconds > 0 and wait >= SLOWEST_MIN_SHARE * figures.seconds else None
 
 
-def batches(project: str, experiment: str, figures: StepSummary, end_s: float, run: _Run) -> list[dict[str, Any]]:
-    """The push batches for one step's figures (``run`` keeps the counters)."""
+def batches(project: str, experiment: str, figures: StepSummary, end_s: float, run: _Run) -> list[Batch]:
+    """The batches of one step's figures (``run`` keeps the counters)."""
 
-    def batch(metrics: dict[str, float], labels: dict[str, str]) -> dict[str, Any]:
-        return {
-            "project": project,
-            "experiment_name": experiment,
-            "time": end_s,  # no step: the trainer's own series carry it (and the stall alert reads them)
-            "metrics": metrics,
-            "labels": {**SOURCE_LABEL, **labels},
-        }
+    def batch(metrics: dict[str, float], labels: dict[str, str]) -> Batch:
+        # no step: the trainer's own series carry it (and the stall alert reads them)
+        return derived_batch(
+            {"project": project, "experiment_name": experiment, **SOURCE_LABEL, **labels}, end_s, metrics
+        )
 
     wait = figures.tail_wait_s or 0.0
     main = {
@@ -169,11 +169,10 @@ def lanes_of(step_span: dict[str, Any], spans: list[dict[str, Any]], figures: St
 
 
 class LiveFigures:
-    """Spans in, per-step figures out (through ``emit``, which takes a push payload)."""
+    """Spans in, per-step figures out (``collect``, which the hub calls: ``derived.Derived``)."""
 
     def __init__(
         self,
-        emit: Callable[[dict[str, Any]], Any],
         settle_s: float = 15.0,
         max_runs: int = 256,
         max_spans: int = 20_000,
@@ -187,7 +186,7 @@ class LiveFigures:
         self._held: dict[tuple[str, str], int] = {}  # the bytes of each run's waiting spans
         self.max_total_spans = max_total_spans
         self._total = 0  # spans waiting, all runs together
-        self.emit = emit
+        self._made: list[Batch] = []  # the figures made, not collected yet, in order
         self.settle_s = settle_s
         self.max_runs = max_runs
         self.max_spans = max_spans
@@ -291,6 +290,12 @@ class LiveFigures:
         with self._lock:
             return self._last.get((project, experiment))
 
+    def collect(self) -> list[Batch]:
+        """The figures made since the last call, in the order made."""
+        with self._lock:
+            made, self._made = self._made, []
+        return made
+
     def tick(self) -> None:
         """Make the figures of steps that have settled (called now and then by the server)."""
         with self._lock:
@@ -321,7 +326,7 @@ class LiveFigures:
             try:
                 for figures in summarize([step_span, *spans]):
                     end_s = step_span["end_ns"] / 1e9
-                    self.emit({"batches": batches(project, experiment, figures, end_s, run)})
+                    self._made.extend(batches(project, experiment, figures, end_s, run))
                     self._last[(project, experiment)] = lanes_of(step_span, spans, figures)
                     self.stats["steps"] += 1
             except Exception:  # one bad step never stops the next ones
