@@ -15,9 +15,7 @@ TOKEN = "attempts-t0ken-9b1f"
 
 
 def hub_with(attempts):
-    hub = MetricHub(attempts=attempts, clock=lambda: 10_000.0)
-    hub.listeners.append(attempts.saved)
-    return hub
+    return MetricHub(attempts=attempts, clock=lambda: 10_000.0, listeners=(attempts.saved,))
 
 
 def log(hub, step, at, experiment="exp", labels=None):
