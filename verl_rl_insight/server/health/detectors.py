@@ -108,7 +108,7 @@ class Streak:
         self.extra: dict[str, list[tuple[int, float]]] = {k: [] for k in detector.extra}
         self.extra_names = [(series_name(k), v) for k, v in self.extra.items()]  # named once, read every step
         self.extra_keep = min(keep, detector.extra_keep)
-        self.run: list[tuple[int, Check]] = []  # the current streak of flagged steps
+        self.flagged: list[tuple[int, Check]] = []  # the current streak of flagged steps
         self.findings: Findings = []
         self.active = False  # the newest step belongs to a finding
         self.resets: list[int] = []
@@ -142,7 +142,7 @@ class Streak:
         if fresh:
             self.seen.update(metrics)
         if found is not None and found[0] < self.rank:  # the run logs a key the detector prefers: follow it
-            self.rank, self.metric, self.series, self.run, self.active = found[0], found[1], [], [], False
+            self.rank, self.metric, self.series, self.flagged, self.active = found[0], found[1], [], [], False
             if validation_streak(self.detector):
                 self.test_params = {**self.params, "lower_is_better": float(lower_is_better(found[1]))}
         if self.metric is None:
@@ -152,14 +152,14 @@ class Streak:
             return None
         self.series.append((step, value))
         _trim(self.series, self.keep, since)
-        if since is not None and self.run and self.run[0][0] < since:
-            self.run, self.active = [], False
+        if since is not None and self.flagged and self.flagged[0][0] < since:
+            self.flagged, self.active = [], False
         check = self.detector.test(self.series, self.extra, self.test_params)
         if check is None or not check.flagged:
-            self.run, self.active = [], False
+            self.flagged, self.active = [], False
             return check
-        self.run.append((step, check))
-        if len(self.run) >= self.needed or check.sustained:
+        self.flagged.append((step, check))
+        if len(self.flagged) >= self.needed or check.sustained:
             self._found(step)
         return check
 
@@ -167,17 +167,17 @@ class Streak:
         return "critical" if check.critical else check.severity or self.detector.severity
 
     def _found(self, step: int) -> None:
-        first_step, first = self.run[0][1].since or self.run[0][0], self.run[0][1]
+        first_step, first = self.flagged[0][1].since or self.flagged[0][0], self.flagged[0][1]
         # the least severe of the newest ``needed`` steps: a streak that grows worse rises with them
-        severity = max((self._severity(c) for _, c in self.run[-self.needed :]), key=SEVERITIES.index)
-        if 2 * sum(c.mild for _, c in self.run) > len(self.run):  # most of its steps only worth knowing
+        severity = max((self._severity(c) for _, c in self.flagged[-self.needed :]), key=SEVERITIES.index)
+        if 2 * sum(c.mild for _, c in self.flagged) > len(self.flagged):  # most of its steps only worth knowing
             severity = "info"
         latest = self.findings[-1] if self.findings else None
         if latest is not None and (self.active or first_step <= latest.last_step + 1):
             latest.last_step = step  # the evidence stays the first step's; the severity the worst it got
             if SEVERITIES.index(severity) < SEVERITIES.index(latest.severity):  # and why it got worse
                 latest.severity = severity
-                latest.evidence += f"; {severity} from step {step}: {self.run[-1][1].evidence}"
+                latest.evidence += f"; {severity} from step {step}: {self.flagged[-1][1].evidence}"
         else:
             self.findings.append(
                 Finding(
