@@ -11,6 +11,8 @@ from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.trainer import runtime
 
+pytest_plugins = ["tests.fast_tests"]  # the fast and slow markers (tests/fast_tests.py)
+
 
 @pytest.fixture(autouse=True)
 def isolated_environment(monkeypatch, tmp_path):
