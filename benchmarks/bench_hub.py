@@ -89,12 +89,13 @@ def ingest(rounds, global_step=False, new_steps=False):
     }
 
 
-def apply_in_process(rounds):
-    """``MetricHub.push_body`` of new steps (100 streams x 300 series, every series there already)
-    against ``json.loads`` of the same bodies: the hub's own share of a push."""
-    hub = MetricHub(memory_limit_bytes=1 << 36)
+def _against_json_loads(hub, rounds, after_round=None):
+    """Rounds of 20 pushes of new steps (100 streams x 300 series) into ``hub``, timed against
+    ``json.loads`` of the same bodies; ``after_round`` (timed apart) after each round."""
     hub.push_body(push_body(100, 300, 0))
-    parse, applied = [], []
+    if after_round is not None:
+        after_round()
+    parse, applied, after = [], [], []
     for r in range(rounds):
         bodies = [push_body(100, 300, 1 + 20 * r + step) for step in range(20)]
         samples = 100 * 300 * len(bodies)
@@ -106,11 +107,22 @@ def apply_in_process(rounds):
         for body in bodies:
             hub.push_body(body)
         applied.append(samples / (time.perf_counter() - t0))
-    return {
+        if after_round is not None:
+            t0 = time.perf_counter()
+            after_round()
+            after.append(time.perf_counter() - t0)
+    found = {
         "hub_samples_per_s": statistics.median(applied),
         "json_loads_samples_per_s": statistics.median(parse),
         "ratio_hub_to_json_loads": statistics.median(applied) / statistics.median(parse),
     }
+    return found | ({"walk_s": statistics.median(after)} if after else {})
+
+
+def apply_in_process(rounds):
+    """``MetricHub.push_body`` of new steps (every series there already) against ``json.loads`` of
+    the same bodies: the hub's own share of a push."""
+    return _against_json_loads(MetricHub(memory_limit_bytes=1 << 36), rounds)
 
 
 def apply_with_listeners(rounds, explorer=True):
@@ -119,31 +131,12 @@ def apply_with_listeners(rounds, explorer=True):
     health, sources, marks = HealthMonitor(), Sources(), MarkStore()
     listeners = (health.observe, sources.histories.observe, marks.observe) if explorer else (health.observe,)
     hub = MetricHub(memory_limit_bytes=1 << 36, listeners=listeners, derived=(health,))
-    hub.push_body(push_body(100, 300, 0))
-    health.walk()
-    hub.take_derived()
-    parse, applied, walks = [], [], []
-    for r in range(rounds):
-        bodies = [push_body(100, 300, 1 + 20 * r + step) for step in range(20)]
-        samples = 100 * 300 * len(bodies)
-        t0 = time.perf_counter()
-        for body in bodies:
-            json.loads(body)
-        parse.append(samples / (time.perf_counter() - t0))
-        t0 = time.perf_counter()
-        for body in bodies:
-            hub.push_body(body)
-        applied.append(samples / (time.perf_counter() - t0))
-        t0 = time.perf_counter()
-        health.walk()  # what the server's thread does every second (app.Server._tick)
+
+    def walk():  # what the server's thread does every second (app.Server._tick)
+        health.walk()
         hub.take_derived()
-        walks.append(time.perf_counter() - t0)
-    return {
-        "hub_samples_per_s": statistics.median(applied),
-        "json_loads_samples_per_s": statistics.median(parse),
-        "ratio_hub_to_json_loads": statistics.median(applied) / statistics.median(parse),
-        "walk_s": statistics.median(walks),
-    }
+
+    return _against_json_loads(hub, rounds, walk)
 
 
 def render(series_counts, rounds):
