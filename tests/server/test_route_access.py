@@ -13,8 +13,10 @@ from tests.server.test_timeline_store import STEP_SPANS, otlp
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.asgi import Api
+from verl_rl_insight.server.api.body_runs import RUNS_OF_BODY
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.parts import ApiParts, Startup
+from verl_rl_insight.server.api.route import Doc, Route
 from verl_rl_insight.server.api.routes import ROUTES
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.stores.profiles import ProfileStore
@@ -87,6 +89,69 @@ def test_every_route_declares_who_may_call_it_and_where_a_run_credential_names_i
         if route.access is Access.RUN_CREDENTIAL:
             assert route.run_in is not None, (route.method, route.path)
             assert route.run_in != "body" or (route.method, route.path) in BODIES, "a body this test sends"
+
+
+# RUN_CREDENTIAL routes whose handler checks the run as it decodes a body parsed once (a push may be
+# MBs; spans are protobuf) or as it looks up a registered target; every other kind the router checks
+HANDLER_CHECKED = {"body batches", "spans", "target"}
+# for the routes whose body names the run: the same body naming another run, and what reads it back
+OTHER_RUN = {"project": "p", "experiment_name": "other"}
+OTHER_BODIES = {
+    ("POST", "/api/v1/targets"): ({**TARGET, "labels": OTHER_RUN}, "labels", "/api/v1/targets"),
+    ("PUT", "/api/v1/runs/card"): (
+        {**OTHER_RUN, "config": {}},
+        "project, experiment_name",
+        "/api/v1/runs/card?project=p&experiment_name=other",
+    ),
+    ("POST", "/api/v1/runs/marks"): (
+        {**OTHER_RUN, "step": 1, "text": "a mark"},
+        "project, experiment_name",
+        "/api/v1/runs/marks?project=p&experiment_name=other",
+    ),
+    ("POST", "/api/v1/profiles/report"): (
+        {**OTHER_RUN, "capability": {"tool": "nsys"}},
+        "project, experiment_name",
+        "/api/v1/profiles?project=p&experiment_name=other",
+    ),
+}
+
+
+def test_a_route_for_run_credentials_that_does_not_say_where_its_run_is_named_is_refused_at_declaration():
+    for run_in in (None, "query"):
+        access = Access.RUN_CREDENTIAL if run_in is None else Access.TOKEN
+        with pytest.raises(ValueError, match="says where its run is"):
+            Route("POST", "/api/v1/new", ROUTES[0].handler, access, Doc("a route"), run_in=run_in)
+
+
+def test_every_place_a_run_is_named_in_is_checked_by_the_router_or_by_its_named_handler():
+    for route in ROUTES:
+        if route.access is Access.RUN_CREDENTIAL:
+            assert route.run_in == "query" or route.run_in in RUNS_OF_BODY or route.run_in in HANDLER_CHECKED, (
+                route.method,
+                route.path,
+            )
+    assert (
+        {("POST", "/api/v1/targets"), ("PUT", "/api/v1/runs/card"), ("POST", "/api/v1/runs/marks")}
+        | {("POST", "/api/v1/profiles/report")}
+        == {(r.method, r.path) for r in ROUTES if r.run_in in RUNS_OF_BODY}
+        == set(OTHER_BODIES)
+    )
+
+
+@pytest.mark.parametrize("key", sorted(OTHER_BODIES), ids=" ".join)
+def test_a_run_credential_writing_another_runs_body_is_refused_naming_the_field_and_nothing_is_kept(server, key):
+    body, field, read_back = OTHER_BODIES[key]
+    own = run_credential.mint(TOKEN, "p", "e")
+    status, answer = http(
+        key[0],
+        server + key[1],
+        body=json.dumps(body).encode(),
+        headers={**_auth(own), "Content-Type": "application/json"},
+    )
+    assert status == 403, answer
+    assert json.loads(answer)["error"].startswith(f"{field}: this run credential writes p/e only, not p/other")
+    status, kept = http("GET", server + read_back, headers=_auth(TOKEN))
+    assert b"other" not in kept or status == 404, kept
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: f"{r.method} {r.path}")

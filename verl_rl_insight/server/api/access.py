@@ -12,9 +12,10 @@ class Access(enum.Enum):
     RUN_CREDENTIAL = "run_credential"  # the token, or a run credential of the run it names (``RunIn`` says where)
 
 
-# Where a RUN_CREDENTIAL route's request names its run: "query" (``?project=&experiment_name=``: the
-# router checks it before the handler runs), or a part of the body, which the store that reads the
-# body checks as it decodes it ("body batches": each batch's labels; "body labels": the target's
-# labels; "body": the body's project and experiment_name; "spans": each span's resource attributes; "target":
-# the labels of the target that the query's job and address name).
+# Where a RUN_CREDENTIAL route's request names its run. The router checks these before the handler
+# runs: "query" (``?project=&experiment_name=``), "body" (the JSON body's project and experiment_name)
+# and "body labels" (the target's labels), the body decoded once for it (``body_runs``). The handler
+# still checks the rest as it decodes the body, parsed once where it may be MBs: "body batches" (each
+# batch's labels, while the push is validated), "spans" (each span's resource attributes), "target"
+# (the labels of the registered target that the query's job and address name).
 RunIn = Literal["query", "body batches", "body labels", "body", "spans", "target"]

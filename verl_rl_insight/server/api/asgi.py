@@ -15,6 +15,7 @@ from verl_rl_insight.contract.errors import RLInsightError, Starting
 from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.server.api import errors, openapi
 from verl_rl_insight.server.api.asgi_types import Header, Receive, Scope, Send, Sent
+from verl_rl_insight.server.api.body_runs import RUNS_OF_BODY, check_body_runs
 from verl_rl_insight.server.api.context import Context
 from verl_rl_insight.server.api.parts import ApiParts
 from verl_rl_insight.server.api.request import ClientGone, Request
@@ -54,7 +55,13 @@ class Api:
                 raise Starting(STARTING)
             limit = route.body_limit
             request.body_limit = self.parts.max_body_bytes if isinstance(limit, str) else limit  # CONFIGURED
-            await route.handler(self.context, request)
+            if request.run is not None and route.run_in in RUNS_OF_BODY:  # the runs its body names, first
+                async with self.context.body(request) as body:
+                    await self.context.in_thread(check_body_runs, request.run, route.run_in, body)  # off the loop
+                    request.body = body
+                    await route.handler(self.context, request)
+            else:
+                await route.handler(self.context, request)
         except ClientGone:
             return
         except Exception as exc:

@@ -43,6 +43,9 @@ class Context:
     @contextlib.asynccontextmanager
     async def body(self, request: Request) -> AsyncIterator[bytes]:
         """The request body, up to its route's limit, held against the budget until the block ends."""
+        if request.body is not None:  # the router read it, and holds it against the budget
+            yield request.body
+            return
         if request.body_limit is None:
             raise RuntimeError(f"{request.method} {request.path} declares no body limit in the route table")
         async with self.bodies.read(request, request.body_limit) as body:

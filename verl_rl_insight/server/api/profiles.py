@@ -2,7 +2,6 @@
 
 import msgspec
 
-from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.errors import Conflict, NotFound
 from verl_rl_insight.server.api.context import Context
 from verl_rl_insight.server.api.request import Request
@@ -59,13 +58,11 @@ async def post_profile(ctx: Context, request: Request) -> None:
 async def get_profiles(ctx: Context, request: Request) -> None:
     store = _store(ctx)
     project, experiment = request.param("project") or None, request.param("experiment_name") or None
-    if request.run is not None:
-        run_credential.check_run(request.run, project, experiment, "project, experiment_name")
     await ctx.json_from(request, lambda: store.list(project, experiment))
 
 
 async def post_profile_report(ctx: Context, request: Request) -> None:
     store = _store(ctx)
     async with ctx.body(request) as body:
-        result = await ctx.in_thread(store.report, body, request.run)
+        result = await ctx.in_thread(store.report, body)
     await ctx.json(request, result)

@@ -12,7 +12,10 @@ class ClientGone(Exception):
 
 
 class Request:
-    __slots__ = ("scope", "method", "path", "receive", "raw_send", "answered", "headers", "query", "run", "body_limit")
+    __slots__ = (
+        *("scope", "method", "path", "receive", "raw_send", "answered"),
+        *("headers", "query", "run", "body_limit", "body"),
+    )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
@@ -27,6 +30,7 @@ class Request:
         self.query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         self.run: Run | None = None  # the run a run credential may write (None: the token, or no token set)
         self.body_limit: int | None = None  # the most its route reads (set by the router)
+        self.body: bytes | None = None  # read by the router (to check the runs it names), else by the handler
 
     def param(self, name: str) -> str | None:
         values = self.query.get(name)

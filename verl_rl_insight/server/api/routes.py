@@ -5,8 +5,8 @@ for the server's start (503 with Retry-After before), the largest body it reads,
 OpenAPI document (``GET /openapi.json``, generated from this table) says of it. With a token set,
 every route not for ``ANYONE`` needs it, as ``Authorization: Bearer <token>`` or HTTP Basic with the
 token as password (else 401, before any body is read); ``RUN_CREDENTIAL`` routes also take a run
-credential, for its own run (the handler checks which). Every error is ``{"error": "..."}`` naming
-the field.
+credential, for its own run (``access.RunIn``: where the request names it, and who checks it).
+Every error is ``{"error": "..."}`` naming the field.
 
 A new route: write its handler ``async def name(ctx: Context, request: Request) -> None`` in the
 module of its resource, then append one ``Route(...)`` line to ``ROUTES`` below (or to a tuple of

@@ -48,7 +48,7 @@ async def put_run_card(ctx: Context, request: Request) -> None:
     token = ctx.parts.token
     secrets = (token,) if token else ()
     async with ctx.body(request) as body:
-        result = await ctx.in_thread(ctx.parts.run_cards.put, body, request.run, secrets)
+        result = await ctx.in_thread(ctx.parts.run_cards.put, body, secrets)
     await ctx.json(request, result)
 
 
@@ -58,9 +58,9 @@ async def get_run_card(ctx: Context, request: Request) -> None:
 
 
 async def post_mark(ctx: Context, request: Request) -> None:
-    """Mark a step (the token, or a run credential of that run: the store checks which run)."""
+    """Mark a step (the token, or a run credential of that run: the router checks which run)."""
     async with ctx.body(request) as body:
-        record = await ctx.in_thread(ctx.parts.marks.add, body, request.run)
+        record = await ctx.in_thread(ctx.parts.marks.add, body)
     await ctx.json(request, record)
 
 
@@ -82,5 +82,5 @@ async def delete_mark(ctx: Context, request: Request) -> None:
     step = request.param("step")
     if not isinstance(step, str) or not step.isascii() or not step.isdigit() or len(step) > 16:
         raise BadInput("step must be given as a whole number: ?step=N")
-    result = await ctx.in_thread(ctx.parts.marks.remove, project, experiment, int(step), request.run)
+    result = await ctx.in_thread(ctx.parts.marks.remove, project, experiment, int(step))
     await ctx.json(request, result)

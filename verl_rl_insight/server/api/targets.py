@@ -19,7 +19,8 @@ async def get_sd(ctx: Context, request: Request) -> None:
 
 
 async def post_target(ctx: Context, request: Request) -> None:
-    """Register a target or renew its TTL (a run credential: a target labelled with its run)."""
+    """Register a target or renew its TTL (a run credential: a target labelled with its run, which
+    the router has checked: ``body_runs``)."""
     async with ctx.body(request) as body:
         item = parse_json(body)
     if not isinstance(item, dict):
@@ -27,9 +28,6 @@ async def post_target(ctx: Context, request: Request) -> None:
     unknown = sorted(set(item) - set(FIELDS))
     if unknown:
         raise TargetError(f"unknown field {unknown[0][:40]!r} (known: address, job, labels, ttl_s)")
-    given = item.get("labels")
-    labels = given if isinstance(given, dict) else {}
-    run_credential.check_run(request.run, labels.get("project"), labels.get("experiment_name"), "labels")
     record = await ctx.in_thread(  # off the event loop: the host is resolved (own_address.py)
         lambda: ctx.parts.targets.register(
             item.get("address"), item.get("job"), item.get("labels") or {}, item.get("ttl_s", 90.0), writer=request.run

@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import msgspec
 
-from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.errors import NotFound, RLInsightError
 from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.context import Context
@@ -90,10 +89,9 @@ def _own_spans(ctx: Context, run: tuple[str, str], step: int) -> list[SpanRecord
 
 
 async def get_samples(ctx: Context, request: Request) -> None:
-    """The token, or a run credential of this run (the route is a RUN_CREDENTIAL one)."""
+    """The token, or a run credential of this run (the route is a RUN_CREDENTIAL one: the router checks it)."""
     _sources(ctx)
     run = params.run_of(request.query)
-    run_credential.check_run(request.run, run[0], run[1], "project, experiment_name")
     step = params.step_of(request.query)
     await _answer(ctx, request, lambda: samples_answer(_own_spans(ctx, run, step), run, step))
 

@@ -41,7 +41,6 @@ from verl_rl_insight.contract.marks import (
     MAX_MARKS_PER_RUN,
     MarkBody,
 )
-from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch, field_problem
 from verl_rl_insight.server.metrics.exposition import label_text
@@ -167,8 +166,8 @@ class MarkStore:
         self.version += 1
 
     # -- what the API does -------------------------------------------------------------------
-    def add(self, body: bytes, run_only: Run | None = None) -> dict[str, object]:
-        """A mark from a ``MarkBody`` (``run_only``: the run a run credential may mark); returns it."""
+    def add(self, body: bytes) -> dict[str, object]:
+        """A mark from a ``MarkBody`` (a run credential's run the router has checked); returns it."""
         try:
             ask = msgspec.json.decode(body, type=MarkBody)
         except msgspec.ValidationError as exc:
@@ -179,7 +178,6 @@ class MarkStore:
         except msgspec.DecodeError as exc:
             raise MarkError(f"body is not valid JSON: {str(exc)[:200]}") from None
         run = (ask.project, ask.experiment_name)
-        check_run(run_only, *run, "project, experiment_name")
         at = self._known_time(run, ask.step)
         mark = Mark(ask.step, ask.text, ask.reset_baseline, time.time(), at)
         with self._lock:
@@ -222,8 +220,7 @@ class MarkStore:
             marks = sorted(self._marks.get((project, experiment), {}).values(), key=lambda m: m.step)
             return {"marks": [m.as_json((project, experiment)) for m in marks]}
 
-    def remove(self, project: str, experiment: str, step: int, run_only: Run | None = None) -> dict[str, object]:
-        check_run(run_only, project, experiment, "project, experiment_name")
+    def remove(self, project: str, experiment: str, step: int) -> dict[str, object]:
         with self._lock:
             if step in self._marks.get((project, experiment), {}):
                 self.rate.take((project, experiment), time.monotonic())

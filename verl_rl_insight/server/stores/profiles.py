@@ -18,7 +18,6 @@ from typing import Any
 import msgspec
 
 from verl_rl_insight.contract.errors import BadInput, NotFound
-from verl_rl_insight.contract.run_credential import check_run
 from verl_rl_insight.contract.wire import (
     MAX_PROFILE_STEPS,
     ProfileBody,
@@ -129,8 +128,9 @@ class ProfileStore:
         found.sort(key=lambda r: -r["created"])
         return {"profiles": found, "capability": capability}
 
-    def report(self, body: bytes, run_only: tuple[str, str] | None = None) -> dict[str, Any]:
-        """The trainer's word: updates of this run's requests, and its capability."""
+    def report(self, body: bytes) -> dict[str, Any]:
+        """The trainer's word: updates of this run's requests, and its capability (a run credential's
+        run the router has checked)."""
         try:
             report = msgspec.json.decode(body, type=ProfileReportBody)
         except msgspec.ValidationError as exc:
@@ -138,7 +138,6 @@ class ProfileStore:
         except msgspec.DecodeError as exc:
             raise ProfileError(f"body is not JSON: {exc}") from None
         run = (report.project, report.experiment_name)
-        check_run(run_only, *run, "project, experiment_name")
         with self._lock:
             for update in report.updates:
                 record = self._requests.get(update.id)

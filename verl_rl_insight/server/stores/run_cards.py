@@ -112,14 +112,11 @@ class RunCardStore:
             with self._lock:
                 self._trim()  # bounds lowered since the last start
 
-    def put(self, body: bytes, run: tuple[str, str] | None = None, secrets: tuple[str, ...] = ()) -> dict[str, Json]:
-        """Keep the card ``body`` carries (replacing the run's previous one); ``run``: the only run a
-        run credential may write (None: the token). Returns what was kept, in short."""
-        from verl_rl_insight.contract.run_credential import check_run
-
+    def put(self, body: bytes, secrets: tuple[str, ...] = ()) -> dict[str, Json]:
+        """Keep the card ``body`` carries (replacing the run's previous one; a run credential's run the
+        router has checked). Returns what was kept, in short."""
         card = check_card(body, secrets)
         project, experiment = str(card["project"]), str(card["experiment_name"])
-        check_run(run, project, experiment, "project, experiment_name")
         kept = {"project": project, "experiment_name": experiment, "received": time.time(), "card": card}
         text = json.dumps(kept)
         name = _file_name(project, experiment)
