@@ -126,7 +126,7 @@ def finding_totals(text, experiment):
 def test_a_key_named_on_verls_command_line_is_followed_by_the_servers_detectors(card_server, monkeypatch):  # noqa: F811
     """``+rl_insight.health.validation_keys='[eval/my_task/success_rate]'`` on verl's command line:
     the success rate falling 90 % is a validation_drop on the server's /metrics for that run, and
-    not for a run that logs the same without naming the key."""
+    not for a run that logs the same without naming the key; the run explorer's findings the same."""
     from omegaconf import OmegaConf
     from verl.utils.tracking import Tracking
 
@@ -160,3 +160,13 @@ def test_a_key_named_on_verls_command_line_is_followed_by_the_servers_detectors(
     text = metrics()
     assert finding_totals(text, "unnamed") == {}, finding_totals(text, "unnamed")
     assert card_of(base, token, "named")["card"]["config"]["rl_insight"]["health"]["validation_keys"] == [KEY]
+
+    def explorer_drops(experiment):  # the run explorer's findings of the run
+        query = f"project=cards&experiment_name={experiment}"
+        status, body = http("GET", f"{base}/api/v1/explorer/run?{query}", headers={"Authorization": f"Bearer {token}"})
+        assert status == 200, body
+        found = json.loads(body)["findings"]
+        return [(f["severity"], f["last_step"]) for f in found if f["detector"] == "validation_drop"]
+
+    assert explorer_drops("named") == [("critical", 12)]
+    assert explorer_drops("unnamed") == []
