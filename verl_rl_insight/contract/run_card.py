@@ -24,6 +24,9 @@ from verl_rl_insight.contract.redaction import secret_key as secret_key
 MAX_CARD_BYTES = 256 * 1024  # one card, as JSON
 MAX_DEPTH = 32  # nesting of the config (verl's own is 6 deep)
 MAX_TEXT = 4096  # one string of the config
+# rl_insight.health.validation_keys (the trainer's Hydra block; the server reads them from the card)
+MAX_VALIDATION_KEYS = 32
+MAX_VALIDATION_KEY_CHARS = 200
 CARD_FIELDS = (
     "project",
     "experiment_name",

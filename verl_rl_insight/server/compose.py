@@ -16,6 +16,7 @@ from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.parts import ApiParts, Startup
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.explorer.sources import Sources
+from verl_rl_insight.server.health import card_keys
 from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.managed import alertmanager, jobs, prometheus
 from verl_rl_insight.server.managed.alert_settings import health_params
@@ -106,6 +107,7 @@ def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, 
         curves_bytes=int(CURVES_SHARE * limit),
         names=names,
         prometheus=reader,
+        validation_keys=s.validation_keys,
     )
     return Feeds(health, figures, marks, explorer)
 
@@ -155,7 +157,7 @@ def build(settings: ServerSettings, logins: dict[str, tuple[str, str]], calls: C
             delete_series=calls.delete_series,
             profiles=ProfileStore(s.data_path / "profiles.json"),
             revocations=Revocations(s.data_path / "revoked-runs.json", future_s=s.max_future_s),
-            run_cards=RunCardStore(s.data_path / "run-cards"),
+            run_cards=RunCardStore(s.data_path / "run-cards", on_card=card_keys.Taker(health, explorer.findings)),
             marks=marks,
             explorer=explorer,
         )

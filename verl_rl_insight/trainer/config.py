@@ -25,6 +25,7 @@ from omegaconf.errors import (
 from verl_rl_insight.contract import environment, server_url
 from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.contract.naming import METRIC_PREFIX
+from verl_rl_insight.contract.run_card import MAX_VALIDATION_KEY_CHARS, MAX_VALIDATION_KEYS
 
 # kept importable from here: plugins and older code read these names from this module
 ENV_PREFIXES = environment.FORWARDED_PREFIXES
@@ -124,10 +125,18 @@ class BuiltinPlugins:
 
 
 @dataclass
+class HealthSettings:
+    # verl keys (or families ending in /) the run validates under beyond verl's own names; the server
+    # reads them from the run's card and its detectors follow them first
+    validation_keys: list[str] = field(default_factory=list)
+
+
+@dataclass
 class RLInsightConfig:
     server_url: str | None = None
     token: str | None = None
     collect_interval_s: float = 5.0
+    health: HealthSettings = field(default_factory=HealthSettings)
     plugins: BuiltinPlugins = field(default_factory=BuiltinPlugins)
 
 
@@ -247,8 +256,23 @@ def load_config(
         config.server_url = bare
         if url_token and not config.token:
             config.token = url_token
+    check_validation_keys(list(config.health.validation_keys))
     OmegaConf.set_readonly(config, True)
     return config
+
+
+def check_validation_keys(keys: list[str]) -> None:
+    """Raise ConfigError naming ``health.validation_keys`` unless it is at most
+    ``MAX_VALIDATION_KEYS`` short non-empty keys (the server ignores anything else)."""
+    where = "rl-insight setting 'health.validation_keys'"
+    if len(keys) > MAX_VALIDATION_KEYS:
+        raise ConfigError(f"{where}: {len(keys)} keys, at most {MAX_VALIDATION_KEYS} are taken")
+    for key in keys:
+        if not key.strip() or len(key) > MAX_VALIDATION_KEY_CHARS:
+            raise ConfigError(
+                f"{where}: {key[:60]!r} is not a verl key (non-empty, at most {MAX_VALIDATION_KEY_CHARS} characters; "
+                "a family ends in /: val/my_task/)"
+            )
 
 
 def plugin_settings(config: DictConfig, name: str) -> DictConfig:

@@ -8,6 +8,7 @@ import copy
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from verl_rl_insight.contract.run_card import Json
@@ -16,12 +17,15 @@ from verl_rl_insight.server.explorer.keys import key_of
 from verl_rl_insight.server.health import detectors
 
 RECENT_S = 5.0
+Stamp = tuple[int, int, tuple[int, ...], tuple[str, ...]]  # history version, clock, resets, validation keys
+MAX_NAMED = 10_000  # runs whose own validation keys are kept (as many as run cards)
 Finding = dict[str, Json]
 
 
-def _read_names(names: Sequence[str]) -> list[str]:
-    """The series diagnose reads back from Prometheus (its ``_names``): the detectors' keys, their families."""
-    keys = {k for d in detectors.ALL for k in (*d.keys, *d.extra)} | set(detectors.NON_FINITE_KEYS)
+def _read_names(names: Sequence[str], validation_keys: Sequence[str] = ()) -> list[str]:
+    """The series diagnose reads back from Prometheus (its ``_names``): the detectors' keys, their
+    families, and the validation keys named (the server's and the run's own)."""
+    keys = {k for d in detectors.ALL for k in (*d.keys, *d.extra)} | set(detectors.NON_FINITE_KEYS) | {*validation_keys}
     wanted = {detectors.series_name(k) for k in keys if not k.endswith("/")}
     families = tuple(detectors.series_name(k) for k in keys if k.endswith("/"))
     return [n for n in names if n in wanted or n.startswith(families)]
@@ -68,8 +72,11 @@ class _Walk:
     """diagnose's walk of one run, fed step by step: every step but the newest (which a second batch
     may still add keys to) is fed once; a request copies the walk and adds the newest."""
 
-    def __init__(self, params: Mapping[str, float], resets: tuple[int, ...], history: RunHistory) -> None:
-        self.health = detectors.RunHealth({**detectors.DEFAULTS, **params})
+    def __init__(
+        self, params: Mapping[str, float], resets: tuple[int, ...], history: RunHistory, keys: tuple[str, ...] = ()
+    ) -> None:
+        self.keys = keys  # the validation keys named (other keys: walked again from the start)
+        self.health = detectors.RunHealth({**detectors.DEFAULTS, **params}, validation_keys=keys)
         for step in resets:
             self.health.reset_baseline(step)
         self.resets = resets
@@ -108,7 +115,7 @@ def _unfed(walk: _Walk, history: RunHistory) -> tuple[list[StepValues], StepValu
     """What ``walk`` has not had of ``history``, copied out (taken under the histories' lock, which
     the hub's pushes also take: the walking itself runs after it is let go): the steps before the
     newest, the newest (which a second batch may still add keys to), whether the run finished."""
-    names = _read_names(list(history.columns))
+    names = _read_names(list(history.columns), walk.keys)
     newest = len(history.steps) - 1
 
     def values(i: int) -> StepValues:
@@ -140,9 +147,11 @@ class FindingsCache:
     until the run has a new step or new marks (a run not finished: every few seconds, the stall
     finding reads the clock)."""
 
-    def __init__(self, max_runs: int = 64) -> None:
+    def __init__(self, max_runs: int = 64, validation_keys: Sequence[str] = ()) -> None:
         self.max_runs = max_runs
-        self._kept: dict[tuple[str, str], tuple[tuple[int, int, tuple[int, ...]], list[Finding]]] = {}
+        self.validation_keys = tuple(validation_keys)  # the server config's
+        self.named: OrderedDict[tuple[str, str], tuple[str, ...]] = OrderedDict()  # each run's own, from its card
+        self._kept: dict[tuple[str, str], tuple[Stamp, list[Finding]]] = {}
         self._walks: dict[tuple[str, str], _Walk] = {}
         self._lock = threading.Lock()
 
@@ -151,6 +160,7 @@ class FindingsCache:
     ) -> list[Finding]:
         """The run's findings ([] for a run without history here)."""
         marks = tuple(resets)
+        keys = (*self.named.get(run, ()), *self.validation_keys)
         # this cache's lock first, the histories' inside it and only while what the walk lacks is
         # copied out: a push (the hub's listener takes the histories' lock) never waits for a walk
         with self._lock:
@@ -159,13 +169,13 @@ class FindingsCache:
                 if history is None:
                     return []
                 clock = 0 if history.finished == 1 else int(time.time() / RECENT_S)
-                stamp = (history.version, clock, marks)
+                stamp = (history.version, clock, marks, keys)
                 kept = self._kept.get(run)
                 if kept is not None and kept[0] == stamp:
                     return kept[1]
                 walk = self._walks.get(run)
-                if walk is None or not walk.fits(history, marks):
-                    walk = _Walk(params, marks, history)
+                if walk is None or not walk.fits(history, marks) or walk.keys != keys:
+                    walk = _Walk(params, marks, history, keys)
                 older, newest, finished = _unfed(walk, history)
             findings = [shown(f) for f in _walk_findings(walk, older, newest, finished)]
             if len(self._kept) >= self.max_runs and run not in self._kept:
@@ -175,3 +185,12 @@ class FindingsCache:
             self._kept[run] = (stamp, findings)
             self._walks[run] = walk
         return findings
+
+    def take_run_keys(self, run: tuple[str, str], keys: Sequence[str]) -> None:
+        """The validation keys the run names (its card): its walk starts again with them."""
+        with self._lock:
+            self.named.pop(run, None)
+            if keys:
+                self.named[run] = tuple(keys)
+                while len(self.named) > MAX_NAMED:
+                    self.named.popitem(last=False)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from verl_rl_insight.server.explorer.findings import FindingsCache
@@ -49,12 +49,13 @@ class Sources:
         curves_bytes: int = MAX_CURVES_BYTES,
         names: RunKeys | None = None,
         prometheus: PrometheusReader | None = None,
+        validation_keys: Sequence[str] = (),
     ) -> None:
         self.histories = Histories(max_bytes=history_bytes)
         self.names = names if names is not None else RunKeys()  # the keys as logged (kept across restarts)
         self.prometheus = prometheus
         self.params: Mapping[str, float] = dict(params or detectors.DEFAULTS)
-        self.findings = FindingsCache()
+        self.findings = FindingsCache(validation_keys=validation_keys)  # the server config's
         self._asked: dict[tuple[str, str], float] = {}  # run -> when Prometheus was asked for it
         # the last curves answer of each of the runs asked last (curves.cached_curves_body)
         self.curves: OrderedDict[tuple[str, str], tuple[object, bytes]] = OrderedDict()

@@ -23,6 +23,12 @@ they made (``collect``, ``metrics/derived.py``), stamped at their steps' times; 
 way. A named scrape (Prometheus, history) never does: a backlog would hold it past its timeout. Beyond
 ``MAX_WAITING`` steps queued, the push that adds one walks them (bounded whoever walks).
 
+``take_run_keys(project, experiment, keys)``: the validation keys the run names in its config
+(``rl_insight.health.validation_keys``, read from its card), followed before the server's. The card
+may come after the run's first steps: until it comes, a run keeps its last ``HOLD`` steps walked (the
+hub's tuples, not copies), and keys that come late are walked again over them (a validation fall
+under a key the run names counts from the steps already seen).
+
 Bounded: ``max_runs`` runs (the one heard from longest ago is forgotten first), each detector
 keeping the last ``KEEP`` (120) values of what it reads. A server restart starts the baselines again
 from the next steps.
@@ -31,17 +37,18 @@ from the next steps.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from verl_rl_insight.contract.wire import Batch
-from verl_rl_insight.server.health.detectors import BY_NAME, DEFAULTS, Finding, RunHealth
+from verl_rl_insight.server.health.detectors import BY_NAME, DEFAULTS, Finding, RunHealth, Said
 from verl_rl_insight.server.metrics.derived import derived_batch
 
 SOURCE = "health"
 ONLINE = {d.name for d in BY_NAME.values() if d.online} | {"stall"}  # stall: its step times, for its rule
 MAX_WAITING = 256  # trainer steps queued for the walk, all runs together (see the module docstring)
+HOLD = 64  # steps a run keeps until its card comes (validation keys that come late walk them again)
 
 
 class _Waiting(NamedTuple):
@@ -59,6 +66,7 @@ class _Run:
     def __init__(self, params: Mapping[str, float], validation_keys: Sequence[str]) -> None:
         self.walk = RunHealth(params, validation_keys=validation_keys)
         self.counts: dict[str, float] = {}  # detector name -> steps that belonged to a finding
+        self.held: deque[_Waiting] | None = deque(maxlen=HOLD)  # None once the run's card came
 
 
 class HealthMonitor:
@@ -93,6 +101,22 @@ class HealthMonitor:
         with self._walking:
             self._walk()
             self._run((project, experiment)).walk.reset_baseline(step)
+
+    def take_run_keys(self, project: str, experiment: str, keys: Sequence[str]) -> None:
+        """The validation keys the run names (its card came): followed before the server's, walked
+        again over the steps the run held (what they make is collected as a walk's is)."""
+        with self._walking:
+            self._walk()
+            run = self._run((project, experiment))
+            held, run.held = run.held or (), None
+            made: list[Batch] = []
+            if keys:
+                steps = [(h.step, dict(zip(h.names, h.values))) for h in held]
+                at = {h.step: h for h in held}
+                for step, said in run.walk.take_validation_keys(keys, steps):
+                    made.extend(self._made_of(at[step], run, [said]))
+            with self._lock:
+                self._made.extend(made)
 
     def findings(self, project: str, experiment: str) -> list[Finding]:
         """What the detectors found so far in the run (the server's memory of it)."""
@@ -142,9 +166,15 @@ class HealthMonitor:
             self.stats["steps"] += len(waiting)
 
     def _step(self, step: _Waiting, run: _Run) -> list[Batch]:
+        if run.held is not None:
+            run.held.append(step)
+        return self._made_of(step, run, run.walk.add(step.step, dict(zip(step.names, step.values)), step.time))
+
+    def _made_of(self, step: _Waiting, run: _Run, saids: Sequence[Said]) -> list[Batch]:
+        """The series of what the detectors said of ``step`` (under ``_walking``)."""
         project, experiment = step.run
         made: list[Batch] = []
-        for said in run.walk.add(step.step, dict(zip(step.names, step.values)), step.time):
+        for said in saids:
             if said.detector not in ONLINE:
                 continue
             run.counts[said.detector] = run.counts.get(said.detector, 0.0) + (1.0 if said.finding else 0.0)

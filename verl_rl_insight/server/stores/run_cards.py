@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from verl_rl_insight.contract.errors import BadInput, NotFound, TooLarge
@@ -88,11 +89,20 @@ def check_card(body: bytes, secrets: tuple[str, ...] = ()) -> dict[str, Json]:
     return redact_card(card, secrets)
 
 
+# told of each card kept (project, experiment, card); what it answers is added to the PUT's answer
+CardListener = Callable[[str, str, dict[str, Json]], dict[str, Json]]
+
+
 class RunCardStore:
     def __init__(
-        self, folder: Path | None = None, max_runs: int = MAX_RUNS, max_total_bytes: int = MAX_TOTAL_BYTES
+        self,
+        folder: Path | None = None,
+        max_runs: int = MAX_RUNS,
+        max_total_bytes: int = MAX_TOTAL_BYTES,
+        on_card: CardListener | None = None,
     ) -> None:
         self.folder = folder
+        self.on_card = on_card  # the health walk takes the validation keys the run names
         self.max_runs = max_runs
         self.max_total_bytes = max_total_bytes
         self._lock = threading.Lock()
@@ -128,7 +138,8 @@ class RunCardStore:
             self._total += len(text) - self._index.pop(name, 0)
             self._index[name] = len(text)
             self._trim()
-        return {"project": project, "experiment_name": experiment, "bytes": len(text)}
+        said = self.on_card(project, experiment, card) if self.on_card is not None else {}
+        return {"project": project, "experiment_name": experiment, "bytes": len(text), **said}
 
     def get(self, project: str, experiment: str) -> dict[str, Json]:
         """The kept card of a run (with ``received``); NotFound when there is none."""
