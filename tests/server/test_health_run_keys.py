@@ -170,3 +170,42 @@ def test_a_key_named_on_verls_command_line_is_followed_by_the_servers_detectors(
 
     assert explorer_drops("named") == [("critical", 12)]
     assert explorer_drops("unnamed") == []
+
+
+def test_diagnose_of_a_run_on_the_server_follows_the_keys_its_card_names(tmp_path):
+    """``rl-insight diagnose --project --experiment`` reads the run's series from Prometheus: the
+    keys the run's card names are read too and followed, so the fall the live detectors found is
+    what diagnose says, under the key as logged; a run without the card: no validation finding."""
+    from tests.helpers import Prometheus, free_port, push, rl_insight, start_hub_process, stop_group
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = start_hub_process(port, tmp_path)
+    prometheus = None
+    try:
+        prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"])
+        run = with_validation(KEY, falling)
+        assert http("PUT", url + "/api/v1/runs/card", json.dumps(card("named", [KEY])).encode())[0] == 200
+        for experiment in ("named", "unnamed"):
+            bodies = list(batches_of(run, experiment=experiment))
+            for i in range(0, len(bodies), 50):
+                assert push(url, {"batches": bodies[i : i + 50]})[0] == 200
+        query = 'count_over_time(rl_insight_monitor_training_global_step{experiment_name="%s"}[1h]) >= 300'
+        for experiment in ("named", "unnamed"):
+            wait_for(lambda e=experiment: prometheus.query(query % e), 60, what=f"{experiment}'s steps in Prometheus")
+
+        def said(experiment):
+            found = rl_insight(
+                "diagnose", "--project", "p", "--experiment", experiment, "--server", url,
+                "--prometheus", prometheus.url, "--json",
+            )  # fmt: skip
+            assert found.returncode in (0, 1), found.stderr
+            drops = [f for f in json.loads(found.stdout)["findings"] if f["detector"] == "validation_drop"]
+            return [(f["severity"], f["metric"]) for f in drops]
+
+        assert said("named") == [("critical", KEY)]
+        assert said("unnamed") == []
+    finally:
+        if prometheus is not None:
+            prometheus.stop()
+        stop_group(process)

@@ -16,6 +16,7 @@ import argparse
 import json
 import time
 import urllib.parse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +38,27 @@ MAX_S = 35 * 86400  # and no further back than this (Prometheus' retention is 30
 DASHBOARD = "verl_trainer_v1_with_vllm_engine"
 
 
-def _names() -> str:
-    """The series the detectors read (the explorer's walk reads the same: ``explorer/findings.py``);
-    what moved with a slow step is looked for among them too."""
+def _names(validation_keys: Sequence[str] = ()) -> str:
+    """The series the detectors read (the explorer's walk reads the same: ``explorer/findings.py``),
+    the validation keys named for this run among them; what moved with a slow step is looked for
+    among them too."""
     keys = {k for d in detectors.ALL for k in (*d.keys, *d.extra)} | set(detectors.NON_FINITE_KEYS)
+    keys |= set(validation_keys)
     wanted = {detectors.series_name(k) for k in keys if not k.endswith("/")} | {GLOBAL_STEP_METRIC}
     families = {detectors.series_name(k) + ".*" for k in keys if k.endswith("/")}
     return "|".join(sorted(wanted) + sorted(families))
 
 
-def read_history(prom: Prometheus, project: str, experiment: str, now: float) -> tuple[dict[str, Any], list[Any]]:
+def read_history(
+    prom: Prometheus, project: str, experiment: str, now: float, validation_keys: Sequence[str] = ()
+) -> tuple[dict[str, Any], list[Any]]:
     """({series name: [(step, value)]}, [(step, first time seen)]) of the run's trainer scalars.
 
     Raw samples (every scrape's, in windows of CHUNK_S going back until the run's start): each is
     matched to its step by the global-step sample of the same timestamp, since the hub stamps a
     step's values and its step with one time."""
     selector = run_selector(project, experiment)[1:-1]
-    query = f'{{__name__=~"{_names()}",{selector}}}'
+    query = f'{{__name__=~"{_names(validation_keys)}",{selector}}}'
     samples: dict[str, dict[float, float]] = {}
     end, seen_run = now, False
     while now - end < MAX_S:
@@ -93,6 +98,19 @@ def panel_link(grafana: str | None, project: str, experiment: str) -> str:
     return f"{grafana}/d/{DASHBOARD}?{query}"
 
 
+def card_validation_keys(base: str, token: str | None, project: str, experiment: str) -> list[str]:
+    """The validation keys the run names in its config (``rl_insight.health.validation_keys``, read
+    from the card the server keeps; [] without a card, or where the setting was ignored)."""
+    from verl_rl_insight.commands.run_card import fetch
+    from verl_rl_insight.server.health.card_keys import validation_keys
+
+    try:
+        _, card = fetch(base, token, (project, experiment))
+    except CliError:
+        return []
+    return validation_keys(card)[0]
+
+
 def logged_names(base: str, token: str | None, project: str, experiment: str) -> dict[str, str]:
     """The names the detectors give the run's series -> the keys as the trainer logged them (the
     server keeps what the trainer said; {} from a server older than that)."""
@@ -116,8 +134,11 @@ def run(args: argparse.Namespace) -> int:
     if not prom_url or (not args.prometheus and "prometheus" not in info.get("services", ("prometheus",))):
         raise CliError(f"the server at {base} runs no Prometheus", fix="give --prometheus URL", code=CANNOT)
     prom = Prometheus(prom_url, timeout=30)
+    # the keys named here, by the run's own config (its card) and by the server's: in that order
+    run_keys = card_validation_keys(base, token, args.project, args.experiment)
+    keys = [*(args.validation_key or ()), *run_keys, *(info.get("validation_keys") or ())]
     try:
-        history, times = read_history(prom, args.project, args.experiment, time.time())
+        history, times = read_history(prom, args.project, args.experiment, time.time(), keys)
         finished = prom.scalar(f"{RUN_FINISHED}{run_selector(args.project, args.experiment)}") == 1
     except DataError as exc:
         raise CliError(str(exc), code=CANNOT) from None
@@ -129,14 +150,14 @@ def run(args: argparse.Namespace) -> int:
     params = {**detectors.DEFAULTS, **(info.get("health") or {})}
     marks = run_marks.fetch(base, token, args.project, args.experiment)  # rl-insight runs mark
     resets = run_marks.resets(marks)
-    keys = [*(args.validation_key or ()), *(info.get("validation_keys") or ())]
     findings = detectors.diagnose(
         history, times, finished=finished, now=time.time(), params=params, resets=resets, validation_keys=keys
     )
     link = panel_link(
         info.get("grafana") if "grafana" in info.get("services", ()) else None, args.project, args.experiment
     )
-    names = logged_names(base, token, args.project, args.experiment)
+    named = {detectors.series_name(k): k for k in keys if not k.endswith("/")}  # a key named is a key logged
+    names = named | logged_names(base, token, args.project, args.experiment)
     for finding in findings:
         finding.panel = f"{finding.panel}: {link}" if link else finding.panel
         finding.metric = names.get(finding.metric, finding.metric)  # the key as the trainer logged it
