@@ -13,7 +13,7 @@ from verl_rl_insight.commands.api import SubParsers, call, common_options, print
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError, positive_float
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.traces import command as analyze_command
-from verl_rl_insight.contract.runs import RUN_FINISHED
+from verl_rl_insight.contract.runs import RUN_FINISHED, Run
 from verl_rl_insight.contract.wire import PROFILE_ROLES
 
 ENDED = ("finished", "missed", "refused")
@@ -38,9 +38,9 @@ class RunSeen(NamedTuple):
     step_s_ago: float | None
 
 
-def _runs_at_hub(base: str, token: str | None) -> dict[tuple[str, str], RunSeen]:
+def _runs_at_hub(base: str, token: str | None) -> dict[Run, RunSeen]:
     """Every run the hub has a stream of, with its newest step and that step's age."""
-    runs: dict[tuple[str, str], RunSeen] = {}
+    runs: dict[Run, RunSeen] = {}
     for stream in call("GET", base + "/api/v1/streams", token).get("streams", []):
         labels = stream.get("labels") or {}
         project, experiment = labels.get("project"), labels.get("experiment_name")

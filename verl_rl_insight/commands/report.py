@@ -29,6 +29,7 @@ from verl_rl_insight.commands.api import call, common_options, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.contract.run_card import ABSENT, Json, differences
+from verl_rl_insight.contract.runs import Run
 
 API = "/api/v1/explorer"
 KEYS_PER_REQUEST = 64  # the API's bound
@@ -145,7 +146,7 @@ def _get(base: str, token: str | None, path: str, **query: str) -> Answer:
     return answer
 
 
-def curves(base: str, token: str | None, run: tuple[str, str], keys: list[str], steps: str) -> Answer:
+def curves(base: str, token: str | None, run: Run, keys: list[str], steps: str) -> Answer:
     """Every key's curve, 64 keys a request, joined on the run's steps."""
     merged: Answer = {"steps": [], "times": [], "series": {}}
     series: dict[str, object] = {}
@@ -174,9 +175,7 @@ def finding_steps(findings: Iterable[object], first: int | None, last: int | Non
     return sorted(steps)[:MAX_STEP_PAGES]
 
 
-def profiled_steps(
-    base: str, token: str | None, run: tuple[str, str], first: int | None, last: int | None
-) -> list[int]:
+def profiled_steps(base: str, token: str | None, run: Run, first: int | None, last: int | None) -> list[int]:
     """The steps of the run whose per-rank profile summary the server holds (rl-insight profile),
     within --steps, the newest 10: their pages show the ranks."""
     query = urllib.parse.urlencode({"project": run[0], "experiment_name": run[1]})
@@ -231,7 +230,7 @@ def _card_of(page: object) -> Mapping[str, Json]:
     return card if isinstance(card, dict) else {}
 
 
-def confine(data: Answer, run: tuple[str, str], compared: list[str], card: bool) -> None:
+def confine(data: Answer, run: Run, compared: list[str], card: bool) -> None:
     """``data`` cut to what the report shares: the run and the compared runs only (the runs list,
     each page's ``others``), and their cards only with ``card``, as the keys where they differ."""
     allowed = {run[1], *compared}

@@ -17,6 +17,7 @@ import urllib.parse
 from verl_rl_insight.commands.api import SubParsers, call, print_table, server
 from verl_rl_insight.commands.checks import CliError, Parser
 from verl_rl_insight.contract.run_card import ABSENT, Absent, Json, card_keys, differences
+from verl_rl_insight.contract.runs import Run
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -26,7 +27,7 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def run_name(text: str) -> tuple[str, str]:
+def run_name(text: str) -> Run:
     """``PROJECT/EXPERIMENT`` (argparse type): split at the first slash."""
     project, slash, experiment = text.partition("/")
     if not slash or not project or not experiment:
@@ -41,7 +42,7 @@ def shown(value: Json | Absent) -> str:
     return printable(value if isinstance(value, str) else json.dumps(value))
 
 
-def fetch(base: str, token: str | None, run: tuple[str, str]) -> tuple[dict[str, Json], dict[str, Json]]:
+def fetch(base: str, token: str | None, run: Run) -> tuple[dict[str, Json], dict[str, Json]]:
     """(what the server keeps: card and time received, the card itself)."""
     query = urllib.parse.urlencode({"project": run[0], "experiment_name": run[1]})
     kept = call("GET", f"{base}/api/v1/runs/card?{query}", token)

@@ -17,7 +17,7 @@ from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
 from verl_rl_insight.contract.naming import STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
-from verl_rl_insight.contract.runs import RUN_FINISHED
+from verl_rl_insight.contract.runs import RUN_FINISHED, Run
 
 
 def _prometheus(base: str, token: str | None) -> Prometheus | None:
@@ -38,9 +38,9 @@ def _ago(seconds: float | None) -> str:
 
 def known_runs(
     base: str, token: str | None, prom: Prometheus | None, project: str | None = None, since: str = "30d"
-) -> dict[tuple[str, str], dict[str, Any]]:
+) -> dict[Run, dict[str, Any]]:
     """{(project, experiment): {"step", "last_push_s", "series", "finished", "where"}} from the hub and Prometheus."""
-    runs: dict[tuple[str, str], dict[str, Any]] = {}
+    runs: dict[Run, dict[str, Any]] = {}
     for stream in call("GET", base + "/api/v1/streams", token)["streams"]:
         labels = stream["labels"]
         key = (labels.get("project"), labels.get("experiment_name"))

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 from verl_rl_insight.contract.errors import Forbidden
+from verl_rl_insight.contract.runs import Run
 
 PREFIX = "run1."
 RUN_CREDENTIAL_DAYS = 30.0
@@ -64,7 +65,7 @@ def verify(
     now: float | None = None,
     revoked: Callable[[str, str], float | None] | None = None,
     refusal: Callable[[str, str, float, str], str | None] | None = None,
-) -> tuple[str, str]:
+) -> Run:
     """(project, experiment) of a credential signed with ``token``; Forbidden when it is not, has
     expired, was minted before ``revoked(project, experiment)``, or when ``refusal(project,
     experiment, minted, credential_id)`` (the server's revocations, by its own clock) says why not."""
@@ -95,7 +96,7 @@ def verify(
     return str(project), str(experiment)
 
 
-def check_run(scope: tuple[str, str] | None, project: object, experiment: object, where: str) -> None:
+def check_run(scope: Run | None, project: object, experiment: object, where: str) -> None:
     """Forbidden when a run credential for ``scope`` writes to another run (``None``: the token)."""
     if scope is not None and (project, experiment) != scope:
         raise Forbidden(

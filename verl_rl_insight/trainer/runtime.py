@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import ConfigError
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.trainer.config import ENV_SERVER_URL, ENV_TOKEN, check_simulated_gpus, load_config
 from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.log_handoff import LogHandOff
@@ -37,7 +38,7 @@ class Runtime:
         self.config = config
         self.pm = pm
         self.hook = pm.hook
-        self.runs: dict[tuple[str, str], RunInfo] = {}
+        self.runs: dict[Run, RunInfo] = {}
         self._closed = False
         self._stop = threading.Event()
         self._collector: threading.Thread | None = None

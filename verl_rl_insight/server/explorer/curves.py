@@ -15,6 +15,7 @@ import bisect
 import msgspec
 
 from verl_rl_insight.contract.errors import NotFound
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.keys import series_of
 from verl_rl_insight.server.explorer.sources import Sources
 
@@ -28,7 +29,7 @@ def stride_of(steps: int, keys: int) -> int:
 
 
 def cached_curves_body(
-    sources: Sources, run: tuple[str, str], keys: list[str], first: int | None = None, last: int | None = None
+    sources: Sources, run: Run, keys: list[str], first: int | None = None, last: int | None = None
 ) -> bytes:
     """``curves_body``, made once per run and question until the run's history moves on."""
     history = sources.history(run)
@@ -53,7 +54,7 @@ def cached_curves_body(
 
 
 def curves_body(
-    sources: Sources, run: tuple[str, str], keys: list[str], first: int | None = None, last: int | None = None
+    sources: Sources, run: Run, keys: list[str], first: int | None = None, last: int | None = None
 ) -> bytes:
     """The answer's JSON bytes: ``{"steps", "times", "series": {key: [value|null]}, "nonfinite"}``."""
     history = sources.history(run)

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from verl_rl_insight.contract.run_card import Json
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.history import Histories, RunHistory
 from verl_rl_insight.server.explorer.keys import key_of
 from verl_rl_insight.server.health import detectors
@@ -150,14 +151,12 @@ class FindingsCache:
     def __init__(self, max_runs: int = 64, validation_keys: Sequence[str] = ()) -> None:
         self.max_runs = max_runs
         self.validation_keys = tuple(validation_keys)  # the server config's
-        self.named: OrderedDict[tuple[str, str], tuple[str, ...]] = OrderedDict()  # each run's own, from its card
-        self._kept: dict[tuple[str, str], tuple[Stamp, list[Finding]]] = {}
-        self._walks: dict[tuple[str, str], _Walk] = {}
+        self.named: OrderedDict[Run, tuple[str, ...]] = OrderedDict()  # each run's own, from its card
+        self._kept: dict[Run, tuple[Stamp, list[Finding]]] = {}
+        self._walks: dict[Run, _Walk] = {}
         self._lock = threading.Lock()
 
-    def of(
-        self, run: tuple[str, str], histories: Histories, params: Mapping[str, float], resets: Sequence[int]
-    ) -> list[Finding]:
+    def of(self, run: Run, histories: Histories, params: Mapping[str, float], resets: Sequence[int]) -> list[Finding]:
         """The run's findings ([] for a run without history here)."""
         marks = tuple(resets)
         keys = (*self.named.get(run, ()), *self.validation_keys)
@@ -186,7 +185,7 @@ class FindingsCache:
             self._walks[run] = walk
         return findings
 
-    def take_run_keys(self, run: tuple[str, str], keys: Sequence[str]) -> None:
+    def take_run_keys(self, run: Run, keys: Sequence[str]) -> None:
         """The validation keys the run names (its card): its walk starts again with them."""
         with self._lock:
             self.named.pop(run, None)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import msgspec
 
 from verl_rl_insight.contract.errors import NotFound, RLInsightError
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.context import Context
 from verl_rl_insight.server.api.request import Request
@@ -67,7 +68,7 @@ async def get_curves(ctx: Context, request: Request) -> None:
     await _answer(ctx, request, lambda: cached_curves_body(sources, run, keys, first, last))
 
 
-def _step_of_run(ctx: Context, sources: Sources, run: tuple[str, str], step: int) -> dict[str, object]:
+def _step_of_run(ctx: Context, sources: Sources, run: Run, step: int) -> dict[str, object]:
     spans = sources.step_spans(ctx.parts.startup.spans, run, step)
     answer = step_answer(sources, spans, run, step, findings_of(sources, run, ctx.parts.marks))
     profiles = ctx.parts.profiles
@@ -82,7 +83,7 @@ async def get_step(ctx: Context, request: Request) -> None:
     await _answer(ctx, request, lambda: _step_of_run(ctx, sources, run, step))
 
 
-def _own_spans(ctx: Context, run: tuple[str, str], step: int) -> list[SpanRecord]:
+def _own_spans(ctx: Context, run: Run, step: int) -> list[SpanRecord]:
     """The step's own spans (its samples carry its step), read where the span store's index says."""
     store = ctx.parts.startup.spans
     return store.step_spans(run[0], run[1], step) if store is not None else []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import math
 
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health import moved, side_series
 
@@ -16,7 +17,7 @@ BEFORE = moved.WINDOW * 3  # steps before the step: its level, and a range that 
 AFTER = moved.WINDOW  # and after: the range it is in, to its end (a range longer than this is a new level)
 
 
-def moved_at(sources: Sources, run: tuple[str, str], step: int) -> list[dict[str, object]]:
+def moved_at(sources: Sources, run: Run, step: int) -> list[dict[str, object]]:
     """The ranges of steps around ``step`` that hold it and left their level, with what moved."""
     history = sources.history(run)
     if history is None:

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.findings import FindingsCache
 from verl_rl_insight.server.explorer.history import MAX_BYTES, Histories, RunHistory
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
@@ -56,14 +57,14 @@ class Sources:
         self.prometheus = prometheus
         self.params: Mapping[str, float] = dict(params or detectors.DEFAULTS)
         self.findings = FindingsCache(validation_keys=validation_keys)  # the server config's
-        self._asked: dict[tuple[str, str], float] = {}  # run -> when Prometheus was asked for it
+        self._asked: dict[Run, float] = {}  # run -> when Prometheus was asked for it
         # the last curves answer of each of the runs asked last (curves.cached_curves_body)
-        self.curves: OrderedDict[tuple[str, str], tuple[object, bytes]] = OrderedDict()
+        self.curves: OrderedDict[Run, tuple[object, bytes]] = OrderedDict()
         self.curves_lock = threading.Lock()
         self.max_curves = MAX_CURVES_RUNS
         self.max_curves_bytes = curves_bytes  # the kept answers' bytes together: the oldest go first
 
-    def history(self, run: tuple[str, str]) -> RunHistory | None:
+    def history(self, run: Run) -> RunHistory | None:
         """The run's history, read back from Prometheus first when the hub has not carried it, or
         carried it and forgot it for room (a run forgotten comes back whole, not from the steps
         since). A run Prometheus had nothing of is asked again only after BACKFILL_AGAIN_S; a run
@@ -82,11 +83,11 @@ class Sources:
                 return self.histories.fill(run, steps, finished) or held
         return self.histories.get(run)
 
-    def logged(self, run: tuple[str, str]) -> dict[str, str]:
+    def logged(self, run: Run) -> dict[str, str]:
         """The run's series name -> the key its trainer logged, where the trainer said it."""
         return self.names.get(run)
 
-    def step_spans(self, store: SpanSource | None, run: tuple[str, str], step: int) -> list[SpanRecord]:
+    def step_spans(self, store: SpanSource | None, run: Run, step: int) -> list[SpanRecord]:
         """The spans a step page draws ([] without a span store): the step's own, and, when it has a
         trainer ``step`` span, every span that may overlap that span's time (the replicas' calls
         carry no step)."""

@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Sequence
 
 from verl_rl_insight.contract.errors import NotFound
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.findings import Finding
 from verl_rl_insight.server.explorer.sources import Sources, SpanRecord
 from verl_rl_insight.server.timeline.live import LAST_STEP_LANES, LAST_STEP_SPANS
@@ -77,7 +78,7 @@ def _node(drawn: Sequence[dict[str, object]], lane: str) -> object:
     return next((found["node"] for found in drawn if found["lane"] == lane), None)
 
 
-def _from_history(sources: Sources, run: tuple[str, str], step: int) -> tuple[float, float, bool, int] | None:
+def _from_history(sources: Sources, run: Run, step: int) -> tuple[float, float, bool, int] | None:
     """(start, end, validation, newest step) of ``step`` from the run's scalars: it ends at its time,
     starts at the step before's."""
     history = sources.history(run)
@@ -98,7 +99,7 @@ def _from_history(sources: Sources, run: tuple[str, str], step: int) -> tuple[fl
 
 
 def step_answer(
-    sources: Sources, spans: Sequence[SpanRecord], run: tuple[str, str], step: int, findings: Sequence[Finding]
+    sources: Sources, spans: Sequence[SpanRecord], run: Run, step: int, findings: Sequence[Finding]
 ) -> Answer:
     known = _from_history(sources, run, step)
     window = _window(spans, step)

@@ -41,6 +41,7 @@ from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.health.detectors import BY_NAME, DEFAULTS, Finding, RunHealth, Said
 from verl_rl_insight.server.metrics.derived import derived_batch
@@ -55,7 +56,7 @@ class _Waiting(NamedTuple):
     """A trainer step queued for the walk: the tuples of names and values the hub's snapshot holds
     too (a view, not a copy of the step)."""
 
-    run: tuple[str, str]
+    run: Run
     step: int
     time: float
     names: tuple[str, ...]
@@ -80,13 +81,13 @@ class HealthMonitor:
         self.params = {**DEFAULTS, **(params or {})}
         self.max_runs = max_runs
         self.stats = {"steps": 0, "findings": 0, "walked_on_push": 0}
-        self._runs: OrderedDict[tuple[str, str], _Run] = OrderedDict()
+        self._runs: OrderedDict[Run, _Run] = OrderedDict()
         self._waiting: list[_Waiting] = []  # trainer steps the hub took, not walked yet, in order
         self._made: list[Batch] = []  # the series walked, not collected yet, in order
         self._lock = threading.Lock()  # the queue, what was made and the counters (held briefly)
         self._walking = threading.Lock()  # the runs' walks: one walker at a time, in the order queued
 
-    def _run(self, run_key: tuple[str, str]) -> _Run:
+    def _run(self, run_key: Run) -> _Run:
         run = self._runs.get(run_key)
         if run is None:
             run = self._runs[run_key] = _Run(self.params, self.validation_keys)

@@ -45,6 +45,7 @@ from pathlib import Path
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.run_card import Json
 from verl_rl_insight.contract.run_credential import check_run
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import MAX_DROPPED_NAMED, MAX_FUTURE_S, Batch, decode_push, validate_push
 from verl_rl_insight.contract.wire_limits import MAX_NAME
 from verl_rl_insight.server.metrics import reports
@@ -143,7 +144,7 @@ class MetricHub:
         now = self.clock()
         return self._tell(*self._apply(validate_push(payload, now, self.max_future_s), now))
 
-    def push_body(self, body: bytes, run: tuple[str, str] | None = None) -> PushResult:
+    def push_body(self, body: bytes, run: Run | None = None) -> PushResult:
         """``push`` for the bytes of a push body: decoded and validated in one pass (msgspec builds
         the schema's types as it reads: nested brackets are refused at their first level). ``run``:
         the only run the sender may write (a run credential's), else Forbidden and nothing applied."""

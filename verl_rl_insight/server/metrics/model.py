@@ -9,6 +9,7 @@ import math
 import threading
 from typing import NamedTuple, Protocol, TypedDict
 
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.metrics import budgets, exposition
 from verl_rl_insight.server.metrics.positions import Identity, Scraper, StreamKey
@@ -23,7 +24,7 @@ class Attempts(Protocol):
 
     def mark(self, batches: list[Batch]) -> list[Batch]: ...
 
-    def forget(self, run: tuple[str, str]) -> None: ...
+    def forget(self, run: Run) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from verl_rl_insight.contract.errors import BadInput, NotFound
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import (
     MAX_PROFILE_STEPS,
     ProfileBody,
@@ -41,7 +42,7 @@ class ProfileStore:
         self.path = path
         self._lock = threading.Lock()
         self._requests: dict[str, dict[str, Any]] = {}
-        self._capability: dict[tuple[str, str], dict[str, Any]] = {}
+        self._capability: dict[Run, dict[str, Any]] = {}
         if path is not None:
             try:
                 saved = json.loads(path.read_text())

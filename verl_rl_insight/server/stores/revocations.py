@@ -29,6 +29,7 @@ from pathlib import Path
 
 from verl_rl_insight.contract.errors import OverCapacity
 from verl_rl_insight.contract.run_credential import RUN_CREDENTIAL_DAYS
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -46,12 +47,12 @@ class Revocations:
         self.future_s = future_s
         self.clock = clock
         self._lock = threading.Lock()
-        self._runs: dict[tuple[str, str], float] = {}
+        self._runs: dict[Run, float] = {}
         self._all_before = 0.0  # every credential minted before this is refused
         # credential id -> (its run, the mint time it says, when this server first saw it), while
         # that mint time is ahead of this server's clock
-        self._ahead: dict[str, tuple[tuple[str, str], float, float]] = {}
-        self._refused: dict[tuple[str, str], set[str]] = {}  # run -> ids refused whatever they say
+        self._ahead: dict[str, tuple[Run, float, float]] = {}
+        self._refused: dict[Run, set[str]] = {}  # run -> ids refused whatever they say
         if path is not None and path.exists():
             try:
                 saved = json.loads(path.read_text())
@@ -120,7 +121,7 @@ class Revocations:
                 )
         return None
 
-    def _remember_ahead(self, credential_id: str, run: tuple[str, str], minted: float, now: float) -> None:
+    def _remember_ahead(self, credential_id: str, run: Run, minted: float, now: float) -> None:
         if credential_id in self._ahead:
             return
         for cid in [c for c, (_, at, _) in self._ahead.items() if at <= now]:  # their time has come

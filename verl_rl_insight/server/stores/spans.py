@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.stores.files import write_atomically
 from verl_rl_insight.server.stores.otlp import Record, SpanEncoding, SpanError, SpanTooLarge, decode, records
 from verl_rl_insight.server.stores.span_index import MAX_BYTES as INDEX_BYTES
@@ -159,7 +160,7 @@ class SpanStore:
     def add(self, request: ExportTraceServiceRequest, found: list[tuple[str, str, Record]] | None = None) -> int:
         """Keep the spans of one OTLP request (``found``: its ``records``, where the caller has
         them already); returns how many were kept."""
-        lines: dict[tuple[str, str], list[tuple[int | None, str, Record]]] = {}
+        lines: dict[Run, list[tuple[int | None, str, Record]]] = {}
         total = 0
         for project, experiment, record in records(request) if found is None else found:
             total += 1

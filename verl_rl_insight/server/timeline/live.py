@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.metrics.budgets import share_of
 from verl_rl_insight.server.metrics.derived import derived_batch
@@ -183,7 +184,7 @@ class LiveFigures:
     ) -> None:
         self.book = book  # books bytes (negative: gives them back) under the server's memory bound; False: no room
         self.budget_bytes = budget_bytes  # what ``book`` lends at most: each run's share is of this
-        self._held: dict[tuple[str, str], int] = {}  # the bytes of each run's waiting spans
+        self._held: dict[Run, int] = {}  # the bytes of each run's waiting spans
         self.max_total_spans = max_total_spans
         self._total = 0  # spans waiting, all runs together
         self._made: list[Batch] = []  # the figures made, not collected yet, in order
@@ -192,8 +193,8 @@ class LiveFigures:
         self.max_spans = max_spans
         self.clock = clock
         self.stats = {"steps": 0, "dropped": 0, "failed": 0, "dropped_memory": 0}
-        self._runs: OrderedDict[tuple[str, str], _Run] = OrderedDict()
-        self._last: dict[tuple[str, str], dict[str, Any]] = {}  # the newest step made, per run, as lanes
+        self._runs: OrderedDict[Run, _Run] = OrderedDict()
+        self._last: dict[Run, dict[str, Any]] = {}  # the newest step made, per run, as lanes
         self._lock = threading.Lock()
 
     def observe(self, records: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
@@ -235,7 +236,7 @@ class LiveFigures:
                         self.stats["dropped"] += cut
             self._make(self._ready(now))  # under the lock: a run's steps are pushed in order
 
-    def _let_go(self, key: tuple[str, str], spans: list[dict[str, Any]]) -> None:
+    def _let_go(self, key: Run, spans: list[dict[str, Any]]) -> None:
         """Spans of run ``key`` no longer waiting: their count and bytes given back."""
         if spans:
             freed = sum(map(span_bytes, spans))
@@ -247,7 +248,7 @@ class LiveFigures:
             else:
                 self._held.pop(key, None)
 
-    def _room_for(self, key: tuple[str, str], run: _Run, nbytes: int) -> bool:
+    def _room_for(self, key: Run, run: _Run, nbytes: int) -> bool:
         """Book ``nbytes`` for a span of run ``key``: at its share, its own oldest spans go; when the
         bound has no room, the oldest of the runs over their share; never another run's under it."""
         share = None if self.budget_bytes is None else share_of(self.budget_bytes, len(self._held.keys() | {key}))
@@ -265,13 +266,13 @@ class LiveFigures:
                     return True
         return False
 
-    def _drop_oldest(self, key: tuple[str, str], run: _Run) -> None:
+    def _drop_oldest(self, key: Run, run: _Run) -> None:
         self._let_go(key, run.spans[:1])
         del run.spans[:1]
         self.stats["dropped"] += 1
         self.stats["dropped_memory"] += 1
 
-    def _make_room(self, keep: tuple[str, str]) -> None:
+    def _make_room(self, keep: Run) -> None:
         """Forget runs, the one heard from longest ago first, until the spans fit (never ``keep``)."""
         for key in list(self._runs):
             if self._total < self.max_total_spans:
@@ -279,7 +280,7 @@ class LiveFigures:
             if key != keep:
                 self._forget(key)
 
-    def _forget(self, key: tuple[str, str]) -> None:
+    def _forget(self, key: Run) -> None:
         gone = self._runs.pop(key)
         self._last.pop(key, None)
         self._let_go(key, gone.spans)
