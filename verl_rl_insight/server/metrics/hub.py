@@ -87,10 +87,8 @@ class MetricHub:
         """``bound``: made of ``memory_limit_bytes`` and ``max_series`` when not given; ``listeners``:
         called with the batches each push added (not its duplicates), outside the hub lock;
         ``attempts``: numbers each trainer step's attempt as it is applied, in order."""
-        self.attempts = attempts
-        self.max_future_s = max_future_s
-        self.max_series = max_series
-        self.history_s = history_s
+        self.attempts, self.max_future_s = attempts, max_future_s
+        self.max_series, self.history_s = max_series, history_s
         self.stream_ttl_s = stream_ttl_s
         self.scraper_ttl_s = scraper_ttl_s
         self.clock = clock
