@@ -293,14 +293,17 @@ def test_a_run_credential_cannot_take_over_another_runs_target_or_a_persons(serv
     assert target("127.0.0.1:9300", "vllm", "honest", honest)[0] == 200  # its own heartbeat
     assert target("127.0.0.1:9301", "vllm", "attacker", attacker)[0] == 200  # an address of its own
     sd = json.loads(http("GET", server.url + "/api/v1/sd")[1])
-    owners = {group["labels"]["instance"]: group["labels"].get("experiment_name") for group in sd}
+    # a target's name as given: its ``instance`` where it was a name, else the address itself
+    owners = {
+        group["labels"].get("instance", group["targets"][0]): group["labels"].get("experiment_name") for group in sd
+    }
     assert owners == {
         "127.0.0.1:9300": "honest",
         "127.0.0.1:9100": None,
         "127.0.0.1:9301": "attacker",
         "LocalHost:9400": "honest",  # handed to Prometheus as the address it resolved to when registered
     }
-    assert {group["targets"][0] for group in sd if group["labels"]["instance"] == "LocalHost:9400"} == {
+    assert {group["targets"][0] for group in sd if group["labels"].get("instance") == "LocalHost:9400"} == {
         "127.0.0.1:9400"
     }
     static = [t for t in json.loads(http("GET", server.url + "/api/v1/targets")[1])["targets"] if not t["ttl_s"]]

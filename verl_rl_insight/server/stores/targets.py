@@ -96,6 +96,14 @@ class _Entry(TypedDict):
     scraped: str | None  # the address Prometheus is handed: the host resolved at registration (own_address.pinned)
 
 
+def _sd_group(job: str, address: str, entry: _Entry) -> dict[str, builtins.list[str] | dict[str, str]]:
+    """A target in Prometheus' http_sd format: the address resolved at registration, and where the
+    user gave a name for it, the name as ``instance`` (what Prometheus would have called it)."""
+    scraped = entry.get("scraped") or address
+    named = {"instance": address} if scraped != address else {}
+    return {"targets": [scraped], "labels": {**named, **entry["labels"], "job": job}}
+
+
 def check_owner(key: tuple[str, str], labels: dict[str, str], writer: tuple[str, str]) -> None:
     """Forbidden when a run credential's registration would take an address that a live target of
     another run holds (under any job), or one without a run (``rl-insight targets add``): it would
@@ -231,10 +239,7 @@ class TargetRegistry:
         """The target groups in Prometheus' http_sd format (``job`` as a target label)."""
         with self._lock:
             self._expire()
-            return [  # the address resolved at registration; the name the user gave as ``instance``
-                {"targets": [e.get("scraped") or a], "labels": {"instance": a, **e["labels"], "job": j}}
-                for (j, a), e in sorted(self._targets.items())
-            ]
+            return [_sd_group(j, a, e) for (j, a), e in sorted(self._targets.items())]
 
     def close(self) -> None:
         """Write what is pending and stop the writer."""
