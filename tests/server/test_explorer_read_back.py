@@ -14,21 +14,21 @@ from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.explorer.sources import Sources
 
 SERIES = "rl_insight_monitor_actor_loss"
-BASE = time.time() - 600  # step s logged at BASE + s
+AGO_S = 600  # step s logged at (the test's start - AGO_S) + s: taken when the test starts, not at import
 
 
 def value(run, step):
     return step * 10.0 + run
 
 
-def batches(run, steps):
+def batches(run, steps, base):
     return [
-        {"project": "p", "experiment_name": f"r{run}", "step": s, "time": BASE + s, "metrics": {SERIES: value(run, s)}}
+        {"project": "p", "experiment_name": f"r{run}", "step": s, "time": base + s, "metrics": {SERIES: value(run, s)}}
         for s in steps
     ]
 
 
-def told(sources, run, steps):
+def told(sources, run, steps, base):
     """The explorer sees the batches the hub took (its listener)."""
     sources.histories.observe(
         [
@@ -39,7 +39,7 @@ def told(sources, run, steps):
                 timed=True,
                 metrics=b["metrics"],
             )
-            for b in batches(run, steps)
+            for b in batches(run, steps, base)
         ]
     )
 
@@ -54,6 +54,7 @@ def whole(sources, run, last):
 
 
 def test_a_forgotten_run_read_back_while_prometheus_lags_comes_back_whole(tmp_path):
+    base = time.time() - AGO_S  # (the suite may reach this test long after it imported the module)
     port = free_port()
     hub = f"http://127.0.0.1:{port}"
     process = start_hub_process(port, tmp_path)
@@ -62,7 +63,7 @@ def test_a_forgotten_run_read_back_while_prometheus_lags_comes_back_whole(tmp_pa
     sources.prometheus = PrometheusReader(prometheus.url, None)
 
     def push(run, steps):
-        body = json.dumps({"batches": batches(run, steps)}).encode()
+        body = json.dumps({"batches": batches(run, steps, base)}).encode()
         assert http("POST", hub + "/api/v1/push", body, {"Content-Type": "application/json"})[0] == 200
 
     def in_prometheus(run, step):
@@ -70,13 +71,13 @@ def test_a_forgotten_run_read_back_while_prometheus_lags_comes_back_whole(tmp_pa
         return any(v == value(run, step) for samples in found.values() for v, _ in samples)
 
     try:
-        told(sources, 0, range(1, 31))  # run 0 logs steps 1-30 ...
+        told(sources, 0, range(1, 31), base)  # run 0 logs steps 1-30 ...
         push(0, range(1, 21))  # ... of which Prometheus has 1-20 so far (its scrapes lag)
         wait_for(lambda: in_prometheus(0, 20), 60, what="step 20 in Prometheus")
-        told(sources, 1, range(1, 31))
+        told(sources, 1, range(1, 31), base)
         push(1, range(1, 31))
         assert sources.histories.forgotten(("p", "r0"))  # forgotten for room: run 1 took it
-        told(sources, 0, [31])  # run 0 logs again: its page is asked for
+        told(sources, 0, [31], base)  # run 0 logs again: its page is asked for
         first = sources.history(("p", "r0"))
         assert first is not None and first.steps[0] == 1 and first.steps[-1] == 31  # never a 1-step page
         push(0, range(21, 32))  # Prometheus catches up
