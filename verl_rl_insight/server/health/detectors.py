@@ -44,7 +44,7 @@ from verl_rl_insight.server.health.modes import (
     series_name,
     verl_key,
 )
-from verl_rl_insight.server.health.signals import Series, fmt
+from verl_rl_insight.server.health.signals import Series, fmt, trim
 from verl_rl_insight.server.health.validation import lower_is_better
 
 __all__ = [  # the modes are defined in modes.py, their settings in defaults.py; imported from here too
@@ -80,13 +80,6 @@ __all__ = [  # the modes are defined in modes.py, their settings in defaults.py;
 ]
 
 
-def _trim(series: list[tuple[int, float]], keep: int, since: int | None) -> None:
-    if since is not None and series and series[0][0] < since:
-        series[:] = [(s, v) for s, v in series if s >= since]
-    if len(series) > keep:
-        del series[: len(series) - keep]
-
-
 def validation_streak(detector: Detector) -> bool:
     return detector.keys == VALIDATION_KEYS
 
@@ -96,14 +89,20 @@ class Streak:
     command both feed it through ``RunHealth``, so both find the same steps."""
 
     def __init__(
-        self, detector: Detector, params: Mapping[str, float], keep: int = KEEP, validation_keys: Sequence[str] = ()
+        self,
+        detector: Detector,
+        params: Mapping[str, float],
+        keep: int = KEEP,
+        validation_keys: Sequence[str] = (),
+        seen: set[str] | None = None,
     ) -> None:
         self.detector, self.params, self.keep = detector, params, keep
         self.test_params = params  # and which way is better, for a validation series (from its name)
         self.keys = (*validation_keys, *detector.keys) if validation_streak(detector) else detector.keys
         self.metric: str | None = None
         self.rank = len(self.keys)
-        self.seen: set[str] = set()  # the series names of the steps before
+        # the series names of the steps before: the run's, one set for all its detectors (RunHealth adds to it)
+        self.seen, self.shared = (seen, True) if seen is not None else (set(), False)
         self.series: list[tuple[int, float]] = []
         self.extra: dict[str, list[tuple[int, float]]] = {k: [] for k in detector.extra}
         self.extra_names = [(series_name(k), v) for k, v in self.extra.items()]  # named once, read every step
@@ -123,7 +122,7 @@ class Streak:
         new = tuple(dict.fromkeys(k for k in keys if k not in self.keys))
         if not new:
             return False
-        self.keys, self.rank, self.seen = (*new, *self.keys), self.rank + len(new), set()
+        self.keys, self.rank, self.seen, self.shared = (*new, *self.keys), self.rank + len(new), set(), False
         return True
 
     def alerts(self) -> bool:
@@ -143,12 +142,12 @@ class Streak:
             x = metrics.get(name)
             if x is not None and math.isfinite(x) and (not values or step > values[-1][0]):
                 values.append((step, x))
-            if since is not None or len(values) > self.extra_keep:  # what _trim does, where it has something to do
-                _trim(values, self.extra_keep, since)
+            if since is not None or len(values) > self.extra_keep:  # what trim does, where it has something to do
+                trim(values, self.extra_keep, since)
         # a key it prefers? Only among names this walk has not seen: a name seen before was picked then if better
         fresh = self.rank > 0 and not self.seen.issuperset(metrics)
         found = pick(self.detector, metrics, self.rank, self.keys) if fresh else None
-        if fresh:
+        if fresh and not self.shared:
             self.seen.update(metrics)
         if found is not None and found[0] < self.rank:  # the run logs a key the detector prefers: follow it
             self.rank, self.metric, self.series, self.flagged, self.active = found[0], found[1], [], [], False
@@ -160,7 +159,7 @@ class Streak:
         if value is None or not math.isfinite(value) or (self.series and step <= self.series[-1][0]):
             return None
         self.series.append((step, value))
-        _trim(self.series, self.keep, since)
+        trim(self.series, self.keep, since)
         if since is not None and self.flagged and self.flagged[0][0] < since:
             self.flagged, self.active = [], False
         check = self.detector.test(self.series, self.extra, self.test_params)
@@ -237,7 +236,7 @@ class StepTimes:
         if duration is None and at is not None and self.last is not None:
             duration = at - self.last[1]
         done = [r for r in self.resets if r <= step]
-        _trim(self.durations, self.keep, done[-1] if done else None)
+        trim(self.durations, self.keep, done[-1] if done else None)
         if at is not None:
             self.last = (step, at)
         if duration is None or duration < 0:
@@ -300,7 +299,8 @@ class RunHealth:
         """``validation_keys``: verl keys (or families ending in /) the user validates under, followed
         before verl's own names."""
         self.params = params
-        self.streaks = [Streak(d, params, keep, validation_keys) for d in DETECTORS]
+        self.seen: set[str] = set()  # every name the run logged (800 streaks' sets of their own: 6 MB at 50 runs)
+        self.streaks = [Streak(d, params, keep, validation_keys, self.seen) for d in DETECTORS]
         self.non_finite: Findings = []
         self.times = StepTimes(params, keep)
 
@@ -348,6 +348,8 @@ class RunHealth:
             if check is not None:
                 name, metric = streak.detector.name, verl_key(streak.metric or "")
                 said.append(Said(name, metric, streak.alerts(), check.value, check.baseline))
+        if not self.seen.issuperset(metrics):  # after every streak looked at the step's names as new
+            self.seen.update(metrics)
         duration = self.times.add(step, metrics, at)
         if duration is not None:
             said.append(Said("stall", "step time", False, duration, self.times.median()))

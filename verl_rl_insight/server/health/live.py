@@ -37,6 +37,7 @@ from the next steps.
 from __future__ import annotations
 
 import threading
+from array import array
 from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -48,8 +49,9 @@ from verl_rl_insight.server.metrics.derived import derived_batch
 
 SOURCE = "health"
 ONLINE = {d.name for d in BY_NAME.values() if d.online} | {"stall"}  # stall: its step times, for its rule
-MAX_WAITING = 256  # trainer steps queued for the walk, all runs together (see the module docstring)
-HOLD = 64  # steps a run keeps until its card comes (validation keys that come late walk them again)
+MAX_WAITING = 64  # trainer steps queued for the walk, all runs together (see the module docstring)
+HOLD = 64  # steps a run keeps until its card comes (validation keys that come late walk them again) ...
+HOLD_RUNS = 2  # ... in the newest runs without a card only: the steps' values stay alive while held
 
 
 class _Waiting(NamedTuple):
@@ -60,7 +62,7 @@ class _Waiting(NamedTuple):
     step: int
     time: float
     names: tuple[str, ...]
-    values: tuple[float, ...]
+    values: Sequence[float]  # the hub's tuple; held for a card: a copy in one array (no float kept alive)
 
 
 class _Run:
@@ -68,6 +70,7 @@ class _Run:
         self.walk = RunHealth(params, validation_keys=validation_keys)
         self.counts: dict[str, float] = {}  # detector name -> steps that belonged to a finding
         self.held: deque[_Waiting] | None = deque(maxlen=HOLD)  # None once the run's card came
+        self.names: tuple[str, ...] = ()  # the names of the steps held, while they stay the same
 
 
 class HealthMonitor:
@@ -82,6 +85,7 @@ class HealthMonitor:
         self.max_runs = max_runs
         self.stats = {"steps": 0, "findings": 0, "walked_on_push": 0}
         self._runs: OrderedDict[Run, _Run] = OrderedDict()
+        self._holding: OrderedDict[Run, None] = OrderedDict()  # runs holding steps for a card, oldest first
         self._waiting: list[_Waiting] = []  # trainer steps the hub took, not walked yet, in order
         self._made: list[Batch] = []  # the series walked, not collected yet, in order
         self._lock = threading.Lock()  # the queue, what was made and the counters (held briefly)
@@ -110,6 +114,7 @@ class HealthMonitor:
             self._walk()
             run = self._run((project, experiment))
             held, run.held = run.held or (), None
+            self._holding.pop((project, experiment), None)
             made: list[Batch] = []
             if keys:
                 steps = [(h.step, dict(zip(h.names, h.values))) for h in held]
@@ -143,6 +148,9 @@ class HealthMonitor:
         with self._walking:
             self._walk()
 
+    def backlog(self) -> int:
+        return len(self._made)
+
     def collect(self) -> list[Batch]:
         """The series made since the last call, in order (``derived.Derived``): the steps still queued
         walked first, unless a walk is under way (its series go with the next call)."""
@@ -168,7 +176,14 @@ class HealthMonitor:
 
     def _step(self, step: _Waiting, run: _Run) -> list[Batch]:
         if run.held is not None:
-            run.held.append(step)
+            # a copy that keeps none of the push's objects alive: each push decodes its own name strings
+            run.names = run.names if run.names == step.names else step.names
+            run.held.append(step._replace(names=run.names, values=array("d", step.values)))
+            self._holding[step.run] = None
+            while len(self._holding) > HOLD_RUNS:  # the hub let those steps go; held, they would stay
+                oldest, _ = self._holding.popitem(last=False)
+                if (gone := self._runs.get(oldest)) is not None:
+                    gone.held = None  # a card it sends later counts from the steps after
         return self._made_of(step, run, run.walk.add(step.step, dict(zip(step.names, step.values)), step.time))
 
     def _made_of(self, step: _Waiting, run: _Run, saids: Sequence[Said]) -> list[Batch]:

@@ -94,3 +94,11 @@ def steps(points: Series) -> str:
     """The steps ``points`` cover, as a reader names them: "step 7", "steps 7-12"."""
     first, last = points[0][0], points[-1][0]
     return f"step {first}" if first == last else f"steps {first}-{last}"
+
+
+def trim(series: list[tuple[int, float]], keep: int, since: int | None) -> None:
+    """Keep a detector's series from ``since`` (a reset step) on, and its newest ``keep`` steps."""
+    if since is not None and series and series[0][0] < since:
+        series[:] = [(s, v) for s, v in series if s >= since]
+    if len(series) > keep:
+        del series[: len(series) - keep]

@@ -17,6 +17,10 @@ class Derived(Protocol):
 
     def collect(self) -> list[Batch]: ...
 
+    def backlog(self) -> int:
+        """How many batches it made that were not collected yet."""
+        ...
+
 
 def derived_batch(labels: Mapping[str, str], at: float, metrics: Mapping[str, float]) -> Batch:
     """One batch of the server's own series (no step: only the trainer's own stream carries it),

@@ -62,6 +62,7 @@ from verl_rl_insight.server.metrics.stats import Gauges, HubStats, Stat, hub_ser
 __all__ = ["OTHERS_SHARE", "SCRAPE_NUMBER", "Bound", "Derived", "Exposure", "MetricHub", "PushResult", "ScrapeBusy"]
 
 Listener = Callable[[list[Batch]], None]
+MAX_DERIVED_BACKLOG = 256  # derived batches made and not taken yet, all parts together
 
 
 class MetricHub:
@@ -89,13 +90,9 @@ class MetricHub:
         ``attempts``: numbers each trainer step's attempt as it is applied, in order."""
         self.attempts, self.max_future_s = attempts, max_future_s
         self.max_series, self.history_s = max_series, history_s
-        self.stream_ttl_s = stream_ttl_s
-        self.scraper_ttl_s = scraper_ttl_s
-        self.clock = clock
+        self.stream_ttl_s, self.scraper_ttl_s, self.clock = stream_ttl_s, scraper_ttl_s, clock
         self.instance = uuid.uuid4().hex[:16]  # a new one per start: senders resend when it changes
-        self.listeners = tuple(listeners)
-        self.collectors = tuple(collectors)
-        self.derived = tuple(derived)
+        self.listeners, self.collectors, self.derived = tuple(listeners), tuple(collectors), tuple(derived)
         self._derived_lock = threading.Lock()  # what one part made is applied in the order made
         bound = bound if bound is not None else Bound(memory_limit_bytes, max_series)
         self._stats, self._data, self._memory = bound.stats, bound.data, bound.memory
@@ -184,6 +181,8 @@ class MetricHub:
             except Exception:  # a listener's failure never fails a push that the hub has taken
                 with self._data.lock:
                     self._stats.listener_errors += 1
+        if sum(part.backlog() for part in self.derived) > MAX_DERIVED_BACKLOG:  # a burst: taken now, not
+            self.take_derived()  # held in memory until the server's next second (the hub books it, they do not)
         return result
 
     def _apply(self, batches: list[Batch], now: float) -> tuple[PushResult, list[Batch]]:

@@ -291,6 +291,9 @@ class LiveFigures:
         with self._lock:
             return self._last.get((project, experiment))
 
+    def backlog(self) -> int:
+        return len(self._made)
+
     def collect(self) -> list[Batch]:
         """The figures made since the last call, in the order made."""
         with self._lock:
