@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 DURATIONS = Path(__file__).parent / "module_durations.json"
-FAST_MODULE_S = 3.0  # a module's tests together, setup and teardown included
+FAST_MODULE_S = 5.0  # a module's tests together, setup and teardown included
 RECORD = "RL_INSIGHT_RECORD_DURATIONS"
 
 _spent: collections.Counter[str] = collections.Counter()
