@@ -88,7 +88,8 @@ def verify(
         if reason is not None:
             raise Forbidden(f"run credential for {project}/{experiment} {reason}")
     at = revoked(str(project), str(experiment)) if revoked is not None else None
-    if at is not None and issued <= at:
+    # a mint time is kept to the millisecond, rounded: one within that of the revocation counts as before it
+    if at is not None and issued <= at + 0.001:
         raise Forbidden(
             f"run credential for {project}/{experiment} was revoked at "
             f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(at))}; a job started since then carries a new one"
