@@ -5,7 +5,6 @@ real server), a card that comes after the run's first steps, and a card whose ke
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from tests.helpers import http, wait_for
 from tests.server.test_health_validation import with_validation
 from tests.server.test_health_walk import START, batches_of
-from tests.server.test_run_card import card_of, card_server, verl_step  # noqa: F401 (card_server: a fixture)
+from tests.server.test_run_card import card_of, card_server, ppo_config, verl_step  # noqa: F401 (card_server: a fixture)
 from verl_rl_insight.contract.run_card import MAX_VALIDATION_KEYS
 from verl_rl_insight.contract.wire import validate_push
 from verl_rl_insight.server.health import card_keys, detectors
@@ -92,25 +91,12 @@ def test_keys_a_card_names_wrongly_are_ignored_with_the_reason_and_the_card_is_k
 
 def verl_config(experiment, overrides=()):
     """verl's own ppo_trainer config, composed by Hydra from the installed verl."""
-    import verl
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(
-        config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None
-    ):
-        config = compose(
-            "ppo_trainer",
-            overrides=[
-                "trainer.project_name=cards",
-                f"trainer.experiment_name={experiment}",
-                "trainer.logger=[console,rl_insight]",
-                *overrides,
-            ],
-        )
-    GlobalHydra.instance().clear()
-    return config
+    names = [
+        "trainer.project_name=cards",
+        f"trainer.experiment_name={experiment}",
+        "trainer.logger=[console,rl_insight]",
+    ]
+    return ppo_config([*names, *overrides])
 
 
 def finding_totals(text, experiment):

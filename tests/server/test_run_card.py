@@ -28,8 +28,8 @@ HF_TOKEN = "hf_tok_3e4f5a6b"
 SECRETS = (URL_PASSWORD, WANDB_KEY, HF_TOKEN)
 
 
-def verl_config(experiment, lr, n):
-    """verl's own ppo_trainer config, composed by Hydra from the installed verl, with secrets in it."""
+def ppo_config(overrides):
+    """verl's own ppo_trainer config, composed by Hydra from the installed verl with ``overrides``."""
     import verl
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -38,23 +38,27 @@ def verl_config(experiment, lr, n):
     with initialize_config_dir(
         config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"), version_base=None
     ):
-        config = compose(
-            "ppo_trainer",
-            overrides=[
-                f"trainer.project_name={PROJECT}",
-                f"trainer.experiment_name={experiment}",
-                "trainer.logger=[console,rl_insight]",
-                f"actor_rollout_ref.actor.optim.lr={lr}",
-                f"actor_rollout_ref.rollout.n={n}",
-                "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",
-                "++ray_kwargs.ray_init.runtime_env.env_vars.RL_INSIGHT_SERVER_URL="
-                f"'http://rl-insight:{URL_PASSWORD}@10.1.2.3:18080'",
-                f"+trainer.wandb_api_key={WANDB_KEY}",
-                f"++ray_kwargs.ray_init.runtime_env.env_vars.hf_token={HF_TOKEN}",
-            ],
-        )
+        config = compose("ppo_trainer", overrides=list(overrides))
     GlobalHydra.instance().clear()
     return config
+
+
+def verl_config(experiment, lr, n):
+    """verl's own ppo_trainer config, with secrets in it."""
+    return ppo_config(
+        [
+            f"trainer.project_name={PROJECT}",
+            f"trainer.experiment_name={experiment}",
+            "trainer.logger=[console,rl_insight]",
+            f"actor_rollout_ref.actor.optim.lr={lr}",
+            f"actor_rollout_ref.rollout.n={n}",
+            "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",
+            "++ray_kwargs.ray_init.runtime_env.env_vars.RL_INSIGHT_SERVER_URL="
+            f"'http://rl-insight:{URL_PASSWORD}@10.1.2.3:18080'",
+            f"+trainer.wandb_api_key={WANDB_KEY}",
+            f"++ray_kwargs.ray_init.runtime_env.env_vars.hf_token={HF_TOKEN}",
+        ]
+    )
 
 
 def verl_step(step):
