@@ -15,7 +15,7 @@ from typing import NamedTuple, Protocol
 
 from verl_rl_insight.server.metrics import exposition
 from verl_rl_insight.server.metrics.model import Line, Snapshot, Stream
-from verl_rl_insight.server.metrics.positions import Given, Identity, Mark, Promise, Scraper, Stamped, StreamKey
+from verl_rl_insight.server.metrics.positions import Identity, Mark, Scraper, Stamp, StreamKey
 from verl_rl_insight.server.metrics.stats import HUB_PREFIX, Stat, stat_lines
 
 SCRAPE_NUMBER = HUB_PREFIX + "scrape_number"  # in a confirming scraper's body: read back from its store
@@ -32,19 +32,13 @@ class Collector(Protocol):
     def lines(self) -> list[str]: ...
 
 
-class Sent(NamedTuple):
-    """A snapshot in a scrape's body, with the timestamp it is given there."""
+class Outgoing(NamedTuple):
+    """A snapshot in a scrape's body, sent for the first time or again (the store lacks it), with
+    its stamp. Not one record with ``Stamp``: a stamp outlives the snapshot (the positions keep no
+    values, so the history can go), while a body needs the values."""
 
     snapshot: Snapshot
-    ts_ms: int
-
-
-class Resent(NamedTuple):
-    """A snapshot the store lacks, sent again with the timestamp it was first sent with."""
-
-    snapshot: Snapshot
-    ts_ms: int
-    since: float  # when it was first sent
+    stamp: Stamp
 
 
 @dataclasses.dataclass(slots=True)
@@ -54,7 +48,7 @@ class Exposed:
     stream: Stream
     latest: dict[str, float]  # its live values as taken
     version: int | None  # theirs; None: withheld from this scraper (read back at start), not cached
-    sent: list[Sent]  # history it is sent, in order
+    sent: list[Outgoing]  # history it is sent for the first time, in order
     history: list[Snapshot] | None  # the whole history, where some of it waits for a later scrape
 
 
@@ -70,7 +64,11 @@ class Desk(Protocol):
 
 
 class Exposure:
-    """What one scrape exposes; a named one is ``commit``-ed once its response was written."""
+    """What one scrape exposes; a named one is ``commit``-ed once its response was written.
+
+    Made under the hub lock (``Scrapes``), used outside it: ``body`` takes the render lock, then
+    writes the promises (``HubFiles.save_promises``: its own lock, the hub lock while it copies);
+    ``commit`` takes the hub lock (``Scrapes.settle``)."""
 
     def __init__(
         self,
@@ -86,9 +84,9 @@ class Exposure:
         self.entries = entries
         self.stats = stats
         self.marks: dict[StreamKey, Mark] = {}
-        self.stamped: dict[StreamKey, list[Given]] = {}
+        self.first_sent: dict[StreamKey, list[Stamp]] = {}  # the stamps of ``Exposed.sent``, as rendered
         self.number = 0  # a confirming scraper's scrape number, in the body
-        self.resent: dict[StreamKey, list[Resent]] = {}  # sent again
+        self.resent: dict[StreamKey, list[Outgoing]] = {}  # sent again
         self.settled = False
         self.reserved = 0  # bytes booked for this body until ``commit``
         self.serial = 0  # a named scrape's number in its scraper's scrapes of this process
@@ -107,19 +105,13 @@ class Exposure:
         for entry in self.entries:
             stream = entry.stream
             for again in self.resent.get(stream.key, ()):
-                _add(
-                    families,
-                    exposition.series_lines(stream.labels, again.snapshot.names, again.snapshot.values, again.ts_ms),
-                )
+                _add(families, _stamped_lines(stream, again))
             for sent in entry.sent:
-                _add(
-                    families,
-                    exposition.series_lines(stream.labels, sent.snapshot.names, sent.snapshot.values, sent.ts_ms),
-                )
+                _add(families, _stamped_lines(stream, sent))
             if entry.sent:
                 last = entry.sent[-1].snapshot
                 self.marks[stream.key] = Mark(last.seq, last.time)
-                self.stamped[stream.key] = [Given(s.snapshot.identity, s.ts_ms) for s in entry.sent]
+                self.first_sent[stream.key] = [s.stamp for s in entry.sent]
             if entry.history is None:
                 lines = stream.live_lines(entry.latest, entry.version)
             else:
@@ -143,11 +135,14 @@ class Exposure:
             self.settled = True
             self.desk.settle(self, written)
 
-    def resent_stamps(self) -> dict[StreamKey, list[Stamped]]:
+    def resent_stamps(self) -> dict[StreamKey, list[Stamp]]:
         """What it sent again, as the scraper keeps it until its store shows it."""
-        return {
-            key: [Stamped(r.snapshot.identity, r.ts_ms, r.since) for r in items] for key, items in self.resent.items()
-        }
+        return {key: [r.stamp for r in items] for key, items in self.resent.items()}
+
+
+def _stamped_lines(stream: Stream, outgoing: Outgoing) -> list[Line]:
+    snapshot = outgoing.snapshot
+    return exposition.series_lines(stream.labels, snapshot.names, snapshot.values, outgoing.stamp.ts_ms)
 
 
 def _add(families: collections.defaultdict[str, list[str]], lines: list[Line]) -> None:
@@ -174,8 +169,10 @@ def values_at(latest: dict[str, float], history: list[Snapshot], last_sent: Snap
     return values  # a series whose value at that point is no longer held is left out of this scrape
 
 
-def stamp(pending: list[Snapshot], prev_ms: int, limit_ms: int, promised: Mapping[Identity, Promise]) -> list[Sent]:
-    """The snapshots that fit between ``prev_ms`` and ``limit_ms``, in order, with their timestamps:
+def stamp(
+    pending: list[Snapshot], prev_ms: int, limit_ms: int, promised: Mapping[Identity, Stamp], serial: int
+) -> list[Outgoing]:
+    """The snapshots that fit between ``prev_ms`` and ``limit_ms``, in order, stamped by scrape ``serial``:
     the trainer's own time where it fits, strictly increasing; what does not fit waits. A batch a
     scrape was given before (``promised``: a crash lost its position) gets that timestamp again,
     never a new one, even behind this scraper's previous visit: a store that has it keeps one
@@ -185,14 +182,14 @@ def stamp(pending: list[Snapshot], prev_ms: int, limit_ms: int, promised: Mappin
         return []
     pending = pending[:room]
     n = len(pending)
-    stamped: list[Sent] = []
+    stamped: list[Outgoing] = []
     for i, snapshot in enumerate(pending):
         given = promised.get(snapshot.identity)
         if given is not None and given.ts_ms <= limit_ms - (n - i - 1):
-            stamped.append(Sent(snapshot, given.ts_ms))
+            stamped.append(Outgoing(snapshot, Stamp(snapshot.identity, given.ts_ms, serial)))
             prev_ms = max(prev_ms, given.ts_ms)
             continue
         ts = min(max(int(snapshot.time * 1000), prev_ms + 1), limit_ms - (n - i - 1))
-        stamped.append(Sent(snapshot, ts))
+        stamped.append(Outgoing(snapshot, Stamp(snapshot.identity, ts, serial)))
         prev_ms = ts
     return stamped

@@ -57,7 +57,7 @@ from verl_rl_insight.server.metrics.persistence import HubFiles
 from verl_rl_insight.server.metrics.positions import StreamKey
 from verl_rl_insight.server.metrics.scrapes import Awaiting, ScrapeBusy, Scrapes
 from verl_rl_insight.server.metrics.sizes import LINE_COPIES, SERIES_BYTES
-from verl_rl_insight.server.metrics.stats import Gauges, HubStats, Stat, hub_series
+from verl_rl_insight.server.metrics.stats import HubStats
 
 __all__ = ["OTHERS_SHARE", "SCRAPE_NUMBER", "Bound", "Derived", "Exposure", "MetricHub", "PushResult", "ScrapeBusy"]
 
@@ -97,20 +97,8 @@ class MetricHub:
         bound = bound if bound is not None else Bound(memory_limit_bytes, max_series)
         self._stats, self._data, self._memory = bound.stats, bound.data, bound.memory
         self._files = HubFiles(self._data, self._memory, clock, state_path, latest_path, history_s, stream_ttl_s)
-        self._scrapes = Scrapes(
-            self._data,
-            self._memory,
-            self._stats,
-            clock,
-            new_scraper_history_s,
-            confirming,
-            self.collectors,
-            self._files.save_promises,
-            self._hub_series,
-        )
+        self._scrapes = Scrapes(bound, self._files, clock, new_scraper_history_s, confirming, self.collectors)
         self._next_sweep = 0.0
-        self._live_version: tuple[int, ...] = ()  # the versions the shared rendering of the live values is of
-        self._live_bytes = b""
         self._files.load(confirming)
 
     @property
@@ -283,9 +271,7 @@ class MetricHub:
             return
         self._next_sweep = now + 1.0
         data = self._data
-        for name in [n for n, s in data.scrapers.items() if now - s.seen_at > self.scraper_ttl_s]:
-            del data.scrapers[name]
-            data.state_dirty = True
+        self._scrapes.forget_idle(now - self.scraper_ttl_s)
         for key in [k for k, s in data.streams.items() if now - s.updated > self.stream_ttl_s]:
             self._forget(key)
         horizon = now - self.history_s
@@ -344,36 +330,17 @@ class MetricHub:
         """The live values of every stream (what an unnamed scrape gets), rendered once per change
         (of the streams', or of what a collector exposes); what the derived parts made is taken first."""
         self.take_derived()
-        with self._scrapes.render_lock:
-            with self._data.lock:
-                version = (self._data.version, *(c.version for c in self.collectors))
-                if self._live_version == version:
-                    return self._live_bytes
-                exposure = self._scrapes.live()
-            self._live_bytes = exposure.render()  # under the render lock already
-            self._live_version = version
-            return self._live_bytes
+        return self._scrapes.live_body()
 
     # -- reports ---------------------------------------------------------------------------
-    def _hub_series(self) -> tuple[Stat, ...]:
-        """The hub's own series (under the lock)."""
-        data = self._data
-        gauges = Gauges(
-            streams=len(data.streams),
-            series=data.series,
-            memory_bytes=self._memory.used,
-            memory_limit_bytes=self._memory.limit,
-            history_snapshots=data.history_snapshots(),
-            scrapers=len(data.scrapers),
-        )
-        return hub_series(gauges, self._stats)
-
     def summary(self) -> dict[str, Json]:
         """The hub's own figures: memory, series, streams, history, scrapers (``GET /api/v1/hub``)."""
         self.take_derived()
         now = self.clock()
         with self._data.lock:
-            return reports.summary(self._data, self._memory, self._stats, self._hub_series(), self.instance, now)
+            return reports.summary(
+                self._data, self._memory, self._stats, self._scrapes.hub_series(), self.instance, now
+            )
 
     def streams(self) -> list[reports.StreamSummary]:
         """A summary per stream: labels, last step, series count, seconds since the last push and

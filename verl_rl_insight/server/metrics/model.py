@@ -123,12 +123,17 @@ class Stream:
 
 
 class HubData:
-    """What the hub holds, shared by its parts; every field is read and written under ``lock``."""
+    """What the hub holds, shared by its parts; every field is read and written under ``lock``
+    (the hub lock: each part's docstring says which of its methods take it, and which run under
+    their caller's). Who writes what: beside loading at start (``persistence.HubFiles.load``),
+    ``streams`` the hub (pushes, its sweep, ``delete_run``) and ``Memory`` (history it drops);
+    ``scrapers`` and their positions ``scrapes.Scrapes``; ``series`` ``Memory``; ``seq`` and
+    ``version`` the hub; ``state_dirty`` is set by whoever changes a position, cleared by the save."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.streams: dict[StreamKey, Stream] = {}
-        self.scrapers: dict[str, Scraper] = {}
+        self.scrapers: dict[str, Scraper] = {}  # named scraper -> what it was sent (positions.py)
         self.series = 0  # the latest values of every stream, counted
         self.seq = 0  # the number of the last snapshot applied
         self.version = 0  # moves on whenever what an unnamed scrape sees changes
@@ -136,6 +141,13 @@ class HubData:
 
     def history_snapshots(self) -> int:
         return sum(len(s.history) for s in self.streams.values())
+
+
+def check_held(lock: threading.Lock) -> None:
+    """A method that runs under its caller's hub lock checks that it is held (by someone: a lock
+    does not say by whom); raises RuntimeError when it is not."""
+    if not lock.locked():
+        raise RuntimeError("called without the hub lock held")
 
 
 class _Applied(TypedDict):

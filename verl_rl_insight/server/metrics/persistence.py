@@ -28,7 +28,13 @@ PROMISES_FILE = "hub-promises.json"
 
 
 class HubFiles:
-    """Saves and reads back the hub's scraper positions, promises and latest values."""
+    """Saves and reads back the hub's scraper positions, promises and latest values.
+
+    Its locks: ``save_state`` and ``save_promises`` each take their own (one writer of each file),
+    then the hub lock (``HubData.lock``) only while they copy, never while they write;
+    ``save_latest`` takes the hub lock while it copies (at a clean stop); ``load`` holds it
+    throughout (at start, before the hub takes a push).
+    """
 
     def __init__(
         self,
@@ -123,9 +129,10 @@ class HubFiles:
         ]
 
     def load(self, confirming: frozenset[str]) -> None:
-        """At start, before the hub takes a push: the positions, then the latest values."""
-        self._load_state(confirming)
-        self._load_latest()
+        """At start, before the hub takes a push: the positions, then the latest values (under the hub lock)."""
+        with self.data.lock:
+            self._load_state(confirming)
+            self._load_latest()
 
     def _load_latest(self) -> None:
         """The latest values a clean stop wrote, once (the file goes: an older copy must never come

@@ -41,44 +41,32 @@ class Identity(NamedTuple):
     time: float
 
 
-class Given(NamedTuple):
-    """The timestamp a scrape gives a batch."""
+class Stamp(NamedTuple):
+    """The timestamp a scrape gave a batch: the one record of it, wherever the hub keeps it.
+
+    A store keeps one sample per series and timestamp, so a batch once given ``ts_ms`` is only ever
+    sent with it again. The same record is the promise (``Scraper.promised``: on disk before the
+    body that gives it is sent), the batch in flight (``Inflight``: written, not yet seen in the
+    store) and the batch to send again (``Scraper.resend``: the store lacks it). The snapshot's
+    values are not in it: what a scraper was sent outlives the history (``exposure.Outgoing`` pairs
+    the two while a body is made)."""
 
     identity: Identity
     ts_ms: int
-
-
-class Stamped(NamedTuple):
-    """A batch sent and not confirmed by the store."""
-
-    identity: Identity
-    ts_ms: int  # the timestamp it was sent with
-    since: float  # when it was first sent
+    serial: int  # the scrape of this process that gave it; RESTORED: read back at start
+    since: float = 0.0  # when the response that first sent it was written; 0.0 until then
 
 
 class Inflight(NamedTuple):
     """A confirming scraper's scrape, written, not yet seen in its store."""
 
     written_at: float
-    streams: dict[StreamKey, list[Stamped]]  # what it sent, per stream
+    streams: dict[StreamKey, list[Stamp]]  # what it sent, per stream
 
 
-class Resend(NamedTuple):
-    """A batch the store lacks: sent again as it was."""
-
-    ts_ms: int
-    since: float  # when it was first sent
-
-
-class Promise(NamedTuple):
-    """The timestamp a scrape gave a batch whose position may not be on disk yet."""
-
-    ts_ms: int
-    serial: int  # the scrape that gave it (RESTORED: read back at start)
-
-
-class Sent(Protocol):
-    """A batch as the hub holds it (hub.Snapshot): its push sequence number and identity."""
+class AppliedBatch(Protocol):
+    """A batch as the hub holds it (``model.Snapshot``, which imports this module): its push
+    sequence number and identity."""
 
     seq: int
     step: int | None
@@ -93,11 +81,15 @@ def check_scraper_name(name: object) -> str:
 
 
 RECENT_SENT = 64  # per scraper and stream, the identities last sent: kept across a restart
-RESTORED = -1  # the serial of a promise read back at start: kept until its batch is sent again
+RESTORED = -1  # the serial of a stamp read back at start (a promise of it is kept until its batch is sent again)
 MAX_PROMISED = 4096  # per scraper and stream, the promises kept at the most (the oldest go first)
 
 
 class Scraper:
+    """One named scraper: what it was sent, the timestamps it was promised and, confirming, what
+    awaits its store. Read and written under the hub lock, held by the caller (``Scrapes``,
+    ``HubFiles``, ``Memory``, the hub's sweep); ``busy`` is its own: one scrape by it at a time."""
+
     __slots__ = (
         "name",
         "last_ms",
@@ -129,20 +121,20 @@ class Scraper:
         self.confirm = False  # whether its store is read back before its history is let go
         self.number = 0  # its last scrape's number (milliseconds, unique across restarts)
         self.inflight: dict[int, Inflight] = {}  # scrape number -> what it sent, not yet seen in the store
-        # stream key -> {identity: (timestamp ms, first sent at)}: not in the store, sent again as it was
-        self.resend: dict[StreamKey, dict[Identity, Resend]] = {}
-        # stream key -> {identity: (timestamp ms, serial of the scrape that gave it)}: the timestamps
-        # given to batches whose positions may not be on disk yet (RESTORED: read back at start)
-        self.promised: dict[StreamKey, dict[Identity, Promise]] = {}
+        # stream key -> {identity: its stamp}: not in the store, sent again as it was
+        self.resend: dict[StreamKey, dict[Identity, Stamp]] = {}
+        # stream key -> {identity: its stamp}: the timestamps given to batches whose positions may
+        # not be on disk yet (a stamp's serial: the scrape that gave it; RESTORED: read back at start)
+        self.promised: dict[StreamKey, dict[Identity, Stamp]] = {}
         self.serial = 0  # its scrapes in this process, numbered
         self.settled_serial = 0  # the last of them whose response was written, or could not be
 
-    def promise(self, key: StreamKey, stamped: Iterable[Given], serial: int) -> None:
-        """Scrape ``serial`` gives these batches of ``key`` these timestamps: kept until saved."""
+    def promise(self, key: StreamKey, stamps: Iterable[Stamp]) -> None:
+        """A scrape (each stamp's ``serial``) gives these batches of ``key`` these timestamps: kept until saved."""
         promised = self.promised.setdefault(key, {})
-        for given in stamped:
-            promised.pop(given.identity, None)  # a batch sent again (its body cut off): newest last
-            promised[given.identity] = Promise(given.ts_ms, serial)
+        for stamp in stamps:
+            promised.pop(stamp.identity, None)  # a batch sent again (its body cut off): newest last
+            promised[stamp.identity] = stamp
         while len(promised) > MAX_PROMISED:
             del promised[next(iter(promised))]
 
@@ -171,7 +163,8 @@ class Scraper:
         for key, items in _rows(saved):
             promised = self.promised.setdefault(stream_key(key), {})
             for i, ts in _rows(items):
-                promised[identity(i)] = Promise(_int(ts), RESTORED)
+                batch = identity(i)
+                promised[batch] = Stamp(batch, _int(ts), RESTORED)
 
     def held_keys(self) -> set[StreamKey]:
         """The streams of which this scraper holds batches not yet confirmed by its store."""
@@ -180,7 +173,7 @@ class Scraper:
             keys.update(scrape.streams)
         return keys
 
-    def sent(self, key: StreamKey, snapshot: Sent) -> bool:
+    def sent(self, key: StreamKey, snapshot: AppliedBatch) -> bool:
         mark = self.marks.get(key)
         if mark is None:
             return False
@@ -205,12 +198,12 @@ class Scraper:
         self,
         number: int,
         now: float,
-        resent: Mapping[StreamKey, Sequence[Stamped]],
-        stamped: Mapping[StreamKey, Sequence[Given]],
+        resent: Mapping[StreamKey, Sequence[Stamp]],
+        first: Mapping[StreamKey, Sequence[Stamp]],
     ) -> None:
-        """Scrape ``number`` was written with ``resent`` (sent again, as they were first sent) and
-        ``stamped`` (sent for the first time): it waits for the store to show it."""
-        streams: dict[StreamKey, list[Stamped]] = {}
+        """Scrape ``number`` was written at ``now`` with ``resent`` (sent again, as they were first
+        sent) and ``first`` (sent for the first time): it waits for the store to show it."""
+        streams: dict[StreamKey, list[Stamp]] = {}
         for key, items in resent.items():
             wanted = self.resend.get(key, {})
             for item in items:
@@ -218,8 +211,8 @@ class Scraper:
                 streams.setdefault(key, []).append(item)
             if not wanted:
                 self.resend.pop(key, None)
-        for key, first in stamped.items():
-            streams.setdefault(key, []).extend(Stamped(g.identity, g.ts_ms, now) for g in first)
+        for key, stamps in first.items():
+            streams.setdefault(key, []).extend(stamp._replace(since=now) for stamp in stamps)
         if streams:
             self.inflight[number] = Inflight(now, streams)
 
@@ -237,7 +230,7 @@ class Scraper:
                 if key in live:
                     wanted = self.resend.setdefault(key, {})
                     for item in items:
-                        wanted.setdefault(item.identity, Resend(item.ts_ms, item.since))
+                        wanted.setdefault(item.identity, item)
                         again += 1
         return missing, again
 
@@ -304,14 +297,12 @@ class Scraper:
             scraper.inflight[_int(number)] = Inflight(
                 _float(at),
                 {
-                    stream_key(key): [Stamped(identity(i), _int(ts), _float(since)) for i, ts, since in _rows(items)]
+                    stream_key(key): [_stamp(i, ts, since) for i, ts, since in _rows(items)]
                     for key, items in _rows(streams)
                 },
             )
         for key, items in _rows(saved.get("resend", [])):
-            scraper.resend[stream_key(key)] = {
-                identity(i): Resend(_int(ts), _float(since)) for i, ts, since in _rows(items)
-            }
+            scraper.resend[stream_key(key)] = {identity(i): _stamp(i, ts, since) for i, ts, since in _rows(items)}
         scraper.restore_promises(saved.get("promised", []))
         return scraper
 
@@ -351,3 +342,8 @@ def stream_key(saved: Json) -> StreamKey:
 def identity(saved: Json) -> Identity:
     step, when = _items(saved)
     return Identity(None if step is None else _int(step), _float(when))
+
+
+def _stamp(saved_identity: Json, ts_ms: Json, since: Json) -> Stamp:
+    """A stamp in flight or to send again, as ``Scraper.to_saved`` wrote it: ``[[step, time], ts, since]``."""
+    return Stamp(identity(saved_identity), _int(ts_ms), RESTORED, _float(since))

@@ -1,6 +1,6 @@
 """The scraper delivery protocol: what each scrape is sent, and when a scraper moves on.
 
-- an unnamed scrape gets the live values (``MetricHub.live_body``, one shared rendering);
+- an unnamed scrape gets the live values (``live_body``, one shared rendering);
 - a *named* scraper (``GET /metrics?scraper=NAME``) also gets every snapshot it has not been sent,
   in order, each stamped with the trainer's own time (moved later only where Prometheus would
   refuse it: not before this scraper's previous visit). What it has been sent moves on only once
@@ -19,12 +19,13 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from verl_rl_insight.contract.errors import Busy
-from verl_rl_insight.server.metrics.exposure import Collector, Exposed, Exposure, Resent, stamp
-from verl_rl_insight.server.metrics.memory import Memory
-from verl_rl_insight.server.metrics.model import HubData, Snapshot, Stream
-from verl_rl_insight.server.metrics.positions import Given, Scraper, StreamKey
+from verl_rl_insight.server.metrics.exposure import Collector, Exposed, Exposure, Outgoing, stamp
+from verl_rl_insight.server.metrics.memory import Bound
+from verl_rl_insight.server.metrics.model import Snapshot, Stream, check_held
+from verl_rl_insight.server.metrics.persistence import HubFiles
+from verl_rl_insight.server.metrics.positions import Scraper, StreamKey
 from verl_rl_insight.server.metrics.sizes import LINE_EXTRA, TIMESTAMP_CHARS
-from verl_rl_insight.server.metrics.stats import HubStats, Stat
+from verl_rl_insight.server.metrics.stats import Gauges, Stat, hub_series
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -44,41 +45,71 @@ class Awaiting(NamedTuple):
 
 
 class Scrapes:
-    """The named scrapers' side of the hub; every method takes the hub lock itself."""
+    """What each scrape of the hub is sent: the named scrapers' positions (``HubData.scrapers``)
+    and the unnamed scrapes' shared rendering.
+
+    Its locks: ``render_lock``, its own (one body rendered at a time: its copies are booked), taken
+    before the hub lock (``HubData.lock``) where both are held. ``live_body``, ``expose``,
+    ``settle``, ``awaiting`` and ``confirm`` take the hub lock themselves (their private helpers
+    run inside it); ``forget_idle``, ``give_up``, ``forget_stream`` and ``hub_series`` run under it,
+    held by their caller (the hub's sweep in a push, ``delete_run``, ``summary``), and check that it
+    is held.
+    """
 
     def __init__(
         self,
-        data: HubData,
-        memory: Memory,
-        stats: HubStats,
+        bound: Bound,
+        files: HubFiles,
         clock: Callable[[], float],
         new_scraper_history_s: float,
         confirming: frozenset[str],
         collectors: Sequence[Collector],
-        save_promises: Callable[[], None],
-        hub_series: Callable[[], tuple[Stat, ...]],
     ) -> None:
-        self.data = data
-        self.memory = memory
-        self.stats = stats
+        self.data, self.memory, self.stats = bound.data, bound.memory, bound.stats
+        self.files = files  # the promises go to disk before a body that gives them is sent
         self.clock = clock
         self.new_scraper_history_s = new_scraper_history_s
         self.confirming = confirming  # scraper names whose store is read back (delivery.py)
         self.collectors = collectors
-        self._save_promises = save_promises
-        self._hub_series = hub_series  # under the lock: the hub's own series as of this scrape
-        self.render_lock = threading.Lock()  # one body rendered at a time: its copies are booked
+        self.render_lock = threading.Lock()
+        self._live_version: tuple[int, ...] = ()  # the versions the shared rendering of the live values is of
+        self._live_body = b""
 
     def save_promises(self) -> None:
-        self._save_promises()
+        """``HubFiles.save_promises``: its own lock, then the hub lock while it copies."""
+        self.files.save_promises()
 
-    def live(self) -> Exposure:
-        """An unnamed scrape: every stream's live values (taken under the lock by the caller)."""
-        entries = [Exposed(s, s.take_latest(), s.version, [], None) for s in self.data.streams.values()]
-        return Exposure(self, None, None, entries, self._hub_series())
+    def hub_series(self) -> tuple[Stat, ...]:
+        """The hub's own series, as of now (under the hub lock, held by the caller)."""
+        data, memory = self.data, self.memory
+        check_held(data.lock)
+        gauges = Gauges(
+            streams=len(data.streams),
+            series=data.series,
+            memory_bytes=memory.used,
+            memory_limit_bytes=memory.limit,
+            history_snapshots=data.history_snapshots(),
+            scrapers=len(data.scrapers),
+        )
+        return hub_series(gauges, self.stats)
+
+    def live_body(self) -> bytes:
+        """The live values of every stream (what an unnamed scrape gets), rendered once per change
+        (of the streams', or of what a collector exposes). Takes the render lock, then the hub lock
+        while it takes references."""
+        with self.render_lock:
+            with self.data.lock:
+                version = (self.data.version, *(c.version for c in self.collectors))
+                if self._live_version == version:
+                    return self._live_body
+                entries = [Exposed(s, s.take_latest(), s.version, [], None) for s in self.data.streams.values()]
+                exposure = Exposure(self, None, None, entries, self.hub_series())
+            self._live_body = exposure.render()  # under the render lock already
+            self._live_version = version
+            return self._live_body
 
     def expose(self, name: str, arrival_ms: int) -> Exposure:
-        """A named scrape: the live values and the history ``name`` has not been sent."""
+        """A named scrape: the live values and the history ``name`` has not been sent (takes the hub lock)."""
         with self.data.lock:
             state = self._scraper(name)
             if not state.busy.acquire(blocking=False):
@@ -108,15 +139,15 @@ class Scrapes:
         entries: list[Exposed] = []
         for stream in self.data.streams.values():
             pending = _pending(state, stream, floor_ms)
-            sent = stamp(pending, prev_start, limit_ms, state.promised.get(stream.key, {}))
+            sent = stamp(pending, prev_start, limit_ms, state.promised.get(stream.key, {}), state.serial + 1)
             if sent:
-                state.promise(stream.key, [Given(s.snapshot.identity, s.ts_ms) for s in sent], state.serial + 1)
+                state.promise(stream.key, [s.stamp for s in sent])
             history = list(stream.history) if len(sent) < len(pending) else None
             if stream.restored_for is None or state.name in stream.restored_for:
                 entries.append(Exposed(stream, stream.take_latest(), stream.version, sent, history))
             else:  # values read back at start, newer than the history this scraper lacks
                 entries.append(Exposed(stream, {}, None, sent, history))
-        exposure = Exposure(self, state, arrival_ms, entries, self._hub_series())
+        exposure = Exposure(self, state, arrival_ms, entries, self.hub_series())
         state.serial += 1
         exposure.serial = state.serial
         if state.confirm:
@@ -124,9 +155,9 @@ class Scrapes:
             exposure.resent = self._resends(state)
         return exposure
 
-    def _resends(self, state: Scraper) -> dict[StreamKey, list[Resent]]:
-        """The batches ``state``'s store did not get that the hub still holds, with their timestamps."""
-        resent: dict[StreamKey, list[Resent]] = {}
+    def _resends(self, state: Scraper) -> dict[StreamKey, list[Outgoing]]:
+        """The batches ``state``'s store did not get that the hub still holds, with their stamps."""
+        resent: dict[StreamKey, list[Outgoing]] = {}
         for key, wanted in state.resend.items():
             stream = self.data.streams.get(key)
             if stream is None:
@@ -135,7 +166,7 @@ class Scrapes:
             for snapshot in stream.history:
                 again = wanted.get(snapshot.identity)
                 if again is not None:
-                    found.append(Resent(snapshot, again.ts_ms, again.since))
+                    found.append(Outgoing(snapshot, again))
             if found:
                 resent[key] = found
         return resent
@@ -154,7 +185,7 @@ class Scrapes:
         exposure.reserved = self.memory.reserve(history, live)
 
     def settle(self, exposure: Exposure, written: bool) -> None:
-        """A named scrape's response was written (or could not be): its scraper moves on."""
+        """A named scrape's response was written (or could not be): its scraper moves on (takes the hub lock)."""
         state = exposure.scraper
         if state is None:
             return
@@ -167,17 +198,17 @@ class Scrapes:
                 for key, mark in exposure.marks.items():
                     if key in streams:
                         state.marks[key] = mark
-                        state.record(key, [given.identity for given in exposure.stamped[key]])
+                        state.record(key, [stamp.identity for stamp in exposure.first_sent[key]])
                 if state.confirm:
-                    stamped = {k: v for k, v in exposure.stamped.items() if k in streams}
-                    state.await_store(exposure.number, self.clock(), exposure.resent_stamps(), stamped)
+                    first = {k: v for k, v in exposure.first_sent.items() if k in streams}
+                    state.await_store(exposure.number, self.clock(), exposure.resent_stamps(), first)
             self.data.state_dirty = True
         state.busy.release()
 
     # -- what the store confirms -------------------------------------------------------------
     def awaiting(self, written_before: float) -> dict[str, Awaiting]:
         """Per confirming scraper: its scrapes written before ``written_before`` that its store has
-        not been asked about yet, and when the oldest of them was written."""
+        not been asked about yet, and when the oldest of them was written (takes the hub lock)."""
         with self.data.lock:
             waiting: dict[str, Awaiting] = {}
             for name, state in self.data.scrapers.items():
@@ -189,7 +220,7 @@ class Scrapes:
     def confirm(self, name: str, numbers: Sequence[int], stored: set[int]) -> int:
         """Settle scrapes ``numbers`` of scraper ``name``: those in ``stored`` its store has, and
         their history may go; the batches of the others are sent again at the next scrape, with
-        the timestamps they were sent with. Returns how many batches will be sent again."""
+        the timestamps they were sent with. Returns how many batches will be sent again (takes the hub lock)."""
         with self.data.lock:
             state = self.data.scrapers.get(name)
             if state is None:
@@ -210,7 +241,8 @@ class Scrapes:
 
     def give_up(self, horizon: float) -> set[StreamKey]:
         """Forget what waited for a store since before ``horizon`` (counted); returns the streams
-        whose history a confirming scraper still holds on to."""
+        whose history a confirming scraper still holds on to (under the hub lock, held by the caller)."""
+        check_held(self.data.lock)
         held: set[StreamKey] = set()
         for scraper in self.data.scrapers.values():
             unconfirmed, lost = scraper.give_up(horizon)
@@ -219,7 +251,16 @@ class Scrapes:
             held |= scraper.held_keys()
         return held
 
+    def forget_idle(self, seen_before: float) -> None:
+        """Forget the named scrapers last seen before ``seen_before`` (under the hub lock, held by the caller)."""
+        check_held(self.data.lock)
+        for name in [n for n, s in self.data.scrapers.items() if s.seen_at < seen_before]:
+            del self.data.scrapers[name]
+            self.data.state_dirty = True
+
     def forget_stream(self, key: StreamKey) -> None:
+        """Every position of a stream the hub forgets (under the hub lock, held by the caller)."""
+        check_held(self.data.lock)
         for scraper in self.data.scrapers.values():
             scraper.marks.pop(key, None)
             scraper.recent.pop(key, None)
