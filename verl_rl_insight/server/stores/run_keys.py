@@ -12,6 +12,7 @@ there are counted and not kept. Without a folder (tests, an API built bare) it i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -21,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.stores.files import private_folder, write_atomically
@@ -42,6 +44,14 @@ def _cost(keys: Mapping[str, str]) -> int:
     return RUN_BYTES + sum(ENTRY_BYTES + len(n) + len(k) for n, k in keys.items())
 
 
+@dataclasses.dataclass(slots=True)
+class RunKeysStats(Counters):
+    runs: int = 0  # runs whose keys are held now
+    bytes: int = 0  # what they take (booked with the server's memory)
+    refused_keys: int = 0  # keys not kept: beyond max_per_run, or beyond the memory booked
+    write_errors: int = 0  # a run's keys file that could not be written (the keys stay held in memory)
+
+
 class RunKeys:
     def __init__(
         self,
@@ -53,7 +63,7 @@ class RunKeys:
         self.folder = folder
         self.max_runs, self.max_total_bytes, self.max_per_run = max_runs, max_total_bytes, max_per_run
         self.book: Callable[[int], bool] = lambda nbytes: True
-        self.stats = {"runs": 0, "bytes": 0, "refused_keys": 0, "write_errors": 0}
+        self.stats = RunKeysStats()
         self._lock = threading.Lock()
         self._runs: OrderedDict[Run, dict[str, str]] = OrderedDict()  # changed longest ago first
         self._bytes = 0
@@ -102,9 +112,9 @@ class RunKeys:
             merged = {**held, **{n: k for n, k in new.items() if n in held or n in added}}
             cost = _cost(merged) - (_cost(held) if run in self._runs else 0)
             if merged == held or not self.book(cost):
-                self.stats["refused_keys"] += len(new)
+                self.stats.refused_keys += len(new)
                 return
-            self.stats["refused_keys"] += len(new) - (len(merged) - len(held)) - sum(n in held for n in new)
+            self.stats.refused_keys += len(new) - (len(merged) - len(held)) - sum(n in held for n in new)
             self._runs[run] = merged
             self._runs.move_to_end(run)
             self._bytes += cost
@@ -127,7 +137,7 @@ class RunKeys:
         try:
             write_atomically(self.folder / file_name(run), text)
         except OSError as exc:  # a full disk: the keys stay held, the explorer names them until a restart
-            self.stats["write_errors"] += 1
+            self.stats.write_errors += 1
             logger.warning("cannot write the run keys of %s/%s: %s", run[0][:100], run[1][:100], exc)
 
     def _drop(self, run: Run) -> None:
@@ -142,4 +152,4 @@ class RunKeys:
     def _trim(self) -> None:
         while len(self._runs) > self.max_runs or (len(self._runs) > 1 and self._bytes > self.max_total_bytes):
             self._drop(next(iter(self._runs)))
-        self.stats["runs"], self.stats["bytes"] = len(self._runs), self._bytes
+        self.stats.runs, self.stats.bytes = len(self._runs), self._bytes

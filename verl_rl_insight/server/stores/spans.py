@@ -9,6 +9,7 @@ written to longest ago goes first).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.stores.files import write_atomically
 from verl_rl_insight.server.stores.otlp import Record, SpanEncoding, SpanError, SpanTooLarge, decode, records
@@ -98,9 +100,19 @@ def _note_step(run: dict[str, Any], segment: Segment, step: int | None) -> None:
         segment["new_steps"] += 1
 
 
+@dataclasses.dataclass(slots=True)
+class SpanStoreStats(Counters):
+    received: int = 0  # spans of a run (labelled project and experiment_name) received
+    kept: int = 0  # of them, written to the run's files
+    dropped: int = 0  # of them, in one request larger than a run may hold
+    unlabelled: int = 0  # spans without a run's labels, not kept
+    evicted_runs: int = 0  # runs whose files went at max_total_bytes or max_runs
+    evicted_spans: int = 0  # spans of a run's oldest steps that went at max_run_bytes (or came after them)
+
+
 class SpanStore:
     """Spans per run, bounded in bytes per run, in bytes and in runs all together (the run written
-    to longest ago goes first, counted in ``stats["evicted_runs"]``). A run over ``max_run_bytes``
+    to longest ago goes first, counted in ``stats.evicted_runs``). A run over ``max_run_bytes``
     loses its oldest steps first: its spans are kept in segments of about an eighth of the bound,
     and the oldest segment goes, with every span of the steps it held (so the steps kept are whole,
     the newest always among them); each run says what it lost (``evicted_steps``, ``evicted_spans``,
@@ -123,7 +135,7 @@ class SpanStore:
         self.max_total_bytes = max_total_bytes
         self.max_runs = max_runs
         self.save_every_s = save_every_s
-        self.stats = {"received": 0, "kept": 0, "dropped": 0, "unlabelled": 0, "evicted_runs": 0, "evicted_spans": 0}
+        self.stats = SpanStoreStats()
         self.index = SpanIndex(index_bytes)  # where each step's spans lie: a step page reads only those
         self.read_bytes = 0  # read back from the files for step pages (what the index saves)
         self._lock = threading.Lock()
@@ -166,15 +178,13 @@ class SpanStore:
             total += 1
             line = json.dumps(record, separators=(",", ":")) + "\n"
             lines.setdefault((project, experiment), []).append((span_step(record), line, record))
-        for resource_spans in request.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                self.stats["unlabelled"] += len(scope_spans.spans)
-        self.stats["unlabelled"] -= total
+        spans = sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
         kept = 0
         with self._lock:
+            self.stats.unlabelled += spans - total  # under the lock: two requests at once both count
             for (project, experiment), run_lines in lines.items():
                 kept += self._add_run(project, experiment, run_lines)
-            self.stats["kept"] += kept
+            self.stats.kept += kept
             self._evict()
             self._dirty = True
             self._save_if_due()
@@ -197,7 +207,7 @@ class SpanStore:
                 "segments": [_segment(0)],
             }
             self.index.start(key)  # indexed from its first span on
-        self.stats["received"] += len(run_lines)
+        self.stats.received += len(run_lines)
         self._runs.move_to_end(key)
         gone = run["evicted_through_step"]
         late = [line for step, line, _ in run_lines if gone is not None and step is not None and step <= gone]
@@ -206,7 +216,7 @@ class SpanStore:
         data = "".join(line for _, line, _ in run_lines).encode()
         if len(data) > self.max_run_bytes:  # one request larger than the run may hold
             run["dropped"] += len(run_lines)
-            self.stats["dropped"] += len(run_lines)
+            self.stats.dropped += len(run_lines)
             return 0
         segment = run["segments"][-1]
         if segment["bytes"] >= self.segment_bytes:
@@ -227,7 +237,7 @@ class SpanStore:
 
     def _count_evicted(self, run: dict[str, Any], spans: int) -> None:
         run["evicted_spans"] += spans
-        self.stats["evicted_spans"] += spans
+        self.stats.evicted_spans += spans
 
     def _evict_oldest_steps(self, key: str, run: dict[str, Any]) -> None:
         """The run's oldest segment goes, and every span of the steps it held from the segments
@@ -304,7 +314,7 @@ class SpanStore:
                 self._path(oldest, segment).unlink(missing_ok=True)
             self._bytes -= run["bytes"]
             self.index.drop(oldest)
-            self.stats["evicted_runs"] += 1
+            self.stats.evicted_runs += 1
 
     def _save_if_due(self, force: bool = False) -> None:
         now = time.monotonic()
