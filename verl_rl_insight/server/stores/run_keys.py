@@ -12,7 +12,6 @@ there are counted and not kept. Without a folder (tests, an API built bare) it i
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -22,10 +21,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.stores.files import private_folder, write_atomically
+from verl_rl_insight.server.stores.stats import RunKeysStats
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -42,14 +41,6 @@ def file_name(run: Run) -> str:
 
 def _cost(keys: Mapping[str, str]) -> int:
     return RUN_BYTES + sum(ENTRY_BYTES + len(n) + len(k) for n, k in keys.items())
-
-
-@dataclasses.dataclass(slots=True)
-class RunKeysStats(Counters):
-    runs: int = 0  # runs whose keys are held now
-    bytes: int = 0  # what they take (booked with the server's memory)
-    refused_keys: int = 0  # keys not kept: beyond max_per_run, or beyond the memory booked
-    write_errors: int = 0  # a run's keys file that could not be written (the keys stay held in memory)
 
 
 class RunKeys:

@@ -14,7 +14,6 @@ index of the run asked for or written to longest ago is dropped first (counted i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from array import array
@@ -22,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from verl_rl_insight.contract.counters import Counters
+from verl_rl_insight.server.stores.stats import SpanIndexStats
 
 LOOSE_NS = 10 * 10**9  # the spans without a step, indexed by their start, in buckets this wide
 ENTRY_BYTES = 240  # a step's entry: its dict slot, its object, its array's header
@@ -100,13 +99,6 @@ class RunIndex:
 
 def _triples(places: array[int]) -> Places:
     return [(places[i], places[i + 1], places[i + 2]) for i in range(0, len(places), 3)]
-
-
-@dataclasses.dataclass(slots=True)
-class SpanIndexStats(Counters):
-    indexed_runs: int = 0  # run indexes started (a new run, or one indexed again from its files)
-    dropped_runs: int = 0  # run indexes dropped at max_bytes (indexed again when asked for)
-    bytes: int = 0  # what the indexes held take now
 
 
 class SpanIndex:

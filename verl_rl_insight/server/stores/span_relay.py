@@ -8,19 +8,11 @@ counted, as is one Tempo still refuses after ``attempts`` tries (it may be resta
 from __future__ import annotations
 
 import collections
-import dataclasses
 import threading
 import time
 
-from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
-
-
-@dataclasses.dataclass(slots=True)
-class RelayStats(Counters):
-    relayed: int = 0  # bodies the collector took
-    dropped: int = 0  # bodies refused: the queue was full (max_bytes) or the relay closed
-    failed: int = 0  # bodies the collector never took, after every attempt
+from verl_rl_insight.server.stores.stats import RelayStats
 
 
 class SpanRelay:

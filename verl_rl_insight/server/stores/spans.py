@@ -9,7 +9,6 @@ written to longest ago goes first).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -20,12 +19,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.stores.files import write_atomically
 from verl_rl_insight.server.stores.otlp import Record, SpanEncoding, SpanError, SpanTooLarge, decode, records
 from verl_rl_insight.server.stores.span_index import MAX_BYTES as INDEX_BYTES
 from verl_rl_insight.server.stores.span_index import Places, RunIndex, SpanIndex, index_files, read_places
+from verl_rl_insight.server.stores.stats import SpanStoreStats
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -98,16 +97,6 @@ def _note_step(run: dict[str, Any], segment: Segment, step: int | None) -> None:
     if run["newest_step"] is None or step > run["newest_step"]:
         run["newest_step"] = step
         segment["new_steps"] += 1
-
-
-@dataclasses.dataclass(slots=True)
-class SpanStoreStats(Counters):
-    received: int = 0  # spans of a run (labelled project and experiment_name) received
-    kept: int = 0  # of them, written to the run's files
-    dropped: int = 0  # of them, in one request larger than a run may hold
-    unlabelled: int = 0  # spans without a run's labels, not kept
-    evicted_runs: int = 0  # runs whose files went at max_total_bytes or max_runs
-    evicted_spans: int = 0  # spans of a run's oldest steps that went at max_run_bytes (or came after them)
 
 
 class SpanStore:
