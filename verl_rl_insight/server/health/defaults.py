@@ -123,7 +123,7 @@ class HealthSettings:
         """The settings by name, each a float: the wire format of ``/api/v1/info``'s ``"health"``."""
         return {name: float(getattr(self, name)) for name in SETTINGS}
 
-    def values(self) -> dict[str, int | float]:
+    def by_name(self) -> dict[str, int | float]:
         """The settings by name, as typed (a count of steps an int)."""
         return {name: getattr(self, name) for name in SETTINGS}
 

@@ -45,7 +45,7 @@ def thresholds(overrides: Mapping[str, Threshold] | None = None) -> dict[str, Th
     """The alert thresholds and the detectors' settings by name, ``overrides`` in place: a name that
     is neither, or a detector setting that is not a number (``HealthSettings.from_mapping``), is a
     ConfigError naming it."""
-    values: dict[str, Threshold] = {**DEFAULTS, **HealthSettings().values()}
+    values: dict[str, Threshold] = {**DEFAULTS, **HealthSettings().by_name()}
     unknown = sorted(set(overrides or {}) - set(values))
     if unknown:
         raise ConfigError(f"unknown alert setting(s) {', '.join(unknown)}; known: {', '.join(sorted(values))}")
