@@ -140,7 +140,7 @@ def test_the_stall_alert_is_relative_to_the_runs_own_step_time_and_never_before_
 def test_no_alert_setting_is_shadowed_by_a_detector_setting_of_the_same_name():
     """Both live in the server config's ``alerts:`` block: a name in both would set the other's
     value too (grad_norm_ratio once made RLInsightGradNormRising's ratio the spike detector's)."""
-    assert set(alert_settings.DEFAULTS) & set(detectors.DEFAULTS) == set()
+    assert set(alert_settings.DEFAULTS) & set(detectors.DEFAULTS.as_dict()) == set()
     assert "* avg_over_time" in alert_rules.render({"grad_norm_ratio": 2.5}) and "2.5 *" in alert_rules.render(
         {"grad_norm_ratio": 2.5}
     )

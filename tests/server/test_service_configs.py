@@ -167,12 +167,16 @@ def test_every_service_the_settings_name_is_run_through_one_shape_with_its_secre
 
 def test_the_settings_checks_name_the_key_as_config_errors(tmp_path):
     """One error kind for a setting the user must fix (contract.errors.ConfigError), whichever
-    section is wrong: the server's own keys, alerts:, alertmanager:."""
+    section is wrong: the server's own keys, alerts: (a detector setting that is not a number, or
+    not a whole number of steps, too), alertmanager:."""
     from verl_rl_insight.contract.errors import ConfigError
 
     for values, named in (
         ({"max_series": -1}, "max_series"),
         ({"alerts": {"no_such_threshold": 1}}, "no_such_threshold"),
+        ({"alerts": {"entropy_collapse_share": "0.15x"}}, "entropy_collapse_share"),
+        ({"alerts": {"trend_far": 60.5}}, "trend_far"),
+        ({"alerts": {"kl_mads": True}}, "kl_mads"),
         ({"alertmanager": {"receivers": [{"name": ""}]}}, "alertmanager.receivers[0]"),
         ({"port": 9090}, "prometheus_port"),
     ):

@@ -31,6 +31,7 @@ from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.server.health import detectors, moved, side_series
+from verl_rl_insight.server.health.defaults import HealthSettings
 
 CANNOT = 2
 CHUNK_S = 2 * 3600  # raw samples are read in windows of this length, newest first
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
         known_run(base, token, args.project, args.experiment)  # a mistyped run: refused, the known ones named
         raise CliError(f"no step of {args.project}/{args.experiment} in Prometheus", code=CANNOT)
-    params = {**detectors.DEFAULTS, **(info.get("health") or {})}
+    params = HealthSettings.from_wire(info.get("health") or {})  # a newer server's own settings: ignored
     marks = run_marks.fetch(base, token, args.project, args.experiment)  # rl-insight runs mark
     resets = run_marks.resets(marks)
     findings = detectors.diagnose(

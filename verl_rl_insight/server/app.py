@@ -138,9 +138,9 @@ class Server:
         return {
             "otlp_traces": traces,
             "spans_kept_by_hub": self.spans is not None,
-            "span_relay": dict(self.relay.stats) if self.relay is not None else None,
-            "timeline_figures": dict(parts.figures.stats),
-            "health": parts.health.params,
+            "span_relay": self.relay.stats.as_dict() if self.relay is not None else None,
+            "timeline_figures": parts.figures.stats.as_dict(),
+            "health": parts.health.params.as_dict(),  # the wire format diagnose reads (HealthSettings.from_wire)
             "validation_keys": list(parts.health.validation_keys),
             "tempo": urls["tempo"],
             "prometheus": urls["prometheus"],

@@ -19,7 +19,7 @@ from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health import card_keys
 from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.managed import alertmanager, jobs, prometheus
-from verl_rl_insight.server.managed.alert_settings import health_params
+from verl_rl_insight.server.managed.alert_settings import health_settings
 from verl_rl_insight.server.metrics.delivery import DeliveryCheck
 from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, Bound, MetricHub
 from verl_rl_insight.server.settings import ServerSettings
@@ -83,7 +83,7 @@ class Feeds(NamedTuple):
 
 def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, bound: Bound) -> Feeds:
     limit = bound.memory.limit
-    health = HealthMonitor(health_params(s.alerts), validation_keys=s.validation_keys)
+    health = HealthMonitor(health_settings(s.alerts), validation_keys=s.validation_keys)
     figures = LiveFigures(
         settle_s=s.timeline_settle_s,
         book=functools.partial(bound.book_other, "timeline"),

@@ -9,13 +9,14 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from verl_rl_insight.contract.run_card import Json
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.history import Histories, RunHistory
 from verl_rl_insight.server.explorer.keys import key_of
 from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health.defaults import HealthSettings
 
 RECENT_S = 5.0
 Stamp = tuple[int, int, tuple[int, ...], tuple[str, ...]]  # history version, clock, resets, validation keys
@@ -62,7 +63,7 @@ def snapshot(history: RunHistory) -> Snapshot:
     return series, list(zip(history.steps, history.times)), history.finished == 1
 
 
-def walk(taken: Snapshot, params: Mapping[str, float], resets: Sequence[int]) -> list[Finding]:
+def walk(taken: Snapshot, params: HealthSettings, resets: Sequence[int]) -> list[Finding]:
     """diagnose's findings of a run's history."""
     series, times, finished = taken
     found = detectors.diagnose(series, times, finished=finished, now=time.time(), params=params, resets=resets)
@@ -74,10 +75,10 @@ class _Walk:
     may still add keys to) is fed once; a request copies the walk and adds the newest."""
 
     def __init__(
-        self, params: Mapping[str, float], resets: tuple[int, ...], history: RunHistory, keys: tuple[str, ...] = ()
+        self, params: HealthSettings, resets: tuple[int, ...], history: RunHistory, keys: tuple[str, ...] = ()
     ) -> None:
         self.keys = keys  # the validation keys named (other keys: walked again from the start)
-        self.health = detectors.RunHealth({**detectors.DEFAULTS, **params}, validation_keys=keys)
+        self.health = detectors.RunHealth(params, validation_keys=keys)
         for step in resets:
             self.health.reset_baseline(step)
         self.resets = resets
@@ -156,7 +157,7 @@ class FindingsCache:
         self._walks: dict[Run, _Walk] = {}
         self._lock = threading.Lock()
 
-    def of(self, run: Run, histories: Histories, params: Mapping[str, float], resets: Sequence[int]) -> list[Finding]:
+    def of(self, run: Run, histories: Histories, params: HealthSettings, resets: Sequence[int]) -> list[Finding]:
         """The run's findings ([] for a run without history here)."""
         marks = tuple(resets)
         keys = (*self.named.get(run, ()), *self.validation_keys)

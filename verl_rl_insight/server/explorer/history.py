@@ -8,8 +8,8 @@ step); a step older than the newest is put in its place.
 
 Bounded by bytes, not by a count of runs: ``max_bytes`` in all (a share of the server's
 ``memory_limit_mb``; beyond it the run touched longest ago is forgotten first, counted in
-``stats["forgotten_runs"]``), ``max_cells`` values per run (beyond it the run's oldest steps go,
-counted in ``stats["dropped_steps"]``). A run forgotten here is not lost: its steps are in
+``stats.forgotten_runs``), ``max_cells`` values per run (beyond it the run's oldest steps go,
+counted in ``stats.dropped_steps``). A run forgotten here is not lost: its steps are in
 Prometheus, and a run that logs again after it was forgotten is marked ``partial`` so that the
 explorer reads it back whole (``Sources.history``) instead of showing the steps since, and again
 until Prometheus gives back the newest step it had when it was forgotten (``awaited``: a scrape
@@ -21,6 +21,7 @@ C double (8 bytes); a NaN or an infinity the trainer logged is kept beside its c
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import threading
 from array import array
@@ -28,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
+from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.runs import RUN_FINISHED, Run
 
@@ -172,6 +174,13 @@ class RunHistory:
         return None
 
 
+@dataclasses.dataclass(slots=True)
+class HistoryStats(Counters):
+    steps: int = 0  # steps added
+    dropped_steps: int = 0  # a run's oldest steps dropped at max_cells
+    forgotten_runs: int = 0  # runs forgotten at max_bytes (read back from Prometheus when asked)
+
+
 class Histories:
     """The runs' histories, thread-safe: the hub's pushes add, the API's requests read (under ``lock``)."""
 
@@ -179,7 +188,7 @@ class Histories:
         self.max_bytes = max_bytes
         self.max_cells = max_cells
         self.lock = threading.Lock()
-        self.stats = {"steps": 0, "dropped_steps": 0, "forgotten_runs": 0}
+        self.stats = HistoryStats()
         self._runs: OrderedDict[Run, RunHistory] = OrderedDict()
         self._bytes: dict[Run, int] = {}  # each run's nbytes() when it last changed
         # runs forgotten here (read back when asked), each with the newest step it had then
@@ -208,10 +217,10 @@ class Histories:
             history.awaited = self._forgotten.pop(run, None)
         self._runs.move_to_end(run)
         if history.add(step, at, metrics):
-            self.stats["steps"] += 1
+            self.stats.steps += 1
         while history.cells() > self.max_cells and len(history.steps) > 1:
             history.drop_oldest()
-            self.stats["dropped_steps"] += 1
+            self.stats.dropped_steps += 1
         self._bytes[run] = history.nbytes()
         total = sum(self._bytes.values())
         while len(self._runs) > 1 and total > self.max_bytes:
@@ -223,7 +232,7 @@ class Histories:
             self._forgotten[gone] = newest
             while len(self._forgotten) > MAX_FORGOTTEN:
                 self._forgotten.popitem(last=False)
-            self.stats["forgotten_runs"] += 1
+            self.stats.forgotten_runs += 1
 
     def fill(
         self, run: Run, steps: Iterable[tuple[int, float, Mapping[str, float]]], finished: float | None = None

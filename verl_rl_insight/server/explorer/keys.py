@@ -18,6 +18,7 @@ from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.dashboards.keys import GROUPS, RUNTIME_KEYS, STATS
 from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.modes import verl_key
 
 PREFIX = detectors.PREFIX
@@ -94,17 +95,17 @@ Panel = dict[str, str | list[str] | list[dict[str, str | float]]]
 MISMATCH_KEY = "training/rollout_probs_diff_mean"
 
 
-def thresholds(params: Mapping[str, float]) -> dict[str, list[dict[str, str | float]]]:
+def thresholds(params: HealthSettings) -> dict[str, list[dict[str, str | float]]]:
     """panel title -> the lines a panel draws: verl's mismatch thresholds (the detectors' parameters)."""
     return {
         "Log-prob mismatch": [
-            {"value": params["mismatch_warning"], "severity": "warning", "label": f"{MISMATCH_KEY} warning"},
-            {"value": params["mismatch_critical"], "severity": "critical", "label": f"{MISMATCH_KEY} critical"},
+            {"value": params.mismatch_warning, "severity": "warning", "label": f"{MISMATCH_KEY} warning"},
+            {"value": params.mismatch_critical, "severity": "critical", "label": f"{MISMATCH_KEY} critical"},
         ]
     }
 
 
-def panels(keys: list[str], params: Mapping[str, float] | None = None) -> list[Panel]:
+def panels(keys: list[str], params: HealthSettings | None = None) -> list[Panel]:
     """The key curves present among ``keys``, in page order (see the contract, EXPLORER_API.md), each
     with the threshold lines its detector judges by (``params``: the detectors' parameters)."""
     found: dict[str, list[str]] = {}

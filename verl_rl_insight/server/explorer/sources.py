@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from verl_rl_insight.contract.runs import Run
@@ -25,6 +25,7 @@ from verl_rl_insight.server.explorer.findings import FindingsCache
 from verl_rl_insight.server.explorer.history import MAX_BYTES, Histories, RunHistory
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.stores.run_keys import RunKeys
 
 SpanRecord = dict[str, object]
@@ -45,7 +46,7 @@ class SpanSource(Protocol):
 class Sources:
     def __init__(
         self,
-        params: Mapping[str, float] | None = None,
+        params: HealthSettings | None = None,
         history_bytes: int = MAX_BYTES,
         curves_bytes: int = MAX_CURVES_BYTES,
         names: RunKeys | None = None,
@@ -55,7 +56,7 @@ class Sources:
         self.histories = Histories(max_bytes=history_bytes)
         self.names = names if names is not None else RunKeys()  # the keys as logged (kept across restarts)
         self.prometheus = prometheus
-        self.params: Mapping[str, float] = dict(params or detectors.DEFAULTS)
+        self.params = params or detectors.DEFAULTS
         self.findings = FindingsCache(validation_keys=validation_keys)  # the server config's
         self._asked: dict[Run, float] = {}  # run -> when Prometheus was asked for it
         # the last curves answer of each of the runs asked last (curves.cached_curves_body)

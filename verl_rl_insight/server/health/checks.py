@@ -1,7 +1,8 @@
 """The tests of one step, one per failure mode: each reads the run's values up to the step (the
 detector's own metric, and for some the run's other series) and says whether that step shows the
 failure. Calibrated on real verl runs (``../shared/real_runs``, ``tests/data/real_runs``): the
-settings are ``DEFAULTS`` in ``detectors.py``.
+settings are ``HealthSettings`` in ``defaults.py``; a test made for several detectors (``falls_from_level``)
+is given the settings it reads as a function of them (``lambda p: (p.reward_collapse_share, ...)``).
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.signals import Series, fmt, median, noise, quantile, robust, steps, theil_sen
 
-Params = Mapping[str, float]
+Params = HealthSettings
 Extra = Mapping[str, Series]  # verl key -> its series up to the step (the detector's other keys)
 
 
@@ -32,6 +35,20 @@ class Check:
 
 
 Test = Callable[[Series, Extra, Params], "Check | None"]
+Setting = Callable[[Params], float]  # one setting of a test made for several detectors: lambda p: p.clip_min
+Steps = Callable[[Params], int]  # one count of steps, as Setting
+Level = Callable[[Params], tuple[float, float, int]]  # falls_from_level's (share, mads, window)
+
+
+class Rise(NamedTuple):
+    """What ``rises_from_level`` judges by (its docstring)."""
+
+    ratio: float
+    mads: float
+    window: int
+    history: int | None = None  # None: min_history
+    floor: float | None = None
+    at_least: float | None = None
 
 
 def _parts(series: Series, recent: int, window: int, min_history: int) -> tuple[Series, Series] | None:
@@ -52,19 +69,21 @@ def _now(recent: Series) -> str:
     return f"median {fmt(x)} over {steps(recent)} (step {recent[-1][0]}: {fmt(recent[-1][1])})"
 
 
-def falls_from_level(share: str, mads: str, window: str) -> Test:
+def falls_from_level(settings: Level) -> Test:
     """Flagged when the newest steps' median is below ``share`` of the run's level over the
     ``window`` steps before (their upper quartile: what it was, not one wild step; for a negative
-    level, ``1 - share`` of its size below it) and ``mads`` noise deviations under it."""
+    level, ``1 - share`` of its size below it) and ``mads`` noise deviations under it; ``settings``:
+    (share, mads, window) of the settings."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
-        parts = _parts(series, int(p["recent"]), int(p[window]), int(p["min_history"]))
+        share, mads, window = settings(p)
+        parts = _parts(series, p.recent, window, p.min_history)
         if parts is None:
             return None
         recent, before = parts
         x, level = median(_values(recent)), quantile(_values(before), 0.75)
         fall = level - x  # a share of the level's size: a reward in [-1, 0] falls as one in [0, 1] does
-        flagged = fall > (1 - p[share]) * abs(level) and fall > p[mads] * noise(_values(before))
+        flagged = fall > (1 - share) * abs(level) and fall > mads * noise(_values(before))
         if not flagged:  # evidence only where a finding can quote it (the walk runs every step)
             return Check(False, x, level)
         evidence = (
@@ -76,34 +95,28 @@ def falls_from_level(share: str, mads: str, window: str) -> Test:
     return test
 
 
-def rises_from_level(
-    ratio: str,
-    mads: str,
-    window: str,
-    floor: str | None = None,
-    at_least: str | None = None,
-    history: str = "min_history",
-) -> Test:
+def rises_from_level(settings: Callable[[Params], Rise]) -> Test:
     """Flagged when the newest steps (their median) are above ``ratio`` x the median of the
     ``window`` steps before and ``mads`` deviations over it; ``floor``: and above this value;
     ``at_least``: and this far above the median (an absolute rise); ``history``: the steps it
-    needs before the newest."""
+    needs before the newest (each a field of the ``Rise`` that ``settings`` reads off the settings)."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
-        parts = _parts(series, int(p["recent"]), int(p[window]), int(p[history]))
+        ratio, mads, window, history, floor, at_least = settings(p)
+        parts = _parts(series, p.recent, window, p.min_history if history is None else history)
         if parts is None:
             return None
         recent, before = parts
         x, values = median(_values(recent)), _values(before)
         level = median(values)  # robust's median: its spread only where the ratio passed
-        if not x > p[ratio] * abs(level):
+        if not x > ratio * abs(level):
             return Check(False, x, level)
         level, spread = robust(values)
         flagged = (
-            x > p[ratio] * abs(level)
-            and x - level > p[mads] * max(spread, noise(values))
-            and (floor is None or x > p[floor])
-            and (at_least is None or x - level > p[at_least])
+            x > ratio * abs(level)
+            and x - level > mads * max(spread, noise(values))
+            and (floor is None or x > floor)
+            and (at_least is None or x - level > at_least)
         )
         evidence = f"{_now(recent)}, against the median {fmt(level)} of {steps(before)}" if flagged else ""
         return Check(flagged, x, level, evidence)
@@ -113,15 +126,15 @@ def rises_from_level(
 
 def entropy_blowup(series: Series, extra: Extra, p: Params) -> Check | None:
     """Entropy far above its low over the window before: the policy samples noise (gibberish)."""
-    parts = _parts(series, int(p["recent"]), int(p["entropy_window"]), int(p["min_history"]))
+    parts = _parts(series, p.recent, p.entropy_window, p.min_history)
     if parts is None:
         return None
     recent, before = parts
     x, low = median(_values(recent)), quantile(_values(before), 0.25)
     flagged = (
-        x > p["entropy_blowup_ratio"] * low
-        and x - low > p["entropy_blowup_rise"]
-        and x - low > p["entropy_mads"] * noise(_values(before))
+        x > p.entropy_blowup_ratio * low
+        and x - low > p.entropy_blowup_rise
+        and x - low > p.entropy_mads * noise(_values(before))
     )
     evidence = f"{_now(recent)}, up from {fmt(low)}, the lower quartile of {steps(before)}" if flagged else ""
     return Check(flagged, x, low, evidence)
@@ -131,13 +144,13 @@ def persistent_spike(series: Series, extra: Extra, p: Params) -> Check | None:
     """Every one of the newest steps above ``spike_ratio`` x the median before and above the
     run's own tail (``spike_tail`` x the 90th percentile of the steps before): single spikes of
     3-10x are normal in real runs, a norm that stays above the run's tail is not."""
-    parts = _parts(series, int(p["spike_steps"]), int(p["spike_window"]), int(p["min_history"]))
+    parts = _parts(series, p.spike_steps, p.spike_window, p.min_history)
     if parts is None:
         return None
     recent, before = parts
     level = median(_values(before))
     tail = quantile(_values(before), 0.9)
-    bar = max(p["spike_ratio"] * level, p["spike_tail"] * tail)
+    bar = max(p.spike_ratio * level, p.spike_tail * tail)
     x = min(_values(recent))
     if not x > bar:
         return Check(False, x, level)
@@ -151,12 +164,12 @@ def persistent_spike(series: Series, extra: Extra, p: Params) -> Check | None:
 def rising_share(series: Series, extra: Extra, p: Params) -> Check | None:
     """Truncation on its trend: the share of cut responses up by ``truncation_rise`` (absolute)
     and ``truncation_ratio`` x against the window before; a steady 10-25 % while lengths grow is not."""
-    parts = _parts(series, int(p["recent"]), int(p["truncation_window"]), int(p["min_history"]))
+    parts = _parts(series, p.recent, p.truncation_window, p.min_history)
     if parts is None:
         return None
     recent, before = parts
     x, level = median(_values(recent)), median(_values(before))
-    flagged = x - level > p["truncation_rise"] and x > p["truncation_ratio"] * level
+    flagged = x - level > p.truncation_rise and x > p.truncation_ratio * level
     if not flagged:
         return Check(False, x, level)
     evidence = (
@@ -166,21 +179,21 @@ def rising_share(series: Series, extra: Extra, p: Params) -> Check | None:
 
 
 def plateau(series: Series, extra: Extra, p: Params) -> Check | None:
-    n = int(p["plateau_steps"])
+    n = p.plateau_steps
     if len(series) < n:
         return None
     window = series[-n:]
     trend = theil_sen(window) * (window[-1][0] - window[0][0])
     med, spread = robust(_values(window))
     error = spread * math.sqrt(12 / n)  # the standard error of a fitted trend over n noisy steps, about
-    bar = p["plateau_ratio"] * error
+    bar = p.plateau_ratio * error
     flagged = abs(trend) < bar
     return Check(
         flagged,
         window[-1][1],
         med,
         since=window[0][0],
-        evidence=f"changed {trend:+.3g} over {steps(window)} (Theil-Sen), within {p['plateau_ratio']:g} standard "
+        evidence=f"changed {trend:+.3g} over {steps(window)} (Theil-Sen), within {p.plateau_ratio:g} standard "
         f"errors of no change (+-{fmt(bar)}), around a median of {fmt(med)}",
     )
 
@@ -252,22 +265,22 @@ def zero_variance(series: Series, extra: Extra, p: Params) -> Check | None:
         if high is None or low is None or _at(extra, "critic/vf_loss", step) is not None:
             return None
         if high - low > _ZERO:
-            return Check(False, math.nan, p["zero_variance_share"])  # some group varies: no share to tell
+            return Check(False, math.nan, p.zero_variance_share)  # some group varies: no share to tell
         share, evidence = 1.0, f"every group is uniform: every response scored {fmt(high)} (critic/score/max = min)"
-    flagged = share >= p["zero_variance_share"]
+    flagged = share >= p.zero_variance_share
     evidence = f"step {step}: {evidence}"
     mild = solved is not None and failed is not None and solved > failed and solved >= share / 2
-    return Check(flagged, share, p["zero_variance_share"], evidence if flagged else "", mild=flagged and mild)
+    return Check(flagged, share, p.zero_variance_share, evidence if flagged else "", mild=flagged and mild)
 
 
 def mismatch(series: Series, extra: Extra, p: Params) -> Check | None:
     step, x = series[-1]
     return Check(
-        x > p["mismatch_warning"],
+        x > p.mismatch_warning,
         x,
         None,
         f"step {step}: {fmt(x)} (normal below 0.005; above 0.01: engine precision)",
-        critical=x > p["mismatch_critical"],
+        critical=x > p.mismatch_critical,
     )
 
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from verl_rl_insight.server.health.checks import Check
-from verl_rl_insight.server.health.defaults import DEFAULTS
+from verl_rl_insight.server.health.defaults import DEFAULTS, HealthSettings
 from verl_rl_insight.server.health.modes import (
     ALL,
     BY_NAME,
@@ -91,7 +91,7 @@ class Streak:
     def __init__(
         self,
         detector: Detector,
-        params: Mapping[str, float],
+        params: HealthSettings,
         keep: int = KEEP,
         validation_keys: Sequence[str] = (),
         seen: set[str] | None = None,
@@ -111,7 +111,7 @@ class Streak:
         self.findings: Findings = []
         self.active = False  # the newest step belongs to a finding
         self.resets: list[int] = []
-        self.needed = int(params[detector.sustain_setting]) if detector.sustain_setting else detector.sustain
+        self.needed = detector.sustain_setting(params) if detector.sustain_setting else detector.sustain
 
     def reset_baseline(self, step: int) -> None:
         self.resets = sorted({*self.resets, step})
@@ -152,7 +152,7 @@ class Streak:
         if found is not None and found[0] < self.rank:  # the run logs a key the detector prefers: follow it
             self.rank, self.metric, self.series, self.flagged, self.active = found[0], found[1], [], [], False
             if validation_streak(self.detector):
-                self.test_params = {**self.params, "lower_is_better": float(lower_is_better(found[1]))}
+                self.test_params = replace(self.params, lower_is_better=lower_is_better(found[1]))
         if self.metric is None:
             return None
         value = metrics.get(self.metric)
@@ -208,7 +208,7 @@ class StepTimes:
     """How long each step took (``timing_s/step``, else the time between two steps) against the
     run's own median: a step of ``stall_ratio`` x the median, and at least ``stall_s``, is a stall."""
 
-    def __init__(self, params: Mapping[str, float], keep: int = KEEP) -> None:
+    def __init__(self, params: HealthSettings, keep: int = KEEP) -> None:
         self.params, self.keep = params, keep
         self.durations: list[tuple[int, float]] = []
         self.last: tuple[int, float] | None = None  # (step, time) of the newest step with a time
@@ -219,11 +219,11 @@ class StepTimes:
         """The longest a step may take now; None before the run has a step time."""
         if not self.durations:
             return None
-        window = [d for _, d in self.durations[-int(self.params["window"]) :]]
-        return max(self.params["stall_ratio"] * statistics.median(window), self.params["stall_s"])
+        window = [d for _, d in self.durations[-self.params.window :]]
+        return max(self.params.stall_ratio * statistics.median(window), self.params.stall_s)
 
     def median(self) -> float | None:
-        window = [d for _, d in self.durations[-int(self.params["window"]) :]]
+        window = [d for _, d in self.durations[-self.params.window :]]
         return statistics.median(window) if window else None
 
     def add(self, step: int, metrics: Mapping[str, float], at: float | None) -> float | None:
@@ -295,7 +295,7 @@ class Said:
 class RunHealth:
     """Every detector's walk over one run."""
 
-    def __init__(self, params: Mapping[str, float], keep: int = KEEP, validation_keys: Sequence[str] = ()) -> None:
+    def __init__(self, params: HealthSettings, keep: int = KEEP, validation_keys: Sequence[str] = ()) -> None:
         """``validation_keys``: verl keys (or families ending in /) the user validates under, followed
         before verl's own names."""
         self.params = params
@@ -382,14 +382,14 @@ def diagnose(
     step_times: Series = (),
     finished: bool = True,
     now: float = 0.0,
-    params: Mapping[str, float] | None = None,
+    params: HealthSettings | None = None,
     resets: Sequence[int] = (),
     validation_keys: Sequence[str] = (),
 ) -> Findings:
     """Every finding in a run's history ({series name: [(step, value)]}, values may be NaN), the
     most severe first. ``step_times``: (step, time it was logged); ``resets``: steps at which every
     detector's baseline starts again."""
-    walk = RunHealth({**DEFAULTS, **(params or {})}, validation_keys=validation_keys)
+    walk = RunHealth(params or DEFAULTS, validation_keys=validation_keys)
     for step in resets:
         walk.reset_baseline(step)
     at: dict[int, float] = dict(step_times)

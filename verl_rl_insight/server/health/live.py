@@ -39,11 +39,12 @@ from __future__ import annotations
 import threading
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
+from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.detectors import BY_NAME, DEFAULTS, Finding, RunHealth, Said
 from verl_rl_insight.server.metrics.derived import derived_batch
 
@@ -66,7 +67,7 @@ class _Waiting(NamedTuple):
 
 
 class _Run:
-    def __init__(self, params: Mapping[str, float], validation_keys: Sequence[str]) -> None:
+    def __init__(self, params: HealthSettings, validation_keys: Sequence[str]) -> None:
         self.walk = RunHealth(params, validation_keys=validation_keys)
         self.counts: dict[str, float] = {}  # detector name -> steps that belonged to a finding
         self.held: deque[_Waiting] | None = deque(maxlen=HOLD)  # None once the run's card came
@@ -76,12 +77,12 @@ class _Run:
 class HealthMonitor:
     def __init__(
         self,
-        params: Mapping[str, float] | None = None,
+        params: HealthSettings | None = None,
         max_runs: int = 256,
         validation_keys: Sequence[str] = (),
     ) -> None:
         self.validation_keys = tuple(validation_keys)  # the server config's validation_keys
-        self.params = {**DEFAULTS, **(params or {})}
+        self.params = params or DEFAULTS
         self.max_runs = max_runs
         self.stats = {"steps": 0, "findings": 0, "walked_on_push": 0}
         self._runs: OrderedDict[Run, _Run] = OrderedDict()

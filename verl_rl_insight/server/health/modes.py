@@ -6,12 +6,12 @@ it reads, its test (``checks.py``), how long a streak must be, and what a person
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
 from verl_rl_insight.server.health import checks, trends, validation
-from verl_rl_insight.server.health.checks import Test
+from verl_rl_insight.server.health.checks import Params, Rise, Test
 from verl_rl_insight.server.health.trends import any_of, trend
 
 PREFIX = METRIC_PREFIX  # the trainer scalars' series (plugin trainer_metrics' default prefix)
@@ -39,7 +39,7 @@ class Detector:
     online: bool = True  # the server pushes its findings per step (stall and mismatch have their own rules)
     extra: tuple[str, ...] = ()  # the run's other keys the test reads
     extra_keep: int = KEEP  # how many values of each it needs
-    sustain_setting: str = ""  # the setting (DEFAULTS) that says ``sustain`` instead, where one does
+    sustain_setting: Callable[[Params], int] | None = None  # the setting that says ``sustain`` instead, if one does
 
     @property
     def alert(self) -> str:
@@ -101,7 +101,7 @@ DETECTORS: tuple[Detector, ...] = (
         "Training: what to check first",
         extra=SIGNAL_KEYS,
         extra_keep=1,  # the step's own values
-        sustain_setting="signal_sustain",
+        sustain_setting=lambda p: p.signal_sustain,
     ),
     Detector(
         "zero_variance_groups",
@@ -119,7 +119,7 @@ DETECTORS: tuple[Detector, ...] = (
         "Training signal: groups, advantages, percentiles",
         extra=GROUP_KEYS,
         extra_keep=1,  # the step's own values
-        sustain_setting="zero_variance_sustain",
+        sustain_setting=lambda p: p.zero_variance_sustain,
     ),
     Detector(
         "entropy_collapse",
@@ -127,8 +127,8 @@ DETECTORS: tuple[Detector, ...] = (
         "critical",
         3,
         any_of(
-            checks.falls_from_level("entropy_collapse_share", "entropy_mads", "entropy_window"),
-            trend(-1, "trend_entropy_fall", consequence=True),
+            checks.falls_from_level(lambda p: (p.entropy_collapse_share, p.entropy_mads, p.entropy_window)),
+            trend(-1, lambda p: p.trend_entropy_fall, consequence=True),
         ),
         "the policy's entropy collapsed: it stops exploring and samples nearly one answer",
         "actor/entropy next to score and response length; the clip fraction",
@@ -142,7 +142,10 @@ DETECTORS: tuple[Detector, ...] = (
         ENTROPY,
         "critical",
         3,
-        any_of(checks.entropy_blowup, trend(1, "trend_entropy_rise", "trend_entropy_abs", consequence=True)),
+        any_of(
+            checks.entropy_blowup,
+            trend(1, lambda p: p.trend_entropy_rise, lambda p: p.trend_entropy_abs, consequence=True),
+        ),
         "the policy's entropy is climbing far above its level: it samples noise (gibberish, mixed languages)",
         "actor/entropy with response length and the samples; grad norm and KL",
         "lower the learning rate, lower the temperature, check the log-prob mismatch and the weight sync, "
@@ -156,8 +159,8 @@ DETECTORS: tuple[Detector, ...] = (
         "critical",
         3,
         any_of(
-            checks.falls_from_level("reward_collapse_share", "reward_mads", "reward_window"),
-            trend(-1, "trend_reward_fall", severity="critical"),  # the fall is the consequence itself
+            checks.falls_from_level(lambda p: (p.reward_collapse_share, p.reward_mads, p.reward_window)),
+            trend(-1, lambda p: p.trend_reward_fall, severity="critical"),  # the fall is the consequence itself
         ),
         "the reward fell far below the run's own level: the policy got worse or the reward function broke",
         "score by step and the samples of the worst rollouts; the reward function's logs; KL and entropy",
@@ -175,7 +178,7 @@ DETECTORS: tuple[Detector, ...] = (
         "if the task is not solved: raise the learning rate or the rollout count, make the data harder, check "
         "that advantages are not all zero",
         "Training: what to check first",
-        sustain_setting="plateau_sustain",
+        sustain_setting=lambda p: p.plateau_sustain,
     ),
     Detector(
         "kl_blowup",
@@ -183,8 +186,10 @@ DETECTORS: tuple[Detector, ...] = (
         "critical",
         2,
         any_of(
-            checks.rises_from_level("kl_ratio", "kl_mads", "window", at_least="kl_rise", history="kl_min_history"),
-            trend(1, "trend_kl_rise", "trend_kl_abs"),
+            checks.rises_from_level(
+                lambda p: Rise(p.kl_ratio, p.kl_mads, p.window, p.kl_min_history, at_least=p.kl_rise)
+            ),
+            trend(1, lambda p: p.trend_kl_rise, lambda p: p.trend_kl_abs),
         ),
         "the policy is running away from the reference policy it is held to (the KL loss or the reward's KL penalty)",
         "actor/kl_loss or actor/reward_kl_penalty by step, grad norm, the clip fraction",
@@ -196,7 +201,7 @@ DETECTORS: tuple[Detector, ...] = (
         ("actor/grad_norm",),
         "warning",
         1,
-        any_of(checks.persistent_spike, trend(1, "trend_grad_rise")),
+        any_of(checks.persistent_spike, trend(1, lambda p: p.trend_grad_rise)),
         "the gradient norm stays above the run's own tail: the start of a divergence, not one bad batch",
         "actor/grad_norm by step, the loss, the batch's response lengths",
         "lower the learning rate or the grad clip, skip the bad batches, check for very long or empty responses",
@@ -208,8 +213,8 @@ DETECTORS: tuple[Detector, ...] = (
         "warning",
         3,
         any_of(
-            checks.rises_from_level("clip_ratio", "clip_mads", "window", floor="clip_min"),
-            trend(1, "trend_clip_rise", "clip_min"),
+            checks.rises_from_level(lambda p: Rise(p.clip_ratio, p.clip_mads, p.window, floor=p.clip_min)),
+            trend(1, lambda p: p.trend_clip_rise, lambda p: p.clip_min),
         ),
         "the PPO clip fraction is running away: updates are too large for the trust region",
         "actor/pg_clipfrac with KL and grad norm",
@@ -222,8 +227,8 @@ DETECTORS: tuple[Detector, ...] = (
         "warning",
         3,
         any_of(
-            checks.rises_from_level("length_ratio", "length_mads", "length_window"),
-            trend(1, "trend_length_rise", consequence=True),
+            checks.rises_from_level(lambda p: Rise(p.length_ratio, p.length_mads, p.length_window)),
+            trend(1, lambda p: p.trend_length_rise, consequence=True),
         ),
         "responses are growing far beyond their recent length: repetition loops or reward hacking by length",
         "response_length/mean and clip_ratio, the samples of the longest rollouts",
@@ -237,8 +242,8 @@ DETECTORS: tuple[Detector, ...] = (
         "warning",
         3,
         any_of(
-            checks.falls_from_level("length_collapse_share", "length_mads_collapse", "entropy_window"),
-            trend(-1, "trend_length_fall", consequence=True),
+            checks.falls_from_level(lambda p: (p.length_collapse_share, p.length_mads_collapse, p.entropy_window)),
+            trend(-1, lambda p: p.trend_length_fall, consequence=True),
         ),
         "responses are getting far shorter than they were: the policy found a short answer the reward "
         "accepts, or generation breaks off (an EOS or stop-token problem)",
@@ -255,8 +260,8 @@ DETECTORS: tuple[Detector, ...] = (
         3,
         any_of(
             checks.rising_share,
-            trend(1, "trend_truncation_share", "trend_truncation_rise"),
-            trends.level_at_most("truncation_level", "truncation_level_steps"),
+            trend(1, lambda p: p.trend_truncation_share, lambda p: p.trend_truncation_rise),
+            trends.level_at_most(lambda p: p.truncation_level, lambda p: p.truncation_level_steps),
         ),
         "more and more responses hit the length limit and are cut: their rewards and advantages are wrong",
         "response_length/clip_ratio and max; the truncated samples (repetition?)",
@@ -295,8 +300,8 @@ DETECTORS: tuple[Detector, ...] = (
         "warning",
         3,
         any_of(
-            checks.falls_from_level("throughput_ratio", "throughput_mads", "entropy_window"),
-            trend(-1, "trend_throughput_fall", mads="trend_throughput_mads", z="trend_throughput_z"),
+            checks.falls_from_level(lambda p: (p.throughput_ratio, p.throughput_mads, p.entropy_window)),
+            trend(-1, lambda p: p.trend_throughput_fall, mads_z=trends.throughput_mads_z),
         ),
         "throughput fell far below the run's own level: a slow node, memory pressure or a longer tail",
         "the RL state timeline (long tail, idle), GPU utilisation and memory, the engine panels",

@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from verl_rl_insight.server.health.checks import Check, Extra, Params, Test
+from verl_rl_insight.server.health.checks import Check, Extra, Params, Setting, Steps, Test
 from verl_rl_insight.server.health.signals import Series, fmt, mann_kendall, median, noise, steps
 
 SCORE_KEYS = ("critic/score/mean", "critic/rewards/mean")
@@ -78,25 +78,37 @@ class Shift:
         )
 
 
+MadsZ = Callable[[Params], tuple[float, float]]  # beyond's (mads, z), read off the settings
+
+
+def trend_mads_z(p: Params) -> tuple[float, float]:
+    """Every detector's (mads, z) but throughput's."""
+    return p.trend_mads, p.trend_z
+
+
+def throughput_mads_z(p: Params) -> tuple[float, float]:
+    return p.trend_throughput_mads, p.trend_throughput_z
+
+
 def shift(series: Series, p: Params, moved: Callable[[float, float], bool] | None = None) -> Shift | Check | None:
     """None while the run has fewer than ``trend_min_history`` steps ``trend_near``-``trend_far`` back;
     with ``moved`` (now, then): an unflagged Check of the two medians where it says no, before any
     Shift is made (the walk runs every trend at every step)."""
     last = series[-1][0]
-    recent = series[-int(p["trend_recent"]) :]
-    if len(recent) < p["trend_recent"]:
+    recent = series[-p.trend_recent :]
+    if len(recent) < p.trend_recent:
         return None
     # (step, value) pairs order by their step first and their values are finite: (s, -inf) comes before
     # every pair of step s and (s, inf) after them (bisect without a key function called at each probe)
-    first = bisect.bisect_left(series, (last - p["trend_far"], -math.inf))
-    end = bisect.bisect_right(series, (last - p["trend_near"], math.inf))
-    if end - first < p["trend_min_history"]:
+    first = bisect.bisect_left(series, (last - p.trend_far, -math.inf))
+    end = bisect.bisect_right(series, (last - p.trend_near, math.inf))
+    if end - first < p.trend_min_history:
         return None
     earlier = series[first:end]
     now, then = median([v for _, v in recent]), median([v for _, v in earlier])
     if moved is not None and not moved(now, then):
         return Check(False, now, then)
-    newest = bisect.bisect_right(series, (last - p["trend_near"] - p["trend_recent"], math.inf))
+    newest = bisect.bisect_right(series, (last - p.trend_near - p.trend_recent, math.inf))
     return Shift(now, then, series, first, newest, recent, earlier)
 
 
@@ -111,17 +123,18 @@ def beyond(
     share: float,
     p: Params,
     at_least: float = 0.0,
-    mads: str = "trend_mads",
-    z: str = "trend_z",
+    mads_z: MadsZ = trend_mads_z,
 ) -> bool:
     """The change goes ``direction`` (+1 up, -1 down) by more than ``share`` of the earlier level,
-    ``at_least`` in absolute terms, ``mads`` x its noise, with a Mann-Kendall trend (beyond ``z``)."""
+    ``at_least`` in absolute terms, ``mads`` x its noise, with a Mann-Kendall trend (beyond ``z``):
+    ``mads_z`` reads (mads, z) off the settings."""
+    mads, z = mads_z(p)
     change = direction * found.change
     return (
         change > share * abs(found.then)
         and change > at_least
-        and change > p[mads] * found.error
-        and direction * found.trend_z > p[z]
+        and change > mads * found.error
+        and direction * found.trend_z > z
     )
 
 
@@ -139,32 +152,31 @@ def score_rises(found: Shift | None) -> bool:
 
 def trend(
     direction: int,
-    share: str,
-    at_least: str | None = None,
+    share: Setting,
+    at_least: Setting | None = None,
     consequence: bool = False,
     severity: str = "warning",
-    mads: str = "trend_mads",
-    z: str = "trend_z",
+    mads_z: MadsZ = trend_mads_z,
 ) -> Test:
     """Flagged when the level moved ``direction`` beyond ``beyond``'s bar: a ``severity`` step, and
     with ``consequence`` a critical one where the training score fell too over the same steps."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
-        least = p[at_least] if at_least else 0.0
+        least, least_share = at_least(p) if at_least else 0.0, share(p)
 
         def moved(now: float, then: float) -> bool:  # beyond's first two tests
             change = direction * (now - then)
-            return change > p[share] * abs(then) and change > least
+            return change > least_share * abs(then) and change > least
 
         found = shift(series, p, moved)
         if not isinstance(found, Shift):
             return found
-        flagged = beyond(found, direction, p[share], p, p[at_least] if at_least else 0.0, mads, z)
+        flagged = beyond(found, direction, least_share, p, least, mads_z)
         score = score_shift(extra, p) if consequence and flagged else None
         if not flagged or score_rises(score):
             return Check(False, found.now, found.then)
         evidence = found.text()
-        fell = score is not None and beyond(score, -1, p["trend_score_fall"], p)
+        fell = score is not None and beyond(score, -1, p.trend_score_fall, p)
         if score is not None:
             evidence += f"; the training score {'fell' if fell else 'did not rise'}: {score.text()}"
         level = "critical" if fell else severity
@@ -175,20 +187,21 @@ def trend(
     return test
 
 
-def level_at_most(setting: str, steps_setting: str) -> Test:
+def level_at_most(setting: Setting, steps_setting: Steps) -> Test:
     """A share above ``setting`` over each of the newest ``steps_setting`` steps, whatever its trend."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
-        recent = series[-int(p[steps_setting]) :]
-        if len(recent) < p[steps_setting]:
+        count, bar = steps_setting(p), setting(p)
+        recent = series[-count:]
+        if len(recent) < count:
             return None
         low = min(v for _, v in recent)
-        flagged = low > p[setting]
+        flagged = low > bar
         evidence = (
             f"at least {fmt(low)} over each of {steps(recent)} (step {recent[-1][0]}: {fmt(recent[-1][1])}), above "
-            f"the level {fmt(p[setting])} that a run's rewards can bear"
+            f"the level {fmt(bar)} that a run's rewards can bear"
         )
-        return Check(flagged, recent[-1][1], p[setting], evidence if flagged else "", severity="warning")
+        return Check(flagged, recent[-1][1], bar, evidence if flagged else "", severity="warning")
 
     return test
 

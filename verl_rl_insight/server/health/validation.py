@@ -84,7 +84,7 @@ def _earlier(series: Series, p: Params) -> Series:
     """The validations ``trend_near``-``trend_far`` steps before the newest, where there are two or
     more, else the (up to) three before it."""
     last = series[-1][0]
-    far = [(s, v) for s, v in series[:-1] if last - p["trend_far"] <= s <= last - p["trend_near"]]
+    far = [(s, v) for s, v in series[:-1] if last - p.trend_far <= s <= last - p.trend_near]
     return far if len(far) >= 2 else series[-4:-1]
 
 
@@ -96,15 +96,15 @@ def validation_drop(series: Series, extra: Extra, p: Params) -> Check | None:
     to) three validations before them and the median of those 20-60 steps back, beyond a share of
     it and ``validation_mads`` x the noise of that difference (from one validation's: the set's
     binomial noise where its size is known, else the run's own validation noise)."""
-    sign = -1.0 if p.get("lower_is_better") else 1.0
-    points = series[-int(p["validation_window"]) :]
+    sign = -1.0 if p.lower_is_better else 1.0
+    points = series[-p.validation_window :]
     if len(points) < 2:
         return None
     (prev_step, prev), (step, x) = points[-2], points[-1]
     bound = questions([v for _, v in points])
     binomial = math.sqrt(max(prev * (1 - prev), 1 / bound) / bound) if bound and 0 <= prev <= 1 else 0.0
     fall = sign * (prev - x)
-    if fall >= p["validation_collapse"] * abs(prev) and fall > max(0.01, 3 * binomial):
+    if fall >= p.validation_collapse * abs(prev) and fall > max(0.01, 3 * binomial):
         evidence = f"step {step}: {fmt(x)} against step {prev_step}: {fmt(prev)}, {fall:.4g} worse (90 % or more)"
         return Check(True, x, prev, evidence, severity="critical")
     if len(points) < 3:
@@ -122,8 +122,8 @@ def validation_drop(series: Series, extra: Extra, p: Params) -> Check | None:
     # no noise known yet (too few validations before for their changes, too few values for the set's size):
     # a drop must then be a larger share of the level (validation_blind_drop) rather than beyond a noise of 0
     flagged = (
-        drop > p["validation_drop" if spread > 0 else "validation_blind_drop"] * abs(level)
-        and drop > p["validation_mads"] * spread
+        drop > (p.validation_drop if spread > 0 else p.validation_blind_drop) * abs(level)
+        and drop > p.validation_mads * spread
         and drop > 0.01
         and sign * (level - x) > 0
     )
@@ -141,10 +141,10 @@ def train_val_divergence(series: Series, extra: Extra, p: Params) -> Check | Non
     """Validation sliding from its best of the last ``divergence_steps`` steps while the training
     score rose over the same steps, each beyond its own noise: the policy learns the training
     reward, not the task (reward hacking, overfitting to the training prompts)."""
-    if p.get("lower_is_better"):
+    if p.lower_is_better:
         return None
     last = series[-1][0]
-    val = [(s, v) for s, v in series if s > last - int(p["divergence_steps"])]
+    val = [(s, v) for s, v in series if s > last - p.divergence_steps]
     score = next((extra[k] for k in ("critic/score/mean", "critic/rewards/mean") if extra.get(k)), None)
     if len(val) < 5 or score is None:
         return None
@@ -161,11 +161,11 @@ def train_val_divergence(series: Series, extra: Extra, p: Params) -> Check | Non
     rise = statistics.median(v for _, v in lately) - statistics.median(at_peak)
     train_noise = max(noise([v for _, v in score[-50:]]), 1e-12)
     fall = peak - now
-    val_noise = validation_noise([v for _, v in series][-int(p["validation_window"]) :])
+    val_noise = validation_noise([v for _, v in series][-p.validation_window :])
     flagged = (
-        fall > p["divergence_mads"] * val_noise
-        and fall > p["divergence_share"] * abs(peak)
-        and rise > p["divergence_mads"] * 0.6 * train_noise
+        fall > p.divergence_mads * val_noise
+        and fall > p.divergence_share * abs(peak)
+        and rise > p.divergence_mads * 0.6 * train_noise
     )
     evidence = (
         f"validation median {fmt(now)} over the validations at {', '.join(str(s) for s, _ in val[-3:])}, down "

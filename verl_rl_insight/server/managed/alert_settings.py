@@ -5,11 +5,12 @@ checked when the settings are read (``ServerSettings``) and used by the rules
 It imports neither of them: settings.py imports this module, never the other way round.
 """
 
+import dataclasses
 import re
 from collections.abc import Mapping
 
 from verl_rl_insight.contract.errors import ConfigError
-from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health.defaults import SETTINGS, HealthSettings
 
 Threshold = float | int | str  # a number, or a Prometheus duration ("15m")
 
@@ -35,26 +36,28 @@ DEFAULTS: dict[str, Threshold] = {
     "trainer_idle_share": 0.3,  # the share of the window's step time in which the trainer ran nothing
     "slowest_replica_share": 0.5,  # one replica held back more than this share of the window's steps
     # training health (server/health/detectors.py): each RLInsight<Mode> fires while a step of the
-    # last health_hold belonged to a finding; the detectors' own settings are theirs (DEFAULTS there)
+    # last health_hold belonged to a finding; the detectors' own settings are theirs (HealthSettings)
     "health_hold": "10m",
 }
 
 
 def thresholds(overrides: Mapping[str, Threshold] | None = None) -> dict[str, Threshold]:
-    values = {**DEFAULTS, **detectors.DEFAULTS}
+    """The alert thresholds and the detectors' settings by name, ``overrides`` in place: a name that
+    is neither, or a detector setting that is not a number (``HealthSettings.from_mapping``), is a
+    ConfigError naming it."""
+    values: dict[str, Threshold] = {**DEFAULTS, **HealthSettings().by_name()}
     unknown = sorted(set(overrides or {}) - set(values))
     if unknown:
         raise ConfigError(f"unknown alert setting(s) {', '.join(unknown)}; known: {', '.join(sorted(values))}")
+    HealthSettings.from_mapping({k: v for k, v in (overrides or {}).items() if k in SETTINGS})
     values.update(overrides or {})
     return values
 
 
-def health_params(overrides: Mapping[str, Threshold] | None = None) -> dict[str, float]:
+def health_settings(overrides: Mapping[str, Threshold] | None = None) -> HealthSettings:
     """The detectors' settings from the server config's ``alerts:`` (the stall limit is ``stalled_for``)."""
-    t = thresholds(overrides)
-    params = {k: float(t[k]) for k in detectors.DEFAULTS}
-    params["stall_s"] = duration_s(str(t["stalled_for"]))
-    return params
+    settings = HealthSettings.from_mapping({k: v for k, v in (overrides or {}).items() if k in SETTINGS})
+    return dataclasses.replace(settings, stall_s=duration_s(str(thresholds(overrides)["stalled_for"])))
 
 
 def duration_s(text: str) -> float:

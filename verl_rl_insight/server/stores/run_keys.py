@@ -24,6 +24,7 @@ from pathlib import Path
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.stores.files import private_folder, write_atomically
+from verl_rl_insight.server.stores.stats import RunKeysStats
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -53,7 +54,7 @@ class RunKeys:
         self.folder = folder
         self.max_runs, self.max_total_bytes, self.max_per_run = max_runs, max_total_bytes, max_per_run
         self.book: Callable[[int], bool] = lambda nbytes: True
-        self.stats = {"runs": 0, "bytes": 0, "refused_keys": 0, "write_errors": 0}
+        self.stats = RunKeysStats()
         self._lock = threading.Lock()
         self._runs: OrderedDict[Run, dict[str, str]] = OrderedDict()  # changed longest ago first
         self._bytes = 0
@@ -102,9 +103,9 @@ class RunKeys:
             merged = {**held, **{n: k for n, k in new.items() if n in held or n in added}}
             cost = _cost(merged) - (_cost(held) if run in self._runs else 0)
             if merged == held or not self.book(cost):
-                self.stats["refused_keys"] += len(new)
+                self.stats.refused_keys += len(new)
                 return
-            self.stats["refused_keys"] += len(new) - (len(merged) - len(held)) - sum(n in held for n in new)
+            self.stats.refused_keys += len(new) - (len(merged) - len(held)) - sum(n in held for n in new)
             self._runs[run] = merged
             self._runs.move_to_end(run)
             self._bytes += cost
@@ -127,7 +128,7 @@ class RunKeys:
         try:
             write_atomically(self.folder / file_name(run), text)
         except OSError as exc:  # a full disk: the keys stay held, the explorer names them until a restart
-            self.stats["write_errors"] += 1
+            self.stats.write_errors += 1
             logger.warning("cannot write the run keys of %s/%s: %s", run[0][:100], run[1][:100], exc)
 
     def _drop(self, run: Run) -> None:
@@ -142,4 +143,4 @@ class RunKeys:
     def _trim(self) -> None:
         while len(self._runs) > self.max_runs or (len(self._runs) > 1 and self._bytes > self.max_total_bytes):
             self._drop(next(iter(self._runs)))
-        self.stats["runs"], self.stats["bytes"] = len(self._runs), self._bytes
+        self.stats.runs, self.stats.bytes = len(self._runs), self._bytes

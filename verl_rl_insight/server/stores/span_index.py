@@ -9,7 +9,7 @@ the server started, or dropped for room) is indexed from its files at its first 
 When the store cuts a run's files (its oldest steps evicted) it tells the index what each cut
 segment now holds. Bounded by bytes (``max_bytes``: a share of ``memory_limit_mb``): past it the
 index of the run asked for or written to longest ago is dropped first (counted in
-``stats["dropped_runs"]``), to be indexed again from its files when asked for.
+``stats.dropped_runs``), to be indexed again from its files when asked for.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+
+from verl_rl_insight.server.stores.stats import SpanIndexStats
 
 LOOSE_NS = 10 * 10**9  # the spans without a step, indexed by their start, in buckets this wide
 ENTRY_BYTES = 240  # a step's entry: its dict slot, its object, its array's header
@@ -104,7 +106,7 @@ class SpanIndex:
 
     def __init__(self, max_bytes: int = MAX_BYTES) -> None:
         self.max_bytes = max_bytes
-        self.stats = {"indexed_runs": 0, "dropped_runs": 0, "bytes": 0}
+        self.stats = SpanIndexStats()
         self._runs: OrderedDict[str, RunIndex] = OrderedDict()
         self._bytes: dict[str, int] = {}
 
@@ -117,7 +119,7 @@ class SpanIndex:
     def start(self, key: str) -> RunIndex:
         """An empty index for ``key`` (a new run, or one about to be indexed from its files)."""
         run = self._runs[key] = RunIndex()
-        self.stats["indexed_runs"] += 1
+        self.stats.indexed_runs += 1
         return run
 
     def written(self, key: str, n: int, offset: int, lines: Iterable[tuple[Record, int | None, int]]) -> None:
@@ -141,12 +143,12 @@ class SpanIndex:
         while len(self._runs) > 1 and total > self.max_bytes:
             gone, _ = self._runs.popitem(last=False)
             total -= self._bytes.pop(gone, 0)
-            self.stats["dropped_runs"] += 1
-        self.stats["bytes"] = total
+            self.stats.dropped_runs += 1
+        self.stats.bytes = total
 
     def drop(self, key: str) -> None:
         self._runs.pop(key, None)
-        self.stats["bytes"] -= self._bytes.pop(key, 0)
+        self.stats.bytes -= self._bytes.pop(key, 0)
 
 
 def _parsed(line: bytes) -> dict[str, object] | None:

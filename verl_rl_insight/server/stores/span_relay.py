@@ -12,6 +12,7 @@ import threading
 import time
 
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
+from verl_rl_insight.server.stores.stats import RelayStats
 
 
 class SpanRelay:
@@ -20,7 +21,7 @@ class SpanRelay:
         self.max_bytes = max_bytes
         self.attempts = attempts
         self.backoff_s = backoff_s
-        self.stats = {"relayed": 0, "dropped": 0, "failed": 0}
+        self.stats = RelayStats()
         self._queue: collections.deque[tuple[bytes, str | None]] = collections.deque()
         self._bytes = 0
         self._cv = threading.Condition()
@@ -33,7 +34,7 @@ class SpanRelay:
         """Queue one body; False (and counted) when the queue is full."""
         with self._cv:
             if self._closed or self._bytes + len(body) > self.max_bytes:
-                self.stats["dropped"] += 1
+                self.stats.dropped += 1
                 return False
             self._queue.append((body, encoding))
             self._bytes += len(body)
@@ -59,7 +60,7 @@ class SpanRelay:
             try:
                 reply = self._client.request("POST", self.url, data=body, headers=headers)
                 if reply.ok:
-                    self.stats["relayed"] += 1
+                    self.stats.relayed += 1
                     return
                 if 400 <= reply.status < 500 and reply.status != 429:
                     break  # Tempo will not take this body, however often it is sent
@@ -67,7 +68,7 @@ class SpanRelay:
                 pass
             if attempt + 1 < self.attempts:
                 time.sleep(self.backoff_s * 2**attempt)
-        self.stats["failed"] += 1
+        self.stats.failed += 1
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Send what is queued (up to ``timeout_s``), then stop."""

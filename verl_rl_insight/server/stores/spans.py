@@ -24,6 +24,7 @@ from verl_rl_insight.server.stores.files import write_atomically
 from verl_rl_insight.server.stores.otlp import Record, SpanEncoding, SpanError, SpanTooLarge, decode, records
 from verl_rl_insight.server.stores.span_index import MAX_BYTES as INDEX_BYTES
 from verl_rl_insight.server.stores.span_index import Places, RunIndex, SpanIndex, index_files, read_places
+from verl_rl_insight.server.stores.stats import SpanStoreStats
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -100,7 +101,7 @@ def _note_step(run: dict[str, Any], segment: Segment, step: int | None) -> None:
 
 class SpanStore:
     """Spans per run, bounded in bytes per run, in bytes and in runs all together (the run written
-    to longest ago goes first, counted in ``stats["evicted_runs"]``). A run over ``max_run_bytes``
+    to longest ago goes first, counted in ``stats.evicted_runs``). A run over ``max_run_bytes``
     loses its oldest steps first: its spans are kept in segments of about an eighth of the bound,
     and the oldest segment goes, with every span of the steps it held (so the steps kept are whole,
     the newest always among them); each run says what it lost (``evicted_steps``, ``evicted_spans``,
@@ -123,7 +124,7 @@ class SpanStore:
         self.max_total_bytes = max_total_bytes
         self.max_runs = max_runs
         self.save_every_s = save_every_s
-        self.stats = {"received": 0, "kept": 0, "dropped": 0, "unlabelled": 0, "evicted_runs": 0, "evicted_spans": 0}
+        self.stats = SpanStoreStats()
         self.index = SpanIndex(index_bytes)  # where each step's spans lie: a step page reads only those
         self.read_bytes = 0  # read back from the files for step pages (what the index saves)
         self._lock = threading.Lock()
@@ -166,15 +167,13 @@ class SpanStore:
             total += 1
             line = json.dumps(record, separators=(",", ":")) + "\n"
             lines.setdefault((project, experiment), []).append((span_step(record), line, record))
-        for resource_spans in request.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                self.stats["unlabelled"] += len(scope_spans.spans)
-        self.stats["unlabelled"] -= total
+        spans = sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
         kept = 0
         with self._lock:
+            self.stats.unlabelled += spans - total  # under the lock: two requests at once both count
             for (project, experiment), run_lines in lines.items():
                 kept += self._add_run(project, experiment, run_lines)
-            self.stats["kept"] += kept
+            self.stats.kept += kept
             self._evict()
             self._dirty = True
             self._save_if_due()
@@ -197,7 +196,7 @@ class SpanStore:
                 "segments": [_segment(0)],
             }
             self.index.start(key)  # indexed from its first span on
-        self.stats["received"] += len(run_lines)
+        self.stats.received += len(run_lines)
         self._runs.move_to_end(key)
         gone = run["evicted_through_step"]
         late = [line for step, line, _ in run_lines if gone is not None and step is not None and step <= gone]
@@ -206,7 +205,7 @@ class SpanStore:
         data = "".join(line for _, line, _ in run_lines).encode()
         if len(data) > self.max_run_bytes:  # one request larger than the run may hold
             run["dropped"] += len(run_lines)
-            self.stats["dropped"] += len(run_lines)
+            self.stats.dropped += len(run_lines)
             return 0
         segment = run["segments"][-1]
         if segment["bytes"] >= self.segment_bytes:
@@ -227,7 +226,7 @@ class SpanStore:
 
     def _count_evicted(self, run: dict[str, Any], spans: int) -> None:
         run["evicted_spans"] += spans
-        self.stats["evicted_spans"] += spans
+        self.stats.evicted_spans += spans
 
     def _evict_oldest_steps(self, key: str, run: dict[str, Any]) -> None:
         """The run's oldest segment goes, and every span of the steps it held from the segments
@@ -304,7 +303,7 @@ class SpanStore:
                 self._path(oldest, segment).unlink(missing_ok=True)
             self._bytes -= run["bytes"]
             self.index.drop(oldest)
-            self.stats["evicted_runs"] += 1
+            self.stats.evicted_runs += 1
 
     def _save_if_due(self, force: bool = False) -> None:
         now = time.monotonic()

@@ -26,13 +26,13 @@ Series per run; gauges hold the last step's figure, counters add every step's (a
 Bounded: at most ``max_runs`` runs (the one heard from longest ago goes first), ``max_spans``
 spans waiting per run (the oldest go first) and ``max_total_spans`` in all (beyond it the run
 heard from longest ago is forgotten, so a flood of spans that never settle cannot starve a run
-that has steps); what is not kept is counted in ``stats["dropped"]``. And in bytes: each span
+that has steps); what is not kept is counted in ``stats.dropped``. And in bytes: each span
 waiting is booked (``span_bytes``) through ``book``, the hub's memory bound (``memory_limit_mb``)
 that pushes are held to as well, and each run holds at most its share of ``budget_bytes`` (what
 ``book`` lends: the rule of the hub's own shares, ``metrics/budgets.py``): a run at its share loses
 its own oldest waiting spans; when ``book`` has no room, the runs over their share lose their oldest;
 never does one run's span push out another run under its share, its spans or its pending step. A
-span that still does not fit is dropped and counted (``stats["dropped_memory"]``).
+span that still does not fit is dropped and counted (``stats.dropped_memory``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.metrics.budgets import share_of
@@ -169,6 +170,14 @@ def lanes_of(step_span: dict[str, Any], spans: list[dict[str, Any]], figures: St
     }
 
 
+@dataclass(slots=True)
+class FigureStats(Counters):
+    steps: int = 0  # steps whose figures were made
+    dropped: int = 0  # spans not kept or let go (beyond a run's or the whole's bounds, in count or in bytes)
+    failed: int = 0  # steps whose figures could not be made (the next ones are)
+    dropped_memory: int = 0  # of the dropped, those the memory booked had no room for
+
+
 class LiveFigures:
     """Spans in, per-step figures out (``collect``, which the hub calls: ``derived.Derived``)."""
 
@@ -192,7 +201,7 @@ class LiveFigures:
         self.max_runs = max_runs
         self.max_spans = max_spans
         self.clock = clock
-        self.stats = {"steps": 0, "dropped": 0, "failed": 0, "dropped_memory": 0}
+        self.stats = FigureStats()
         self._runs: OrderedDict[Run, _Run] = OrderedDict()
         self._last: dict[Run, dict[str, Any]] = {}  # the newest step made, per run, as lanes
         self._lock = threading.Lock()
@@ -219,12 +228,12 @@ class LiveFigures:
                     if self._total >= self.max_total_spans:
                         self._make_room(key)
                     if self._total >= self.max_total_spans:
-                        self.stats["dropped"] += 1
+                        self.stats.dropped += 1
                         continue
                     cost = span_bytes(record)
                     if not self._room_for(key, run, cost):
-                        self.stats["dropped"] += 1
-                        self.stats["dropped_memory"] += 1
+                        self.stats.dropped += 1
+                        self.stats.dropped_memory += 1
                         continue
                     run.spans.append(record)
                     self._held[key] = self._held.get(key, 0) + cost
@@ -233,7 +242,7 @@ class LiveFigures:
                         cut = len(run.spans) - self.max_spans
                         self._let_go(key, run.spans[:cut])
                         del run.spans[:cut]
-                        self.stats["dropped"] += cut
+                        self.stats.dropped += cut
             self._make(self._ready(now))  # under the lock: a run's steps are pushed in order
 
     def _let_go(self, key: Run, spans: list[dict[str, Any]]) -> None:
@@ -269,8 +278,8 @@ class LiveFigures:
     def _drop_oldest(self, key: Run, run: _Run) -> None:
         self._let_go(key, run.spans[:1])
         del run.spans[:1]
-        self.stats["dropped"] += 1
-        self.stats["dropped_memory"] += 1
+        self.stats.dropped += 1
+        self.stats.dropped_memory += 1
 
     def _make_room(self, keep: Run) -> None:
         """Forget runs, the one heard from longest ago first, until the spans fit (never ``keep``)."""
@@ -284,7 +293,7 @@ class LiveFigures:
         gone = self._runs.pop(key)
         self._last.pop(key, None)
         self._let_go(key, gone.spans)
-        self.stats["dropped"] += len(gone.spans)
+        self.stats.dropped += len(gone.spans)
 
     def last_step(self, project: str, experiment: str) -> dict[str, Any] | None:
         """The newest step made of the run, as lanes of (state, start, end) seconds from its start."""
@@ -332,6 +341,6 @@ class LiveFigures:
                     end_s = step_span["end_ns"] / 1e9
                     self._made.extend(batches(project, experiment, figures, end_s, run))
                     self._last[(project, experiment)] = lanes_of(step_span, spans, figures)
-                    self.stats["steps"] += 1
+                    self.stats.steps += 1
             except Exception:  # one bad step never stops the next ones
-                self.stats["failed"] += 1
+                self.stats.failed += 1

@@ -7,17 +7,25 @@ server forgets the targets of a run that has ended or crashed; ``close`` removes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.http_client import HttpClient
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
 logger = logging.getLogger("verl_rl_insight")
+
+
+@dataclasses.dataclass(slots=True)
+class AnnouncerStats(Counters):
+    announced: int = 0  # requests to the server's targets API it answered with success (announce, withdraw)
+    failed: int = 0  # those it refused or never answered
 
 
 class TargetAnnouncer:
@@ -32,7 +40,7 @@ class TargetAnnouncer:
         self._thread: threading.Thread | None = None
         self._client = HttpClient(token)
         self._warned = False
-        self.stats = {"announced": 0, "failed": 0}
+        self.stats = AnnouncerStats()
 
     def announce(self, address: str, job: str, labels: dict[str, str]) -> None:
         key = (job, address)
@@ -85,7 +93,10 @@ class TargetAnnouncer:
             message = reply.text[:300]
         except Exception as exc:
             ok, message = False, f"{type(exc).__name__}: {exc}"
-        self.stats["announced" if ok else "failed"] += 1
+        if ok:
+            self.stats.announced += 1
+        else:
+            self.stats.failed += 1
         if not ok and not self._warned:
             self._warned = True
             logger.warning(

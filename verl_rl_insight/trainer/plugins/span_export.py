@@ -5,6 +5,7 @@ instead of blocking the training thread (state_timeline.py uses both)."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import threading
@@ -17,6 +18,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.trainer.config import plugin_settings
 
 logger = logging.getLogger("verl_rl_insight")
@@ -82,6 +84,13 @@ class AnnouncedEndpointExporter:
             self.exporter.shutdown()
 
 
+@dataclasses.dataclass(slots=True)
+class SpanExportStats(Counters):
+    dropped: int = 0  # spans the full queue had no room for (written under the processor's lock)
+    exported: int = 0  # spans the exporter took (written by the export thread only) ...
+    failed: int = 0  # ... and those it did not
+
+
 class CountingSpanProcessor(SpanProcessor):  # type: ignore[misc]  # opentelemetry is not followed
     """A batching span processor whose queue drops (and counts) instead of blocking or silently losing."""
 
@@ -92,7 +101,7 @@ class CountingSpanProcessor(SpanProcessor):  # type: ignore[misc]  # opentelemet
         self.max_queue = max_queue
         self.batch_size = batch_size
         self.interval_s = interval_s
-        self.stats: collections.Counter[str] = collections.Counter()
+        self.stats = SpanExportStats()
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -107,8 +116,8 @@ class CountingSpanProcessor(SpanProcessor):  # type: ignore[misc]  # opentelemet
     def on_end(self, span: ReadableSpan) -> None:
         with self._lock:
             if len(self._queue) >= self.max_queue:
-                self.stats["dropped"] += 1
-                if self.stats["dropped"] == 1:
+                self.stats.dropped += 1
+                if self.stats.dropped == 1:
                     logger.warning(
                         "rl-insight: span queue full (%d); timeline spans are dropped and counted", self.max_queue
                     )
@@ -137,8 +146,11 @@ class CountingSpanProcessor(SpanProcessor):  # type: ignore[misc]  # opentelemet
                 ok = self.exporter.export(batch) == SpanExportResult.SUCCESS
             except Exception:
                 ok = False
-            self.stats["exported" if ok else "failed"] += len(batch)
-            if not ok and self.stats["failed"] == len(batch):
+            if ok:
+                self.stats.exported += len(batch)
+            else:
+                self.stats.failed += len(batch)
+            if not ok and self.stats.failed == len(batch):
                 logger.warning(
                     "rl-insight: cannot send timeline spans to %s; they are counted as failed",
                     getattr(self.exporter, "_endpoint", "the OTLP endpoint"),

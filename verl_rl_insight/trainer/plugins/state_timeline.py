@@ -230,7 +230,7 @@ class Plugin:
             for (state, lane), (seconds, count) in items
         ]
         stats = self.processor.stats if self.processor is not None else None
-        if stats is not None and any(stats.values()):
+        if stats is not None and any(stats.as_dict().values()):
             batches.append(
                 MetricBatch(
                     run.project,
@@ -238,9 +238,9 @@ class Plugin:
                     None,
                     now,
                     {
-                        "rl_insight_timeline_dropped_spans_total": stats["dropped"],
-                        "rl_insight_timeline_exported_spans_total": stats["exported"],
-                        "rl_insight_timeline_failed_spans_total": stats["failed"],
+                        "rl_insight_timeline_dropped_spans_total": stats.dropped,
+                        "rl_insight_timeline_exported_spans_total": stats.exported,
+                        "rl_insight_timeline_failed_spans_total": stats.failed,
                     },
                     labels={"process": f"{HOST}:{os.getpid()}"},
                 )
