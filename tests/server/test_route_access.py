@@ -13,7 +13,7 @@ from tests.server.test_timeline_store import STEP_SPANS, otlp
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.asgi import Api
-from verl_rl_insight.server.api.body_runs import RUNS_OF_BODY
+from verl_rl_insight.server.api.named_runs import IN_BODY as RUNS_OF_BODY
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.parts import ApiParts, Startup
 from verl_rl_insight.server.api.route import Doc, Route
