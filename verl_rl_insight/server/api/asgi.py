@@ -5,7 +5,8 @@ A request is routed, its caller authorized for the route's access, given its run
 credential may call the route (run_gate.py: consulted here where the request names its run outside
 a large body, by the handler's parser inside one; an answer of success without it is refused), held
 off with 503 while the server starts when the route needs that, and handed to its handler; whatever
-the package refuses (an ``RLInsightError``) is answered with its status, headers and ``{"error": ...}`` (errors.py).
+the package refuses (an ``RLInsightError``) is answered with its status, headers and
+``{"error": ...}`` (errors.py).
 """
 
 import collections
