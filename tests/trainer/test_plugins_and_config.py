@@ -196,11 +196,11 @@ def test_max_request_bytes_changes_how_the_sender_splits_requests(hub_server, mo
     sizes = []
     push = server.hub.push_body
 
-    def slow_first_push(body, run=None):  # the batches logged meanwhile queue up: the next request could take them all
+    def slow_first_push(body, gate=None):  # the batches logged meanwhile queue up: the next request could take them all
         if not sizes:
             time.sleep(0.5)
         sizes.append(len(body))
-        return push(body, run)
+        return push(body, gate)
 
     monkeypatch.setattr(server.hub, "push_body", slow_first_push)
     monkeypatch.setenv("RL_INSIGHT_SERVER_URL", server.url)

@@ -17,10 +17,13 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from verl_rl_insight.contract.errors import Forbidden
 from verl_rl_insight.contract.runs import Run
+
+Named = tuple[object, object, str]  # (project, experiment_name, the field of the request that names them)
+RunCheck = Callable[[Iterable[Named]], None]  # the API's run gate (server/api/run_gate.py), as a parser sees it
 
 PREFIX = "run1."
 RUN_CREDENTIAL_DAYS = 30.0

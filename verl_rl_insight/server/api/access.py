@@ -9,13 +9,13 @@ class Access(enum.Enum):
 
     ANYONE = "anyone"
     TOKEN = "token"
-    RUN_CREDENTIAL = "run_credential"  # the token, or a run credential of the run it names (``RunIn`` says where)
+    RUN_CREDENTIAL = "run_credential"  # the token, or a run credential of the run it names (``RunIn``: where)
 
 
-# Where a RUN_CREDENTIAL route's request names its run. The router checks these before the handler
-# runs: "query" (``?project=&experiment_name=``), "body" (the JSON body's project and experiment_name)
-# and "body labels" (the target's labels), the body decoded once for it (``body_runs``). The handler
-# still checks the rest as it decodes the body, parsed once where it may be MBs: "body batches" (each
-# batch's labels, while the push is validated), "spans" (each span's resource attributes), "target"
-# (the labels of the registered target that the query's job and address name).
+# Where a RUN_CREDENTIAL route's request names its run, which its run gate checks (run_gate.py):
+# the router before the handler runs for "query" (``?project=&experiment_name=``), "target" (the
+# labels of the registered target that ``?job=&address=`` name), "body" (a small JSON body's project
+# and experiment_name) and "body labels" (the target's labels); the handler's one parse of a body
+# that may be MBs for "body batches" (each batch of a push) and "spans" (each span's resource).
+# ``named_runs`` says which is which; an answer of success without the gate consulted is refused.
 RunIn = Literal["query", "body batches", "body labels", "body", "spans", "target"]

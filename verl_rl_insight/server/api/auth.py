@@ -1,5 +1,6 @@
 """Who is calling: the token lets everything through, a run credential (what Ray workers carry)
-only the routes open to run credentials, for its own run (which the handler checks); else 401 / 403."""
+only the routes open to run credentials, for its own run (its run gate checks that: run_gate.py);
+else 401 / 403."""
 
 import base64
 import binascii

@@ -17,7 +17,7 @@ async def post_push(ctx: Context, request: Request) -> None:
         )
     async with ctx.body(request) as body, ctx.parse:
         try:
-            result = await ctx.in_thread(hub.push_body, body, request.run)
+            result = await ctx.in_thread(hub.push_body, body, request.gate)  # each batch's run
         except RLInsightError:
             ctx.refused()
             raise

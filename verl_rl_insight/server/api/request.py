@@ -1,10 +1,12 @@
-"""One HTTP request as the handlers see it: headers, query, the run its credential may write."""
+"""One HTTP request as the handlers see it: headers, query, the run its credential may write (its
+run gate: an answer of success to a request whose gate was never consulted is refused)."""
 
 import urllib.parse
 
 from verl_rl_insight.contract.runs import Run as Run  # re-exported for the handlers
 from verl_rl_insight.contract.runs import run_in_query
 from verl_rl_insight.server.api.asgi_types import Receive, Scope, Send, Sent
+from verl_rl_insight.server.api.run_gate import RunGate
 
 
 class ClientGone(Exception):
@@ -14,7 +16,7 @@ class ClientGone(Exception):
 class Request:
     __slots__ = (
         *("scope", "method", "path", "receive", "raw_send", "answered"),
-        *("headers", "query", "run", "body_limit", "body"),
+        *("headers", "query", "run", "gate", "body_limit", "body"),
     )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -29,6 +31,7 @@ class Request:
             self.headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
         self.query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         self.run: Run | None = None  # the run a run credential may write (None: the token, or no token set)
+        self.gate: RunGate | None = None  # a RUN_CREDENTIAL route's (set by the router): every run written passes it
         self.body_limit: int | None = None  # the most its route reads (set by the router)
         self.body: bytes | None = None  # read by the router (to check the runs it names), else by the handler
 
@@ -38,6 +41,8 @@ class Request:
 
     async def send(self, message: Sent) -> None:
         if message["type"] == "http.response.start":
+            if self.gate is not None:
+                self.gate.answering(message["status"])  # fails closed: no success the gate was not asked about
             self.answered = True
         await self.raw_send(message)
 

@@ -1,12 +1,13 @@
 """Spans: OTLP/HTTP from trainers (kept here, or passed on to Tempo), read back per run, and the
 timeline's figures of the newest step made from them."""
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.errors import BadInput, Forbidden, NotFound, UnsupportedEncoding
+from verl_rl_insight.contract.run_credential import Named
 from verl_rl_insight.server.api.context import Context
-from verl_rl_insight.server.api.request import Request, Run, run_of
+from verl_rl_insight.server.api.request import Request, run_of
 from verl_rl_insight.server.stores.spans import SpanStore
 from verl_rl_insight.server.stores.spans import decode as decode_spans
 from verl_rl_insight.server.stores.spans import records as span_records
@@ -39,8 +40,8 @@ async def post_traces(ctx: Context, request: Request) -> None:
     async with ctx.body(request) as body:
         otlp = await ctx.in_thread(decode_spans, body, encoding, ctx.parts.max_body_bytes)
         found: list[SpanRecord] = await ctx.in_thread(lambda: list(span_records(otlp)))  # for store and figures
-        if request.run is not None:
-            _spans_of_run(otlp, found, request.run)
+        if request.gate is not None:  # every span's run, before anything is kept or passed on
+            request.gate(_runs_of_spans(otlp, found))
         if relay is not None:
             relay.send(body, encoding)
         if spans is not None:
@@ -52,15 +53,16 @@ async def post_traces(ctx: Context, request: Request) -> None:
     await ctx.writer.body(request.send, 200, PROTOBUF, ExportTraceServiceResponse().SerializeToString())
 
 
-def _spans_of_run(otlp: "ExportTraceServiceRequest", found: list[SpanRecord], run: Run) -> None:
-    """Forbidden unless every span of the request carries ``run``'s project and experiment."""
+def _runs_of_spans(otlp: "ExportTraceServiceRequest", found: list[SpanRecord]) -> Iterator[Named]:
+    """Every span's run, for the run gate (read only for a run credential): Forbidden when a span
+    names none (a run credential sends its own run's spans only)."""
     total = sum(len(ss.spans) for rs in otlp.resource_spans for ss in rs.scope_spans)
     if len(found) != total:
         raise Forbidden(
             f"spans: {total - len(found)} without project and experiment_name; a run credential sends its run's"
         )
     for project, experiment, _ in found:
-        run_credential.check_run(run, project, experiment, "spans")
+        yield project, experiment, "spans"
 
 
 async def get_span_runs(ctx: Context, request: Request) -> None:

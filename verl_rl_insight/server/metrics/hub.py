@@ -44,11 +44,11 @@ from pathlib import Path
 
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.run_card import Json
-from verl_rl_insight.contract.run_credential import check_run
-from verl_rl_insight.contract.runs import Run
+from verl_rl_insight.contract.run_credential import RunCheck
 from verl_rl_insight.contract.wire import MAX_DROPPED_NAMED, MAX_FUTURE_S, Batch, decode_push, validate_push
 from verl_rl_insight.contract.wire_limits import MAX_NAME
 from verl_rl_insight.server.metrics import reports
+from verl_rl_insight.server.metrics.budgets import run_of
 from verl_rl_insight.server.metrics.derived import Derived
 from verl_rl_insight.server.metrics.exposure import SCRAPE_NUMBER, Collector, Exposure
 from verl_rl_insight.server.metrics.memory import OTHERS_SHARE, Bound
@@ -127,16 +127,15 @@ class MetricHub:
         now = self.clock()
         return self._tell(*self._apply(validate_push(payload, now, self.max_future_s), now))
 
-    def push_body(self, body: bytes, run: Run | None = None) -> PushResult:
+    def push_body(self, body: bytes, check_runs: RunCheck | None = None) -> PushResult:
         """``push`` for the bytes of a push body: decoded and validated in one pass (msgspec builds
-        the schema's types as it reads: nested brackets are refused at their first level). ``run``:
-        the only run the sender may write (a run credential's), else Forbidden and nothing applied."""
+        the schema's types as it reads: nested brackets are refused at their first level).
+        ``check_runs``: the API's run gate, handed every batch's run before anything is applied
+        (Forbidden for a run credential's push naming another run: nothing applied)."""
         now = self.clock()
         batches = decode_push(body, now, self.max_future_s)
-        if run is not None:
-            for i, batch in enumerate(batches):
-                labels = dict(batch.labels)
-                check_run(run, labels.get("project"), labels.get("experiment_name"), f"batches[{i}]")
+        if check_runs is not None:  # every batch has both labels (decode_push)
+            check_runs((*run_of(b.labels), f"batches[{i}]") for i, b in enumerate(batches))
         return self._tell(*self._apply(batches, now))
 
     def book_other(self, owner: str, nbytes: int) -> bool:
