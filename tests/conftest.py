@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 
@@ -14,18 +15,34 @@ from verl_rl_insight.trainer import runtime
 pytest_plugins = ["tests.fast_tests"]  # the fast and slow markers (tests/fast_tests.py)
 
 
-@pytest.fixture(autouse=True)
-def isolated_environment(monkeypatch, tmp_path):
-    """No RL_INSIGHT_* leaks in from the shell; every test gets its own home and runtime."""
+HARDWARE_OFF = json.dumps({"plugins": {"hardware": {"enabled": False}}})
+
+
+def isolate(monkeypatch, home):
+    """No RL_INSIGHT_* leaks in from the shell; ``home`` is RL_INSIGHT_HOME."""
     for key in list(os.environ):
         if key.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_")):
             monkeypatch.delenv(key)
-    monkeypatch.setenv("RL_INSIGHT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RL_INSIGHT_HOME", str(home))
     # The hardware sampler pushes host series of its own every few seconds; tests that count
     # streams or pushes would see them. tests/trainer/test_hardware.py turns it back on.
-    monkeypatch.setenv("VERL_RL_INSIGHT_CONFIG", json.dumps({"plugins": {"hardware": {"enabled": False}}}))
+    monkeypatch.setenv("VERL_RL_INSIGHT_CONFIG", HARDWARE_OFF)
+
+
+@pytest.fixture(autouse=True)
+def isolated_environment(monkeypatch, tmp_path):
+    """Every test gets its own home and runtime (isolate)."""
+    isolate(monkeypatch, tmp_path / "home")
     yield
     runtime.shutdown(timeout_s=2)
+
+
+@contextlib.contextmanager
+def isolated(home):
+    """isolate, for what a module's shared fixture starts (before any test's isolated_environment)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        isolate(monkeypatch, home)
+        yield
 
 
 class HubUnderTest:
@@ -78,10 +95,11 @@ def activated():
     bootstrap.activate()
 
 
-@pytest.fixture
-def monitoring_server(tmp_path):
+@contextlib.contextmanager
+def monitoring_stack(folder, env=None):
     """`rl-insight server start --detach --local-trust`: the hub and a real Prometheus scraping every
-    second, writes without a token (the tests that use it test what is written, not the token)."""
+    second, writes without a token (the tests that use it test what is written, not the token); its
+    data in ``folder``; ``server stop`` at the end, in the same environment (``env``, as rl_insight takes it)."""
     require_prometheus()
     hub, prom = free_port(), free_port()
     started = rl_insight(
@@ -98,16 +116,39 @@ def monitoring_server(tmp_path):
         "--scrape-interval",
         "1",
         "--data-dir",
-        str(tmp_path / "data"),
+        str(folder / "data"),
         "--no-tempo",
         "--no-grafana",
         "--no-alertmanager",
+        env=env,
     )
     assert started.returncode == 0, started.stdout + started.stderr
     from tests.helpers import stack_prometheus
 
-    yield f"http://127.0.0.1:{hub}", stack_prometheus(tmp_path / "data", prom)
-    rl_insight("server", "stop")
+    try:
+        yield f"http://127.0.0.1:{hub}", stack_prometheus(folder / "data", prom)
+    finally:
+        rl_insight("server", "stop", env=env)
+
+
+@pytest.fixture
+def monitoring_server(tmp_path):
+    """A stack of the test's own (monitoring_stack), in its home: for tests that write to it."""
+    with monitoring_stack(tmp_path) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def shared_monitoring_server(tmp_path_factory):
+    """One stack (monitoring_stack) for all the tests of a module that only read what its fixtures
+    wrote: started once, in a home of its own, isolated as isolated_environment isolates a test.
+    (hub URL, Prometheus URL, the environment of its home for rl_insight: a command that finds the
+    stack's login there, as `watch` does, runs in it)."""
+    folder = tmp_path_factory.mktemp("stack")
+    env = {key: None for key in os.environ if key.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_"))}
+    env.update(RL_INSIGHT_HOME=str(folder / "home"), VERL_RL_INSIGHT_CONFIG=HARDWARE_OFF)
+    with monitoring_stack(folder, env) as (hub, prom):
+        yield hub, prom, env
 
 
 def in_ci() -> bool:

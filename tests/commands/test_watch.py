@@ -2,6 +2,7 @@
 demo/simulated_engines.py, registered as a target) seen in one frame (`--once`) and in the live
 view driven in a real terminal (tmux), left with q and with Ctrl+C."""
 
+import contextlib
 import json
 import shlex
 import shutil
@@ -38,26 +39,51 @@ def log_run(hub, steps=12, project=PROJECT, experiment=EXPERIMENT):
         assert push(hub, {"batches": [batch]})[0] == 200
 
 
-@pytest.fixture
-def watched_run(monitoring_server):
-    hub, prom = monitoring_server
+@contextlib.contextmanager
+def run_with_a_replica(hub, env=None):
+    """The run (and an older one) logged to ``hub``, a stand-in vLLM replica of it registered and
+    scraped, both seen by `watch` (run in ``env``)."""
     engine = EngineSimulator("vllm", 0)
-    engine.simulate_generate(requests=4, response_tokens=50)
-    target = {
-        "address": engine.address,
-        "job": "vllm",
-        "ttl_s": 0,
-        "labels": {"replica": "0", "project": PROJECT, "experiment_name": EXPERIMENT},
-    }
-    assert http("POST", hub + "/api/v1/targets", __import__("json").dumps(target).encode())[0] == 200
-    log_run(hub, 3, experiment="older-run")
-    log_run(hub)
-    wait_for(lambda: "12" in rl_insight("watch", "--once", "--server", hub).stdout, 30, what="the run in Prometheus")
-    wait_for(
-        lambda: "vllm replica" in rl_insight("watch", "--once", "--server", hub).stdout, 30, what="the replica scraped"
-    )
-    yield hub, prom
-    engine.close()
+    try:
+        engine.simulate_generate(requests=4, response_tokens=50)
+        target = {
+            "address": engine.address,
+            "job": "vllm",
+            "ttl_s": 0,
+            "labels": {"replica": "0", "project": PROJECT, "experiment_name": EXPERIMENT},
+        }
+        assert http("POST", hub + "/api/v1/targets", json.dumps(target).encode())[0] == 200
+        log_run(hub, 3, experiment="older-run")
+        log_run(hub)
+        shown = lambda: rl_insight("watch", "--once", "--server", hub, env=env).stdout  # noqa: E731
+        wait_for(lambda: "12" in shown(), 30, what="the run in Prometheus")
+        wait_for(lambda: "vllm replica" in shown(), 30, what="the replica scraped")
+        yield
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="module")
+def shared_run(shared_monitoring_server):
+    """One stack and run for every test that only reads them (no test here writes to it)."""
+    hub, prom, env = shared_monitoring_server
+    with run_with_a_replica(hub, env):
+        yield hub, prom, env["RL_INSIGHT_HOME"]
+
+
+@pytest.fixture
+def watched_run(shared_run, monkeypatch):
+    """The shared run, the test in the stack's home (where `watch` finds the login of its Prometheus)."""
+    hub, prom, home = shared_run
+    monkeypatch.setenv("RL_INSIGHT_HOME", home)
+    return hub, prom
+
+
+@pytest.fixture
+def own_watched_run(monitoring_server):
+    """A stack and run of the test's own, for a test that sends more to it."""
+    with run_with_a_replica(monitoring_server[0]):
+        yield monitoring_server
 
 
 def test_once_prints_the_newest_run_its_step_score_replicas_and_gpus(watched_run):
@@ -137,14 +163,14 @@ def test_a_server_without_runs_yet_is_one_line(monitoring_server):
     assert len(shown.stderr.strip().splitlines()) == 1
 
 
-def test_the_last_step_as_a_text_swimlane(watched_run):
+def test_the_last_step_as_a_text_swimlane(own_watched_run):
     """Spans of the run sent through the real OTLP path: the frame draws the newest step the
     server made (step 2: step 3's span has come) as lanes, the trainer's phases and each replica's
     generate calls, with the long tail named, still within 80x24."""
     from tests.server.test_timeline_store import otlp
     from tests.server.test_timeline_summary import S, shaped_run
 
-    hub, _ = watched_run
+    hub, _ = own_watched_run
     spans = shaped_run((int(time.time()) - 60) * S, 3, slow_steps={2})
     body = otlp(spans, project=PROJECT, experiment=EXPERIMENT).SerializeToString()
     assert http("POST", hub + "/v1/traces", body, {"Content-Type": "application/x-protobuf"})[0] == 200

@@ -3,6 +3,7 @@ through the server. The job is the demo (verl's real run_ppo and patches, its tr
 gating the profiler on `global_profiler.steps` as verl's fit loop does, its actor's profiler
 verl's real DistProfiler with the torch tool, writing real traces on CPU)."""
 
+import contextlib
 import gzip
 import json
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import isolated
 from tests.helpers import (
     REPO,
     free_port,
@@ -157,12 +159,30 @@ def test_an_armed_profiler_writes_under_rl_insight_home_or_the_path_named_not_in
     assert arm(config, OmegaConf.create(settings)) and config.global_profiler.save_path == "/data/my-traces"
 
 
+@contextlib.contextmanager
+def hub_process(folder):
+    port = free_port()
+    process = start_hub_process(port, folder, token=TOKEN)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_group(process)
+
+
 @pytest.fixture
 def hub(tmp_path):
-    port = free_port()
-    process = start_hub_process(port, tmp_path, token=TOKEN)
-    yield f"http://127.0.0.1:{port}"
-    stop_group(process)
+    with hub_process(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def refusing_hub(tmp_path_factory):
+    """One hub for the requests it refuses: a 400 stores nothing, so those tests share it."""
+    folder = tmp_path_factory.mktemp("refusing")
+    with contextlib.ExitStack() as stack:
+        with isolated(folder / "home"):
+            url = stack.enter_context(hub_process(folder))
+        yield url
 
 
 @pytest.mark.parametrize(
@@ -177,10 +197,11 @@ def hub(tmp_path):
         ({"experiment_name": "e", "first_step": 1}, "project must be given"),
     ],
 )
-def test_a_bad_request_is_a_400_naming_the_field(hub, body, field):
+def test_a_bad_request_is_a_400_naming_the_field(refusing_hub, body, field):
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    status, text = http("POST", hub + "/api/v1/profiles", json.dumps(body).encode(), auth)
+    status, text = http("POST", refusing_hub + "/api/v1/profiles", json.dumps(body).encode(), auth)
     assert status == 400 and field in json.loads(text)["error"], text
+    assert json.loads(http("GET", refusing_hub + "/api/v1/profiles", headers=auth)[1])["profiles"] == []  # none kept
 
 
 def test_requests_need_the_token_and_reports_name_only_their_own_run(hub, tmp_path):

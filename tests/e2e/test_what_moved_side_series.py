@@ -4,8 +4,9 @@ metric names (``vllm:num_requests_waiting``, from the contract's list) with the 
 scrape configuration gives a registered replica (project, experiment_name, replica), and a GPU series
 under DCGM's name: no vLLM runs here. It answers in Prometheus' text format whatever the scraper asks
 for (prometheus_client 0.26's OpenMetrics writer spells ``vllm:num_requests_waiting`` as
-``vllm_num_requests_waiting``: not the name under test). The trainer's steps go through the hub's push API, one every
-1.5 s (Prometheus scrapes every second), so each step's window holds a scrape of the replica."""
+``vllm_num_requests_waiting``: not the name under test). The trainer's steps go through the hub's push API, each
+once Prometheus (scraping every second) has scraped the replica's values of the step, so each step's
+window holds a scrape of them."""
 
 import json
 import random
@@ -30,19 +31,23 @@ class StandInReplicas:
     """Two vLLM replicas' queue and one GPU's utilization, set by the test as the steps go."""
 
     def __init__(self):
+        self.last_scrape = 0.0  # when the last scrape came in (time.time())
         registry = CollectorRegistry()
+        replicas = self
         labels = ("project", "experiment_name", "replica")
         self.waiting = Gauge(WAITING, "requests waiting", labels, registry=registry)
         self.gpu = Gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization", (*labels[:2], "Hostname", "gpu"), registry=registry)
 
         class Exposition(BaseHTTPRequestHandler):
             def do_GET(self):
+                came = time.time()
                 body = generate_latest(registry)
                 self.send_response(200)
                 self.send_header("Content-Type", CONTENT_TYPE_LATEST)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+                replicas.last_scrape = came
 
             def log_message(self, *args):
                 pass
@@ -50,6 +55,11 @@ class StandInReplicas:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Exposition)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def scraped_since(self, since):
+        """Wait for a scrape that came in 0.25 s or more after ``since``: Prometheus stamps its samples
+        with the scrape's start, a moment before it comes in, so they lie after ``since``."""
+        wait_for(lambda: self.last_scrape >= since + 0.25, 10, interval=0.02, what="a scrape of the replicas")
 
     def set(self, waiting_0, waiting_1, gpu_util):
         self.waiting.labels(replica="0", **RUN).set(waiting_0)
@@ -89,7 +99,7 @@ def slow_run(tmp_path):
             waiting = 40 + rng.uniform(-3, 3) if step > LEVEL_STEPS else 2 + rng.uniform(-1, 1)
             # what the replicas do during this step (it ends with its push)
             replicas.set(waiting, rng.uniform(1, 3), 90 + rng.uniform(-2, 2))
-            time.sleep(1.5)
+            replicas.scraped_since(time.time())  # the step's window (from the step before's push) holds it
             batch = {**RUN, "step": step, "time": time.time(), "metrics": metrics(step, waiting, rng)}
             assert push(url, {"batches": [batch]})[0] == 200
         last = LEVEL_STEPS + SLOW_STEPS

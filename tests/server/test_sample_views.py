@@ -9,11 +9,13 @@ with known tokens and rm_scores; the tokenizer is the demo's SimulatedTokenizer 
 can be downloaded here); TransferQueue's store (DAPO's trajectories) is a dict behind
 ``tq.kv_batch_get``."""
 
+import contextlib
 import json
 import re
 
 import pytest
 
+from tests.conftest import isolated
 from tests.helpers import free_port, rl_insight, run_python, start_hub_process, stop_group
 
 CONFIG = {"plugins": {"hardware": {"enabled": False}, "samples": {"enabled": True, "validation": 4, "groups": 1}}}
@@ -176,12 +178,31 @@ print(json.dumps({"dropped": sorted(dropped), "counts": {str(k): v for k, v in c
 """
 
 
+@contextlib.contextmanager
+def hub_process(folder):
+    port = free_port()
+    process = start_hub_process(port, folder)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_group(process)
+
+
 @pytest.fixture
 def hub(tmp_path):
-    port = free_port()
-    process = start_hub_process(port, tmp_path)
-    yield f"http://127.0.0.1:{port}"
-    stop_group(process)
+    with hub_process(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def group_run(tmp_path_factory):
+    """(hub, what the job handed verl's loggers): the GRPO job's run, for the tests that only read it."""
+    folder = tmp_path_factory.mktemp("group")
+    with contextlib.ExitStack() as stack:
+        with isolated(folder / "home"):
+            url = stack.enter_context(hub_process(folder))
+            expected = run_job(url, GROUP)
+        yield url, expected
 
 
 def run_job(hub, script, config=CONFIG):
@@ -216,8 +237,8 @@ def test_validation_generations_are_the_ones_verls_own_validation_hands_its_logg
     assert "output: " + first[1][:40] in text.stdout
 
 
-def test_the_grpo_group_with_its_ground_truth_reaches_samples_group(hub):
-    expected = run_job(hub, GROUP)
+def test_the_grpo_group_with_its_ground_truth_reaches_samples_group(group_run):
+    hub, expected = group_run
     shown = samples(hub, "group", "--group", "--json")
     assert shown.returncode == 0, shown.stderr
     found = json.loads(shown.stdout)
@@ -237,8 +258,8 @@ def test_the_grpo_group_with_its_ground_truth_reaches_samples_group(hub):
     assert re.search(rf"score +1 +advantage +{expected['advantages'][best]:.4g} ", text.stdout), text.stdout
 
 
-def test_without_validation_the_view_says_so_and_how_to_get_samples(hub):
-    run_job(hub, GROUP)
+def test_without_validation_the_view_says_so_and_how_to_get_samples(group_run):
+    hub, _ = group_run
     shown = samples(hub, "group", "--validation")
     assert shown.returncode == 1
     assert "no validation generations of samples/group" in shown.stderr and "trainer.test_freq" in shown.stderr
