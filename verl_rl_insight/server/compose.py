@@ -83,7 +83,10 @@ class Feeds(NamedTuple):
 
 def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, bound: Bound) -> Feeds:
     limit = bound.memory.limit
-    health = HealthMonitor(health_params(s.alerts), validation_keys=s.validation_keys)
+    # the live detectors: their queue, held steps and series made booked under the bound
+    health = HealthMonitor(
+        health_params(s.alerts), validation_keys=s.validation_keys, book=functools.partial(bound.book_other, "health")
+    )
     figures = LiveFigures(
         settle_s=s.timeline_settle_s,
         book=functools.partial(bound.book_other, "timeline"),
