@@ -36,7 +36,7 @@ def held_bytes(values: int) -> int:
 
 def names_bytes(names: tuple[str, ...]) -> int:
     """A names tuple with its strings."""
-    return NAMES_BYTES + sum(NAME_BYTES + len(name) for name in names)
+    return NAMES_BYTES + NAME_BYTES * len(names) + sum(map(len, names))
 
 
 @dataclasses.dataclass(slots=True)
