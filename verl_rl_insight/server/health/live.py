@@ -19,8 +19,10 @@ run's last step (so it never fires before a run has a step time).
 The walk is off the push path and off the scrape: a push only queues its steps (``observe``, a hub
 listener); the server walks them every second (``walk``, its own thread) and hands the hub what
 they made (``collect``, ``metrics/derived.py``), stamped at their steps' times; an unnamed scrape
-(live values) has the hub collect first, and ``collect`` walks what is queued unless a walk is under
-way. A named scrape (Prometheus, history) never does: a backlog would hold it past its timeout.
+(live values) has the hub collect first, and ``collect`` walks what is queued, after a walk under
+way (it shows the findings of every step pushed before it; it waits at most for the walk of what the
+bound let queue). A named scrape (Prometheus, history) never does: a backlog would hold it past its
+timeout.
 
 Bounded by bytes, under the hub's memory bound (``book``: ``Bound.book_other``, ``room.py`` for
 what each holds): the steps queued (the hub's values tuples, which it may drop while they wait), the
@@ -194,12 +196,9 @@ class HealthMonitor:
 
     def collect(self) -> list[Batch]:
         """The series made since the last call, in order (``derived.Derived``): the steps still queued
-        walked first, unless a walk is under way (its series go with the next call)."""
-        if self._walking.acquire(blocking=False):
-            try:
-                self._walk()
-            finally:
-                self._walking.release()
+        walked first (after a walk under way: the steps pushed before are in what it returns)."""
+        with self._walking:
+            self._walk()
         with self._lock:
             made, self._made = self._made, []
             freed, self._made_bytes, self._unbooked = self._made_bytes, 0, 0
