@@ -47,10 +47,10 @@ class Ledger:
         return True
 
 
-def fed(run, ledger, card_first=False):
+def fed(run, ledger, card_first=False, queue_bytes=None):
     """A monitor fed ``run`` through a real hub (the hub's own tuples, as the server hands them),
     the hub then gone: what stays alive is the monitor's."""
-    monitor = HealthMonitor(book=ledger)
+    monitor = HealthMonitor(book=ledger, queue_bytes=queue_bytes)
     if card_first:
         monitor.take_run_keys("p", "e", ())  # its card came before its steps: it holds none
     hub = MetricHub(clock=lambda: NOW, max_future_s=MAX_FUTURE_S, listeners=(monitor.observe,))
@@ -63,8 +63,10 @@ def fed(run, ledger, card_first=False):
 
 def test_a_push_with_no_room_walks_the_queue_itself_and_the_findings_and_their_times_are_the_same():
     run = next(r for r in shapes.failures(on_shapes=False) if r.failure == "reward_collapse")
-    roomy, full = Ledger(), Ledger(limit=0)
+    roomy, full, capped = Ledger(), Ledger(limit=0), Ledger()
     queued, walked = fed(run, roomy), fed(run, full)
+    at_share = fed(run, capped, queue_bytes=200_000)  # the queue at its share: walked though the bound has room
+    assert 0 < at_share.stats.pushes_walked < len(bodies(run)) and capped.refused == 0
     assert queued.stats.pushes_walked == 0 and queued.backlog() == 0  # all waits for the server's second
     pushes = len(bodies(run))
     assert walked.stats.pushes_walked == pushes and walked.stats.walked_on_push == walked.stats.steps
@@ -72,6 +74,7 @@ def test_a_push_with_no_room_walks_the_queue_itself_and_the_findings_and_their_t
     assert walked.stats.held_refused == 1 and full.refused > pushes  # counted, visible in the server's info
     made = [(b.labels, b.time, b.metrics) for b in queued.collect()]
     assert made == [(b.labels, b.time, b.metrics) for b in walked.collect()]
+    assert made == [(b.labels, b.time, b.metrics) for b in at_share.collect()]
     assert any(m.get("rl_insight_health_finding") == 1.0 for _, _, m in made)  # the collapse was found
     assert queued.findings("p", "e") == walked.findings("p", "e") != []
 

@@ -25,11 +25,12 @@ bound let queue). A named scrape (Prometheus, history) never does: a backlog wou
 timeout.
 
 Bounded by bytes, under the hub's memory bound (``book``: ``Bound.book_other``, ``room.py`` for
-what each holds): the steps queued (the hub's values tuples, which it may drop while they wait), the
-steps held for a late card, and the series made and not collected yet are booked. A push whose steps
-find no room walks the queue itself (back-pressure: ``stats.walked_on_push``, ``pushes_walked``);
-series made with no room wait unbooked, and the hub takes them at its next push (``backlog``); a run
-whose held step finds no room holds none more (``held_refused``). ``stats``: a ``room.HealthStats``.
+what each holds): the steps queued (the hub's values tuples, which it may drop while they wait; at
+most ``queue_bytes``), the steps held for a late card, and the series made and not collected yet are
+booked. A push whose steps find no room walks the queue itself (back-pressure:
+``stats.walked_on_push``, ``pushes_walked``); series made with no room wait unbooked, and the hub
+takes them at its next push (``backlog``); a run whose held step finds no room holds none more
+(``held_refused``). ``stats``: a ``room.HealthStats``.
 
 ``take_run_keys(project, experiment, keys)``: the validation keys the run names in its config
 (``rl_insight.health.validation_keys``, read from its card), followed before the server's. The card
@@ -91,13 +92,15 @@ class HealthMonitor:
         max_runs: int = 256,
         validation_keys: Sequence[str] = (),
         book: Callable[[int], bool] = lambda nbytes: True,
+        queue_bytes: int | None = None,
     ) -> None:
         """``book``: books bytes (negative: gives them back) under the hub's memory bound; False, and
-        nothing booked: no room (``Bound.book_other``)."""
+        nothing booked: no room (``Bound.book_other``). ``queue_bytes``: the most the queue books (the
+        rest of what the server may hold beside the hub stays for the others: the timeline's spans)."""
         self.validation_keys = tuple(validation_keys)  # the server config's validation_keys
         self.params = {**DEFAULTS, **(params or {})}
         self.max_runs = max_runs
-        self.book = book
+        self.book, self.queue_bytes = book, queue_bytes
         self._stats = HealthStats()
         self._runs: OrderedDict[Run, _Run] = OrderedDict()
         self._holding: OrderedDict[Run, None] = OrderedDict()  # runs holding steps for a card, oldest first
@@ -173,7 +176,8 @@ class HealthMonitor:
                 if names.get(s.run) is not s.names:
                     names[s.run] = s.names
                     nbytes += room.names_bytes(s.names)
-        queued = self.book(nbytes)
+            fits = self.queue_bytes is None or self._waiting_bytes + nbytes <= self.queue_bytes
+        queued = fits and self.book(nbytes)
         with self._lock:
             self._waiting.extend(steps)
             if queued:
