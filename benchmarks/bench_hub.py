@@ -11,7 +11,8 @@
    ``apply_in_process`` is ``MetricHub.push_body`` of new steps in this process, no HTTP and no
    listeners; ``apply_with_listeners`` the same with the server's listeners (``compose.py``: the
    detectors' queue, the explorer's histories, the marks), ``with_health_only`` with the detectors'
-   alone, each with the walk the server's thread does (``walk_s``, per round) timed apart;
+   alone, each with the walk the server's thread does (``walk_s``, per round) timed apart (the queue
+   is booked under the hub's memory bound, as in the server: a push walks only when it has no room);
 2. render: ``/metrics`` of 10k / 100k / 500k series after every series changed, against
    ``prometheus_client.generate_latest`` of a registry holding the same series;
 3. push latency while ``/metrics`` of 500k series is rendered over and over, against push
@@ -21,6 +22,7 @@
 """
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -36,7 +38,7 @@ from hub_process import free_port, start_hub
 
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health.live import HealthMonitor
-from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.server.metrics.hub import Bound, MetricHub
 from verl_rl_insight.server.stores.marks import MarkStore
 
 
@@ -128,9 +130,10 @@ def apply_in_process(rounds):
 def apply_with_listeners(rounds, explorer=True):
     """``apply_in_process`` with the listeners the server gives its hub (compose.py), against
     ``json.loads`` of the same bodies; then the detectors' walk the server's thread does, timed apart."""
-    health, sources, marks = HealthMonitor(), Sources(), MarkStore()
+    bound = Bound(1 << 36, 500_000)  # the detectors book their queue under the hub's bound, as compose.py has it
+    health, sources, marks = HealthMonitor(book=functools.partial(bound.book_other, "health")), Sources(), MarkStore()
     listeners = (health.observe, sources.histories.observe, marks.observe) if explorer else (health.observe,)
-    hub = MetricHub(memory_limit_bytes=1 << 36, listeners=listeners, derived=(health,))
+    hub = MetricHub(bound=bound, listeners=listeners, derived=(health,))
 
     def walk():  # what the server's thread does every second (app.Server._tick)
         health.walk()

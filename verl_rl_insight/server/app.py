@@ -7,6 +7,7 @@ Run by ``rl-insight server start`` (in the foreground, or detached through
 """
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -140,6 +141,7 @@ class Server:
             "spans_kept_by_hub": self.spans is not None,
             "span_relay": self.relay.stats.as_dict() if self.relay is not None else None,
             "timeline_figures": parts.figures.stats.as_dict(),
+            "health_walk": dataclasses.asdict(parts.health.stats),  # its bytes booked, the pushes that walked
             "health": parts.health.params.as_dict(),  # the wire format diagnose reads (HealthSettings.from_wire)
             "validation_keys": list(parts.health.validation_keys),
             "tempo": urls["tempo"],

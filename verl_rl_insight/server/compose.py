@@ -35,6 +35,7 @@ from verl_rl_insight.server.timeline.live import LiveFigures
 
 HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (explorer/history.py)
 CURVES_SHARE = 1 / 32  # of memory_limit_mb: the explorer's kept curves answers (explorer/curves.py)
+QUEUE_SHARE = 1 / 32  # of memory_limit_mb: the steps waiting for the detectors' walk (health/live.py)
 SPAN_INDEX_SHARE = 1 / 64  # of memory_limit_mb: where each step's spans lie, for step pages (stores/span_index.py)
 
 
@@ -83,7 +84,13 @@ class Feeds(NamedTuple):
 
 def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, bound: Bound) -> Feeds:
     limit = bound.memory.limit
-    health = HealthMonitor(health_settings(s.alerts), validation_keys=s.validation_keys)
+    # the live detectors: their queue (at most QUEUE_SHARE), held steps and series made booked under the bound
+    health = HealthMonitor(
+        health_settings(s.alerts),
+        validation_keys=s.validation_keys,
+        book=functools.partial(bound.book_other, "health"),
+        queue_bytes=int(QUEUE_SHARE * limit),
+    )
     figures = LiveFigures(
         settle_s=s.timeline_settle_s,
         book=functools.partial(bound.book_other, "timeline"),

@@ -18,7 +18,8 @@ class Derived(Protocol):
     def collect(self) -> list[Batch]: ...
 
     def backlog(self) -> int:
-        """How many batches it made that were not collected yet."""
+        """How many batches it made, not collected yet, that hold memory no bound booked (the hub
+        takes them at once past ``hub.MAX_DERIVED_BACKLOG``)."""
         ...
 
 

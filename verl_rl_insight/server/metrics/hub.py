@@ -62,7 +62,7 @@ from verl_rl_insight.server.metrics.stats import HubStats
 __all__ = ["OTHERS_SHARE", "SCRAPE_NUMBER", "Bound", "Derived", "Exposure", "MetricHub", "PushResult", "ScrapeBusy"]
 
 Listener = Callable[[list[Batch]], None]
-MAX_DERIVED_BACKLOG = 256  # derived batches made and not taken yet, all parts together
+MAX_DERIVED_BACKLOG = 256  # derived batches made, not taken yet, with no room booked: all parts together
 
 
 class MetricHub:
@@ -168,8 +168,8 @@ class MetricHub:
             except Exception:  # a listener's failure never fails a push that the hub has taken
                 with self._data.lock:
                     self._stats.listener_errors += 1
-        if sum(part.backlog() for part in self.derived) > MAX_DERIVED_BACKLOG:  # a burst: taken now, not
-            self.take_derived()  # held in memory until the server's next second (the hub books it, they do not)
+        if sum(part.backlog() for part in self.derived) > MAX_DERIVED_BACKLOG:  # made with no room booked: taken
+            self.take_derived()  # now, not held in memory until the server's next second (the hub books it)
         return result
 
     def _apply(self, batches: list[Batch], now: float) -> tuple[PushResult, list[Batch]]:
@@ -220,7 +220,7 @@ class MetricHub:
         ``growing``: the push may add series to it (``Memory.make_room``)."""
         names = batch.names
         if names == stream.names:
-            names = stream.names  # one names tuple for the snapshots of a stream that logs the same keys
+            names = batch.names = stream.names  # one names tuple for a stream's snapshots (and listeners)
         data = self._data
         data.seq += 1
         snapshot = Snapshot(data.seq, batch.step, batch.time, now, names, batch.values)

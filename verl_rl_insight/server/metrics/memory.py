@@ -3,8 +3,8 @@
 What is booked: each stream's objects, label text, latest values and line copies, its history
 (``sizes.py``), the body of a named scrape while it is held (``reserve``), and what the server
 holds beside the hub under the same bound (``book_other``: the timeline's waiting spans, the
-marks). Each run holds at most its share (``budgets.py``). Every method of ``Memory`` runs under
-the hub lock, held by its caller; ``Bound.book_other`` takes it.
+marks, the detectors' queue and what they made). Each run holds at most its share (``budgets.py``).
+Every method of ``Memory`` runs under the hub lock, held by its caller; ``Bound.book_other`` takes it.
 """
 
 from __future__ import annotations
