@@ -21,7 +21,7 @@ TOKEN = "fuzz-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 GOOD = {"batches": [{"project": "fuzz", "experiment_name": "good-run", "step": 1, "metrics": {"loss": 0.25}}]}
 # generated requests per operation and phase; operations without inputs are called once per phase
-BUDGET = {  # generating a push body costs ~150 ms, a target or a query ~10 ms: the bulk goes where it is cheap
+BUDGET = {  # generating one costs ~50-400 ms (a push), ~60 ms (a target), ~90 ms (a negative /metrics)
     "positive": {
         ("POST", "/api/v1/push"): 400,
         ("POST", "/api/v1/targets"): 1500,
