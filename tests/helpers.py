@@ -1,5 +1,6 @@
 """Shared test helpers: loopback ports, HTTP, a real Prometheus, and processes we own."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -304,6 +305,17 @@ def start_hub_process(port, tmp_path, open_files=None, log=None, **settings):
 
     wait_for(ready, 20, what="hub ready")
     return process
+
+
+@contextlib.contextmanager
+def hub_process(tmp_path, **settings):
+    """``start_hub_process`` on a free loopback port for a with-block: its URL; stopped after."""
+    port = free_port()
+    process = start_hub_process(port, tmp_path, **settings)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_group(process)
 
 
 def process_figures(pid):

@@ -15,11 +15,10 @@ import pytest
 from tests.conftest import isolated
 from tests.helpers import (
     REPO,
-    free_port,
     http,
+    hub_process,
     require_prometheus,
     rl_insight,
-    start_hub_process,
     stop_group,
     wait_for,
     write_server_config,
@@ -159,19 +158,9 @@ def test_an_armed_profiler_writes_under_rl_insight_home_or_the_path_named_not_in
     assert arm(config, OmegaConf.create(settings)) and config.global_profiler.save_path == "/data/my-traces"
 
 
-@contextlib.contextmanager
-def hub_process(folder):
-    port = free_port()
-    process = start_hub_process(port, folder, token=TOKEN)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_group(process)
-
-
 @pytest.fixture
 def hub(tmp_path):
-    with hub_process(tmp_path) as url:
+    with hub_process(tmp_path, token=TOKEN) as url:
         yield url
 
 
@@ -181,7 +170,7 @@ def refusing_hub(tmp_path_factory):
     folder = tmp_path_factory.mktemp("refusing")
     with contextlib.ExitStack() as stack:
         with isolated(folder / "home"):
-            url = stack.enter_context(hub_process(folder))
+            url = stack.enter_context(hub_process(folder, token=TOKEN))
         yield url
 
 

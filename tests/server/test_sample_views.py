@@ -16,7 +16,7 @@ import re
 import pytest
 
 from tests.conftest import isolated
-from tests.helpers import free_port, rl_insight, run_python, start_hub_process, stop_group
+from tests.helpers import hub_process, rl_insight, run_python
 
 CONFIG = {"plugins": {"hardware": {"enabled": False}, "samples": {"enabled": True, "validation": 4, "groups": 1}}}
 
@@ -176,16 +176,6 @@ DapoFilteredRewardTableLogger("samples", "dapo").log(["console"], counts, 9)  # 
 tracking.finish()
 print(json.dumps({"dropped": sorted(dropped), "counts": {str(k): v for k, v in counts.items()}}))
 """
-
-
-@contextlib.contextmanager
-def hub_process(folder):
-    port = free_port()
-    process = start_hub_process(port, folder)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_group(process)
 
 
 @pytest.fixture
