@@ -42,3 +42,25 @@ def test_heartbeats_of_expiring_targets_write_nothing(tmp_path):
         registry.register("127.0.0.1:8000", "vllm", {"replica": "0"}, ttl_s=90)
     registry.close()
     assert registry.writes == 0 and not store.exists()
+
+
+def test_the_labels_the_router_reads_for_a_delete_are_the_listed_target_s_and_none_once_it_expired():
+    """``labels(job, address)``: what a run credential's DELETE is checked against (one lookup):
+    the live target's labels as ``list()`` shows them; {} for a target unknown or expired."""
+    now = [1000.0]
+    registry = TargetRegistry(clock=lambda: now[0])
+    registry.register("127.0.0.1:8000", "vllm", {"project": "p", "experiment_name": "e"}, ttl_s=30)
+    registry.register("127.0.0.1:9100", "node-exporter", {"node": "n1"}, ttl_s=0)
+    assert (
+        registry.labels("vllm", "127.0.0.1:8000")
+        == registry.list()[1]["labels"]
+        == {
+            "project": "p",
+            "experiment_name": "e",
+        }
+    )
+    assert registry.labels("vllm", "127.0.0.1:8001") == {} and registry.labels("sglang", "127.0.0.1:8000") == {}
+    now[0] += 31
+    assert registry.labels("vllm", "127.0.0.1:8000") == {}  # expired: as list() no longer shows it
+    assert [t["job"] for t in registry.list()] == ["node-exporter"]
+    assert registry.labels("node-exporter", "127.0.0.1:9100") == {"node": "n1"}

@@ -30,8 +30,7 @@ def _query(request: Request, parts: ApiParts) -> Iterator[Named]:
 
 def _target(request: Request, parts: ApiParts) -> Iterator[Named]:
     job, address = request.param("job"), request.param("address")
-    known = [t["labels"] for t in parts.targets.list() if (t["job"], t["address"]) == (job, address)]
-    labels = known[0] if known else {}
+    labels = parts.targets.labels(job, address) if job and address else {}
     yield labels.get("project"), labels.get("experiment_name"), "target"
 
 

@@ -230,6 +230,15 @@ class TargetRegistry:
                 self._changed()
             return removed is not None
 
+    def labels(self, job: str, address: str) -> dict[str, str]:
+        """The labels of the live target ``(job, address)`` ({} when there is none): one lookup, not
+        the whole list (the router reads it for every DELETE of a run credential)."""
+        with self._lock:
+            entry = self._targets.get((job, address))
+            if entry is None or (entry["expires"] is not None and entry["expires"] <= self.clock()):
+                return {}
+            return dict(entry["labels"])
+
     def list(self) -> builtins.list[Target]:
         with self._lock:
             self._expire()
