@@ -54,7 +54,7 @@ def verl_config(experiment, lr, n):
             f"actor_rollout_ref.rollout.n={n}",
             "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct",
             "++ray_kwargs.ray_init.runtime_env.env_vars.RL_INSIGHT_SERVER_URL="
-            f"'http://rl-insight:{URL_PASSWORD}@10.1.2.3:18080'",
+            f"'http://rl-insight:{URL_PASSWORD}@127.0.0.1:18080'",
             f"+trainer.wandb_api_key={WANDB_KEY}",
             f"++ray_kwargs.ray_init.runtime_env.env_vars.hf_token={HF_TOKEN}",
         ]
@@ -141,7 +141,7 @@ def test_the_run_card_from_verls_hydra_config_is_shown_diffed_and_holds_no_secre
     assert "  actor_rollout_ref.actor.optim.lr = 1e-06" in lines
     assert "  actor_rollout_ref.rollout.n = 4" in lines
     assert f"  trainer.wandb_api_key = {MASK}" in lines
-    assert f"  ray_kwargs.ray_init.runtime_env.env_vars.RL_INSIGHT_SERVER_URL = http://{MASK}@10.1.2.3:18080" in lines
+    assert f"  ray_kwargs.ray_init.runtime_env.env_vars.RL_INSIGHT_SERVER_URL = http://{MASK}@127.0.0.1:18080" in lines
 
     diff = rl_insight("runs", "diff", f"{PROJECT}/lr1e-6-n4", f"{PROJECT}/lr3e-6-n8")
     assert diff.returncode == 0, diff.stderr

@@ -57,7 +57,7 @@ def test_the_servers_own_ports_are_refused_under_any_spelling(tmp_path):
 
 def test_eight_run_credentials_cannot_each_take_a_runs_cap_and_a_new_run_finds_room(tmp_path):
     port = free_port()
-    cap = 64
+    cap = 64  # addresses on loopback below the ephemeral range: never the hub's own port (nothing scrapes here)
     hub = start_hub_process(port, tmp_path, token=TOKEN, max_targets_per_run=cap)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -66,7 +66,7 @@ def test_eight_run_credentials_cannot_each_take_a_runs_cap_and_a_new_run_finds_r
             credential = run_credential.mint(TOKEN, "p", f"attacker-{r}")
             n = 0
             for i in range(cap + 1):
-                status, answer = _register(url, credential, f"10.0.{r}.{i + 1}:8000", run=f"attacker-{r}")
+                status, answer = _register(url, credential, f"127.0.0.1:{20000 + 100 * r + i}", run=f"attacker-{r}")
                 if status != 200:
                     assert status == 400 and "max_targets_per_run" in answer, answer[:200]
                     break
@@ -76,7 +76,7 @@ def test_eight_run_credentials_cannot_each_take_a_runs_cap_and_a_new_run_finds_r
         # all runs together: a bounded number of scrapes (twice a run's cap, and the few every run may have)
         assert sum(held.values()) <= 2 * cap + 8 * RUN_TARGETS_FLOOR, held
         credential = run_credential.mint(TOKEN, "p", "honest")
-        assert _register(url, credential, "10.1.0.1:8000", run="honest")[0] == 200  # a new run finds room
+        assert _register(url, credential, "127.0.0.1:21000", run="honest")[0] == 200  # a new run finds room
     finally:
         stop_group(hub)
 
