@@ -170,7 +170,7 @@ class HealthMonitor:
         ]
         if not steps:
             return
-        nbytes = room.STEP_BYTES * len(steps) + room.STEP_VALUE_BYTES * sum(len(s.values) for s in steps)
+        nbytes = sum(room.step_bytes(len(s.values)) for s in steps)
         with self._lock:  # a run's names tuple once while its steps share it (the stream's, as the hub keeps it)
             names = self._queued_names
             for s in steps:
