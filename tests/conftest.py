@@ -12,7 +12,7 @@ from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.trainer import runtime
 
-pytest_plugins = ["tests.fast_tests"]  # the fast and slow markers (tests/fast_tests.py)
+pytest_plugins = ["tests.fast_tests", "tests.parallel"]  # fast/slow markers; how -n spreads the suite
 
 
 HARDWARE_OFF = json.dumps({"plugins": {"hardware": {"enabled": False}}})

@@ -26,7 +26,7 @@ RECORD = "RL_INSIGHT_RECORD_DURATIONS"
 _spent: collections.Counter[str] = collections.Counter()
 
 
-def _module(nodeid: str) -> str:
+def module_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
@@ -38,11 +38,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     fast = fast_modules(recorded)
     for item in items:
-        item.add_marker(pytest.mark.fast if _module(item.nodeid) in fast else pytest.mark.slow)
+        item.add_marker(pytest.mark.fast if module_of(item.nodeid) in fast else pytest.mark.slow)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _spent[_module(report.nodeid)] += report.duration
+    _spent[module_of(report.nodeid)] += report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

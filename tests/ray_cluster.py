@@ -1,13 +1,15 @@
 """A real Ray head on loopback, started apart from the driver (``ray start --head --block``, a
 session of its own) with no RL_INSIGHT_* variable: what its workers know of the run, they got from
-the driver through verl's runtime_env."""
+the driver through verl's runtime_env. Every port is chosen free (the real run's ray_head_ports),
+so it runs beside another test's Ray cluster."""
 
 import contextlib
 import os
 import subprocess
 import tempfile
 
-from tests.helpers import free_port, kill_session, wait_for
+from tests.helpers import kill_session, wait_for
+from verl_rl_insight.commands.demo.real.runner import ray_head_ports
 
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
@@ -15,9 +17,7 @@ RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled"
 @contextlib.contextmanager
 def ray_head(extra_env=None, num_cpus=2):
     """Yields the head's address (127.0.0.1:PORT); ``extra_env`` goes to the cluster's processes."""
-    port = free_port()
-    while 10001 <= port <= 19999:  # Ray keeps this range for worker ports
-        port = free_port()
+    flags, port = ray_head_ports()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_"))}
     env.update(RAY_ENV, **(extra_env or {}))
     temp_dir = tempfile.mkdtemp(prefix="rlray")
@@ -30,7 +30,7 @@ def ray_head(extra_env=None, num_cpus=2):
                 "--head",
                 "--block",
                 "--node-ip-address=127.0.0.1",
-                f"--port={port}",
+                *flags,
                 f"--num-cpus={num_cpus}",
                 "--include-dashboard=false",
                 f"--temp-dir={temp_dir}",

@@ -13,6 +13,8 @@ from tests.helpers import http, require_prometheus, rl_insight, stack_prometheus
 from verl_rl_insight.dashboards import generate
 from verl_rl_insight.dashboards.build import build
 
+pytestmark = pytest.mark.local_ray  # starts a local Ray cluster: one at a time under -n (tests/parallel.py)
+
 EXPERIMENT = "demo-test"
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from tests.helpers import REPO, require_prometheus, rl_insight, wait_for, write_server_config
 
+pytestmark = pytest.mark.local_ray  # starts a local Ray cluster: one at a time under -n (tests/parallel.py)
+
 
 def tmux(socket, *args):
     return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=30)

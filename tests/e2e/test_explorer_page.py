@@ -16,6 +16,8 @@ import pytest
 
 from tests.helpers import REPO, http, require_prometheus, rl_insight, run_python, wait_for, write_server_config
 
+pytestmark = pytest.mark.local_ray  # starts a local Ray cluster: one at a time under -n (tests/parallel.py)
+
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "explorer-test-token-7f3a9c2e"
 PROJECT = "rl-insight-demo"

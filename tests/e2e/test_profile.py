@@ -27,6 +27,8 @@ from verl_rl_insight.commands.demo.command import PROJECT, compose
 from verl_rl_insight.commands.demo.verl_step import step_metrics
 from verl_rl_insight.trainer.plugins.profiler import arm, capability, refusal
 
+pytestmark = pytest.mark.local_ray  # starts a local Ray cluster: one at a time under -n (tests/parallel.py)
+
 TOKEN = "profile-token"
 
 

@@ -26,6 +26,8 @@ from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.explorer.prometheus import _by_step
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 
+pytestmark = pytest.mark.local_ray  # starts a local Ray cluster: one at a time under -n (tests/parallel.py)
+
 TOKEN = "attempts-token-2c9e7a"
 PROJECT = "rl-insight-demo"  # the demo's project: `demo --experiment restarted` meets the run
 RESTARTED, RESUMED = "restarted", "resumed"

@@ -23,6 +23,8 @@ from verl_rl_insight.commands import report
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.server.health import detectors
 
+pytestmark = pytest.mark.local_ray  # starts a local Ray cluster: one at a time under -n (tests/parallel.py)
+
 PROJECT = "rl-insight-demo"
 EXPERIMENT = "explorer-test"
 STEPS = 8

@@ -7,7 +7,11 @@ import subprocess
 import sys
 import urllib.parse
 
+import pytest
+
 from tests.helpers import REPO, http, wait_for
+
+pytestmark = pytest.mark.local_ray  # starts a local Ray cluster: one at a time under -n (tests/parallel.py)
 
 
 def test_transfer_queue_endpoint_is_registered_and_scraped(monitoring_server):

@@ -15,6 +15,8 @@ import pytest
 
 from tests.helpers import free_port, http, rl_insight, run_python, start_hub_process, stop_group
 
+pytestmark = pytest.mark.local_ray  # starts a local Ray cluster: one at a time under -n (tests/parallel.py)
+
 CONFIG = {"plugins": {"hardware": {"enabled": False}, "samples": {"enabled": True, "groups": 1}}}
 STEP = 3
 

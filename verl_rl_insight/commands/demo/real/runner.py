@@ -155,11 +155,10 @@ def free_port() -> int:
         return port
 
 
-def ray_head_command(python: Path, temp_dir: Path) -> tuple[list[str], str]:
-    """``ray start --head`` on 127.0.0.1 with every port chosen free: several Ray clusters on one
-    machine (CI, other jobs) otherwise collide on Ray's fixed default ports and the raylet dies.
-    16 logical CPUs (TransferQueue's storage actors and verl's workers need more than 2 to be
-    scheduled at all) and 1 logical GPU (verl asks Ray for trainer.n_gpus_per_node GPUs): CPU."""
+def ray_head_ports() -> tuple[list[str], int]:
+    """The ``ray start --head`` flags that choose every port free, and the head's own port: several
+    Ray clusters on one machine (CI, other jobs) otherwise collide on Ray's fixed default ports and
+    the raylet dies."""
     port = free_port()
     while 10001 <= port <= 19999:  # Ray keeps this range for worker ports
         port = free_port()
@@ -173,6 +172,14 @@ def ray_head_command(python: Path, temp_dir: Path) -> tuple[list[str], str]:
         "--metrics-export-port": free_port(),
         "--runtime-env-agent-port": free_port(),
     }
+    return [f"{flag}={value}" for flag, value in ports.items()], port
+
+
+def ray_head_command(python: Path, temp_dir: Path) -> tuple[list[str], str]:
+    """``ray start --head`` on 127.0.0.1 with every port chosen free (ray_head_ports). 16 logical
+    CPUs (TransferQueue's storage actors and verl's workers need more than 2 to be scheduled at
+    all) and 1 logical GPU (verl asks Ray for trainer.n_gpus_per_node GPUs): CPU."""
+    flags, port = ray_head_ports()
     argv = [
         str(python.parent / "ray"),
         "start",
@@ -184,7 +191,7 @@ def ray_head_command(python: Path, temp_dir: Path) -> tuple[list[str], str]:
         "--include-dashboard=false",
         "--disable-usage-stats",
         f"--temp-dir={temp_dir}",
-        *(f"{flag}={value}" for flag, value in ports.items()),
+        *flags,
     ]
     return argv, f"127.0.0.1:{port}"
 
