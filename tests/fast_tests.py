@@ -47,7 +47,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     path = os.environ.get(RECORD)
-    if not path or not _spent:
+    if not path or not _spent or "PYTEST_XDIST_WORKER" in os.environ:  # under -n: the controller has every report
         return
     target = Path(path)
     recorded = json.loads(target.read_text()) if target.exists() else {}

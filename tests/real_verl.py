@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import re
+import threading
 import time
 
 import pytest
@@ -92,17 +93,31 @@ def _replica(server):
     return None
 
 
-def watch(process, run, server, env):
-    """While the run goes: ask for the profile once the hub knows the run (validation logs step 0),
-    read the replica's /metrics once it has served requests. Returns (profile request, metrics, its
-    time, address)."""
-    profile_request, metrics, metrics_at, address, target = None, "", 0.0, None, None
+def _ask_for_the_profile(process, server, env, asked):
+    """Once the hub knows the run (validation logs step 0): `rl-insight profile` for PROFILED_STEP, in
+    a thread of its own, so a slow read of the replica's /metrics never delays it past that step."""
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while process.poll() is None and time.monotonic() < deadline:
-        if profile_request is None and _hub_knows(server, 0):
-            profile_request = rl_insight(
-                "profile", "--project", PROJECT, "--experiment", EXPERIMENT, "--steps", str(PROFILED_STEP), env=env
+        if _hub_knows(server, 0):
+            asked.append(
+                rl_insight(
+                    "profile", "--project", PROJECT, "--experiment", EXPERIMENT, "--steps", str(PROFILED_STEP), env=env
+                )
             )
+            return
+        time.sleep(0.2)
+
+
+def watch(process, run, server, env):
+    """While the run goes: ask for the profile once the hub knows the run (_ask_for_the_profile),
+    read the replica's /metrics once it has served requests. Returns (profile request, metrics, its
+    time, address)."""
+    asked = []
+    asking = threading.Thread(target=_ask_for_the_profile, args=(process, server, env, asked), daemon=True)
+    asking.start()
+    metrics, metrics_at, address, target = "", 0.0, None, None
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while process.poll() is None and time.monotonic() < deadline:
         target = target or _replica(server)
         address = target and target["address"]
         if address and not _hub_knows(server, 2):  # the newest text before the last step: still serving
@@ -110,7 +125,8 @@ def watch(process, run, server, env):
             if status == 200 and re.search(rb"^vllm:generation_tokens_total\{[^}]*\} [1-9]", body, re.M):
                 metrics, metrics_at = body.decode(), time.time()
         time.sleep(0.5)
-    return profile_request, metrics, metrics_at, target
+    asking.join(timeout=120)
+    return (asked[0] if asked else None), metrics, metrics_at, target
 
 
 def watched_run(tmp_path_factory):

@@ -77,8 +77,9 @@ def start_replicas(engine: str, replicas: int) -> list["EngineSimulator"]:
     return [r.simulator for r in manager.rollout_replicas]
 
 
-def start_transfer_queue(timeout_s: int = 60) -> ModuleType | None:
-    """The real transferqueue with its metrics exporter, or None (not installed, or it did not start)."""
+def start_transfer_queue(timeout_s: int = 180) -> ModuleType | None:
+    """The real transferqueue with its metrics exporter, or None (not installed, or it did not start:
+    its Ray actors each import torch, which takes a minute and more on 2 busy cores)."""
     result: dict[str, ModuleType | Exception] = {}
 
     def init() -> None:
