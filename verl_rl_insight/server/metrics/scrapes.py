@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from verl_rl_insight.contract.errors import Busy
 from verl_rl_insight.contract.run_card import Json
-from verl_rl_insight.server.metrics.exposure import Collector, Exposed, Exposure, Outgoing, stamp
+from verl_rl_insight.server.metrics.exposure import Collector, Exposed, Exposure, Named, Outgoing, stamp
 from verl_rl_insight.server.metrics.memory import Bound
 from verl_rl_insight.server.metrics.model import Snapshot, Stream, check_held
 from verl_rl_insight.server.metrics.persistence import HubFiles
@@ -118,7 +118,7 @@ class Scrapes:
                 if self._live_version == now:
                     return self._live_body
                 entries = [Exposed(s, s.take_latest(), s.version, [], None) for s in self.memory.streams.values()]
-                exposure = Exposure(self, None, None, entries, self.hub_series())
+                exposure = Exposure(self, entries, self.hub_series())
             self._live_body = exposure.render()  # under the render lock already
             self._live_version = now
             return self._live_body
@@ -131,7 +131,6 @@ class Scrapes:
                 raise ScrapeBusy(f"a scrape by {name} is still being served")
             try:
                 exposure = self._exposure(state, arrival_ms)
-                self._reserve(exposure)
             except BaseException:
                 state.busy.release()
                 raise
@@ -147,6 +146,7 @@ class Scrapes:
         return state
 
     def _exposure(self, state: Scraper, arrival_ms: int) -> Exposure:
+        """``state``'s scrape, its body's copies booked (raises Busy when they do not fit now)."""
         state.seen_at = self.clock()
         floor_ms = arrival_ms - int(self.new_scraper_history_s * 1000)
         prev_start = state.last_ms if state.last_ms is not None else floor_ms
@@ -162,13 +162,14 @@ class Scrapes:
                 entries.append(Exposed(stream, stream.take_latest(), stream.version, sent, history))
             else:  # values read back at start, newer than the history this scraper lacks
                 entries.append(Exposed(stream, {}, None, sent, history))
-        exposure = Exposure(self, state, arrival_ms, entries, self.hub_series())
+        stats = self.hub_series()
         state.serial += 1
-        exposure.serial = state.serial
+        number, resent = 0, {}
         if state.confirm:
-            exposure.number = state.number = max(arrival_ms, state.number + 1)
-            exposure.resent = self._resends(state)
-        return exposure
+            number = state.number = max(arrival_ms, state.number + 1)
+            resent = self._resends(state)
+        named = Named(state, arrival_ms, state.serial, number, resent, self._reserve(entries, resent))
+        return Exposure(self, entries, stats, named)
 
     def _resends(self, state: Scraper) -> dict[StreamKey, list[Outgoing]]:
         """The batches ``state``'s store did not get that the hub still holds, with their stamps."""
@@ -187,29 +188,30 @@ class Scrapes:
                 resent[key] = found
         return resent
 
-    def _reserve(self, exposure: Exposure) -> None:
-        """Book what this named scrape's body adds to the booked copies (``Memory.reserve``)."""
+    def _reserve(self, entries: list[Exposed], resent: dict[StreamKey, list[Outgoing]]) -> int:
+        """Book what a named scrape's body adds to the booked copies (``Memory.reserve``): the bytes booked."""
         history = live = 0
-        for entry in exposure.entries:
+        for entry in entries:
             stream = entry.stream
             chars = len(stream.labels) + LINE_EXTRA + TIMESTAMP_CHARS
             snapshots: list[Snapshot] = [s.snapshot for s in entry.sent]
-            snapshots += [r.snapshot for r in exposure.resent.get(stream.key, ())]
+            snapshots += [r.snapshot for r in resent.get(stream.key, ())]
             for snapshot in snapshots:
                 history += len(snapshot.values) * chars + sum(map(len, snapshot.names))
             live += stream.line_chars
-        exposure.reserved = self.memory.reserve(history, live)
+        return self.memory.reserve(history, live)
 
     def settle(self, exposure: Exposure, written: bool) -> None:
         """A named scrape's response was written (or could not be): its scraper moves on (takes the hub lock)."""
-        state = exposure.scraper
-        if state is None:
+        named = exposure.named
+        if named is None:
             return
+        state = named.scraper
         with self.lock:
             streams = self.memory.streams
-            self.memory.release(exposure.reserved)
-            state.last_ms = max(state.last_ms or 0, exposure.arrival_ms or 0)
-            state.settled_serial = max(state.settled_serial, exposure.serial)
+            self.memory.release(named.reserved)
+            state.last_ms = max(state.last_ms or 0, named.arrival_ms)
+            state.settled_serial = max(state.settled_serial, named.serial)
             if written:
                 for key, mark in exposure.marks.items():
                     if key in streams:
@@ -217,7 +219,7 @@ class Scrapes:
                         state.record(key, [stamp.identity for stamp in exposure.first_sent[key]])
                 if state.confirm:
                     first = {k: v for k, v in exposure.first_sent.items() if k in streams}
-                    state.await_store(exposure.number, self.clock(), exposure.resent_stamps(), first)
+                    state.await_store(named.number, self.clock(), exposure.resent_stamps(), first)
             self._unsaved = True
         state.busy.release()
 
