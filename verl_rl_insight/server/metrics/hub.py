@@ -35,7 +35,8 @@ share), ``scrapes.py`` (``Scrapes``: the named scrapers and their positions, sav
 ``exposure.py`` (what each scrape is sent), ``positions.py`` (what a scraper was sent),
 ``persistence.py`` (``HubFiles``: the files that survive a restart), ``stats.py`` (the hub's
 counters). The hub itself numbers the snapshots (``seq``) and moves the version an unnamed
-scrape's rendering is of; it takes the hub lock in every public method.
+scrape's rendering is of; none of its public methods runs under its caller's lock: each takes
+the hub lock itself, or calls the part that does.
 """
 
 from __future__ import annotations
