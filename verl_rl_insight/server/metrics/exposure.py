@@ -52,6 +52,17 @@ class Exposed:
     history: list[Snapshot] | None  # the whole history, where some of it waits for a later scrape
 
 
+class Named(NamedTuple):
+    """What a named scrape is, beside what it exposes: made whole by ``Scrapes`` under the hub lock."""
+
+    scraper: Scraper
+    arrival_ms: int
+    serial: int  # its number in its scraper's scrapes of this process
+    number: int  # a confirming scraper's scrape number, in the body (0: not confirming)
+    resent: dict[StreamKey, list[Outgoing]]  # sent again: the store lacks them
+    reserved: int  # bytes booked for its body until ``commit``
+
+
 class Desk(Protocol):
     """What an exposure reports back to (``scrapes.Scrapes``)."""
 
@@ -66,45 +77,36 @@ class Desk(Protocol):
 class Exposure:
     """What one scrape exposes; a named one is ``commit``-ed once its response was written.
 
-    Made under the hub lock (``Scrapes``), used outside it: ``body`` takes the render lock, then
-    writes the promises (``HubFiles.save_promises``: its own lock, the hub lock while it copies);
-    ``commit`` takes the hub lock (``Scrapes.settle``)."""
+    Made whole under the hub lock (``Scrapes``), used outside it: ``body`` takes the render lock,
+    then writes the promises (``Scrapes.save_promises``: its own lock, the hub lock while it
+    copies); ``commit`` takes the hub lock (``Scrapes.settle``). It writes only its own attributes
+    (what it rendered, whether it was committed)."""
 
-    def __init__(
-        self,
-        desk: Desk,
-        scraper: Scraper | None,
-        arrival_ms: int | None,
-        entries: list[Exposed],
-        stats: tuple[Stat, ...],
-    ) -> None:
+    def __init__(self, desk: Desk, entries: list[Exposed], stats: tuple[Stat, ...], named: Named | None = None) -> None:
+        """``named``: a named scrape's (None: an unnamed one, never committed)."""
         self.desk = desk
-        self.scraper = scraper
-        self.arrival_ms = arrival_ms
         self.entries = entries
         self.stats = stats
+        self.named = named
         self.marks: dict[StreamKey, Mark] = {}
         self.first_sent: dict[StreamKey, list[Stamp]] = {}  # the stamps of ``Exposed.sent``, as rendered
-        self.number = 0  # a confirming scraper's scrape number, in the body
-        self.resent: dict[StreamKey, list[Outgoing]] = {}  # sent again
         self.settled = False
-        self.reserved = 0  # bytes booked for this body until ``commit``
-        self.serial = 0  # a named scrape's number in its scraper's scrapes of this process
 
     def body(self) -> bytes:
         """The body; a named scrape's timestamps are on disk before it returns (``promised``)."""
         with self.desk.render_lock:
             body = self.render()
-        if self.scraper is not None and any(entry.sent for entry in self.entries):
+        if self.named is not None and any(entry.sent for entry in self.entries):
             self.desk.save_promises()
         return body
 
     def render(self) -> bytes:
         """The body, under the desk's render lock (the caller holds it)."""
         families: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
+        resent = self.named.resent if self.named is not None else {}
         for entry in self.entries:
             stream = entry.stream
-            for again in self.resent.get(stream.key, ()):
+            for again in resent.get(stream.key, ()):
                 _add(families, _stamped_lines(stream, again))
             for sent in entry.sent:
                 _add(families, _stamped_lines(stream, sent))
@@ -122,22 +124,23 @@ class Exposure:
         trailer = stat_lines(self.stats)
         for collector in self.desk.collectors:
             trailer += collector.lines()
-        if self.number and self.scraper is not None:
+        if self.named is not None and self.named.number:
             trailer += [
                 f"# TYPE {SCRAPE_NUMBER} gauge",
-                f'{SCRAPE_NUMBER}{{scraper="{self.scraper.name}"}} {self.number}',
+                f'{SCRAPE_NUMBER}{{scraper="{self.named.scraper.name}"}} {self.named.number}',
             ]
         return exposition.body(families, trailer)
 
     def commit(self, written: bool = True) -> None:
         """The response was written (or, ``written=False``, could not be): move this scraper on."""
-        if self.scraper is not None and not self.settled:
+        if self.named is not None and not self.settled:
             self.settled = True
             self.desk.settle(self, written)
 
     def resent_stamps(self) -> dict[StreamKey, list[Stamp]]:
         """What it sent again, as the scraper keeps it until its store shows it."""
-        return {key: [r.stamp for r in items] for key, items in self.resent.items()}
+        resent = self.named.resent if self.named is not None else {}
+        return {key: [r.stamp for r in items] for key, items in resent.items()}
 
 
 def _stamped_lines(stream: Stream, outgoing: Outgoing) -> list[Line]:

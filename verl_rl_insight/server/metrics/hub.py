@@ -28,9 +28,15 @@ What a user can rely on:
   scrape time (the marks), ``derived`` parts the batches they made since asked last (``derived.py``:
   the findings, the timeline's figures; the server asks every second), never handed to listeners.
 
-The parts: ``model.py`` (streams, snapshots, the shared state), ``memory.py`` and ``budgets.py``
-(the bound), ``scrapes.py`` and ``exposure.py`` (what each scraper is sent), ``positions.py``
-(what it was sent), ``persistence.py`` (what survives a restart), ``stats.py`` (the hub's counters).
+The parts, each the only writer of its own state, all under one hub lock (``memory.Bound``: a
+push changes the streams, the series count and the version at once): ``model.py`` (streams,
+snapshots), ``memory.py`` (``Memory``: the streams table and the bound; ``budgets.py``: each run's
+share), ``scrapes.py`` (``Scrapes``: the named scrapers and their positions, saving them) and
+``exposure.py`` (what each scrape is sent), ``positions.py`` (what a scraper was sent),
+``persistence.py`` (``HubFiles``: the files that survive a restart), ``stats.py`` (the hub's
+counters). The hub itself numbers the snapshots (``seq``) and moves the version an unnamed
+scrape's rendering is of; none of its public methods runs under its caller's lock: each takes
+the hub lock itself, or calls the part that does.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from verl_rl_insight.server.metrics.budgets import run_of
 from verl_rl_insight.server.metrics.derived import Derived
 from verl_rl_insight.server.metrics.exposure import SCRAPE_NUMBER, Collector, Exposure
 from verl_rl_insight.server.metrics.memory import OTHERS_SHARE, Bound
-from verl_rl_insight.server.metrics.model import Attempts, PushResult, Removed, Snapshot, Stream
+from verl_rl_insight.server.metrics.model import Attempts, PushResult, Removed, Snapshot, Stream, check_held
 from verl_rl_insight.server.metrics.persistence import HubFiles
 from verl_rl_insight.server.metrics.positions import StreamKey
 from verl_rl_insight.server.metrics.scrapes import Awaiting, ScrapeBusy, Scrapes
@@ -95,11 +101,17 @@ class MetricHub:
         self.listeners, self.collectors, self.derived = tuple(listeners), tuple(collectors), tuple(derived)
         self._derived_lock = threading.Lock()  # what one part made is applied in the order made
         bound = bound if bound is not None else Bound(memory_limit_bytes, max_series)
-        self._stats, self._data, self._memory = bound.stats, bound.data, bound.memory
-        self._files = HubFiles(self._data, self._memory, clock, state_path, latest_path, history_s, stream_ttl_s)
-        self._scrapes = Scrapes(bound, self._files, clock, new_scraper_history_s, confirming, self.collectors)
+        self._lock, self._stats, self._memory = bound.lock, bound.stats, bound.memory
+        self._seq = 0  # the number of the last snapshot applied
+        self._version = 0  # moves on whenever what an unnamed scrape sees changes
+        self._files = HubFiles(bound, clock, state_path, latest_path, stream_ttl_s)
+        # the positions written last are read back as the scrapes are made, then the latest values
+        self._scrapes = Scrapes(
+            bound, self._files, clock, history_s, new_scraper_history_s, confirming, self.collectors
+        )
+        with self._lock:
+            self._version += bool(self._files.load_latest())
         self._next_sweep = 0.0
-        self._files.load(confirming)
 
     @property
     def memory_limit_bytes(self) -> int:
@@ -108,12 +120,12 @@ class MetricHub:
     @property
     def stats(self) -> HubStats:
         """A copy of the hub's counters, as of now."""
-        with self._data.lock:
+        with self._lock:
             return dataclasses.replace(self._stats)
 
     def count_rejected(self) -> None:
         """A push was refused (bad input, over a bound): counted in rl_insight_hub_rejected_pushes_total."""
-        with self._data.lock:
+        with self._lock:
             self._stats.rejected += 1
 
     # -- pushes ----------------------------------------------------------------------------
@@ -142,7 +154,7 @@ class MetricHub:
         """Book ``nbytes`` (negative: give back) for what the server holds beside the hub, under the
         same bound (the timeline's waiting spans): False, and nothing booked, when it does not fit,
         or when others would hold more than ``OTHERS_SHARE`` of it (``Memory.book_other``)."""
-        with self._data.lock:
+        with self._lock:
             return self._memory.book_other(owner, nbytes)
 
     def take_derived(self) -> int:
@@ -157,7 +169,7 @@ class MetricHub:
                     if made:
                         applied += self._apply(made, self.clock())[0]["accepted"]
                 except Exception:  # one part's failure never stops a scrape or the others
-                    with self._data.lock:
+                    with self._lock:
                         self._stats.listener_errors += 1
         return applied
 
@@ -166,7 +178,7 @@ class MetricHub:
             try:
                 listener(added)
             except Exception:  # a listener's failure never fails a push that the hub has taken
-                with self._data.lock:
+                with self._lock:
                     self._stats.listener_errors += 1
         if sum(part.backlog() for part in self.derived) > MAX_DERIVED_BACKLOG:  # made with no room booked: taken
             self.take_derived()  # now, not held in memory until the server's next second (the hub books it)
@@ -174,18 +186,18 @@ class MetricHub:
 
     def _apply(self, batches: list[Batch], now: float) -> tuple[PushResult, list[Batch]]:
         added: list[Batch] = []
-        data, stats = self._data, self._stats
-        with data.lock:
+        memory, stats = self._memory, self._stats
+        with self._lock:
             batches = self.attempts.mark(batches) if self.attempts is not None else batches
-            growing = self._memory.make_room(batches)  # the streams that get new series
+            growing = memory.make_room(batches, self._scrapes.unsent)  # the streams that get new series
             duplicates = disagreements = 0
             dropped: dict[str, str] = {}
             touched: dict[StreamKey, dict[str, float]] = {}
+            streams = memory.streams
             for batch in batches:
-                stream = data.streams.get(batch.labels)
+                stream = streams.get(batch.labels)
                 if stream is None:
-                    stream = data.streams[batch.labels] = Stream(batch.labels)
-                    self._memory.charge(stream, stream.booked())
+                    stream = memory.add_stream(batch.labels)
                 if batch.timed and (batch.step, batch.time) in stream.seen:
                     duplicates += 1
                     continue
@@ -197,13 +209,13 @@ class MetricHub:
                 self._add(stream, latest, batch, now, stream.key in growing)
                 added.append(batch)
             for key, latest in touched.items():
-                stream = data.streams[key]
+                stream = streams[key]
                 stream.latest = latest
                 stream.shared = False
                 stream.restored_for = None
                 stream.version += 1
             if touched:
-                data.version += 1
+                self._version += 1
             stats.batches += len(added)
             stats.duplicates += duplicates
             stats.pushes += 1
@@ -221,9 +233,8 @@ class MetricHub:
         names = batch.names
         if names == stream.names:
             names = batch.names = stream.names  # one names tuple for a stream's snapshots (and listeners)
-        data = self._data
-        data.seq += 1
-        snapshot = Snapshot(data.seq, batch.step, batch.time, now, names, batch.values)
+        self._seq += 1
+        snapshot = Snapshot(self._seq, batch.step, batch.time, now, names, batch.values)
         stream.history.append(snapshot)
         if batch.timed:
             stream.seen.add((batch.step, batch.time))
@@ -242,11 +253,10 @@ class MetricHub:
                 latest.setdefault(name, value)
         charge = snapshot.nbytes
         if fresh:
-            self._memory.count_series(stream.run, len(fresh))
             chars = sum(stream.line_length(name) for name in fresh)
             stream.line_chars += chars
             charge += SERIES_BYTES * len(fresh) + LINE_COPIES * chars
-        self._memory.charge(stream, charge)
+        self._memory.grew(stream, charge, len(fresh))
         stream.updated = now
 
     def _count_left_out(self, batch: Batch, named: dict[str, str]) -> int:
@@ -269,38 +279,36 @@ class MetricHub:
         if now < self._next_sweep:
             return
         self._next_sweep = now + 1.0
-        data = self._data
-        self._scrapes.forget_idle(now - self.scraper_ttl_s)
-        for key in [k for k, s in data.streams.items() if now - s.updated > self.stream_ttl_s]:
+        memory, scrapes = self._memory, self._scrapes
+        scrapes.forget_idle(now - self.scraper_ttl_s)
+        for key in [k for k, s in memory.streams.items() if now - s.updated > self.stream_ttl_s]:
             self._forget(key)
         horizon = now - self.history_s
-        held = self._scrapes.give_up(horizon)
-        scrapers = data.scrapers.values()
-        for stream in data.streams.values():
+        held = scrapes.give_up(horizon)
+        for stream in memory.streams.values():
             history = stream.history
             while (
                 stream.key not in held
                 and history
                 and history[0].received < horizon
-                and all(scraper.sent(stream.key, history[0]) for scraper in scrapers)
+                and scrapes.sent_by_all(stream.key, history[0])
             ):
-                self._memory.drop_oldest(stream)
+                memory.drop_oldest(stream)
 
     def _forget(self, key: StreamKey) -> int:
-        stream = self._data.streams.pop(key)
-        self._memory.count_series(stream.run, -len(stream.latest))
-        self._memory.charge(stream, -(stream.booked() + stream.history_bytes()))
+        """Forget a stream, and every position of it (under the hub lock)."""
+        stream = self._memory.remove_stream(key)
         self._scrapes.forget_stream(key)
-        self._data.version += 1
+        self._version += 1
         return len(stream.latest)
 
     def delete_run(self, project: str, experiment: str) -> Removed:
         """Forget every stream of a run (its values and history)."""
-        data = self._data
-        with data.lock:
-            keys = [k for k, s in data.streams.items() if s.run == (project, experiment)]
+        with self._lock:
+            keys = [k for k, s in self._memory.streams.items() if s.run == (project, experiment)]
             series = sum(self._forget(key) for key in keys)
-            data.state_dirty = data.state_dirty or bool(keys)
+            if keys:
+                self._scrapes.positions_changed()
         return Removed(len(keys), series)
 
     # -- scrapes (scrapes.py) --------------------------------------------------------------
@@ -322,43 +330,47 @@ class MetricHub:
 
     def changed(self) -> None:
         """The next unnamed scrape renders again (a collector's version does so by itself)."""
-        with self._data.lock:
-            self._data.version += 1
+        with self._lock:
+            self._version += 1
 
     def live_body(self) -> bytes:
         """The live values of every stream (what an unnamed scrape gets), rendered once per change
         (of the streams', or of what a collector exposes); what the derived parts made is taken first."""
         self.take_derived()
-        return self._scrapes.live_body()
+        return self._scrapes.live_body(self._live_version)
+
+    def _live_version(self) -> int:
+        """The version of what an unnamed scrape sees (under the hub lock, held by the caller)."""
+        check_held(self._lock)
+        return self._version
 
     # -- reports ---------------------------------------------------------------------------
     def summary(self) -> dict[str, Json]:
         """The hub's own figures: memory, series, streams, history, scrapers (``GET /api/v1/hub``)."""
         self.take_derived()
         now = self.clock()
-        with self._data.lock:
-            return reports.summary(
-                self._data, self._memory, self._stats, self._scrapes.hub_series(), self.instance, now
-            )
+        with self._lock:
+            scrapes, memory = self._scrapes, self._memory
+            return reports.summary(scrapes.scrapers, memory, self._stats, scrapes.hub_series(), self.instance, now)
 
     def streams(self) -> list[reports.StreamSummary]:
         """A summary per stream: labels, last step, series count, seconds since the last push and
         since its newest step's own time."""
         self.take_derived()
         now = self.clock()
-        with self._data.lock:
-            return [reports.stream_summary(s, now) for s in self._data.streams.values()]
+        with self._lock:
+            return [reports.stream_summary(s, now) for s in self._memory.streams.values()]
 
     # -- what survives a restart (persistence.py) ---------------------------------------------
     def save_state(self) -> None:
         """Write what each named scraper was sent (atomically); a no-op when nothing changed."""
-        self._files.save_state()
+        self._scrapes.save_state()
 
     def save_promises(self) -> None:
         """Write the timestamps the named scrapes gave, before a body that gave them is sent."""
-        self._files.save_promises()
+        self._scrapes.save_promises()
 
     def save_latest(self) -> int:
         """At a clean stop: write every stream's latest values (``HubFiles.save_latest``)."""
         self.take_derived()
-        return self._files.save_latest()
+        return self._files.save_latest(self._scrapes.sent_whole)

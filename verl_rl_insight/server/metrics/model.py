@@ -1,5 +1,6 @@
-"""The hub's data model: streams (a label set's latest values and history), the snapshots a push
-adds to them, and the state every part of the hub shares under one lock (``HubData``)."""
+"""The hub's data model: streams (a label set's latest values and history) and the snapshots a push
+adds to them. Who holds them: the streams table is ``memory.Memory``'s (its only writer); the one hub
+lock, and which part owns what under it, ``memory.Bound``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import NamedTuple, Protocol, TypedDict
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.metrics import budgets, exposition
-from verl_rl_insight.server.metrics.positions import Identity, Scraper, StreamKey
+from verl_rl_insight.server.metrics.positions import Identity, StreamKey
 from verl_rl_insight.server.metrics.sizes import LINE_COPIES, SERIES_BYTES, STREAM_BYTES, line_length, snapshot_bytes
 
 Line = tuple[str, str]  # (metric name, exposition line), as exposition.series_lines makes them
@@ -56,7 +57,13 @@ class LiveLines:
 
 
 class Stream:
-    """One label set (project, experiment_name, extra labels): its latest values and history."""
+    """One label set (project, experiment_name, extra labels): its latest values and history.
+
+    Made by ``Memory.add_stream`` (a push) or read back at start (``HubFiles.load_latest``); then,
+    under the hub lock, its values and history written by the push that applies a batch to it
+    (``MetricHub``), its oldest history dropped by ``Memory.drop_oldest``, ``shared`` set by a
+    scrape that takes ``latest`` (``take_latest``); ``cache`` by a render, under the render lock
+    (``live_lines``)."""
 
     __slots__ = (
         "key",
@@ -120,27 +127,6 @@ class Stream:
         if version is not None and version >= self.cache.version:
             self.cache = LiveLines(version, lines)
         return lines
-
-
-class HubData:
-    """What the hub holds, shared by its parts; every field is read and written under ``lock``
-    (the hub lock: each part's docstring says which of its methods take it, and which run under
-    their caller's). Who writes what: beside loading at start (``persistence.HubFiles.load``),
-    ``streams`` the hub (pushes, its sweep, ``delete_run``) and ``Memory`` (history it drops);
-    ``scrapers`` and their positions ``scrapes.Scrapes``; ``series`` ``Memory``; ``seq`` and
-    ``version`` the hub; ``state_dirty`` is set by whoever changes a position, cleared by the save."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.streams: dict[StreamKey, Stream] = {}
-        self.scrapers: dict[str, Scraper] = {}  # named scraper -> what it was sent (positions.py)
-        self.series = 0  # the latest values of every stream, counted
-        self.seq = 0  # the number of the last snapshot applied
-        self.version = 0  # moves on whenever what an unnamed scrape sees changes
-        self.state_dirty = False  # what the named scrapers were sent changed since it was saved
-
-    def history_snapshots(self) -> int:
-        return sum(len(s.history) for s in self.streams.values())
 
 
 def check_held(lock: threading.Lock) -> None:

@@ -87,8 +87,9 @@ MAX_PROMISED = 4096  # per scraper and stream, the promises kept at the most (th
 
 class Scraper:
     """One named scraper: what it was sent, the timestamps it was promised and, confirming, what
-    awaits its store. Read and written under the hub lock, held by the caller (``Scrapes``,
-    ``HubFiles``, ``Memory``, the hub's sweep); ``busy`` is its own: one scrape by it at a time."""
+    awaits its store. Owned by ``scrapes.Scrapes``, its only writer (``HubFiles.read_positions``
+    makes it at start, before any scrape), under the hub lock, held by the caller; the others read
+    it through ``Scrapes``' methods. ``busy`` is its own: one scrape by it at a time."""
 
     __slots__ = (
         "name",

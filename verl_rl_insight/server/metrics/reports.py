@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TypedDict
 
 from verl_rl_insight.contract.run_card import Json
 from verl_rl_insight.server.metrics.memory import Memory
-from verl_rl_insight.server.metrics.model import HubData, Stream
+from verl_rl_insight.server.metrics.model import Stream
+from verl_rl_insight.server.metrics.positions import Scraper
 from verl_rl_insight.server.metrics.stats import HUB_PREFIX, HubStats, Stat
 
 
@@ -32,7 +34,12 @@ def stream_summary(s: Stream, now: float) -> StreamSummary:
 
 
 def summary(
-    data: HubData, memory: Memory, stats: HubStats, series: tuple[Stat, ...], instance: str, now: float
+    scrapers: Mapping[str, Scraper],
+    memory: Memory,
+    stats: HubStats,
+    series: tuple[Stat, ...],
+    instance: str,
+    now: float,
 ) -> dict[str, Json]:
     """The hub's own series by name (without the prefix; a labelled family as {label value: n}),
     its named scrapers, and what its memory bound holds besides (under the hub lock)."""
@@ -45,14 +52,14 @@ def summary(
             labelled[family][label.split('"')[1]] = stat.value
         else:
             figures[family] = stat.value
-    scrapers: dict[str, Json] = {}
-    for name, s in data.scrapers.items():
+    named: dict[str, Json] = {}
+    for name, s in scrapers.items():
         scraper: dict[str, Json] = {"last_scrape_s_ago": round(now - s.seen_at, 1), "streams": len(s.marks)}
         if s.confirm:
             scraper["scrapes_awaiting_store"] = len(s.inflight)
             scraper["batches_to_resend"] = sum(map(len, s.resend.values()))
-        scrapers[name] = scraper
-    figures["scraper_names"] = scrapers
+        named[name] = scraper
+    figures["scraper_names"] = named
     figures["instance"] = instance
     figures["memory_booked_by_others"] = dict(memory.others)
     figures["memory_run_share_bytes"] = memory.run_share()  # what one run may hold
