@@ -62,13 +62,14 @@ class RunHistory:
         self.columns: dict[str, array[float]] = {}
         self.nonfinite: dict[str, dict[int, float]] = {}
         self.version = 0  # moves on with every step added: caches of answers made from it compare it
-        # moves on when a step other than the newest changed (a late step, a second batch of an older
-        # step): a walk fed step by step starts again then (findings.py)
+        # moves on when a step held changed or came before the newest (a late step, a second batch of
+        # a step): a walk fed step by step starts again then (health/walk.py)
         self.rewrites = 0
         # steps dropped from the front (the run at its cap): a walk that had them keeps going, its
         # place in ``steps`` moved back by as many
         self.dropped = 0
         self.from_prometheus = False
+        self.exposed: int | None = None  # the newest step read back from Prometheus: its series were exposed
         self.partial = False  # the run was forgotten and logs again: its older steps are in Prometheus only
         # the newest step the run had when it was forgotten: a read-back that does not reach it (Prometheus
         # had not scraped it yet, or did not answer) leaves the run partial, to be read back again
@@ -97,10 +98,12 @@ class RunHistory:
             self.times.insert(i, at)
             for held in self.columns.values():
                 held.insert(i, math.nan)
+            if i != len(self.steps) - 1:
+                self.rewrites += 1
         elif not any(self.value(name, i) is None for name in metrics if name != GLOBAL_STEP_METRIC):
             return False
-        if i != len(self.steps) - 1:
-            self.rewrites += 1
+        else:
+            self.rewrites += 1  # a step held gets values it did not have
         for name, value in metrics.items():
             if name == GLOBAL_STEP_METRIC:
                 continue
@@ -251,6 +254,8 @@ class Histories:
             history = self._runs.get(run, history)
             if history is not None:
                 history.from_prometheus = True
+                if newest is not None:
+                    history.exposed = max(newest, history.exposed if history.exposed is not None else newest)
                 if history.awaited is None or (newest is not None and newest >= history.awaited):
                     history.partial, history.awaited = False, None
                 history.finished = finished if finished is not None else history.finished
