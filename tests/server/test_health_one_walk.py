@@ -62,3 +62,20 @@ def test_a_run_read_back_from_prometheus_emits_nothing_it_exposed_before():
     made = monitor.collect()
     assert made and {at for _, at in emitted(made)} == {at for _, at, _ in steps[-5:]}
     assert [f.as_json() for f in monitor.findings(*RUN)] == [f.as_json() for f in offline(run)]
+
+
+def test_a_new_attempt_of_the_run_from_an_earlier_step_is_alerted_again_at_its_own_times():
+    """verl resumed from a checkpoint: the run's name logs again from step 100, later (a new attempt,
+    contract.attempts); the detectors' series of those steps go out again, stamped at the new times."""
+    run = planned_drop()
+    steps = steps_of(run)
+    histories = Histories()
+    monitor = HealthMonitor(histories=histories)
+    pushed(histories, steps[:150])
+    first = monitor.collect()
+    later = steps[150][1] - steps[99][1] + 3600.0  # an hour after the first attempt's last step
+    again = [(step, at + later, metrics) for step, at, metrics in steps[99:120]]
+    pushed(histories, again)
+    made = monitor.collect()
+    assert {at for _, at in emitted(made)} == {at for _, at, _ in again}
+    assert not set(emitted(made)) & set(emitted(first))

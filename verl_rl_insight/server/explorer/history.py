@@ -69,7 +69,7 @@ class RunHistory:
         # place in ``steps`` moved back by as many
         self.dropped = 0
         self.from_prometheus = False
-        self.exposed: int | None = None  # the newest step read back from Prometheus: its series were exposed
+        self.exposed: float | None = None  # the newest step's time read back from Prometheus: exposed before
         self.partial = False  # the run was forgotten and logs again: its older steps are in Prometheus only
         # the newest step the run had when it was forgotten: a read-back that does not reach it (Prometheus
         # had not scraped it yet, or did not answer) leaves the run partial, to be read back again
@@ -246,16 +246,18 @@ class Histories:
         touched meanwhile have forgotten it again)."""
         with self.lock:
             newest: int | None = None
+            latest: float | None = None
             history = None
             for step, at, metrics in steps:
                 self._add(run, step, at, metrics)
                 history = self._runs.get(run, history)
                 newest = step if newest is None else max(newest, step)
+                latest = at if latest is None else max(latest, at)
             history = self._runs.get(run, history)
             if history is not None:
                 history.from_prometheus = True
-                if newest is not None:
-                    history.exposed = max(newest, history.exposed if history.exposed is not None else newest)
+                if latest is not None:
+                    history.exposed = max(latest, history.exposed if history.exposed is not None else latest)
                 if history.awaited is None or (newest is not None and newest >= history.awaited):
                     history.partial, history.awaited = False, None
                 history.finished = finished if finished is not None else history.finished

@@ -11,11 +11,14 @@ late step, a second batch of a step it had (verl's validation call for the same 
 step with keys of its own), a new attempt, steps dropped before it had them, other baseline
 resets, other validation keys.
 
-What the detectors say of a step becomes the alert series once (``Emitted``): the newest step
-emitted per detector and metric is kept, so a walk again from the start emits nothing for a step
-already emitted, except the series never emitted for it among the run's last ``LATE`` steps
-(validation keys a run's card names after its first steps: a fall already seen counts); a run read
-back from Prometheus emits nothing up to the newest step read back (its series were exposed before).
+What the detectors say of a step becomes the alert series once (``Emitted``): the time of the
+newest step emitted per detector and metric is kept (a series' samples go out in time order), so a
+walk again from the start emits nothing for a step already emitted, except the series never emitted
+among the run's last ``LATE`` steps (validation keys a run's card names after its first steps: a
+fall already seen counts); a run read back from Prometheus emits nothing up to the newest step's
+time read back (its series were exposed before). A new attempt of the run (its name used again
+from an earlier step, later) or a run deleted and started again emits its steps: their times are
+newer.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class Emitted:
     """What a run's walk made into series (kept while its walk may be let go: a few numbers)."""
 
     def __init__(self) -> None:
-        self.newest: dict[tuple[str, str], int] = {}  # (detector, metric) -> the newest step emitted
+        self.newest: dict[tuple[str, str], float] = {}  # (detector, metric) -> the newest step's time emitted
         self.counts: dict[str, float] = {}  # detector -> steps emitted that belonged to a finding
 
 
@@ -104,23 +107,23 @@ class RunWalk:
 
 
 def to_emit(
-    emitted: Emitted, said: list[tuple[StepValues, list[Said]]], floor: int | None, again: tuple[int, int] | None
+    emitted: Emitted, said: list[tuple[StepValues, list[Said]]], floor: float | None, again: tuple[int, int] | None
 ) -> list[tuple[StepValues, Said]]:
-    """Of what the detectors said, what was never made into series: a step after the newest
-    emitted for its detector and metric and after ``floor`` (read back: exposed before); ``again``
+    """Of what the detectors said, what was never made into series: a step later than the newest
+    emitted for its detector and metric and than ``floor`` (read back: exposed before); ``again``
     (walked again from the start: the newest step walked before, the first of the run's last
     ``LATE``): a step walked before only from the last LATE on."""
     out = []
     for step, saids in said:
-        if floor is not None and step[0] <= floor:
+        if floor is not None and step[2] <= floor:
             continue
         for s in saids:
             key = (s.detector, s.metric)
             newest = emitted.newest.get(key)
-            if s.detector not in ONLINE or (newest is not None and step[0] <= newest):
+            if s.detector not in ONLINE or (newest is not None and step[2] <= newest):
                 continue
             if again is not None and step[0] <= again[0] and step[0] < again[1]:
                 continue
-            emitted.newest[key] = step[0]
+            emitted.newest[key] = step[2]
             out.append((step, s))
     return out
