@@ -10,9 +10,9 @@
    server's health detectors by the server's thread every second: their walk is off the push path);
    ``apply_in_process`` is ``MetricHub.push_body`` of new steps in this process, no HTTP and no
    listeners; ``apply_with_listeners`` the same with the server's listeners (``compose.py``: the
-   detectors' queue, the explorer's histories, the marks), ``with_health_only`` with the detectors'
-   alone, each with the walk the server's thread does (``walk_s``, per round) timed apart (the queue
-   is booked under the hub's memory bound, as in the server: a push walks only when it has no room);
+   explorer's histories, which the detectors' one walk reads, the marks), ``with_health_only`` with
+   the history the detectors walk alone, each with the walk the server's thread does (``walk_s``, per
+   round) timed apart (a push never walks: it only adds its steps to the history);
 2. render: ``/metrics`` of 10k / 100k / 500k series after every series changed, against
    ``prometheus_client.generate_latest`` of a registry holding the same series;
 3. push latency while ``/metrics`` of 500k series is rendered over and over, against push
@@ -36,6 +36,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hub_process import free_port, start_hub
 
+from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.metrics.hub import Bound, MetricHub
@@ -130,9 +131,11 @@ def apply_in_process(rounds):
 def apply_with_listeners(rounds, explorer=True):
     """``apply_in_process`` with the listeners the server gives its hub (compose.py), against
     ``json.loads`` of the same bodies; then the detectors' walk the server's thread does, timed apart."""
-    bound = Bound(1 << 36, 500_000)  # the detectors book their queue under the hub's bound, as compose.py has it
-    health, sources, marks = HealthMonitor(book=functools.partial(bound.book_other, "health")), Sources(), MarkStore()
-    listeners = (health.observe, sources.histories.observe, marks.observe) if explorer else (health.observe,)
+    bound = Bound(1 << 36, 500_000)  # the detectors book the series they make under the hub's bound (compose.py)
+    health = HealthMonitor(book=functools.partial(bound.book_other, "health"), histories=Histories())
+    sources, marks = Sources(health=health), MarkStore()
+    # the server's listeners; the detectors alone: the history they walk filled (the explorer's, in the server)
+    listeners = (sources.histories.observe, marks.observe) if explorer else (sources.histories.observe,)
     hub = MetricHub(bound=bound, listeners=listeners, derived=(health,))
 
     def walk():  # what the server's thread does every second (app.Server._tick)

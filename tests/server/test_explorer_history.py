@@ -8,8 +8,10 @@ import math
 
 from tests.server.test_marks import REAL_RUN, wired
 from verl_rl_insight.contract.wire import Batch
+from verl_rl_insight.server.explorer.findings import shown
 from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health.live import HealthMonitor
 
 ROWS = [json.loads(line) for line in REAL_RUN.read_text().splitlines()]
 SCORE = detectors.series_name("critic/score/mean")
@@ -66,6 +68,11 @@ def test_memory_is_bounded_per_run_and_in_all():
     assert histories.forgotten(("p", "a"))  # forgotten for room: read back from Prometheus when asked
 
 
+def shown_findings(monitor, run, resets):
+    """The explorer's findings of the run (explorer/runs.py findings_of): the server's one walk's."""
+    return [shown(f) for f in monitor.run_findings(run, resets)]
+
+
 def _walked_again(history, resets=()):
     """What diagnose says of the whole history, walked from its first step (findings.walk)."""
     from verl_rl_insight.server.explorer import findings
@@ -74,13 +81,13 @@ def _walked_again(history, resets=()):
 
 
 def test_findings_fed_step_by_step_equal_diagnose_of_the_whole_run_through_late_steps_second_batches_and_marks():
-    """The explorer keeps diagnose's walk per run and feeds it only the steps it has not had (a page
-    of a 2,000-step run does not walk 2,000 steps every few seconds); what it says must stay what
-    diagnose says of the whole run: a real run's steps one by one, a NaN step (a finding), a late
-    step, a step's second batch, a mark that resets the baselines."""
-    from verl_rl_insight.server.explorer.findings import FindingsCache
-
-    histories, cache = Histories(), FindingsCache()
+    """The server keeps one diagnose walk per run (health/live.py, the walk the alerts read too) and
+    feeds it only the steps it has not had (a page of a 2,000-step run does not walk 2,000 steps every
+    few seconds); what the explorer shows must stay what diagnose says of the whole run: a real run's
+    steps one by one, a NaN step (a finding), a late step, a step's second batch, a mark that resets
+    the baselines."""
+    histories = Histories()
+    cache = HealthMonitor(histories=histories)
     run = ("p", "e")
     nan_step = {**logged(30), detectors.series_name("actor/pg_loss"): math.nan}
     checked = 0
@@ -104,7 +111,7 @@ def test_findings_fed_step_by_step_equal_diagnose_of_the_whole_run_through_late_
             history = histories.get(run)
             with histories.lock:
                 expected = [f for f in _walked_again(history, resets) if f["detector"] != "stall"]
-            said = [f for f in cache.of(run, histories, detectors.DEFAULTS, resets) if f["detector"] != "stall"]
+            said = [f for f in shown_findings(cache, run, resets) if f["detector"] != "stall"]
             assert said == expected, f"at step {step}"
             checked += 1
     assert checked > 15 and {30, 35} <= {s for f in said for s in range(f["first_step"], f["last_step"] + 1)}, said
@@ -115,20 +122,20 @@ def test_a_run_at_its_cap_is_not_walked_again_from_its_first_kept_step_at_each_n
     dropped steps), so a page of a long run costs the new steps, not the whole kept history each
     time; and what it says is still what diagnose says of the run with the dropped steps in it."""
     from verl_rl_insight.server.explorer import findings
-    from verl_rl_insight.server.explorer.findings import FindingsCache
 
     fed = []
     add = detectors.RunHealth.add
     monkeypatch.setattr(detectors.RunHealth, "add", lambda self, *a, **k: (fed.append(a[0]), add(self, *a, **k))[1])
     per_step = len(logged(10))
-    histories, cache, whole = Histories(max_cells=30 * per_step), FindingsCache(), Histories()
+    histories, whole = Histories(max_cells=30 * per_step), Histories()
+    cache = HealthMonitor(histories=histories)
     run = ("p", "e")
     nan_step = {**logged(70), detectors.series_name("actor/pg_loss"): math.nan}
     for step in range(1, 121):
         values = nan_step if step == 70 else logged(step)
         histories.observe([batch(step, values)])
         whole.observe([batch(step, values)])
-        said = cache.of(run, histories, detectors.DEFAULTS, ())
+        said = shown_findings(cache, run, ())
     history = histories.get(run)
     assert history.steps[0] > 80 and histories.stats["dropped_steps"] > 80  # at its cap since step ~30
     assert len(fed) < 2 * 120, f"{len(fed)} steps walked for 120 new ones: the kept history walked again"
@@ -155,24 +162,25 @@ def test_the_run_page_has_a_validation_panel_per_data_source_of_a_real_two_sourc
 
 def test_a_push_never_waits_for_the_explorers_findings_walk(monkeypatch):
     """The hub's listener (Histories.observe, on the push path) takes the histories' lock; the
-    explorer's findings walk (up to a whole run's, after an older step changed) must run outside it.
-    The walk is held still here: the next step's push must get through meanwhile."""
+    detectors' walk the explorer's findings come from (up to a whole run's, after an older step
+    changed) must run outside it. The walk is held still here: the next step's push must get
+    through meanwhile."""
     import threading
 
-    from verl_rl_insight.server.explorer import findings
+    from verl_rl_insight.server.health.walk import RunWalk
 
     histories = Histories()
     histories.observe([batch(step, logged(step)) for step in range(1, 30)])
     walking, release = threading.Event(), threading.Event()
-    real = findings._walk_findings
+    real = RunWalk.feed
 
     def held(*args):
         walking.set()
         assert release.wait(10), "the test never let the walk go"
         return real(*args)
 
-    monkeypatch.setattr(findings, "_walk_findings", held)
-    walker = threading.Thread(target=findings.FindingsCache().of, args=(("p", "e"), histories, detectors.DEFAULTS, ()))
+    monkeypatch.setattr(RunWalk, "feed", held)
+    walker = threading.Thread(target=HealthMonitor(histories=histories).run_findings, args=(("p", "e"), ()))
     walker.start()
     try:
         assert walking.wait(10), "the walk did not start"
@@ -183,5 +191,5 @@ def test_a_push_never_waits_for_the_explorers_findings_walk(monkeypatch):
     finally:
         release.set()
         walker.join(10)
-    assert pushed, "a push waited for the findings walk"
+    assert pushed, "a push waited for the detectors' walk"
     assert histories.get(("p", "e")).steps[-1] == 30

@@ -1,7 +1,8 @@
-"""The live detectors' memory beside the hub (``health/live.py``, ``health/room.py``): what their
-queue, the steps held for a late card and the series made hold is booked under the hub's memory
-bound, covers what Python allocates for it, and is given back; a push with no room walks the queue
-itself, and the findings and their times are the same either way."""
+"""The live detectors' memory beside the run histories they walk (``health/live.py``,
+``health/room.py``): a step's values are held once, in the history (the walk keeps no copy of them);
+the series made and not taken yet by the hub are booked under the hub's memory bound, cover what
+Python allocates for them, and are given back; with no room they wait unbooked for the hub, and the
+series and findings are the same either way."""
 
 import gc
 import json
@@ -9,15 +10,16 @@ import tracemalloc
 
 from tests import health_shapes as shapes
 from verl_rl_insight.contract.wire import MAX_FUTURE_S
+from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.health import detectors
-from verl_rl_insight.server.health.live import HOLD, HealthMonitor
+from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.metrics.hub import MetricHub
 
 START = 1_700_000_000.0
 NOW = START + 10**6
 
 
-def bodies(run, per_push=25):
+def bodies(run, per_push=25, until=None):
     """The run's steps as its trainer pushes them (``per_push`` steps a push), as bytes."""
     at = dict(run.times)
     steps = [
@@ -29,6 +31,7 @@ def bodies(run, per_push=25):
             "metrics": {name: v for name, v in metrics.items() if v == v},  # JSON has no NaN
         }
         for step, metrics in detectors.steps_of(run.history)
+        if until is None or step <= until
     ]
     return [json.dumps({"batches": steps[i : i + per_push]}).encode() for i in range(0, len(steps), per_push)]
 
@@ -47,51 +50,37 @@ class Ledger:
         return True
 
 
-def fed(run, ledger, card_first=False, queue_bytes=None):
-    """A monitor fed ``run`` through a real hub (the hub's own tuples, as the server hands them),
-    the hub then gone: what stays alive is the monitor's."""
-    monitor = HealthMonitor(book=ledger, queue_bytes=queue_bytes)
-    if card_first:
-        monitor.take_run_keys("p", "e", ())  # its card came before its steps: it holds none
-    hub = MetricHub(clock=lambda: NOW, max_future_s=MAX_FUTURE_S, listeners=(monitor.observe,))
-    for body in bodies(run):
+def fed(run, ledger, histories=None, until=None):
+    """A monitor fed ``run`` through a real hub (the explorer's history filled by the hub's listener,
+    as the server wires it), the hub then gone."""
+    histories = histories if histories is not None else Histories()
+    monitor = HealthMonitor(book=ledger, histories=histories)
+    hub = MetricHub(clock=lambda: NOW, max_future_s=MAX_FUTURE_S, listeners=(histories.observe,))
+    for body in bodies(run, until=until):
         hub.push_body(body)
     del hub
     gc.collect()
     return monitor
 
 
-def test_a_push_with_no_room_walks_the_queue_itself_and_the_findings_and_their_times_are_the_same():
-    run = next(r for r in shapes.failures(on_shapes=False) if r.failure == "reward_collapse")
-    roomy, full, capped = Ledger(), Ledger(limit=0), Ledger()
-    queued, walked = fed(run, roomy), fed(run, full)
-    at_share = fed(run, capped, queue_bytes=200_000)  # the queue at its share: walked though the bound has room
-    assert 0 < at_share.stats.pushes_walked < len(bodies(run)) and capped.refused == 0
-    assert queued.stats.pushes_walked == 0 and queued.backlog() == 0  # all waits for the server's second
-    pushes = len(bodies(run))
-    assert walked.stats.pushes_walked == pushes and walked.stats.walked_on_push == walked.stats.steps
-    assert walked.backlog() > 0 and walked.stats.made_unbooked == walked.backlog()  # the hub takes them at once
-    assert walked.stats.held_refused == 1 and full.refused > pushes  # counted, visible in the server's info
-    made = [(b.labels, b.time, b.metrics) for b in queued.collect()]
-    assert made == [(b.labels, b.time, b.metrics) for b in walked.collect()]
-    assert made == [(b.labels, b.time, b.metrics) for b in at_share.collect()]
+def collapse():
+    return next(r for r in shapes.failures(on_shapes=False) if r.failure == "reward_collapse")
+
+
+def test_with_no_room_the_series_made_wait_unbooked_for_the_hub_and_are_the_same():
+    run = collapse()
+    roomy, full = Ledger(), Ledger(limit=0)
+    booked, unbooked = fed(run, roomy), fed(run, full)
+    booked.walk()
+    unbooked.walk()
+    assert booked.backlog() == 0 and booked.stats.booked_bytes == roomy.booked > 0  # waits for the server's second
+    assert unbooked.backlog() > 0 and unbooked.stats.made_unbooked == unbooked.backlog()  # the hub takes them at once
+    assert full.refused > 0 and unbooked.stats.booked_bytes == 0
+    made = [(b.labels, b.time, b.metrics) for b in booked.collect()]
+    assert made == [(b.labels, b.time, b.metrics) for b in unbooked.collect()]
     assert any(m.get("rl_insight_health_finding") == 1.0 for _, _, m in made)  # the collapse was found
-    assert queued.findings("p", "e") == walked.findings("p", "e") != []
-
-
-def test_what_the_detectors_hold_is_booked_and_all_of_it_given_back():
-    run = next(r for r in shapes.failures(on_shapes=False) if r.failure == "reward_collapse")
-    ledger = Ledger()
-    monitor = fed(run, ledger)
-    queued = monitor.stats.booked_bytes
-    assert queued == ledger.booked > 0 and monitor.stats.steps == 0
-    monitor.walk()  # the queue given back; the series made and the steps held for the card booked
-    assert monitor.stats.booked_bytes == ledger.booked > 0
-    monitor.collect()  # the hub took the series: the held steps remain
-    held = monitor.stats.booked_bytes
-    assert held == ledger.booked and 0 < held < queued
-    monitor.take_run_keys("p", "e", ())  # the run's card came: nothing is held more
-    assert monitor.stats.booked_bytes == ledger.booked == 0
+    assert booked.findings("p", "e") == unbooked.findings("p", "e") != []
+    assert roomy.booked == 0 and booked.stats.booked_bytes == 0  # taken: all given back
 
 
 def traced(make):
@@ -107,21 +96,11 @@ def traced(make):
         tracemalloc.stop()
 
 
-def walked(run, ledger, card_first=False):
-    monitor = fed(run, ledger, card_first)
-    monitor.walk()
-    monitor.collect()
-    return monitor
-
-
-def test_the_bytes_booked_cover_what_python_allocates_for_the_queue_the_held_steps_and_the_series_made():
-    run = next(r for r in shapes.failures(on_shapes=False) if r.failure == "reward_collapse")
-    walked(run, Ledger())  # warm: the decoder's cache of names, the detectors' first allocations
-    # the queue: every step waiting, the hub gone (the queue alone keeps the hub's tuples alive)
+def test_the_bytes_booked_cover_what_python_allocates_for_the_series_made():
+    run = collapse()
+    fed(run, Ledger()).collect()  # warm: the decoder's cache of names, the detectors' first allocations
     ledger = Ledger()
-    used, monitor = traced(lambda: fed(run, ledger, card_first=True))
-    assert used <= ledger.booked < 2 * used, f"booked {ledger.booked} for {used} bytes allocated"
-    # the series made and not collected yet: what collecting them frees (traced as they are made)
+    monitor = fed(run, ledger)
     tracemalloc.start()
     try:
         monitor.walk()
@@ -134,9 +113,28 @@ def test_the_bytes_booked_cover_what_python_allocates_for_the_queue_the_held_ste
     finally:
         tracemalloc.stop()
     assert freed <= made < 2 * freed, f"booked {made} for {freed} bytes freed"
-    # the steps held for the card (the last HOLD): a run with them against one whose card came first
-    ledger = Ledger()
-    holding, kept = traced(lambda: walked(run, ledger))
-    none, kept_none = traced(lambda: walked(run, Ledger(), card_first=True))
-    assert len(kept._runs[("p", "e")].held) == HOLD and kept_none._runs[("p", "e")].held is None
-    assert holding - none <= ledger.booked < 2 * (holding - none), f"booked {ledger.booked} for {holding - none}"
+
+
+def test_a_steps_values_are_held_once_the_walk_keeps_no_copy_of_them():
+    """The walk of a run's steps holds about what the walk of half of them does (its detectors keep
+    their last KEEP values, its emitted steps a few numbers): the steps' values stay in the history
+    alone, which grows with them."""
+    run = collapse()
+    steps = len(detectors.steps_of(run.history))
+    assert steps >= 300, steps
+
+    def walked(until):
+        histories = Histories()
+        monitor = fed(run, Ledger(), histories, until=until)
+
+        def walk():
+            monitor.collect()
+            return monitor
+
+        return traced(walk)[0], histories.get(("p", "e")).nbytes()
+
+    walked(steps)  # warm
+    half, half_history = walked(steps // 2)
+    whole, whole_history = walked(steps)
+    assert whole_history - half_history > 50_000  # the history holds the steps ...
+    assert whole - half < (whole_history - half_history) / 4, (half, whole)  # ... the walk does not

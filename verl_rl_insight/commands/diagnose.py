@@ -40,7 +40,7 @@ DASHBOARD = "verl_trainer_v1_with_vllm_engine"
 
 
 def _names(validation_keys: Sequence[str] = ()) -> str:
-    """The series the detectors read (the explorer's walk reads the same: ``explorer/findings.py``),
+    """The series the detectors read (the server's walk reads the same: ``server/health/walk.py``),
     the validation keys named for this run among them; what moved with a slow step is looked for
     among them too."""
     keys = {k for d in detectors.ALL for k in (*d.keys, *d.extra)} | set(detectors.NON_FINITE_KEYS)

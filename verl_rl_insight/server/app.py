@@ -141,7 +141,7 @@ class Server:
             "spans_kept_by_hub": self.spans is not None,
             "span_relay": self.relay.stats.as_dict() if self.relay is not None else None,
             "timeline_figures": parts.figures.stats.as_dict(),
-            "health_walk": dataclasses.asdict(parts.health.stats),  # its bytes booked, the pushes that walked
+            "health_walk": dataclasses.asdict(parts.health.stats),  # steps fed, runs walked again, bytes booked
             "health": parts.health.params.as_dict(),  # the wire format diagnose reads (HealthSettings.from_wire)
             "validation_keys": list(parts.health.validation_keys),
             "tempo": urls["tempo"],

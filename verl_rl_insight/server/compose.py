@@ -2,8 +2,9 @@
 its dependencies at construction. No part registers itself with another or is completed later
 (``tests/test_layout.py`` checks this module and ``app.py`` for it):
 
-memory bound -> detectors, timeline figures, marks (book under the bound) -> explorer -> hub (its
-listeners, collectors and derived parts given) -> delivery check, target registry -> API.
+memory bound -> the runs' histories -> detectors (their one walk reads the histories), timeline
+figures, marks (book under the bound) -> explorer -> hub (its listeners, collectors and derived parts
+given) -> delivery check, target registry -> API.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import NamedTuple, Protocol
 
 from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.parts import ApiParts, Startup
+from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health import card_keys
@@ -35,7 +37,6 @@ from verl_rl_insight.server.timeline.live import LiveFigures
 
 HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (explorer/history.py)
 CURVES_SHARE = 1 / 32  # of memory_limit_mb: the explorer's kept curves answers (explorer/curves.py)
-QUEUE_SHARE = 1 / 32  # of memory_limit_mb: the steps waiting for the detectors' walk (health/live.py)
 SPAN_INDEX_SHARE = 1 / 64  # of memory_limit_mb: where each step's spans lie, for step pages (stores/span_index.py)
 
 
@@ -54,7 +55,7 @@ class Calls(Protocol):
 @dataclasses.dataclass(frozen=True)
 class Parts:
     hub: MetricHub
-    health: HealthMonitor  # the live detectors: a listener of the hub and a derived part of it
+    health: HealthMonitor  # the live detectors' one walk of the runs' histories: a derived part of the hub
     figures: LiveFigures  # the timeline's per-step figures: a derived part of the hub
     explorer: Sources
     delivery: DeliveryCheck
@@ -84,12 +85,14 @@ class Feeds(NamedTuple):
 
 def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, bound: Bound) -> Feeds:
     limit = bound.memory.limit
-    # the live detectors: their queue (at most QUEUE_SHARE), held steps and series made booked under the bound
+    # each run's trainer scalars by step, held once (by bytes, not a count of runs): the explorer's
+    # step table, which the live detectors walk (the series they made booked under the bound)
+    histories = Histories(max_bytes=int(HISTORY_SHARE * limit))
     health = HealthMonitor(
         health_settings(s.alerts),
         validation_keys=s.validation_keys,
         book=functools.partial(bound.book_other, "health"),
-        queue_bytes=int(QUEUE_SHARE * limit),
+        histories=histories,
     )
     figures = LiveFigures(
         settle_s=s.timeline_settle_s,
@@ -105,16 +108,14 @@ def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, 
     )
     # a run the hub has not carried is read back from the server's Prometheus
     reader = PrometheusReader(prometheus.url(s), logins["prometheus"]) if s.enabled("prometheus") else None
-    # the run explorer's step table (by bytes, not a count of runs) and the detectors' settings diagnose reads
+    # the run explorer: the histories and findings of the detectors' walk, the settings diagnose reads
     names = RunKeys(s.data_path / "run-keys")  # the keys as logged, kept across restarts
     names.book_all(functools.partial(bound.book_other, "run_keys"))
     explorer = Sources(
-        health.params,
-        history_bytes=int(HISTORY_SHARE * limit),
         curves_bytes=int(CURVES_SHARE * limit),
         names=names,
         prometheus=reader,
-        validation_keys=s.validation_keys,
+        health=health,
     )
     return Feeds(health, figures, marks, explorer)
 
@@ -133,7 +134,7 @@ def build(settings: ServerSettings, logins: dict[str, tuple[str, str]], calls: C
         max_future_s=s.max_future_s,
         confirming=frozenset(stores),
         bound=bound,
-        listeners=(health.observe, explorer.histories.observe, explorer.names.observe, marks.observe, attempts.saved),
+        listeners=(explorer.histories.observe, explorer.names.observe, marks.observe, attempts.saved),
         collectors=(marks,),
         derived=(health, figures),  # the server's own series, taken every second (app.Server._tick)
         attempts=attempts,  # each trainer step's attempt, stamped on the step as it is applied
@@ -164,7 +165,7 @@ def build(settings: ServerSettings, logins: dict[str, tuple[str, str]], calls: C
             delete_series=calls.delete_series,
             profiles=ProfileStore(s.data_path / "profiles.json"),
             revocations=Revocations(s.data_path / "revoked-runs.json", future_s=s.max_future_s),
-            run_cards=RunCardStore(s.data_path / "run-cards", on_card=card_keys.Taker(health, explorer.findings)),
+            run_cards=RunCardStore(s.data_path / "run-cards", on_card=card_keys.Taker(health)),
             marks=marks,
             explorer=explorer,
         )

@@ -62,13 +62,14 @@ class RunHistory:
         self.columns: dict[str, array[float]] = {}
         self.nonfinite: dict[str, dict[int, float]] = {}
         self.version = 0  # moves on with every step added: caches of answers made from it compare it
-        # moves on when a step other than the newest changed (a late step, a second batch of an older
-        # step): a walk fed step by step starts again then (findings.py)
+        # moves on when a step held changed or came before the newest (a late step, a second batch of
+        # a step): a walk fed step by step starts again then (health/walk.py)
         self.rewrites = 0
         # steps dropped from the front (the run at its cap): a walk that had them keeps going, its
         # place in ``steps`` moved back by as many
         self.dropped = 0
         self.from_prometheus = False
+        self.exposed: float | None = None  # the newest step's time read back from Prometheus: exposed before
         self.partial = False  # the run was forgotten and logs again: its older steps are in Prometheus only
         # the newest step the run had when it was forgotten: a read-back that does not reach it (Prometheus
         # had not scraped it yet, or did not answer) leaves the run partial, to be read back again
@@ -97,10 +98,12 @@ class RunHistory:
             self.times.insert(i, at)
             for held in self.columns.values():
                 held.insert(i, math.nan)
+            if i != len(self.steps) - 1:
+                self.rewrites += 1
         elif not any(self.value(name, i) is None for name in metrics if name != GLOBAL_STEP_METRIC):
             return False
-        if i != len(self.steps) - 1:
-            self.rewrites += 1
+        else:
+            self.rewrites += 1  # a step held gets values it did not have
         for name, value in metrics.items():
             if name == GLOBAL_STEP_METRIC:
                 continue
@@ -243,14 +246,18 @@ class Histories:
         touched meanwhile have forgotten it again)."""
         with self.lock:
             newest: int | None = None
+            latest: float | None = None
             history = None
             for step, at, metrics in steps:
                 self._add(run, step, at, metrics)
                 history = self._runs.get(run, history)
                 newest = step if newest is None else max(newest, step)
+                latest = at if latest is None else max(latest, at)
             history = self._runs.get(run, history)
             if history is not None:
                 history.from_prometheus = True
+                if latest is not None:
+                    history.exposed = max(latest, history.exposed if history.exposed is not None else latest)
                 if history.awaited is None or (newest is not None and newest >= history.awaited):
                     history.partial, history.awaited = False, None
                 history.finished = finished if finished is not None else history.finished

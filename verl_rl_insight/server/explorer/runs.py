@@ -11,7 +11,7 @@ from typing import NamedTuple, Protocol
 from verl_rl_insight.contract.errors import NotFound
 from verl_rl_insight.contract.run_card import ABSENT, Json, differences
 from verl_rl_insight.contract.runs import Run
-from verl_rl_insight.server.explorer.findings import Finding
+from verl_rl_insight.server.explorer.findings import Finding, shown
 from verl_rl_insight.server.explorer.keys import PREFIX, key_of, logged_names, panels, series_of
 from verl_rl_insight.server.explorer.sources import Sources
 
@@ -69,7 +69,7 @@ def marks_of(marks: Marks, run: Run) -> list[dict[str, Json]]:
 
 def findings_of(sources: Sources, run: Run, marks: Marks) -> list[Finding]:
     resets = sorted(int(str(m["step"])) for m in marks_of(marks, run) if m["reset_baseline"])
-    found = sources.findings.of(run, sources.histories, sources.params, resets)
+    found = [shown(f) for f in sources.health.run_findings(run, resets)]
     names = logged_names(sources.logged(run))  # each finding names its key as the trainer logged it
     return [{**f, "key": names[str(f["key"])]} if str(f["key"]) in names else f for f in found]
 

@@ -7,7 +7,9 @@
 - ``names``: each run's keys as its trainer logged them (``names.observe`` a hub listener too, kept in
   the data folder);
 - ``params``: the detectors' parameters the server's health monitor runs with (what diagnose reads);
-- ``findings``: the findings per run (``findings.py``), and ``step_spans``: the spans of one step
+- ``health``: the server's one walk of the detectors over each run's history (``health/live.py``,
+  which the alerts read too): the explorer's findings of a run (``findings.py`` shows them), and
+  ``step_spans``: the spans of one step
   and those beside it in time, read where the span store's index says they lie (never a run's
   whole files: anyone may ask for a step page).
 """
@@ -21,11 +23,10 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from verl_rl_insight.contract.runs import Run
-from verl_rl_insight.server.explorer.findings import FindingsCache
 from verl_rl_insight.server.explorer.history import MAX_BYTES, Histories, RunHistory
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
-from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.defaults import HealthSettings
+from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.stores.run_keys import RunKeys
 
 SpanRecord = dict[str, object]
@@ -52,12 +53,17 @@ class Sources:
         names: RunKeys | None = None,
         prometheus: PrometheusReader | None = None,
         validation_keys: Sequence[str] = (),
+        health: HealthMonitor | None = None,
     ) -> None:
-        self.histories = Histories(max_bytes=history_bytes)
+        """``health``: the server's walk, reading the histories it was built with (None: one of
+        its own over histories of ``history_bytes``, with ``params`` and ``validation_keys``)."""
+        if health is None:
+            health = HealthMonitor(params, validation_keys=validation_keys, histories=Histories(history_bytes))
+        self.health = health
+        self.histories = health.histories
         self.names = names if names is not None else RunKeys()  # the keys as logged (kept across restarts)
         self.prometheus = prometheus
-        self.params = params or detectors.DEFAULTS
-        self.findings = FindingsCache(validation_keys=validation_keys)  # the server config's
+        self.params = health.params
         self._asked: dict[Run, float] = {}  # run -> when Prometheus was asked for it
         # the last curves answer of each of the runs asked last (curves.cached_curves_body)
         self.curves: OrderedDict[Run, tuple[object, bytes]] = OrderedDict()

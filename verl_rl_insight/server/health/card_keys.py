@@ -12,7 +12,6 @@ import logging
 from collections.abc import Mapping
 
 from verl_rl_insight.contract.run_card import MAX_VALIDATION_KEY_CHARS, MAX_VALIDATION_KEYS, Json
-from verl_rl_insight.server.explorer.findings import FindingsCache
 from verl_rl_insight.server.health.live import HealthMonitor
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -53,14 +52,12 @@ class Taker:
     """Hands each card's keys to the run's health walk (a ``RunCardStore`` listener); what the store
     answers the trainer says which keys were taken, or why none were."""
 
-    def __init__(self, health: HealthMonitor, explorer: FindingsCache | None = None) -> None:
-        self.health, self.explorer = health, explorer
+    def __init__(self, health: HealthMonitor) -> None:
+        self.health = health  # the one walk the alerts and the explorer read
 
     def __call__(self, project: str, experiment: str, card: Mapping[str, Json]) -> dict[str, Json]:
         keys, why = validation_keys(card)
-        self.health.take_run_keys(project, experiment, keys)  # with none too: the run stops holding steps
-        if self.explorer is not None:
-            self.explorer.take_run_keys((project, experiment), keys)
+        self.health.take_run_keys(project, experiment, keys)
         if why is not None:
             logger.warning("run %r / %r: %s", project[:100], experiment[:100], why)
             return {"validation_keys_ignored": why}

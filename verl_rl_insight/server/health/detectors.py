@@ -116,15 +116,6 @@ class Streak:
     def reset_baseline(self, step: int) -> None:
         self.resets = sorted({*self.resets, step})
 
-    def take_keys(self, keys: Sequence[str]) -> bool:
-        """Validation keys that came late (the run's card after its first steps), followed before the
-        ones it has; every name is looked at again. True when one is new."""
-        new = tuple(dict.fromkeys(k for k in keys if k not in self.keys))
-        if not new:
-            return False
-        self.keys, self.rank, self.seen, self.shared = (*new, *self.keys), self.rank + len(new), set(), False
-        return True
-
     def alerts(self) -> bool:
         """The newest step belongs to a finding its alert is for: not one only worth knowing (info)
         of a detector whose alert is a warning (groups all solved: zero_variance_groups)."""
@@ -310,22 +301,6 @@ class RunHealth:
         for streak in self.streaks:
             streak.reset_baseline(step)
         self.times.resets = sorted({*self.times.resets, step})
-
-    def take_validation_keys(
-        self, keys: Sequence[str], held: Sequence[tuple[int, Mapping[str, float]]]
-    ) -> list[tuple[int, Said]]:
-        """Validation keys that came late: the validation detectors follow them first and walk again
-        the ``held`` steps (step, values; in order) so that those already seen count; what they said."""
-        said: list[tuple[int, Said]] = []
-        for streak in self.streaks:
-            if not validation_streak(streak.detector) or not streak.take_keys(keys):
-                continue
-            for step, metrics in held:
-                check = streak.add(step, metrics)
-                if check is not None:
-                    name, metric, alerts = streak.detector.name, verl_key(streak.metric or ""), streak.alerts()
-                    said.append((step, Said(name, metric, alerts, check.value, check.baseline)))
-        return said
 
     def add(self, step: int, metrics: Mapping[str, float], at: float | None = None) -> list[Said]:
         said: list[Said] = []

@@ -1,0 +1,81 @@
+"""The server's one walk per run (``health/live.py`` over the explorer's history): the alert series
+and the run explorer's findings read the same walk; a walk again from the start (a mark that resets
+the baselines, a late step) emits no step's series twice, and what the explorer shows is still
+diagnose's; a run read back from Prometheus after a restart emits nothing it exposed before."""
+
+from collections import Counter
+
+from tests.server.test_health_walk import START, offline, planned_drop
+from verl_rl_insight.contract.wire import Batch
+from verl_rl_insight.server.explorer.history import Histories
+from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health.live import HealthMonitor
+
+RUN = ("p", "e")
+
+
+def steps_of(run):
+    at = dict(run.times)
+    return [(step, START + at.get(step, float(step)), metrics) for step, metrics in detectors.steps_of(run.history)]
+
+
+def pushed(histories, steps):
+    labels = (("experiment_name", RUN[1]), ("project", RUN[0]))
+    histories.observe([Batch(labels, step, at, True, metrics) for step, at, metrics in steps])
+
+
+def emitted(made):
+    """(labels, time) of each series batch made: a step's series of one detector and metric."""
+    return [(b.labels, b.time) for b in made]
+
+
+def test_a_walk_again_after_a_mark_emits_no_step_twice_and_the_explorer_reads_that_walk():
+    run = planned_drop()
+    steps = steps_of(run)
+    histories = Histories()
+    monitor = HealthMonitor(histories=histories)
+    made = []
+    for i in range(0, len(steps), 25):
+        if steps[i][0] >= 205 and not monitor.stats.rewalks:
+            monitor.reset_baseline(*RUN, 200)  # marked a few steps late: the run walked again with it
+        pushed(histories, steps[i : i + 25])
+        made += monitor.collect()
+    assert monitor.stats.rewalks == 1
+    twice = [key for key, n in Counter(emitted(made)).items() if n > 1]
+    assert made and twice == []
+    times = {at for _, at, _ in steps}
+    assert {at for _, at in emitted(made)} <= times  # each at its step's own time
+    # the explorer's findings: that walk's, which are diagnose's with the mark
+    found = [f for f in monitor.run_findings(RUN, (200,)) if f.detector != "stall"]  # not finished: no step since
+    assert [f.as_json() for f in found] == [f.as_json() for f in offline(run, resets=(200,)) if f.detector != "stall"]
+    assert [f for f in found if f.severity != "info"] == []
+
+
+def test_a_run_read_back_from_prometheus_emits_nothing_it_exposed_before():
+    run = planned_drop()
+    steps = steps_of(run)
+    histories = Histories()
+    monitor = HealthMonitor(histories=histories)
+    histories.fill(RUN, steps[:-5])  # a restarted server's explorer read the run back
+    assert monitor.collect() == [] and monitor.run_findings(RUN, ()) != []
+    pushed(histories, steps[-5:])  # the run logs on
+    made = monitor.collect()
+    assert made and {at for _, at in emitted(made)} == {at for _, at, _ in steps[-5:]}
+    assert [f.as_json() for f in monitor.findings(*RUN)] == [f.as_json() for f in offline(run)]
+
+
+def test_a_new_attempt_of_the_run_from_an_earlier_step_is_alerted_again_at_its_own_times():
+    """verl resumed from a checkpoint: the run's name logs again from step 100, later (a new attempt,
+    contract.attempts); the detectors' series of those steps go out again, stamped at the new times."""
+    run = planned_drop()
+    steps = steps_of(run)
+    histories = Histories()
+    monitor = HealthMonitor(histories=histories)
+    pushed(histories, steps[:150])
+    first = monitor.collect()
+    later = steps[150][1] - steps[99][1] + 3600.0  # an hour after the first attempt's last step
+    again = [(step, at + later, metrics) for step, at, metrics in steps[99:120]]
+    pushed(histories, again)
+    made = monitor.collect()
+    assert {at for _, at in emitted(made)} == {at for _, at, _ in again}
+    assert not set(emitted(made)) & set(emitted(first))
