@@ -79,3 +79,33 @@ def test_a_new_attempt_of_the_run_from_an_earlier_step_is_alerted_again_at_its_o
     made = monitor.collect()
     assert {at for _, at in emitted(made)} == {at for _, at, _ in again}
     assert not set(emitted(made)) & set(emitted(first))
+
+
+def test_a_run_the_histories_forgot_for_room_keeps_its_baselines_and_its_collapse_is_alerted():
+    """Forty long runs under one memory bound: the histories forget the run touched longest ago, and
+    it logs again with only its new steps held (``partial``). Its walk goes on over them with the
+    baselines of the steps before: the score halving at step 200 is still a collapse, alerted, as
+    diagnose finds it over the whole run; walked again from the few steps held, it would be none."""
+    run = planned_drop(at=200)
+    steps = steps_of(run)
+    before, after = [s for s in steps if s[0] < 200], [s for s in steps if s[0] >= 200]
+    scratch = Histories()
+    pushed(scratch, before)
+    held = scratch.get(RUN).nbytes()
+    histories = Histories(max_bytes=held + 4096)  # the run's steps before the change, not one more run's
+    monitor = HealthMonitor(histories=histories)
+    pushed(histories, before)
+    assert monitor.collect()
+    other = [(("experiment_name", "other"), ("project", RUN[0]))]
+    many = {f"rl_insight_monitor_other_{i}": float(i) for i in range(2000)}
+    histories.observe([Batch(other[0], 1, START, True, many)])
+    assert histories.get(RUN) is None  # forgotten for room
+    pushed(histories, after)
+    assert histories.get(RUN).partial and histories.get(RUN).steps[0] == 200
+    made = monitor.collect()
+    collapse = [b for b in made if dict(b.labels)["detector"] == "reward_collapse"]
+    assert any(b.metrics["rl_insight_health_finding"] == 1.0 for b in collapse), collapse[:3]
+    expected = [f for f in offline(run) if f.detector == "reward_collapse"]
+    assert expected and [f.detector for f in monitor.findings(*RUN) if f.detector == "reward_collapse"] == [
+        "reward_collapse"
+    ]

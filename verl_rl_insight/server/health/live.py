@@ -37,7 +37,9 @@ emitted per run (``MAX_RECORDS`` runs), and the series made and not collected ye
 hub's memory bound (``book``: ``Bound.book_other``; ``room.py``); with no room they wait unbooked
 and the hub takes them at its next push (``backlog``). A step the history let go before the walk
 had it (a run at its cap, or forgotten for room, faster than a second) is not walked. ``stats``: a
-``room.HealthStats``. A server restart starts the walk again from the steps the history holds.
+``room.HealthStats``. A run the history forgot for room that logs again keeps its walk and
+its baselines (``RunWalk.goes_on``). A server restart starts the walk again from the steps the
+history holds.
 """
 
 from __future__ import annotations
@@ -187,7 +189,9 @@ class HealthMonitor:
                 self._walks.move_to_end(run)
                 return walk, finished
             again = None
-            if walk is None or not walk.fits(history, record.resets, keys):
+            if walk is None or not (
+                walk.fits(history, record.resets, keys) or walk.goes_on(history, record.resets, keys)
+            ):
                 if record.walked is not None:
                     again = (record.walked, history.steps[max(0, len(history.steps) - LATE)] if history.steps else 0)
                     self._stats.rewalks += 1  # under _walking: the one writer

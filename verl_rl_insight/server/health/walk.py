@@ -83,6 +83,20 @@ class RunWalk:
             return False
         return place == 0 or history.steps[place - 1] == self.last_fed
 
+    def goes_on(self, history: RunHistory, resets: tuple[int, ...], keys: tuple[str, ...]) -> bool:
+        """A run the histories forgot for room that logs again (``history.partial``: its older steps
+        are in Prometheus only), holding only steps after those the walk had: the walk goes on over
+        them with its baselines, as if the history still held the rest (forty long runs under one
+        memory bound: the one forgotten is not walked again from a few steps, its alerts blind until
+        their baselines fill again). Until the explorer reads it back whole: then it no longer fits,
+        and is walked again from its first step."""
+        if not (history.partial and history.steps and resets == self.resets and keys == self.keys):
+            return False
+        if self.last_fed is None or history.steps[0] <= self.last_fed:
+            return False
+        self.fed, self.rewrites = history.dropped, history.rewrites
+        return True
+
     def unfed(self, history: RunHistory) -> list[StepValues]:
         """The steps it has not had, copied out (under the histories' lock, which the pushes take:
         the walking itself runs after it is let go)."""
