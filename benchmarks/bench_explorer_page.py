@@ -135,28 +135,30 @@ def main() -> None:
 
     data_dir = tempfile.mkdtemp(prefix="bench-explorer-page-")
     base, stop = real_server(args.steps, data_dir)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        context.route("**/*", answers)
-        page = context.new_page()
-        urls = {"blank": (f"{base}/blank", None), "run": (run_page_url(base, args.curves), "run"),
-                "step": (f"{base}/runs/bench/explorer/steps/7", "step")}  # fmt: skip
-        times: dict[str, list[float]] = {name: [] for name in (*urls, "run drawing", "step drawing")}
-        for url, ready in urls.values():
-            timed(page, url, ready)  # warm: the files cached, the JIT warm, as a person's second look
-        started = time.monotonic()
-        for _ in range(args.rounds):  # interleaved: load on the machine hits all three alike
-            for name, (url, ready) in urls.items():
-                total, drawing = timed(page, url, ready)
-                times[name].append(total)
-                if ready:
-                    times[f"{name} drawing"].append(drawing)
-        timed(page, *urls["run"])
-        drawn = page.evaluate("Object.values(window.RL_INSIGHT_PAGE.curves)")
-        browser.close()
-    stop()
-    shutil.rmtree(data_dir, ignore_errors=True)
+    try:  # the server stopped whatever fails (Chromium not starting, a page not drawn)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True)
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.route("**/*", answers)
+            page = context.new_page()
+            urls = {"blank": (f"{base}/blank", None), "run": (run_page_url(base, args.curves), "run"),
+                    "step": (f"{base}/runs/bench/explorer/steps/7", "step")}  # fmt: skip
+            times: dict[str, list[float]] = {name: [] for name in (*urls, "run drawing", "step drawing")}
+            for url, ready in urls.values():
+                timed(page, url, ready)  # warm: the files cached, the JIT warm, as a person's second look
+            started = time.monotonic()
+            for _ in range(args.rounds):  # interleaved: load on the machine hits all three alike
+                for name, (url, ready) in urls.items():
+                    total, drawing = timed(page, url, ready)
+                    times[name].append(total)
+                    if ready:
+                        times[f"{name} drawing"].append(drawing)
+            timed(page, *urls["run"])
+            drawn = page.evaluate("Object.values(window.RL_INSIGHT_PAGE.curves)")
+            browser.close()
+    finally:
+        stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
     blank = statistics.median(times["blank"])
     result = {
         "steps": args.steps, "curves": args.curves, "rounds": args.rounds,

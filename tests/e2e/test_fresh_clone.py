@@ -43,7 +43,10 @@ def test_the_clone_carries_every_real_run_the_detectors_are_judged_on(clone):
 
 
 def test_the_real_run_tests_pass_in_a_clone_with_no_shared_folder(clone):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_"))}
+    # nothing of this run's own: not its settings, nor that it is an xdist worker (PYTEST_XDIST_*)
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("RL_INSIGHT_", "VERL_RL_INSIGHT_", "PYTEST_XDIST_"))
+    }
     env["PYTHONPATH"] = str(clone)  # the clone's package, not the one installed from this work tree
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *REAL_RUN_TESTS],
