@@ -55,6 +55,15 @@ def http(method, url, body=None, headers=None, timeout=10):
         return None, b""
 
 
+def range_query(prometheus, promql, start, end, step_s=2):
+    """Prometheus' range query (what a Grafana panel draws over [start, end]) at ``prometheus`` (a URL,
+    its login in it): the series, each with its (time, value) points."""
+    params = {"query": promql, "start": str(start), "end": str(end), "step": f"{step_s}s"}
+    status, body = http("GET", prometheus + "/api/v1/query_range?" + urllib.parse.urlencode(params))
+    assert status == 200, body[:500]
+    return json.loads(body)["data"]["result"]
+
+
 def push(url, payload, token=None):
     headers = {"Content-Type": "application/json"}
     if token:

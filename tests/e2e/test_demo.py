@@ -9,7 +9,7 @@ import urllib.parse
 
 import pytest
 
-from tests.helpers import http, require_prometheus, rl_insight, stack_prometheus, write_server_config
+from tests.helpers import http, range_query, require_prometheus, rl_insight, stack_prometheus, write_server_config
 from verl_rl_insight.dashboards import generate
 from verl_rl_insight.dashboards.build import build
 
@@ -159,10 +159,7 @@ def query(prom, promql, at):
 
 
 def query_range(prom, promql, start, end):
-    params = {"query": promql, "start": start, "end": end, "step": "2s"}
-    status, body = http("GET", prom + "/api/v1/query_range?" + urllib.parse.urlencode(params))
-    assert status == 200, body
-    return [float(v) for series in json.loads(body)["data"]["result"] for _, v in series["values"]]
+    return [float(v) for series in range_query(prom, promql, start, end) for _, v in series["values"]]
 
 
 def demo_window(out):

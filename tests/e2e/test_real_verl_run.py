@@ -13,7 +13,7 @@ import pytest
 
 from tests import real_verl
 from tests.e2e import test_explorer_page as explorer_page
-from tests.helpers import http
+from tests.helpers import http, range_query
 from tests.real_verl import EXPERIMENT, PROFILED_STEP, PROJECT
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, metric_name
 
@@ -33,14 +33,11 @@ def query(prometheus, promql, at=None):
     return json.loads(body)["data"]["result"]
 
 
-def drawn(prometheus, promql, window, step_s=5):
+def drawn(prometheus, promql, window):
     """Whether a panel of ``promql`` shows a point anywhere over the run (Grafana's range query over
     ``window``, (start, end) unix seconds): a point in time of a slow run may fall between its series."""
     start, end = window
-    params = {"query": promql, "start": str(start), "end": str(end + 60), "step": str(step_s)}
-    status, body = http("GET", prometheus + "/api/v1/query_range?" + urllib.parse.urlencode(params))
-    assert status == 200, body[:500]
-    return any(series["values"] for series in json.loads(body)["data"]["result"])
+    return any(series["values"] for series in range_query(prometheus, promql, start, end + 60, step_s=5))
 
 
 def raw(prometheus, selector, window):
