@@ -8,7 +8,7 @@ from collections import Counter
 from tests.server.test_health_walk import START, offline, planned_drop
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.explorer.history import Histories
-from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health import detectors, live
 from verl_rl_insight.server.health.live import HealthMonitor
 
 RUN = ("p", "e")
@@ -109,3 +109,20 @@ def test_a_run_the_histories_forgot_for_room_keeps_its_baselines_and_its_collaps
     assert expected and [f.detector for f in monitor.findings(*RUN) if f.detector == "reward_collapse"] == [
         "reward_collapse"
     ]
+
+
+def test_runs_asked_for_and_never_logged_push_out_no_logged_runs_record_and_no_step_goes_out_twice():
+    """Anyone may ask the explorer for any run name: 10,001 names never logged (more than the
+    records kept, MAX_RECORDS) make no record, so the logged run keeps what its walk emitted and
+    its later steps' series are the only ones made, none of its earlier steps again."""
+    run = planned_drop()
+    steps = steps_of(run)
+    histories = Histories()
+    monitor = HealthMonitor(histories=histories)
+    pushed(histories, steps[:100])
+    first = monitor.collect()
+    for i in range(live.MAX_RECORDS + 1):
+        assert monitor.run_findings(("p", f"never-logged-{i}"), ()) == []
+    pushed(histories, steps[100:110])
+    made = monitor.collect()
+    assert first and made and {at for _, at in emitted(made)} == {at for _, at, _ in steps[100:110]}

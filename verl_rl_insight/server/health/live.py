@@ -148,7 +148,8 @@ class HealthMonitor:
         """The run's findings as diagnose finds them with the run's marks' ``resets`` (the run
         explorer's; [] for a run without history here); the stall finding reads the clock."""
         with self._walking:
-            self._record(run).resets = tuple(sorted(set(resets)))
+            if self._held(run):  # a run asked for and never logged makes no record (anyone may ask)
+                self._record(run).resets = tuple(sorted(set(resets)))
             walked = self._walk_run(run)
             return walked[0].health.findings(walked[1], time.time()) if walked is not None else []
 
@@ -174,9 +175,16 @@ class HealthMonitor:
             self.book(-freed)
         return made
 
+    def _held(self, run: Run) -> bool:
+        """Whether the histories hold the run."""
+        with self.histories.lock:
+            return self.histories.get(run) is not None
+
     def _walk_run(self, run: Run) -> tuple[RunWalk, bool] | None:
         """Feed the run's walk the steps of its history it has not had (walked again from the start
         when it no longer fits); the walk and whether the run finished (under ``_walking``)."""
+        if not self._held(run):  # no record for it: asked-for names never push logged runs' records out
+            return None
         record = self._record(run)
         keys = (*record.named, *self.validation_keys)
         walk = self._walks.get(run)
