@@ -243,3 +243,44 @@ def test_the_hand_off_queue_is_bounded_by_the_values_it_holds_not_only_by_batche
     ]
     assert sender.flush(20) and sender.stats["sent_batches"] == 10
     sender.close(1)
+
+
+def test_a_server_busy_for_a_moment_at_exit_still_gets_the_runs_last_batch(hub_server):
+    """The end of a run on a loaded machine: when ``finish()`` flushes the last step and the run's
+    end, the real server refuses the connection for a moment (503: its share of connections for one
+    address is full, held open here from loopback, where the trainer also pushes from). The share
+    frees 1.5 s later: the flush tries again until it delivers (its first 503 had ended the flush,
+    and the run's end was lost: the explorer offered to profile a run that had finished)."""
+    import socket
+    import threading
+
+    server = hub_server()
+    share = server.server.config.http.max_per_client  # what one address may hold at once (512)
+    held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(share)]
+    try:
+        wait_for(lambda: http("GET", server.url + "/api/v1/info")[0] == 503, 10, 0.05, "the share full")
+        threading.Timer(1.5, lambda: [conn.close() for conn in held]).start()
+        sender = BatchSender(server.url + "/api/v1/push", linger_s=0.01)
+        sender.submit(MetricBatch("p", "ending", None, time.time(), {"rl_insight_run_finished": 1.0}))
+        assert sender.flush(10), dict(sender.stats)
+    finally:
+        for conn in held:
+            conn.close()
+    assert sender.stats["failed_requests"] >= 1  # it was refused first: what the flush had to outlast
+    [stream] = [s for s in server.hub.streams() if s["labels"]["experiment_name"] == "ending"]
+    assert stream is not None
+    sender.close(1)
+
+
+def test_with_nothing_listening_a_flush_gives_up_after_one_more_try_not_at_its_timeout():
+    """Promise 1: ``finish()`` with the server down does not hold the trainer's exit for the whole
+    flush timeout: a refused connection says nothing is there to wait for."""
+    from tests.helpers import free_port
+
+    sender = BatchSender(f"http://127.0.0.1:{free_port()}/api/v1/push", linger_s=0.01)  # nobody listens
+    sender.submit(batch(1))
+    began = time.monotonic()
+    assert not sender.flush(30)
+    assert time.monotonic() - began < 10, "the flush waited for a server that is not there"
+    assert sender.pending() == 1 and sender.stats["failed_requests"] >= 1
+    sender.close(0.1)

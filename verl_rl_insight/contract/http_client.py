@@ -34,6 +34,11 @@ class Unreachable(Unavailable):
     """No answer from the address (refused, reset, name not found, timed out)."""
 
 
+class TimedOut(Unreachable):
+    """The address took the connection (or did not take it in time) and did not answer in time: a
+    slow server, unlike one that refused the connection."""
+
+
 class Oversized(Unreachable):
     """An answer longer than the caller takes (``max_bytes``): not read further, not an answer."""
 
@@ -159,6 +164,8 @@ class HttpClient:
                 return Reply(response.status_code, response.headers, response.content)
             with response:
                 return Reply(response.status_code, response.headers, _at_most(response, max_bytes, url))
+        except requests.Timeout as exc:
+            raise TimedOut(f"{url.split('?')[0]} does not answer ({_reason(exc)})") from None
         except requests.RequestException as exc:
             raise Unreachable(f"{url.split('?')[0]} does not answer ({_reason(exc)})") from None
 

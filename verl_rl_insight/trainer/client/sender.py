@@ -32,7 +32,7 @@ import time
 import weakref
 from typing import Any
 
-from verl_rl_insight.contract.http_client import HttpClient
+from verl_rl_insight.contract.http_client import HttpClient, TimedOut
 from verl_rl_insight.contract.wire import HUB_HEADER
 from verl_rl_insight.trainer.client import push_answer
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch, encode, without_keys
@@ -44,6 +44,7 @@ logger = logging.getLogger("verl_rl_insight")
 _STOP = object()
 MAX_NAMES_WARNED = 100  # names of dropped keys logged at most (each once)
 RETRY_STATUSES = frozenset({401, 403, 408, 409, 429})
+FLUSH_RETRY_S = 1.0  # while a flush waits on a busy server: the longest pause between two tries
 CLOCK_WARN_S = 60.0  # a host clock this far from the server's is worth a warning (HTTP Date has 1 s steps)
 _senders: weakref.WeakSet[BatchSender] = weakref.WeakSet()
 
@@ -93,6 +94,7 @@ class BatchSender:
         self._down_since: float | None = None
         self._failures = 0
         self._next_attempt = 0.0
+        self._absent = 0  # failed requests that nothing at the URL answered (refused, no such host)
         self._warned: set[object] = set()
         self._outstanding = 0  # submitted, not yet delivered, dropped or refused
         self._queued_values = 0  # values of the batches in the hand-off queue (the memory it holds)
@@ -127,22 +129,29 @@ class BatchSender:
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until everything submitted so far was delivered.
 
-        Returns True when nothing is pending. While the server is down this returns after one
-        more immediate attempt instead of waiting out the timeout.
+        Returns True when nothing is pending. While nothing listens at the URL (the connection
+        refused, no such host) this returns after one more immediate attempt instead of waiting out
+        the timeout. A server that answers "not now" (429, 5xx) or is slow to answer is tried again,
+        at least once a second, until the timeout: the last steps and the run's end are sent at exit,
+        when a busy server is most likely and a later try never comes.
         """
         if self._thread is None:
             return True
         deadline = time.monotonic() + timeout_s
         with self._idle:
             self._next_attempt = 0.0
-            failures_at_start = self.stats["failed_requests"]
+            absent_at_start = self._absent
             self._wake.set()
             while self.pending():
-                if self.stats["failed_requests"] > failures_at_start:
+                if self._absent > absent_at_start:
                     break
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
                     break
+                if self._next_attempt > now + FLUSH_RETRY_S:  # the back-off of a long outage: too long here
+                    self._next_attempt = now + FLUSH_RETRY_S
+                    self._wake.set()
                 self._idle.wait(min(remaining, 0.05))
         return not self.pending()
 
@@ -359,7 +368,10 @@ class BatchSender:
                 timeout_s=(min(2.0, self.timeout_s), self.timeout_s),
                 max_bytes=ANSWER_BYTES,
             )
-        except Exception as exc:  # connection refused, DNS, timeout: all mean "not reachable now"
+        except TimedOut as exc:  # a server there, too slow now
+            return None, f"{type(exc).__name__}: {exc}", {}
+        except Exception as exc:  # connection refused, DNS: nothing there now
+            self._absent += 1
             return None, f"{type(exc).__name__}: {exc}", {}
         answer: dict[str, object] = {}
         if reply.ok:
