@@ -1,5 +1,6 @@
 """How ``python3 -m pytest -n 3 tests`` spreads the suite over worker processes (pytest-xdist, with
-``--dist loadgroup --no-loadscope-reorder`` from setup.cfg): most tests wait on a subprocess (a
+``--dist loadgroup --no-loadscope-reorder``, set here when ``-n`` is given: in setup.cfg's addopts
+they would stop a run without xdist, ``-p no:xdist``, at its command line): most tests wait on a subprocess (a
 Prometheus scrape, a Ray worker, Chromium), so three workers share 2 cores well.
 
 - **A module is one unit**, run whole by one worker: its module-scoped fixture (a server stack, a
@@ -19,8 +20,12 @@ from __future__ import annotations
 import collections
 import json
 import os
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from xdist.workermanage import WorkerController
 
 from tests.fast_tests import DURATIONS, module_of
 
@@ -32,6 +37,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{LOCAL_RAY}: the module starts a local Ray cluster on Ray's default ports (tests/parallel.py)"
     )
+    given = getattr(config, "workerinput", {})  # in a worker: what the controller handed it
+    if given.get("dist") == "loadgroup":  # a worker parses the command line again: --dist is not on it
+        config.option.loadgroup = True  # its test ids carry their group: the controller schedules by it
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which would make it ``--dist load``
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    option = config.option
+    if getattr(option, "numprocesses", None) and getattr(option, "dist", "no") == "no":
+        option.dist = "loadgroup"
+        option.loadscopereorder = False
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's: the controller starting a worker
+def pytest_configure_node(node: WorkerController) -> None:
+    node.workerinput["dist"] = node.config.option.dist
 
 
 def unit_of(item: pytest.Item) -> str:

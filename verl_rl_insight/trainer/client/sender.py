@@ -44,7 +44,7 @@ logger = logging.getLogger("verl_rl_insight")
 _STOP = object()
 MAX_NAMES_WARNED = 100  # names of dropped keys logged at most (each once)
 RETRY_STATUSES = frozenset({401, 403, 408, 409, 429})
-FLUSH_RETRY_S = 1.0  # while a flush waits on a busy server: the longest pause between two tries
+FLUSH_RETRY_S = 1.0  # a flush (at exit: no later try comes) tries a busy server again this often
 CLOCK_WARN_S = 60.0  # a host clock this far from the server's is worth a warning (HTTP Date has 1 s steps)
 _senders: weakref.WeakSet[BatchSender] = weakref.WeakSet()
 
@@ -129,11 +129,8 @@ class BatchSender:
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until everything submitted so far was delivered.
 
-        Returns True when nothing is pending. While nothing listens at the URL (the connection
-        refused, no such host) this returns after one more immediate attempt instead of waiting out
-        the timeout. A server that answers "not now" (429, 5xx) or is slow to answer is tried again,
-        at least once a second, until the timeout: the last steps and the run's end are sent at exit,
-        when a busy server is most likely and a later try never comes.
+        True when nothing is pending. Ends after one more try when nothing listens (refused, no such
+        host); a server that answers "not now" (429, 5xx) or slowly is tried, each second at least.
         """
         if self._thread is None:
             return True
@@ -146,13 +143,12 @@ class BatchSender:
                 if self._absent > absent_at_start:
                     break
                 now = time.monotonic()
-                remaining = deadline - now
-                if remaining <= 0:
+                if now >= deadline:
                     break
-                if self._next_attempt > now + FLUSH_RETRY_S:  # the back-off of a long outage: too long here
+                if self._next_attempt > now + FLUSH_RETRY_S:  # an outage's back-off: too long here
                     self._next_attempt = now + FLUSH_RETRY_S
                     self._wake.set()
-                self._idle.wait(min(remaining, 0.05))
+                self._idle.wait(min(deadline - now, 0.05))
         return not self.pending()
 
     def pending(self) -> int:
@@ -368,10 +364,8 @@ class BatchSender:
                 timeout_s=(min(2.0, self.timeout_s), self.timeout_s),
                 max_bytes=ANSWER_BYTES,
             )
-        except TimedOut as exc:  # a server there, too slow now
-            return None, f"{type(exc).__name__}: {exc}", {}
-        except Exception as exc:  # connection refused, DNS: nothing there now
-            self._absent += 1
+        except Exception as exc:  # refused, DNS: nothing there now; timed out: a server, slow now
+            self._absent += not isinstance(exc, TimedOut)
             return None, f"{type(exc).__name__}: {exc}", {}
         answer: dict[str, object] = {}
         if reply.ok:
