@@ -25,23 +25,23 @@ def demo_run(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo")
     path, config = write_server_config(tmp, services={"tempo": {"enabled": False}, "grafana": {"enabled": False}})
     env = {"VERL_RL_INSIGHT_CONFIG": None, "RL_INSIGHT_HOME": str(tmp / "home")}  # the demo's hardware stays on
-    result = rl_insight(
-        "demo",
-        "--steps",
-        "8",
-        "--step-seconds",
-        "1",
-        "--config",
-        str(path),
-        "--experiment",
-        EXPERIMENT,
-        "--engine",
-        engine,
-        *(["--no-transfer-queue"] if engine == "sglang" else []),
-        env=env,
-        timeout=600,
-    )
-    try:
+    try:  # the stack is stopped also when the demo fails or runs past its time
+        result = rl_insight(
+            "demo",
+            "--steps",
+            "8",
+            "--step-seconds",
+            "1",
+            "--config",
+            str(path),
+            "--experiment",
+            EXPERIMENT,
+            "--engine",
+            engine,
+            *(["--no-transfer-queue"] if engine == "sglang" else []),
+            env=env,
+            timeout=600,
+        )
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         yield result.stdout, stack_prometheus(config["data_dir"], config["prometheus_port"]), engine, env, result.stderr
     finally:
@@ -337,6 +337,9 @@ def test_the_demo_prints_its_own_lines_and_sends_verl_and_ray_to_its_log(demo_ru
     [log] = re.findall(r"\[demo\] what verl and Ray print goes to (\S+)", out)
     text = open(log).read()
     assert "SimulatedTaskRunner" in text and "\x1b[" not in text  # the positive control: they did print, there
+    # what rl-insight itself warned of in the run's processes: nothing refused, dropped or left undelivered
+    said = [line for line in text.splitlines() if "rl-insight:" in line and "WARNING" in line]
+    assert said == [], "\n".join(said[:5])
 
 
 def test_the_demos_gpus_say_they_are_simulated_and_follow_its_phases(demo_run):

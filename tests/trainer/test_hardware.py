@@ -331,3 +331,22 @@ def test_the_demos_simulated_gpus_follow_the_load_it_hands_over_and_say_they_are
     assert sorted(busy) == ["0", "1"] and all(b.labels["simulated"] == "true" for b in busy.values())
     assert busy["0"].samples()[0]["DCGM_FI_DEV_GPU_UTIL"] > idle["0"].samples()[0]["DCGM_FI_DEV_GPU_UTIL"]
     runtime.shutdown(1)
+
+
+def test_a_sample_taken_while_the_runtime_is_being_built_is_not_labelled_with_a_made_up_run(monkeypatch, tmp_path):
+    """The sampler's thread starts while the runtime is built (its plugins' configure), before the
+    runtime is published: a sample then had no run and went out as ``default/default``, which a run
+    credential's server refuses. Before the runtime is up, nothing is sampled."""
+    from verl_rl_insight.trainer import runtime
+
+    monkeypatch.setattr(runtime, "get_runtime", lambda: None)
+    exported = []
+    sampler = hardware.HardwareSampler(
+        lambda batch: exported.append(batch), hardware.current_run, interval_s=60, lock_dir=str(tmp_path)
+    )
+    assert sampler.sample_once() == [] and exported == []
+    up = type("Up", (), {"current_run": lambda self: RunInfo("p", "e")})()
+    monkeypatch.setattr(runtime, "get_runtime", lambda: up)
+    batches = sampler.sample_once()  # the positive control: with a runtime, the host is sampled for its run
+    assert batches and {(b.project, b.experiment_name) for b in batches} == {("p", "e")}
+    assert exported == batches

@@ -284,3 +284,30 @@ def test_with_nothing_listening_a_flush_gives_up_after_one_more_try_not_at_its_t
     assert time.monotonic() - began < 10, "the flush waited for a server that is not there"
     assert sender.pending() == 1 and sender.stats["failed_requests"] >= 1
     sender.close(0.1)
+
+
+def test_a_batch_of_another_run_is_dropped_once_named_and_the_runs_own_steps_all_arrive(hub_server, caplog):
+    """Under a run credential, one batch labelled with another run (the demo's first hardware sample
+    came out as default/default on a loaded machine): the real server refuses it with a 403 naming
+    that batch. That batch is found, dropped and named once; every step of the run arrives, the
+    run's end too (the 403 had been taken for a refused credential and retried forever: the whole
+    spool stuck behind it, 290 batches and the run's end lost, a warning every half second)."""
+    from verl_rl_insight.contract import run_credential
+
+    server = hub_server(token="the-servers-token")
+    credential = run_credential.mint("the-servers-token", "p", "mine")
+    sender = BatchSender(server.url + "/api/v1/push", token=credential, linger_s=0.01)
+    with caplog.at_level("WARNING", logger="verl_rl_insight"):
+        sender.submit(batch(1, run="mine"))
+        sender.submit(MetricBatch("default", "default", None, time.time(), {"host_cpu": 0.5}, prefix="m_"))
+        for step in range(2, 11):
+            sender.submit(batch(step, run="mine"))
+        sender.submit(MetricBatch("p", "mine", None, time.time(), {"rl_insight_run_finished": 1.0}))
+        assert sender.flush(10), dict(sender.stats)
+    assert sender.stats["rejected_batches"] == 1 and sender.stats["sent_batches"] == 11
+    [stream] = [s for s in server.hub.streams() if s["labels"] == {"project": "p", "experiment_name": "mine"}]
+    assert stream["step"] == 10
+    assert not [s for s in server.hub.streams() if s["labels"].get("project") == "default"]
+    said = [r.getMessage() for r in caplog.records if "rl-insight" in r.getMessage()]
+    assert len(said) == 1 and "HTTP 403" in said[0] and "not default/default" in said[0], said
+    sender.close(1)

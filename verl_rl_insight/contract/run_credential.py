@@ -100,10 +100,12 @@ def verify(
     return str(project), str(experiment)
 
 
+OTHER_RUN = "this run credential writes"  # a 403 for one part (a batch) naming another run, not the credential
+
+
 def check_run(scope: Run | None, project: object, experiment: object, where: str) -> None:
     """Forbidden when a run credential for ``scope`` writes to another run (``None``: the token)."""
     if scope is not None and (project, experiment) != scope:
         raise Forbidden(
-            f"{where}: this run credential writes {scope[0]}/{scope[1]} only, not {str(project)[:100]}/"
-            f"{str(experiment)[:100]}"
+            f"{where}: {OTHER_RUN} {scope[0]}/{scope[1]} only, not {str(project)[:100]}/{str(experiment)[:100]}"
         )

@@ -5,19 +5,18 @@ encodes each batch to JSON on its own (a batch that cannot be encoded is dropped
 never blocking the others), keeps the encoded batches in a bounded spool, and POSTs them in
 order, at most ``max_batches_per_request`` and ``max_request_bytes`` per request.
 
-- Unreachable server (no answer, 5xx, 401/403, 408) or one that asks to retry later (429: the
-  run holds its whole share of the hub's memory, a scrape is being served): batches stay in the
-  spool (oldest dropped first when it is full, and counted) and are replayed in order when it
-  takes them again, retried at most every ``retry_max_s``. One warning per outage, one on recovery.
-- 4xx for the data itself (400, 413, 422): the request is split in halves until the batches the
-  server refuses are found; those are dropped and counted, the rest is delivered.
-- Delivery is at-least-once: a server that dies loses what it had not yet exposed to a scrape,
-  so after an outage, and when the server answers 409 (a restarted hub: each push names the hub
-  instance it expects), the batches delivered in the last ``resend_window_s`` are sent again
-  first; the hub drops the copies it already holds.
+- Unreachable server (no answer, 5xx, 401/403, 408) or one that asks to retry later (429: a full
+  share of the hub's memory, a scrape being served): batches stay in the spool (oldest dropped
+  first when it is full, and counted), replayed in order when it takes them again, retried at most
+  every ``retry_max_s``. One warning per outage, one on recovery.
+- 4xx for the data itself (400, 413, 422; 403 for a batch of a run the credential does not write):
+  the request is halved until the refused batches are found; those are dropped and counted.
+- At-least-once: a dying server loses what it had not exposed yet, so after an outage and on a
+  409 (a restarted hub: each push names the hub instance it expects) the batches delivered in the
+  last ``resend_window_s`` are sent again first; the hub drops the copies it holds.
 - A key the server keeps for itself (its own series' names) is dropped by the server from its
-  batch and the rest applied; the 2xx answer names it and the sender logs each such name once
-  (a run logs the same key every step), and counts it (``stats["dropped_keys"]``).
+  batch, the rest applied; the 2xx answer names it, logged once per name (a run logs the same key
+  every step) and counted (``stats["dropped_keys"]``).
 - After ``os.fork`` the child starts with an empty sender of its own (the parent's batches are
   the parent's to send).
 """
@@ -33,12 +32,12 @@ import weakref
 from typing import Any
 
 from verl_rl_insight.contract.http_client import HttpClient, TimedOut
+from verl_rl_insight.contract.run_credential import OTHER_RUN
 from verl_rl_insight.contract.wire import HUB_HEADER
 from verl_rl_insight.trainer.client import push_answer
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch, encode, without_keys
 
 ANSWER_BYTES = 2**20  # what is read of the server's answer to a push ({"hub": ...}): any server can be at the URL
-
 logger = logging.getLogger("verl_rl_insight")
 
 _STOP = object()
@@ -273,7 +272,7 @@ class BatchSender:
         if status == 400 and not self._old_server and "unknown field 'keys'" in message:
             self._old_server = True  # an older server: the keys (names as logged) go, the values do not
             return True
-        if status is not None and 400 <= status < 500 and status not in RETRY_STATUSES:
+        if status is not None and 400 <= status < 500 and (status not in RETRY_STATUSES or OTHER_RUN in message):
             return self._refused(chunk, status, message)
         self._count("failed_requests")
         self._failures += 1
@@ -320,7 +319,8 @@ class BatchSender:
             self._warn_once("step_disagreement", push_answer.STEP_DISAGREEMENT)
 
     def _refused(self, chunk: list[bytes], status: int, message: str) -> bool:
-        """The server refused the data itself: split the request until the refused batches are found."""
+        """The server refused the data itself (or a batch naming a run the credential does not write):
+        split the request until the refused batches are found."""
         if len(chunk) > 1:
             self._limit = (len(chunk) + 1) // 2
             self._suspect = max(self._suspect, len(chunk))

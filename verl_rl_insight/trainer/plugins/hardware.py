@@ -126,7 +126,7 @@ class HardwareSampler:
     def __init__(
         self,
         export: Callable[..., object],
-        current_run: Callable[[], RunInfo],
+        current_run: Callable[[], RunInfo | None],
         interval_s: float = 5.0,
         gpu: bool = True,
         host: bool = True,
@@ -173,8 +173,12 @@ class HardwareSampler:
             self._stop.wait(self.interval_s)
 
     def sample_once(self) -> list[MetricBatch]:
-        """Sample and export; returns the batches (for tests and the benchmark)."""
+        """Sample and export; returns the batches (for tests and the benchmark). Nothing before the
+        runtime is up: its thread starts while the runtime is being built, and a sample labelled
+        ``default/default`` would be refused under a run credential."""
         run = self.current_run()
+        if run is None:
+            return []
         now = time.time()
         batches = []
         if self.gpu is not None:
@@ -198,12 +202,12 @@ class HardwareSampler:
         self.lock.release()
 
 
-def current_run() -> RunInfo:
-    """The run the running runtime logs for (``default`` before there is one)."""
+def current_run() -> RunInfo | None:
+    """The run the running runtime logs for (None before there is one)."""
     from verl_rl_insight.trainer import runtime
 
     rt = runtime.get_runtime()
-    return rt.current_run() if rt is not None else RunInfo("default", "default")
+    return rt.current_run() if rt is not None else None
 
 
 class Plugin:
