@@ -126,3 +126,29 @@ def test_runs_asked_for_and_never_logged_push_out_no_logged_runs_record_and_no_s
     pushed(histories, steps[100:110])
     made = monitor.collect()
     assert first and made and {at for _, at in emitted(made)} == {at for _, at, _ in steps[100:110]}
+
+
+def test_a_reset_mark_removed_stops_counting_for_the_alerts_at_once():
+    """The mark store wired to the live detectors as the server wires them (compose.py): a planned
+    change marked with a reset keeps the alerts quiet; the mark removed (``rl-insight runs unmark``),
+    the alerts' walk finds the drop again without anyone opening the explorer (the removed reset had
+    lingered in the alerts' walk until the explorer asked for the run)."""
+    import json
+
+    from verl_rl_insight.server.stores.marks import MarkStore
+
+    run = planned_drop()
+    histories = Histories()
+    monitor = HealthMonitor(histories=histories)
+    marks = MarkStore(on_resets=monitor.set_resets)
+    pushed(histories, steps_of(run))
+    body = {"project": RUN[0], "experiment_name": RUN[1], "step": 200, "text": "lr change", "reset_baseline": True}
+    marks.add(json.dumps(body).encode())
+    quiet = [f for f in monitor.findings(*RUN) if f.severity != "info"]
+    assert quiet == []  # the positive control: with the reset the planned change is no finding
+    marks.remove(*RUN, 200)
+    found = [f.as_json() for f in monitor.findings(*RUN)]
+    assert found == [f.as_json() for f in offline(run)] and any(f["severity"] != "info" for f in found)
+    marks.add(json.dumps(body).encode())
+    marks.forget(*RUN)  # `rl-insight runs delete`: its marks go, and their resets with them
+    assert [f.as_json() for f in monitor.findings(*RUN)] == found

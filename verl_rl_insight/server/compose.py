@@ -100,9 +100,10 @@ def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, 
         budget_bytes=int(OTHERS_SHARE * limit),
     )
     # people's marks on steps; one with reset_baseline starts the live detectors' baselines again there
+    # (removed: no more)
     marks = MarkStore(
         s.data_path / "marks.json",
-        on_reset=health.reset_baseline,
+        on_resets=health.set_resets,
         step_time=calls.step_time,
         book=functools.partial(bound.book_other, "marks"),
     )

@@ -19,6 +19,8 @@ run's last step (so it never fires before a run has a step time).
 ``reset_baseline(project, experiment, step)``: every baseline of the run starts again at ``step``
 (a planned change: ``rl-insight runs mark --reset-baseline``); the run's walk goes again from its
 first step with it (what diagnose does with the marks), emitting nothing already emitted.
+``set_resets`` gives the run's resets whole (the mark store, after any change to its marks: a reset
+removed stops counting at once).
 ``take_run_keys(project, experiment, keys)``: the validation keys the run names in its config
 (``rl_insight.health.validation_keys``, read from its card), followed before the server's; the card
 may come after the run's first steps: the walk goes again with them, and the validation detector's
@@ -130,6 +132,15 @@ class HealthMonitor:
         with self._walking:
             record = self._record((project, experiment))
             record.resets = tuple(sorted({*record.resets, step}))
+
+    def set_resets(self, project: str, experiment: str, steps: Sequence[int]) -> None:
+        """The run's baseline resets are ``steps`` from now on (its marks changed: one added, moved
+        off a reset, removed, or the run's marks deleted): walked again with them."""
+        resets = tuple(sorted(set(steps)))
+        with self._walking:
+            record = self._records.get((project, experiment))
+            if record is not None or resets:
+                self._record((project, experiment)).resets = resets
 
     def take_run_keys(self, project: str, experiment: str, keys: Sequence[str]) -> None:
         """The validation keys the run names (its card came): followed before the server's, the run

@@ -113,14 +113,15 @@ class MarkStore:
     def __init__(
         self,
         path: Path | None = None,
-        on_reset: Callable[[str, str, int], None] | None = None,
+        on_resets: Callable[[str, str, list[int]], None] | None = None,
         step_time: Callable[[str, str, int], float | None] | None = None,
         max_per_run: int = MAX_MARKS_PER_RUN,
         max_total: int = MAX_MARKS,
         book: Callable[[int], bool] = lambda nbytes: True,
     ) -> None:
         self.path = path
-        self.on_reset = on_reset  # the live detectors start their baselines again at the step
+        # the live detectors get a run's baseline resets whole after each change of its marks
+        self.on_resets = on_resets
         self.step_time = step_time  # a step's trainer time from the server's Prometheus
         self.version = 0  # moves on whenever ``lines`` changes (the hub's exposition: a collector)
         # books bytes (negative: gives back) under the hub's memory bound: Bound.book_other("marks", n)
@@ -133,11 +134,8 @@ class MarkStore:
         if path is not None and path.exists():
             self._load(path)
         book(sum(m.nbytes(run) for run, marks in self._marks.items() for m in marks.values()))  # read back
-        if on_reset is not None:  # a restarted server's detectors hear the resets again
-            for (project, experiment), marks in self._marks.items():
-                for mark in marks.values():
-                    if mark.reset_baseline:
-                        on_reset(project, experiment, mark.step)
+        for project, experiment in list(self._marks):  # a restarted server's detectors hear the resets again
+            self._resets_changed((project, experiment))
 
     def _load(self, path: Path) -> None:
         try:
@@ -164,6 +162,11 @@ class MarkStore:
 
     def _changed(self) -> None:
         self.version += 1
+
+    def _resets_changed(self, run: Run) -> None:
+        """Tell the live detectors the run's resets as they are now (not under ``_lock``)."""
+        if self.on_resets is not None:
+            self.on_resets(run[0], run[1], self.resets(*run))
 
     # -- what the API does -------------------------------------------------------------------
     def add(self, body: bytes) -> dict[str, object]:
@@ -198,8 +201,7 @@ class MarkStore:
                 raise OverCapacity("the server's memory bound (memory_limit_mb) has no room for one more mark")
             self._marks.setdefault(run, {})[ask.step] = mark
             self._save()
-        if mark.reset_baseline and self.on_reset is not None:
-            self.on_reset(run[0], run[1], mark.step)
+        self._resets_changed(run)  # also a reset mark put again without its reset: it stops counting
         self._changed()
         return mark.as_json(run)
 
@@ -231,6 +233,7 @@ class MarkStore:
             if not self._marks[(project, experiment)]:
                 del self._marks[(project, experiment)]
             self._save()
+        self._resets_changed((project, experiment))
         self._changed()
         return {"removed": mark.as_json((project, experiment))}
 
@@ -243,6 +246,7 @@ class MarkStore:
             if gone:
                 self._save()
         if gone:
+            self._resets_changed((project, experiment))
             self._changed()
         return len(gone)
 
