@@ -232,16 +232,27 @@ def old_verl(version):
 
 def rl_insight(*args, env=None, timeout=300):
     """``python -m verl_rl_insight ARGS`` in a subprocess. ``env`` is added to this process's
-    environment; a None value removes that variable."""
+    environment; a None value removes that variable. Past ``timeout`` its whole process group is
+    killed (a demo's Ray driver and the workers it started, not only the command) and
+    TimeoutExpired raised."""
     full = dict(os.environ)
     for key, value in (env or {}).items():
         if value is None:
             full.pop(key, None)
         else:
             full[key] = value
-    return subprocess.run(
-        [sys.executable, "-m", "verl_rl_insight", *args], capture_output=True, text=True, timeout=timeout, env=full
-    )
+    command = [sys.executable, "-m", "verl_rl_insight", *args]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, start_new_session=True
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+            raise subprocess.TimeoutExpired(command, timeout, out, err) from None
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 SERVER_PORTS = (

@@ -54,12 +54,12 @@ def demo(tmp_path_factory):
         tmp, token=TOKEN, services={"tempo": {"enabled": False}, "grafana": {"enabled": False}}
     )
     env = {"VERL_RL_INSIGHT_CONFIG": None, "RL_INSIGHT_HOME": str(tmp / "home")}
-    result = rl_insight(
-        "demo", "--steps", str(STEPS), "--step-seconds", "1", "--config", str(path), "--experiment", EXPERIMENT,
-        env=env, timeout=600,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{config['port']}"
-    try:
+    try:  # the stack is stopped also when the demo fails or runs past its time
+        result = rl_insight(
+            "demo", "--steps", str(STEPS), "--step-seconds", "1", "--config", str(path), "--experiment", EXPERIMENT,
+            env=env, timeout=600,
+        )  # fmt: skip
+        base = f"http://127.0.0.1:{config['port']}"
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         # a second run of the project, through verl's real Tracking: a NaN loss at step 6 (a finding)
         home = {

@@ -42,11 +42,11 @@ def demo(tmp_path_factory):
         tmp, token=TOKEN, services={"tempo": {"enabled": False}, "grafana": {"enabled": False}}
     )
     env = {"VERL_RL_INSIGHT_CONFIG": None, "RL_INSIGHT_HOME": str(tmp / "home")}
-    result = rl_insight(
-        "demo", "--steps", str(STEPS), "--step-seconds", "1", "--config", str(path), "--experiment", EXPERIMENT,
-        "--engine", "vllm", env=env, timeout=600,
-    )  # fmt: skip
-    try:
+    try:  # the stack is stopped also when the demo fails or runs past its time
+        result = rl_insight(
+            "demo", "--steps", str(STEPS), "--step-seconds", "1", "--config", str(path), "--experiment", EXPERIMENT,
+            "--engine", "vllm", env=env, timeout=600,
+        )  # fmt: skip
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         url = rl_insight("server", "url", "--local", env=env)
         assert url.returncode == 0, url.stderr
