@@ -250,7 +250,7 @@ def test_a_server_busy_for_a_moment_at_exit_still_gets_the_runs_last_batch(hub_s
     end, the real server refuses the connection for a moment (503: its share of connections for one
     address is full, held open here from loopback, where the trainer also pushes from). The share
     frees 1.5 s later: the flush tries again until it delivers (its first 503 had ended the flush,
-    and the run's end was lost: the explorer offered to profile a run that had finished)."""
+    and the run's last batches and its end were lost)."""
     import socket
     import threading
 
