@@ -8,7 +8,10 @@ import sys
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray
 
-ray.init(num_cpus=8, include_dashboard=False)  # logical CPUs: the TQ actors each ask for one
+from verl_rl_insight.commands.demo import ray_start
+
+# logical CPUs: the TQ actors each ask for one; Ray started once more if its start times out (busy cores)
+ray_start.init(num_cpus=8, include_dashboard=False)
 import transfer_queue as tq  # noqa: E402
 from verl.utils.tracking import Tracking  # noqa: E402
 

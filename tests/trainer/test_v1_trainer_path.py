@@ -23,7 +23,8 @@ STEP = 3
 V1_STEP = """
 import json, os
 import ray
-ray.init(num_cpus=8, include_dashboard=False)  # logical CPUs: TransferQueue's actors each ask for one
+from verl_rl_insight.commands.demo import ray_start
+ray_start.init(num_cpus=8, include_dashboard=False)  # logical CPUs: TransferQueue's actors each ask for one
 import transfer_queue as tq
 from omegaconf import OmegaConf
 from verl.utils.tracking import Tracking

@@ -8,10 +8,14 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from verl_rl_insight.commands.demo import ray_start
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 PROJECT = "rl-insight-demo"
 
@@ -232,15 +236,12 @@ def run(
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")  # its "[repeated Nx]" notes are coloured whatever the setting
     with output_to(log_path, out) as shown:
         import ray
-        from verl.trainer.main_ppo import run_ppo
-
-        from verl_rl_insight.commands.demo.simulation import SimulatedTaskRunner
 
         traces = Path(state["settings"]["data_dir"]) / "profiles" / PROJECT / str(experiment)
         config = compose(experiment, steps, step_seconds, engine, replicas, gpus, linger_s, transfer_queue, str(traces))
         progress = Progress(state["local_hub_url"], experiment, steps, shown)
         try:
-            run_ppo(config, task_runner_class=SimulatedTaskRunner)
+            _run_ppo(config, shown)
         except KeyboardInterrupt:  # Ctrl+C: a person stopping the demo, not a failure to explain
             interrupted = True
         except BaseException:
@@ -258,6 +259,29 @@ def run(
             return 130
     where_to_look(state, experiment, engine, out)
     return 0
+
+
+RAY_AGAIN = (
+    "[demo] Ray's local cluster did not start in time (its agents start slowly on a busy machine); "
+    "starting it once more"
+)
+
+
+def _run_ppo(config: "DictConfig", shown: TextIO) -> None:
+    """verl's ``run_ppo`` with the simulated task runner; once more when Ray's start timed out."""
+    import ray
+    from verl.trainer.main_ppo import run_ppo
+
+    from verl_rl_insight.commands.demo.simulation import SimulatedTaskRunner
+
+    try:
+        run_ppo(config, task_runner_class=SimulatedTaskRunner)
+    except Exception as exc:
+        if not ray_start.timed_out(exc):
+            raise
+        ray.shutdown()
+        print(RAY_AGAIN, file=shown, flush=True)
+        run_ppo(config, task_runner_class=SimulatedTaskRunner)
 
 
 def _name_taken(state: dict[str, Any], experiment: str, out: TextIO) -> bool:
