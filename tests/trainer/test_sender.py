@@ -311,3 +311,16 @@ def test_a_batch_of_another_run_is_dropped_once_named_and_the_runs_own_steps_all
     said = [r.getMessage() for r in caplog.records if "rl-insight" in r.getMessage()]
     assert len(said) == 1 and "HTTP 403" in said[0] and "not default/default" in said[0], said
     sender.close(1)
+
+
+def test_with_a_refused_token_a_flush_gives_up_after_one_more_try_not_at_its_timeout(hub_server):
+    """Promise 1: a misconfigured token costs the trainer's exit no wait: a 401 will not turn into a
+    200 while ``finish()`` waits (a busy server's 429 or 503 may, and is waited for)."""
+    server = hub_server(token="the-right-one")
+    sender = BatchSender(server.url + "/api/v1/push", token="a-wrong-one", linger_s=0.01)
+    sender.submit(batch(1))
+    began = time.monotonic()
+    assert not sender.flush(30)
+    assert time.monotonic() - began < 10, "the flush waited out a refused token"
+    assert sender.pending() == 1 and sender.stats["failed_requests"] >= 1
+    sender.close(0.1)

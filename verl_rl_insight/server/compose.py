@@ -99,8 +99,8 @@ def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, 
         book=functools.partial(bound.book_other, "timeline"),
         budget_bytes=int(OTHERS_SHARE * limit),
     )
-    # people's marks on steps; one with reset_baseline starts the live detectors' baselines again there
-    # (removed: no more)
+    # people's marks on steps; one with reset_baseline starts the live detectors' baselines again there,
+    # for as long as it stands
     marks = MarkStore(
         s.data_path / "marks.json",
         on_resets=health.set_resets,

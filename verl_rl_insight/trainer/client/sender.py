@@ -93,7 +93,7 @@ class BatchSender:
         self._down_since: float | None = None
         self._failures = 0
         self._next_attempt = 0.0
-        self._absent = 0  # failed requests that nothing at the URL answered (refused, no such host)
+        self._hopeless = 0  # failed requests a flush does not wait out: nothing there, credential refused
         self._warned: set[object] = set()
         self._outstanding = 0  # submitted, not yet delivered, dropped or refused
         self._queued_values = 0  # values of the batches in the hand-off queue (the memory it holds)
@@ -128,18 +128,18 @@ class BatchSender:
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until everything submitted so far was delivered.
 
-        True when nothing is pending. Ends after one more try when nothing listens (refused, no such
-        host); a server that answers "not now" (429, 5xx) or slowly is tried, each second at least.
+        True when nothing is pending. Ends after one more try when nothing listens or the credential
+        is refused (401, 403); a busy (429, 5xx) or slow server is tried again, each second at least.
         """
         if self._thread is None:
             return True
         deadline = time.monotonic() + timeout_s
         with self._idle:
             self._next_attempt = 0.0
-            absent_at_start = self._absent
+            hopeless_at_start = self._hopeless
             self._wake.set()
             while self.pending():
-                if self._absent > absent_at_start:
+                if self._hopeless > hopeless_at_start:
                     break
                 now = time.monotonic()
                 if now >= deadline:
@@ -275,6 +275,7 @@ class BatchSender:
         if status is not None and 400 <= status < 500 and (status not in RETRY_STATUSES or OTHER_RUN in message):
             return self._refused(chunk, status, message)
         self._count("failed_requests")
+        self._hopeless += status in (401, 403)
         self._failures += 1
         self._next_attempt = time.monotonic() + min(self.retry_max_s, 0.25 * 2 ** min(self._failures, 10))
         if self._down_since is None:
@@ -319,8 +320,7 @@ class BatchSender:
             self._warn_once("step_disagreement", push_answer.STEP_DISAGREEMENT)
 
     def _refused(self, chunk: list[bytes], status: int, message: str) -> bool:
-        """The server refused the data itself (or a batch naming a run the credential does not write):
-        split the request until the refused batches are found."""
+        """The server refused the data (or a batch of another run): halve the request until found."""
         if len(chunk) > 1:
             self._limit = (len(chunk) + 1) // 2
             self._suspect = max(self._suspect, len(chunk))
@@ -365,7 +365,7 @@ class BatchSender:
                 max_bytes=ANSWER_BYTES,
             )
         except Exception as exc:  # refused, DNS: nothing there now; timed out: a server, slow now
-            self._absent += not isinstance(exc, TimedOut)
+            self._hopeless += not isinstance(exc, TimedOut)
             return None, f"{type(exc).__name__}: {exc}", {}
         answer: dict[str, object] = {}
         if reply.ok:
