@@ -24,6 +24,12 @@ def pushed(histories, steps):
     histories.observe([Batch(labels, step, at, True, metrics) for step, at, metrics in steps])
 
 
+def watched():
+    """The explorer's histories and the live detectors reading them, as the server wires them."""
+    histories = Histories()
+    return histories, HealthMonitor(histories=histories)
+
+
 def emitted(made):
     """(labels, time) of each series batch made: a step's series of one detector and metric."""
     return [(b.labels, b.time) for b in made]
@@ -32,8 +38,7 @@ def emitted(made):
 def test_a_walk_again_after_a_mark_emits_no_step_twice_and_the_explorer_reads_that_walk():
     run = planned_drop()
     steps = steps_of(run)
-    histories = Histories()
-    monitor = HealthMonitor(histories=histories)
+    histories, monitor = watched()
     made = []
     for i in range(0, len(steps), 25):
         if steps[i][0] >= 205 and not monitor.stats.rewalks:
@@ -54,8 +59,7 @@ def test_a_walk_again_after_a_mark_emits_no_step_twice_and_the_explorer_reads_th
 def test_a_run_read_back_from_prometheus_emits_nothing_it_exposed_before():
     run = planned_drop()
     steps = steps_of(run)
-    histories = Histories()
-    monitor = HealthMonitor(histories=histories)
+    histories, monitor = watched()
     histories.fill(RUN, steps[:-5])  # a restarted server's explorer read the run back
     assert monitor.collect() == [] and monitor.run_findings(RUN, ()) != []
     pushed(histories, steps[-5:])  # the run logs on
@@ -69,8 +73,7 @@ def test_a_new_attempt_of_the_run_from_an_earlier_step_is_alerted_again_at_its_o
     contract.attempts); the detectors' series of those steps go out again, stamped at the new times."""
     run = planned_drop()
     steps = steps_of(run)
-    histories = Histories()
-    monitor = HealthMonitor(histories=histories)
+    histories, monitor = watched()
     pushed(histories, steps[:150])
     first = monitor.collect()
     later = steps[150][1] - steps[99][1] + 3600.0  # an hour after the first attempt's last step
@@ -117,8 +120,7 @@ def test_runs_asked_for_and_never_logged_push_out_no_logged_runs_record_and_no_s
     its later steps' series are the only ones made, none of its earlier steps again."""
     run = planned_drop()
     steps = steps_of(run)
-    histories = Histories()
-    monitor = HealthMonitor(histories=histories)
+    histories, monitor = watched()
     pushed(histories, steps[:100])
     first = monitor.collect()
     for i in range(live.MAX_RECORDS + 1):
@@ -138,8 +140,7 @@ def test_a_reset_mark_removed_stops_counting_for_the_alerts_at_once():
     from verl_rl_insight.server.stores.marks import MarkStore
 
     run = planned_drop()
-    histories = Histories()
-    monitor = HealthMonitor(histories=histories)
+    histories, monitor = watched()
     marks = MarkStore(on_resets=monitor.set_resets)
     pushed(histories, steps_of(run))
     body = {"project": RUN[0], "experiment_name": RUN[1], "step": 200, "text": "lr change", "reset_baseline": True}

@@ -272,18 +272,24 @@ def test_a_server_busy_for_a_moment_at_exit_still_gets_the_runs_last_batch(hub_s
     sender.close(1)
 
 
+def gives_up_early(sender, waited):
+    """One batch submitted, then ``flush(30)``: it fails within 10 s (not at its timeout), the batch
+    still held, after at least one failed request; ``waited`` says what a longer flush waited for."""
+    sender.submit(batch(1))
+    began = time.monotonic()
+    assert not sender.flush(30)
+    assert time.monotonic() - began < 10, waited
+    assert sender.pending() == 1 and sender.stats["failed_requests"] >= 1
+    sender.close(0.1)
+
+
 def test_with_nothing_listening_a_flush_gives_up_after_one_more_try_not_at_its_timeout():
     """Promise 1: ``finish()`` with the server down does not hold the trainer's exit for the whole
     flush timeout: a refused connection says nothing is there to wait for."""
     from tests.helpers import free_port
 
     sender = BatchSender(f"http://127.0.0.1:{free_port()}/api/v1/push", linger_s=0.01)  # nobody listens
-    sender.submit(batch(1))
-    began = time.monotonic()
-    assert not sender.flush(30)
-    assert time.monotonic() - began < 10, "the flush waited for a server that is not there"
-    assert sender.pending() == 1 and sender.stats["failed_requests"] >= 1
-    sender.close(0.1)
+    gives_up_early(sender, "the flush waited for a server that is not there")
 
 
 def test_a_batch_of_another_run_is_dropped_once_named_and_the_runs_own_steps_all_arrive(hub_server, caplog):
@@ -318,9 +324,4 @@ def test_with_a_refused_token_a_flush_gives_up_after_one_more_try_not_at_its_tim
     200 while ``finish()`` waits (a busy server's 429 or 503 may, and is waited for)."""
     server = hub_server(token="the-right-one")
     sender = BatchSender(server.url + "/api/v1/push", token="a-wrong-one", linger_s=0.01)
-    sender.submit(batch(1))
-    began = time.monotonic()
-    assert not sender.flush(30)
-    assert time.monotonic() - began < 10, "the flush waited out a refused token"
-    assert sender.pending() == 1 and sender.stats["failed_requests"] >= 1
-    sender.close(0.1)
+    gives_up_early(sender, "the flush waited out a refused token")
