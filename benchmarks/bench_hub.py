@@ -10,7 +10,8 @@
    server's health detectors by the server's thread every second: their walk is off the push path);
    ``apply_in_process`` is ``MetricHub.push_body`` of new steps in this process, no HTTP and no
    listeners; ``apply_with_listeners`` the same with the server's listeners (``compose.py``: the
-   explorer's histories, which the detectors' one walk reads, the marks), ``with_health_only`` with
+   explorer's histories, which the detectors' one walk reads, the run keys, the marks, the run
+   attempts), ``with_health_only`` with
    the history the detectors walk alone, each with the walk the server's thread does (``walk_s``, per
    round) timed apart (a push never walks: it only adds its steps to the history);
 2. render: ``/metrics`` of 10k / 100k / 500k series after every series changed, against
@@ -41,6 +42,8 @@ from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.metrics.hub import Bound, MetricHub
 from verl_rl_insight.server.stores.marks import MarkStore
+from verl_rl_insight.server.stores.run_attempts import RunAttempts
+from verl_rl_insight.server.stores.run_keys import RunKeys
 
 
 def push_body(streams, series, step, prefix="rl_insight_monitor_metric_", global_step=False):
@@ -133,10 +136,16 @@ def apply_with_listeners(rounds, explorer=True):
     ``json.loads`` of the same bodies; then the detectors' walk the server's thread does, timed apart."""
     bound = Bound(1 << 36, 500_000)  # the detectors book the series they make under the hub's bound (compose.py)
     health = HealthMonitor(book=functools.partial(bound.book_other, "health"), histories=Histories())
-    sources, marks = Sources(health=health), MarkStore()
-    # the server's listeners; the detectors alone: the history they walk filled (the explorer's, in the server)
-    listeners = (sources.histories.observe, marks.observe) if explorer else (sources.histories.observe,)
-    hub = MetricHub(bound=bound, listeners=listeners, derived=(health,))
+    folder = Path(tempfile.mkdtemp(prefix="bench-hub-"))
+    names, attempts = RunKeys(folder / "run-keys"), RunAttempts(folder / "run-attempts.json")
+    sources, marks = Sources(health=health, names=names), MarkStore()
+    # the server's listeners, as compose.build gives them; the detectors alone: the history they walk
+    # filled (the explorer's, in the server)
+    listeners = (sources.histories.observe, names.observe, marks.observe, attempts.saved)
+    if explorer:
+        hub = MetricHub(bound=bound, listeners=listeners, derived=(health,), attempts=attempts)
+    else:
+        hub = MetricHub(bound=bound, listeners=(sources.histories.observe,), derived=(health,))
 
     def walk():  # what the server's thread does every second (app.Server._tick)
         health.walk()

@@ -15,6 +15,14 @@ Run = tuple[str, str]  # (project, experiment_name)
 RUN_FINISHED = "rl_insight_run_finished"
 
 
+def trainer_run(labels: Sequence[tuple[str, str]]) -> Run | None:
+    """The run of a trainer's own stream (its labels, sorted pairs: experiment_name and project,
+    nothing else); None for any other stream (an engine's, a sampler's, a derived one)."""
+    if len(labels) != 2 or labels[0][0] != "experiment_name" or labels[1][0] != "project":
+        return None
+    return labels[1][1], labels[0][1]
+
+
 def run_in_query(query: Mapping[str, Sequence[str]]) -> Run:
     """The run ``?project=P&experiment_name=E`` names (the last of each, both label values); 400
     naming the field when one is missing or not a label value."""

@@ -267,6 +267,17 @@ class Batch:
         self.names = tuple(self.metrics)
         self.values = tuple(self.metrics.values())
 
+    def set_value(self, name: str, value: float) -> None:
+        """``metrics[name] = value``, with ``names`` and ``values`` kept in step (extended by one for a
+        new name, not made again from the dict: the hub stamps every step's attempt under its lock)."""
+        known = name in self.metrics
+        self.metrics[name] = value
+        if known:
+            self.values = tuple(self.metrics.values())
+        else:
+            self.names += (name,)
+            self.values += (value,)
+
 
 _METRIC_NAME = re.compile(METRIC_NAME_PATTERN)
 _known_names: set[str] = set()

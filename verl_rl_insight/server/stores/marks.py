@@ -41,7 +41,7 @@ from verl_rl_insight.contract.marks import (
     MAX_MARKS_PER_RUN,
     MarkBody,
 )
-from verl_rl_insight.contract.runs import Run
+from verl_rl_insight.contract.runs import Run, trainer_run
 from verl_rl_insight.contract.wire import Batch, field_problem
 from verl_rl_insight.server.metrics.exposition import label_text
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
@@ -261,10 +261,9 @@ class MarkStore:
         with self._lock:
             touched: set[Run] = set()
             for batch in batches:
-                labels = dict(batch.labels)
-                if batch.step is None or set(labels) != {"project", "experiment_name"}:
+                run = trainer_run(batch.labels)
+                if batch.step is None or run is None:
                     continue
-                run = (labels["project"], labels["experiment_name"])
                 recent = self._recent.get(run)
                 if recent is None:
                     recent = self._recent[run] = OrderedDict()

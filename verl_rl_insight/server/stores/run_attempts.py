@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from verl_rl_insight.contract.attempts import ATTEMPT_METRIC
-from verl_rl_insight.contract.runs import Run
+from verl_rl_insight.contract.runs import Run, trainer_run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.stores.files import write_atomically
 
@@ -79,15 +79,13 @@ class RunAttempts:
             return held.number if held is not None else None
 
     def mark(self, batches: list[Batch]) -> list[Batch]:
-        """``batches`` with each trainer step's attempt among its values (the hub's lock is held)."""
-        out = []
+        """``batches`` (the push's own, decoded for it) with each trainer step's attempt set among
+        its values (the hub's lock is held)."""
         with self._lock:
             for batch in batches:
-                labels = dict(batch.labels)
-                if batch.step is None or set(labels) != {"project", "experiment_name"}:
-                    out.append(batch)
+                run = trainer_run(batch.labels)
+                if batch.step is None or run is None:
                     continue
-                run = (labels["project"], labels["experiment_name"])
                 held = self._runs.get(run)
                 now = next_attempt(held, batch.step, batch.time)
                 if now != held:
@@ -95,12 +93,10 @@ class RunAttempts:
                     self._runs.move_to_end(run)
                     self._dirty = True
                     self._urgent = self._urgent or held is None or now.number != held.number
-                metrics = {**batch.metrics, ATTEMPT_METRIC: float(now.number)}
-                out.append(Batch(batch.labels, batch.step, batch.time, batch.timed, metrics, batch.dropped,
-                                 batch.step_disagrees, batch.keys))  # fmt: skip
+                batch.set_value(ATTEMPT_METRIC, float(now.number))
             while len(self._runs) > self.max_runs:
                 self._runs.popitem(last=False)
-        return out
+        return batches
 
     def saved(self, added: object = None) -> None:
         """``save``, as a listener of the hub (called after each push, outside its lock)."""

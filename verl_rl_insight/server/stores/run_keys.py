@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from verl_rl_insight.contract.runs import Run
+from verl_rl_insight.contract.runs import Run, trainer_run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.stores.files import private_folder, write_atomically
 from verl_rl_insight.server.stores.stats import RunKeysStats
@@ -88,9 +88,9 @@ class RunKeys:
     def observe(self, batches: Sequence[Batch]) -> None:
         """The hub's listener: the keys of each trainer batch (its own stream: project and experiment_name)."""
         for batch in batches:
-            labels = dict(batch.labels)
-            if batch.keys and set(labels) == {"project", "experiment_name"}:
-                self.add((labels["project"], labels["experiment_name"]), batch.keys)
+            run = trainer_run(batch.labels)
+            if batch.keys and run is not None:
+                self.add(run, batch.keys)
 
     def add(self, run: Run, keys: Mapping[str, str]) -> None:
         with self._lock:
