@@ -193,3 +193,66 @@ def test_a_push_never_waits_for_the_explorers_findings_walk(monkeypatch):
         walker.join(10)
     assert pushed, "a push waited for the detectors' walk"
     assert histories.get(("p", "e")).steps[-1] == 30
+
+
+def test_steps_appended_in_order_hold_what_the_same_steps_placed_one_by_one_hold():
+    """A new newest step's values go to their columns by a plan made once per names tuple; steps
+    that come before the newest are placed value by value. Both ways must hold the same table: a key
+    logged from a later step on (NaN before it), a key a step leaves out, a logged NaN and infinity,
+    the run's finished flag."""
+    steps = []
+    for step in range(1, 31):
+        values = logged(step)
+        if step % 7 == 0:
+            values.pop(SCORE)  # a step that does not log it: NaN there, not a value carried over
+        if step == 11:
+            values[SCORE] = math.inf
+        if step >= 20:
+            values["rl_insight_monitor_val_core_late_key"] = float(step)  # a key from a later step on
+        if step == 30:
+            values[detectors.series_name("critic/rewards/mean")] = math.nan
+            values["rl_insight_run_finished"] = 1.0
+        steps.append(batch(step, values))
+    in_order, one_by_one = Histories(), Histories()
+    in_order.observe(steps)
+    one_by_one.observe(steps[::-1])  # each step before the newest: placed in its place
+    a, b = in_order.get(("p", "e")), one_by_one.get(("p", "e"))
+    assert a.steps == b.steps == list(range(1, 31)) and a.times.tolist() == b.times.tolist()
+    assert set(a.columns) == set(b.columns) and a.nonfinite == b.nonfinite and a.finished == b.finished == 1.0
+    for name in a.columns:
+        assert a.series(name) == b.series(name), name
+    assert a.value(SCORE, 6) is None and a.value(SCORE, 10) == math.inf  # step 7 left it out; 11 logged inf
+    late = "rl_insight_monitor_val_core_late_key"
+    assert a.value(late, 18) is None and a.latest(late) == 30.0
+
+
+def test_a_push_queues_its_steps_booked_under_the_hubs_bound_until_the_walk_puts_them_in_their_columns():
+    """A push only queues its steps (the hub's own tuples): the queue is booked under the hub's memory
+    bound, the first read sees every step, and the detectors' walk (``settle``, every second) gives the
+    booking back. A push that finds no room (the bound refuses, or the queue is at its own bound) puts
+    the queue in its columns itself, so nothing waits unbooked."""
+    from verl_rl_insight.server.metrics.hub import Bound
+
+    bound = Bound(64 * 2**20, 10_000)
+    histories = Histories(book=lambda n: bound.book_other("histories", n))
+    histories.observe([batch(step, logged(step)) for step in range(1, 11)])
+    queued = bound.memory.others.get("histories", 0)
+    assert queued >= 32 * sum(len(logged(s)) for s in range(1, 11))  # booked at 32 bytes a value
+    assert histories.stats.steps == 0  # not put in the columns by the push
+    finish = Batch(
+        labels=batch(1, {}).labels, step=None, time=2e9, timed=True, metrics={"rl_insight_run_finished": 1.0}
+    )
+    histories.observe([finish])
+    assert histories.get(("p", "e")).steps == list(range(1, 11))  # the first read sees them all, in order
+    assert histories.get(("p", "e")).finished == 1.0  # finish()'s batch after its steps, as it came
+    histories.settle()
+    assert bound.memory.others.get("histories", 0) == 0 and histories.stats.settled_on_push == 0
+
+    refused = Histories(book=lambda n: n < 0)  # the bound has no room: the push settles, books nothing
+    refused.observe([batch(1, logged(1))])
+    assert refused.stats.steps == 1 and refused.stats.settled_on_push == 1
+    small = Histories(max_waiting_bytes=32 * 3 * len(logged(1)))  # room for about three steps waiting
+    small.observe([batch(step, logged(step)) for step in range(1, 3)])
+    assert small.stats.steps == 0
+    small.observe([batch(step, logged(step)) for step in range(3, 6)])
+    assert small.stats.steps == 5 and small.stats.settled_on_push == 1

@@ -58,6 +58,7 @@ def fed(run, ledger, histories=None, until=None):
     hub = MetricHub(clock=lambda: NOW, max_future_s=MAX_FUTURE_S, listeners=(histories.observe,))
     for body in bodies(run, until=until):
         hub.push_body(body)
+    histories.settle()  # the steps the pushes queued put in their columns (the walk's first read would)
     del hub
     gc.collect()
     return monitor

@@ -86,8 +86,9 @@ class Feeds(NamedTuple):
 def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, bound: Bound) -> Feeds:
     limit = bound.memory.limit
     # each run's trainer scalars by step, held once (by bytes, not a count of runs): the explorer's
-    # step table, which the live detectors walk (the series they made booked under the bound)
-    histories = Histories(max_bytes=int(HISTORY_SHARE * limit))
+    # step table, which the live detectors walk (the series they made booked under the bound); the
+    # steps a push queues for it until the next read booked under the bound too
+    histories = Histories(max_bytes=int(HISTORY_SHARE * limit), book=functools.partial(bound.book_other, "histories"))
     health = HealthMonitor(
         health_settings(s.alerts),
         validation_keys=s.validation_keys,

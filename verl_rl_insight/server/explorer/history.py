@@ -1,10 +1,9 @@
-"""Each run's trainer scalars by step, as the explorer reads them: one column of floats per series,
-aligned on the run's steps, each step with its own time (the time the hub stamps its samples with).
+"""Every run's trainer scalars by step (``run_history.RunHistory``: one column of floats per series,
+aligned on the run's steps), as the explorer reads them and the live detectors walk them.
 
 Filled from the batches the hub accepts (a hub listener: the trainer's own stream, the batches with a
 step), and, for a run the server has not heard since it started, read back once from its Prometheus
-(``prometheus.read_run``). A step already held keeps its first values (a resent copy is the same
-step); a step older than the newest is put in its place.
+(``prometheus.read_run``).
 
 Bounded by bytes, not by a count of runs: ``max_bytes`` in all (a share of the server's
 ``memory_limit_mb``; beyond it the run touched longest ago is forgotten first, counted in
@@ -13,33 +12,25 @@ counted in ``stats.dropped_steps``). A run forgotten here is not lost: its steps
 Prometheus, and a run that logs again after it was forgotten is marked ``partial`` so that the
 explorer reads it back whole (``Sources.history``) instead of showing the steps since, and again
 until Prometheus gives back the newest step it had when it was forgotten (``awaited``: a scrape
-behind the pushes has not sent Prometheus those steps yet). A value is a
-C double (8 bytes); a NaN or an infinity the trainer logged is kept beside its column, so that
-"not logged that step" (NaN in the column) and "logged NaN" stay apart.
+behind the pushes has not sent Prometheus those steps yet).
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import math
 import threading
-from array import array
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from verl_rl_insight.contract.counters import Counters
-from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
-from verl_rl_insight.contract.runs import RUN_FINISHED, Run
+from verl_rl_insight.contract.runs import Run, trainer_run
+from verl_rl_insight.server.explorer.run_history import FINISHED, RunHistory
 
-FINISHED = RUN_FINISHED
 MAX_CELLS = 4_000_000  # values per run: 10,000 steps of 400 series (32 MB) ...
 MAX_BYTES = 64 * 2**20  # ... and all runs' bytes (the server gives a share of memory_limit_mb)
 MAX_FORGOTTEN = 4096  # runs remembered as forgotten (read back whole when they log again)
-RUN_BYTES = 2048  # what a run holds besides its steps: its objects, its dicts
-STEP_BYTES = 8 + 8 + 32  # a step's time, its place in the list and its int
-COLUMN_BYTES = 256  # a column's array and name
+WAITING_BYTES = 32  # a value queued: its place in the tuple and its float (the hub's snapshot holds the same)
 
 
 class StepBatch(Protocol):
@@ -49,186 +40,122 @@ class StepBatch(Protocol):
     step: int | None
     time: float
     metrics: dict[str, float]
+    names: tuple[str, ...]  # metrics' names and values, in its order (the hub holds the same tuples)
+    values: tuple[float, ...]
     keys: dict[str, str] | None  # name: the key the trainer logged, for a name that does not tell it
-
-
-class RunHistory:
-    """One run: ``steps`` ascending, ``times[i]`` the time of ``steps[i]``, ``columns[name][i]`` its
-    value there (NaN: not logged), ``nonfinite[name]`` {step: the NaN or infinity logged}."""
-
-    def __init__(self) -> None:
-        self.steps: list[int] = []
-        self.times = array("d")
-        self.columns: dict[str, array[float]] = {}
-        self.nonfinite: dict[str, dict[int, float]] = {}
-        self.version = 0  # moves on with every step added: caches of answers made from it compare it
-        # moves on when a step held changed or came before the newest (a late step, a second batch of
-        # a step): a walk fed step by step starts again then (health/walk.py)
-        self.rewrites = 0
-        # steps dropped from the front (the run at its cap): a walk that had them keeps going, its
-        # place in ``steps`` moved back by as many
-        self.dropped = 0
-        self.from_prometheus = False
-        self.exposed: float | None = None  # the newest step's time read back from Prometheus: exposed before
-        self.partial = False  # the run was forgotten and logs again: its older steps are in Prometheus only
-        # the newest step the run had when it was forgotten: a read-back that does not reach it (Prometheus
-        # had not scraped it yet, or did not answer) leaves the run partial, to be read back again
-        self.awaited: int | None = None
-        self.finished: float | None = None  # rl_insight_run_finished: 0 from the first log, 1 after finish()
-        self.newest = (-math.inf, 0)  # (time, step) of the step logged last: a step before it, later, is an attempt
-
-    def cells(self) -> int:
-        return len(self.steps) * max(1, len(self.columns))
-
-    def nbytes(self) -> int:
-        """What it holds, about: its values, its steps and times, its columns' objects."""
-        odd = sum(len(v) for v in self.nonfinite.values())
-        return RUN_BYTES + 8 * self.cells() + STEP_BYTES * len(self.steps) + COLUMN_BYTES * len(self.columns) + 64 * odd
-
-    def add(self, step: int, at: float, metrics: Mapping[str, float]) -> bool:
-        """The step's values (a second batch of a step held adds the keys it did not have: verl logs a
-        validation's in a call of its own); False when nothing changed."""
-        if self.steps and step < self.newest[1] and at > self.newest[0]:
-            self.new_attempt(step)
-        if not self.steps or at >= self.newest[0]:
-            self.newest = (at, step)
-        i = bisect.bisect_left(self.steps, step)
-        if i == len(self.steps) or self.steps[i] != step:
-            self.steps.insert(i, step)
-            self.times.insert(i, at)
-            for held in self.columns.values():
-                held.insert(i, math.nan)
-            if i != len(self.steps) - 1:
-                self.rewrites += 1
-        elif not any(self.value(name, i) is None for name in metrics if name != GLOBAL_STEP_METRIC):
-            return False
-        else:
-            self.rewrites += 1  # a step held gets values it did not have
-        for name, value in metrics.items():
-            if name == GLOBAL_STEP_METRIC:
-                continue
-            column = self.columns.get(name)
-            if column is None:
-                column = self.columns[name] = array("d", [math.nan]) * len(self.steps)
-            elif self.value(name, i) is not None:
-                continue  # the first value of a step stays (a copy sent again is the same step)
-            column[i] = value
-            if not math.isfinite(value):
-                self.nonfinite.setdefault(name, {})[step] = value
-        if FINISHED in metrics:
-            self.finished = metrics[FINISHED]
-        self.version += 1
-        return True
-
-    def new_attempt(self, first: int) -> None:
-        """The run's name used again from step ``first`` (a step before the newest, logged after it:
-        contract.attempts): the steps held from ``first`` on were the older attempt's; they go."""
-        keep = bisect.bisect_left(self.steps, first)
-        for step in self.steps[keep:]:
-            for odd in self.nonfinite.values():
-                odd.pop(step, None)
-        del self.steps[keep:]
-        del self.times[keep:]
-        for column in self.columns.values():
-            del column[keep:]
-        self.rewrites += 1
-        self.version += 1
-
-    def drop_oldest(self) -> None:
-        if not self.steps:
-            return
-        step = self.steps.pop(0)
-        del self.times[0]
-        for name, column in self.columns.items():
-            del column[0]
-            self.nonfinite.get(name, {}).pop(step, None)
-        self.version += 1
-        self.dropped += 1
-
-    def value(self, name: str, i: int) -> float | None:
-        """The value logged for ``name`` at ``steps[i]`` (NaN and infinities as logged), None: not logged."""
-        column = self.columns.get(name)
-        if column is None:
-            return None
-        x = column[i]
-        if math.isfinite(x):
-            return x
-        return self.nonfinite.get(name, {}).get(self.steps[i])
-
-    def series(self, name: str) -> list[tuple[int, float]]:
-        """[(step, value)] of the steps that logged ``name`` (what the detectors walk)."""
-        column = self.columns.get(name)
-        if column is None:
-            return []
-        odd = self.nonfinite.get(name, {})
-        return [
-            (step, x if math.isfinite(x) else odd[step])
-            for step, x in zip(self.steps, column)
-            if math.isfinite(x) or step in odd
-        ]
-
-    def latest(self, name: str) -> float | None:
-        column = self.columns.get(name)
-        if column is None:
-            return None
-        for x in reversed(column):
-            if math.isfinite(x):
-                return x
-        return None
 
 
 @dataclasses.dataclass(slots=True)
 class HistoryStats(Counters):
     steps: int = 0  # steps added
+    settled_on_push: int = 0  # pushes that put the steps waiting in their columns (no room for more waiting)
     dropped_steps: int = 0  # a run's oldest steps dropped at max_cells
     forgotten_runs: int = 0  # runs forgotten at max_bytes (read back from Prometheus when asked)
 
 
-class Histories:
-    """The runs' histories, thread-safe: the hub's pushes add, the API's requests read (under ``lock``)."""
+# queued for the next read: run, step (None: finish()'s batch), time, names, values
+Waiting = tuple[Run, int | None, float, tuple[str, ...], tuple[float, ...]]
 
-    def __init__(self, max_bytes: int = MAX_BYTES, max_cells: int = MAX_CELLS) -> None:
+
+class Histories:
+    """The runs' histories, thread-safe: the hub's pushes add, the API's requests read (under ``lock``).
+
+    A push only queues its steps (the names and values tuples the hub's snapshots hold, not a copy);
+    they are put in their columns, in the order they came, by the first read after it (the
+    detectors' walk, every second on the server's thread, or a request), so a push's cost is not the
+    per-value work. The queue is booked (``book``, under the hub's memory bound) at ``WAITING_BYTES``
+    a value; a push that finds no room puts the queue in its columns itself
+    (``stats.settled_on_push``). ``book`` takes the hub's lock, so it is never called under ``lock``:
+    what a read settled is given back by the next push or ``settle``."""
+
+    def __init__(
+        self,
+        max_bytes: int = MAX_BYTES,
+        max_cells: int = MAX_CELLS,
+        book: Callable[[int], bool] = lambda nbytes: True,
+        max_waiting_bytes: int | None = None,
+    ) -> None:
+        """``book``: books bytes (negative: gives back) under the hub's bound, False: no room
+        (``Bound.book_other``); ``max_waiting_bytes``: the queue's own bound (``max_bytes`` / 2)."""
         self.max_bytes = max_bytes
         self.max_cells = max_cells
-        self.lock = threading.Lock()
+        self.book = book
+        self.max_waiting_bytes = max_bytes // 2 if max_waiting_bytes is None else max_waiting_bytes
+        self.lock = threading.RLock()  # a read takes it to settle the queue, under a caller that holds it
         self.stats = HistoryStats()
+        self._waiting: list[Waiting] = []
+        self._waiting_bytes = 0  # booked for them
+        self._freed = 0  # booked for steps settled since, not given back yet
         self._runs: OrderedDict[Run, RunHistory] = OrderedDict()
         self._bytes: dict[Run, int] = {}  # each run's nbytes() when it last changed
+        self._total = 0  # their sum
         # runs forgotten here (read back when asked), each with the newest step it had then
         self._forgotten: OrderedDict[Run, int | None] = OrderedDict()
 
     def observe(self, batches: Sequence[StepBatch]) -> None:
-        """The hub's listener: each trainer batch with a step (its own stream: labels project and
-        experiment_name only)."""
+        """The hub's listener: each trainer batch with a step, and finish()'s batch (its own stream:
+        labels project and experiment_name only), queued for the next read."""
+        waiting, nbytes = [], 0
+        for batch in batches:
+            run = trainer_run(batch.labels)
+            if run is not None and (batch.step is not None or FINISHED in batch.metrics):
+                waiting.append((run, batch.step, batch.time, batch.names, batch.values))
+                nbytes += WAITING_BYTES * (len(batch.values) + 8)
+        if not waiting:
+            return
+        booked = self.book(nbytes)
         with self.lock:
-            for batch in batches:
-                labels = dict(batch.labels)
-                if set(labels) != {"project", "experiment_name"}:
-                    continue
-                run = (labels["project"], labels["experiment_name"])
-                if batch.step is not None:
-                    self._add(run, batch.step, batch.time, batch.metrics)
-                elif FINISHED in batch.metrics and run in self._runs:  # finish(): a batch of its own
-                    self._runs[run].finished = batch.metrics[FINISHED]
-                    self._runs[run].version += 1
+            self._waiting.extend(waiting)
+            if booked:
+                self._waiting_bytes += nbytes
+            if not booked or self._waiting_bytes > self.max_waiting_bytes:
+                self.stats.settled_on_push += 1
+                self._settle()
+        self._give_back()
 
-    def _add(self, run: Run, step: int, at: float, metrics: Mapping[str, float]) -> None:
+    def settle(self) -> None:
+        """Put the steps waiting in their columns and give back their booking (the detectors' walk,
+        every second; never under ``lock``)."""
+        with self.lock:
+            self._settle()
+        self._give_back()
+
+    def _give_back(self) -> None:
+        with self.lock:
+            freed, self._freed = self._freed, 0
+        if freed:
+            self.book(-freed)
+
+    def _settle(self) -> None:
+        """Put the steps waiting in their columns, in the order they came (under ``lock``)."""
+        waiting, self._waiting = self._waiting, []
+        for run, step, at, names, values in waiting:
+            if step is not None:
+                self._add(run, step, at, names, values)
+            elif run in self._runs:  # finish(): a batch of its own
+                self._runs[run].finished = values[names.index(FINISHED)]
+                self._runs[run].version += 1
+        self._freed += self._waiting_bytes
+        self._waiting_bytes = 0
+
+    def _add(self, run: Run, step: int, at: float, names: tuple[str, ...], values: Sequence[float]) -> None:
         history = self._runs.get(run)
         if history is None:
             history = self._runs[run] = RunHistory()
             history.partial = run in self._forgotten
             history.awaited = self._forgotten.pop(run, None)
         self._runs.move_to_end(run)
-        if history.add(step, at, metrics):
+        if history.add(step, at, names, values):
             self.stats.steps += 1
         while history.cells() > self.max_cells and len(history.steps) > 1:
             history.drop_oldest()
             self.stats.dropped_steps += 1
-        self._bytes[run] = history.nbytes()
-        total = sum(self._bytes.values())
-        while len(self._runs) > 1 and total > self.max_bytes:
+        nbytes = history.nbytes()
+        self._total += nbytes - self._bytes.get(run, 0)
+        self._bytes[run] = nbytes
+        while len(self._runs) > 1 and self._total > self.max_bytes:
             gone, forgotten = self._runs.popitem(last=False)  # (never ``run``: it was touched last)
-            total -= self._bytes.pop(gone, 0)
+            self._total -= self._bytes.pop(gone, 0)
             newest = forgotten.steps[-1] if forgotten.steps else None
             if forgotten.awaited is not None:  # forgotten again before it was read back whole
                 newest = forgotten.awaited if newest is None else max(newest, forgotten.awaited)
@@ -245,11 +172,12 @@ class Histories:
         step it had when it was forgotten. Returns the run's history (filled, even when the runs
         touched meanwhile have forgotten it again)."""
         with self.lock:
+            self._settle()
             newest: int | None = None
             latest: float | None = None
             history = None
             for step, at, metrics in steps:
-                self._add(run, step, at, metrics)
+                self._add(run, step, at, tuple(metrics), tuple(metrics.values()))
                 history = self._runs.get(run, history)
                 newest = step if newest is None else max(newest, step)
                 latest = at if latest is None else max(latest, at)
@@ -264,19 +192,24 @@ class Histories:
             return history
 
     def get(self, run: Run) -> RunHistory | None:
-        """The run's history (read it under ``lock``), or None."""
-        return self._runs.get(run)
+        """The run's history, every step pushed before in it (read it under ``lock``), or None."""
+        with self.lock:
+            self._settle()
+            return self._runs.get(run)
 
     def runs(self) -> list[Run]:
         with self.lock:
+            self._settle()
             return list(self._runs)
 
     def forgotten(self, run: Run) -> bool:
         """Whether ``run`` was forgotten here for room (its steps are in Prometheus)."""
         with self.lock:
+            self._settle()
             return run in self._forgotten
 
     def forget(self, run: Run) -> None:
         with self.lock:
+            self._settle()
             self._runs.pop(run, None)
-            self._bytes.pop(run, None)
+            self._total -= self._bytes.pop(run, 0)

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from verl_rl_insight.contract.runs import Run
-from verl_rl_insight.server.explorer.history import MAX_BYTES, Histories, RunHistory
+from verl_rl_insight.server.explorer.history import MAX_BYTES, Histories
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
+from verl_rl_insight.server.explorer.run_history import RunHistory
 from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.stores.run_keys import RunKeys

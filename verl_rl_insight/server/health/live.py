@@ -166,6 +166,7 @@ class HealthMonitor:
 
     def walk(self) -> None:
         """Walk every run's steps the walk has not had (the server's thread, every second)."""
+        self.histories.settle()  # the steps pushed since in their columns, their queue's booking given back
         with self._walking:
             for run in self.histories.runs():
                 self._walk_run(run)

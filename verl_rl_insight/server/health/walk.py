@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from verl_rl_insight.server.explorer.history import RunHistory
+from verl_rl_insight.server.explorer.run_history import RunHistory
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.detectors import BY_NAME, Said
