@@ -32,12 +32,13 @@ asks for a run's findings, and hands the hub what they made (``collect``, ``metr
 unnamed scrape (live values) has the hub collect first, which walks what is new. A named scrape
 (Prometheus, history) never does.
 
-Bounded: what the walk holds beside the history is per run its detectors' state (the last ``KEEP``
-(120) values of what each reads) for ``max_runs`` runs (the one walked longest ago is let go first,
-and walked again from the history's first step if asked for again), a few numbers of what it
-emitted per run (``MAX_RECORDS`` runs), and the series made and not collected yet, booked under the
-hub's memory bound (``book``: ``Bound.book_other``; ``room.py``); with no room they wait unbooked
-and the hub takes them at its next push (``backlog``). A step the history let go before the walk
+Bounded, and booked under the hub's memory bound (``book``: ``Bound.book_other``; ``room.py``):
+what the walk holds beside the history is per run its detectors' state (the last ``KEEP`` (120)
+values of what each reads, the run's names, its findings) for at most ``max_runs`` runs, a few
+numbers of what it emitted per run (its record, ``MAX_RECORDS`` runs), and the series made and not
+collected yet. A walk that finds no room lets go the walk walked longest ago (walked again from the
+history's first step if asked for again: ``stats.walks_let_go``); series made with no room wait
+unbooked and the hub takes them at its next push (``backlog``). A step the history let go before the walk
 had it (a run at its cap, or forgotten for room, faster than a second) is not walked. ``stats``: a
 ``room.HealthStats``. A run the history forgot for room that logs again keeps its walk and
 its baselines (``RunWalk.goes_on``). A server restart starts the walk again from the steps the
@@ -75,6 +76,7 @@ class _Record:
         self.named: tuple[str, ...] = ()
         self.emitted = Emitted()
         self.walked: int | None = None  # the newest step any walk of the run had
+        self.booked = 0  # what the record and the run's walk hold, booked under the hub's bound (room.py)
 
 
 class HealthMonitor:
@@ -121,8 +123,9 @@ class HealthMonitor:
         if record is None:
             record = self._records[run] = _Record()
             while len(self._records) > MAX_RECORDS:
-                gone, _ = self._records.popitem(last=False)
+                gone, forgotten = self._records.popitem(last=False)
                 self._walks.pop(gone, None)
+                self._give_back(forgotten.booked)
         self._records.move_to_end(run)
         return record
 
@@ -132,6 +135,7 @@ class HealthMonitor:
         with self._walking:
             record = self._record((project, experiment))
             record.resets = tuple(sorted({*record.resets, step}))
+            self._rebook((project, experiment), record)
 
     def set_resets(self, project: str, experiment: str, steps: Sequence[int]) -> None:
         """The run's baseline resets are ``steps`` from now on (its marks changed: one added, moved
@@ -140,7 +144,9 @@ class HealthMonitor:
         with self._walking:
             record = self._records.get((project, experiment))
             if record is not None or resets:
-                self._record((project, experiment)).resets = resets
+                record = self._record((project, experiment))
+                record.resets = resets
+                self._rebook((project, experiment), record)
 
     def take_run_keys(self, project: str, experiment: str, keys: Sequence[str]) -> None:
         """The validation keys the run names (its card came): followed before the server's, the run
@@ -224,10 +230,51 @@ class HealthMonitor:
         self._walks[run] = walk
         self._walks.move_to_end(run)
         while len(self._walks) > self.max_runs:
-            self._walks.popitem(last=False)
+            self._let_go_walk(run)
+        self._rebook(run, record)
         with self._lock:
             self._stats.steps += len(steps)
         return walk, finished
+
+    def _rebook(self, run: Run, record: _Record) -> None:
+        """Book what the run's record and walk hold now (under ``_walking``); with no room, the walks
+        walked longest ago are let go first (each walked again from its history when asked)."""
+        walk = self._walks.get(run)
+        emitted = record.emitted
+        size = room.record_bytes(emitted.newest, emitted.counts, record.resets, record.named)
+        size += room.walk_bytes(walk.health) if walk is not None else 0
+        delta = size - record.booked
+        while delta > 0 and not self.book(delta):
+            if not self._let_go_walk(run, for_room=True):
+                with self._lock:
+                    self._stats.held_unbooked += 1
+                return
+        if delta < 0:
+            self.book(delta)
+        record.booked = size
+        with self._lock:
+            self._stats.held_bytes += delta
+
+    def _let_go_walk(self, keep: Run, for_room: bool = False) -> bool:
+        """Let go the walk walked longest ago, not ``keep``'s, giving back what it held (under
+        ``_walking``); False: no other walk."""
+        gone = next((run for run in self._walks if run != keep), None)
+        if gone is None:
+            return False
+        del self._walks[gone]
+        record = self._records.get(gone)
+        if record is not None:
+            self._rebook(gone, record)
+        if for_room:
+            with self._lock:
+                self._stats.walks_let_go += 1
+        return True
+
+    def _give_back(self, nbytes: int) -> None:
+        if nbytes:
+            self.book(-nbytes)
+            with self._lock:
+                self._stats.held_bytes -= nbytes
 
     def _keep(self, made: list[Batch]) -> None:
         """Keep the series made for the hub to collect, booked; with no room, unbooked and counted:
