@@ -6,6 +6,7 @@ series and findings are the same either way."""
 
 import gc
 import json
+import time
 import tracemalloc
 
 from tests import health_shapes as shapes
@@ -50,11 +51,11 @@ class Ledger:
         return True
 
 
-def fed(run, ledger, histories=None, until=None, experiments=("e",)):
+def fed(run, ledger, histories=None, until=None, experiments=("e",), clock=time.monotonic):
     """A monitor fed ``run`` (as each of ``experiments``) through a real hub (the explorer's history
     filled by the hub's listener, as the server wires it), the hub then gone."""
     histories = histories if histories is not None else Histories()
-    monitor = HealthMonitor(book=ledger, histories=histories)
+    monitor = HealthMonitor(book=ledger, histories=histories, clock=clock)
     hub = MetricHub(clock=lambda: NOW, max_future_s=MAX_FUTURE_S, listeners=(histories.observe,))
     for experiment in experiments:
         for body in bodies(run, until=until, experiment=experiment):
@@ -157,21 +158,30 @@ def test_what_each_runs_walk_and_record_hold_is_booked_and_covers_what_python_al
         assert held <= booked < 3 * held, f"{run.failure}: booked {booked} for {held} bytes held"
 
 
-def test_walks_found_no_room_let_go_the_walk_walked_longest_ago_and_the_findings_stay_the_same():
-    """Four runs' walks under a bound with room for about two: the walks walked longest ago are let
-    go for room (what is booked stays under the bound), and a run whose walk was let go is walked
-    again from its history when asked: the same findings as with all the room in the world."""
+def test_walks_found_no_room_let_go_the_idle_walk_walked_longest_ago_and_the_findings_stay_the_same():
+    """Four runs' walks under a bound with room for about two: a walk that finds no room lets go the
+    walk walked longest ago when that run has been idle a while (what is booked stays under the
+    bound), and a run whose walk was let go is walked again from its history when asked, with the
+    same findings as with all the room in the world. A walk fed within the last minute is never let
+    go for room (the run would be walked again from its first step at its every step): the new walk
+    is kept unbooked and counted instead."""
     run = collapse()
     experiments = ("e0", "e1", "e2", "e3")
     roomy = fed(run, Ledger(), experiments=experiments)
     roomy.walk()
     one = roomy.stats.held_bytes // 4
+    now = [0.0]
     ledger = Ledger(limit=int(2.5 * one))  # two walks, not four (the series made wait unbooked for the hub)
-    tight = fed(run, ledger, experiments=experiments)
+    tight = fed(run, ledger, experiments=experiments, clock=lambda: now[0])
+    tight.run_findings(("p", "e0"), ())  # two runs walked, then idle two minutes
+    tight.run_findings(("p", "e1"), ())
+    now[0] = 120.0
     tight.collect()
     stats = tight.stats
-    assert stats.walks_let_go >= 2 and stats.held_unbooked == 0 and ledger.booked <= ledger.limit
+    assert stats.walks_let_go == 2 and stats.held_unbooked == 0 and ledger.booked <= ledger.limit
     assert stats.held_bytes < 3 * one
+    tight.run_findings(("p", "e0"), ())  # asked for at once: the walks held were fed just now
+    assert tight.stats.walks_let_go == 2 and tight.stats.held_unbooked == 1
     for experiment in experiments:  # (the stall finding reads the clock: its steps compared, not its value)
         found, everything = (
             [

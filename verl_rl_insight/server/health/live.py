@@ -37,9 +37,12 @@ what the walk holds beside the history is per run its detectors' state (the last
 values of what each reads, the run's names, its findings) for at most ``max_runs`` runs, a few
 numbers of what it emitted per run (its record, ``MAX_RECORDS`` runs), and the series made and not
 collected yet. A walk that finds no room lets go the walk walked longest ago (walked again from the
-history's first step if asked for again: ``stats.walks_let_go``); series made with no room wait
-unbooked and the hub takes them at its next push (``backlog``). A step the history let go before the walk
-had it (a run at its cap, or forgotten for room, faster than a second) is not walked. ``stats``: a
+history's first step if asked for again: ``stats.walks_let_go``), unless that one was fed in the
+last ``ACTIVE_S``: then the new walk is kept unbooked (``stats.held_unbooked``), since letting go
+the walks of runs that still log would walk each again from its first step at its every step;
+series made with no room wait unbooked and the hub takes them at its next push (``backlog``).
+A step the history let go before the walk had it (a run at its cap, or forgotten for room, faster
+than a second) is not walked. ``stats``: a
 ``room.HealthStats``. A run the history forgot for room that logs again keeps its walk and
 its baselines (``RunWalk.goes_on``). A server restart starts the walk again from the steps the
 history holds.
@@ -48,6 +51,7 @@ history holds.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -65,6 +69,9 @@ from verl_rl_insight.server.metrics.derived import derived_batch
 
 SOURCE = "health"
 MAX_RECORDS = 10_000  # runs whose marks, own validation keys and emitted steps are kept (as many as run cards)
+# a walk fed within this long is not let go for room (it would be walked again from its first step at
+# the run's next step, every step: the CPU thrown at it, not the memory, would grow): kept unbooked
+ACTIVE_S = 60.0
 
 
 class _Record:
@@ -77,6 +84,7 @@ class _Record:
         self.emitted = Emitted()
         self.walked: int | None = None  # the newest step any walk of the run had
         self.booked = 0  # what the record and the run's walk hold, booked under the hub's bound (room.py)
+        self.fed_at = -math.inf  # when its walk was last fed a step (the monitor's clock)
 
 
 class HealthMonitor:
@@ -87,6 +95,7 @@ class HealthMonitor:
         validation_keys: Sequence[str] = (),
         book: Callable[[int], bool] = lambda nbytes: True,
         histories: Histories | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``book``: books bytes (negative: gives them back) under the hub's memory bound; False, and
         nothing booked: no room (``Bound.book_other``). ``histories``: the explorer's, which the hub's
@@ -95,6 +104,7 @@ class HealthMonitor:
         self.params = params or DEFAULTS
         self.max_runs = max_runs
         self.book = book
+        self.clock = clock  # when a walk was fed: walks fed within ACTIVE_S are not let go for room
         self.histories = histories if histories is not None else Histories()
         self._own = histories is None
         self._stats = HealthStats()
@@ -226,6 +236,7 @@ class HealthMonitor:
         said = walk.feed(steps)
         if steps:
             record.walked = max(steps[-1][0], record.walked if record.walked is not None else steps[-1][0])
+            record.fed_at = self.clock()
         self._keep(self._made_of(run, record, to_emit(record.emitted, said, floor, again)))
         self._walks[run] = walk
         self._walks.move_to_end(run)
@@ -257,12 +268,14 @@ class HealthMonitor:
 
     def _let_go_walk(self, keep: Run, for_room: bool = False) -> bool:
         """Let go the walk walked longest ago, not ``keep``'s, giving back what it held (under
-        ``_walking``); False: no other walk."""
+        ``_walking``); False: no other walk, or (``for_room``) none fed in the last ``ACTIVE_S``."""
         gone = next((run for run in self._walks if run != keep), None)
         if gone is None:
             return False
-        del self._walks[gone]
         record = self._records.get(gone)
+        if for_room and record is not None and self.clock() - record.fed_at < ACTIVE_S:
+            return False
+        del self._walks[gone]
         if record is not None:
             self._rebook(gone, record)
         if for_room:

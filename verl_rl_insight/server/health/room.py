@@ -53,4 +53,4 @@ class HealthStats:
     made_unbooked: int = 0  # series batches made with no room to book: the hub takes them at once
     held_bytes: int = 0  # now: what the runs' walks and records hold (booked)
     walks_let_go: int = 0  # runs' walks let go for room (walked again from the history when asked)
-    held_unbooked: int = 0  # walks that found no room even with every other walk let go
+    held_unbooked: int = 0  # times a walk found no room and no idle walk to let go: kept unbooked
