@@ -11,9 +11,9 @@
    ``apply_in_process`` is ``MetricHub.push_body`` of new steps in this process, no HTTP and no
    listeners; ``apply_with_listeners`` the same with the server's listeners (``compose.py``: the
    explorer's histories, which the detectors' one walk reads, the run keys, the marks, the run
-   attempts), ``with_health_only`` with
-   the history the detectors walk alone, each with the walk the server's thread does (``walk_s``, per
-   round) timed apart (a push never walks: it only adds its steps to the history);
+   attempts), ``with_health_only`` with the history the detectors walk alone, each with the walk the
+   server's thread does (``walk_s``, per round) timed apart (a push never walks: it only queues its
+   steps for the history, and the walk puts them in their columns first);
 2. render: ``/metrics`` of 10k / 100k / 500k series after every series changed, against
    ``prometheus_client.generate_latest`` of a registry holding the same series;
 3. push latency while ``/metrics`` of 500k series is rendered over and over, against push

@@ -26,7 +26,7 @@ removed stops counting at once).
 may come after the run's first steps: the walk goes again with them, and the validation detector's
 series of the run's last ``walk.LATE`` steps are emitted then (a fall already seen counts).
 
-The walk is off the push path and off the scrape: a push only adds its steps to the history (the
+The walk is off the push path and off the scrape: a push only queues its steps for the history (the
 explorer's listener); the server walks every second (``walk``, its own thread), the explorer when it
 asks for a run's findings, and hands the hub what they made (``collect``, ``metrics/derived.py``); an
 unnamed scrape (live values) has the hub collect first, which walks what is new. A named scrape
