@@ -22,6 +22,7 @@ from tests.helpers import (
 from verl_rl_insight.commands.demo.verl_step import step_metrics
 from verl_rl_insight.contract.attempts import attempts, superseded
 from verl_rl_insight.contract.naming import METRIC_PREFIX
+from verl_rl_insight.contract.wire import validate_push
 from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.explorer.prometheus import _by_step
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
@@ -58,7 +59,7 @@ def test_the_explorers_history_keeps_the_newest_attempt_and_a_late_step_in_its_p
 
     def observe(step, at):
         body = batch(RESTARTED, step, at).to_json()
-        histories.observe([_Batch(body)])
+        histories.observe([_batch(body)])
 
     for s in range(1, 31):
         observe(s, 100.0 + s)
@@ -73,13 +74,9 @@ def test_the_explorers_history_keeps_the_newest_attempt_and_a_late_step_in_its_p
     assert histories.get(run).steps == list(range(1, 9))
 
 
-class _Batch:
-    """A pushed body as the hub hands it to its listeners (contract.wire.Batch's fields)."""
-
-    def __init__(self, body):
-        self.labels = (("experiment_name", body["experiment_name"]), ("project", body["project"]))
-        self.step, self.time, self.keys = body["step"], body["time"], body.get("keys")
-        self.metrics = {k: float(v) for k, v in body["metrics"].items()}
+def _batch(body):
+    """A pushed body as the hub hands it to its listeners (decoded and validated, as a push is)."""
+    return validate_push({"batches": [body]}, time.time())[0]
 
 
 @pytest.fixture(scope="module")

@@ -135,7 +135,7 @@ class HealthMonitor:
             while len(self._records) > MAX_RECORDS:
                 gone, forgotten = self._records.popitem(last=False)
                 self._walks.pop(gone, None)
-                self._give_back(forgotten.booked)
+                self._give_back(forgotten, forgotten.booked)
         self._records.move_to_end(run)
         return record
 
@@ -241,51 +241,61 @@ class HealthMonitor:
         self._walks[run] = walk
         self._walks.move_to_end(run)
         while len(self._walks) > self.max_runs:
-            self._let_go_walk(run)
+            gone = next((other for other in self._walks if other != run), None)
+            if gone is None:
+                break
+            self._let_go_walk(gone)
         self._rebook(run, record)
         with self._lock:
             self._stats.steps += len(steps)
         return walk, finished
 
-    def _rebook(self, run: Run, record: _Record) -> None:
-        """Book what the run's record and walk hold now (under ``_walking``); with no room, the walks
-        walked longest ago are let go first (each walked again from its history when asked)."""
+    def _held_bytes(self, run: Run, record: _Record) -> int:
+        """What the run's record and walk hold now (``room.py``)."""
         walk = self._walks.get(run)
         emitted = record.emitted
         size = room.record_bytes(emitted.newest, emitted.counts, record.resets, record.named)
-        size += room.walk_bytes(walk.health) if walk is not None else 0
+        return size + (room.walk_bytes(walk.health) if walk is not None else 0)
+
+    def _rebook(self, run: Run, record: _Record) -> None:
+        """Book what the run's record and walk hold now (under ``_walking``); with no room, idle walks
+        are let go, walked longest ago first (each walked again from its history when asked), and
+        with none left to let go the run's grown part stays unbooked (counted)."""
+        size = self._held_bytes(run, record)
         delta = size - record.booked
-        while delta > 0 and not self.book(delta):
-            if not self._let_go_walk(run, for_room=True):
+        if delta <= 0:
+            self._give_back(record, -delta)
+            return
+        while not self.book(delta):
+            idle = next((other for other in self._walks if other != run and self._idle(other)), None)
+            if idle is None:
                 with self._lock:
                     self._stats.held_unbooked += 1
                 return
-        if delta < 0:
-            self.book(delta)
+            self._let_go_walk(idle)
+            with self._lock:
+                self._stats.walks_let_go += 1
         record.booked = size
         with self._lock:
             self._stats.held_bytes += delta
 
-    def _let_go_walk(self, keep: Run, for_room: bool = False) -> bool:
-        """Let go the walk walked longest ago, not ``keep``'s, giving back what it held (under
-        ``_walking``); False: no other walk, or (``for_room``) none fed in the last ``ACTIVE_S``."""
-        gone = next((run for run in self._walks if run != keep), None)
-        if gone is None:
-            return False
-        record = self._records.get(gone)
-        if for_room and record is not None and self.clock() - record.fed_at < ACTIVE_S:
-            return False
-        del self._walks[gone]
-        if record is not None:
-            self._rebook(gone, record)
-        if for_room:
-            with self._lock:
-                self._stats.walks_let_go += 1
-        return True
+    def _idle(self, run: Run) -> bool:
+        """Whether the run's walk was fed no step in the last ``ACTIVE_S`` (may be let go for room)."""
+        record = self._records.get(run)
+        return record is None or self.clock() - record.fed_at >= ACTIVE_S
 
-    def _give_back(self, nbytes: int) -> None:
+    def _let_go_walk(self, run: Run) -> None:
+        """Let the run's walk go, giving back what it held (under ``_walking``); never books more."""
+        del self._walks[run]
+        record = self._records.get(run)
+        if record is not None:
+            self._give_back(record, record.booked - min(record.booked, self._held_bytes(run, record)))
+
+    def _give_back(self, record: _Record, nbytes: int) -> None:
+        """Give back ``nbytes`` of what ``record`` booked."""
         if nbytes:
             self.book(-nbytes)
+            record.booked -= nbytes
             with self._lock:
                 self._stats.held_bytes -= nbytes
 
