@@ -1,4 +1,4 @@
-"""The training-health evaluation (``benchmarks/health_shapes.py``), per detector:
+"""The training-health evaluation (``tests/health_shapes.py``), per detector:
 
 - false findings (warning or critical; a plateau is information) on every real healthy verl run
   and on the realistic healthy shapes (``--seeds`` of each);
@@ -9,7 +9,7 @@
   (``contract.wire.decode_push``, what the hub does with every push), the same steps, this run.
 
 - issue 38's two figures, per mode: steps from the onset to the first warning or critical on the
-  gradual shapes (``benchmarks/health_gradual.py``: a healthy start, then the failure built over 20,
+  gradual shapes (``tests/health_gradual.py``: a healthy start, then the failure built over 20,
   40 and 60 steps; median / max over the seeds, offline and online), and the false findings on
   every healthy real run, one by one (critical / warning).
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import health_gradual as gradual
-from benchmarks import health_shapes as shapes
+from tests import health_gradual as gradual
+from tests import health_shapes as shapes
 from verl_rl_insight.contract.wire import decode_push
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.live import HealthMonitor

@@ -344,3 +344,15 @@ def test_no_part_is_completed_after_construction_in_the_root_and_no_write_own():
     assert completed_after_construction("listeners.append(x)\n") == []  # a local list is no part
     assert completed_after_construction("self.parts = build(s, logins, self)\nstores[name(s)] = url\n") == []
     assert completed_after_construction("self.hub.stats[name] = 1\n")
+
+
+def test_no_test_imports_the_benchmarks():
+    """What the tests share lives in tests/ (the detectors' judging shapes included: the benchmarks read
+    them from there); a test importing benchmarks/ would break when a benchmark is rewritten."""
+    found = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in (REPO / "tests").rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if line.lstrip().startswith(("from benchmarks", "import benchmarks"))
+    ]
+    assert found == []

@@ -4,7 +4,7 @@ accepts) and a real Prometheus scraping it with the shipped rules loaded.
 - Every real verl run (``tests/data/real_runs``: verl's ``file`` logger
   output) pushed step by step: ``rl-insight diagnose --file`` raises no critical finding and at most
   one warning on it, and the server found online what diagnose finds (the same detectors).
-- Real runs with one failure injected (``benchmarks/health_shapes.py``: growing over tens of
+- Real runs with one failure injected (``tests/health_shapes.py``: growing over tens of
   steps): ``rl-insight diagnose`` reading Prometheus back finds each with its detector near its
   step, the server found the same online, and each mode's ``RLInsight<Mode>`` fires for its run.
 - A NaN loss logged by verl's real ``Tracking`` fires RLInsightNonFinite."""

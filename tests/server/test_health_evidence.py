@@ -14,8 +14,8 @@ import statistics
 
 import pytest
 
-from benchmarks import health_gradual as gradual
-from benchmarks import health_shapes as shapes
+from tests import health_gradual as gradual
+from tests import health_shapes as shapes
 from tests.server.test_health_walk import offline
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.signals import fmt

@@ -2,7 +2,7 @@
 them stay quiet (issue 38): every level detector judges a change at two time scales, the cliff
 and the run's level now against its own level 20-60 steps before (``server/health/trends.py``).
 
-The shapes: ``benchmarks/health_gradual.py`` (the realistic long-CoT GRPO run, a healthy start of
+The shapes: ``tests/health_gradual.py`` (the realistic long-CoT GRPO run, a healthy start of
 200 steps, each failure of ``health_shapes.inject`` at its size spread over 20, 40 or 60 steps).
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import health_gradual as gradual
-from benchmarks import health_shapes as shapes
+from tests import health_gradual as gradual
+from tests import health_shapes as shapes
 from tests.server.test_health_walk import offline, online
 from verl_rl_insight.server.health import detectors
 

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from benchmarks import health_gradual as gradual
-from benchmarks import health_shapes as shapes
+from tests import health_gradual as gradual
+from tests import health_shapes as shapes
 from tests.helpers import rl_insight
 from tests.server.test_health_walk import offline, online
 from verl_rl_insight.contract.errors import ConfigError

@@ -1,5 +1,5 @@
 """The training-health walk in this process, on real verl runs (``tests/data/real_runs``, verl's ``file``
-logger format) and on realistic shapes built from them (``benchmarks/health_shapes.py``): the offline walk
+logger format) and on realistic shapes built from them (``tests/health_shapes.py``): the offline walk
 (``detectors.diagnose``) and the online one (``HealthMonitor``, fed the batches the hub accepts) find the same
 findings; baselines start again at a reset step; each new failure mode is found near the step it began.
 

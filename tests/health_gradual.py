@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from benchmarks.health_shapes import Run, grpo_run, key
+from tests.health_shapes import Run, grpo_run, key
 from verl_rl_insight.server.health import detectors
 
 ONSET = 200
