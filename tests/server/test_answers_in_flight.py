@@ -1,7 +1,8 @@
 """Answers in flight are booked: the attacker holds nothing (no credential) and asks, from 127.0.0.2,
 for the hub's anonymous live exposition (larger than the kernel's socket buffers) on many
 connections, never reading. The server holds one such answer at a time past its budget (1/16 of
-memory_limit_mb); the others are told 503 with Retry-After, and a trainer's push is served."""
+memory_limit_mb); the others are told 503 with Retry-After, and a trainer's push is served. The
+server's log says why it answered 503, once a second, not once an answer."""
 
 import json
 import socket
@@ -11,7 +12,7 @@ from tests.helpers import push
 LIMIT = 64 * 2**20
 
 
-def test_big_answers_past_the_budget_get_503_and_pushes_go_through(hub_server):
+def test_big_answers_past_the_budget_get_503_and_pushes_go_through(hub_server, caplog):
     server = hub_server(memory_limit_bytes=LIMIT)
     url = f"http://127.0.0.1:{server.server.port}"
     for chunk in range(3):  # 30,000 series of one run: a live exposition of 4.4 MB, past the budget (4 MiB)
@@ -43,6 +44,8 @@ def test_big_answers_past_the_budget_get_503_and_pushes_go_through(hub_server):
         batch = {"project": "p", "experiment_name": "honest", "step": 1, "metrics": {"loss": 1.0}}
         assert push(url, {"batches": [batch]})[0] == 200
         assert json.loads(busy[0].split(b"\r\n\r\n", 1)[1])["error"].startswith("busy")
+        said = [r.getMessage() for r in caplog.records if r.name == "verl_rl_insight.server.api.writer"]
+        assert said and said[0].startswith('answered 503: {"error": "busy') and len(said) < len(busy), said
     finally:
         for s in readers:
             s.close()

@@ -127,9 +127,12 @@ def run_phase(url, phase, workers):
 
 
 def server_errors(log):
-    """The server log's errors and tracebacks (what a 5xx, or an error after an answer, leaves)."""
+    """The server log's errors, tracebacks and the 5xx it answered, with their reasons (what a 5xx, or
+    an error after an answer, leaves)."""
     text = log.read_text(errors="replace") if log.exists() else ""
-    return [line for line in text.splitlines() if " ERROR " in line or line.startswith("Traceback")]
+    return [
+        line for line in text.splitlines() if " ERROR " in line or line.startswith("Traceback") or " answered 5" in line
+    ]
 
 
 def test_over_10000_generated_requests_never_get_a_5xx_and_leave_the_metrics_whole(tmp_path):

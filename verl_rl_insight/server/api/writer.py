@@ -2,10 +2,15 @@
 server's buffers, never the whole body, and every answer larger than ``SMALL_BYTES`` is booked,
 while it is being written, in a budget of bytes in flight (``InFlight``, under the hub's
 ``memory_limit_mb``): past it the answer is 503 with Retry-After, not one more copy held. A reader
-too slow for its answer is cut off by the HTTP server (``send_timeout_s`` after its request)."""
+too slow for its answer is cut off by the HTTP server (``send_timeout_s`` after its request).
+Every 5xx it writes is also said in the server's log with its reason (at most one line a second,
+the others counted in the next), so that the 5xx an operator sees counted in ``/api/v1/hub`` are
+explained there, even when the client had gone before the answer reached it."""
 
 import collections
 import json
+import logging
+import time
 from collections.abc import Callable
 
 from verl_rl_insight.server.api.asgi_types import Header, Send
@@ -13,6 +18,9 @@ from verl_rl_insight.server.api.asgi_types import Header, Send
 CHUNK_BYTES = 64 * 1024  # what one write hands the transport; uvicorn waits for it to drain past 64 KiB
 SMALL_BYTES = 64 * 1024  # answers up to this size are not booked (their headers cost as much)
 RETRY_AFTER_S = 1
+LOG_5XX_S = 1.0  # at most one log line a second for the 5xx answered
+
+logger = logging.getLogger(__name__)
 
 
 class InFlight:
@@ -52,6 +60,8 @@ class Writer:
     def __init__(self, in_flight: InFlight | None = None) -> None:
         self.responses: collections.Counter[str] = collections.Counter()
         self.in_flight = in_flight
+        self._said_5xx = -LOG_5XX_S  # when a 5xx was last logged (monotonic), and those not logged since
+        self._unsaid_5xx = 0
 
     async def body(
         self,
@@ -78,12 +88,23 @@ class Writer:
         self, send: Send, status: int, content_type: str, body: bytes, headers: list[Header] | tuple[()]
     ) -> None:
         self.responses[f"{status // 100}xx"] += 1
+        if status >= 500:
+            self._log_5xx(status, body)
         start = [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode()), *headers]
         await send({"type": "http.response.start", "status": status, "headers": start})
         view = memoryview(body)
         for offset in range(0, max(len(body), 1), CHUNK_BYTES):
             piece = bytes(view[offset : offset + CHUNK_BYTES])
             await send({"type": "http.response.body", "body": piece, "more_body": offset + CHUNK_BYTES < len(body)})
+
+    def _log_5xx(self, status: int, body: bytes) -> None:
+        now = time.monotonic()
+        if now - self._said_5xx < LOG_5XX_S:
+            self._unsaid_5xx += 1
+            return
+        more = f" ({self._unsaid_5xx} more 5xx answered since the last such line)" if self._unsaid_5xx else ""
+        self._said_5xx, self._unsaid_5xx = now, 0
+        logger.warning("answered %d: %s%s", status, body[:300].decode(errors="replace"), more)
 
     async def _busy(self, send: Send, nbytes: int) -> None:
         assert self.in_flight is not None
