@@ -36,16 +36,16 @@ Bounded, and booked under the hub's memory bound (``book``: ``Bound.book_other``
 what the walk holds beside the history is per run its detectors' state (the last ``KEEP`` (120)
 values of what each reads, the run's names, its findings) for at most ``max_runs`` runs, a few
 numbers of what it emitted per run (its record, ``MAX_RECORDS`` runs), and the series made and not
-collected yet. A walk that finds no room lets go the walk walked longest ago (walked again from the
-history's first step if asked for again: ``stats.walks_let_go``), unless that one was fed in the
-last ``ACTIVE_S``: then the new walk is kept unbooked (``stats.held_unbooked``), since letting go
-the walks of runs that still log would walk each again from its first step at its every step;
-series made with no room wait unbooked and the hub takes them at its next push (``backlog``).
+collected yet. A walk that finds no room lets go idle walks (fed no step in the last ``ACTIVE_S``),
+the one walked longest ago first, each walked again from its history's first step if asked for
+again (``stats.walks_let_go``); with none idle the new walk is kept unbooked
+(``stats.held_unbooked``), since letting go the walks of runs that still log would walk each again
+from its first step at its every step. Series made with no room wait unbooked and the hub takes
+them at its next push (``backlog``).
 A step the history let go before the walk had it (a run at its cap, or forgotten for room, faster
-than a second) is not walked. ``stats``: a
-``room.HealthStats``. A run the history forgot for room that logs again keeps its walk and
-its baselines (``RunWalk.goes_on``). A server restart starts the walk again from the steps the
-history holds.
+than a second) is not walked. ``stats``: a ``room.HealthStats``. A run the history forgot for room
+that logs again keeps its walk and its baselines (``RunWalk.goes_on``). A server restart starts the
+walk again from the steps the history holds.
 """
 
 from __future__ import annotations
