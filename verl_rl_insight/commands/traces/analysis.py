@@ -1,51 +1,37 @@
 """One step's traces, every rank together: per phase each rank's time, the rank that held the
-others (the most work: time in the phase not spent waiting in a collective), the spread, and the
-one-line answer. Pure: summaries in, figures out."""
+others (the most of its own time: time in the phase not spent waiting in a collective), judged by
+the right quantity (its GPU work when the GPU was what it waited on, its host time when the GPU sat
+idle), its ratio against the median of the *other* ranks, what differs on it, and the one-line
+answer. Pure: summaries in, figures out."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Protocol, TypeVar
 
+from verl_rl_insight.commands.traces.differences import kernel_differences
 from verl_rl_insight.commands.traces.phases import ORDER
-from verl_rl_insight.commands.traces.summary import BadTrace, FileSummary, PhaseTime
+from verl_rl_insight.commands.traces.snapshot import Snapshot
+from verl_rl_insight.commands.traces.summary import BadTrace, FileSummary
+from verl_rl_insight.commands.traces.telling import answer, memory_answer
+from verl_rl_insight.commands.traces.views import GPU_WORK, HOST_TIME, WORK, Judged, PhaseView, RankTime, StepView
 
-BALANCED = 1.1  # a phase whose slowest rank works under 1.1x the median rank's is not one rank's doing
-
-
-class RankTime(NamedTuple):
-    who: str
-    rank: int
-    node: str | None
-    time: PhaseTime
-    path: str
+NAMED_SHARE = 0.05  # a kernel is named as differing when it accounts for 5 % of what the slow rank held the others by
+APART_S = 6 * 3600.0  # one step's traces lie within hours of each other; further apart, two jobs wrote them
 
 
-class PhaseView(NamedTuple):
-    phase: str
-    ranks: list[RankTime]
-    slowest: RankTime
-    median_busy_s: float
-    spread: float  # the slowest rank's work / the median rank's work
-    others_waiting_share: float  # of the other ranks' time in the phase, the part spent waiting
-    others_waiting_op: str | None  # the collective they waited in most
-
+class _Stepped(Protocol):
     @property
-    def held_s(self) -> float:
-        """What the slowest rank's extra work cost the phase: its work past the median rank's."""
-        return self.slowest.time.busy_s - self.median_busy_s
+    def path(self) -> str: ...
+    @property
+    def step(self) -> int | None: ...
 
 
-class StepView(NamedTuple):
-    step: int | None
-    files: int
-    sources: list[str]
-    phases: list[PhaseView]
-    answer: str
+Stepped = TypeVar("Stepped", bound=_Stepped)
 
 
-def choose_step(summaries: Sequence[FileSummary], step: int | None) -> list[FileSummary]:
+def choose_step(summaries: Sequence[Stepped], step: int | None) -> list[Stepped]:
     """The files of one step: ``step`` if given, else the one step they all name (files that name
     none go with it). Traces of two steps together are refused, naming a file of each."""
     if step is not None:
@@ -60,6 +46,34 @@ def choose_step(summaries: Sequence[FileSummary], step: int | None) -> list[File
             f"({', '.join(map(str, named))}); give --step N",
         )
     return list(summaries)
+
+
+def one_job(summaries: Sequence[FileSummary]) -> None:
+    """Refuses traces that two jobs wrote: another world size, or hours apart on the wall clock."""
+    sized = [s for s in summaries if s.origin.world_size is not None]
+    for summary in sized[1:]:
+        if summary.origin.world_size != sized[0].origin.world_size:
+            raise BadTrace(
+                summary.path,
+                f"is a job of {summary.origin.world_size} ranks but {sized[0].path} of "
+                f"{sized[0].origin.world_size}: traces of two jobs; analyse one job's step",
+            )
+    timed = sorted(
+        (s for s in summaries if s.origin.wall_start_s is not None and s.origin.wall_end_s is not None),
+        key=lambda s: s.origin.wall_start_s or 0.0,
+    )
+    latest_end, latest = None, None
+    for summary in timed:
+        start, end = summary.origin.wall_start_s or 0.0, summary.origin.wall_end_s or 0.0
+        if latest_end is not None and latest is not None and start - latest_end > APART_S:
+            hours = (start - latest_end) / 3600
+            raise BadTrace(
+                summary.path,
+                f"starts {hours:.0f} h after {latest.path} ends: traces of two jobs (or of steps far apart); "
+                "analyse one job's step",
+            )
+        if latest_end is None or end > latest_end:
+            latest_end, latest = end, summary
 
 
 def _ranks_by_phase(summaries: Sequence[FileSummary]) -> dict[str, list[RankTime]]:
@@ -81,17 +95,42 @@ def _ranks_by_phase(summaries: Sequence[FileSummary]) -> dict[str, list[RankTime
     }
 
 
+def _ratio(value: float, base: float | None) -> float | None:
+    if base is None:
+        return None
+    if base > 0:
+        return value / base
+    return 1.0 if value == 0 else float("inf")
+
+
+def _judge(slowest: RankTime, others: list[RankTime]) -> Judged:
+    """The quantity the slowest rank's extra time is in: its GPU work or its host time (the GPU
+    idle, the host not in a collective), whichever exceeds the other ranks' median more; its work
+    (time not in collectives) when the traces have no device events."""
+    gpu = slowest.time.gpu
+    if gpu is None or not others or any(r.time.gpu is None for r in others):
+        theirs = [r.time.busy_s for r in others]
+        median = statistics.median(theirs) if theirs else None
+        return Judged(WORK, slowest.time.busy_s, median, _ratio(slowest.time.busy_s, median))
+    work = statistics.median(r.time.gpu.busy_s for r in others if r.time.gpu is not None)
+    host = statistics.median(r.time.gpu.host_s for r in others if r.time.gpu is not None)
+    if gpu.busy_s - work >= gpu.host_s - host:
+        return Judged(GPU_WORK, gpu.busy_s, work, _ratio(gpu.busy_s, work))
+    return Judged(HOST_TIME, gpu.host_s, host, _ratio(gpu.host_s, host))
+
+
 def phase_view(phase: str, ranks: list[RankTime]) -> PhaseView:
     slowest = max(ranks, key=lambda r: (r.time.busy_s, r.time.duration_s))
-    median = statistics.median(r.time.busy_s for r in ranks)
     others = [r for r in ranks if r is not slowest]
+    median = statistics.median(r.time.busy_s for r in others) if others else slowest.time.busy_s
     in_phase = sum(r.time.duration_s for r in others)
     waited = sum(r.time.waiting_s for r in others)
     ops: dict[str, float] = {}
     for r in others:
         for op, seconds in r.time.waiting_by_op.items():
             ops[op] = ops.get(op, 0.0) + seconds
-    spread = slowest.time.busy_s / median if median > 0 else (1.0 if slowest.time.busy_s == 0 else float("inf"))
+    spread = _ratio(slowest.time.busy_s, median) or 1.0
+    theirs = [r.time.gpu for r in others if r.time.gpu is not None]
     return PhaseView(
         phase,
         ranks,
@@ -100,75 +139,31 @@ def phase_view(phase: str, ranks: list[RankTime]) -> PhaseView:
         spread,
         waited / in_phase if in_phase > 0 else 0.0,
         max(ops, key=lambda op: ops[op]) if ops else None,
+        _judge(slowest, others),
+        kernel_differences(slowest.time.gpu, theirs, NAMED_SHARE * (slowest.time.busy_s - median)),
     )
 
 
-def _seconds(value: float) -> str:
-    return f"{value:.3g} s" if value < 10 else f"{value:.0f} s"
-
-
-def answer(step: int | None, phases: Sequence[PhaseView]) -> str:
-    """The one line: the phase whose slowest rank cost it most, on which rank and node, how far
-    from the median rank, and what the others did meanwhile."""
-    label = f"step {step}" if step is not None else "this step"
-    uneven = [p for p in phases if len(p.ranks) > 1 and p.spread >= BALANCED]
-    if not uneven:
-        longest = max(phases, key=lambda p: p.slowest.time.duration_s)
-        took = f"the longest phase is {longest.phase}, {_seconds(longest.slowest.time.duration_s)}"
-        if max(len(p.ranks) for p in phases) == 1:
-            return f"{label}: one rank's trace per phase, nothing to compare; {took}"
-        return f"{label}: no rank held the others (every phase within {BALANCED:.1f}x of its median rank); {took}"
-    worst = max(uneven, key=lambda p: p.held_s)
-    where = f"rank {worst.slowest.who}" + (f" (node {worst.slowest.node})" if worst.slowest.node else "")
-    spread = "" if worst.spread == float("inf") else f", {worst.spread:.1f}x the median rank's work"
-    line = f"{label}: {worst.phase} took {_seconds(worst.slowest.time.duration_s)} on {where}{spread}"
-    if worst.others_waiting_op is not None:
-        line += (
-            f"; {worst.others_waiting_share * 100:.0f} % of the others' time was waiting in {worst.others_waiting_op}"
-        )
-    return line
-
-
-def analyse(summaries: Sequence[FileSummary], step: int | None = None) -> StepView:
-    """The step's view from its files' summaries (refused: two steps' files, a rank twice)."""
-    chosen = choose_step(summaries, step)
+def analyse(read: Sequence[FileSummary | Snapshot], step: int | None = None) -> StepView:
+    """The step's view from its files' summaries and memory snapshots (refused: two steps' or two
+    jobs' files, a rank twice)."""
+    chosen_all = choose_step(read, step)
+    chosen = [s for s in chosen_all if isinstance(s, FileSummary)]
+    snapshots = sorted((s for s in chosen_all if isinstance(s, Snapshot)), key=lambda s: s.rank)
+    one_job(chosen)
     by_phase = _ranks_by_phase(chosen)
-    if not by_phase:
+    if not by_phase and not snapshots:
         raise BadTrace(chosen[0].path if chosen else "(no file)", "no verl phase in any trace of the step")
     views = [phase_view(phase, ranks) for phase, ranks in by_phase.items()]
-    steps = {s.step for s in chosen if s.step is not None}
+    steps = {s.step for s in chosen_all if s.step is not None}
     the_step = step if step is not None else (steps.pop() if steps else None)
-    return StepView(the_step, len(chosen), sorted({s.source for s in chosen}), views, answer(the_step, views))
-
-
-def as_json(view: StepView) -> dict[str, object]:
-    """The view as ``--json`` prints it (seconds, shares 0-1)."""
-    return {
-        "step": view.step,
-        "files": view.files,
-        "sources": view.sources,
-        "answer": view.answer,
-        "phases": [
-            {
-                "phase": p.phase,
-                "slowest": {"rank": p.slowest.who, "node": p.slowest.node},
-                "median_work_s": p.median_busy_s,
-                "spread": p.spread if p.spread != float("inf") else None,
-                "others_waiting_share": p.others_waiting_share,
-                "others_waiting_op": p.others_waiting_op,
-                "ranks": [
-                    {
-                        "rank": r.who,
-                        "node": r.node,
-                        "duration_s": r.time.duration_s,
-                        "waiting_s": r.time.waiting_s,
-                        "work_s": r.time.busy_s,
-                        "waiting_by_op": r.time.waiting_by_op,
-                        "file": r.path,
-                    }
-                    for r in p.ranks
-                ],
-            }
-            for p in view.phases
-        ],
-    }
+    label = f"step {the_step}" if the_step is not None else "this step"
+    return StepView(
+        the_step,
+        len(chosen_all),
+        sorted({s.source for s in chosen} | ({"torch_memory"} if snapshots else set())),
+        views,
+        answer(label, views) if views else memory_answer(label, snapshots),
+        [(s.who, s.path, s.gpu) for s in chosen],
+        snapshots,
+    )

@@ -14,11 +14,16 @@ from pathlib import Path
 import ijson
 
 from verl_rl_insight.commands.traces import phases as names
-from verl_rl_insight.commands.traces.intervals import Span
-from verl_rl_insight.commands.traces.summary import BadTrace, FileSummary, phase_times, window
+from verl_rl_insight.commands.traces.gpu_events import DeviceEvents
+from verl_rl_insight.commands.traces.gpu_time import whole_trace
+from verl_rl_insight.commands.traces.intervals import Span, union
+from verl_rl_insight.commands.traces.kernels import COMMUNICATION, DEVICE_CATEGORIES, collective_of_kernel, kind_of
+from verl_rl_insight.commands.traces.summary import BadTrace, FileSummary, TraceOrigin, phase_times, window
 
 US = 1e-6  # chrome traces count microseconds
 ANNOTATION_CATS = (None, "user_annotation", "python_function")
+HEADER_KEYS = ("distributedInfo", "deviceProperties", "baseTimeNanoseconds")
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")  # the host's launches: cudaLaunchKernel, cuLaunchKernelEx, ...
 # MSTX's overlap analysis: the device's communication that no computation hid, i.e. waiting
 ASCEND_WAIT = "Communication(Not Overlapped)"
 READ_ERRORS = (OSError, EOFError, zlib.error, ijson.JSONError, ValueError, UnicodeDecodeError)
@@ -31,8 +36,9 @@ def _open(path: Path) -> io.BufferedIOBase:
 
 
 def _header(path: Path) -> tuple[dict[str, object], bool]:
-    """The keys before ``traceEvents`` (``distributedInfo`` ...) and whether the file is a bare
-    list of events (MSTX). Stops at the events: the header is read, not the trace."""
+    """The keys before ``traceEvents`` (``distributedInfo``, ``deviceProperties``,
+    ``baseTimeNanoseconds``) and whether the file is a bare list of events (MSTX). Stops at the
+    events: the header is read, not the trace."""
     with _open(path) as stream:
         parser = ijson.parse(stream, use_float=True)
         header: dict[str, object] = {}
@@ -46,14 +52,39 @@ def _header(path: Path) -> tuple[dict[str, object], bool]:
                 if key == "traceEvents":
                     return header, False
                 continue
-            if prefix == key and key == "distributedInfo" and event == "start_map":
-                builder = ijson.ObjectBuilder()
+            if prefix == key and key in HEADER_KEYS and builder is None:
+                if event in ("start_map", "start_array"):
+                    builder = ijson.ObjectBuilder()
+                elif event == "number":
+                    header[key] = value
             if builder is not None:
                 builder.event(event, value)
-                if prefix == key and event == "end_map":
+                if prefix == key and event in ("end_map", "end_array"):
                     header[key] = builder.value
                     builder = None
     return header, False
+
+
+def _origin(header: dict[str, object], first: float, last: float) -> TraceOrigin:
+    info = header.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    world, backend = info.get("world_size"), info.get("backend")
+    devices = header.get("deviceProperties")
+    device = devices[0].get("name") if isinstance(devices, list) and devices and isinstance(devices[0], dict) else None
+    base = header.get("baseTimeNanoseconds")
+    if isinstance(base, (int, float)) and first <= last:
+        wall: tuple[float, float] | None = (base / 1e9 + first * US, base / 1e9 + last * US)
+    elif first > 1e15 and first <= last:  # microseconds since 1970 already (older kineto, MSTX)
+        wall = (first * US, last * US)
+    else:
+        wall = None
+    return TraceOrigin(
+        int(world) if isinstance(world, (int, float)) else None,
+        backend if isinstance(backend, str) else None,
+        device if isinstance(device, str) else None,
+        wall[0] if wall else None,
+        wall[1] if wall else None,
+    )
 
 
 def _events(path: Path, bare_list: bool) -> Iterator[dict[str, object]]:
@@ -73,18 +104,24 @@ def _number(value: object) -> float | None:
 
 
 class _Collected:
-    """The spans a trace's events leave: phases, collectives, and the whole window."""
+    """The spans a trace's events leave: phases, collectives, the device's events, and the whole window."""
 
     def __init__(self) -> None:
         self.phases: dict[str, list[Span]] = {}
+        self.steps: list[Span] = []  # torch's own ProfilerStep#N ranges: the phase when verl marked none
         self.collectives: dict[str, list[Span]] = {}
+        self.device = DeviceEvents()
         self.first = float("inf")
         self.last = float("-inf")
         self.events = 0
 
     def add(self, event: dict[str, object]) -> None:
         self.events += 1
-        if event.get("ph") != "X":
+        phase_type = event.get("ph")
+        if phase_type == "i":
+            self._instant(event)
+            return
+        if phase_type != "X":
             return
         start, dur = _number(event.get("ts")), _number(event.get("dur"))
         if start is None or dur is None or dur < 0:
@@ -94,13 +131,52 @@ class _Collected:
         name = event.get("name")
         if not isinstance(name, str):
             return
+        category = event.get("cat")
+        if isinstance(category, str) and category in DEVICE_CATEGORIES:
+            self._device(event, category, name, span)
+            return
+        if category in RUNTIME_CATEGORIES:
+            correlation = _correlation(event)
+            if correlation is not None:
+                self.device.launch(correlation, start)
+            return
         phase = names.PHASE_OF.get(name)
-        if phase is not None and event.get("cat") in ANNOTATION_CATS:
+        if phase is not None and category == "gpu_user_annotation":
+            self.device.annotate(phase, span)
+            return
+        if phase is not None and category in ANNOTATION_CATS:
             self.phases.setdefault(phase, []).append(span)
             return
+        if name.startswith("ProfilerStep#") and category in ANNOTATION_CATS:
+            self.steps.append(span)
+            return
         op = "HCCL" if name == ASCEND_WAIT else names.collective(name)
-        if op is not None:
+        if op is not None and category != "gpu_user_annotation":
             self.collectives.setdefault(op, []).append(span)
+
+    def _device(self, event: dict[str, object], category: str, name: str, span: Span) -> None:
+        kind = kind_of(category, name)
+        if kind is None:
+            return
+        self.device.add(span[0], span[1], kind, name, _correlation(event) or -1)
+        if kind == COMMUNICATION:  # the rank waits in it for its peers, unless GPU work hides it
+            self.collectives.setdefault(collective_of_kernel(name), []).append(span)
+
+    def _instant(self, event: dict[str, object]) -> None:
+        if event.get("name") != "[memory]":
+            return
+        args = event.get("args")
+        if not isinstance(args, dict) or args.get("Device Type") in (0, None):  # 0: the host's memory
+            return
+        ts, allocated = _number(event.get("ts")), _number(args.get("Total Allocated"))
+        if ts is not None and allocated is not None:
+            self.device.memory(ts, allocated, _number(args.get("Total Reserved")) or 0.0)
+
+
+def _correlation(event: dict[str, object]) -> int | None:
+    args = event.get("args")
+    found = args.get("correlation") if isinstance(args, dict) else None
+    return int(found) if isinstance(found, (int, float)) else None
 
 
 def _rank(path: Path, header: dict[str, object], bare_list: bool) -> int | None:
@@ -117,10 +193,11 @@ def _rank(path: Path, header: dict[str, object], bare_list: bool) -> int | None:
 
 
 def read_chrome(path: Path) -> FileSummary:
-    """One torch or MSTX trace: its rank, and each verl phase's time and collectives in it.
+    """One torch or MSTX trace: its rank, and each verl phase's time, collectives and GPU in it.
 
     A file without a phase range of its own (the official samples: one stage per folder) stands
-    for the phase its folder or name says, from its first event to its last."""
+    for the phase its folder or name says, from its first event to its last; a trace of neither
+    (a plain torch job) has torch's own ``ProfilerStep#N`` ranges as its phase."""
     source = "mstx" if path.name == "trace_view.json" else "torch"
     try:
         header, bare_list = _header(path)
@@ -141,6 +218,9 @@ def read_chrome(path: Path) -> FileSummary:
     as_whole = names.phase_of_path(path)
     if not spans and as_whole is not None and whole is not None:
         spans = {as_whole: [whole]}
+    if not spans and collected.steps:
+        spans = {names.TORCH_STEP: collected.steps}
+    device = collected.device if len(collected.device) else None
     return FileSummary(
         str(path),
         source,
@@ -148,5 +228,7 @@ def read_chrome(path: Path) -> FileSummary:
         names.replica_in(path),
         names.node_in(path),
         names.step_in(path),
-        phase_times(spans, collected.collectives, US),
+        phase_times(spans, collected.collectives, US, device),
+        whole_trace(device, union(s for v in collected.collectives.values() for s in v), US) if device else None,
+        _origin(header, collected.first, collected.last),
     )

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from verl_rl_insight.commands.checks import REFUSED, CliError
 from verl_rl_insight.commands.traces import render
-from verl_rl_insight.commands.traces.analysis import analyse, as_json
+from verl_rl_insight.commands.traces.analysis import analyse
 from verl_rl_insight.commands.traces.files import LOOKED_FOR, read_all, trace_files
+from verl_rl_insight.commands.traces.page import html_page
+from verl_rl_insight.commands.traces.schema import as_json
 from verl_rl_insight.commands.traces.summary import BadTrace
 
 
@@ -24,7 +26,7 @@ def analyze(args: argparse.Namespace) -> int:
     except BadTrace as exc:
         raise CliError(str(exc), code=REFUSED) from None
     if args.output:
-        Path(args.output).write_text(render.html_page(view), encoding="utf-8")
+        Path(args.output).write_text(html_page(view), encoding="utf-8")
     if args.json:
         print(json.dumps(as_json(view)))
     else:

@@ -29,14 +29,40 @@ def length(spans: list[Span]) -> float:
     return sum(end - start for start, end in spans)
 
 
-def inside(spans: list[Span], within: list[Span]) -> float:
-    """The length of the part of ``spans`` that lies within ``within`` (both disjoint and sorted)."""
-    total, j = 0.0, 0
+def clip(spans: list[Span], within: list[Span]) -> list[Span]:
+    """The parts of ``spans`` that lie within ``within`` (both disjoint and sorted), disjoint and sorted."""
+    pieces: list[Span] = []
+    j = 0
     for start, end in spans:
         while j < len(within) and within[j][1] <= start:
             j += 1
         k = j
         while k < len(within) and within[k][0] < end:
-            total += min(end, within[k][1]) - max(start, within[k][0])
+            low, high = max(start, within[k][0]), min(end, within[k][1])
+            if high > low:
+                pieces.append((low, high))
             k += 1
-    return total
+    return pieces
+
+
+def inside(spans: list[Span], within: list[Span]) -> float:
+    """The length of the part of ``spans`` that lies within ``within`` (both disjoint and sorted)."""
+    return length(clip(spans, within))
+
+
+def subtract(spans: list[Span], taken: list[Span]) -> list[Span]:
+    """The parts of ``spans`` outside ``taken`` (both disjoint and sorted), disjoint and sorted."""
+    left: list[Span] = []
+    j = 0
+    for start, end in spans:
+        while j < len(taken) and taken[j][1] <= start:
+            j += 1
+        k, low = j, start
+        while k < len(taken) and taken[k][0] < end:
+            if taken[k][0] > low:
+                left.append((low, taken[k][0]))
+            low = max(low, taken[k][1])
+            k += 1
+        if low < end:
+            left.append((low, end))
+    return left

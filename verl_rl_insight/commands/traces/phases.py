@@ -37,6 +37,8 @@ PHASE_OF: dict[str, str] = {
     "update_weights": "update_weights",
     "forward_backward": "forward_backward",
 }
+# a trace with none of verl's marks: torch's own ``ProfilerStep#N`` ranges (``prof.step()``) are its phase
+TORCH_STEP = "ProfilerStep"
 # the order a step runs them in (verl's fit loop), for printing
 ORDER: tuple[str, ...] = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic")
 ORDER += ("train_batch", "update_actor", "forward_backward", "update_weights")

@@ -1,90 +1,103 @@
-"""The step's view as a person reads it: a table per phase in the terminal, or one HTML file
-(rank lanes, each rank's time split into work and waiting, the slowest rank marked)."""
+"""The step's view as a person reads it in the terminal: a table per phase (each rank's time,
+waiting, and its GPU: busy, communication, host, kernels, peak memory, verdict), the slowest rank
+against the others, its top kernels and what differs there, then the answer."""
 
 from __future__ import annotations
 
-import html
-
 from verl_rl_insight.commands.api import print_table
-from verl_rl_insight.commands.traces.analysis import BALANCED, PhaseView, StepView
+from verl_rl_insight.commands.traces.gpu_time import GpuTime
+from verl_rl_insight.commands.traces.snapshot import Snapshot
+from verl_rl_insight.commands.traces.telling import duration, percent, size, times
+from verl_rl_insight.commands.traces.views import PhaseView, RankTime, StepView
 
-
-def _held(phase: PhaseView) -> bool:
-    """Whether the phase has a rank that held the others (not merely the largest of equals)."""
-    return len(phase.ranks) > 1 and phase.spread >= BALANCED
+TOP_SHOWN = 3  # kernels printed per phase (--json has 30)
 
 
 def _s(value: float) -> str:
     return f"{value:.3f}" if value < 100 else f"{value:.0f}"
 
 
-def _waiting(time_waiting: float, duration: float, ops: dict[str, float]) -> str:
-    if duration <= 0:
+def waiting_cell(time_waiting: float, duration_s: float, ops: dict[str, float]) -> str:
+    if duration_s <= 0:
         return "-"
-    top = max(ops, key=lambda op: ops[op]) if ops and time_waiting >= duration * 0.005 else ""
-    return f"{time_waiting / duration * 100:.0f} %" + (f" {top}" if top else "")
+    top = max(ops, key=lambda op: ops[op]) if ops and time_waiting >= duration_s * 0.005 else ""
+    return f"{time_waiting / duration_s * 100:.0f} %" + (f" {top}" if top else "")
+
+
+def gpu_cells(gpu: GpuTime | None) -> list[str]:
+    """busy, communication, host, kernels, peak allocated, verdict; or "no GPU events"."""
+    if gpu is None:
+        return ["no GPU events", "", "", "", "", ""]
+    return [
+        percent(gpu.share(gpu.busy_s)),
+        percent(gpu.share(gpu.waiting_s)),
+        percent(gpu.share(gpu.host_s)),
+        str(gpu.kernels),
+        size(gpu.peak_allocated_bytes),
+        gpu.verdict,
+    ]
+
+
+def _row(phase: PhaseView, r: RankTime) -> list[str]:
+    mark = " <- slowest" if r is phase.slowest and phase.held else ""
+    cells = ["", r.who, r.node or "?", _s(r.time.duration_s), _s(r.time.busy_s)]
+    cells.append(waiting_cell(r.time.waiting_s, r.time.duration_s, r.time.waiting_by_op))
+    return cells + [*gpu_cells(r.time.gpu)[:-1], gpu_cells(r.time.gpu)[-1] + mark]
+
+
+def _about_slowest(phase: PhaseView) -> list[str]:
+    lines = []
+    judged = phase.judged
+    if phase.held:
+        against = (
+            ""
+            if judged.others_s is None
+            else f", {times(judged.ratio)} the other ranks' median ({duration(judged.others_s)})"
+        )
+        lines.append(f"  slowest rank {phase.slowest.who}: {judged.quantity} {duration(judged.slowest_s)}{against}")
+    elif len(phase.ranks) > 1:
+        lines.append(f"  balanced: spread (max / the others' median work) {times(phase.spread)}")
+    gpu = phase.slowest.time.gpu
+    if gpu is not None and gpu.top:
+        shown = [
+            f"{k.name} {k.launches} x {duration(k.total_s)} ({percent(gpu.share(k.total_s))})"
+            for k in gpu.top[:TOP_SHOWN]
+        ]
+        lines.append(f"  top kernels on rank {phase.slowest.who}: " + "; ".join(shown))
+    if phase.held and phase.differs:
+        told = [
+            f"{d.name} {d.launches} x {duration(d.total_s)} against {'at most ' if d.others_at_most else ''}"
+            f"{d.others_launches:.0f} x {duration(d.others_total_s)}"
+            for d in phase.differs
+        ]
+        lines.append(f"  differs on rank {phase.slowest.who} (the others' median): " + "; ".join(told))
+    return lines
+
+
+HEADER = ["rank", "node", "took s", "work s", "waiting in collectives", "GPU busy", "comm", "host", "kernels"]
+HEADER += ["peak mem", "verdict"]
 
 
 def print_view(view: StepView) -> None:
     step = f"step {view.step}" if view.step is not None else "step (not in the file names)"
     ranks = {r.who for p in view.phases for r in p.ranks}
-    print(f"{step}: {view.files} trace file(s), {len(ranks)} rank(s), {', '.join(view.sources)}")
+    print(f"{step}: {view.files} file(s), {len(ranks)} rank(s), {', '.join(view.sources)}")
     for phase in view.phases:
         print()
-        rows = [[phase.phase, "rank", "node", "took s", "work s", "waiting in collectives"]]
-        for r in phase.ranks:
-            mark = " <- slowest" if r is phase.slowest and _held(phase) else ""
-            rows.append(
-                [
-                    "",
-                    r.who,
-                    r.node or "?",
-                    _s(r.time.duration_s),
-                    _s(r.time.busy_s),
-                    _waiting(r.time.waiting_s, r.time.duration_s, r.time.waiting_by_op) + mark,
-                ]
-            )
-        print_table(rows)
-        spread = "inf" if phase.spread == float("inf") else f"{phase.spread:.2f}x"
-        if _held(phase):
-            print(f"  slowest rank {phase.slowest.who}; spread (max / median work) {spread}")
-        elif len(phase.ranks) > 1:
-            print(f"  balanced: spread (max / median work) {spread}")
+        print_table([[phase.phase, *HEADER], *(_row(phase, r) for r in phase.ranks)])
+        for line in _about_slowest(phase):
+            print(line)
+    for snapshot in view.snapshots:
+        print()
+        print(snapshot_line(snapshot))
     print()
     print(view.answer)
 
 
-def _lanes(phase: PhaseView) -> str:
-    longest = max(r.time.duration_s for r in phase.ranks) or 1.0
-    rows = []
-    for r in phase.ranks:
-        work = r.time.busy_s / longest * 100
-        wait = r.time.waiting_s / longest * 100
-        cls = " class='slowest'" if r is phase.slowest and _held(phase) else ""
-        rows.append(
-            f"<tr{cls}><td>rank {html.escape(r.who)}</td><td>{html.escape(r.node or '?')}</td>"
-            f"<td>{_s(r.time.duration_s)}</td><td>{_s(r.time.busy_s)}</td>"
-            f"<td>{html.escape(_waiting(r.time.waiting_s, r.time.duration_s, r.time.waiting_by_op))}</td>"
-            f"<td class='lane'><span class='work' style='width:{work:.1f}%'></span>"
-            f"<span class='wait' style='width:{wait:.1f}%'></span></td></tr>"
-        )
-    head = "<tr><th>rank</th><th>node</th><th>took s</th><th>work s</th><th>waiting</th><th></th></tr>"
-    return f"<h2>{html.escape(phase.phase)}</h2><table>{head}{''.join(rows)}</table>"
-
-
-STYLE = (
-    "body{font:14px sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}"
-    ".lane{width:50%}.lane span{display:inline-block;height:12px}.work{background:#3b7dd8}"
-    ".wait{background:#e0a030}.slowest td{font-weight:bold}"
-)
-
-
-def html_page(view: StepView) -> str:
-    """A self-contained page: the answer, then each phase's rank lanes (blue work, orange waiting)."""
-    title = f"step {view.step}" if view.step is not None else "profiled step"
-    body = "".join(_lanes(p) for p in view.phases)
+def snapshot_line(snapshot: Snapshot) -> str:
+    history = f"{snapshot.events} allocator events" if snapshot.events else "no history recorded: the dump's state"
+    sites = "; ".join(f"{size(s.bytes)} {s.where} ({s.allocations} x)" for s in snapshot.sites[:TOP_SHOWN])
     return (
-        f"<!doctype html><meta charset='utf-8'><title>rl-insight: {html.escape(title)}</title>"
-        f"<style>{STYLE}</style><h1>{html.escape(title)}</h1><p><b>{html.escape(view.answer)}</b></p>"
-        f"<p>blue: work, orange: waiting in collectives; each lane is the rank's time in the phase</p>{body}"
+        f"memory snapshot, rank {snapshot.who}: peak {size(snapshot.peak_bytes)} allocated ({history}); "
+        f"alive at the peak: {sites or 'nothing'}"
     )

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from verl_rl_insight.commands.traces.intervals import Span, inside, length, union
+from verl_rl_insight.commands.traces.gpu_events import DeviceEvents
+from verl_rl_insight.commands.traces.gpu_time import GpuTime, gpu_time
+from verl_rl_insight.commands.traces.intervals import Span, inside, length, subtract, union
 
 
 class BadTrace(Exception):
@@ -22,16 +24,29 @@ class BadTrace(Exception):
 
 
 class PhaseTime(NamedTuple):
-    """One rank's time in one phase (seconds): in it at all, and waiting in collectives by op."""
+    """One rank's time in one phase (seconds): in it at all, and waiting in collectives by op
+    (while no GPU work of the rank ran: a host that waits in a collective while its GPU still
+    computes is not waiting); with the GPU's figures when the trace has device events."""
 
     duration_s: float
     waiting_s: float
     waiting_by_op: dict[str, float]
+    gpu: GpuTime | None = None
 
     @property
     def busy_s(self) -> float:
         """Time in the phase not spent waiting in a collective: the rank's own work."""
         return max(self.duration_s - self.waiting_s, 0.0)
+
+
+class TraceOrigin(NamedTuple):
+    """What a trace says of the job that wrote it, to tell two jobs' traces apart."""
+
+    world_size: int | None = None
+    backend: str | None = None
+    device: str | None = None  # the first of ``deviceProperties``: NVIDIA H200
+    wall_start_s: float | None = None  # seconds since 1970 (``baseTimeNanoseconds`` + the first event)
+    wall_end_s: float | None = None
 
 
 class FileSummary(NamedTuple):
@@ -44,6 +59,8 @@ class FileSummary(NamedTuple):
     node: str | None
     step: int | None
     phases: dict[str, PhaseTime]
+    gpu: GpuTime | None = None  # the whole trace's GPU, first device event to last
+    origin: TraceOrigin = TraceOrigin()
 
     @property
     def who(self) -> str:
@@ -52,18 +69,25 @@ class FileSummary(NamedTuple):
 
 
 def phase_times(
-    phases: dict[str, list[Span]], collectives: dict[str, list[Span]], scale: float
+    phases: dict[str, list[Span]],
+    collectives: dict[str, list[Span]],
+    scale: float,
+    device: DeviceEvents | None = None,
 ) -> dict[str, PhaseTime]:
     """Each phase's length and the collectives' time inside it, in seconds (``scale``: seconds per
-    trace time unit)."""
-    all_waits = union(span for spans in collectives.values() for span in spans)
-    by_op = {op: union(spans) for op, spans in collectives.items()}
+    trace time unit); with ``device`` events, each phase's GPU figures, and the collectives' time
+    only where no GPU work ran."""
+    work = device.work() if device is not None and len(device) else []
+    host_waits = union(span for spans in collectives.values() for span in spans)
+    all_waits = subtract(host_waits, work)
+    by_op = {op: subtract(union(spans), work) for op, spans in collectives.items()}
     found = {}
     for phase, spans in phases.items():
         within = union(spans)
         ops = {op: inside(waits, within) * scale for op, waits in by_op.items()}
+        gpu = gpu_time(device, within, host_waits, scale, phase) if device is not None and len(device) else None
         found[phase] = PhaseTime(
-            length(within) * scale, inside(all_waits, within) * scale, {op: s for op, s in ops.items() if s > 0}
+            length(within) * scale, inside(all_waits, within) * scale, {op: s for op, s in ops.items() if s > 0}, gpu
         )
     return found
 

@@ -1,0 +1,204 @@
+"""verl's ``torch_memory`` tool's allocator snapshots (``torch.cuda.memory._dump_snapshot``:
+``<save_path>/step<N>/torch_memory_rank<R>_pid<P>.pickle``, ``torch_memory_oom_...`` at an OOM):
+the peak of the allocated memory the snapshot's history shows, and the largest allocations alive
+at that peak, by the Python frame that made them.
+
+A pickle is code, so it is read as data only: an unpickler that refuses every global (a real
+snapshot holds dicts, lists, strings and numbers, nothing else), a file over ``MAX_BYTES`` is
+refused, and every field is checked before it is used."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+from verl_rl_insight.commands.traces.phases import rank_in, step_in
+from verl_rl_insight.commands.traces.summary import BadTrace
+
+MAX_BYTES = 1 << 30  # larger snapshots are refused: unpickled they take several times their size
+TOP_SITES = 10
+NAME = re.compile(r"^torch_memory(?:_oom)?_rank\d+_pid\d+\.pickle$")
+ALLOC, FREES = "alloc", ("free_completed", "free_requested")
+
+
+class Site(NamedTuple):
+    """Where live memory was allocated: the innermost Python frame of the allocations, their bytes and count."""
+
+    where: str
+    bytes: float
+    allocations: int
+
+
+class Snapshot(NamedTuple):
+    """One rank's allocator snapshot: its peak and what was alive at it."""
+
+    path: str
+    rank: int
+    step: int | None
+    peak_bytes: float
+    peak_unix_s: float | None  # when the peak was reached (the history's clock: seconds since 1970)
+    events: int  # allocator events in its history (0: no history was recorded; the peak is the dump's state)
+    sites: tuple[Site, ...]
+
+    @property
+    def who(self) -> str:
+        return str(self.rank)
+
+
+class _DataOnly(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> type:
+        raise pickle.UnpicklingError(f"it names {module}.{name}: a snapshot holds data only")
+
+
+def _where(frames: object) -> str:
+    """The innermost Python frame of a stack (``file.py:102 forward``); without one, the ATen op
+    the stack shows (the frames below it are the allocator's and the stack capture's own)."""
+    if not isinstance(frames, list):
+        return "(no stack recorded)"
+    op = None
+    for frame in frames:
+        if not isinstance(frame, dict):
+            continue
+        filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
+        if isinstance(filename, str) and filename.endswith(".py"):
+            return f"{filename}:{line} {name}"[:300]
+        if op is None and isinstance(name, str) and name.startswith("at::_ops::"):
+            op = name.split("(")[0]
+    return f"(no Python frame: {op})"[:300] if op else "(no Python frame recorded)"
+
+
+class _Event(NamedTuple):
+    """One allocator event of a snapshot's history, checked."""
+
+    action: str
+    addr: int
+    size: float
+    time_us: float | None
+    frames: object
+
+
+def _entries(data: dict[object, object]) -> list[_Event]:
+    """The history of the device with the most events, every entry checked."""
+    traces = data.get("device_traces")
+    if not isinstance(traces, list):
+        return []
+    busiest = max((t for t in traces if isinstance(t, list)), key=len, default=[])
+    events = []
+    for e in busiest:
+        if not isinstance(e, dict):
+            continue
+        action, addr, size, stamp = e.get("action"), e.get("addr"), e.get("size"), e.get("time_us")
+        if isinstance(action, str) and isinstance(addr, int):
+            events.append(
+                _Event(
+                    action,
+                    addr,
+                    float(size) if isinstance(size, (int, float)) else 0.0,
+                    float(stamp) if isinstance(stamp, (int, float)) else None,
+                    e.get("frames"),
+                )
+            )
+    return events
+
+
+Alive = dict[int, tuple[float, object]]  # address -> (bytes, the stack that allocated it)
+
+
+def _alive_at_dump(data: dict[object, object]) -> Alive:
+    alive: Alive = {}
+    segments = data.get("segments")
+    for segment in segments if isinstance(segments, list) else []:
+        blocks = segment.get("blocks") if isinstance(segment, dict) else None
+        for block in blocks if isinstance(blocks, list) else []:
+            if isinstance(block, dict) and block.get("state") == "active_allocated":
+                addr, size = block.get("address"), block.get("size")
+                if isinstance(addr, int) and isinstance(size, (int, float)):
+                    alive[addr] = (float(size), block.get("frames"))
+    return alive
+
+
+class _Peak(NamedTuple):
+    bytes: float
+    time_us: float | None
+    events: int  # the history's events
+    alive: Alive  # the allocations alive at the peak
+
+
+def _replay(start: Alive, events: list[_Event], frees: str) -> Alive:
+    live = dict(start)
+    for e in events:
+        if e.action == ALLOC:
+            live[e.addr] = (e.size, e.frames)
+        elif e.action == frees:
+            live.pop(e.addr, None)
+    return live
+
+
+def _peak(data: dict[object, object]) -> _Peak:
+    """The history replayed from what was alive before it began: its highest allocated bytes and
+    the allocations alive then (without a history: the state at the dump)."""
+    events = _entries(data)
+    at_dump = _alive_at_dump(data)
+    frees = FREES[0] if any(e.action == FREES[0] for e in events) else FREES[1]
+    allocated_in_history = {e.addr for e in events if e.action == ALLOC}
+    # alive before the history began: alive at the dump, or freed in it without being allocated in it
+    start = {a: v for a, v in at_dump.items() if a not in allocated_in_history}
+    seen: set[int] = set()
+    for e in events:
+        if e.action == ALLOC:
+            seen.add(e.addr)
+        elif e.action == frees and e.addr not in seen:
+            start.setdefault(e.addr, (e.size, e.frames))
+    live = dict(start)
+    now = peak = sum(size for size, _ in live.values())
+    peak_at, peak_index = None, -1
+    for i, e in enumerate(events):
+        if e.action == ALLOC:
+            live[e.addr] = (e.size, e.frames)
+            now += e.size
+        elif e.action == frees and e.addr in live:
+            now -= live.pop(e.addr)[0]
+        if now > peak:
+            peak, peak_index, peak_at = now, i, e.time_us
+    if peak_index < 0:
+        return _Peak(peak, None, len(events), at_dump if not events else start)
+    # replayed again to the peak: a copy of the live set at every new peak would cost a square
+    return _Peak(peak, peak_at, len(events), _replay(start, events[: peak_index + 1], frees))
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    """A snapshot's peak and its largest allocation sites; refused (one line naming the file)
+    when it is too large, not a pickle of data, or not a snapshot."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise BadTrace(str(path), f"is {size / 1e9:.1f} GB: snapshots over {MAX_BYTES / 1e9:.1f} GB are not read")
+        data = _DataOnly(io.BytesIO(path.read_bytes())).load()
+    except BadTrace:
+        raise
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError) as exc:
+        said = (str(exc).strip().splitlines() or [""])[0][:160]
+        raise BadTrace(str(path), f"not a memory snapshot ({type(exc).__name__}: {said})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
+        raise BadTrace(str(path), "not a memory snapshot (no 'segments' in it)")
+    rank = rank_in(path)
+    if rank is None:
+        raise BadTrace(str(path), "no rank in its name (torch_memory_rank<R>_pid<P>.pickle)")
+    peak = _peak(data)
+    sites: dict[str, Site] = {}
+    for allocated, frames in peak.alive.values():
+        where = _where(frames)
+        found = sites.get(where, Site(where, 0.0, 0))
+        sites[where] = Site(where, found.bytes + allocated, found.allocations + 1)
+    return Snapshot(
+        str(path),
+        rank,
+        step_in(path),
+        peak.bytes,
+        peak.time_us / 1e6 if peak.time_us is not None else None,
+        peak.events,
+        tuple(sorted(sites.values(), key=lambda site: -site.bytes)[:TOP_SITES]),
+    )
