@@ -97,7 +97,12 @@ def print_view(view: StepView) -> None:
 def snapshot_line(snapshot: Snapshot) -> str:
     history = f"{snapshot.events} allocator events" if snapshot.events else "no history recorded: the dump's state"
     sites = "; ".join(f"{size(s.bytes)} {s.where} ({s.allocations} x)" for s in snapshot.sites[:TOP_SHOWN])
+    during = f" in {' > '.join(snapshot.during)}" if snapshot.during else ""
+    before = snapshot.before
+    earlier = (
+        f"; {size(before.bytes)} allocated before the history began ({before.allocations} x)" if before.bytes else ""
+    )
     return (
-        f"memory snapshot, rank {snapshot.who}: peak {size(snapshot.peak_bytes)} allocated ({history}); "
-        f"alive at the peak: {sites or 'nothing'}"
+        f"memory snapshot, rank {snapshot.who}: peak {size(snapshot.peak_bytes)} allocated{during} ({history}); "
+        f"alive at the peak: {sites or 'nothing the history saw'}{earlier}"
     )

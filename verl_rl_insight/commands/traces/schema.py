@@ -124,9 +124,9 @@ def as_json(view: StepView) -> JsonObject:
                 "peak_allocated_bytes": s.peak_bytes,
                 "peak_unix_s": s.peak_unix_s,
                 "events": s.events,
-                "sites": [
-                    {"where": site.where, "bytes": site.bytes, "allocations": site.allocations} for site in s.sites
-                ],
+                "during": list(s.during),
+                "sites": [site._asdict() for site in s.sites],
+                "before_history": {"bytes": s.before.bytes, "allocations": s.before.allocations},
             }
             for s in view.snapshots
         ],

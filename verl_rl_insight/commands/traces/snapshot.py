@@ -41,11 +41,35 @@ class Snapshot(NamedTuple):
     peak_bytes: float
     peak_unix_s: float | None  # when the peak was reached (the history's clock: seconds since 1970)
     events: int  # allocator events in its history (0: no history was recorded; the peak is the dump's state)
-    sites: tuple[Site, ...]
+    sites: tuple[Site, ...]  # the largest sites of what the history saw allocated, largest first
+    before: Site  # what was alive at the peak but allocated before the history began
+    during: tuple[str, ...] = ()  # the record_function ranges open at the peak, outermost first
 
     @property
     def who(self) -> str:
         return str(self.rank)
+
+
+def _open_at(data: dict[object, object], time_us: float | None) -> tuple[str, ...]:
+    """The ``record_function`` ranges (verl's phases among them) open at ``time_us``, outermost
+    first: the snapshot's ``external_annotations`` (START / END marks, newer torch)."""
+    marks = data.get("external_annotations")
+    if time_us is None or not isinstance(marks, list):
+        return ()
+    opened: dict[str, float] = {}
+    spans: list[tuple[float, float, str]] = []
+    for mark in marks:
+        if not isinstance(mark, dict):
+            continue
+        name, stage, stamp = mark.get("name"), mark.get("stage"), mark.get("time_us")
+        if not isinstance(name, str) or not isinstance(stamp, (int, float)):
+            continue
+        if stage == "START":
+            opened[name] = float(stamp)
+        elif stage == "END" and name in opened:
+            spans.append((opened.pop(name), float(stamp), name))
+    spans += [(start, float("inf"), name) for name, start in opened.items()]
+    return tuple(name[:120] for start, end, name in sorted(spans) if start <= time_us <= end)
 
 
 class _DataOnly(pickle.Unpickler):
@@ -53,10 +77,15 @@ class _DataOnly(pickle.Unpickler):
         raise pickle.UnpicklingError(f"it names {module}.{name}: a snapshot holds data only")
 
 
+BEFORE = "(allocated before the history began)"
+
+
 def _where(frames: object) -> str:
     """The innermost Python frame of a stack (``file.py:102 forward``); without one, the ATen op
     the stack shows (the frames below it are the allocator's and the stack capture's own)."""
-    if not isinstance(frames, list):
+    if isinstance(frames, str):
+        return frames
+    if not isinstance(frames, list) or not frames:
         return "(no stack recorded)"
     op = None
     for frame in frames:
@@ -114,9 +143,10 @@ def _alive_at_dump(data: dict[object, object]) -> Alive:
         blocks = segment.get("blocks") if isinstance(segment, dict) else None
         for block in blocks if isinstance(blocks, list) else []:
             if isinstance(block, dict) and block.get("state") == "active_allocated":
-                addr, size = block.get("address"), block.get("size")
+                # the bytes asked for, as the history records an allocation (the block's own size is rounded up)
+                addr, size = block.get("address"), block.get("requested_size", block.get("size"))
                 if isinstance(addr, int) and isinstance(size, (int, float)):
-                    alive[addr] = (float(size), block.get("frames"))
+                    alive[addr] = (float(size), block.get("frames") or BEFORE)
     return alive
 
 
@@ -151,7 +181,7 @@ def _peak(data: dict[object, object]) -> _Peak:
         if e.action == ALLOC:
             seen.add(e.addr)
         elif e.action == frees and e.addr not in seen:
-            start.setdefault(e.addr, (e.size, e.frames))
+            start.setdefault(e.addr, (e.size, BEFORE))
     live = dict(start)
     now = peak = sum(size for size, _ in live.values())
     peak_at, peak_index = None, -1
@@ -188,7 +218,7 @@ def read_snapshot(path: Path) -> Snapshot:
     if rank is None:
         raise BadTrace(str(path), "no rank in its name (torch_memory_rank<R>_pid<P>.pickle)")
     peak = _peak(data)
-    sites: dict[str, Site] = {}
+    sites: dict[str, Site] = {BEFORE: Site(BEFORE, 0.0, 0)}
     for allocated, frames in peak.alive.values():
         where = _where(frames)
         found = sites.get(where, Site(where, 0.0, 0))
@@ -200,5 +230,7 @@ def read_snapshot(path: Path) -> Snapshot:
         peak.bytes,
         peak.time_us / 1e6 if peak.time_us is not None else None,
         peak.events,
-        tuple(sorted(sites.values(), key=lambda site: -site.bytes)[:TOP_SITES]),
+        tuple(sorted((v for k, v in sites.items() if k != BEFORE), key=lambda site: -site.bytes)[:TOP_SITES]),
+        sites[BEFORE],
+        _open_at(data, peak.time_us),
     )

@@ -137,9 +137,13 @@ def memory_answer(label: str, snapshots: Sequence[Snapshot]) -> str:
     line = (
         f"{label}: memory snapshots only (no trace); rank {top.who}'s allocated memory peaked at {size(top.peak_bytes)}"
     )
+    if top.before.bytes >= top.peak_bytes / 2:
+        line += f", {size(top.before.bytes)} of it allocated before the snapshot's history began"
     if top.sites:
         site = top.sites[0]
-        line += f", most of it from {site.where} ({size(site.bytes)} in {site.allocations} allocations)"
+        line += (
+            f"; the largest site the history saw: {site.where} ({size(site.bytes)} in {site.allocations} allocations)"
+        )
     return line[:ANSWER_CHARS]
 
 
