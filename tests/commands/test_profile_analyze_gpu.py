@@ -270,3 +270,31 @@ def test_the_page_draws_a_gpu_lane_under_each_ranks_host_lane(capsys, tmp_path):
     longest = max(r["duration_s"] for r in phases["update_actor"].values())
     drawn = sum(widths) / 1000 * longest
     assert drawn == pytest.approx(phases["update_actor"]["1"]["gpu"]["compute_busy_s"], rel=0.05)
+
+
+def _same(a, b, where=""):
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            _same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12), where
+    else:
+        assert a == b, where
+
+
+def test_the_figures_do_not_depend_on_where_the_sweep_cuts_the_events(capsys, monkeypatch):
+    """The sweep reads a window's events 65,536 at a time, carrying each union's reach and each
+    lane's open piece across the cut; cut every 5 events, every figure stays the same."""
+    from verl_rl_insight.commands.traces import sweep
+
+    for traces in (H200, HTA / "df_index_resolver.json.gz", HTA / "sampled_rank-0.json.gz"):
+        _, whole = as_json(capsys, traces)
+        monkeypatch.setattr(sweep, "CHUNK", 5)
+        _, cut = as_json(capsys, traces)
+        monkeypatch.undo()
+        _same(whole, cut)

@@ -10,6 +10,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import ijson
 
@@ -103,6 +104,36 @@ def _number(value: object) -> float | None:
     return None
 
 
+DEVICE, LAUNCH, ON_DEVICE, PHASE, STEP, COLLECTIVE, OTHER = range(7)
+
+
+class _Seen(NamedTuple):
+    """What an event of a category and name is to the analysis, worked out once a name."""
+
+    action: int  # DEVICE, LAUNCH, ON_DEVICE (a phase's window on the device), PHASE, STEP, COLLECTIVE or OTHER
+    kind: int = 0  # a device event's kind (kernels.COMPUTE, ...)
+    label: str = ""  # the phase or the collective
+
+
+def _what(category: object, name: str) -> _Seen:
+    if isinstance(category, str) and category in DEVICE_CATEGORIES:
+        kind = kind_of(category, name)
+        return _Seen(DEVICE, kind) if kind is not None else _Seen(OTHER)
+    if category in RUNTIME_CATEGORIES:
+        return _Seen(LAUNCH)
+    phase = names.PHASE_OF.get(name)
+    if phase is not None and category == "gpu_user_annotation":
+        return _Seen(ON_DEVICE, label=phase)
+    if phase is not None and category in ANNOTATION_CATS:
+        return _Seen(PHASE, label=phase)
+    if name.startswith("ProfilerStep#") and category in ANNOTATION_CATS:
+        return _Seen(STEP)
+    op = "HCCL" if name == ASCEND_WAIT else names.collective(name)
+    if op is not None and category != "gpu_user_annotation":
+        return _Seen(COLLECTIVE, label=op)
+    return _Seen(OTHER)
+
+
 class _Collected:
     """The spans a trace's events leave: phases, collectives, the device's events, and the whole window."""
 
@@ -115,6 +146,7 @@ class _Collected:
         self.last = float("-inf")
         self.events = 0
         self.origin: float | None = None  # the first stamp: every time is kept relative to it
+        self._seen: dict[tuple[object, str], _Seen] = {}
 
     def _since(self, stamp: float) -> float:
         """``stamp`` from the trace's first one: kineto's stamps (5.5e12 us) hold a duration of a
@@ -124,52 +156,49 @@ class _Collected:
         return stamp - self.origin
 
     def add(self, event: dict[str, object]) -> None:
+        """One event of the trace (the hot loop: a 200 MB trace has a million)."""
         self.events += 1
         phase_type = event.get("ph")
-        if phase_type == "i":
-            self._instant(event)
-            return
         if phase_type != "X":
+            if phase_type == "i":
+                self._instant(event)
             return
-        stamp, dur = _number(event.get("ts")), _number(event.get("dur"))
+        raw_ts, raw_dur = event.get("ts"), event.get("dur")
+        stamp = raw_ts if isinstance(raw_ts, float) else _number(raw_ts)
+        dur = raw_dur if isinstance(raw_dur, float) else _number(raw_dur)
         if stamp is None or dur is None or dur < 0:
             return
         start = self._since(stamp)
-        span = (start, start + dur)
-        self.first, self.last = min(self.first, span[0]), max(self.last, span[1])
-        name = event.get("name")
+        end = start + dur
+        if start < self.first:
+            self.first = start
+        if end > self.last:
+            self.last = end
+        name, category = event.get("name"), event.get("cat")
         if not isinstance(name, str):
             return
-        category = event.get("cat")
-        if isinstance(category, str) and category in DEVICE_CATEGORIES:
-            self._device(event, category, name, span)
+        seen = self._seen.get((category, name))
+        if seen is None:
+            seen = self._seen[(category, name)] = _what(category, name)
+        action = seen.action
+        if action == OTHER:
             return
-        if category in RUNTIME_CATEGORIES:
+        if action == DEVICE:
+            self.device.add(start, end, seen.kind, name, _correlation(event) or -1)
+            if seen.kind == COMMUNICATION:  # the rank waits in it for its peers, unless GPU work hides it
+                self.collectives.setdefault(collective_of_kernel(name), []).append((start, end))
+        elif action == LAUNCH:
             correlation = _correlation(event)
             if correlation is not None:
                 self.device.launch(correlation, start)
-            return
-        phase = names.PHASE_OF.get(name)
-        if phase is not None and category == "gpu_user_annotation":
-            self.device.annotate(phase, span)
-            return
-        if phase is not None and category in ANNOTATION_CATS:
-            self.phases.setdefault(phase, []).append(span)
-            return
-        if name.startswith("ProfilerStep#") and category in ANNOTATION_CATS:
-            self.steps.append(span)
-            return
-        op = "HCCL" if name == ASCEND_WAIT else names.collective(name)
-        if op is not None and category != "gpu_user_annotation":
-            self.collectives.setdefault(op, []).append(span)
-
-    def _device(self, event: dict[str, object], category: str, name: str, span: Span) -> None:
-        kind = kind_of(category, name)
-        if kind is None:
-            return
-        self.device.add(span[0], span[1], kind, name, _correlation(event) or -1)
-        if kind == COMMUNICATION:  # the rank waits in it for its peers, unless GPU work hides it
-            self.collectives.setdefault(collective_of_kernel(name), []).append(span)
+        elif action == ON_DEVICE:
+            self.device.annotate(seen.label, (start, end))
+        elif action == PHASE:
+            self.phases.setdefault(seen.label, []).append((start, end))
+        elif action == STEP:
+            self.steps.append((start, end))
+        else:
+            self.collectives.setdefault(seen.label, []).append((start, end))
 
     def _instant(self, event: dict[str, object]) -> None:
         if event.get("name") != "[memory]":
@@ -229,7 +258,7 @@ def read_chrome(path: Path) -> FileSummary:
         spans = {as_whole: [whole]}
     if not spans and collected.steps:
         spans = {names.TORCH_STEP: collected.steps}
-    device = collected.device if len(collected.device) else None
+    device = collected.device.frozen() if len(collected.device) else None
     return FileSummary(
         str(path),
         source,

@@ -2,19 +2,59 @@
 (start, end, kind, name, CUDA correlation id), the host's launch of each (the runtime call's start,
 by correlation id), the allocator's ``[memory]`` points and the ``gpu_user_annotation`` windows.
 
-Arrays of numbers, not events: about 40 bytes a device event and 16 a launch, so a rank's 200 MB
-trace (about 130,000 kernels) costs some 8 MB. The memory points are bounded (``MEMORY_POINTS``):
-past it, neighbouring pairs are merged into the larger, which keeps every peak."""
+Arrays of numbers, not events: about 30 bytes a device event, 16 a launch and 24 an allocator
+point while reading, so a rank's 200 MB trace costs some 10 MB; once read, ``frozen()`` sorts them
+into numpy arrays that every window's figures are computed from. The allocator points are bounded
+(``MEMORY_POINTS``): past it, neighbouring pairs are merged into the larger, which keeps every peak."""
 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
+from typing import TYPE_CHECKING, NamedTuple
 
-from verl_rl_insight.commands.traces.intervals import Span, union
-from verl_rl_insight.commands.traces.kernels import COMMUNICATION
+import numpy as np
 
-MEMORY_POINTS = 1 << 18  # allocator points kept per file (6 MB); pairs merge past it
+from verl_rl_insight.commands.traces.intervals import Span
+
+if TYPE_CHECKING:  # numpy.typing costs a tenth of a second to import: only the checker reads it
+    import numpy.typing as npt
+
+    Floats = npt.NDArray[np.float64]
+    Ints = npt.NDArray[np.signedinteger]  # int64 ids, int8 kinds, int32 name numbers
+    Bools = npt.NDArray[np.bool_]
+
+MEMORY_POINTS = 1 << 16  # allocator points kept per file (1.5 MB); past it, pairs merge into the larger
+
+
+class Frozen(NamedTuple):
+    """A file's device events sorted by start, its launches sorted by correlation id, its
+    allocator points sorted by time: what the windows' figures read."""
+
+    starts: Floats
+    ends: Floats
+    kinds: Ints
+    names: Ints  # an index into ``name_list``
+    correlations: Ints  # -1: the trace gave none
+    name_list: list[str]
+    launch_ids: Ints
+    launch_starts: Floats
+    memory_ts: Floats
+    memory_allocated: Floats
+    memory_reserved: Floats
+    annotations: dict[str, list[Span]]
+    longest: float  # the longest device event's duration
+
+    def launched_at(self, indices: Ints) -> Floats:
+        """When the host launched each device event of ``indices`` (its runtime call's start);
+        NaN where the trace does not say."""
+        wanted = self.correlations[indices]
+        found = np.full(len(wanted), np.nan)
+        if not len(self.launch_ids):
+            return found
+        at = np.searchsorted(self.launch_ids, wanted).clip(0, len(self.launch_ids) - 1)
+        hit = (self.launch_ids[at] == wanted) & (wanted >= 0)
+        found[hit] = self.launch_starts[at[hit]]
+        return found
 
 
 class DeviceEvents:
@@ -34,11 +74,6 @@ class DeviceEvents:
         self.memory_allocated = array("d")
         self.memory_reserved = array("d")
         self.annotations: dict[str, list[Span]] = {}
-        self._order: list[int] | None = None
-        self._sorted_starts: list[float] = []
-        self._longest = 0.0
-        self._launched: dict[int, float] | None = None
-        self._memory_sorted: tuple[list[int], list[float]] | None = None
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -54,14 +89,12 @@ class DeviceEvents:
         self.kinds.append(kind)
         self.names.append(found)
         self.correlations.append(correlation)
-        self._order = None
 
     def launch(self, correlation: int, start: float) -> None:
         """The host's runtime call (``cudaLaunchKernel``, ``cudaMemcpyAsync``, ...) that queued the
         device event of this correlation id."""
         self.launch_ids.append(correlation)
         self.launch_starts.append(start)
-        self._launched = None
 
     def memory(self, ts: float, allocated: float, reserved: float) -> None:
         """An allocator point: the device's allocated and reserved bytes after an allocation or a free."""
@@ -70,64 +103,53 @@ class DeviceEvents:
         self.memory_ts.append(ts)
         self.memory_allocated.append(allocated)
         self.memory_reserved.append(reserved)
-        self._memory_sorted = None
 
     def _halve_memory(self) -> None:
-        ts, allocated, reserved = array("d"), array("d"), array("d")
-        for i in range(0, len(self.memory_ts) - 1, 2):
-            keep = i if self.memory_allocated[i] >= self.memory_allocated[i + 1] else i + 1
-            ts.append(self.memory_ts[keep])
-            allocated.append(self.memory_allocated[keep])
-            reserved.append(max(self.memory_reserved[i], self.memory_reserved[i + 1]))
-        self.memory_ts, self.memory_allocated, self.memory_reserved = ts, allocated, reserved
+        ts, allocated, reserved = (np.frombuffer(a, dtype=np.float64) for a in self._memory())
+        pairs = len(ts) // 2 * 2
+        larger = np.where(allocated[0:pairs:2] >= allocated[1:pairs:2], 0, 1) + np.arange(0, pairs, 2)
+        self.memory_ts = array("d", ts[larger].tobytes())
+        self.memory_allocated = array("d", allocated[larger].tobytes())
+        self.memory_reserved = array("d", np.maximum(reserved[0:pairs:2], reserved[1:pairs:2]).tobytes())
+
+    def _memory(self) -> tuple[array[float], array[float], array[float]]:
+        return self.memory_ts, self.memory_allocated, self.memory_reserved
 
     def annotate(self, phase: str, span: Span) -> None:
         """A phase's window on the device's own timeline (``gpu_user_annotation``)."""
         self.annotations.setdefault(phase, []).append(span)
 
-    def order(self) -> list[int]:
-        """The device events' indices by start."""
-        if self._order is None:
-            starts = self.starts
-            self._order = sorted(range(len(starts)), key=starts.__getitem__)
-            self._sorted_starts = [starts[i] for i in self._order]
-            self._longest = max((e - s for s, e in zip(self.starts, self.ends)), default=0.0)
-        return self._order
+    def frozen(self) -> Frozen:
+        """The events sorted, as numpy arrays. The reading arrays are let go one by one as their
+        sorted copies are made (a 200 MB trace's are 15 MB): call it once."""
+        order = np.argsort(np.frombuffer(self.starts, dtype=np.float64), kind="stable")
+        starts = self._floats("starts", order)
+        ends = self._floats("ends", order)
+        by_id = np.argsort(np.frombuffer(self.launch_ids, dtype=np.int64), kind="stable")
+        by_time = np.argsort(np.frombuffer(self.memory_ts, dtype=np.float64), kind="stable")
+        return Frozen(
+            starts,
+            ends,
+            self._ints("kinds", np.int8, order),
+            self._ints("names", np.int32, order),
+            self._ints("correlations", np.int64, order),
+            self.name_list,
+            self._ints("launch_ids", np.int64, by_id),
+            self._floats("launch_starts", by_id),
+            self._floats("memory_ts", by_time),
+            self._floats("memory_allocated", by_time),
+            self._floats("memory_reserved", by_time),
+            self.annotations,
+            float((ends - starts).max()) if len(starts) else 0.0,
+        )
 
-    def work(self) -> list[Span]:
-        """When the device ran GPU work (compute kernels, memcpy, memset; not NCCL): the union."""
-        return union((s, e) for s, e, k in zip(self.starts, self.ends, self.kinds) if k != COMMUNICATION)
+    def _floats(self, field: str, order: Ints) -> Floats:
+        """The reading array ``field`` in ``order``, the array itself let go."""
+        found: Floats = np.frombuffer(getattr(self, field), dtype=np.float64)[order]
+        setattr(self, field, array(getattr(self, field).typecode))
+        return found
 
-    def sorted_starts(self) -> list[float]:
-        """The device events' starts, in the order of ``order()``."""
-        self.order()
-        return self._sorted_starts
-
-    def longest(self) -> float:
-        """The longest device event's duration."""
-        self.order()
-        return self._longest
-
-    def launched_at(self, index: int) -> float | None:
-        """When the host launched device event ``index`` (its runtime call's start), if the trace says."""
-        correlation = self.correlations[index]
-        if correlation < 0:
-            return None
-        if self._launched is None:
-            self._launched = dict(zip(self.launch_ids, self.launch_starts))
-        return self._launched.get(correlation)
-
-    def memory_peak(self, window: list[Span]) -> tuple[float, float] | None:
-        """The largest allocated and reserved bytes of the allocator points inside ``window``."""
-        if not self.memory_ts:
-            return None
-        if self._memory_sorted is None:
-            by_time = sorted(range(len(self.memory_ts)), key=self.memory_ts.__getitem__)
-            self._memory_sorted = (by_time, [self.memory_ts[i] for i in by_time])
-        order, stamps = self._memory_sorted
-        best_allocated = best_reserved = -1.0
-        for start, end in window:
-            for i in order[bisect_left(stamps, start) : bisect_left(stamps, end)]:
-                best_allocated = max(best_allocated, self.memory_allocated[i])
-                best_reserved = max(best_reserved, self.memory_reserved[i])
-        return (best_allocated, best_reserved) if best_allocated >= 0 else None
+    def _ints(self, field: str, dtype: type[np.signedinteger], order: Ints) -> Ints:
+        found: Ints = np.frombuffer(getattr(self, field), dtype=dtype)[order]
+        setattr(self, field, array(getattr(self, field).typecode))
+        return found

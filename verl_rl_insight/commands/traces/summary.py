@@ -4,11 +4,16 @@ of that it spent in collectives, by collective."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from verl_rl_insight.commands.traces.gpu_events import DeviceEvents
-from verl_rl_insight.commands.traces.gpu_time import GpuTime, gpu_time
-from verl_rl_insight.commands.traces.intervals import Span, inside, length, subtract, union
+from verl_rl_insight.commands.traces.gpu_time import UNIONS, GpuTime, gpu_time
+from verl_rl_insight.commands.traces.intervals import Span, clip, length, union
+from verl_rl_insight.commands.traces.sweep import union_within
+
+if TYPE_CHECKING:
+    from verl_rl_insight.commands.traces.gpu_events import Frozen
+
+WORK = UNIONS["busy"]  # GPU work: what a host's wait in a collective is not waiting under
 
 
 class BadTrace(Exception):
@@ -72,22 +77,29 @@ def phase_times(
     phases: dict[str, list[Span]],
     collectives: dict[str, list[Span]],
     scale: float,
-    device: DeviceEvents | None = None,
+    device: Frozen | None = None,
 ) -> dict[str, PhaseTime]:
     """Each phase's length and the collectives' time inside it, in seconds (``scale``: seconds per
     trace time unit); with ``device`` events, each phase's GPU figures, and the collectives' time
     only where no GPU work ran."""
-    work = device.work() if device is not None and len(device) else []
+    if device is not None and not len(device.starts):
+        device = None
     host_waits = union(span for spans in collectives.values() for span in spans)
-    all_waits = subtract(host_waits, work)
-    by_op = {op: subtract(union(spans), work) for op, spans in collectives.items()}
+    by_op = {op: union(spans) for op, spans in collectives.items()}
+
+    def waited(waits: list[Span], within: list[Span]) -> float:
+        """The waits' time inside the phase that no GPU work covered."""
+        inside_phase = clip(waits, within)
+        hidden = union_within(device, inside_phase, WORK) if device is not None else 0.0
+        return (length(inside_phase) - hidden) * scale
+
     found = {}
     for phase, spans in phases.items():
         within = union(spans)
-        ops = {op: inside(waits, within) * scale for op, waits in by_op.items()}
-        gpu = gpu_time(device, within, host_waits, scale, phase) if device is not None and len(device) else None
+        ops = {op: waited(waits, within) for op, waits in by_op.items()}
+        gpu = gpu_time(device, within, host_waits, scale, phase) if device is not None else None
         found[phase] = PhaseTime(
-            length(within) * scale, inside(all_waits, within) * scale, {op: s for op, s in ops.items() if s > 0}, gpu
+            length(within) * scale, waited(host_waits, within), {op: s for op, s in ops.items() if s > 0}, gpu
         )
     return found
 
