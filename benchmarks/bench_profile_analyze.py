@@ -1,77 +1,33 @@
-"""``rl-insight profile analyze`` on 8 ranks' torch traces of one step, against reading the same
-files with ``json.load`` (what the official recipe's parser does): wall time and peak RSS side by
-side, each in a fresh process. The traces are made here, in a temporary folder: verl 0.9.1's file
-names, a ``distributedInfo`` header, an ``actor_update`` range, CPU ops and kernels, NCCL
-all-reduce kernels; rank 5 works 30 % longer so the others wait for it.
+"""``rl-insight profile analyze`` on 8 ranks' CUDA traces of one step, against reading the same
+files with ``json.load`` (what the official recipe's parser does) and against Holistic Trace
+Analysis (its kernel, temporal, idle-time and overlap breakdowns): wall time and peak RSS side by
+side, each in a fresh process. The traces are made here, in a temporary folder, as kineto writes a
+CUDA trace (``cuda_trace.py``: verl 0.9.1's file names, launches, kernels with their correlation
+ids, ``ac2g`` flows, ``[memory]`` points, NCCL all-reduce kernels); rank 5 works 30 % longer so the
+others wait for it.
 
-    python benchmarks/bench_profile_analyze.py            # quick: 8 ranks x 20 MB
-    python benchmarks/bench_profile_analyze.py --mb 200   # the issue's size: 8 x 200 MB (about 14 min here)
+    python benchmarks/bench_profile_analyze.py            # 8 ranks x 20 MB
+    python benchmarks/bench_profile_analyze.py --mb 200   # the issue's size: 8 x 200 MB
+    python benchmarks/bench_profile_analyze.py --quick    # 8 x 1 MB: that it runs
 """
 
 import argparse
-import gzip
+import importlib.util
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_trace import write_cuda_trace
+
 RANKS = 8
 SLOW_RANK = 5
-HEADER = '{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": %d, "world_size": %d}, "traceEvents": [\n'
-
-
-def write_trace(path: Path, rank: int, megabytes: float) -> None:
-    """One rank's trace of about ``megabytes`` of JSON (before gzip), written as a stream."""
-    target = int(megabytes * 1e6)
-    work_us, ts, written = (1.3 if rank == SLOW_RANK else 1.0), 1_000_000.0, 0
-    with gzip.open(path, "wt", compresslevel=1) as out:
-        out.write(HEADER % (rank, RANKS))
-        start = ts
-        while written < target:
-            chunk = []
-            for i in range(200):
-                dur = 40.0 * work_us
-                chunk.append(
-                    f'{{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": {ts:.3f}, '
-                    f'"dur": {dur:.3f}, "args": {{"External id": {i}, "Ev Idx": {i}}}}},\n'
-                    f'{{"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "pid": 0, '
-                    f'"tid": 7, "ts": {ts + 5:.3f}, "dur": {dur - 10:.3f}, '
-                    f'"args": {{"stream": 7, "correlation": {i}}}}},\n'
-                )
-                ts += dur
-                if i % 50 == 49:  # an all-reduce: the fast ranks wait in it for the slow one
-                    wait = 40.0 * 50 * (1.3 - work_us) + 20.0
-                    chunk.append(
-                        f'{{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", '
-                        f'"pid": 0, "tid": 20, "ts": {ts:.3f}, "dur": {wait:.3f}, "args": {{"stream": 20}}}},\n'
-                    )
-                    ts += wait
-            text = "".join(chunk)
-            out.write(text)
-            written += len(text)
-        out.write(
-            f'{{"ph": "X", "cat": "user_annotation", "name": "actor_update", "pid": 1, "tid": 1, '
-            f'"ts": {start:.3f}, "dur": {ts - start:.3f}}}\n], "traceName": "bench"}}\n'
-        )
-
-
-STREAMING = """
-import resource, sys, time
-from pathlib import Path
-from verl_rl_insight.commands.traces.analysis import analyse
-from verl_rl_insight.commands.traces.files import read_all, trace_files
-t = time.perf_counter()
-view = analyse(read_all(trace_files(Path(sys.argv[1])), int(sys.argv[2])))
-took = time.perf_counter() - t
-rss = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-print(took, rss, view.answer)
-"""
 
 JSON_LOAD = """
-import gzip, json, resource, sys, time
+import gzip, json, sys
 from pathlib import Path
-t = time.perf_counter()
 found = []
 for path in sorted(Path(sys.argv[1]).glob("*.json.gz")):
     with gzip.open(path, "rt") as f:
@@ -80,8 +36,20 @@ for path in sorted(Path(sys.argv[1]).glob("*.json.gz")):
     spans = [(e["ts"], e["ts"] + e["dur"]) for e in data["traceEvents"] if e.get("name") == "actor_update"]
     found.append((rank, spans))
     del data
-took = time.perf_counter() - t
-print(took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(found), "ranks")
+print(len(found), "ranks")
+"""
+
+HTA = """
+import logging, os, sys
+logging.disable(logging.WARNING)
+os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
+from hta.trace_analysis import TraceAnalysis
+analysis = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
+analysis.get_gpu_kernel_breakdown(visualize=False)
+analysis.get_temporal_breakdown(visualize=False)
+analysis.get_idle_time_breakdown(ranks=list(range(8)), visualize=False)
+analysis.get_comm_comp_overlap(visualize=False)
+print("HTA: kernel, temporal, idle-time and overlap breakdowns")
 """
 
 
@@ -110,46 +78,57 @@ def tree_rss_mb(root: int) -> float:
     return total / 1024
 
 
-def measure(code: str, *args: str) -> tuple[float, float, str]:
-    """(seconds, peak RSS of the process and every process it started, summed, in MB, what it said)."""
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
+def measure(argv: list[str]) -> tuple[float, float, str]:
+    """(wall seconds from start to exit, peak RSS in MB of the process and every process it started,
+    summed while they run, what it printed last)."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     peak = 0.0
     while proc.poll() is None:
         peak = max(peak, tree_rss_mb(proc.pid))
         time.sleep(0.05)
+    took = time.perf_counter() - t
     out = proc.stdout.read() if proc.stdout else ""
     if proc.returncode != 0:
-        raise SystemExit(f"the measured run failed: {out}")
-    took, rss_kb, said = out.split(" ", 2)
-    return float(took), max(peak, int(rss_kb) / 1024), said.strip()
+        raise SystemExit(f"the measured run failed: {out[-2000:]}")
+    return took, peak, (out.strip().splitlines() or [""])[-1]
+
+
+def python(code: str, *args: str) -> list[str]:
+    return [sys.executable, "-c", code, *args]
+
+
+def analyze(folder: str, jobs: int) -> list[str]:
+    return [sys.executable, "-m", "verl_rl_insight", "profile", "analyze", folder, "--jobs", str(jobs)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=float, default=20.0, help="JSON megabytes per rank (before gzip)")
-    parser.add_argument("--jobs", type=int, default=2, help="reading processes for the streaming run")
+    parser.add_argument("--jobs", type=int, default=2, help="reading processes for the second streaming run")
     parser.add_argument("--quick", action="store_true", help="8 ranks x 1 MB (CI: it runs)")
+    parser.add_argument("--no-hta", action="store_true", help="leave Holistic Trace Analysis out")
     args = parser.parse_args()
     args.mb = 1.0 if args.quick else args.mb
     with tempfile.TemporaryDirectory() as folder:
         t = time.perf_counter()
         for rank in range(RANKS):
-            write_trace(
-                Path(folder) / f"actor_train_step120_rank{rank}-of-{RANKS}_pid{100 + rank}_0.json.gz", rank, args.mb
-            )
+            name = f"actor_train_step120_rank{rank}-of-{RANKS}_pid{100 + rank}_0.json.gz"
+            write_cuda_trace(Path(folder) / name, rank, RANKS, SLOW_RANK, args.mb)
         size = sum(p.stat().st_size for p in Path(folder).iterdir()) / 1e6
-        print(
-            f"{RANKS} ranks x {args.mb:g} MB of JSON ({size:.0f} MB gzipped) written in {time.perf_counter() - t:.0f} s"
-        )
+        took = time.perf_counter() - t
+        print(f"{RANKS} ranks x {args.mb:g} MB of JSON ({size:.0f} MB gzipped) written in {took:.0f} s")
         rows = [
-            ("json.load, one file at a time", *measure(JSON_LOAD, folder)),
-            ("profile analyze, 1 process", *measure(STREAMING, folder, "1")),
-            (f"profile analyze, {args.jobs} processes", *measure(STREAMING, folder, str(args.jobs))),
+            ("json.load, one file at a time", *measure(python(JSON_LOAD, folder))),
+            ("profile analyze, 1 process", *measure(analyze(folder, 1))),
+            (f"profile analyze, {args.jobs} processes", *measure(analyze(folder, args.jobs))),
         ]
+        if not args.no_hta and importlib.util.find_spec("hta") is not None:
+            rows.append(("Holistic Trace Analysis 0.5.0", *measure(python(HTA, folder))))
     base_s, base_mb = rows[0][1], rows[0][2]
     for name, took, rss, _ in rows:
         print(f"{name:34} {took:7.1f} s ({took / base_s:.2f}x)  peak RSS {rss:7.0f} MB ({rss / base_mb:.3f}x)")
-    print(rows[-1][3])
+    print(rows[1][3])
 
 
 if __name__ == "__main__":

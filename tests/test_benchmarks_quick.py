@@ -19,6 +19,7 @@ TOOLS = {  # not benchmarks: the shapes the detectors are judged on, a server pr
     "hub_process.py",
     "real_runs_convert.py",
     "real_runs_from_wandb.py",
+    "cuda_trace.py",
 }
 
 # what each prints (a JSON object, or bench_health's table) and a key or line that shows its figures came out

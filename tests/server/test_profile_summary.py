@@ -65,3 +65,42 @@ def test_a_summary_is_kept_on_its_request_by_step(request_id):
     assert status == 200, text
     [record] = listed(base)["profiles"]
     assert record["summaries"] == {"3": SUMMARY}
+
+
+def test_a_cuda_steps_summary_carries_each_ranks_gpu_and_where_its_traces_are(request_id, capsys):
+    """The summary the trainer makes of real CUDA traces (the H200 step: ``compact`` of this very
+    analysis) is accepted whole, GPU parts included; the step answer and ``diagnose`` then give
+    the command of the step's whole analysis, from the trace folder the trainer reported."""
+    from tests.commands.test_profile_analyze_gpu import H200
+    from verl_rl_insight.commands import main
+    from verl_rl_insight.commands.diagnose import profiled
+    from verl_rl_insight.contract.profile_summary import analyze_command
+    from verl_rl_insight.trainer.plugins.profile_summary import compact
+
+    base, rid = request_id
+    assert main(["profile", "analyze", str(H200), "--json"]) == 0
+    summary = compact(json.loads(capsys.readouterr().out), 3)
+    update = {"id": rid, "state": "finished", "steps": [3], "summaries": [summary], "trace_dir": "/data/profile run"}
+    body = {"project": "p", "experiment_name": "e", "updates": [update]}
+    status, text = http("POST", base + "/api/v1/profiles/report", json.dumps(body).encode(), AUTH)
+    assert status == 200, text
+    [record] = listed(base)["profiles"]
+    (update_actor,) = [p for p in record["summaries"]["3"]["phases"] if p["phase"] == "update_actor"]
+    assert update_actor["slowest"] == "1" and update_actor["judged_by"] == "GPU work"
+    rank1 = next(r for r in update_actor["ranks"] if r["rank"] == "1")
+    assert rank1["verdict"] == "GPU-bound" and rank1["kernels"] == 800 and 0.07 < rank1["gpu_busy_s"] < 0.08
+    found = profiled(base, TOKEN, "p", "e")
+    assert found[3].answer == summary["answer"] and found[3].command == analyze_command("/data/profile run", 3)
+    assert found[3].command == "rl-insight profile analyze '/data/profile run' --step 3 -o step3.html"
+
+
+def test_a_gpu_part_out_of_its_bounds_is_a_400_naming_it(request_id):
+    base, rid = request_id
+    for bad, field in (
+        ({"verdict": "fast"}, "verdict"),
+        ({"kernels": -1}, "kernels"),
+        ({"gpu_busy_s": -2}, "gpu_busy_s"),
+    ):
+        phases = [{**SUMMARY["phases"][0], "ranks": [{**RANK, **bad}]}]
+        status, text = report(base, rid, {**SUMMARY, "phases": phases})
+        assert status == 400 and field in json.loads(text)["error"], text

@@ -109,3 +109,31 @@ def test_engine_counters_and_histograms_are_one_value_a_step():
         "vllm:num_requests_waiting{engine=1,replica=0}": [(2, 5.0), (3, 9.0)],  # a second engine: apart
     }
     assert len(asked) == 1 and "|vllm:num_requests_waiting|" in asked[0] and 'project="p"' in asked[0]
+
+
+def test_a_slow_range_names_the_steps_in_it_that_were_profiled(capsys):
+    """``diagnose`` of a server's run gives, under a slow range, the answer of each profiled step
+    in it and the command of its whole analysis (``profiled`` reads them from the server: tested
+    in test_profile_summary.py); a profiled step outside the range is not named."""
+    import argparse
+
+    from verl_rl_insight.commands.diagnose import Profiled, report
+    from verl_rl_insight.commands.run_file import read_run
+
+    path = RUNS / "jianghoucheng_opd_grpo_qwen3_4b_dapo_math_collapse.jsonl"
+    history = read_run(path)
+    command = "rl-insight profile analyze /p --step 253 -o step253.html"
+    profiles = {
+        253: Profiled(253, "step 253: ref held the step on rank 3: ...", command),
+        40: Profiled(40, "step 40: no rank held the others", None),
+    }
+    args = argparse.Namespace(json=False, steps=None)
+    report(args, "p/e", {"project": "p"}, (1, 300), [], history, profiles)
+    out = capsys.readouterr().out
+    below = out.split("timing_s_step step 253")[1]
+    assert "    profiled: step 253: ref held the step on rank 3: ..." in below
+    assert "      the whole analysis: rl-insight profile analyze /p --step 253 -o step253.html" in below
+    assert "step 40:" not in out
+    report(argparse.Namespace(json=True, steps=None), "p/e", {"project": "p"}, (1, 300), [], history, profiles)
+    (slow,) = [s for s in json.loads(capsys.readouterr().out)["slow_steps"] if s["first_step"] == 253]
+    assert slow["profiled"] == [profiles[253]._asdict()]

@@ -18,7 +18,7 @@ import time
 import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from verl_rl_insight.commands import marks as run_marks
 from verl_rl_insight.commands.api import SubParsers, call, common_options, server
@@ -28,6 +28,7 @@ from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.watch.data import DataError, Prometheus
 from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
+from verl_rl_insight.contract.profile_summary import analyze_command
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.server.health import detectors, moved, side_series
@@ -164,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
         finding.metric = names.get(finding.metric, finding.metric)  # the key as the trainer logged it
     run_id = {"project": args.project, "experiment_name": args.experiment}
     history = with_side_series(prom, args, history, times)
-    code = report(args, f"{args.project}/{args.experiment}", run_id, (times[0][0], times[-1][0]), findings, history)
+    steps = (times[0][0], times[-1][0])
+    found = profiled(base, token, args.project, args.experiment)
+    code = report(args, f"{args.project}/{args.experiment}", run_id, steps, findings, history, found)
     if not args.json:
         run_marks.print_marks(marks)
     return code
@@ -198,6 +201,39 @@ def from_file(args: argparse.Namespace) -> int:
 SLOW_SHOWN = 3  # the ranges whose time left the run's level furthest
 
 
+class Profiled(NamedTuple):
+    """A step profiled through ``rl-insight profile``: the answer of its traces, and the command
+    that gives their whole analysis (None when the trainer did not say where they are)."""
+
+    step: int
+    answer: str
+    command: str | None
+
+
+def profiled(base: str, token: str | None, project: str, experiment: str) -> dict[int, Profiled]:
+    """The run's profiled steps whose per-rank summary the server holds, by step (none from a
+    server without profile requests)."""
+    query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
+    try:
+        listed = call("GET", f"{base}/api/v1/profiles?{query}", token)
+    except CliError:
+        return {}
+    found: dict[int, Profiled] = {}
+    for record in listed.get("profiles", []) if isinstance(listed, dict) else []:
+        if not isinstance(record, dict) or not isinstance(record.get("summaries"), dict):
+            continue
+        trace_dir = record.get("trace_dir")
+        for step, summary in record["summaries"].items():
+            if str(step).isdigit() and isinstance(summary, dict):
+                command = analyze_command(trace_dir, int(step)) if isinstance(trace_dir, str) else None
+                found[int(step)] = Profiled(int(step), str(summary.get("answer", ""))[:500], command)
+    return found
+
+
+def _profiled_in(exc: Any, found: dict[int, Profiled]) -> list[Profiled]:
+    return [found[s] for s in sorted(found) if exc.first_step <= s <= exc.last_step]
+
+
 def _slow(args: argparse.Namespace, history: dict[str, Any]) -> list[Any]:
     """The ranges where the step time (or a phase's) left its level, within ``--steps``."""
     first, last = args.steps or (None, None)
@@ -227,12 +263,16 @@ def with_side_series(
     return {**history, **side}
 
 
-def _print_slow(slow: list[Any]) -> None:
+def _print_slow(slow: list[Any], found: dict[int, Profiled]) -> None:
     if not slow:
         return
     print(f"\ntime: {len(slow)} range(s) of steps left the run's own level; what moved with the largest:")
     for exc, with_it in moved.largest(slow, SLOW_SHOWN):
         print("  " + "\n  ".join(moved.describe(exc, with_it)))
+        for p in _profiled_in(exc, found):  # why that step was slow, from its traces
+            print(f"    profiled: {p.answer}")
+            if p.command:
+                print(f"      the whole analysis: {p.command}")
 
 
 def report(
@@ -242,21 +282,27 @@ def report(
     steps: tuple[int, int],
     found: list[Any],
     history: dict[str, Any],
+    profiles: dict[int, Profiled] | None = None,
 ) -> int:
-    """The findings within ``--steps``, ranked, as text or JSON; the exit code."""
+    """The findings within ``--steps``, ranked, as text or JSON; the exit code. The slow ranges
+    name the steps in them that were profiled, with the answer of their traces."""
     first, last = args.steps or (None, None)
+    profiles = profiles or {}
     findings = [f for f in found if (first is None or f.last_step >= first) and (last is None or f.first_step <= last)]
     code = 1 if any(f.severity != "info" for f in findings) else 0
     slow = _slow(args, history)
     if args.json:
         out = {**run_id, "steps": list(steps), "findings": [f.as_json() for f in findings]}
-        out["slow_steps"] = [moved.as_json(e, m) for e, m in moved.largest(slow, SLOW_SHOWN)]
+        out["slow_steps"] = [
+            {**moved.as_json(e, m), "profiled": [p._asdict() for p in _profiled_in(e, profiles)]}
+            for e, m in moved.largest(slow, SLOW_SHOWN)
+        ]
         print(json.dumps(out))
         return code
     span_all = f"steps {steps[0]}-{steps[1]}"
     if not findings:
         print(f"{name} ({span_all}): no finding ({len(detectors.ALL)} detectors)")
-        _print_slow(slow)
+        _print_slow(slow, profiles)
         return 0
     print(f"{name} ({span_all}): {len(findings)} finding(s), the most severe first")
     for f in findings:
@@ -267,7 +313,7 @@ def report(
         print(f"          look first: {d.look}")
         print(f"          people usually: {d.usually}")
         print(f"          panel: {f.panel}")
-    _print_slow(slow)
+    _print_slow(slow, profiles)
     return code
 
 

@@ -13,10 +13,6 @@ from verl_rl_insight.commands.traces.views import PhaseView, RankTime, StepView
 TOP_SHOWN = 3  # kernels printed per phase (--json has 30)
 
 
-def _s(value: float) -> str:
-    return f"{value:.3f}" if value < 100 else f"{value:.0f}"
-
-
 def waiting_cell(time_waiting: float, duration_s: float, ops: dict[str, float]) -> str:
     if duration_s <= 0:
         return "-"
@@ -40,7 +36,7 @@ def gpu_cells(gpu: GpuTime | None) -> list[str]:
 
 def _row(phase: PhaseView, r: RankTime) -> list[str]:
     mark = " <- slowest" if r is phase.slowest and phase.held else ""
-    cells = ["", r.who, r.node or "?", _s(r.time.duration_s), _s(r.time.busy_s)]
+    cells = ["", r.who, r.node or "?", duration(r.time.duration_s), duration(r.time.busy_s)]
     cells.append(waiting_cell(r.time.waiting_s, r.time.duration_s, r.time.waiting_by_op))
     return cells + [*gpu_cells(r.time.gpu)[:-1], gpu_cells(r.time.gpu)[-1] + mark]
 
@@ -74,7 +70,7 @@ def _about_slowest(phase: PhaseView) -> list[str]:
     return lines
 
 
-HEADER = ["rank", "node", "took s", "work s", "waiting in collectives", "GPU busy", "comm", "host", "kernels"]
+HEADER = ["rank", "node", "took", "work", "waiting in collectives", "GPU busy", "comm", "host", "kernels"]
 HEADER += ["peak mem", "verdict"]
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import msgspec
 
 from verl_rl_insight.contract.errors import NotFound, RLInsightError
+from verl_rl_insight.contract.profile_summary import analyze_command
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.context import Context
@@ -73,6 +74,8 @@ def _step_of_run(ctx: Context, sources: Sources, run: Run, step: int) -> dict[st
     answer = step_answer(sources, spans, run, step, findings_of(sources, run, ctx.parts.marks))
     profiles = ctx.parts.profiles
     answer["profile"] = profiles.summary(run[0], run[1], step) if profiles is not None else None
+    trace_dir = profiles.trace_dir(run[0], run[1], step) if profiles is not None else None
+    answer["profile_analyze"] = analyze_command(trace_dir, step) if trace_dir else None
     answer["moved_with"] = moved_at(sources, run, step)
     return answer
 

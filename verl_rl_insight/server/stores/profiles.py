@@ -108,12 +108,21 @@ class ProfileStore:
 
     def summary(self, project: str, experiment: str, step: int) -> dict[str, Any] | None:
         """The per-rank summary of ``step`` the run's trainer sent, or None."""
+        found = self._profiled(project, experiment, step)
+        return dict(found[0]) if found else None
+
+    def trace_dir(self, project: str, experiment: str, step: int) -> str | None:
+        """Where the traces of a profiled step are (the trainer's word), or None."""
+        found = self._profiled(project, experiment, step)
+        return found[1] if found else None
+
+    def _profiled(self, project: str, experiment: str, step: int) -> tuple[dict[str, Any], str | None] | None:
         with self._lock:
             for record in self._requests.values():
                 if (record["project"], record["experiment_name"]) == (project, experiment):
                     found = (record.get("summaries") or {}).get(str(step))
                     if found is not None:
-                        return dict(found)
+                        return found, record.get("trace_dir")
         return None
 
     def list(self, project: str | None = None, experiment: str | None = None) -> dict[str, Any]:

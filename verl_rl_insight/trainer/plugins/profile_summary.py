@@ -18,9 +18,9 @@ from verl_rl_insight.contract.profile_summary import MAX_SUMMARY_RANKS
 
 logger = logging.getLogger(__name__)
 TIMEOUT_S = 900.0
-# rank entries in one summary: about 80 bytes each, so a summary stays well inside the report
-# route's 64 KB body; a phase of more ranks keeps its busiest (the slowest first), and says how many
-RANK_ENTRIES = 400
+# rank entries in one summary: about 200 bytes each with their GPU's part, so a summary stays inside the
+# report route's 64 KB body; a phase of more ranks keeps its busiest (the slowest first), and says how many
+RANK_ENTRIES = 240
 
 
 def _nice() -> None:  # in the child, before it runs
@@ -52,6 +52,27 @@ def analyze(trace_dir: str, step: int, timeout_s: float = TIMEOUT_S) -> dict[str
         return f"the traces' analysis said something else than expected: {exc}"
 
 
+JUDGED_BY = ("GPU work", "host time", "work")
+VERDICTS = ("GPU-bound", "communication-bound", "host-bound")
+
+
+def _gpu(gpu: object) -> dict[str, Any]:
+    """A rank's GPU part of ``profile analyze --json`` as the summary carries it (nothing for a
+    trace without device events)."""
+    if not isinstance(gpu, dict) or gpu.get("verdict") not in VERDICTS:
+        return {}
+    row: dict[str, Any] = {
+        "verdict": gpu["verdict"],
+        "gpu_busy_s": max(0.0, float(gpu["busy_s"])),
+        "gpu_host_s": max(0.0, float(gpu["host_s"])),
+        "kernels": max(0, int(gpu["kernels"])),
+    }
+    memory = gpu.get("memory")
+    if isinstance(memory, dict) and memory.get("peak_allocated_bytes") is not None:
+        row["peak_allocated_bytes"] = max(0.0, float(memory["peak_allocated_bytes"]))
+    return row
+
+
 def compact(view: dict[str, Any], step: int) -> dict[str, Any]:
     """``profile analyze --json`` as the step page draws it."""
     phases = []
@@ -76,6 +97,7 @@ def compact(view: dict[str, Any], step: int) -> dict[str, Any]:
                 row["node"] = str(rank["node"])[:256]
             if ops:
                 row["waiting_op"] = str(max(ops, key=lambda op: ops[op]))[:64]
+            row.update(_gpu(rank.get("gpu")))
             ranks.append(row)
         entry: dict[str, Any] = {"phase": str(phase["phase"])[:64], "ranks": ranks}
         if len(ranks) < len(phase["ranks"]):
@@ -84,5 +106,7 @@ def compact(view: dict[str, Any], step: int) -> dict[str, Any]:
             entry["slowest"] = str(phase["slowest"]["rank"])[:64]
         if spread is not None:
             entry["spread"] = float(spread)
+        if held and phase.get("judged_by") in JUDGED_BY:
+            entry["judged_by"] = phase["judged_by"]
         phases.append(entry)
     return {"step": step, "answer": str(view["answer"])[:500], "phases": phases}

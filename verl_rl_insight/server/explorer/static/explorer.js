@@ -639,7 +639,7 @@
     return span;
   }
   // the profiled step's ranks (rl-insight profile: the trainer sends the per-rank summary of verl's traces)
-  function rankLanes(profile) {
+  function rankLanes(profile, analyze) {
     const box = el("div", { "data-testid": "rank-lanes" });
     page.step.ranks = [];
     if (!profile) {
@@ -657,14 +657,25 @@
           el("td", { text: `rank ${r.rank}${r.node ? " @" + r.node : ""}` }),
           el("td", { text: `${fmt(r.duration_s)} s` }),
           el("td", { text: `${Math.round((r.waiting_s / Math.max(r.duration_s, 1e-9)) * 100)} % waiting${r.waiting_op ? " in " + r.waiting_op : ""}` }),
+          el("td", { class: "gpu", "data-testid": "rank-gpu", text: gpuCell(r) }),
           el("td", { class: "rank-bar" }, bar("work", work / longest), bar("wait", r.waiting_s / longest)));
       });
       const spread = phase.spread !== undefined && phase.spread !== null ? ` · spread ${fmt(phase.spread)}x` : "";
       const some = phase.ranks_total ? ` · the busiest ${phase.ranks.length} of ${phase.ranks_total} ranks` : "";
-      box.append(el("h3", { text: `${phase.phase}${phase.slowest ? " · slowest rank " + phase.slowest : " · balanced"}${spread}${some}` }),
+      const by = phase.slowest && phase.judged_by ? ` (by its ${phase.judged_by})` : "";
+      box.append(el("h3", { text: `${phase.phase}${phase.slowest ? " · slowest rank " + phase.slowest + by : " · balanced"}${spread}${some}` }),
         el("table", { class: "ranks" }, ...rows));
     }
+    if (analyze) box.append(el("p", { class: "muted", text: "The whole analysis of the step (its kernels, memory and the GPU lanes of every rank), where its traces are:" }),
+      el("pre", { "data-testid": "profile-analyze", text: analyze }));
     return box;
+  }
+  // a rank's GPU in a phase: its verdict, how busy the GPU was, its kernels and peak memory (CUDA traces)
+  function gpuCell(r) {
+    if (!r.verdict) return "no GPU events";
+    const share = (s) => `${Math.round((s / Math.max(r.duration_s, 1e-9)) * 100)} %`;
+    const memory = r.peak_allocated_bytes ? ` · peak ${fmt(r.peak_allocated_bytes / 2 ** 30)} GiB` : "";
+    return `${r.verdict} · GPU busy ${share(r.gpu_busy_s)}, host ${share(r.gpu_host_s)} · ${r.kernels} kernels${memory}`;
   }
 
   // the step's time left the run's level: the series that moved with it (rl-insight diagnose says the same)
@@ -769,7 +780,7 @@
         step.idle_share !== null && step.idle_share !== undefined ? ` · the trainer idle ${Math.round(step.idle_share * 100)} % of the step` : ""),
       lanes,
       el("h2", { text: "Ranks: verl's profiler traces of this step (work blue, waiting in collectives orange)" }),
-      rankLanes(step.profile),
+      rankLanes(step.profile, step.profile_analyze),
       el("h2", { text: "What moved with the step's time" }),
       movedWith(step.moved_with),
       el("h2", { text: "GPU faults and throttling of its nodes" }),
