@@ -104,3 +104,24 @@ def test_a_gpu_part_out_of_its_bounds_is_a_400_naming_it(request_id):
         phases = [{**SUMMARY["phases"][0], "ranks": [{**RANK, **bad}]}]
         status, text = report(base, rid, {**SUMMARY, "phases": phases})
         assert status == 400 and field in json.loads(text)["error"], text
+
+
+def test_a_summary_of_a_thousand_ranks_with_long_names_fits_the_report(request_id):
+    """``compact`` keeps fewer of a phase's ranks (the busiest) until the summary fits its byte
+    budget: the route takes it, and the phase says how many ranks it had."""
+    from verl_rl_insight.trainer.plugins.profile_summary import compact
+
+    base, rid = request_id
+    gpu = {"verdict": "GPU-bound", "busy_s": 0.07, "host_s": 0.005, "kernels": 123456, "memory": None}
+    ranks = [
+        {"rank": f"replica 12 rank {i}", "node": "n" * 256, "duration_s": 12.3 + i / 1e3, "waiting_s": 1.2,
+         "work_s": 11.1 + i / 1e3, "waiting_by_op": {"all-reduce": 1.2}, "gpu": gpu}
+        for i in range(1000)
+    ]  # fmt: skip
+    slowest = {"rank": "replica 12 rank 999"}
+    phases = [{"phase": f"phase{j}", "spread": 1.5, "slowest": slowest, "ranks": ranks} for j in range(4)]
+    summary = compact({"answer": "x" * 500, "phases": phases}, 3)
+    status, text = report(base, rid, summary)
+    assert status == 200, text
+    kept = summary["phases"][0]
+    assert kept["ranks_total"] == 1000 and "replica 12 rank 999" in {r["rank"] for r in kept["ranks"]}

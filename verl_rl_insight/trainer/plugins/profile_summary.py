@@ -18,9 +18,11 @@ from verl_rl_insight.contract.profile_summary import MAX_SUMMARY_RANKS
 
 logger = logging.getLogger(__name__)
 TIMEOUT_S = 900.0
-# rank entries in one summary: about 200 bytes each with their GPU's part, so a summary stays inside the
-# report route's 64 KB body; a phase of more ranks keeps its busiest (the slowest first), and says how many
+# rank entries in one summary to start from: 200-330 bytes each with their GPU's part; a phase of more
+# ranks keeps its busiest (the slowest first) and says how many, and fewer are kept until the summary
+# fits SUMMARY_BYTES, inside the report route's 64 KB body beside the report's other fields
 RANK_ENTRIES = 240
+SUMMARY_BYTES = 48 * 1024
 
 
 def _nice() -> None:  # in the child, before it runs
@@ -74,10 +76,18 @@ def _gpu(gpu: object) -> dict[str, Any]:
 
 
 def compact(view: dict[str, Any], step: int) -> dict[str, Any]:
-    """``profile analyze --json`` as the step page draws it."""
-    phases = []
+    """``profile analyze --json`` as the step page draws it, in ``SUMMARY_BYTES`` of JSON."""
     chosen = view["phases"][:32]
     per_phase = max(8, min(MAX_SUMMARY_RANKS, RANK_ENTRIES // max(len(chosen), 1)))
+    while True:
+        found = _compact(view, step, chosen, per_phase)
+        if per_phase <= 1 or len(json.dumps(found)) <= SUMMARY_BYTES:
+            return found
+        per_phase = max(1, per_phase * 3 // 4)
+
+
+def _compact(view: dict[str, Any], step: int, chosen: list[dict[str, Any]], per_phase: int) -> dict[str, Any]:
+    phases = []
     for phase in chosen:
         spread = phase.get("spread")
         held = len(phase["ranks"]) > 1 and spread is not None and spread >= 1.1
