@@ -341,3 +341,29 @@ def test_the_step_page_shows_each_ranks_gpu_and_the_whole_analysis_in_a_real_bro
     assert "GPU-bound · GPU busy 93 %, host 6 % · 800 kernels" in cells
     assert any(h.startswith("update_actor · slowest rank 1 (by its GPU work)") for h in headings), headings
     assert command == f"rl-insight profile analyze {H200} --step 7 -o step7.html"
+
+
+def _keys(value, found):
+    """Every key of the JSON, except those that are data (a collective's name in waiting_by_op)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            found.add(key)
+            if key != "waiting_by_op":
+                _keys(inner, found)
+    elif isinstance(value, list):
+        for inner in value:
+            _keys(inner, found)
+    return found
+
+
+def test_every_key_of_the_json_is_documented_and_every_documented_key_is_there(capsys, snapshot_step):
+    folder, _ = snapshot_step
+    for trace in H200.glob("*.json.gz"):
+        shutil.copy(trace, folder / "step3" / trace.name.replace("step7", "step3"))
+    keys = _keys(as_json(capsys, folder)[1], set())  # the H200 step and a snapshot
+    keys = _keys(as_json(capsys, HTA / "df_index_resolver.json.gz")[1], keys)  # [memory] events
+    docs = (Path(__file__).parents[2] / "docs" / "profile-analyze.md").read_text()
+    section = docs.split("### The JSON (`--json`)")[1].split("\n### ")[0]
+    documented = set(re.findall(r"`([a-z_]+)(?:\[\])?`", section)) - {"null", "gpu_user_annotation", "work"}
+    assert keys <= documented, keys - documented
+    assert documented <= keys, documented - keys
