@@ -367,3 +367,16 @@ def test_every_key_of_the_json_is_documented_and_every_documented_key_is_there(c
     documented = set(re.findall(r"`([a-z_]+)(?:\[\])?`", section)) - {"null", "gpu_user_annotation", "work"}
     assert keys <= documented, keys - documented
     assert documented <= keys, documented - keys
+
+
+def test_a_rank_whose_extra_time_is_its_host_is_judged_by_host_time_not_gpu_work(capsys):
+    """H200 old_log_prob: rank 1's phase is the longer, its GPU work is not (0.9x rank 0's): the
+    extra is its GPU waiting on its host, so it is judged, and its ratio taken, by host time."""
+    phases, found = as_json(capsys, H200)
+    (view,) = [p for p in found["phases"] if p["phase"] == "old_log_prob"]
+    mine, theirs = phases["old_log_prob"]["1"]["gpu"], phases["old_log_prob"]["0"]["gpu"]
+    assert view["slowest"]["rank"] == "1" and view["held"] and mine["busy_s"] < theirs["busy_s"]
+    assert view["judged_by"] == "host time"
+    assert view["ratio"] == pytest.approx(mine["host_s"] / theirs["host_s"], rel=1e-9) and view["ratio"] > 2
+    code, out, _ = analyze(capsys, H200)
+    assert "slowest rank 1: host time 3.29 ms, 3.3x the other ranks' median" in out
