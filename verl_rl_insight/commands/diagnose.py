@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from verl_rl_insight.commands import marks as run_marks
 from verl_rl_insight.commands.api import SubParsers, call, common_options, server
 from verl_rl_insight.commands.checks import CliError
+from verl_rl_insight.commands.incidents_text import print_incidents
 from verl_rl_insight.commands.run_file import RunFileError, read_run
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.watch.data import DataError, Prometheus
@@ -33,6 +34,7 @@ from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.server.health import detectors, moved, side_series
 from verl_rl_insight.server.health.defaults import HealthSettings
+from verl_rl_insight.server.health.incidents import incidents
 
 CANNOT = 2
 CHUNK_S = 2 * 3600  # raw samples are read in windows of this length, newest first
@@ -152,9 +154,8 @@ def run(args: argparse.Namespace) -> int:
     params = HealthSettings.from_wire(info.get("health") or {})  # a newer server's own settings: ignored
     marks = run_marks.fetch(base, token, args.project, args.experiment)  # rl-insight runs mark
     resets = run_marks.resets(marks)
-    findings = detectors.diagnose(
-        history, times, finished=finished, now=time.time(), params=params, resets=resets, validation_keys=keys
-    )
+    walk = detectors.walked(history, times, params=params, resets=resets, validation_keys=keys)
+    findings = walk.findings(finished, time.time())
     link = panel_link(
         info.get("grafana") if "grafana" in info.get("services", ()) else None, args.project, args.experiment
     )
@@ -167,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     history = with_side_series(prom, args, history, times)
     steps = (times[0][0], times[-1][0])
     found = profiled(base, token, args.project, args.experiment)
-    code = report(args, f"{args.project}/{args.experiment}", run_id, steps, findings, history, found)
+    code = report(args, f"{args.project}/{args.experiment}", run_id, steps, findings, history, found, walk.alerted)
     if not args.json:
         run_marks.print_marks(marks)
     return code
@@ -194,8 +195,9 @@ def from_file(args: argparse.Namespace) -> int:
             "file logger or `rl-insight runs export` writes them",
             code=CANNOT,
         )
-    findings = detectors.diagnose(history, times, finished=True, validation_keys=args.validation_key or ())
-    return report(args, str(path), {"file": str(path)}, (steps[0], steps[-1]), findings, history)
+    walk = detectors.walked(history, times, validation_keys=args.validation_key or ())
+    found = walk.findings()
+    return report(args, str(path), {"file": str(path)}, (steps[0], steps[-1]), found, history, alerted=walk.alerted)
 
 
 SLOW_SHOWN = 3  # the ranges whose time left the run's level furthest
@@ -283,16 +285,21 @@ def report(
     found: list[Any],
     history: dict[str, Any],
     profiles: dict[int, Profiled] | None = None,
+    alerted: set[str] | None = None,
 ) -> int:
-    """The findings within ``--steps``, ranked, as text or JSON; the exit code. The slow ranges
-    name the steps in them that were profiled, with the answer of their traces."""
+    """The findings within ``--steps``, ranked and grouped into incidents, as text or JSON; the exit
+    code. The slow ranges name the steps in them that were profiled, with the answer of their traces.
+    ``alerted``: the detectors whose alert the walk fired (one an incident)."""
     first, last = args.steps or (None, None)
     profiles = profiles or {}
     findings = [f for f in found if (first is None or f.last_step >= first) and (last is None or f.first_step <= last)]
+    grouped = incidents(findings, history)
     code = 1 if any(f.severity != "info" for f in findings) else 0
     slow = _slow(args, history)
     if args.json:
         out = {**run_id, "steps": list(steps), "findings": [f.as_json() for f in findings]}
+        out["incidents"] = [i.as_json() for i in grouped]
+        out["alerted"] = sorted(alerted or ())
         out["slow_steps"] = [
             {**moved.as_json(e, m), "profiled": [p._asdict() for p in _profiled_in(e, profiles)]}
             for e, m in moved.largest(slow, SLOW_SHOWN)
@@ -304,15 +311,7 @@ def report(
         print(f"{name} ({span_all}): no finding ({len(detectors.ALL)} detectors)")
         _print_slow(slow, profiles)
         return 0
-    print(f"{name} ({span_all}): {len(findings)} finding(s), the most severe first")
-    for f in findings:
-        d = detectors.BY_NAME[f.detector]
-        span = f"step {f.first_step}" if f.first_step == f.last_step else f"steps {f.first_step}-{f.last_step}"
-        print(f"\n{f.severity.upper():8}  {f.detector}  {span}  {f.metric}: {f.evidence}")
-        print(f"          {d.means}")
-        print(f"          look first: {d.look}")
-        print(f"          people usually: {d.usually}")
-        print(f"          panel: {f.panel}")
+    print_incidents(name, span_all, grouped)
     _print_slow(slow, profiles)
     return code
 

@@ -199,16 +199,20 @@ UNIONS = {  # the unions measured, by the kinds of device event in each
 }
 
 
-def gpu_time(device: Frozen, window: list[Span], waits: list[Span], scale: float, phase: str = "") -> GpuTime:
-    """The GPU's figures over ``window`` (disjoint, sorted, in trace units; ``scale`` seconds a
-    unit); ``waits``: the host's collectives and the NCCL kernels (disjoint, sorted)."""
-    origin = window[0][0] if window else 0.0
-    gap = ((window[-1][1] - origin) if window else 0.0) / LANE_PIECES
+class _Swept(NamedTuple):
+    unions: dict[str, float]  # the length of each of UNIONS
+    running: float  # the length of the union of every device event
+    lanes: dict[str, Lane]
+    sums: _Sums
+    idle: _Idle
+
+
+def _sweep(device: Frozen, window: list[Span], host_waiting: list[Span], gap: float, scale: float) -> _Swept:
+    """One pass over the window's device events, span by span, chunk by chunk."""
     unions = {name: Reach() for name in UNIONS}
     running = Reach()
     lanes = {name: Lane(gap) for name in ("compute", "memory", "communication")}
     sums, idle = _Sums(len(device.name_list)), _Idle(device, scale)
-    host_waiting = clip(waits, window)
     for low, high in window:
         for measured in (*unions.values(), running):
             measured.begin(low)
@@ -226,16 +230,25 @@ def gpu_time(device: Frozen, window: list[Span], waits: list[Span], scale: float
         if running.reach < high:  # the gap from the window's last device event to its end
             after = np.searchsorted(device.starts, high, side="left")
             idle.gaps(np.asarray([running.reach]), np.asarray([high]), np.asarray([after]), waits_here)
-    length_of = {name: measured.length for name, measured in unions.items()}
+    return _Swept({n: u.length for n, u in unions.items()}, running.length, lanes, sums, idle)
+
+
+def gpu_time(device: Frozen, window: list[Span], waits: list[Span], scale: float, phase: str = "") -> GpuTime:
+    """The GPU's figures over ``window`` (disjoint, sorted, in trace units; ``scale`` seconds a
+    unit); ``waits``: the host's collectives and the NCCL kernels (disjoint, sorted)."""
+    origin = window[0][0] if window else 0.0
+    gap = ((window[-1][1] - origin) if window else 0.0) / LANE_PIECES
+    host_waiting = clip(waits, window)
+    swept = _sweep(device, window, host_waiting, gap, scale)
+    length_of, sums, idle = swept.unions, swept.sums, swept.idle
     # communication not hidden by GPU work: NCCL kernels (all device time less GPU work), and the host
     # inside a collective while the GPU sat idle
-    waiting = running.length - length_of["busy"] + idle.in_collectives
+    waiting = swept.running - length_of["busy"] + idle.in_collectives
     peak = _memory_peak(device, window)
     annotated = device.annotations.get(phase)
-    waits_at = [((s - origin) * scale, (e - origin) * scale) for s, e in host_waiting]
 
-    def drawn(lane: Lane) -> list[Span]:
-        return [((s - origin) * scale, (e - origin) * scale) for s, e in lane.end()]
+    def drawn(spans: list[Span]) -> list[Span]:
+        return [((s - origin) * scale, (e - origin) * scale) for s, e in spans]
 
     return GpuTime(
         window_s=length(window) * scale,
@@ -257,7 +270,10 @@ def gpu_time(device: Frozen, window: list[Span], waits: list[Span], scale: float
         peak_reserved_bytes=peak[1] if peak else None,
         device_window_s=length(union(annotated)) * scale if annotated else None,
         lanes=Lanes(
-            drawn(lanes["compute"]), drawn(lanes["memory"]), drawn(lanes["communication"]), _thin(waits_at, gap * scale)
+            drawn(swept.lanes["compute"].end()),
+            drawn(swept.lanes["memory"].end()),
+            drawn(swept.lanes["communication"].end()),
+            _thin(drawn(host_waiting), gap * scale),
         ),
     )
 

@@ -14,6 +14,8 @@ from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.findings import Finding, shown
 from verl_rl_insight.server.explorer.keys import PREFIX, key_of, logged_names, panels, series_of
 from verl_rl_insight.server.explorer.sources import Sources
+from verl_rl_insight.server.health import detectors
+from verl_rl_insight.server.health.incidents import CLIP_SERIES, incidents
 
 IDLE_AFTER_S = 600.0  # no step for this long (and five median steps): idle, not running (`runs list`: 600 s)
 SPARK_POINTS = 100
@@ -68,10 +70,41 @@ def marks_of(marks: Marks, run: Run) -> list[dict[str, Json]]:
 
 
 def findings_of(sources: Sources, run: Run, marks: Marks) -> list[Finding]:
+    return _findings(sources, run, marks)[1]
+
+
+def _findings(sources: Sources, run: Run, marks: Marks) -> tuple[list[detectors.Finding], list[Finding]]:
+    """The run's findings, as the walk holds them and as the page shows them (each naming its key
+    as the trainer logged it)."""
     resets = sorted(int(str(m["step"])) for m in marks_of(marks, run) if m["reset_baseline"])
-    found = [shown(f) for f in sources.health.run_findings(run, resets)]
-    names = logged_names(sources.logged(run))  # each finding names its key as the trainer logged it
-    return [{**f, "key": names[str(f["key"])]} if str(f["key"]) in names else f for f in found]
+    walked = sources.health.run_findings(run, resets)
+    names = logged_names(sources.logged(run))
+    found = [shown(f) for f in walked]
+    return walked, [{**f, "key": names[str(f["key"])]} if str(f["key"]) in names else f for f in found]
+
+
+def incidents_of(sources: Sources, run: Run, walked: list[detectors.Finding]) -> list[Answer]:
+    """The run's findings grouped into incidents (``health/incidents.py``), each naming its findings
+    by their place in the answer's ``findings``."""
+    history = sources.history(run)
+    clip = {CLIP_SERIES: history.series(CLIP_SERIES)} if history is not None and CLIP_SERIES in history.columns else {}
+    place = {id(f): i for i, f in enumerate(walked)}
+    return [
+        {
+            **{k: v for k, v in incident.as_json().items() if k != "findings"},
+            "chain": [
+                {
+                    "signal": link.signal,
+                    "detector": link.detector,
+                    "first_step": link.first_step,
+                    "severity": link.severity,
+                }
+                for link in incident.chain
+            ],
+            "findings": [place[id(f)] for f in incident.findings],
+        }
+        for incident in incidents(walked, clip)
+    ]
 
 
 def _summary(sources: Sources, run: Run, hub: HubRun, now: float) -> Answer:
@@ -173,6 +206,7 @@ def run_answer(
             card = None
     others = {r for r in ages} | set(sources.histories.runs())
     diff = card_diff(cards, (run[0], diff_from), run) if card_ok and diff_from else None
+    walked, shown_findings = _findings(sources, run, marks)
     return {
         "project": run[0],
         "experiment": run[1],
@@ -180,7 +214,8 @@ def run_answer(
         "step": row["step"],
         "keys": keys,
         "panels": panels(keys, sources.params),
-        "findings": findings_of(sources, run, marks),
+        "findings": shown_findings,
+        "incidents": incidents_of(sources, run, walked),
         "marks": marks_of(marks, run),
         "others": sorted(e for p, e in others if p == run[0] and e != run[1]),
         "card": card,

@@ -32,6 +32,7 @@ class Check:
     mild: bool = False  # this step is only worth knowing (a streak of mostly mild steps is information)
     severity: str | None = None  # this step's own severity where it is not the detector's (a slow trend)
     sustained: bool = False  # the check already covers many steps (a trend): a finding from this step alone
+    signals: tuple[str, ...] = ()  # what moved, where the test reads several signals (joint_break), first first
 
 
 Test = Callable[[Series, Extra, Params], "Check | None"]

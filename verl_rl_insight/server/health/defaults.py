@@ -80,11 +80,22 @@ class HealthSettings:
     trend_throughput_fall: float = 0.18  # healthy public runs: at most 14 %
     trend_throughput_mads: float = 3.0  # throughput's trend_mads ...
     trend_throughput_z: float = 2.6  # ... and trend_z
+    # joint_break (leading.py): two leading signals broke together, the score not rising; judged on the public
+    # runs in tests/data/real_runs (found 3-7 steps after the onset of the three tool-call collapses, no healthy run)
+    leading_mads: float = 2.2  # each beyond this many times the noise of the difference ...
+    leading_turns_share: float = 0.2  # ... tool calls (num_turns - 2) a fifth below their level
+    leading_length_share: float = 0.1  # ... response length a tenth above or below
+    leading_entropy_share: float = 0.25  # ... entropy a quarter above or below
+    leading_kl_share: float = 1.0  # ... the KL twice its level
+    leading_score_fall: float = 0.05  # critical where the score fell this share of its level, beyond the noise
     validation_collapse: float = 0.9  # a validation this share below the one before: critical from 2 points
     validation_window: int = 20  # validations whose changes are the validation set's noise
     validation_drop: float = 0.08  # a validation score this share below its level (validation.py) ...
     validation_blind_drop: float = 0.25  # ... this share where its noise is not known yet (3-4 validations)
     validation_mads: float = 2.5  # ... and this many times the noise of the newest validations' median
+    validation_decline_points: int = 3  # this many validations in a row each worse than the last, by validation_drop
+    validation_single_mads: float = 10.0  # one validation alone below its level: a warning beyond this many noises
+    # (the GPG run, healthy, has one at 6.9: 0.389 among 0.5s at step 115, back at 0.51 the next)
     divergence_steps: int = 100  # validation down from its best of this many steps, the training score up ...
     divergence_mads: float = 3.0  # ... each beyond this many times its noise
     divergence_share: float = 0.1  # ... validation down by this share of its level

@@ -15,25 +15,21 @@ the value against the run's own baseline. Baselines start again at a reset step 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from verl_rl_insight.server.health.checks import Check
 from verl_rl_insight.server.health.defaults import DEFAULTS, HealthSettings
+from verl_rl_insight.server.health.incidents import alerting
 from verl_rl_insight.server.health.modes import (
     ALL,
     BY_NAME,
     DETECTORS,
-    ENTROPY,
     KEEP,
     NON_FINITE,
-    NON_FINITE_KEYS,
     PREFIX,
-    SCORE,
     SEVERITIES,
     STALL,
-    STEP_TIME_KEYS,
     VALIDATION,
     VALIDATION_KEYS,
     Detector,
@@ -44,8 +40,10 @@ from verl_rl_insight.server.health.modes import (
     series_name,
     verl_key,
 )
-from verl_rl_insight.server.health.signals import Series, fmt, trim
+from verl_rl_insight.server.health.signals import Series, trim
+from verl_rl_insight.server.health.step_times import StepTimes
 from verl_rl_insight.server.health.validation import lower_is_better
+from verl_rl_insight.server.health.verl_keys import ENTROPY, NON_FINITE_KEYS, SCORE, STEP_TIME_KEYS
 
 __all__ = [  # the modes are defined in modes.py, their settings in defaults.py; imported from here too
     "ALL",
@@ -77,6 +75,7 @@ __all__ = [  # the modes are defined in modes.py, their settings in defaults.py;
     "series_name",
     "steps_of",
     "verl_key",
+    "walked",
 ]
 
 
@@ -190,86 +189,10 @@ class Streak:
                     first.baseline,
                     self.detector.panel,
                     found_at=step,
+                    signals=first.signals,
                 )
             )
         self.active = True
-
-
-class StepTimes:
-    """How long each step took (``timing_s/step``, else the time between two steps) against the
-    run's own median: a step of ``stall_ratio`` x the median, and at least ``stall_s``, is a stall."""
-
-    def __init__(self, params: HealthSettings, keep: int = KEEP) -> None:
-        self.params, self.keep = params, keep
-        self.durations: list[tuple[int, float]] = []
-        self.last: tuple[int, float] | None = None  # (step, time) of the newest step with a time
-        self.findings: Findings = []
-        self.resets: list[int] = []
-
-    def limit(self) -> float | None:
-        """The longest a step may take now; None before the run has a step time."""
-        if not self.durations:
-            return None
-        window = [d for _, d in self.durations[-self.params.window :]]
-        return max(self.params.stall_ratio * statistics.median(window), self.params.stall_s)
-
-    def median(self) -> float | None:
-        window = [d for _, d in self.durations[-self.params.window :]]
-        return statistics.median(window) if window else None
-
-    def add(self, step: int, metrics: Mapping[str, float], at: float | None) -> float | None:
-        """The step's duration, where known."""
-        if self.last is not None and step <= self.last[0]:
-            return None
-        duration = next(
-            (x for k in STEP_TIME_KEYS if (x := metrics.get(series_name(k))) is not None and math.isfinite(x)), None
-        )
-        if duration is None and at is not None and self.last is not None:
-            duration = at - self.last[1]
-        done = [r for r in self.resets if r <= step]
-        trim(self.durations, self.keep, done[-1] if done else None)
-        if at is not None:
-            self.last = (step, at)
-        if duration is None or duration < 0:
-            return None
-        limit = self.limit()
-        if limit is not None and duration > limit:
-            self.findings.append(
-                Finding(
-                    "stall",
-                    "warning",  # it completed: the run carries on (critical is a step that never comes)
-                    step,
-                    step,
-                    "step time",
-                    f"step {step} took {duration:.0f} s, {duration / (self.median() or 1):.1f}x the run's median "
-                    f"step ({fmt(self.median())} s; a stall is over {limit:.0f} s)",
-                    duration,
-                    self.median(),
-                    STALL.panel,
-                    found_at=step,
-                )
-            )
-        self.durations.append((step, duration))
-        return duration
-
-    def open_gap(self, now: float) -> Finding | None:
-        """A run not finished whose last step is longer ago than its limit."""
-        limit = self.limit()
-        if limit is None or self.last is None or now - self.last[1] <= limit:
-            return None
-        step, at = self.last
-        return Finding(
-            "stall",
-            "critical",
-            step,
-            step,
-            "step time",
-            f"no step for {now - at:.0f} s after step {step} (the run's median step: {fmt(self.median())} s)",
-            now - at,
-            self.median(),
-            STALL.panel,
-            found_at=step,
-        )
 
 
 @dataclass
@@ -294,6 +217,7 @@ class RunHealth:
         self.streaks = [Streak(d, params, keep, validation_keys, self.seen) for d in DETECTORS]
         self.non_finite: Findings = []
         self.times = StepTimes(params, keep)
+        self.alerted: set[str] = set()  # the detectors whose alert some step fired (one an incident)
 
     def reset_baseline(self, step: int) -> None:
         """Every detector's baseline starts again at ``step``: the steps before it are not baseline
@@ -323,12 +247,30 @@ class RunHealth:
             if check is not None:
                 name, metric = streak.detector.name, verl_key(streak.metric or "")
                 said.append(Said(name, metric, streak.alerts(), check.value, check.baseline))
+        self._one_alert_an_incident(said)
+        self.alerted.update(s.detector for s in said if s.finding)
         if not self.seen.issuperset(metrics):  # after every streak looked at the step's names as new
             self.seen.update(metrics)
         duration = self.times.add(step, metrics, at)
         if duration is not None:
             said.append(Said("stall", "step time", False, duration, self.times.median()))
         return said
+
+    def _one_alert_an_incident(self, said: list[Said]) -> None:
+        """The parts of an open incident alert once: its first found part's alert stands for it while
+        it is open (and a part more severe than those before it alerts too), the others go quiet."""
+        going_on = [s.findings[-1] for s in self.streaks if s.alerts()]
+        if not going_on:
+            return
+        carrying = alerting(self.findings(), going_on)
+        if len(carrying.carriers) + len(carrying.quiet) < 2:
+            return
+        for s in said:
+            s.finding = (s.finding and s.detector not in carrying.quiet) or s.detector in carrying.carriers
+        spoken = {s.detector for s in said}
+        for streak in self.streaks:  # a carrier whose own signal said nothing of this step still carries it
+            if streak.detector.name in carrying.carriers - spoken:
+                said.append(Said(streak.detector.name, verl_key(streak.metric or ""), True, None, None))
 
     def findings(self, finished: bool = True, now: float = 0.0) -> Findings:
         found = [*self.non_finite, *(f for s in self.streaks for f in s.findings), *self.times.findings]
@@ -352,6 +294,26 @@ def steps_of(history: Mapping[str, Series]) -> list[tuple[int, dict[str, float]]
     return sorted(by_step.items())
 
 
+def walked(
+    history: Mapping[str, Series],
+    step_times: Series = (),
+    params: HealthSettings | None = None,
+    resets: Sequence[int] = (),
+    validation_keys: Sequence[str] = (),
+) -> RunHealth:
+    """The walk of a run's history ({series name: [(step, value)]}, values may be NaN): every step
+    fed in order, as the server feeds them. ``step_times``: (step, time it was logged); ``resets``:
+    steps at which every detector's baseline starts again."""
+    walk = RunHealth(params or DEFAULTS, validation_keys=validation_keys)
+    for step in resets:
+        walk.reset_baseline(step)
+    at: dict[int, float] = dict(step_times)
+    steps = dict(steps_of(history))
+    for step in sorted(set(steps) | set(at)):  # a step with a time and no scalar here still has a time
+        walk.add(step, steps.get(step, {}), at.get(step))
+    return walk
+
+
 def diagnose(
     history: Mapping[str, Series],
     step_times: Series = (),
@@ -361,14 +323,5 @@ def diagnose(
     resets: Sequence[int] = (),
     validation_keys: Sequence[str] = (),
 ) -> Findings:
-    """Every finding in a run's history ({series name: [(step, value)]}, values may be NaN), the
-    most severe first. ``step_times``: (step, time it was logged); ``resets``: steps at which every
-    detector's baseline starts again."""
-    walk = RunHealth(params or DEFAULTS, validation_keys=validation_keys)
-    for step in resets:
-        walk.reset_baseline(step)
-    at: dict[int, float] = dict(step_times)
-    steps = dict(steps_of(history))
-    for step in sorted(set(steps) | set(at)):  # a step with a time and no scalar here still has a time
-        walk.add(step, steps.get(step, {}), at.get(step))
-    return walk.findings(finished, now)
+    """Every finding in a run's history, the most severe first (``walked``)."""
+    return walked(history, step_times, params, resets, validation_keys).findings(finished, now)

@@ -10,9 +10,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
-from verl_rl_insight.server.health import checks, trends, validation
+from verl_rl_insight.server.health import checks, leading, trends, validation
 from verl_rl_insight.server.health.checks import Params, Rise, Test
 from verl_rl_insight.server.health.trends import any_of, trend
+from verl_rl_insight.server.health.verl_keys import (
+    ENTROPY,
+    GROUP_KEYS,
+    NON_FINITE_KEYS,
+    SCORE,
+    SIGNAL_KEYS,
+    STEP_TIME_KEYS,
+    ZERO_VARIANCE,
+)
 
 PREFIX = METRIC_PREFIX  # the trainer scalars' series (plugin trainer_metrics' default prefix)
 VALIDATION_KEYS = validation.FAMILIES  # verl's, then older verl's and agents' validation keys (families)
@@ -58,36 +67,27 @@ class Finding:
     baseline: float | None = None
     panel: str = ""
     found_at: int | None = None  # the step at which the detector could first say so (online: when it did)
+    signals: tuple[str, ...] = ()  # what moved, where the detector reads several signals (joint_break)
 
     def as_json(self) -> dict[str, JsonValue]:
         return asdict(self)
 
 
-SCORE = ("critic/score/mean", "critic/rewards/mean")
-ENTROPY = ("actor/entropy", "actor/entropy_loss")  # older verl logs the mean entropy as entropy_loss
-SIGNAL_KEYS = (
-    "critic/advantages/max",
-    "critic/advantages/min",
-    "actor/grad_norm",
-    "actor/pg_loss",  # with grad_norm: absent from a step that logs the rest, verl skipped the update
-    "critic/score/max",
-    "critic/score/min",
-    "critic/rewards/max",
-    "critic/rewards/min",
-)
-ZERO_VARIANCE = "rl_insight/group/zero_variance_share"  # plugin group_stats
-GROUP_KEYS = (
-    ZERO_VARIANCE,
-    "rl_insight/group/solve_all_share",
-    "rl_insight/group/solve_none_share",
-    "rl_insight/group/reward_std/mean",
-    "critic/score/max",
-    "critic/score/min",
-    "critic/vf_loss",  # a critic: PPO's advantages do not come from groups
-)
-STEP_TIME_KEYS = ("timing_s/step", "timing/step", "perf/time_per_step")
-
 DETECTORS: tuple[Detector, ...] = (
+    Detector(
+        "joint_break",
+        SCORE,
+        "warning",
+        2,
+        leading.joint_break,
+        "several of a collapse's leading signals broke together while the score did not rise: the agent "
+        "stops calling its tools, responses grow or shrink, entropy moves, more responses are cut, the KL climbs",
+        "the signals it names next to the score, the samples of the newest steps (tool calls, length, repetition)",
+        "check the tool environment and the reward of tool use (a bonus or penalty for calls), the KL term's "
+        "weight, the learning rate; for responses cut at the limit, max_response_length; resume from before it began",
+        "Training: what to check first",
+        extra=leading.KEYS,
+    ),
     Detector(
         "no_learning_signal",
         SCORE,
@@ -322,19 +322,6 @@ DETECTORS: tuple[Detector, ...] = (
     ),
 )
 
-NON_FINITE_KEYS = (
-    "actor/pg_loss",
-    "actor/grad_norm",
-    "actor/entropy",
-    "actor/entropy_loss",
-    "actor/ppo_kl",
-    "actor/kl_loss",
-    "critic/vf_loss",
-    "critic/grad_norm",
-    "critic/score/mean",
-    "critic/rewards/mean",
-    "critic/advantages/mean",
-)
 NON_FINITE = Detector(
     "non_finite",
     NON_FINITE_KEYS,

@@ -131,10 +131,60 @@ def validation_drop(series: Series, extra: Extra, p: Params) -> Check | None:
     evidence = (
         f"{said} {fmt(now)} of the validations at steps {', '.join(str(s) for s, _ in recent)} (step {step}: "
         f"{fmt(x)}) against the median {fmt(level)} of those at steps {', '.join(str(s) for s, _ in level_points)}: "
-        f"{-sign * drop:+.4g}, {drop / max(spread, 1e-12):.1f}x the noise of that difference (+-{fmt(spread)}"
+        f"{-sign * drop:+.4g}, {_noises(drop, spread)} the noise of that difference (+-{fmt(spread)}"
         f"{f', binomial of {bound} questions' if bound else ''})"
     )
-    return Check(flagged, x, level, evidence if flagged else "")
+    if flagged:
+        # the noise not known yet (too few validations before): worth knowing, not yet a warning
+        return Check(True, x, level, evidence + ("; the validation noise is not known yet" if spread <= 0 else ""),
+                     mild=spread <= 0)  # fmt: skip
+    return _decline(points, one, sign, p) or _one_low(points, level, one, sign, p) or Check(False, x, level)
+
+
+def _noises(drop: float, spread: float) -> str:
+    return f"{drop / spread:.1f}x" if spread > 0 else "(noise not known yet)"
+
+
+def _decline(points: Series, one: float, sign: float, p: Params) -> Check | None:
+    """A steady decline: each of the newest ``validation_decline_points`` validations worse than the
+    one before, by ``validation_mads`` x the noise of a difference of two validations in all: a
+    warning at the third."""
+    n = p.validation_decline_points
+    if one <= 0 or len(points) < n + 2:
+        return None
+    run = points[-n - 1 :]
+    steps_down = all(sign * (b - a) < 0 for (_, a), (_, b) in zip(run, run[1:]))
+    (start_step, start), (_, x) = run[0], run[-1]
+    fall = sign * (start - x)
+    enough = max(p.validation_mads * one * math.sqrt(2), p.validation_drop * abs(start), 0.01)
+    if not steps_down or fall <= enough:
+        return None
+    said = ", ".join(f"{fmt(v)} ({s})" for s, v in run)
+    noises = fall / (one * math.sqrt(2))
+    evidence = (
+        f"{n} validations in a row each worse than the one before: {said}; {-sign * fall:+.4g} from step "
+        f"{start_step}, {noises:.1f}x the noise of a difference of two validations (+-{fmt(one)} one)"
+    )
+    return Check(True, x, start, evidence)
+
+
+def _one_low(points: Series, level: float, one: float, sign: float, p: Params) -> Check | None:
+    """The newest validation alone below its level (the ones before it are not): worth knowing, a
+    warning only beyond ``validation_single_mads`` x one validation's noise."""
+    if one <= 0 or len(points) < 4:
+        return None
+    (_, prev), (step, x) = points[-2], points[-1]
+    drop = sign * (level - x)
+    prev_low = sign * (level - prev) > p.validation_mads * one  # then it is not one point alone
+    if prev_low or drop <= max(p.validation_mads * one, p.validation_drop * abs(level), 0.01):
+        return None
+    mild = drop < p.validation_single_mads * one
+    evidence = (
+        f"step {step}: {fmt(x)}, one validation below the level {fmt(level)}: {-sign * drop:+.4g}, "
+        f"{drop / one:.1f}x one validation's noise (+-{fmt(one)})"
+        + ("; one point: worth knowing, not a warning" if mild else "")
+    )
+    return Check(True, x, level, evidence, mild=mild)
 
 
 def train_val_divergence(series: Series, extra: Extra, p: Params) -> Check | None:

@@ -9,7 +9,8 @@
   const MAX_KEYS = 64; // keys per /curves request (the API's limit)
   const COLORS = ["#2f6fca", "#e0592a", "#2e9d5b", "#8e44ad", "#c0392b", "#16a2b8", "#b8860b", "#555"];
   const SEVERITY = { critical: "rgba(198,40,40,0.16)", warning: "rgba(224,138,0,0.16)", info: "rgba(47,111,202,0.12)" };
-  const page = (window.RL_INSIGHT_PAGE = { view: null, ready: false, curves: {}, bands: [], marks: [], step: null, panels: {} });
+  const INCIDENT = { critical: "rgba(198,40,40,0.85)", warning: "rgba(224,138,0,0.85)", info: "rgba(47,111,202,0.6)" };
+  const page = (window.RL_INSIGHT_PAGE = { view: null, ready: false, curves: {}, bands: [], marks: [], incidents: [], step: null, panels: {} });
 
   // -- small helpers -----------------------------------------------------------------------
   function el(tag, attrs, ...children) {
@@ -242,7 +243,7 @@
       return state / weight; // debiased, as TensorBoard's
     });
   }
-  function bandsPlugin(bands, marks) {
+  function bandsPlugin(bands, marks, incidents) {
     return {
       hooks: {
         drawClear: [
@@ -253,6 +254,12 @@
               const x0 = u.valToPos(band.first_step - 0.5, "x", true), x1 = u.valToPos(band.last_step + 0.5, "x", true);
               ctx.fillStyle = SEVERITY[band.severity] || SEVERITY.info;
               ctx.fillRect(Math.min(x0, x1), top, Math.max(Math.abs(x1 - x0), 2), height);
+            }
+            // an incident: a strip along the top of every panel, over all the steps of its findings
+            for (const incident of incidents || []) {
+              const x0 = u.valToPos(incident.first_step - 0.5, "x", true), x1 = u.valToPos(incident.last_step + 0.5, "x", true);
+              ctx.fillStyle = INCIDENT[incident.severity] || INCIDENT.info;
+              ctx.fillRect(Math.min(x0, x1), top, Math.max(Math.abs(x1 - x0), 2), Math.round(6 * devicePixelRatio));
             }
             ctx.restore();
           },
@@ -376,7 +383,7 @@
         width, height: 200, series, legend: { show: false },
         scales: { x: { time: false }, y: tops.length ? { range: (u, lo, hi) => { const top = Math.max(hi ?? 0, ...tops) * 1.15; info.yrange = [Math.min(lo ?? 0, 0), top]; return info.yrange; } } : {} },
         axes: [{ incrs: STEP_INCRS, values: (u, splits) => ((info.xticks = splits), splits.map((s) => String(s))) }, { size: 60, values: (u, splits) => yTicks(splits) }],
-        plugins: [bandsPlugin(bands, ctx.marks), thresholdsPlugin(lines)],
+        plugins: [bandsPlugin(bands, ctx.marks, ctx.incidents), thresholdsPlugin(lines)],
         cursor: { y: false, drag: { x: true, y: false }, sync: { key: ctx.syncKey, setSeries: false }, points: { size: 6 } },
         hooks: { setCursor: [(u) => showValues(u, readout, drawn)] },
       };
@@ -425,6 +432,18 @@
       const step = chart.data[0][idx];
       location.href = stepHref(ctx.project, ctx.experiment, step);
     });
+  }
+  // findings of one cause: the headline, the signals in the order they moved, one recommendation, its parts
+  function incidentCard(incident, findings, project, experiment) {
+    const chain = (incident.chain || []).map((link) => `${link.signal} (${link.first_step})`).join(" → ");
+    const parts = (incident.findings || []).map((i) => findings[i]).filter(Boolean);
+    return el("article", { class: `finding incident ${incident.severity}`, "data-testid": "incident", "data-kind": incident.kind },
+      el("h3", {}, el("span", { class: `badge ${incident.severity}`, text: incident.severity }), incident.headline),
+      el("div", {}, "steps ", el("a", { href: stepHref(project, experiment, incident.first_step), text: incident.first_step }),
+        incident.last_step !== incident.first_step ? ["–", el("a", { href: stepHref(project, experiment, incident.last_step), text: incident.last_step })] : null),
+      parts.length > 1 ? el("p", { "data-testid": "incident-chain" }, "in the order it moved: ", chain) : null,
+      el("p", { "data-testid": "incident-recommendation" }, el("strong", { text: "recommendation: " }), incident.recommendation),
+      el("p", { class: "muted", text: `its findings: ${parts.map((f) => f.title).join(", ")}` }));
   }
   function findingCard(f, project, experiment) {
     const evidence = Object.entries(f.evidence || {});
@@ -506,7 +525,9 @@
     ]);
     page.dataAt = performance.now(); // the answers are in: from here on it is the page's own drawing
     const alpha = Math.min(Math.max(+(params.get("smooth") || 0), 0), 0.99);
-    const ctx = { project, experiment, curves, compared, alpha, findings, marks: run.marks || [], pending: [], charts: [], byPanel: {}, byTitle: {}, syncKey: `run-${Math.random()}` };
+    const incidents = run.incidents || [];
+    page.incidents = incidents.map((i) => ({ kind: i.kind, severity: i.severity, first_step: i.first_step, last_step: i.last_step, chain: (i.chain || []).map((l) => l.signal) }));
+    const ctx = { project, experiment, curves, compared, alpha, findings, incidents: incidents.filter((i) => i.severity !== "info"), marks: run.marks || [], pending: [], charts: [], byPanel: {}, byTitle: {}, syncKey: `run-${Math.random()}` };
     // where on the screen panel i draws step n (what a click there opens): for people's scripts and the tests
     page.pointAt = (i, n) => {
       const chart = ctx.byPanel[i], box = chart.over.getBoundingClientRect();
@@ -556,6 +577,8 @@
         el("span", { class: "muted", text: "click a point to open its step; drag to zoom, double-click to reset" })),
       runLegend(ctx),
       grid,
+      el("h2", { text: `Incidents (${incidents.length})` }),
+      incidents.length ? incidents.map((i) => incidentCard(i, findings, project, experiment)) : el("p", { class: "muted", text: "No incident: the detectors saw nothing wrong." }),
       el("h2", { text: `Findings (${findings.length})` }),
       findings.length ? findings.map((f) => findingCard(f, project, experiment)) : el("p", { class: "muted", text: "No finding: the detectors saw nothing wrong." }),
       (run.marks || []).length ? [el("h2", { text: "Marks" }), el("ul", {}, run.marks.map((m) => el("li", {}, el("a", { href: stepHref(project, experiment, m.step), text: `step ${m.step}` }), ` ${m.text}${m.reset_baseline ? " (baseline reset)" : ""}`)))] : null,
