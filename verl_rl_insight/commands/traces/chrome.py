@@ -1,5 +1,5 @@
 """Chrome-trace files (torch profiler ``*.json.gz`` / ``*.pt.trace.json``, Ascend MSTX
-``trace_view.json``), read as a stream with ijson: one event in memory at a time, so a trace of
+``trace_view.json``), read as a stream (``json_stream.py``): one event in memory at a time, so a trace of
 hundreds of megabytes costs what its phase ranges and collectives take, not its size."""
 
 from __future__ import annotations
@@ -7,27 +7,30 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import zlib
 from collections.abc import Iterator
+from math import isfinite
 from pathlib import Path
 from typing import NamedTuple
-
-import ijson
 
 from verl_rl_insight.commands.traces import phases as names
 from verl_rl_insight.commands.traces.gpu_events import DeviceEvents
 from verl_rl_insight.commands.traces.gpu_time import whole_trace
 from verl_rl_insight.commands.traces.intervals import Span, union
+from verl_rl_insight.commands.traces.json_stream import Truncated, read_events
 from verl_rl_insight.commands.traces.kernels import COMMUNICATION, DEVICE_CATEGORIES, collective_of_kernel, kind_of
 from verl_rl_insight.commands.traces.summary import BadTrace, FileSummary, TraceOrigin, phase_times, window
 
 US = 1e-6  # chrome traces count microseconds
 ANNOTATION_CATS = (None, "user_annotation", "python_function")
-HEADER_KEYS = ("distributedInfo", "deviceProperties", "baseTimeNanoseconds")
+MAX_NAME = 1024  # characters of a name the reader keeps (a kernel's template soup is shorter)
+SEEN_NAMES = 1 << 14  # names whose meaning the reader remembers: past them it works each out again
+MAX_RANKS = 2**31
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")  # the host's launches: cudaLaunchKernel, cuLaunchKernelEx, ...
 # MSTX's overlap analysis: the device's communication that no computation hid, i.e. waiting
 ASCEND_WAIT = "Communication(Not Overlapped)"
-READ_ERRORS = (OSError, EOFError, zlib.error, ijson.JSONError, ValueError, UnicodeDecodeError)
+READ_ERRORS = (OSError, EOFError, zlib.error, ValueError, UnicodeDecodeError)
 
 
 def _open(path: Path) -> io.BufferedIOBase:
@@ -36,72 +39,53 @@ def _open(path: Path) -> io.BufferedIOBase:
     return path.open("rb")
 
 
-def _header(path: Path) -> tuple[dict[str, object], bool]:
-    """The keys before ``traceEvents`` (``distributedInfo``, ``deviceProperties``,
-    ``baseTimeNanoseconds``) and whether the file is a bare list of events (MSTX). Stops at the
-    events: the header is read, not the trace."""
-    with _open(path) as stream:
-        parser = ijson.parse(stream, use_float=True)
-        header: dict[str, object] = {}
-        builder: ijson.ObjectBuilder | None = None
-        key = ""
-        for prefix, event, value in parser:
-            if prefix == "" and event == "start_array":
-                return header, True
-            if prefix == "" and event == "map_key":
-                key = str(value)
-                if key == "traceEvents":
-                    return header, False
-                continue
-            if prefix == key and key in HEADER_KEYS and builder is None:
-                if event in ("start_map", "start_array"):
-                    builder = ijson.ObjectBuilder()
-                elif event == "number":
-                    header[key] = value
-            if builder is not None:
-                builder.event(event, value)
-                if prefix == key and event in ("end_map", "end_array"):
-                    header[key] = builder.value
-                    builder = None
-    return header, False
-
-
 def _origin(header: dict[str, object], first: float, last: float) -> TraceOrigin:
     info = header.get("distributedInfo")
     info = info if isinstance(info, dict) else {}
-    world, backend = info.get("world_size"), info.get("backend")
+    world, backend = _whole(info.get("world_size"), MAX_RANKS), info.get("backend")
     devices = header.get("deviceProperties")
     device = devices[0].get("name") if isinstance(devices, list) and devices and isinstance(devices[0], dict) else None
-    base = header.get("baseTimeNanoseconds")
-    if isinstance(base, (int, float)) and first <= last:
+    base = _number(header.get("baseTimeNanoseconds"))
+    if base is not None and 0 <= base < 1e20 and first <= last:
         wall: tuple[float, float] | None = (base / 1e9 + first * US, base / 1e9 + last * US)
     elif first > 1e15 and first <= last:  # microseconds since 1970 already (older kineto, MSTX)
         wall = (first * US, last * US)
     else:
         wall = None
     return TraceOrigin(
-        int(world) if isinstance(world, (int, float)) else None,
-        backend if isinstance(backend, str) else None,
+        world,
+        backend[:64] if isinstance(backend, str) else None,
         device if isinstance(device, str) else None,
         wall[0] if wall else None,
         wall[1] if wall else None,
     )
 
 
-def _events(path: Path, bare_list: bool) -> Iterator[dict[str, object]]:
+def _events(path: Path, header: dict[str, object]) -> Iterator[object]:
     with _open(path) as stream:
-        yield from ijson.items(stream, "item" if bare_list else "traceEvents.item", use_float=True)
+        yield from read_events(stream, header)
 
 
 def _number(value: object) -> float | None:
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):  # MSTX writes ts as a string
+    """A finite number, or None (a string of one: MSTX writes ts as a string; "nan" and "inf" are none)."""
+    if isinstance(value, str):
         try:
-            return float(value)
+            value = float(value)
         except ValueError:
             return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            found = float(value)
+        except OverflowError:  # an integer past a float
+            return None
+        return found if math.isfinite(found) else None
     return None
+
+
+def _whole(value: object, high: float) -> int | None:
+    """A whole number in [0, high), or None."""
+    found = _number(value)
+    return int(found) if found is not None and found.is_integer() and 0 <= found < high else None
 
 
 DEVICE, LAUNCH, ON_DEVICE, PHASE, STEP, COLLECTIVE, OTHER = range(7)
@@ -116,6 +100,8 @@ class _Seen(NamedTuple):
 
 
 def _what(category: object, name: str) -> _Seen:
+    if len(name) > MAX_NAME and category not in DEVICE_CATEGORIES:  # no phase or collective is named so
+        return _Seen(OTHER)
     if isinstance(category, str) and category in DEVICE_CATEGORIES:
         kind = kind_of(category, name)
         return _Seen(DEVICE, kind) if kind is not None else _Seen(OTHER)
@@ -164,8 +150,8 @@ class _Collected:
                 self._instant(event)
             return
         raw_ts, raw_dur = event.get("ts"), event.get("dur")
-        stamp = raw_ts if isinstance(raw_ts, float) else _number(raw_ts)
-        dur = raw_dur if isinstance(raw_dur, float) else _number(raw_dur)
+        stamp = raw_ts if isinstance(raw_ts, float) and isfinite(raw_ts) else _number(raw_ts)
+        dur = raw_dur if isinstance(raw_dur, float) and isfinite(raw_dur) else _number(raw_dur)
         if stamp is None or dur is None or dur < 0:
             return
         start = self._since(stamp)
@@ -175,11 +161,13 @@ class _Collected:
         if end > self.last:
             self.last = end
         name, category = event.get("name"), event.get("cat")
-        if not isinstance(name, str):
+        if not isinstance(name, str) or not (category is None or isinstance(category, str)):
             return
         seen = self._seen.get((category, name))
         if seen is None:
-            seen = self._seen[(category, name)] = _what(category, name)
+            seen = _what(category, name)
+            if len(self._seen) < SEEN_NAMES and len(name) <= MAX_NAME:  # a trace of distinct names costs no memory
+                self._seen[(category, name)] = seen
         action = seen.action
         if action == OTHER:
             return
@@ -206,27 +194,34 @@ class _Collected:
         args = event.get("args")
         if not isinstance(args, dict) or args.get("Device Type") in (0, None):  # 0: the host's memory
             return
-        ts, allocated = _number(event.get("ts")), _number(args.get("Total Allocated"))
+        ts, allocated, reserved = event.get("ts"), args.get("Total Allocated"), args.get("Total Reserved")
+        if not (isinstance(ts, float) and isfinite(ts)):  # the fast path: kineto writes a float stamp, integer bytes
+            ts = _number(ts)
+        if not isinstance(allocated, int) or isinstance(allocated, bool) or abs(allocated) > 2**62:
+            allocated = _number(allocated)
+        if not isinstance(reserved, int) or isinstance(reserved, bool) or abs(reserved) > 2**62:
+            reserved = _number(reserved)
         if ts is not None and allocated is not None:
-            self.device.memory(self._since(ts), allocated, _number(args.get("Total Reserved")) or 0.0)
+            self.device.memory(self._since(ts), allocated, reserved if reserved is not None else 0.0)
 
 
 def _correlation(event: dict[str, object]) -> int | None:
     args = event.get("args")
-    found = args.get("correlation") if isinstance(args, dict) else None
-    return int(found) if isinstance(found, (int, float)) else None
+    return _whole(args.get("correlation"), 2**62) if isinstance(args, dict) else None
 
 
-def _rank(path: Path, header: dict[str, object], bare_list: bool) -> int | None:
+def _rank(path: Path, header: dict[str, object], mstx: bool) -> int | None:
     info = header.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), (int, float)):
-        return int(info["rank"])
-    if bare_list:  # MSTX: profiler_info_<rank>.json beside ASCEND_PROFILER_OUTPUT/
+    if isinstance(info, dict) and _whole(info.get("rank"), MAX_RANKS) is not None:
+        return _whole(info.get("rank"), MAX_RANKS)
+    if mstx:  # MSTX: profiler_info_<rank>.json beside ASCEND_PROFILER_OUTPUT/
         for found in sorted(path.parent.parent.glob("profiler_info*.json")):
             try:
-                return int(json.loads(found.read_text())["rank_id"])
-            except (OSError, ValueError, KeyError, TypeError):
+                rank = _whole(json.loads(found.read_text(errors="replace"))["rank_id"], MAX_RANKS)
+            except (OSError, ValueError, KeyError, TypeError, RecursionError):
                 continue
+            if rank is not None:
+                return rank
     return names.rank_in(path)
 
 
@@ -237,18 +232,20 @@ def read_chrome(path: Path) -> FileSummary:
     for the phase its folder or name says, from its first event to its last; a trace of neither
     (a plain torch job) has torch's own ``ProfilerStep#N`` ranges as its phase."""
     source = "mstx" if path.name == "trace_view.json" else "torch"
+    header: dict[str, object] = {}
     try:
-        header, bare_list = _header(path)
         collected = _Collected()
-        for event in _events(path, bare_list):
+        for event in _events(path, header):
             if isinstance(event, dict):
                 collected.add(event)
+    except Truncated:
+        raise BadTrace(str(path), "not a whole trace (the file ends inside its JSON)") from None
     except READ_ERRORS as exc:
         said = (str(exc).strip().splitlines() or [""])[0][:120]  # yajl's message draws a caret below
         raise BadTrace(str(path), f"not a whole trace ({type(exc).__name__}: {said})") from None
     if collected.events == 0:
         raise BadTrace(str(path), "no trace events in it")
-    rank = _rank(path, header, bare_list)
+    rank = _rank(path, header, source == "mstx")
     if rank is None or rank < 0:
         raise BadTrace(str(path), "no rank in it (distributedInfo.rank) nor in its name")
     spans = collected.phases

@@ -23,6 +23,9 @@ if TYPE_CHECKING:  # numpy.typing costs a tenth of a second to import: only the 
     Ints = npt.NDArray[np.signedinteger]  # int64 ids, int8 kinds, int32 name numbers
     Bools = npt.NDArray[np.bool_]
 
+MAX_NAME = 1024  # characters of a kernel's name kept
+MAX_NAMES = 1 << 14  # distinct kernel names kept; past them, "(other kernels)"
+OTHER_KERNELS = "(other kernels)"
 MEMORY_POINTS = 1 << 16  # allocator points kept per file (1.5 MB); past it, pairs merge into the larger
 
 
@@ -79,11 +82,17 @@ class DeviceEvents:
         return len(self.starts)
 
     def add(self, start: float, end: float, kind: int, name: str, correlation: int) -> None:
-        """A kernel, memcpy or memset on the device (``correlation``: -1 when the trace has none)."""
+        """A kernel, memcpy or memset on the device (``correlation``: -1 when the trace has none).
+        Names are kept to ``MAX_NAME`` characters and ``MAX_NAMES`` distinct ones (the rest: "other")."""
+        name = name[:MAX_NAME]
         found = self.name_ids.get(name)
         if found is None:
-            found = self.name_ids[name] = len(self.name_list)
-            self.name_list.append(name)
+            if len(self.name_list) >= MAX_NAMES:
+                name = OTHER_KERNELS
+                found = self.name_ids.get(name)
+            if found is None:
+                found = self.name_ids[name] = len(self.name_list)
+                self.name_list.append(name)
         self.starts.append(start)
         self.ends.append(end)
         self.kinds.append(kind)

@@ -6,6 +6,7 @@ one JSON object a line, read a line at a time. Tables used: ``StringIds`` (names
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -52,9 +53,11 @@ class _Lines:
 
     def _timed(self, row: dict[str, object], text_key: str, id_key: str, is_range: bool) -> None:
         start, end = row.get("start"), row.get("end")
-        if not isinstance(start, (int, float)) or not isinstance(end, (int, float)) or end < start:
+        if not isinstance(start, (int, float)) or not isinstance(end, (int, float)):
             return
         span = (float(start), float(end))
+        if not (math.isfinite(span[0]) and math.isfinite(span[1])) or span[1] < span[0]:
+            return
         text, text_id = row.get(text_key), row.get(id_key)
         if isinstance(text, str):
             self.name(text, span, is_range)
@@ -80,18 +83,22 @@ def read_nvtx(path: Path) -> FileSummary:
             for raw in stream:
                 number += 1
                 if raw.strip():
-                    row = json.loads(raw)
+                    row = json.loads(raw, parse_constant=lambda _: None)  # NaN, Infinity: no number
                     if isinstance(row, dict):
                         lines.add(row)
     except json.JSONDecodeError as exc:
         raise BadTrace(str(path), f"line {number} is not whole JSON ({exc.msg}): a cut file?") from None
+    except RecursionError:
+        raise BadTrace(str(path), f"line {number} nests deeper than the JSON decoder goes") from None
+    except ValueError as exc:  # a number of more digits than Python converts
+        raise BadTrace(str(path), f"line {number}: {str(exc)[:120]}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BadTrace(str(path), f"cannot be read ({exc})") from None
     lines.resolve()
     if lines.rows == 0:
         raise BadTrace(str(path), "empty")
     rank = lines.env.get("RANK")
-    if rank is None or not rank.isdigit():
+    if rank is None or not re.fullmatch(r"[0-9]{1,9}", rank):
         raise BadTrace(str(path), "no RANK=N in its captured environment (META_DATA_CAPTURE)")
     return FileSummary(
         str(path),

@@ -5,6 +5,7 @@ against the others, its top kernels and what differs there, then the answer."""
 from __future__ import annotations
 
 from verl_rl_insight.commands.api import print_table
+from verl_rl_insight.commands.printable import printable
 from verl_rl_insight.commands.traces.gpu_time import GpuTime
 from verl_rl_insight.commands.traces.snapshot import Snapshot
 from verl_rl_insight.commands.traces.telling import duration, percent, size, times
@@ -77,17 +78,18 @@ HEADER += ["peak mem", "verdict"]
 def print_view(view: StepView) -> None:
     step = f"step {view.step}" if view.step is not None else "step (not in the file names)"
     ranks = {r.who for p in view.phases for r in p.ranks}
-    print(f"{step}: {view.files} file(s), {len(ranks)} rank(s), {', '.join(view.sources)}")
+    print(printable(f"{step}: {view.files} file(s), {len(ranks)} rank(s), {', '.join(view.sources)}"))
     for phase in view.phases:
         print()
-        print_table([[phase.phase, *HEADER], *(_row(phase, r) for r in phase.ranks)])
+        # names come from the traces (kernels, ranks, hosts): a control character in one is shown, never obeyed
+        print_table(printable([[phase.phase, *HEADER], *(_row(phase, r) for r in phase.ranks)]))
         for line in _about_slowest(phase):
-            print(line)
+            print(printable(line))
     for snapshot in view.snapshots:
         print()
-        print(snapshot_line(snapshot))
+        print(printable(snapshot_line(snapshot)))
     print()
-    print(view.answer)
+    print(printable(view.answer))
 
 
 def snapshot_line(snapshot: Snapshot) -> str:

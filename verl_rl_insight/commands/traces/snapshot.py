@@ -9,16 +9,30 @@ refused, and every field is checked before it is used."""
 
 from __future__ import annotations
 
-import io
+import math
 import pickle
 import re
+import resource
+import struct
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
+
+import msgspec
 
 from verl_rl_insight.commands.traces.phases import rank_in, step_in
 from verl_rl_insight.commands.traces.summary import BadTrace
 
 MAX_BYTES = 1 << 30  # larger snapshots are refused: unpickled they take several times their size
+MAX_EVENTS = 2_000_000  # history entries read (torch keeps 100,000 by default, verl asks for 200,000)
+MAX_BLOCKS = 5_000_000  # allocator blocks walked, counted through shared references
+MAX_DEVICES = 64
+CHILD_MEMORY = 1 << 30  # the reading child's address space: this ...
+MEMORY_PER_BYTE = 16  # ... and this many bytes a byte of the file (a real snapshot takes about 8)
+MAX_CHILD_MEMORY = 24 << 30
+CHILD_CPU_S = 300
 TOP_SITES = 10
 NAME = re.compile(r"^torch_memory(?:_oom)?_rank\d+_pid\d+\.pickle$")
 ALLOC, FREES = "alloc", ("free_completed", "free_requested")
@@ -58,16 +72,16 @@ def _open_at(data: dict[object, object], time_us: float | None) -> tuple[str, ..
         return ()
     opened: dict[str, float] = {}
     spans: list[tuple[float, float, str]] = []
-    for mark in marks:
+    for mark in marks[:MAX_EVENTS]:
         if not isinstance(mark, dict):
             continue
-        name, stage, stamp = mark.get("name"), mark.get("stage"), mark.get("time_us")
-        if not isinstance(name, str) or not isinstance(stamp, (int, float)):
+        name, stage, stamp = mark.get("name"), mark.get("stage"), _number(mark.get("time_us"))
+        if not isinstance(name, str) or stamp is None:
             continue
         if stage == "START":
-            opened[name] = float(stamp)
+            opened[name] = stamp
         elif stage == "END" and name in opened:
-            spans.append((opened.pop(name), float(stamp), name))
+            spans.append((opened.pop(name), stamp, name))
     spans += [(start, float("inf"), name) for name, start in opened.items()]
     return tuple(name[:120] for start, end, name in sorted(spans) if start <= time_us <= end)
 
@@ -109,27 +123,31 @@ class _Event(NamedTuple):
     frames: object
 
 
+def _number(value: object) -> float | None:
+    """A finite number of at most 1e18 (bytes, microseconds since 1970), or None."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    if isinstance(value, int) and abs(value) > 10**18:
+        return None
+    found = float(value)
+    return found if math.isfinite(found) and abs(found) <= 1e18 else None
+
+
 def _entries(data: dict[object, object]) -> list[_Event]:
     """The history of the device with the most events, every entry checked."""
     traces = data.get("device_traces")
     if not isinstance(traces, list):
         return []
-    busiest = max((t for t in traces if isinstance(t, list)), key=len, default=[])
+    busiest = max((t for t in traces[:MAX_DEVICES] if isinstance(t, list)), key=len, default=[])
+    if len(busiest) > MAX_EVENTS:
+        raise ValueError(f"a history of over {MAX_EVENTS:,} events")
     events = []
     for e in busiest:
         if not isinstance(e, dict):
             continue
-        action, addr, size, stamp = e.get("action"), e.get("addr"), e.get("size"), e.get("time_us")
-        if isinstance(action, str) and isinstance(addr, int):
-            events.append(
-                _Event(
-                    action,
-                    addr,
-                    float(size) if isinstance(size, (int, float)) else 0.0,
-                    float(stamp) if isinstance(stamp, (int, float)) else None,
-                    e.get("frames"),
-                )
-            )
+        action, addr, size = e.get("action"), e.get("addr"), _number(e.get("size"))
+        if isinstance(action, str) and isinstance(addr, int) and size is not None and size >= 0:
+            events.append(_Event(action, addr, size, _number(e.get("time_us")), e.get("frames")))
     return events
 
 
@@ -139,14 +157,18 @@ Alive = dict[int, tuple[float, object]]  # address -> (bytes, the stack that all
 def _alive_at_dump(data: dict[object, object]) -> Alive:
     alive: Alive = {}
     segments = data.get("segments")
+    read = 0
     for segment in segments if isinstance(segments, list) else []:
         blocks = segment.get("blocks") if isinstance(segment, dict) else None
+        read += len(blocks) if isinstance(blocks, list) else 1
+        if read > MAX_BLOCKS:  # shared references make a small pickle a long walk
+            raise ValueError(f"over {MAX_BLOCKS:,} blocks")
         for block in blocks if isinstance(blocks, list) else []:
             if isinstance(block, dict) and block.get("state") == "active_allocated":
                 # the bytes asked for, as the history records an allocation (the block's own size is rounded up)
-                addr, size = block.get("address"), block.get("requested_size", block.get("size"))
-                if isinstance(addr, int) and isinstance(size, (int, float)):
-                    alive[addr] = (float(size), block.get("frames") or BEFORE)
+                addr, size = block.get("address"), _number(block.get("requested_size", block.get("size")))
+                if isinstance(addr, int) and size is not None and size >= 0:
+                    alive[addr] = (size, block.get("frames") or BEFORE)
     return alive
 
 
@@ -187,8 +209,10 @@ def _peak(data: dict[object, object]) -> _Peak:
     peak_at, peak_index = None, -1
     for i, e in enumerate(events):
         if e.action == ALLOC:
+            now += e.size - (
+                live[e.addr][0] if e.addr in live else 0.0
+            )  # an address allocated again: its old block is gone
             live[e.addr] = (e.size, e.frames)
-            now += e.size
         elif e.action == frees and e.addr in live:
             now -= live.pop(e.addr)[0]
         if now > peak:
@@ -199,25 +223,27 @@ def _peak(data: dict[object, object]) -> _Peak:
     return _Peak(peak, peak_at, len(events), _replay(start, events[: peak_index + 1], frees))
 
 
-def read_snapshot(path: Path) -> Snapshot:
-    """A snapshot's peak and its largest allocation sites; refused (one line naming the file)
-    when it is too large, not a pickle of data, or not a snapshot."""
+def summarize(path: Path) -> Snapshot:
+    """A snapshot's peak and its largest allocation sites, read in this process (``read_snapshot``
+    reads it in a child process of bounded memory and time)."""
     try:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise BadTrace(str(path), f"is {size / 1e9:.1f} GB: snapshots over {MAX_BYTES / 1e9:.1f} GB are not read")
-        data = _DataOnly(io.BytesIO(path.read_bytes())).load()
+        with path.open("rb") as f:
+            data = _DataOnly(f).load()
+        if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
+            raise BadTrace(str(path), "not a memory snapshot (no 'segments' in it)")
+        rank = rank_in(path)
+        if rank is None:
+            raise BadTrace(str(path), "no rank in its name (torch_memory_rank<R>_pid<P>.pickle)")
+        peak = _peak(data)
     except BadTrace:
         raise
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError) as exc:
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
+            OverflowError, RecursionError, struct.error) as exc:  # fmt: skip
         said = (str(exc).strip().splitlines() or [""])[0][:160]
         raise BadTrace(str(path), f"not a memory snapshot ({type(exc).__name__}: {said})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("segments"), list):
-        raise BadTrace(str(path), "not a memory snapshot (no 'segments' in it)")
-    rank = rank_in(path)
-    if rank is None:
-        raise BadTrace(str(path), "no rank in its name (torch_memory_rank<R>_pid<P>.pickle)")
-    peak = _peak(data)
     sites: dict[str, Site] = {BEFORE: Site(BEFORE, 0.0, 0)}
     for allocated, frames in peak.alive.values():
         where = _where(frames)
@@ -234,3 +260,61 @@ def read_snapshot(path: Path) -> Snapshot:
         sites[BEFORE],
         _open_at(data, peak.time_us),
     )
+
+
+def _limits(size: int) -> Callable[[], None]:
+    def limit() -> None:  # in the child, before it runs
+        memory = min(CHILD_MEMORY + MEMORY_PER_BYTE * size, MAX_CHILD_MEMORY)
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (CHILD_CPU_S, CHILD_CPU_S + 1))
+
+    return limit
+
+
+def read_snapshot(path: Path) -> Snapshot:
+    """``summarize`` in a child process whose memory (``CHILD_MEMORY`` and ``MEMORY_PER_BYTE`` a byte of
+    the file) and CPU time (``CHILD_CPU_S``) are bounded: a pickle of a few bytes can ask the
+    unpickler for gigabytes (a memo index of 2**31), shared references can make a small one a long
+    walk. Refused (one line naming the file): too large, not a pickle of data, not a snapshot, or
+    past those bounds."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise BadTrace(str(path), f"cannot be read ({exc.strerror})") from None
+    if size > MAX_BYTES:
+        raise BadTrace(str(path), f"is {size / 1e9:.1f} GB: snapshots over {MAX_BYTES / 1e9:.1f} GB are not read")
+    command = [sys.executable, "-m", "verl_rl_insight.commands.traces.snapshot", str(path)]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=CHILD_CPU_S * 2, preexec_fn=_limits(size), check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise BadTrace(str(path), f"took over {CHILD_CPU_S * 2} s to read: not a snapshot torch writes") from None
+    if done.returncode == 2:
+        raise BadTrace(str(path), done.stderr.strip().splitlines()[-1].split(": ", 1)[-1][:300])
+    if done.returncode != 0:
+        why = "memory" if "MemoryError" in done.stderr else "time" if done.returncode < 0 else "a failure"
+        raise BadTrace(str(path), f"not a memory snapshot: reading it ran out of its bounds ({why})")
+    try:
+        return msgspec.json.decode(done.stdout, type=Snapshot)
+    except msgspec.DecodeError as exc:
+        raise BadTrace(str(path), f"not a memory snapshot: its reader said something else ({exc})") from None
+
+
+def main(argv: list[str]) -> int:
+    """``python -m verl_rl_insight.commands.traces.snapshot PATH``: the summary as JSON (exit 0), or
+    the one line that refuses it (exit 2)."""
+    try:
+        found = summarize(Path(argv[0]))
+    except BadTrace as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("MemoryError", file=sys.stderr)
+        return 3
+    print(msgspec.json.encode(found).decode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
