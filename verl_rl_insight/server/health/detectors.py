@@ -259,8 +259,8 @@ class RunHealth:
     def _one_alert_an_incident(self, said: list[Said]) -> None:
         """The parts of an open incident alert once: its first found part's alert stands for it while
         it is open (and a part more severe than those before it alerts too), the others go quiet."""
-        going_on = [s.findings[-1] for s in self.streaks if s.alerts()]
-        if not going_on:
+        going_on = [s.findings[-1] for s in self.streaks if s.alerts() and s.findings[-1].severity != "info"]
+        if not going_on:  # information (a plateau) is never part of an incident
             return
         carrying = alerting(self.findings(), going_on)
         if len(carrying.carriers) + len(carrying.quiet) < 2:

@@ -67,16 +67,20 @@ class Level(NamedTuple):
     level_steps: tuple[int, int]  # the first and last step of the values the level is the median of
 
 
-def level_change(series: Series) -> Level | None:
+def level_change(series: Series, big_enough: Callable[[float, float], bool] | None = None) -> Level | None:
     """The newest ``RECENT`` values against the level ``GAP`` values back; None while fewer than
-    ``MIN_BASELINE`` values come before them."""
+    ``MIN_BASELINE`` values come before them, or where ``big_enough(now, level)`` says the change
+    is not worth its noise (the walk runs every step: the noise is computed only past that)."""
     if len(series) < RECENT + GAP + MIN_BASELINE:
         return None
     recent = series[-RECENT:]
     before = series[-RECENT - GAP - BASELINE : -RECENT - GAP]
     level_points = [v for _, v in before]
+    a, b, c = recent[0][1], recent[1][1], recent[2][1]  # RECENT is 3: their median without a sort
+    now, level = max(min(a, b), min(max(a, b), c)), median(level_points)
+    if big_enough is not None and not big_enough(now, level):
+        return None
     one = noise(level_points)
-    now, level = median(v for _, v in recent), median(level_points)
     # a level without noise (every step 0, or printed alike): a thousandth of the values is the least it moves
     floor = max(1e-3 * max(abs(now), abs(level)), 1e-12)
     error = max(one * math.sqrt(math.pi / 2 * (1 / RECENT + 1 / len(level_points))), floor)
@@ -91,14 +95,18 @@ class Break(NamedTuple):
 
 def broke(signal: Signal, points: Series, p: Params) -> Break | None:
     """The signal's break at the newest step, or None: not enough values, or not past its bounds."""
-    found = level_change(points)
+    share = signal.share(p)
+
+    def bad(now: float, level: float) -> float:
+        return abs(now - level) if signal.direction == 0 else signal.direction * (now - level)
+
+    def big_enough(now: float, level: float) -> bool:
+        return bad(now, level) >= share * abs(level - signal.floor) and bad(now, level) >= signal.at_least
+
+    found = level_change(points, big_enough)
     if found is None:
         return None
-    change = found.now - found.level
-    bad = abs(change) if signal.direction == 0 else signal.direction * change
-    if bad < signal.share(p) * abs(found.level - signal.floor) or bad < signal.at_least:
-        return None
-    z = bad / found.error
+    z = bad(found.now, found.level) / found.error
     return Break(signal.name, found, z) if z >= p.leading_mads else None
 
 
@@ -109,14 +117,15 @@ def joint_break(series: Series, extra: Extra, p: Params) -> Check | None:
     score = level_change(series)
     if score is None:
         return None
+    if score.now - score.level > score.error:  # up by more than its noise: the run is learning
+        return Check(False, score.now, score.level)
     found = [
         b
         for signal in SIGNALS
         if (points := next((extra[k] for k in signal.keys if extra.get(k)), None)) is not None
         and (b := broke(signal, points, p)) is not None
     ]
-    rising = score.now - score.level > score.error  # up by more than its noise: the run is learning
-    if len(found) < 2 or rising:
+    if len(found) < 2:
         return Check(False, score.now, score.level)
     fall = score.level - score.now
     critical = fall >= p.leading_score_fall * abs(score.level) and fall >= p.leading_mads * score.error
