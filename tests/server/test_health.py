@@ -39,12 +39,12 @@ def wire(value):
     return value if math.isfinite(value) else ("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
 
 
-def push_run(hub, experiment, run, start):
+def push_run(hub, experiment, run, start, project=PROJECT, token=None):
     """The run's steps as its trainer sends them (a step's values and its own time), then finish()."""
     at = dict(run.times)
     batches = [
         {
-            "project": PROJECT,
+            "project": project,
             "experiment_name": experiment,
             "step": step,
             "time": start + at.get(step, float(step)),
@@ -54,10 +54,10 @@ def push_run(hub, experiment, run, start):
     ]
     finished = {"rl_insight_run_finished": 1}  # what finish() sends: a run that ended is no stall
     batches.append(
-        {"project": PROJECT, "experiment_name": experiment, "time": batches[-1]["time"] + 1, "metrics": finished}
+        {"project": project, "experiment_name": experiment, "time": batches[-1]["time"] + 1, "metrics": finished}
     )
     for i in range(0, len(batches), 25):  # several pushes: the detectors see the steps in order
-        status, body = push(hub, {"batches": batches[i : i + 25]})
+        status, body = push(hub, {"batches": batches[i : i + 25]}, token=token)
         assert status == 200, body
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from verl_rl_insight import __version__
 from verl_rl_insight.commands import alerts, diagnose, job, profile, report, runs, samples, targets
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError, Parser
+from verl_rl_insight.commands.mcp import command as mcp
 from verl_rl_insight.commands.server import command as server
 from verl_rl_insight.commands.timeline import command as timeline
 from verl_rl_insight.commands.watch import command as watch
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     diagnose.add_parsers(sub)
     samples.add_parsers(sub)
     report.add_parsers(sub)
+    mcp.add_parsers(sub)
     return parser
 
 

@@ -56,6 +56,22 @@ def mint(token: str, project: str, experiment: str, days: float = RUN_CREDENTIAL
     return f"{PREFIX}{payload}.{_sign(token, payload)}"
 
 
+def claimed_run(credential: str) -> Run | None:
+    """The run a credential names, read without its signature (only the server, holding the token,
+    can check that): what a reader scopes itself to before the server has said yes. None when
+    ``credential`` is no run credential or its payload is damaged."""
+    if not is_run_credential(credential):
+        return None
+    payload = credential[len(PREFIX) :].partition(".")[0]
+    try:
+        named = json.loads(_unb64(payload))
+    except ValueError:  # bad base64 (binascii.Error), bad UTF-8, bad JSON
+        return None
+    if not isinstance(named, list) or len(named) < 2 or not all(isinstance(n, str) for n in named[:2]):
+        return None
+    return named[0], named[1]
+
+
 def credential_id(credential: str) -> str:
     """What the server remembers of a credential it has seen (a digest of its signature: not the
     credential itself)."""

@@ -75,6 +75,7 @@ def _step_of_run(ctx: Context, sources: Sources, run: Run, step: int) -> dict[st
     profiles = ctx.parts.profiles
     answer["profile"] = profiles.summary(run[0], run[1], step) if profiles is not None else None
     trace_dir = profiles.trace_dir(run[0], run[1], step) if profiles is not None else None
+    answer["trace_dir"] = trace_dir  # where the trainer wrote the step's traces (on its node)
     answer["profile_analyze"] = analyze_command(trace_dir, step) if trace_dir else None
     answer["moved_with"] = moved_at(sources, run, step)
     return answer
