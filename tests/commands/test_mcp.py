@@ -12,6 +12,7 @@ Every number an agent reads is checked against the HTTP API's answer or ``rl-ins
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -77,8 +78,9 @@ def long_run():
 
 
 class Stack:
-    def __init__(self, base, home, mcp_url, mcp_log):
+    def __init__(self, base, home, mcp_url, mcp_log, traces_root):
         self.base, self.home, self.mcp_url, self.mcp_log = base, home, mcp_url, mcp_log
+        self.traces_root = traces_root
         self.env = {
             "RL_INSIGHT_SERVER_URL": base.replace("http://", f"http://rl-insight:{TOKEN}@"),
             "RL_INSIGHT_TOKEN": None,
@@ -115,15 +117,17 @@ def stack(tmp_path_factory):
             assert http("PUT", base + "/api/v1/runs/card", card, headers=auth())[0] == 200
             push_run(base, experiment, shapes.real_run(experiment), start, project=REAL, token=TOKEN)
         push_run(base, LONG, long_run(), start, project=REAL, token=TOKEN)
+        root = tmp / "traces"  # --traces-root: a copy of the H200 step's traces, and nothing else
+        shutil.copytree(H200, root / H200.name)
         port, log = free_port(), tmp / "mcp-http.log"
         process = subprocess.Popen(
             [sys.executable, "-m", "verl_rl_insight", "mcp", "--http", f"127.0.0.1:{port}", "--allow-write",
-             "--traces-root", str(TRACES), "--server", base],
+             "--traces-root", str(root), "--server", base],
             stdout=subprocess.DEVNULL, stderr=open(log, "wb"), start_new_session=True,
             env={k: v for k, v in os.environ.items() if not k.startswith("RL_INSIGHT_")} | {"RL_INSIGHT_HOME": home},
         )  # fmt: skip
         wait_for(lambda: http("GET", f"http://127.0.0.1:{port}/mcp")[0] in (400, 405, 406), 30, what="mcp --http")
-        stack = Stack(base, home, f"http://127.0.0.1:{port}/mcp", log)
+        stack = Stack(base, home, f"http://127.0.0.1:{port}/mcp", log, root)
         wait_for(lambda: len(api(base, "/api/v1/explorer/run", project=REAL, experiment_name=COLLAPSE)["incidents"]),
                  30, what="the collapse's incidents")  # fmt: skip
         yield stack
@@ -347,9 +351,9 @@ def test_profile_analyze_of_a_trace_folder_is_profile_analyze_json_and_http_read
     assert here.data["analysis"] == json.loads(json.dumps(cli)) and here.data["source"] == "directory"
     inside, outside, up = stack.http(
         TOKEN,
+        ("profile_analyze", {"directory": str(stack.traces_root / H200.name)}),
         ("profile_analyze", {"directory": str(H200)}),
-        ("profile_analyze", {"directory": str(tmp_path)}),
-        ("profile_analyze", {"directory": str(TRACES / ".." / "real_runs")}),
+        ("profile_analyze", {"directory": str(stack.traces_root / ".." / "home")}),
     )
     assert inside.data["analysis"]["answer"] == cli["answer"]
     assert outside.error and "outside --traces-root" in outside.text
@@ -473,3 +477,15 @@ def test_the_http_server_refuses_a_request_naming_another_host(stack):
     headers = {"Host": "evil.example", "Content-Type": "application/json", "Accept": "application/json"}
     status, answer = http("POST", stack.mcp_url, body, headers)
     assert status == 421 and b"list_runs" not in answer
+
+
+def test_over_http_a_link_inside_the_traces_root_to_a_trace_outside_it_is_not_read(stack):
+    """Someone who may write under --traces-root links a trace that lies elsewhere: it is left out."""
+    folder = stack.traces_root / "linked"
+    folder.mkdir()
+    for trace in H200.glob("*.json.gz"):
+        (folder / trace.name).symlink_to(trace)  # tests/data: outside the root
+    (linked,) = stack.http(TOKEN, ("profile_analyze", {"directory": str(folder)}))
+    assert linked.error and "no trace of verl's profiler" in linked.text
+    (here,) = stack.stdio(("profile_analyze", {"directory": str(folder)}))  # stdio: the user's own files
+    assert not here.error and here.data["analysis"]["files"] == 2

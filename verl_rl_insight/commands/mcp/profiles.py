@@ -34,12 +34,13 @@ def allowed(folder: Path, root: Path | None) -> Path:
     return resolved
 
 
-def read_folder(folder: Path, step: int | None) -> Json:
-    """``profile analyze --json`` of ``folder`` (its step ``step`` where it holds several)."""
+def read_folder(folder: Path, step: int | None, root: Path | None = None) -> Json:
+    """``profile analyze --json`` of ``folder`` (its step ``step`` where it holds several); under a
+    root, a file that is a link to somewhere outside it is left out."""
     if not _one_at_a_time.acquire(blocking=False):
         raise Refused("another profile analysis is running here: ask again when it has answered")
     try:
-        paths = trace_files(folder)
+        paths = [p for p in trace_files(folder) if root is None or p.resolve().is_relative_to(root.resolve())]
         if not paths:
             raise BadTrace(str(folder), f"no trace of verl's profiler in it (looked for {LOOKED_FOR})")
         view = analyse(read_all(paths, min(JOBS, os.cpu_count() or 1)), step)
@@ -66,9 +67,8 @@ def profile_analyze(
                 "directory: this MCP server reads no trace folder (over HTTP: start it with --traces-root DIR)"
             )
         folder = allowed(Path(directory), root)
-        return a.Profile(
-            source="directory", where=str(folder), analysis=read_folder(folder, step), summary=None, command=None
-        )
+        analysis = read_folder(folder, step, root)
+        return a.Profile(source="directory", where=str(folder), analysis=analysis, summary=None, command=None)
     if run is None or step is None:
         raise Refused("give directory, or project, experiment and step (a profiled step of a run)")
     answer = reader.step(run, step)
@@ -82,7 +82,7 @@ def profile_analyze(
     analysis = None
     if isinstance(trace_dir, str) and files_allowed and Path(trace_dir).is_dir():
         try:
-            analysis = read_folder(allowed(Path(trace_dir), root), step)
+            analysis = read_folder(allowed(Path(trace_dir), root), step, root)
         except Refused:
             analysis = None  # outside the root, or unreadable here: the trainer's summary still answers
     return a.Profile(
