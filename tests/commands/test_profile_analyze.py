@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import test_explorer_page
 from tests.helpers import REPO, free_port
 from verl_rl_insight.commands import main
+
+browser, tab = test_explorer_page.browser, test_explorer_page.tab  # the Chromium tab fixture
 
 PROFILES = Path(__file__).parent.parent / "data" / "profiles"
 STEP = 7
@@ -158,42 +161,19 @@ def test_no_trace_in_the_folder_exit_2(capsys, tmp_path):
     assert code == 2 and out == "" and str(tmp_path) in err and "no trace" in err
 
 
-def test_the_step_page_draws_the_ranks_and_names_the_slowest_in_a_real_browser(two_ranks, capsys, tmp_path):
+def test_the_step_page_draws_the_ranks_and_names_the_slowest_in_a_real_browser(two_ranks, capsys, tmp_path, tab):
     """The summary the trainer sends (``profile_summary.compact`` of this very analysis) drawn by
     the explorer's own page in Chromium, from a report file (the page reads the same answer there
     as from the API)."""
-    from tests.e2e.test_explorer_page import CHROMIUM, require_browser
-    from verl_rl_insight.commands.report import html
+    from tests.e2e.test_explorer_page import open_page
+    from tests.step_report import step_answer, step_report
     from verl_rl_insight.trainer.plugins.profile_summary import compact
 
-    require_browser()
-    from playwright.sync_api import sync_playwright
-
     _, found = as_json(capsys, two_ranks)
-    step = {
-        "step": STEP, "start": 1.0, "end": 2.0, "duration_s": 1.0, "validation": False, "lanes": [],
-        "slowest_replica": None, "long_tail_s": None, "idle_share": None, "hardware": [], "findings": [],
-        "profile_command": "rl-insight profile ...", "profile": compact(found, STEP), "moved_with": [],
-    }  # fmt: skip
-    run = {"project": "p", "experiment": "e", "keys": [], "findings": [], "steps": [STEP]}
-    page_file = tmp_path / "report.html"
-    page_file.write_text(
-        html({"runs": {"runs": []}, "run": run, "curves": {"steps": [], "series": {}}, "steps": {str(STEP): step}})
-    )
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        try:
-            tab = browser.new_page()
-            errors = []
-            tab.on("pageerror", lambda error: errors.append(str(error)))
-            tab.goto(page_file.as_uri() + f"#/steps/{STEP}")
-            tab.wait_for_selector("body[data-ready=step]", timeout=30_000)
-            answer = tab.inner_text("[data-testid=profile-answer]")
-            slowest = tab.locator("[data-testid=rank-lanes] tr.slowest")
-            assert slowest.count() == 1 and slowest.get_attribute("data-rank") == "1"
-            drawn = tab.evaluate("window.RL_INSIGHT_PAGE.step.ranks")
-        finally:
-            browser.close()
-    assert not errors, errors
+    step = step_answer(STEP, compact(found, STEP), profile_command="rl-insight profile ...")
+    drawn = open_page(tab, step_report(tmp_path, step), "step")["step"]["ranks"]
+    answer = tab.inner_text("[data-testid=profile-answer]")
+    slowest = tab.locator("[data-testid=rank-lanes] tr.slowest")
+    assert slowest.count() == 1 and slowest.get_attribute("data-rank") == "1"
     assert answer == found["answer"]
     assert {(r["rank"], r["slowest"]) for r in drawn} == {("0", False), ("1", True)}

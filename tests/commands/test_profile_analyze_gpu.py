@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import test_explorer_page
 from verl_rl_insight.commands import main
+
+browser, tab = test_explorer_page.browser, test_explorer_page.tab  # the Chromium tab fixture
 
 GPU_TRACES = Path(__file__).parent.parent / "data" / "gpu_traces"
 H200 = GPU_TRACES / "h200_step7"
@@ -300,44 +303,21 @@ def test_the_figures_do_not_depend_on_where_the_sweep_cuts_the_events(capsys, mo
         _same(whole, cut)
 
 
-def test_the_step_page_shows_each_ranks_gpu_and_the_whole_analysis_in_a_real_browser(capsys, tmp_path):
+def test_the_step_page_shows_each_ranks_gpu_and_the_whole_analysis_in_a_real_browser(capsys, tmp_path, tab):
     """The summary the trainer sends of the H200 step (``compact`` of this very analysis), drawn by
     the explorer's own page in Chromium from a report file: each rank's verdict and GPU share,
     the phase judged by GPU work, and the command of the step's whole analysis."""
-    from tests.e2e.test_explorer_page import CHROMIUM, require_browser
-    from verl_rl_insight.commands.report import html
+    from tests.e2e.test_explorer_page import open_page
+    from tests.step_report import step_answer, step_report
     from verl_rl_insight.contract.profile_summary import analyze_command
     from verl_rl_insight.trainer.plugins.profile_summary import compact
 
-    require_browser()
-    from playwright.sync_api import sync_playwright
-
     _, found = as_json(capsys, H200)
-    step = {
-        "step": 7, "start": 1.0, "end": 2.0, "duration_s": 1.0, "validation": False, "lanes": [],
-        "slowest_replica": None, "long_tail_s": None, "idle_share": None, "hardware": [], "findings": [],
-        "profile_command": None, "profile": compact(found, 7), "moved_with": [],
-        "profile_analyze": analyze_command(str(H200), 7),
-    }  # fmt: skip
-    run = {"project": "p", "experiment": "e", "keys": [], "findings": [], "steps": [7]}
-    page_file = tmp_path / "report.html"
-    page_file.write_text(
-        html({"runs": {"runs": []}, "run": run, "curves": {"steps": [], "series": {}}, "steps": {"7": step}})
-    )
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        try:
-            tab = browser.new_page()
-            errors = []
-            tab.on("pageerror", lambda error: errors.append(str(error)))
-            tab.goto(page_file.as_uri() + "#/steps/7")
-            tab.wait_for_selector("body[data-ready=step]", timeout=30_000)
-            cells = tab.locator("[data-testid=rank-lanes] tr.slowest [data-testid=rank-gpu]").all_inner_texts()
-            headings = tab.locator("[data-testid=rank-lanes] h3").all_inner_texts()
-            command = tab.inner_text("[data-testid=profile-analyze]")
-        finally:
-            browser.close()
-    assert not errors, errors
+    step = step_answer(7, compact(found, 7), profile_analyze=analyze_command(str(H200), 7))
+    open_page(tab, step_report(tmp_path, step), "step")
+    cells = tab.locator("[data-testid=rank-lanes] tr.slowest [data-testid=rank-gpu]").all_inner_texts()
+    headings = tab.locator("[data-testid=rank-lanes] h3").all_inner_texts()
+    command = tab.inner_text("[data-testid=profile-analyze]")
     assert "GPU-bound · GPU busy 93 %, host 6 % · 800 kernels" in cells
     assert any(h.startswith("update_actor · slowest rank 1 (by its GPU work)") for h in headings), headings
     assert command == f"rl-insight profile analyze {H200} --step 7 -o step7.html"

@@ -10,11 +10,13 @@ import urllib.parse
 import pytest
 
 from tests import health_shapes as shapes
-from tests.e2e.test_explorer_page import CHROMIUM, require_browser
+from tests.e2e import test_explorer_page
+from tests.e2e.test_explorer_page import open_page, require_browser
 from tests.helpers import free_port, http, rl_insight, start_hub_process, stop_group, wait_for
 from tests.server.test_health import PROJECT, push_run
 
 RUN = "jianghoucheng_opd_qwen25_3b_tokenkl01_toolcall_collapse"
+browser, tab = test_explorer_page.browser, test_explorer_page.tab  # the Chromium tab fixture
 
 
 @pytest.fixture(scope="module")
@@ -51,26 +53,13 @@ def test_the_run_answer_holds_the_incidents_diagnose_gives(served):
     assert parts == {f["detector"] for f in next(i for i in offline if i["kind"] == "policy_collapse")["findings"]}
 
 
-def test_the_run_page_draws_the_collapse_as_one_incident_with_its_chain(served):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
-        try:
-            tab = browser.new_page()
-            errors = []
-            tab.on("pageerror", lambda error: errors.append(str(error)))
-            tab.goto(f"{served}/runs/{PROJECT}/{RUN}")
-            tab.wait_for_selector("body[data-ready=run]", timeout=30_000)
-            cards = tab.locator("[data-testid=incident][data-kind=policy_collapse]")
-            count = cards.count()
-            headline = cards.locator("h3").inner_text()
-            chain = cards.locator("[data-testid=incident-chain]").inner_text()
-            advice = cards.locator("[data-testid=incident-recommendation]").inner_text()
-            drawn = tab.evaluate("window.RL_INSIGHT_PAGE.incidents")
-        finally:
-            browser.close()
-    assert not errors, errors
+def test_the_run_page_draws_the_collapse_as_one_incident_with_its_chain(served, tab):
+    drawn = open_page(tab, f"{served}/runs/{PROJECT}/{RUN}", "run")["incidents"]
+    cards = tab.locator("[data-testid=incident][data-kind=policy_collapse]")
+    count = cards.count()
+    headline = cards.locator("h3").inner_text()
+    chain = cards.locator("[data-testid=incident-chain]").inner_text()
+    advice = cards.locator("[data-testid=incident-recommendation]").inner_text()
     assert count == 1
     (collapse,) = [i for i in drawn if i["kind"] == "policy_collapse"]
     assert "the policy is collapsing from step" in headline and "tool calls" in headline
