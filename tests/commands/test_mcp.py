@@ -36,6 +36,7 @@ REAL = "mcp-real"
 COLLAPSE = "jianghoucheng_opd_qwen25_3b_tokenkl01_toolcall_collapse"
 HEALTHY = "jianghoucheng_opd_qwen25_3b_teacherkl0001"
 LONG_SOURCE, LONG = "yushengsu_amd_ppo_deepseek7b_gsm8k", "long-run"
+NAMED = ("mcp-names", "bidi\u202eexp")  # a name the server takes, holding a right-to-left override
 TRACES = Path(__file__).resolve().parents[1] / "data" / "gpu_traces"
 H200 = TRACES / "h200_step7"
 # what each run's logs say it was started with (their .source.json): the differences a card shows
@@ -117,6 +118,9 @@ def stack(tmp_path_factory):
             assert http("PUT", base + "/api/v1/runs/card", card, headers=auth())[0] == 200
             push_run(base, experiment, shapes.real_run(experiment), start, project=REAL, token=TOKEN)
         push_run(base, LONG, long_run(), start, project=REAL, token=TOKEN)
+        healthy = shapes.real_run(HEALTHY)
+        healthy.history = {name: [(s, v) for s, v in values if s <= 3] for name, values in healthy.history.items()}
+        push_run(base, NAMED[1], healthy, start, project=NAMED[0], token=TOKEN)
         root = tmp / "traces"  # --traces-root: a copy of the H200 step's traces, and nothing else
         shutil.copytree(H200, root / H200.name)
         port, log = free_port(), tmp / "mcp-http.log"
@@ -182,13 +186,13 @@ def test_list_runs_gives_the_explorers_rows_and_its_filters_keep_the_ones_asked(
     )  # fmt: skip
     rows = {(r["project"], r["experiment"]): r for r in api(stack.base, "/api/v1/explorer/runs")["runs"]}
     got = {(r["project"], r["experiment"]): r for r in every.data["runs"]}
-    assert set(got) == set(rows) == {(DEMO_PROJECT, DEMO), (REAL, COLLAPSE), (REAL, HEALTHY), (REAL, LONG)}
+    assert set(got) == set(rows) == {(DEMO_PROJECT, DEMO), (REAL, COLLAPSE), (REAL, HEALTHY), (REAL, LONG), NAMED}
     for run, row in rows.items():
         assert {k: got[run][k] for k in ("step", "state", "findings")} == {
             k: row[k] for k in ("step", "state", "findings")
         }
     assert got[(REAL, LONG)]["step"] == 2240
-    assert {r["experiment"] for r in finished.data["runs"]} == {DEMO, COLLAPSE, HEALTHY, LONG}
+    assert {r["experiment"] for r in finished.data["runs"]} == {DEMO, COLLAPSE, HEALTHY, LONG, NAMED[1]}
     assert {r["project"] for r in real.data["runs"]} == {REAL} and real.data["total"] == 3
     assert {r["experiment"] for r in recent.data["runs"]} == {DEMO}  # the real runs' steps are 5 h old
 
@@ -385,6 +389,8 @@ BAD = [
     (("search_keys", {"project": REAL, "experiment": COLLAPSE, "word": " , "}), "word: give a word"),
     (("compare_runs", {"project": REAL, "first": HEALTHY, "second": "nope"}), "the server refused (404)"),
     (("samples", {"project": DEMO_PROJECT, "experiment": DEMO}), "step"),
+    (("profile_analyze", {"directory": "/tmp/a\u0000b"}), "is no folder to read"),
+    (("profile_analyze", {"directory": "/tmp/" + "a" * 300}), "/tmp/aaaa"),
 ]
 
 
@@ -393,7 +399,7 @@ def test_bad_arguments_are_tool_errors_naming_the_field_and_the_server_goes_on(s
     for (call, says), result in zip(BAD, results):
         assert result.error and says in result.text, (call, result.text)
         assert "Traceback" not in result.text
-    assert not results[-1].error and results[-1].data["total"] == 4  # the same session answers after each
+    assert not results[-1].error and results[-1].data["total"] == 5  # the same session answers after each
 
 
 def test_a_wrong_token_or_none_is_an_error_that_says_so(stack):
@@ -435,6 +441,20 @@ def test_a_run_credential_reads_its_own_run_only(stack):
             else:
                 assert f"this run credential reads {REAL}/{COLLAPSE} only" in result.text, (call, result.text)
     assert api(stack.base, "/api/v1/runs/marks", project=REAL, experiment_name=HEALTHY)["marks"] == []
+    # over HTTP the folders under --traces-root hold every run's traces: not a run credential's to read
+    (folder,) = stack.http(mine, ("profile_analyze", {"directory": str(stack.traces_root / H200.name)}))
+    assert folder.error and "over HTTP a run credential reads no trace folder" in folder.text
+
+
+def test_a_run_named_with_a_control_character_is_listed_and_read_by_its_own_name(stack):
+    """The names go to the agent as the server holds them (JSON), not escaped for a terminal: its own
+    credential lists it, and the name listed reads it."""
+    mine = run_credential.mint(TOKEN, *NAMED)
+    (listed,) = stack.http(mine, ("list_runs", {}))
+    assert [(r["project"], r["experiment"]) for r in listed.data["runs"]] == [NAMED]
+    (row,) = [r for r in stack.stdio(("list_runs", {"project": NAMED[0]}))[0].data["runs"]]
+    (summary,) = stack.stdio(("run_summary", {"project": row["project"], "experiment": row["experiment"]}))
+    assert summary.data["step"] == 3 and summary.data["last_step_time"] == row["last_step_time"]
 
 
 def test_read_only_refuses_the_write_tools_and_writes_are_logged_with_who_never_the_secret(stack):

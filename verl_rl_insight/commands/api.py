@@ -53,6 +53,12 @@ SubParsers: TypeAlias = "argparse._SubParsersAction[Parser]"
 
 def call(method: str, url: str, token: str | None, body: bytes | str | None = None, timeout_s: float = 10) -> Any:
     """The rl-insight server's API: its JSON answer (printable), or a CliError a person reads."""
+    return printable(call_json(method, url, token, body, timeout_s))
+
+
+def call_json(method: str, url: str, token: str | None, body: bytes | str | None = None, timeout_s: float = 10) -> Any:
+    """``call``'s answer as the server sent it (for a program, not a terminal: names kept as they
+    are, a control character in them too); its errors are ``call``'s."""
     where = url.rsplit("/api/", 1)[0]
     try:
         reply = http_fetch.fetch(method, url, token=token, body=body, timeout_s=timeout_s)
@@ -62,7 +68,7 @@ def call(method: str, url: str, token: str | None, body: bytes | str | None = No
         fix = "export the RL_INSIGHT_SERVER_URL line the server printed" if reply.status == 401 else None
         raise CliError(f"the server refused ({reply.status}): {printable(reply.error())}", fix=fix, code=PROBLEMS)
     try:
-        return printable(reply.json())
+        return reply.json()
     except ValueError:
         raise CliError(f"the server at {where} did not answer with JSON", code=PROBLEMS) from None
 

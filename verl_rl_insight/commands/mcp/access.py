@@ -31,7 +31,7 @@ class Refused(Exception):
 @dataclass(frozen=True)
 class Credential:
     secret: str | None
-    over_http: bool  # where a fix points: the request's header, or the MCP server's environment
+    over_http: bool  # each request's own (a remote agent's), or the user's here: what it may read, where a fix points
 
     @property
     def run(self) -> Run | None:

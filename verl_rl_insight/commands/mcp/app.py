@@ -8,6 +8,7 @@ bounds its answer (``bounded.py``); a refusal is a tool error with the CLI's one
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from verl_rl_insight.commands.mcp.bounded import fit
 from verl_rl_insight.commands.mcp.reader import Reader
 
 Answer = TypeVar("Answer", bound=BaseModel)
+log = logging.getLogger("verl_rl_insight.mcp")
 Project = Annotated[str, Field(min_length=1, max_length=256, description="the run's project (trainer.project_name)")]
 Experiment = Annotated[
     str, Field(min_length=1, max_length=256, description="the run's experiment_name (trainer.experiment_name)")
@@ -54,6 +56,7 @@ class Settings:
     allow_write: bool
     traces_root: Path | None  # over HTTP, the only folder trace directories are read under
     max_bytes: int
+    debug: bool = False  # a tool's unexpected error logs its traceback (rl-insight --debug, RL_INSIGHT_DEBUG=1)
 
 
 def build(settings: Settings) -> MCPServer:
@@ -73,6 +76,9 @@ def build(settings: Settings) -> MCPServer:
             return fit(make(), settings.max_bytes)
         except Refused as exc:
             raise ToolError(str(exc)) from None
+        except Exception as exc:  # a bug: one line for the agent, the traceback only with --debug
+            log.warning("unexpected error in a tool", exc_info=settings.debug)
+            raise ToolError(f"unexpected error: {type(exc).__name__}: {str(exc)[:300]}") from None
 
     @server.tool(annotations=READ)
     def list_runs(

@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import sys
 from pathlib import Path
 
 from verl_rl_insight.commands.api import SubParsers, server
 from verl_rl_insight.commands.checks import REFUSED, CliError
+from verl_rl_insight.contract import environment
 
 MAX_BYTES_LOW, MAX_BYTES_HIGH = 4_000, 4_000_000
 
@@ -56,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         allow_write=args.allow_write,
         traces_root=Path(args.traces_root).resolve() if args.traces_root else None,
         max_bytes=args.max_bytes,
+        debug=args.debug or os.environ.get(environment.DEBUG, "") not in ("", "0"),
     )
     app = build(settings)
     mode = "read and write (marks, profile requests)" if args.allow_write else "read-only"

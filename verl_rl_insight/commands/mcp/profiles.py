@@ -28,7 +28,10 @@ _one_at_a_time = threading.Lock()
 
 def allowed(folder: Path, root: Path | None) -> Path:
     """``folder`` resolved; refused when a root is set and the folder is outside it."""
-    resolved = folder.expanduser().resolve()
+    try:
+        resolved = folder.expanduser().resolve()
+    except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, a name too long, a loop of links
+        raise Refused(f"directory: {str(folder)[:200]!r} is no folder to read: {exc}") from None
     if root is not None and not resolved.is_relative_to(root.resolve()):
         raise Refused(f"directory: {str(folder)[:200]} is outside --traces-root {root}: this MCP server reads none")
     return resolved
@@ -46,6 +49,8 @@ def read_folder(folder: Path, step: int | None, root: Path | None = None) -> Jso
         view = analyse(read_all(paths, min(JOBS, os.cpu_count() or 1)), step)
     except BadTrace as exc:
         raise Refused(str(exc)) from None
+    except (OSError, ValueError) as exc:  # a name too long, a folder that went away while read
+        raise Refused(f"directory: {str(folder)[:200]!r} could not be read: {exc}") from None
     finally:
         _one_at_a_time.release()
     found: Json = json.loads(json.dumps(as_json(view)))  # as an agent receives it: plain JSON
@@ -61,14 +66,19 @@ def profile_analyze(
     files_allowed: bool,
 ) -> a.Profile:
     reader.check()  # a wrong credential reads no folder either
+    # the folders under --traces-root are every run's: over HTTP only the token reads them, a run
+    # credential gets its own step's summary (the server's answer) and no file
+    files_allowed = files_allowed and not (reader.credential.over_http and reader.credential.is_run_credential)
     if directory is not None:
+        if reader.credential.over_http and reader.credential.is_run_credential:
+            raise Refused("directory: over HTTP a run credential reads no trace folder (they hold every run's)")
         if not files_allowed:
             raise Refused(
                 "directory: this MCP server reads no trace folder (over HTTP: start it with --traces-root DIR)"
             )
         folder = allowed(Path(directory), root)
-        analysis = read_folder(folder, step, root)
-        return a.Profile(source="directory", where=str(folder), analysis=analysis, summary=None, command=None)
+        read = read_folder(folder, step, root)
+        return a.Profile(source="directory", where=str(folder), analysis=read, summary=None, command=None)
     if run is None or step is None:
         raise Refused("give directory, or project, experiment and step (a profiled step of a run)")
     answer = reader.step(run, step)
@@ -79,12 +89,13 @@ def profile_analyze(
         raise Refused(
             f"step {step} of {run[0]}/{run[1]} was not profiled (request_profile asks the running trainer for a step)"
         )
-    analysis = None
-    if isinstance(trace_dir, str) and files_allowed and Path(trace_dir).is_dir():
+    analysis: Json | None = None
+    if isinstance(trace_dir, str) and files_allowed:
         try:
-            analysis = read_folder(allowed(Path(trace_dir), root), step, root)
-        except Refused:
-            analysis = None  # outside the root, or unreadable here: the trainer's summary still answers
+            folder = allowed(Path(trace_dir), root)
+            analysis = read_folder(folder, step, root) if folder.is_dir() else None
+        except Refused:  # outside the root, or unreadable here: the trainer's summary still answers
+            analysis = None
     return a.Profile(
         source="server",
         where=trace_dir if isinstance(trace_dir, str) else f"{run[0]}/{run[1]} step {step}",

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from pydantic import JsonValue
 
-from verl_rl_insight.commands.api import call
+from verl_rl_insight.commands.api import call_json
 from verl_rl_insight.commands.checks import CliError
 from verl_rl_insight.commands.mcp.access import Checks, Credential, Refused
 from verl_rl_insight.contract.runs import Run
@@ -42,7 +42,7 @@ class Reader:
         self.check()
         url = self.base + path + ("?" + urllib.parse.urlencode(query) if query else "")
         try:
-            answer = call(method, url, self.credential.secret, body)
+            answer = call_json(method, url, self.credential.secret, body)  # names as they are, not escaped
         except CliError as exc:
             fix = self.credential.fix() if "(401)" in str(exc) or "(403)" in str(exc) else exc.fix
             raise Refused(str(exc) + (f"; {fix}" if fix else "")) from None
