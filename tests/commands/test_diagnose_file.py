@@ -70,12 +70,12 @@ def test_a_healthy_real_run_exits_0_and_says_what_it_read():
 def test_a_file_that_is_not_a_run_is_one_line_naming_the_line_and_exit_2(tmp_path):
     good = json.dumps({"step": 1, "data": {"actor/pg_loss": 0.1}})
     cases = {
-        "wrong-shape.jsonl": (f"{good}\n{good}\n" + '{"step": "3", "data": {}}\n', ':3: no integer "step"'),
+        "wrong-shape.jsonl": (f"{good}\n{good}\n" + '{"step": "3", "data": {}}\n', ':3: no whole "step"'),
         "not-json.jsonl": (f"{good}\n{{oops\n", ":2: not JSON; expected a verl file-logger line"),
-        "notes.txt": ("my notes\n", ":1: expected a verl file-logger line"),
-        "bad.csv": ("step,actor_pg_loss\n1,0.5\ntwo,0.4\n", ":3: expected an integer step and numbers"),
+        "notes.txt": ("my notes\n", ": no step lines (step:N - key:value - ...); expected verl's file logger JSONL"),
+        "bad.csv": ("step,actor_pg_loss\n1,0.5\ntwo,0.4\n", ":3: expected a whole step and numbers"),
         "short.csv": ("step,actor_pg_loss\n1,0.5,7\n", ":2: 3 fields, the header has 2"),
-        "empty.jsonl": ("", ":1: "),
+        "empty.jsonl": ("", ": not a run file; expected verl's file logger JSONL"),
     }
     for name, (text, expected) in cases.items():
         path = tmp_path / name

@@ -16,10 +16,13 @@ import urllib.parse
 
 from verl_rl_insight.commands.api import SubParsers, call, print_table, server
 from verl_rl_insight.commands.checks import CliError, Parser
+from verl_rl_insight.commands.mcp.curves import Parting
+from verl_rl_insight.commands.runs_parting import parting_keys
 from verl_rl_insight.contract.run_card import ABSENT, Absent, Json, card_keys, differences
 from verl_rl_insight.contract.runs import Run
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+PARTED_SHOWN = 10  # rows of the parting table (--json: every key that parts)
 
 
 def printable(text: str) -> str:
@@ -98,11 +101,37 @@ def show_card(args: argparse.Namespace) -> int:
     return 0
 
 
+def _card_or_none(base: str, token: str | None, run: Run) -> dict[str, Json] | None:
+    """The run's card; None where it has none (an imported run, a trainer that sent none)."""
+    try:
+        return fetch(base, token, run)[1]
+    except CliError as exc:
+        if "(404)" in str(exc):
+            return None
+        raise
+
+
+def _figure(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _print_parting(parted: list[Parting], shared: int, names: list[str]) -> None:
+    if not parted:
+        print(f"their curves do not part ({shared} keys both logged, compared by step)")
+        return
+    print(f"curves that part most ({len(parted)} of the {shared} keys both logged, by step):")
+    rows = [("KEY", "PARTS AT STEP", f"LAST {printable(names[0])}", f"LAST {printable(names[1])}", "APART")]
+    for p in parted[:PARTED_SHOWN]:
+        rows.append((printable(p.key), str(p.parts_at), _figure(p.a_last), _figure(p.b_last), f"{p.distance:.0f}x noise"))
+    print_table(rows)
+
+
 def diff_cards(args: argparse.Namespace) -> int:
     base, token = server(args)
-    first, second = (fetch(base, token, run)[1] for run in (args.first, args.second))
-    found, by_nature = differences(first, second)
+    first, second = (_card_or_none(base, token, run) for run in (args.first, args.second))
     names = ["/".join(args.first), "/".join(args.second)]
+    parted, shared = parting_keys(base, token, args.first, args.second)
+    found, by_nature = differences(first, second) if first is not None and second is not None else ([], [])
     if args.json:
         rows = [
             {
@@ -113,9 +142,24 @@ def diff_cards(args: argparse.Namespace) -> int:
             }
             for key, a, b in found
         ]
-        print(json.dumps({"first": names[0], "second": names[1], "differences": rows, "by_nature": by_nature}))
+        cards = first is not None and second is not None
+        print(
+            json.dumps(
+                {
+                    "first": names[0],
+                    "second": names[1],
+                    "differences": rows if cards else None,
+                    "by_nature": by_nature,
+                    "parting": [p._asdict() for p in parted],
+                    "keys_compared": shared,
+                }
+            )
+        )
         return 0
-    if not found:
+    if first is None or second is None:
+        which = " and ".join(printable(n) for n, c in zip(names, (first, second)) if c is None)
+        print(f"{which} sent no card (an imported run has one only with runs import --card): no config to compare")
+    elif not found:
         print(f"{printable(names[0])} and {printable(names[1])} were started alike: no key differs")
     else:
         header = ("KEY", *(printable(n) for n in names))
@@ -125,6 +169,7 @@ def diff_cards(args: argparse.Namespace) -> int:
             f"({len(by_nature)} more differ by nature: they hold the runs' own names or copy a key above, "
             f"e.g. {printable(by_nature[0])}; --json lists them)"
         )
+    _print_parting(parted, shared, names)
     return 0
 
 
@@ -135,7 +180,9 @@ def add_parsers(runs_sub: SubParsers) -> list[Parser]:
     )
     show.add_argument("run", type=run_name, metavar="PROJECT/EXPERIMENT")
     show.set_defaults(func=show_card)
-    diff = runs_sub.add_parser("diff", help="the keys in which two runs' cards differ (dotted, lists in full)")
+    diff = runs_sub.add_parser(
+        "diff", help="the keys in which two runs' cards differ (dotted, lists in full), and the curves that part most"
+    )
     diff.add_argument("first", type=run_name, metavar="PROJECT/EXPERIMENT")
     diff.add_argument("second", type=run_name, metavar="PROJECT/EXPERIMENT")
     diff.set_defaults(func=diff_cards)

@@ -11,7 +11,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from verl_rl_insight.commands import marks, run_card
+from verl_rl_insight.commands import marks, run_card, runs_import
 from verl_rl_insight.commands.api import SubParsers, call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
@@ -90,11 +90,18 @@ def known_runs(
 def show(args: argparse.Namespace) -> int:
     base, token = server(args)
     runs = known_runs(base, token, _prometheus(base, token), args.project, args.since)
+    listed = call("GET", base + "/api/v1/runs/imports", token)["runs"]
+    imported = {(r["project"], r["experiment_name"]) for r in listed}
     if args.json:
         print(
             json.dumps(
                 [
-                    {"project": p, "experiment_name": e, **dict(r, where=sorted(r["where"]))}
+                    {
+                        "project": p,
+                        "experiment_name": e,
+                        **dict(r, where=sorted(r["where"])),
+                        "imported": (p, e) in imported,
+                    }
                     for (p, e), r in sorted(runs.items())
                 ]
             )
@@ -110,7 +117,9 @@ def show(args: argparse.Namespace) -> int:
     newest_first = sorted(runs.items(), key=lambda item: (item[1]["last_push_s"] is None, item[1]["last_push_s"] or 0))
     for (project, experiment), run in newest_first:
         state = (
-            "finished"
+            "imported"
+            if (project, experiment) in imported
+            else "finished"
             if run["finished"]
             else ("running" if "hub" in run["where"] and (run["last_push_s"] or 0) < 600 else "idle")
         )
@@ -272,6 +281,7 @@ def add_parsers(sub: SubParsers) -> None:
     revoked.add_argument("--experiment", required=True, help="the experiment_name")
     revoked.set_defaults(func=revoke)
     cards = run_card.add_parsers(runs_sub)  # runs show, runs diff
+    runs_import.add_parser(runs_sub)
     marked = runs_sub.add_parser(
         "mark", help="mark a step (a planned data or curriculum change): on the dashboards and in diagnose"
     )

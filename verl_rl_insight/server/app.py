@@ -14,10 +14,12 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+from verl_rl_insight.contract.errors import Unavailable
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.compose import SPAN_INDEX_SHARE, Parts, build
+from verl_rl_insight.server.managed.backfill import promtool_beside, write_blocks
 from verl_rl_insight.server.managed.supervisor import Service, Supervisor
 from verl_rl_insight.server.ports import PortInUse, check_ports_free
 from verl_rl_insight.server.run_series import delete_series, step_time_in
@@ -100,6 +102,16 @@ class Server:
         service = self.services.get("prometheus")
         url = service.url if service is not None else None
         return step_time_in(url, project, experiment, step, self.logins["prometheus"]) if url else None
+
+    def import_blocks(self, text: Iterator[str]) -> int:
+        """A run (OpenMetrics text) made into blocks and moved into this server's Prometheus."""
+        service = self.services.get("prometheus")
+        if service is None:
+            raise Unavailable("imports need the server's own Prometheus; this server runs none")
+        promtool = promtool_beside(service.binary)
+        if promtool is None:
+            raise Unavailable(f"imports need promtool beside {service.binary} or on PATH (it comes with Prometheus)")
+        return write_blocks(promtool, self.settings.data_path / "prometheus", text)
 
     def _restarted(self, service: Service) -> None:
         alerting = self.parts.alerting if self.parts is not None else None

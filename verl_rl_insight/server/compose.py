@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterator
 from typing import NamedTuple, Protocol
 
 from verl_rl_insight.server.api.asgi import Api
@@ -22,9 +23,11 @@ from verl_rl_insight.server.health import card_keys
 from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.managed import alertmanager, jobs, prometheus
 from verl_rl_insight.server.managed.alert_settings import health_settings
+from verl_rl_insight.server.managed.tempo import retention_hours
 from verl_rl_insight.server.metrics.delivery import DeliveryCheck
 from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, Bound, MetricHub
 from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.stores.imports import ImportStore
 from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.revocations import Revocations
@@ -50,6 +53,8 @@ class Calls(Protocol):
     def delete_series(self, project: str, experiment: str | None) -> str: ...
 
     def step_time(self, project: str, experiment: str, step: int) -> float | None: ...
+
+    def import_blocks(self, text: Iterator[str]) -> int: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +123,7 @@ def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, 
         names=names,
         prometheus=reader,
         health=health,
+        imports=ImportStore(s.data_path / "imports.json"),  # runs imported from files: never live
     )
     return Feeds(health, figures, marks, explorer)
 
@@ -170,6 +176,10 @@ def build(settings: ServerSettings, logins: dict[str, tuple[str, str]], calls: C
             run_cards=RunCardStore(s.data_path / "run-cards", on_card=card_keys.Taker(health)),
             marks=marks,
             explorer=explorer,
+            imports=explorer.imports,
+            import_blocks=calls.import_blocks if s.enabled("prometheus") else None,
+            retention_s=float(retention_hours(s.retention)[:-1]) * 3600,
+            max_future_s=s.max_future_s,
         )
     )
     return Parts(hub, health, figures, explorer, delivery, targets, alerting, startup, api)

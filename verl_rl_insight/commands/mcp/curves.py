@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 Point = tuple[int, float]  # (step, value)
@@ -76,3 +76,21 @@ def parting(key: str, a: dict[int, float], b: dict[int, float]) -> Parting | Non
             break
     newest = statistics.median(diffs[-5:])
     return Parting(key, parts_at, abs(newest - level) / spread, a[shared[-1]], b[shared[-1]])
+
+
+def parted(
+    keys: Sequence[str],
+    a_steps: Sequence[int],
+    a_series: Mapping[str, Sequence[float | None]],
+    b_steps: Sequence[int],
+    b_series: Mapping[str, Sequence[float | None]],
+) -> list[Parting]:
+    """The keys whose two curves part (``parting``), the farthest apart first."""
+    found = []
+    for key in keys:
+        by_a = {s: v for s, v in zip(a_steps, a_series.get(key, ())) if v is not None}
+        by_b = {s: v for s, v in zip(b_steps, b_series.get(key, ())) if v is not None}
+        one = parting(key, by_a, by_b)
+        if one is not None and one.parts_at is not None:
+            found.append(one)
+    return sorted(found, key=lambda p: -p.distance)

@@ -12,7 +12,7 @@ from pydantic import JsonValue
 
 from verl_rl_insight.commands.mcp import answers as a
 from verl_rl_insight.commands.mcp.access import Refused
-from verl_rl_insight.commands.mcp.curves import downsample, parting, smooth
+from verl_rl_insight.commands.mcp.curves import downsample, parted, smooth
 from verl_rl_insight.commands.mcp.reader import Json, Reader
 from verl_rl_insight.contract.redaction import redact_text
 from verl_rl_insight.contract.run_card import card_keys
@@ -253,16 +253,10 @@ def compare_runs(reader: Reader, project: str, first: str, second: str, keys: Se
         note = "one of the runs sent no card: no config to compare"
     shared = sorted(set(_strings(other.get("keys"))) & set(_strings(answer.get("keys"))))
     chosen = [k for k in keys if k in shared] if keys else shared[:COMPARED_KEYS]
-    parted = []
+    parted_keys = []
     if chosen:
         a_data, b_data = reader.curves(one, chosen, None, None), reader.curves(two, chosen, None, None)
-        for key in chosen:
-            by_a = {s: v for s, v in zip(a_data.steps, a_data.series[key]) if v is not None}
-            by_b = {s: v for s, v in zip(b_data.steps, b_data.series[key]) if v is not None}
-            found = parting(key, by_a, by_b)
-            if found is not None and found.parts_at is not None:
-                parted.append(found)
-    parted.sort(key=lambda p: -p.distance)
+        parted_keys = parted(chosen, a_data.steps, a_data.series, b_data.steps, b_data.series)
     return a.Comparison(
         project=project,
         first=first,
@@ -272,7 +266,7 @@ def compare_runs(reader: Reader, project: str, first: str, second: str, keys: Se
         differ_by_nature=by_nature,
         diverging=[
             a.Divergence(key=p.key, parts_at=p.parts_at, distance=p.distance, first_last=p.a_last, second_last=p.b_last)
-            for p in parted[:top]
+            for p in parted_keys[:top]
         ],
         keys_compared=len(chosen),
     )

@@ -13,6 +13,7 @@ import msgspec
 from verl_rl_insight import __version__
 from verl_rl_insight.contract.marks import MarkBody
 from verl_rl_insight.contract.run_card import MAX_CARD_BYTES, MAX_DEPTH
+from verl_rl_insight.contract.run_import import IMPORT_SCHEMA
 from verl_rl_insight.contract.wire import (
     ErrorBody,
     ProfileBody,
@@ -86,6 +87,7 @@ def schemas() -> dict[str, JsonSchema]:
     )
     components["Error"] = components.pop("ErrorBody")
     components["RunCard"] = RUN_CARD
+    components["ImportBody"] = dict(IMPORT_SCHEMA)
     return components
 
 

@@ -1,10 +1,11 @@
 """What the API is built from: the hub, the stores and the server's callbacks, in one typed record."""
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.server.stores.imports import ImportStore
 from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.profiles import ProfileStore
 from verl_rl_insight.server.stores.revocations import Revocations
@@ -21,6 +22,7 @@ BODY_BUDGET_BYTES = 64 * 1024 * 1024
 Services = Callable[[], dict[str, dict[str, object]]]  # service -> pid, health, restarts, version, ...
 Info = Callable[[], dict[str, object]]  # the endpoints the server announces
 DeleteSeries = Callable[[str, str], str]  # (project, experiment) -> what Prometheus said
+ImportBlocks = Callable[[Iterator[str]], int]  # a run as OpenMetrics text -> blocks moved into Prometheus
 
 
 class Startup:
@@ -52,6 +54,12 @@ class ApiParts:
     figures: LiveFigures | None = None  # the timeline's per-step figures, made from every span that arrives
     profiles: ProfileStore | None = None  # profile requests (rl-insight profile) and what trainers say of them
     delete_series: DeleteSeries | None = None
+    # runs imported from files (rl-insight runs import): their records, and how their blocks reach
+    # the server's own Prometheus (None: it runs none, or has no promtool)
+    imports: ImportStore = dataclasses.field(default_factory=ImportStore)
+    import_blocks: ImportBlocks | None = None
+    retention_s: float = 30 * 86400.0  # Prometheus' retention: an older import is moved forward by whole days
+    max_future_s: float = 300.0  # how far ahead of the server's clock a time may be
     revocations: Revocations = dataclasses.field(default_factory=Revocations)  # run credentials refused
     run_cards: RunCardStore = dataclasses.field(default_factory=RunCardStore)  # in memory without a folder
     marks: MarkStore = dataclasses.field(default_factory=MarkStore)  # people's marks on steps

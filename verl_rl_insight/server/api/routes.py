@@ -14,7 +14,8 @@ its own folded into ``ROUTES``).
 """
 
 from verl_rl_insight.contract.run_card import MAX_CARD_BYTES
-from verl_rl_insight.server.api import alerts, info, metrics, profiles, push, runs, spans, targets
+from verl_rl_insight.contract.run_import import MAX_IMPORT_BODY_BYTES
+from verl_rl_insight.server.api import alerts, imports, info, metrics, profiles, push, runs, spans, targets
 from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.openapi import JSON_OK, RUN_PARAMETERS, TEXT_OK, query, ref
 from verl_rl_insight.server.api.route import CONFIGURED, Doc, Route
@@ -204,6 +205,38 @@ RUN_ROUTES = (
     ),
 )
 
+IMPORT_ROUTES = (
+    Route(
+        "POST",
+        "/api/v1/runs/import",
+        imports.post_import,
+        TOKEN,
+        Doc(
+            "a finished run from a file (rl-insight runs import): written into the server's Prometheus with "
+            "its own steps and times, marked imported, never taken for a live run; the same file again adds "
+            "nothing; the token only",
+            JSON_OK,
+            errors=(400, 401, 409, 413, 422, 429, 503),
+            body=ref("ImportBody"),
+        ),
+        body_limit=MAX_IMPORT_BODY_BYTES,
+        needs_start=True,
+    ),
+    Route(
+        "GET",
+        "/api/v1/runs/imports",
+        imports.get_imports,
+        ANYONE,
+        Doc(
+            "the imported runs: where each came from, its steps and times (for one run: whether Prometheus "
+            "has loaded it yet)",
+            JSON_OK,
+            RUN_FILTER,
+            (400,),
+        ),
+    ),
+)
+
 SPAN_ROUTES = (
     Route(
         "POST",
@@ -329,6 +362,7 @@ ROUTES: tuple[Route, ...] = (
     *HUB_ROUTES,
     *TARGET_ROUTES,
     *RUN_ROUTES,
+    *IMPORT_ROUTES,
     *SPAN_ROUTES,
     *PROFILE_ROUTES,
     *ALERT_ROUTES,

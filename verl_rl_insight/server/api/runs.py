@@ -16,6 +16,7 @@ async def delete_run(ctx: Context, request: Request) -> None:
         deleted_spans = spans.delete(project, experiment) if spans is not None else False
         prometheus = parts.delete_series(project, experiment) if parts.delete_series else "no Prometheus here"
         marks = parts.marks.forget(project, experiment)
+        imported = parts.imports.forget((project, experiment))
         if parts.hub.attempts is not None:  # a later run of that name counts its attempts from 1 again
             parts.hub.attempts.forget((project, experiment))
         if parts.explorer is not None:
@@ -29,6 +30,7 @@ async def delete_run(ctx: Context, request: Request) -> None:
             "spans": deleted_spans,
             "prometheus": prometheus,
             "marks": marks,
+            "imported": imported,
         }
 
     result = await ctx.in_thread(delete)

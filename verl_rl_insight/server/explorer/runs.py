@@ -117,7 +117,9 @@ def _summary(sources: Sources, run: Run, hub: HubRun, now: float) -> Answer:
     age = now - at if at is not None else age
     durations = [b - a for a, b in zip(history.times[-21:], history.times[-20:])] if history else []
     patience = max(IDLE_AFTER_S, 5 * statistics.median(durations)) if durations else IDLE_AFTER_S
-    if history is not None and history.finished == 1:
+    if sources.imports.get(run) is not None:
+        state = "imported"  # a finished run from a file: never running, never idle
+    elif history is not None and history.finished == 1:
         state = "finished"
     else:
         state = "running" if age is not None and age <= patience else "idle"
@@ -134,7 +136,15 @@ def _summary(sources: Sources, run: Run, hub: HubRun, now: float) -> Answer:
             }
             break
     return {"project": run[0], "experiment": run[1], "step": step, "last_step_time": at, "age_s": age, "state": state,
-            "sparkline": spark}  # fmt: skip
+            "sparkline": spark, "imported": imported_of(sources, run)}  # fmt: skip
+
+
+def imported_of(sources: Sources, run: Run) -> Answer | None:
+    """Where an imported run came from (None: a run that logged here)."""
+    record = sources.imports.get(run)
+    if record is None:
+        return None
+    return {"source": record.source, "format": record.format, "times": record.times, "imported_at": record.imported_at}
 
 
 def _age_or_inf(hub: HubRun) -> float:
@@ -149,8 +159,14 @@ def runs_answer(streams: Sequence[Mapping[str, object]], sources: Sources, marks
     # `rl-insight runs list` say (finished, its sparkline), the newest runs first, at most BACKFILL_RUNS
     unread = [run for run in ages if sources.histories.get(run) is None]
     unread.sort(key=lambda run: _age_or_inf(ages[run]))
-    for run in unread[:BACKFILL_RUNS]:
+    imported = sorted(sources.imports.runs(), key=lambda r: -r.imported_at)
+    unread_imports = [
+        (r.project, r.experiment) for r in imported if sources.histories.get((r.project, r.experiment)) is None
+    ]
+    for run in unread[:BACKFILL_RUNS] + unread_imports[:BACKFILL_RUNS]:
         sources.history(run)
+    for record in imported:
+        ages.setdefault((record.project, record.experiment), HubRun(None, None))
     for run in sources.histories.runs():
         ages.setdefault(run, HubRun(None, None))
     rows = []
@@ -191,7 +207,7 @@ def run_answer(
 ) -> Answer:
     ages = _hub_runs(streams)
     history = sources.history(run)
-    if history is None and run not in ages:
+    if history is None and run not in ages and sources.imports.get(run) is None:
         raise NotFound(f"experiment_name: no run {run[0][:100]!r} / {run[1][:100]!r} here (GET /api/v1/explorer/runs)")
     with sources.histories.lock:
         row = _summary(sources, run, ages.get(run, HubRun(None, None)), time.time())
@@ -204,13 +220,16 @@ def run_answer(
             card = cards.get(*run)
         except NotFound:
             card = None
-    others = {r for r in ages} | set(sources.histories.runs())
+    others = (
+        {r for r in ages} | set(sources.histories.runs()) | {(r.project, r.experiment) for r in sources.imports.runs()}
+    )
     diff = card_diff(cards, (run[0], diff_from), run) if card_ok and diff_from else None
     walked, shown_findings = _findings(sources, run, marks)
     return {
         "project": run[0],
         "experiment": run[1],
         "state": row["state"],
+        "imported": row["imported"],
         "step": row["step"],
         "keys": keys,
         "panels": panels(keys, sources.params),
@@ -218,6 +237,7 @@ def run_answer(
         "incidents": incidents_of(sources, run, walked),
         "marks": marks_of(marks, run),
         "others": sorted(e for p, e in others if p == run[0] and e != run[1]),
+        "others_imported": sorted(r.experiment for r in sources.imports.runs() if r.project == run[0]),
         "card": card,
         "card_needs_token": not card_ok,
         **({"card_diff": diff} if diff is not None else {}),

@@ -28,6 +28,7 @@ from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.explorer.run_history import RunHistory
 from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.live import HealthMonitor
+from verl_rl_insight.server.stores.imports import ImportStore
 from verl_rl_insight.server.stores.run_keys import RunKeys
 
 SpanRecord = dict[str, object]
@@ -55,15 +56,18 @@ class Sources:
         prometheus: PrometheusReader | None = None,
         validation_keys: Sequence[str] = (),
         health: HealthMonitor | None = None,
+        imports: ImportStore | None = None,
     ) -> None:
         """``health``: the server's walk, reading the histories it was built with (None: one of
-        its own over histories of ``history_bytes``, with ``params`` and ``validation_keys``)."""
+        its own over histories of ``history_bytes``, with ``params`` and ``validation_keys``);
+        ``imports``: the runs imported from files (read back from where their times end)."""
         if health is None:
             health = HealthMonitor(params, validation_keys=validation_keys, histories=Histories(history_bytes))
         self.health = health
         self.histories = health.histories
         self.names = names if names is not None else RunKeys()  # the keys as logged (kept across restarts)
         self.prometheus = prometheus
+        self.imports = imports if imports is not None else ImportStore()
         self.params = health.params
         self._asked: dict[Run, float] = {}  # run -> when Prometheus was asked for it
         # the last curves answer of each of the runs asked last (curves.cached_curves_body)
@@ -84,12 +88,19 @@ class Sources:
             if since > (PARTIAL_AGAIN_S if held is not None else BACKFILL_AGAIN_S) or (
                 held is None and self.histories.forgotten(run)
             ):
-                steps, finished = self.prometheus.run_steps(run[0], run[1], now)
+                imported = self.imports.get(run)
+                end = imported.last_time + 1.0 if imported is not None else now
+                steps, finished = self.prometheus.run_steps(run[0], run[1], end)
                 self._asked[run] = now
                 if len(self._asked) > 4096:
                     self._asked.clear()
                 return self.histories.fill(run, steps, finished) or held
         return self.histories.get(run)
+
+    def again(self, run: Run) -> None:
+        """Read the run back from Prometheus at its next ask (it was just imported)."""
+        self.histories.forget(run)
+        self._asked.pop(run, None)
 
     def logged(self, run: Run) -> dict[str, str]:
         """The run's series name -> the key its trainer logged, where the trainer said it."""

@@ -365,17 +365,19 @@
     const { steps, columns } = aligned(runs, present);
     const series = [{ label: "step" }], data = [steps], drawn = [];
     runs.forEach((run, r) => present.forEach((k, i) => {
-      const raw = columns[r * present.length + i], style = lineStyle(ctx, r, i);
+      // a baseline imported from a file: dashed, and named so in the readout
+      const imported = !!(run.run && run.run.imported), name = imported ? `${run.experiment} (imported)` : run.experiment;
+      const raw = columns[r * present.length + i], style = lineStyle(ctx, r, imported ? i + 1 : i);
       if (ctx.alpha) { // the raw values faint behind the smoothed line: not in any legend
-        series.push({ label: `${run.experiment} · ${k} (raw)`, stroke: style.stroke + "40", width: 1, dash: style.dash, points: { show: false } });
+        series.push({ label: `${name} · ${k} (raw)`, stroke: style.stroke + "40", width: 1, dash: style.dash, points: { show: false } });
         data.push(raw);
       }
-      series.push({ label: `${run.experiment} · ${k}`, stroke: style.stroke, width: 1.6, dash: style.dash, points: { show: false } });
+      series.push({ label: `${name} · ${k}`, stroke: style.stroke, width: 1.6, dash: style.dash, points: { show: false } });
       data.push(ctx.alpha ? ema(raw, ctx.alpha) : raw);
-      drawn.push({ run: run.experiment, key: k, color: style.stroke, index: data.length - 1 });
+      drawn.push({ run: run.experiment, key: k, color: style.stroke, index: data.length - 1, imported, dash: style.dash || null });
     }));
     const info = (page.panels[title] = { keys: present, runs: Object.fromEntries(runs.map((run, r) => [run.experiment, lineStyle(ctx, r, 0).stroke])),
-      colors: drawn.map((d) => [d.run, d.key, d.color]), thresholds: lines.map((l) => l.value), xticks: [], yrange: null });
+      colors: drawn.map((d) => [d.run, d.key, d.color]), dashes: drawn.map((d) => [d.run, d.key, d.dash, d.imported]), thresholds: lines.map((l) => l.value), xticks: [], yrange: null });
     const tops = lines.map((l) => l.value);
     ctx.pending.push(() => {
       const width = (ctx.width = ctx.width || Math.max(300, holder.clientWidth || 500)); // one layout read
@@ -405,7 +407,7 @@
     const runs = [...new Set(drawn.map((d) => d.run))];
     readout.replaceChildren(el("strong", { text: `step ${u.data[0][idx]}` }), ...runs.map((run) => {
       const mine = drawn.filter((d) => d.run === run);
-      return el("div", { class: "value", "data-run": run }, el("i", { class: "swatch", color: mine[0].color }), el("span", { text: run }),
+      return el("div", { class: "value", "data-run": run }, el("i", { class: "swatch", color: mine[0].color }), el("span", { text: mine[0].imported ? `${run} (imported)` : run }),
         ...mine.map((d) => { const v = u.data[d.index][idx]; return el("span", {}, `${d.key.slice(cut)} `, el("b", { text: v === null ? "NaN" : v === undefined ? "–" : fmt(v) })); }));
     }));
   }
@@ -417,9 +419,10 @@
   // one legend for the page: a row per run (its colour), not a row per run x key x raw/smoothed
   function runLegend(ctx) {
     if (!ctx.compared.length) return null;
-    const runs = [ctx.experiment, ...ctx.compared.map((c) => c.experiment)];
-    return el("div", { class: "run-legend", "data-testid": "legend" }, runs.map((e, r) =>
-      el("span", { class: "run", "data-run": e }, el("i", { class: "swatch", color: runColor(r) }), e)),
+    const runs = [{ experiment: ctx.experiment }, ...ctx.compared];
+    return el("div", { class: "run-legend", "data-testid": "legend" }, runs.map((c, r) =>
+      el("span", { class: "run", "data-run": c.experiment }, el("i", { class: "swatch", color: runColor(r) }), c.experiment,
+        c.run && c.run.imported ? el("span", { class: "badge imported", text: "imported: dashed" }) : null)),
       el("span", { class: "muted", text: "line style: the panel's keys (named above each panel)" }));
   }
   function onPointClick(chart, ctx) {
@@ -551,7 +554,8 @@
     smooth.addEventListener("change", () => (REPORT ? redraw(+smooth.value) : setParam("smooth", +smooth.value ? smooth.value : "")));
     const compareBoxes = (run.others || []).filter((e) => e !== experiment).map((e) => el("label", {},
       el("input", { type: "checkbox", checked: compareNames.includes(e), disabled: !!REPORT && !(REPORT.compare || {})[e],
-        onchange: (ev) => setParam("compare", (ev.target.checked ? [...compareNames, e] : compareNames.filter((x) => x !== e)).join(",")) }), e));
+        onchange: (ev) => setParam("compare", (ev.target.checked ? [...compareNames, e] : compareNames.filter((x) => x !== e)).join(",")) }), e,
+      (run.others_imported || []).includes(e) ? el("span", { class: "badge imported", text: "imported" }) : null));
     const grid = el("div", { class: "panels" });
     const redraw = (a) => {
       ctx.alpha = a;
@@ -572,6 +576,7 @@
     });
     show(
       el("h1", {}, `${experiment} `, el("span", { class: `badge ${run.state}`, text: run.state }), el("span", { class: "muted", text: ` ${project} · step ${run.step ?? "–"}` })),
+      run.imported ? el("p", { class: "muted imported-from", text: `imported from ${run.imported.source} (${run.imported.format}), times ${run.imported.times}: a finished run, never watched live (no stall, no alerts)` }) : null,
       el("div", { class: "controls" }, el("label", {}, "smoothing (EMA)", smooth, smoothValue),
         compareBoxes.length ? el("span", {}, "compare: ", compareBoxes) : null,
         el("span", { class: "muted", text: "click a point to open its step; drag to zoom, double-click to reset" })),
