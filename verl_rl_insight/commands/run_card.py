@@ -122,7 +122,9 @@ def _print_parting(parted: list[Parting], shared: int, names: list[str]) -> None
     print(f"curves that part most ({len(parted)} of the {shared} keys both logged, by step):")
     rows = [("KEY", "PARTS AT STEP", f"LAST {printable(names[0])}", f"LAST {printable(names[1])}", "APART")]
     for p in parted[:PARTED_SHOWN]:
-        rows.append((printable(p.key), str(p.parts_at), _figure(p.a_last), _figure(p.b_last), f"{p.distance:.0f}x noise"))
+        rows.append(
+            (printable(p.key), str(p.parts_at), _figure(p.a_last), _figure(p.b_last), f"{p.distance:.0f}x noise")
+        )
     print_table(rows)
 
 

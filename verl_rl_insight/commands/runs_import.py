@@ -144,12 +144,14 @@ def import_runs(args: argparse.Namespace) -> int:
     answers: list[dict[str, Any]] = []
     now = time.time()
     bodies = []
-    for path in files:  # every file read before one is sent: a bad one stops the import before it starts
+    stems = [default_experiment(path) for path in files]
+    for path, stem in zip(files, stems):  # every file read before one is sent: a bad one stops them all
         try:
             run = read_file(path)
         except RunFileError as exc:
             raise CliError(str(exc), code=REFUSED) from None
-        experiment = args.experiment or default_experiment(path)
+        # two files of one name (history.jsonl, history.csv): each by its whole name
+        experiment = args.experiment or (stem if stems.count(stem) == 1 else path.name)
         bodies.append((path, body_of(path, run, args.project, experiment, now)))
     for path, body in bodies:
         raw = json.dumps(body.as_json(), allow_nan=False).encode()

@@ -15,9 +15,7 @@ RUN_MATCHERS = 'project=~"$project",experiment_name=~"$experiment_name"'
 # a run's attempt at each point in time as a label (1 as the value): the hub adds it to each trainer
 # step (server/stores/run_attempts.py); a run imported from a file (rl-insight runs import) carries
 # imported="imported" on that series only, which the legend shows
-ATTEMPT_LABEL = (
-    f'count_values by (project, experiment_name, imported) ("attempt", {ATTEMPT_METRIC}{{{RUN_MATCHERS}}})'
-)
+ATTEMPT_LABEL = f'count_values by (project, experiment_name, imported) ("attempt", {ATTEMPT_METRIC}{{{RUN_MATCHERS}}})'
 EXP = "{{experiment_name}} #{{attempt}} {{imported}}"  # the legend of a trainer series: its run and attempt
 BY_ATTEMPT = "max by (project, experiment_name, attempt, imported)"  # one series per run and attempt
 

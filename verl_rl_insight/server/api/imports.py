@@ -105,14 +105,15 @@ def import_run(parts: ApiParts, raw: bytes) -> Answer:
         parts.imports.add(record)
     finally:
         parts.imports.writing.release()
+    names = series_names(body.keys)
     if parts.explorer is not None:
-        names = series_names(body.keys)
         parts.explorer.names.add(
             (body.project, body.experiment),
             {n: k for k, n in zip(body.keys, names) if n is not None},
         )
         parts.explorer.again((body.project, body.experiment))
-    values = sum(v is not None for s in body.steps for v in s.values)
+    written = [i for i, n in enumerate(names) if n is not None]  # not a key the import writes itself
+    values = sum(s.values[i] is not None for s in body.steps for i in written)
     return {"imported": record.as_json(), "added": values}
 
 

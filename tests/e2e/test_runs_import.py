@@ -1,0 +1,272 @@
+"""``rl-insight runs import`` against the real server (its real Prometheus and Debian's promtool), next to
+a live run of the demo: every public real run in the repository imported as a directory, each value
+Prometheus holds equal to the file's at its step (read from the file with json alone, not with the
+importer's reader); a wandb console capture of verl's output holds its JSONL twin's values; a re-import
+adds nothing; bad files and clashing names are one line each, with the live run untouched; no alert and
+no stall for an import; the run page in Chromium draws the import dashed beside the demo's run."""
+
+import json
+import math
+import shutil
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_explorer_page import browser as browser
+from tests.e2e.test_explorer_page import open_page, require_browser
+from tests.e2e.test_explorer_page import tab as tab
+from tests.helpers import http, require_prometheus, rl_insight, stack_prometheus, write_server_config
+from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, STEP_TIME_METRIC, metric_name
+
+TOKEN = "import-test-token-51c9a7"
+DEMO_PROJECT = "rl-insight-demo"
+LIVE = "live-demo"
+REAL = Path(__file__).resolve().parents[1] / "data" / "real_runs"
+TWIN = "jianghoucheng_opd_qwen25_3b_teacherkl0001"
+BASELINE = "baseline-kl0001"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    require_browser()
+    require_prometheus()
+    if shutil.which("promtool") is None:
+        pytest.skip("no promtool: it comes with Debian's prometheus package (.ci/run installs it)")
+    tmp = tmp_path_factory.mktemp("imports")
+    path, config = write_server_config(
+        tmp, token=TOKEN, services={"tempo": {"enabled": False}, "grafana": {"enabled": False}}
+    )
+    env = {"VERL_RL_INSIGHT_CONFIG": None, "RL_INSIGHT_HOME": str(tmp / "home")}
+    try:
+        demo = rl_insight(
+            "demo", "--steps", "12", "--step-seconds", "1", "--config", str(path), "--experiment", LIVE,
+            env=env, timeout=600,
+        )  # fmt: skip
+        assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+        base = f"http://127.0.0.1:{config['port']}"
+        env["RL_INSIGHT_SERVER_URL"] = f"http://rl-insight:{TOKEN}@127.0.0.1:{config['port']}"
+        # the repository's real runs as a folder (one run a file), and one of them into the demo's project
+        # as its baseline: one wait for Prometheus to load them all
+        every = rl_insight(
+            "runs", "import", str(REAL), "--project", "real", "--no-wait", "--json", env=env, timeout=600
+        )
+        assert every.returncode == 0, every.stdout[-3000:] + every.stderr[-3000:]
+        baseline = rl_insight(
+            "runs", "import", str(REAL / f"{TWIN}.jsonl"), "--project", DEMO_PROJECT, "--experiment", BASELINE,
+            env=env, timeout=600,
+        )  # fmt: skip
+        assert baseline.returncode == 0, baseline.stdout + baseline.stderr
+        yield {
+            "base": base,
+            "env": env,
+            "prometheus": stack_prometheus(tmp / "data", config["prometheus_port"]),
+            "imported": json.loads(every.stdout)["runs"],
+            "baseline_out": baseline.stdout,
+        }
+    finally:
+        rl_insight("server", "stop", env=env, timeout=60)
+
+
+def raw_samples(stack, run, names=f"{METRIC_PREFIX}.+"):
+    """{series: {time: value}} of a run as Prometheus holds it (every raw sample of the last 40 days)."""
+    selector = f'{{__name__=~"{names}",project="{run[0]}",experiment_name="{run[1]}"}}[40d]'
+    url = f"{stack['prometheus']}/api/v1/query?" + urllib.parse.urlencode({"query": selector})
+    parts = urllib.parse.urlsplit(url)
+    login = urllib.parse.unquote(parts.password or "")
+    plain = url.replace(f"{parts.username}:{parts.password}@", "")
+    status, body = http("GET", plain, headers={"Authorization": "Basic " + _basic(parts.username, login)}, timeout=60)
+    assert status == 200, body
+    found = {}
+    for series in json.loads(body)["data"]["result"]:
+        found.setdefault(series["metric"]["__name__"], {}).update({float(t): float(v) for t, v in series["values"]})
+    return found
+
+
+def _basic(user, password):
+    import base64
+
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def by_step(samples):
+    """{(step, series): value}, each sample matched to its step by the global-step sample of its time
+    (a live run's step is also scraped again later, with the scrape's time: the step's first sample)."""
+    step_at = samples.pop(GLOBAL_STEP_METRIC)
+    samples.pop(STEP_TIME_METRIC, None)  # the step's time: its own, or made up where the file had none
+    found = {}
+    for name, points in samples.items():
+        for t in sorted(points):
+            if t in step_at:
+                found.setdefault((int(step_at[t]), name), points[t])
+    return found
+
+
+def file_values(path):
+    """verl's file-logger JSONL read with json alone: (step, series) -> the first number of the key that
+    names the series (null where the key has numbers elsewhere: orjson's NaN)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    numeric = {k for r in rows for k, v in r["data"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    values, first_key = {}, {}
+    for row in rows:
+        for key, value in row["data"].items():
+            name = metric_name(METRIC_PREFIX, key)
+            if key not in numeric or name in (GLOBAL_STEP_METRIC,) or first_key.setdefault(name, key) != key:
+                continue
+            if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+                values.setdefault((row["step"], name), math.nan if value is None else float(value))
+    return values
+
+
+def same(a, b):
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def test_every_real_run_in_prometheus_holds_each_value_of_its_file_at_its_step(stack):
+    imported = {r["imported"]["experiment_name"]: r for r in stack["imported"]}
+    jsonl = sorted(REAL.glob("*.jsonl"))
+    assert len(jsonl) >= 15 and all(p.stem in imported for p in jsonl), sorted(imported)
+    checked = 0
+    for path in jsonl:
+        held = by_step(raw_samples(stack, ("real", path.stem)))
+        wanted = file_values(path)
+        assert set(wanted) == set(held), (path.name, sorted(set(wanted) ^ set(held))[:5])
+        wrong = [(k, wanted[k], held[k]) for k in wanted if not same(wanted[k], held[k])]
+        assert not wrong, (path.name, wrong[:5])
+        assert imported[path.stem]["added"] == len(wanted), path.name
+        checked += len(wanted)
+    assert checked > 100_000  # every value of every run, not a sample of them
+
+
+def test_a_wandb_console_capture_of_verl_holds_the_values_of_its_jsonl_twin(stack):
+    console = by_step(raw_samples(stack, ("real", "output")))
+    twin = by_step(raw_samples(stack, ("real", TWIN)))
+    shared = set(console) & set(twin)
+    assert len(shared) > 3700, len(shared)  # of 3,836 values the console printed (below: all but step 51)
+    assert all(same(console[k], twin[k]) for k in shared), [
+        (k, console[k], twin[k]) for k in shared if not same(console[k], twin[k])
+    ][:5]
+    # the console printed a step 51 that the committed .wandb file (cut short) lacks; the rest it cut at 4096
+    assert {step for step, _ in set(console) - set(twin)} <= {51}
+    history = by_step(raw_samples(stack, ("real", "history.csv")))
+    assert set(history) == set(twin) and all(same(history[k], twin[k]) for k in twin)
+
+
+def test_a_wandb_history_keeps_its_own_times_moved_by_whole_days_into_the_retention(stack):
+    row = next(r["imported"] for r in stack["imported"] if r["imported"]["experiment_name"] == "history.jsonl")
+    days = int(row["times"].split()[1])
+    assert row["times"] == f"shifted {days} days" and days > 300  # logged 2025-11-30, older than 30 days
+    assert row["first_time"] == pytest.approx(1764503094.283 + days * 86400, abs=0.01)
+    times = raw_samples(stack, ("real", "history.jsonl"), GLOBAL_STEP_METRIC)[GLOBAL_STEP_METRIC]
+    assert min(times) == pytest.approx(row["first_time"], abs=0.002)
+
+
+def test_importing_the_same_file_again_adds_nothing(stack):
+    before = raw_samples(stack, (DEMO_PROJECT, BASELINE))
+    again = rl_insight(
+        "runs", "import", str(REAL / f"{TWIN}.jsonl"), "--project", DEMO_PROJECT, "--experiment", BASELINE,
+        "--json", env=stack["env"],
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    [answer] = json.loads(again.stdout)["runs"]
+    assert answer["added"] == 0 and "imported under this name already" in answer["note"]
+    assert raw_samples(stack, (DEMO_PROJECT, BASELINE)) == before
+
+
+def test_bad_files_and_taken_names_are_one_line_each_and_the_live_run_is_untouched(stack, tmp_path):
+    live_before = raw_samples(stack, (DEMO_PROJECT, LIVE))
+    (tmp_path / "notes.md").write_text("# not a run\n")
+    (tmp_path / "no-step.jsonl").write_text('{"data": {"critic/score/mean": 0.5}}\n')
+    with (tmp_path / "huge.jsonl").open("wb") as f:
+        f.truncate(1 << 30)
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"step": 1, "data": {"critic/score/mean": 0.5}}) + "\n")
+    cases = [
+        ((str(tmp_path / "notes.md"),), "notes.md: not a run file; expected verl's file logger JSONL"),
+        ((str(tmp_path / "no-step.jsonl"),), 'no-step.jsonl:1: no whole "step" and object "data"'),
+        ((str(tmp_path / "huge.jsonl"),), "huge.jsonl: 1024 MiB, over the limit of 256 MiB"),
+        ((str(other), "--experiment", LIVE), f"(409): experiment_name: a live run '{LIVE}'"),
+        ((str(other), "--experiment", BASELINE), f"(409): experiment_name: '{BASELINE}' in project '{DEMO_PROJECT}' "
+                                                  "was imported from another file"),
+    ]  # fmt: skip
+    for args, said in cases:
+        result = rl_insight("runs", "import", *args, "--project", DEMO_PROJECT, env=stack["env"])
+        assert result.returncode != 0 and result.stdout == "", (args, result.stdout)
+        first = result.stderr.splitlines()[0]
+        assert said in first, (args, result.stderr)
+    assert by_step(raw_samples(stack, (DEMO_PROJECT, LIVE))) == by_step(live_before)
+
+
+def test_the_import_route_names_the_field_and_takes_no_write_without_the_token(stack):
+    good = {"project": "p", "experiment_name": "e", "source": "f.jsonl", "format": "verl-jsonl", "sha256": "a" * 64,
+            "times": "synthesized", "keys": ["critic/score/mean"],
+            "steps": [[1, 1.7e9, [0.5]], [2, 1.7e9 + 60, [0.6]]]}  # fmt: skip
+    url = f"{stack['base']}/api/v1/runs/import"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    status, body = http("POST", url, json.dumps(good).encode())
+    assert status == 401, body
+    for change, said in [
+        ({"format": "png"}, "format must be one of"),
+        ({"sha256": "x"}, "sha256 must be"),
+        ({"keys": []}, "keys must be a non-empty list"),
+        ({"steps": [[2, 1.7e9, [0.5]], [1, 1.7e9 + 60, [0.6]]]}, "steps[1][0]: step 1 after step 2"),
+        ({"steps": [[1, 1.7e9, [0.5, 1.0]]]}, "steps[0][2] has 2 values for 1 keys"),
+        ({"steps": [[1, 1.7e9, ["x"]]]}, 'steps[0][2][0] must be a number, "NaN"'),
+        ({"experiment_name": "bad\nname"}, "experiment_name contains control characters"),
+        ({"steps": [[1, 9.0e9, [0.5]]]}, "steps[0][1] (the time) must be unix seconds"),
+    ]:
+        status, body = http("POST", url, json.dumps({**good, **change}).encode(), headers=auth)
+        assert status == 400 and said in json.loads(body)["error"], (change, status, body)
+    status, body = http("POST", url, b"{" * 100_000, headers=auth)
+    assert status == 400 and "not valid JSON" in json.loads(body)["error"], body
+
+
+def test_an_import_is_listed_as_imported_never_stalls_and_raises_no_alert(stack):
+    listed = rl_insight("runs", "list", "--project", DEMO_PROJECT, env=stack["env"])
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split()[1]: line.split()[-1] for line in listed.stdout.splitlines()[1:]}
+    assert rows[BASELINE] == "imported" and rows[LIVE] != "imported", listed.stdout
+    status, body = http("GET", f"{stack['base']}/api/v1/explorer/runs")
+    runs = {r["experiment"]: r for r in json.loads(body)["runs"]}
+    assert runs[BASELINE]["state"] == "imported" and runs[BASELINE]["imported"]["format"] == "verl-jsonl"
+    assert runs[LIVE]["imported"] is None
+    # steps a day old, and no alert of any imported run (the collapsed ones among them)
+    status, body = http("GET", f"{stack['base']}/api/v1/alerts")
+    assert status == 200, body
+    named = {a["labels"].get("experiment_name") for a in json.loads(body).get("alerts", [])}
+    assert not named & ({r["imported"]["experiment_name"] for r in stack["imported"]} | {BASELINE}), named
+    health = raw_samples(stack, (DEMO_PROJECT, BASELINE), "rl_insight_health_.+")
+    assert health == {}, sorted(health)
+
+
+def test_runs_diff_names_the_curves_that_part_from_the_baseline(stack):
+    diff = rl_insight(
+        "runs", "diff", f"real/{TWIN}", "real/jianghoucheng_opd_qwen25_3b_tokenkl01_toolcall_collapse", "--json",
+        env=stack["env"],
+    )  # fmt: skip
+    assert diff.returncode == 0, diff.stderr
+    answer = json.loads(diff.stdout)
+    assert answer["differences"] is None  # imported without --card
+    parted = {p["key"]: p["parts_at"] for p in answer["parting"]}
+    # the tool-call collapse: responses grow into the limit (data README: onset 6) while the healthy run's do not
+    assert "response_length/mean" in parted and 6 <= parted["response_length/mean"] <= 20, parted
+    same_run = rl_insight("runs", "diff", f"real/{TWIN}", "real/history.csv", env=stack["env"])
+    assert "their curves do not part" in same_run.stdout, same_run.stdout
+
+
+def test_the_run_page_draws_the_baseline_dashed_beside_the_demo_run(stack, tab):
+    url = f"{stack['base']}/runs/{DEMO_PROJECT}/{LIVE}?compare={BASELINE}"
+    drawn = open_page(tab, url, "run")
+    legend = tab.locator("[data-testid=legend] .run")
+    names = [" ".join(text.split()) for text in legend.all_inner_texts()]
+    assert names == [LIVE, f"{BASELINE} imported: dashed"], names
+    score = drawn["panels"]["Score and reward"]
+    lines = {(run, key): (dash, imported) for run, key, dash, imported in score["dashes"]}
+    assert lines[(BASELINE, "critic/score/mean")][1] is True and lines[(BASELINE, "critic/score/mean")][0]
+    assert lines[(LIVE, "critic/score/mean")] == (None, False)
+    box = tab.locator("[data-testid=panel][data-title='Score and reward'] canvas").first.bounding_box()
+    tab.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    readout = tab.locator("[data-testid=panel][data-title='Score and reward'] [data-testid=readout]").inner_text()
+    assert f"{BASELINE} (imported)" in readout, readout
+    page = open_page(tab, f"{stack['base']}/runs/{DEMO_PROJECT}/{BASELINE}", "run")
+    assert "imported from" in tab.inner_text(".imported-from") and page is not None
