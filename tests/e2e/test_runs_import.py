@@ -270,3 +270,39 @@ def test_the_run_page_draws_the_baseline_dashed_beside_the_demo_run(stack, tab):
     assert f"{BASELINE} (imported)" in readout, readout
     page = open_page(tab, f"{stack['base']}/runs/{DEMO_PROJECT}/{BASELINE}", "run")
     assert "imported from" in tab.inner_text(".imported-from") and page is not None
+
+
+def test_diagnose_holds_the_live_run_against_its_baseline(stack):
+    said = rl_insight(
+        "diagnose", "--project", DEMO_PROJECT, "--experiment", LIVE, "--baseline", BASELINE, "--json", env=stack["env"]
+    )
+    assert said.returncode in (0, 1), said.stderr
+    held = {b["key"]: b for b in json.loads(said.stdout)["baseline"]}
+    assert "critic/score/mean" in held, said.stdout[-2000:]
+    diff = rl_insight(
+        "runs", "diff", f"{DEMO_PROJECT}/{LIVE}", f"{DEMO_PROJECT}/{BASELINE}", "--json", env=stack["env"]
+    )
+    parted = {p["key"]: p["parts_at"] for p in json.loads(diff.stdout)["parting"]}
+    score = held["critic/score/mean"]
+    # the demo's simulated run and a real multi-turn agent's: their scores are far apart (real: -0.8 .. -0.6)
+    assert score["parts_at"] == parted.get("critic/score/mean") and score["difference"] > 0.5, (score, parted)
+    assert score["line"] == (
+        f"critic/score/mean {score['difference']:.3g} above the baseline at step 12, as far apart from step 1 on"
+    ), score
+    text = rl_insight("diagnose", "--project", DEMO_PROJECT, "--experiment", LIVE, "--baseline", BASELINE,
+                      env=stack["env"])  # fmt: skip
+    assert f"against the baseline {BASELINE}:\n  {score['line']}" in text.stdout, text.stdout
+
+
+def test_diagnose_says_where_a_collapse_left_its_healthy_sibling(stack):
+    collapse = "jianghoucheng_opd_qwen25_3b_tokenkl01_toolcall_collapse"
+    said = rl_insight("diagnose", "--project", "real", "--experiment", collapse, "--baseline", TWIN, "--json",
+                      env=stack["env"])  # fmt: skip
+    assert said.returncode == 1, said.stderr  # the collapse's own findings
+    length = {b["key"]: b for b in json.loads(said.stdout)["baseline"]}["response_length/mean"]
+    # both runs logged steps 0..50 of this recipe; the collapsed one's responses grow into the limit
+    assert length["step"] >= 45 and 6 <= length["parts_at"] <= 20 and length["difference"] > 1000, length
+    assert length["line"] == (
+        f"response_length/mean {length['difference']:.0f} above the baseline at step {length['step']}, "
+        f"was within {length['within']:.3g} to step {length['parts_at'] - 1}"
+    )

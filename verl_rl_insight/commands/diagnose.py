@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from verl_rl_insight.commands import marks as run_marks
 from verl_rl_insight.commands.api import SubParsers, call, common_options, server
+from verl_rl_insight.commands.baseline import AgainstBaseline, against
 from verl_rl_insight.commands.checks import CliError
 from verl_rl_insight.commands.incidents_text import print_incidents
 from verl_rl_insight.commands.run_file import RunFileError, read_run
@@ -168,7 +169,12 @@ def run(args: argparse.Namespace) -> int:
     history = with_side_series(prom, args, history, times)
     steps = (times[0][0], times[-1][0])
     found = profiled(base, token, args.project, args.experiment)
-    code = report(args, f"{args.project}/{args.experiment}", run_id, steps, findings, history, found, walk.alerted)
+    held = (
+        against(base, token, (args.project, args.experiment), (args.project, args.baseline)) if args.baseline else None
+    )
+    code = report(
+        args, f"{args.project}/{args.experiment}", run_id, steps, findings, history, found, walk.alerted, held
+    )
     if not args.json:
         run_marks.print_marks(marks)
     return code
@@ -286,6 +292,7 @@ def report(
     history: dict[str, Any],
     profiles: dict[int, Profiled] | None = None,
     alerted: set[str] | None = None,
+    baseline: list[AgainstBaseline] | None = None,
 ) -> int:
     """The findings within ``--steps``, ranked and grouped into incidents, as text or JSON; the exit
     code. The slow ranges name the steps in them that were profiled, with the answer of their traces.
@@ -300,6 +307,8 @@ def report(
         out = {**run_id, "steps": list(steps), "findings": [f.as_json() for f in findings]}
         out["incidents"] = [i.as_json() for i in grouped]
         out["alerted"] = sorted(alerted or ())
+        if baseline is not None:
+            out["baseline"] = [{**b._asdict(), "line": b.line()} for b in baseline]
         out["slow_steps"] = [
             {**moved.as_json(e, m), "profiled": [p._asdict() for p in _profiled_in(e, profiles)]}
             for e, m in moved.largest(slow, SLOW_SHOWN)
@@ -309,10 +318,13 @@ def report(
     span_all = f"steps {steps[0]}-{steps[1]}"
     if not findings:
         print(f"{name} ({span_all}): no finding ({len(detectors.ALL)} detectors)")
-        _print_slow(slow, profiles)
-        return 0
-    print_incidents(name, span_all, grouped)
+    else:
+        print_incidents(name, span_all, grouped)
     _print_slow(slow, profiles)
+    if baseline is not None:
+        print(f"against the baseline {args.baseline}:" if baseline else f"no headline key shared with {args.baseline}")
+        for held in baseline:
+            print(f"  {held.line()}")
     return code
 
 
@@ -334,6 +346,11 @@ def add_parsers(sub: SubParsers) -> None:
         "--steps", type=steps_range, help="only findings within these steps: A:B (both included), A:, :B"
     )
     parser.add_argument("--prometheus", help="read this Prometheus instead of the server's")
+    parser.add_argument(
+        "--baseline",
+        metavar="EXPERIMENT",
+        help="a run of the same project to hold the headline curves against (rl-insight runs import one)",
+    )
     parser.add_argument(
         "--validation-key",
         action="append",

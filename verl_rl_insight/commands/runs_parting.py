@@ -4,6 +4,7 @@ the first step from which their difference stays beyond 3x its own step-to-step 
 
 from __future__ import annotations
 
+from verl_rl_insight.commands.baseline import logged_keys
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
 from verl_rl_insight.commands.mcp.access import Checks, Credential, Refused
 from verl_rl_insight.commands.mcp.curves import Parting, parted
@@ -12,16 +13,11 @@ from verl_rl_insight.commands.mcp.tools import COMPARED_KEYS
 from verl_rl_insight.contract.runs import Run
 
 
-def _keys(answer: object) -> set[str]:
-    keys = answer.get("keys") if isinstance(answer, dict) else None
-    return {k for k in keys if isinstance(k, str)} if isinstance(keys, list) else set()
-
-
 def parting_keys(base: str, token: str | None, first: Run, second: Run) -> tuple[list[Parting], int]:
     """The keys whose curves part, the farthest apart first; and how many keys both runs logged."""
     reader = Reader(base, Credential(token, over_http=False), Checks())
     try:
-        shared = sorted(_keys(reader.run(first)) & _keys(reader.run(second)))[:COMPARED_KEYS]
+        shared = sorted(logged_keys(reader.run(first)) & logged_keys(reader.run(second)))[:COMPARED_KEYS]
         if not shared:
             return [], 0
         a, b = reader.curves(first, shared, None, None), reader.curves(second, shared, None, None)

@@ -55,6 +55,8 @@ class Parting(NamedTuple):
     distance: float  # the newest shared steps' median difference, in noises
     a_last: float | None
     b_last: float | None
+    level: float = 0.0  # their difference where they were alike, if ever (the first fifth's median)
+    spread: float = 0.0  # the yardstick: the difference's step-to-step noise (at least 1% of their size)
 
 
 def parting(key: str, a: dict[int, float], b: dict[int, float]) -> Parting | None:
@@ -75,7 +77,7 @@ def parting(key: str, a: dict[int, float], b: dict[int, float]) -> Parting | Non
             parts_at = shared[i]
             break
     newest = statistics.median(diffs[-5:])
-    return Parting(key, parts_at, abs(newest - level) / spread, a[shared[-1]], b[shared[-1]])
+    return Parting(key, parts_at, abs(newest - level) / spread, a[shared[-1]], b[shared[-1]], level, spread)
 
 
 def parted(
