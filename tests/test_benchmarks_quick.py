@@ -19,6 +19,7 @@ TOOLS = {  # not benchmarks: the shapes the detectors are judged on, a server pr
     "hub_process.py",
     "real_runs_convert.py",
     "real_runs_from_wandb.py",
+    "wandb_history_export.py",  # a converter (the import tests' wandb export), not a benchmark
     "cuda_trace.py",
 }
 

@@ -90,6 +90,8 @@ DECLARATIVE = {
     "verl_rl_insight/server/managed/alert_rules.py::_timeline_rules",  # the timeline alert rules, one after another
     # verl's platform interface for the real CPU run: one short method a line, as verl's PlatformBase lists them
     "verl_rl_insight/commands/demo/real/cpu_platform.py::install_platform",
+    # the MCP server's tools, one decorated function after another (each a line of its table: arguments, doc)
+    "verl_rl_insight/commands/mcp/app.py::build",
 }
 # DEBT: what is still over the limits, each with why (an entry no longer needed fails the test):
 # none left. Each entry would be a module (over 400 lines) or module::function (over 60).

@@ -56,7 +56,9 @@ def call(method: str, url: str, token: str | None, body: bytes | str | None = No
     return printable(call_json(method, url, token, body, timeout_s))
 
 
-def call_json(method: str, url: str, token: str | None, body: bytes | str | None = None, timeout_s: float = 10) -> Any:
+def call_json(
+    method: str, url: str, token: str | None, body: bytes | str | None = None, timeout_s: float = 10
+) -> object:
     """``call``'s answer as the server sent it (for a program, not a terminal: names kept as they
     are, a control character in them too); its errors are ``call``'s."""
     where = url.rsplit("/api/", 1)[0]
