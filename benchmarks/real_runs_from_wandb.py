@@ -79,9 +79,10 @@ def records(raw: bytes) -> tuple[list[bytes], int]:
     return done, len(pending)
 
 
-def history(raw: bytes) -> tuple[list[tuple[int, dict[str, JsonValue]]], int]:
-    """``(step, data)`` of every history record, wandb's ``_`` keys left out; and the cut-off byte count."""
-    rows: list[tuple[int, dict[str, JsonValue]]] = []
+def history_rows(raw: bytes) -> tuple[list[dict[str, JsonValue]], int]:
+    """Every history record as wandb stored it, an item a key (``_step``, ``_runtime``, ``_timestamp``
+    and the run's keys, a nested key joined by ``/``); and the cut-off byte count."""
+    rows: list[dict[str, JsonValue]] = []
     chunks, cut = records(raw)
     for chunk in chunks:
         record = RECORD()
@@ -89,19 +90,30 @@ def history(raw: bytes) -> tuple[list[tuple[int, dict[str, JsonValue]]], int]:
         if record.WhichOneof("record_type") != "history":
             continue
         entry = getattr(record, "history")  # noqa: B009 (a field of an unstubbed message)
-        data: dict[str, JsonValue] = {}
-        step: int | None = entry.step.num if entry.HasField("step") else None
+        row: dict[str, JsonValue] = {}
         for item in entry.item:
-            key = item.key if item.key else "/".join(item.nested_key)
-            value: JsonValue = json.loads(item.value_json)
-            if key == "_step" and isinstance(value, int):
-                step = value
-            elif not key.startswith("_") and isinstance(value, int | float) and not isinstance(value, bool):
-                data[key] = value
-        if step is None:
-            raise BadRunFile("history record without a step")
-        rows.append((step, data))
+            row[item.key if item.key else "/".join(item.nested_key)] = json.loads(item.value_json)
+        if "_step" not in row and entry.HasField("step"):
+            row["_step"] = entry.step.num
+        rows.append(row)
     return rows, cut
+
+
+def history(raw: bytes) -> tuple[list[tuple[int, dict[str, JsonValue]]], int]:
+    """``(step, data)`` of every history record, wandb's ``_`` keys left out; and the cut-off byte count."""
+    rows, cut = history_rows(raw)
+    steps: list[tuple[int, dict[str, JsonValue]]] = []
+    for row in rows:
+        step = row.get("_step")
+        if not isinstance(step, int):
+            raise BadRunFile("history record without a step")
+        data = {
+            k: v
+            for k, v in row.items()
+            if not k.startswith("_") and isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        steps.append((step, data))
+    return steps, cut
 
 
 def main(argv: list[str]) -> int:

@@ -17,25 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from real_runs_from_wandb import RECORD, JsonValue, records
-
-
-def rows_of(raw: bytes) -> list[dict[str, JsonValue]]:
-    rows: list[dict[str, JsonValue]] = []
-    chunks, _ = records(raw)
-    for chunk in chunks:
-        record = RECORD()
-        record.ParseFromString(chunk)
-        if record.WhichOneof("record_type") != "history":
-            continue
-        entry = getattr(record, "history")  # noqa: B009 (a field of an unstubbed message)
-        row: dict[str, JsonValue] = {}
-        for item in entry.item:
-            row[item.key if item.key else "/".join(item.nested_key)] = json.loads(item.value_json)
-        if "_step" not in row and entry.HasField("step"):
-            row["_step"] = entry.step.num
-        rows.append(row)
-    return rows
+from real_runs_from_wandb import history_rows
 
 
 def main(argv: list[str]) -> int:
@@ -44,7 +26,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("jsonl", type=Path)
     parser.add_argument("csv", type=Path)
     args = parser.parse_args(argv)
-    rows = rows_of(args.run_file.read_bytes())
+    rows, _ = history_rows(args.run_file.read_bytes())
     args.jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows))
     columns = sorted({k for row in rows for k in row})
     with args.csv.open("w", newline="") as f:

@@ -18,6 +18,7 @@ from tests.e2e.test_explorer_page import open_page, require_browser
 from tests.e2e.test_explorer_page import tab as tab
 from tests.helpers import http, require_prometheus, rl_insight, stack_prometheus, write_server_config
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, STEP_TIME_METRIC, metric_name
+from verl_rl_insight.contract.run_import import MAX_IMPORT_BODY_BYTES, MAX_IMPORT_KEYS
 
 TOKEN = "import-test-token-51c9a7"
 DEMO_PROJECT = "rl-insight-demo"
@@ -179,12 +180,15 @@ def test_bad_files_and_taken_names_are_one_line_each_and_the_live_run_is_untouch
     (tmp_path / "no-step.jsonl").write_text('{"data": {"critic/score/mean": 0.5}}\n')
     with (tmp_path / "huge.jsonl").open("wb") as f:
         f.truncate(1 << 30)
+    wide = tmp_path / "wide.jsonl"  # one key more than the route takes
+    wide.write_text(json.dumps({"step": 1, "data": {f"k/{i}": 0.5 for i in range(MAX_IMPORT_KEYS + 1)}}) + "\n")
     other = tmp_path / "other.jsonl"
     other.write_text(json.dumps({"step": 1, "data": {"critic/score/mean": 0.5}}) + "\n")
     cases = [
         ((str(tmp_path / "notes.md"),), "notes.md: not a run file; expected verl's file logger JSONL"),
         ((str(tmp_path / "no-step.jsonl"),), 'no-step.jsonl:1: no whole "step" and object "data"'),
         ((str(tmp_path / "huge.jsonl"),), "huge.jsonl: 1024 MiB, over the limit of 256 MiB"),
+        ((str(wide),), f"wide.jsonl: {MAX_IMPORT_KEYS + 1} keys, over the server's limit of {MAX_IMPORT_KEYS}"),
         ((str(other), "--experiment", LIVE), f"(409): experiment_name: a live run '{LIVE}'"),
         ((str(other), "--experiment", BASELINE), f"(409): experiment_name: '{BASELINE}' in project '{DEMO_PROJECT}' "
                                                   "was imported from another file"),
@@ -219,6 +223,8 @@ def test_the_import_route_names_the_field_and_takes_no_write_without_the_token(s
         assert status == 400 and said in json.loads(body)["error"], (change, status, body)
     status, body = http("POST", url, b"{" * 100_000, headers=auth)
     assert status == 400 and "not valid JSON" in json.loads(body)["error"], body
+    status, body = http("POST", url, b" " * (MAX_IMPORT_BODY_BYTES + 1), headers=auth)
+    assert status == 413, (status, body[:200])
 
 
 def test_an_import_is_listed_as_imported_never_stalls_and_raises_no_alert(stack):

@@ -1,16 +1,15 @@
 """``rl-insight diagnose --baseline B``: the run's headline curves held against a baseline of its
 project (an imported run, last week's): where each parts from it, by how much, and how close it
 stayed before, e.g. "critic/score/mean 0.18 below the baseline at step 120, within 0.02 to step 90".
-Where the curves part is ``mcp/curves.py``'s rule (what ``runs diff`` and ``compare_runs`` say)."""
+Where the curves part is ``mcp/curves.py``'s rule (what ``runs diff`` and ``compare_runs`` say); the
+curves are read as ``runs diff`` reads them (``runs_parting.py``)."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from verl_rl_insight.commands.checks import CliError
-from verl_rl_insight.commands.mcp.access import Checks, Credential, Refused
 from verl_rl_insight.commands.mcp.curves import parting
-from verl_rl_insight.commands.mcp.reader import Reader
+from verl_rl_insight.commands.runs_parting import shared_curves
 from verl_rl_insight.contract.runs import Run
 
 CANNOT = 2  # diagnose's exit code: could not diagnose
@@ -45,21 +44,8 @@ class AgainstBaseline(NamedTuple):
         )
 
 
-def logged_keys(answer: object) -> set[str]:
-    keys = answer.get("keys") if isinstance(answer, dict) else None
-    return {k for k in keys if isinstance(k, str)} if isinstance(keys, list) else set()
-
-
 def against(base: str, token: str | None, run: Run, baseline: Run) -> list[AgainstBaseline]:
-    reader = Reader(base, Credential(token, over_http=False), Checks())
-    try:
-        logged = [logged_keys(reader.run(r)) for r in (run, baseline)]
-        keys = [k for k in HEADLINE if k in logged[0] and k in logged[1]]
-        if not keys:
-            return []
-        mine, theirs = reader.curves(run, keys, None, None), reader.curves(baseline, keys, None, None)
-    except Refused as exc:
-        raise CliError(f"--baseline: {exc}", code=CANNOT) from None
+    keys, mine, theirs = shared_curves(base, token, run, baseline, HEADLINE, code=CANNOT)
     found = []
     for key in keys:
         a = {s: v for s, v in zip(mine.steps, mine.series[key]) if v is not None}

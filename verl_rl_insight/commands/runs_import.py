@@ -146,13 +146,12 @@ def import_runs(args: argparse.Namespace) -> int:
     bodies = []
     stems = [default_experiment(path) for path in files]
     for path, stem in zip(files, stems):  # every file read before one is sent: a bad one stops them all
-        try:
-            run = read_file(path)
-        except RunFileError as exc:
-            raise CliError(str(exc), code=REFUSED) from None
         # two files of one name (history.jsonl, history.csv): each by its whole name
         experiment = args.experiment or (stem if stems.count(stem) == 1 else path.name)
-        bodies.append((path, body_of(path, run, args.project, experiment, now)))
+        try:
+            bodies.append((path, body_of(path, read_file(path), args.project, experiment, now)))
+        except RunFileError as exc:
+            raise CliError(str(exc), code=REFUSED) from None
     for path, body in bodies:
         raw = json.dumps(body.as_json(), allow_nan=False).encode()
         if len(raw) > MAX_IMPORT_BODY_BYTES:

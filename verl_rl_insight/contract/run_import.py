@@ -26,8 +26,10 @@ from verl_rl_insight.contract.naming import SPECIAL_VALUES, format_special, labe
 
 MAX_IMPORT_STEPS = 100_000
 MAX_IMPORT_KEYS = 2_000
-MAX_IMPORT_CELLS = 4_000_000  # steps x keys
-MAX_IMPORT_BODY_BYTES = 64 * 2**20  # what the route reads; the CLI says so before it sends more
+MAX_IMPORT_CELLS = 2_000_000  # steps x keys (the body's parse holds ~100 bytes of Python objects a cell)
+# what the route reads (the CLI says so before it sends more): a quarter of the server's 64 MiB budget
+# for bodies being received, so that a slow import never makes the trainers' pushes wait for room
+MAX_IMPORT_BODY_BYTES = 16 * 2**20
 MAX_KEY_LENGTH = 256
 FORMATS = ("verl-jsonl", "verl-console", "wandb-console", "wandb-history-jsonl", "wandb-history-csv", "runs-csv")
 _SHA256 = re.compile(r"[0-9a-f]{64}")

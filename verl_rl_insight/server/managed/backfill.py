@@ -71,7 +71,7 @@ def openmetrics(body: ImportBody, shift_s: float) -> Iterator[str]:
     times = [f"{s.time + shift_s:.3f}" for s in body.steps]
     own = (
         (GLOBAL_STEP_METRIC, run, [(t, str(s.step)) for t, s in zip(times, body.steps)]),
-        (STEP_TIME_METRIC, run, [(t, f"{s.time + shift_s:.3f}") for t, s in zip(times, body.steps)]),
+        (STEP_TIME_METRIC, run, [(t, t) for t in times]),  # the step's time is its value too
         (ATTEMPT_METRIC, f'{run},{IMPORTED_LABEL}="{IMPORTED_LABEL}"', [(t, "1") for t in times]),
         (RUN_FINISHED, run, [(times[-1], "1")]),
     )
