@@ -17,6 +17,7 @@ from tests.e2e.test_explorer_page import browser as browser
 from tests.e2e.test_explorer_page import open_page, require_browser
 from tests.e2e.test_explorer_page import tab as tab
 from tests.helpers import http, require_prometheus, rl_insight, stack_prometheus, write_server_config
+from verl_rl_insight.commands.demo import verl_step
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, STEP_TIME_METRIC, metric_name
 from verl_rl_insight.contract.run_import import MAX_IMPORT_BODY_BYTES, MAX_IMPORT_KEYS
 
@@ -26,6 +27,8 @@ LIVE = "live-demo"
 REAL = Path(__file__).resolve().parents[1] / "data" / "real_runs"
 TWIN = "jianghoucheng_opd_qwen25_3b_teacherkl0001"
 BASELINE = "baseline-kl0001"
+BS64 = "jianghoucheng_opd_qwen25_3b_teacherkl00005_bs64"  # the same recipe at twice the batch, with its config
+UNSIZED = "jianghoucheng_opd_qwen25_3b_tokenkl01_stdfilter_toolcall_collapse"  # multi-turn, no config
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +255,7 @@ def test_runs_diff_names_the_curves_that_part_from_the_baseline(stack):
     )  # fmt: skip
     assert diff.returncode == 0, diff.stderr
     answer = json.loads(diff.stdout)
-    assert answer["differences"] is None  # imported without --card
+    assert answer["differences"] is None  # the collapse was imported without a config
     parted = {p["key"]: p["parts_at"] for p in answer["parting"]}
     # the tool-call collapse: responses grow into the limit (data README: onset 6) while the healthy run's do not
     assert "response_length/mean" in parted and 6 <= parted["response_length/mean"] <= 20, parted
@@ -312,3 +315,63 @@ def test_diagnose_says_where_a_collapse_left_its_healthy_sibling(stack):
         f"response_length/mean {length['difference']:.0f} above the baseline at step {length['step']}, "
         f"was within {length['within']:.3g} to step {length['parts_at'] - 1}"
     )
+
+
+def test_a_config_beside_a_run_file_is_its_card_and_runs_diff_names_what_differs(stack):
+    diff = rl_insight("runs", "diff", f"real/{TWIN}", f"real/{BS64}", "--json", env=stack["env"])
+    assert diff.returncode == 0, diff.stderr
+    differences = {row["key"]: (row["first"], row["second"]) for row in json.loads(diff.stdout)["differences"]}
+    # the two runs' own configs (tests/data/real_runs/README.md): the batch and the teacher-KL coefficient
+    assert differences["data.train_batch_size"] == (32, 64), sorted(differences)
+    assert differences["algorithm.kl_ctrl.kl_coef"] == (0.001, 0.0005), sorted(differences)
+
+
+def run_answer(stack, project, experiment):
+    query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
+    status, body = http("GET", f"{stack['base']}/api/v1/explorer/run?{query}")
+    assert status == 200, body
+    return json.loads(body)
+
+
+def test_each_run_says_how_many_sequences_a_step_it_trains_and_where_that_comes_from(stack):
+    # from the card the folder import took from <name>.config.json: 64 prompts x 16 responses
+    assert run_answer(stack, "real", BS64)["samples_seen"] == {
+        "per_step": 1024, "from": "card: data.train_batch_size 64 x actor_rollout_ref.rollout.n 16",
+    }  # fmt: skip
+    # the demo's live run from what its steps logged (verl's own metric functions on its batch), as its card says
+    live = run_answer(stack, DEMO_PROJECT, LIVE)["samples_seen"]
+    assert live["per_step"] == verl_step.PROMPTS * verl_step.ROLLOUT_N and live["from"].startswith("logged: "), live
+    assert "card" not in live["from"], live  # the card agrees: nothing to say
+    assert run_answer(stack, DEMO_PROJECT, BASELINE)["samples_seen"]["per_step"] == 512
+    unsized = run_answer(stack, "real", UNSIZED)["samples_seen"]
+    assert unsized["per_step"] is None and "not one batch size" in unsized["from"], unsized
+
+
+def test_the_compare_view_draws_two_batch_sizes_by_samples_seen(stack, tab):
+    drawn = open_page(tab, f"{stack['base']}/runs/real/{BS64}?compare={TWIN}&x=samples", "run")
+    axis = tab.evaluate("window.RL_INSIGHT_PAGE.xAxis")
+    assert axis["by"] == "samples" and axis["per_step"] == {BS64: 1024, TWIN: 512}, axis
+    score = drawn["panels"]["Score and reward"]
+    assert score["x"] == "samples"
+    stepped = {s for s, _ in file_values(REAL / f"{BS64}.jsonl")}  # a run's curves are on all its steps
+    twin = {s for s, _ in file_values(REAL / f"{TWIN}.jsonl")}
+    # both runs on one axis of sequences trained: step 10 of the big batch beside step 20 of the small one
+    assert set(score["xs"]) == {1024 * s for s in stepped} | {512 * s for s in twin}, score["xs"][:10]
+    assert "1024 a step" in tab.inner_text("[data-testid=x-note]")
+    box = tab.locator("[data-testid=panel][data-title='Score and reward'] canvas").first.bounding_box()
+    tab.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    readout = tab.locator("[data-testid=panel][data-title='Score and reward'] [data-testid=readout]").inner_text()
+    assert "samples seen" in readout and " · step " in readout, readout
+    # by step, the same two runs on their own steps
+    by_step_page = open_page(tab, f"{stack['base']}/runs/real/{BS64}?compare={TWIN}", "run")
+    assert set(by_step_page["panels"]["Score and reward"]["xs"]) == stepped | twin
+
+
+def test_by_samples_seen_is_refused_with_the_reason_where_a_runs_batch_is_not_known(stack, tab):
+    drawn = open_page(tab, f"{stack['base']}/runs/real/{UNSIZED}?compare={TWIN}&x=samples", "run")
+    axis = tab.evaluate("window.RL_INSIGHT_PAGE.xAxis")
+    assert axis["by"] == "step" and axis["per_step"][UNSIZED] is None and "not one batch size" in axis["why"], axis
+    assert drawn["panels"]["Score and reward"]["x"] == "step"
+    assert tab.locator("select[aria-label='x axis'] option[value=samples]").is_disabled()
+    note = tab.inner_text("[data-testid=x-note]")
+    assert note.startswith("by samples seen needs each run's batch size") and UNSIZED in note, note

@@ -26,6 +26,7 @@ import yaml
 from verl_rl_insight.commands.api import SubParsers, call, common_options, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.run_formats import MAX_FILE_BYTES, RunFile, RunFileError, read_file
+from verl_rl_insight.contract.run_card import MAX_CARD_BYTES
 from verl_rl_insight.contract.run_import import (
     MAX_IMPORT_BODY_BYTES,
     MAX_IMPORT_KEYS,
@@ -38,6 +39,7 @@ SYNTHETIC_END_S = 86400.0  # synthesized times end this long before the import
 WAIT_S = 150.0
 RUN_SUFFIXES = (".jsonl", ".json", ".csv", ".log", ".txt")
 NOT_RUNS = frozenset(("wandb-metadata.json", "wandb-summary.json", "debug.log", "debug-internal.log"))
+CARD_SUFFIXES = (".config.json", ".config.yaml")  # a run's config beside its file: <name>.config.json
 
 
 def _digest(path: Path) -> str:
@@ -81,21 +83,33 @@ def run_files(target: Path) -> list[Path]:
         inside = path.parts[len(target.parts) :]
         if not path.is_file() or path.suffix not in RUN_SUFFIXES or path.name in NOT_RUNS:
             continue
-        if path.name.endswith(".source.json") or "logs" in inside[:-1]:
+        if path.name.endswith((".source.json", *CARD_SUFFIXES)) or "logs" in inside[:-1]:
             continue
         found.append(path)
     return found
 
 
+def card_beside(path: Path) -> Path | None:
+    """The run's config kept with its file: ``<name>.config.json`` or ``.config.yaml`` beside it, or in a
+    wandb run folder the ``files/config.yaml`` beside its ``output.log``; None when there is none."""
+    stem = path.name[: -len(path.suffix)] if path.suffix else path.name
+    near = [path.with_name(stem + suffix) for suffix in CARD_SUFFIXES]
+    if path.name == "output.log" and path.parent.name == "files":
+        near.append(path.with_name("config.yaml"))
+    return next((card for card in near if card.is_file()), None)
+
+
 def card_of(path: Path, project: str, experiment: str) -> bytes:
-    """The card of ``--card``: a run card as verl-rl-insight keeps it, or verl's resolved config (YAML or
-    JSON; wandb's ``files/config.yaml``, each key ``{value: ...}``, unwrapped)."""
+    """The run's card from ``path``: a run card as verl-rl-insight keeps it, or verl's resolved config
+    (YAML or JSON; wandb's ``files/config.yaml``, each key ``{value: ...}``, unwrapped)."""
     try:
+        if path.stat().st_size > 4 * MAX_CARD_BYTES:
+            raise CliError(f"card {path}: over {4 * MAX_CARD_BYTES >> 10} KiB, not a run's config", code=REFUSED)
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise CliError(f"--card {path}: not a readable YAML or JSON file ({str(exc)[:200]})", code=REFUSED) from None
+        raise CliError(f"card {path}: not a readable YAML or JSON file ({str(exc)[:200]})", code=REFUSED) from None
     if not isinstance(loaded, dict):
-        raise CliError(f"--card {path}: expected a mapping (verl's config, or a run card)", code=REFUSED)
+        raise CliError(f"card {path}: expected a mapping (verl's config, or a run card)", code=REFUSED)
     if "config" in loaded and isinstance(loaded["config"], dict):
         card = dict(loaded)
     else:
@@ -149,10 +163,12 @@ def import_runs(args: argparse.Namespace) -> int:
         # two files of one name (history.jsonl, history.csv): each by its whole name
         experiment = args.experiment or (stem if stems.count(stem) == 1 else path.name)
         try:
-            bodies.append((path, body_of(path, read_file(path), args.project, experiment, now)))
+            body = body_of(path, read_file(path), args.project, experiment, now)
         except RunFileError as exc:
             raise CliError(str(exc), code=REFUSED) from None
-    for path, body in bodies:
+        config = Path(args.card) if args.card else card_beside(path)
+        bodies.append((path, body, card_of(config, args.project, experiment) if config is not None else None))
+    for path, body, card in bodies:
         raw = json.dumps(body.as_json(), allow_nan=False).encode()
         if len(raw) > MAX_IMPORT_BODY_BYTES:
             raise CliError(
@@ -160,11 +176,8 @@ def import_runs(args: argparse.Namespace) -> int:
                 code=REFUSED,
             )
         answer = call("POST", f"{base}/api/v1/runs/import", token, raw, timeout_s=360)
-        if args.card:
-            card = call(
-                "PUT", f"{base}/api/v1/runs/card", token, card_of(Path(args.card), body.project, body.experiment)
-            )
-            answer["card_bytes"] = card.get("bytes")
+        if card is not None:
+            answer["card_bytes"] = call("PUT", f"{base}/api/v1/runs/card", token, card).get("bytes")
         answers.append(answer)
         if not args.json:
             print(_line(answer, path), flush=True)
@@ -199,7 +212,9 @@ def add_parser(runs_sub: SubParsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("--experiment", help="its experiment_name (default: the file's name)")
     parser.add_argument(
-        "--card", help="its config: verl's resolved config (YAML/JSON, wandb's config.yaml) or a run card"
+        "--card",
+        help="its config: verl's resolved config (YAML/JSON, wandb's config.yaml) or a run card (default: "
+        "<name>.config.json or .config.yaml beside the file, a wandb run's files/config.yaml)",
     )
     parser.add_argument("--no-wait", action="store_true", help="do not wait for Prometheus to load it")
     parser.set_defaults(func=import_runs)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from verl_rl_insight.commands.demo import ray_start
+from verl_rl_insight.commands.demo import ray_start, verl_step
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
 
@@ -58,6 +58,9 @@ def compose(
                 f"trainer.project_name={PROJECT}",
                 f"trainer.experiment_name={experiment}",
                 f"trainer.total_training_steps={steps}",
+                f"data.train_batch_size={verl_step.PROMPTS}",  # the card says the batch the demo trains
+                f"actor_rollout_ref.rollout.n={verl_step.ROLLOUT_N}",
+                f"actor_rollout_ref.actor.ppo_mini_batch_size={verl_step.PROMPTS}",
                 "actor_rollout_ref.rollout.disable_log_stats=False",
                 f"actor_rollout_ref.rollout.name={engine}",
                 f"transfer_queue.metrics.enabled={transfer_queue}",

@@ -294,7 +294,7 @@ class SimulatedTaskRunner(V1Steps):
             if tq is not None:
                 exchange_through(tq, step)
             time.sleep(step_s * 0.05)
-        batch = verl_step.rollout_batch(step, total, prompts=8)
+        batch = verl_step.rollout_batch(step, total, prompts=verl_step.PROMPTS)
         for phase, share in (("reward", 0.05), ("old_log_prob", 0.1), ("ref", 0.05), ("values", 0.05)):
             with marked_timer(phase, timing):
                 time.sleep(step_s * share)

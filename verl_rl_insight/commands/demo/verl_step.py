@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 StepMetrics = dict[str, object]
 
 ROLLOUT_N = 4  # responses per prompt (actor_rollout_ref.rollout.n)
+PROMPTS = 8  # prompts a step (data.train_batch_size)
 DATA_SOURCES = ("openai/gsm8k", "lighteval/MATH")
 
 

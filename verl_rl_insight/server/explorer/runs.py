@@ -13,6 +13,7 @@ from verl_rl_insight.contract.run_card import ABSENT, Json, differences
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.explorer.findings import Finding, shown
 from verl_rl_insight.server.explorer.keys import PREFIX, key_of, logged_names, panels, series_of
+from verl_rl_insight.server.explorer.samples_seen import of_run
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.incidents import CLIP_SERIES, incidents
@@ -209,17 +210,18 @@ def run_answer(
     history = sources.history(run)
     if history is None and run not in ages and sources.imports.get(run) is None:
         raise NotFound(f"experiment_name: no run {run[0][:100]!r} / {run[1][:100]!r} here (GET /api/v1/explorer/runs)")
+    try:
+        kept: dict[str, Json] | None = cards.get(*run)
+    except NotFound:
+        kept = None
+    sent = kept.get("card") if kept is not None else None  # its batch size is shown to anyone, the card is not
     with sources.histories.lock:
         row = _summary(sources, run, ages.get(run, HubRun(None, None)), time.time())
         names = list(history.columns) if history is not None else []
+        seen = of_run(history, sent if isinstance(sent, dict) else None)
     logged = sources.logged(run)  # kept with the run's files: as logged after a restart too
     keys = sorted({logged.get(n) or key_of(n) for n in names if n.startswith(PREFIX)})
-    card: Json = None
-    if card_ok:
-        try:
-            card = cards.get(*run)
-        except NotFound:
-            card = None
+    card: Json = kept if card_ok else None
     others = (
         {r for r in ages} | set(sources.histories.runs()) | {(r.project, r.experiment) for r in sources.imports.runs()}
     )
@@ -231,6 +233,7 @@ def run_answer(
         "state": row["state"],
         "imported": row["imported"],
         "step": row["step"],
+        "samples_seen": {"per_step": seen.per_step, "from": seen.source},
         "keys": keys,
         "panels": panels(keys, sources.params),
         "findings": shown_findings,

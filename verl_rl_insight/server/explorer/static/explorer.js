@@ -243,7 +243,8 @@
       return state / weight; // debiased, as TensorBoard's
     });
   }
-  function bandsPlugin(bands, marks, incidents) {
+  // the own run's steps drawn where its x lies (xOf: step -> x; by samples seen, step x sequences a step)
+  function bandsPlugin(bands, marks, incidents, xOf) {
     return {
       hooks: {
         drawClear: [
@@ -251,13 +252,13 @@
             const ctx = u.ctx, top = u.bbox.top, height = u.bbox.height;
             ctx.save();
             for (const band of bands) {
-              const x0 = u.valToPos(band.first_step - 0.5, "x", true), x1 = u.valToPos(band.last_step + 0.5, "x", true);
+              const x0 = u.valToPos(xOf(band.first_step - 0.5), "x", true), x1 = u.valToPos(xOf(band.last_step + 0.5), "x", true);
               ctx.fillStyle = SEVERITY[band.severity] || SEVERITY.info;
               ctx.fillRect(Math.min(x0, x1), top, Math.max(Math.abs(x1 - x0), 2), height);
             }
             // an incident: a strip along the top of every panel, over all the steps of its findings
             for (const incident of incidents || []) {
-              const x0 = u.valToPos(incident.first_step - 0.5, "x", true), x1 = u.valToPos(incident.last_step + 0.5, "x", true);
+              const x0 = u.valToPos(xOf(incident.first_step - 0.5), "x", true), x1 = u.valToPos(xOf(incident.last_step + 0.5), "x", true);
               ctx.fillStyle = INCIDENT[incident.severity] || INCIDENT.info;
               ctx.fillRect(Math.min(x0, x1), top, Math.max(Math.abs(x1 - x0), 2), Math.round(6 * devicePixelRatio));
             }
@@ -273,7 +274,7 @@
             ctx.fillStyle = "#7a5af8";
             ctx.font = `${Math.round(10 * devicePixelRatio)}px sans-serif`;
             for (const mark of marks) {
-              const x = Math.round(u.valToPos(mark.step, "x", true));
+              const x = Math.round(u.valToPos(xOf(mark.step), "x", true));
               ctx.beginPath();
               ctx.moveTo(x, u.bbox.top);
               ctx.lineTo(x, u.bbox.top + u.bbox.height);
@@ -291,20 +292,30 @@
   const runColor = (r) => COLORS[r % COLORS.length];
   // one run alone: a colour per key, as a reader expects; two runs or more: a colour per run, a dash per key
   const lineStyle = (ctx, r, k) => (ctx.compared.length ? { stroke: runColor(r), dash: DASHES[k % DASHES.length] } : { stroke: COLORS[k % COLORS.length], dash: undefined });
-  // the steps of every run of the panel, and each series on them: undefined where a key was not logged
-  // that step (the line goes on), null where the trainer logged NaN or an infinity (the line breaks there)
-  function aligned(runs, keys) {
-    const steps = [...new Set(runs.flatMap((run) => run.curves.steps))].sort((a, b) => a - b);
+  // the x of every run of the panel (its step, or by samples seen its step x its sequences a step: factor),
+  // and each series on them: undefined where a key was not logged at that x (the line goes on), null where
+  // the trainer logged NaN or an infinity (the line breaks there)
+  function aligned(runs, keys, factor) {
+    const steps = [...new Set(runs.flatMap((run) => run.curves.steps.map((s) => s * factor(run))))].sort((a, b) => a - b);
     const at = new Map(steps.map((s, i) => [s, i]));
     const columns = [];
     for (const run of runs)
       for (const k of keys) {
-        const column = new Array(steps.length).fill(undefined), values = run.curves.series[k] || [];
+        const column = new Array(steps.length).fill(undefined), values = run.curves.series[k] || [], f = factor(run);
         const bad = new Set((run.curves.nonfinite || {})[k] || []);
-        run.curves.steps.forEach((s, i) => (column[at.get(s)] = bad.has(i) ? null : values[i] === null ? undefined : values[i]));
+        run.curves.steps.forEach((s, i) => (column[at.get(s * f)] = bad.has(i) ? null : values[i] === null ? undefined : values[i]));
         columns.push(column);
       }
     return { steps, columns };
+  }
+  // by step, or by samples seen (?x=samples) where every run drawn knows its sequences a step
+  function xAxis(run, compared, wanted) {
+    const runs = [{ experiment: run.experiment, run }, ...compared];
+    const missing = runs.filter((r) => !(r.run.samples_seen || {}).per_step);
+    const by = wanted === "samples" && !missing.length ? "samples" : "step";
+    const per = Object.fromEntries(runs.map((r) => [r.experiment, (r.run.samples_seen || {}).per_step || null]));
+    const why = missing.map((r) => `${r.experiment}: ${(r.run.samples_seen || {}).from || "no batch size known"}`).join("; ");
+    return { by, per, why, factor: (r) => (by === "samples" ? per[r.experiment] : 1), label: by === "samples" ? "samples seen" : "step" };
   }
   function thresholdsPlugin(lines) {
     return { hooks: { draw: [(u) => {
@@ -331,7 +342,7 @@
     const digits = Math.min(12, Math.max(0, -Math.floor(Math.log10(gap || 1)) + 1));
     return splits.map((v) => (Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-4) ? v.toExponential(2) : String(+v.toFixed(digits))));
   }
-  const STEP_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
+  const STEP_INCRS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 2500, 5000, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7, 2e7, 5e7, 1e8, 2e8, 5e8, 1e9, 1e10, 1e11, 1e12];
   function chartPanel(ctx, index, panelSpec) {
     const { title, keys } = panelSpec, lines = panelSpec.thresholds || [];
     const holder = el("div", { class: "chart" });
@@ -362,8 +373,8 @@
       holder.append(el("p", { class: "muted", text: "not logged in this run" }));
       return panel;
     }
-    const { steps, columns } = aligned(runs, present);
-    const series = [{ label: "step" }], data = [steps], drawn = [];
+    const { steps, columns } = aligned(runs, present, ctx.x.factor);
+    const series = [{ label: ctx.x.label }], data = [steps], drawn = [];
     runs.forEach((run, r) => present.forEach((k, i) => {
       // a baseline imported from a file: dashed, and named so in the readout
       const imported = !!(run.run && run.run.imported), name = imported ? `${run.experiment} (imported)` : run.experiment;
@@ -374,10 +385,10 @@
       }
       series.push({ label: `${name} · ${k}`, stroke: style.stroke, width: 1.6, dash: style.dash, points: { show: false } });
       data.push(ctx.alpha ? ema(raw, ctx.alpha) : raw);
-      drawn.push({ run: run.experiment, key: k, color: style.stroke, index: data.length - 1, imported, dash: style.dash || null });
+      drawn.push({ run: run.experiment, key: k, color: style.stroke, index: data.length - 1, imported, dash: style.dash || null, factor: ctx.x.factor(run) });
     }));
     const info = (page.panels[title] = { keys: present, runs: Object.fromEntries(runs.map((run, r) => [run.experiment, lineStyle(ctx, r, 0).stroke])),
-      colors: drawn.map((d) => [d.run, d.key, d.color]), dashes: drawn.map((d) => [d.run, d.key, d.dash, d.imported]), thresholds: lines.map((l) => l.value), xticks: [], yrange: null });
+      colors: drawn.map((d) => [d.run, d.key, d.color]), dashes: drawn.map((d) => [d.run, d.key, d.dash, d.imported]), thresholds: lines.map((l) => l.value), xticks: [], x: ctx.x.by, xs: steps, yrange: null });
     const tops = lines.map((l) => l.value);
     ctx.pending.push(() => {
       const width = (ctx.width = ctx.width || Math.max(300, holder.clientWidth || 500)); // one layout read
@@ -385,7 +396,7 @@
         width, height: 200, series, legend: { show: false },
         scales: { x: { time: false }, y: tops.length ? { range: (u, lo, hi) => { const top = Math.max(hi ?? 0, ...tops) * 1.15; info.yrange = [Math.min(lo ?? 0, 0), top]; return info.yrange; } } : {} },
         axes: [{ incrs: STEP_INCRS, values: (u, splits) => ((info.xticks = splits), splits.map((s) => String(s))) }, { size: 60, values: (u, splits) => yTicks(splits) }],
-        plugins: [bandsPlugin(bands, ctx.marks, ctx.incidents), thresholdsPlugin(lines)],
+        plugins: [bandsPlugin(bands, ctx.marks, ctx.incidents, (s) => s * ctx.x.factor(runs[0])), thresholdsPlugin(lines)],
         cursor: { y: false, drag: { x: true, y: false }, sync: { key: ctx.syncKey, setSeries: false }, points: { size: 6 } },
         hooks: { setCursor: [(u) => showValues(u, readout, drawn)] },
       };
@@ -405,9 +416,11 @@
     const keys = [...new Set(drawn.map((d) => d.key))];
     const cut = keys.length > 1 ? commonPrefix(keys).lastIndexOf("/") + 1 : 0;
     const runs = [...new Set(drawn.map((d) => d.run))];
-    readout.replaceChildren(el("strong", { text: `step ${u.data[0][idx]}` }), ...runs.map((run) => {
-      const mine = drawn.filter((d) => d.run === run);
-      return el("div", { class: "value", "data-run": run }, el("i", { class: "swatch", color: mine[0].color }), el("span", { text: mine[0].imported ? `${run} (imported)` : run }),
+    const x = u.data[0][idx], bySamples = drawn.some((d) => d.factor !== 1);
+    readout.replaceChildren(el("strong", { text: bySamples ? `${x} samples seen` : `step ${x}` }), ...runs.map((run) => {
+      const mine = drawn.filter((d) => d.run === run), at = x / mine[0].factor;
+      const name = `${mine[0].imported ? `${run} (imported)` : run}${bySamples && Number.isInteger(at) ? ` · step ${at}` : ""}`;
+      return el("div", { class: "value", "data-run": run }, el("i", { class: "swatch", color: mine[0].color }), el("span", { text: name }),
         ...mine.map((d) => { const v = u.data[d.index][idx]; return el("span", {}, `${d.key.slice(cut)} `, el("b", { text: v === null ? "NaN" : v === undefined ? "–" : fmt(v) })); }));
     }));
   }
@@ -432,7 +445,7 @@
       if (down && Math.hypot(e.clientX - down[0], e.clientY - down[1]) > 4) return; // a drag zooms
       const idx = chart.cursor.idx;
       if (idx === null || idx === undefined) return;
-      const step = chart.data[0][idx];
+      const step = Math.round(chart.data[0][idx] / ctx.x.factor({ experiment: ctx.experiment }));
       location.href = stepHref(ctx.project, ctx.experiment, step);
     });
   }
@@ -530,17 +543,19 @@
     const alpha = Math.min(Math.max(+(params.get("smooth") || 0), 0), 0.99);
     const incidents = run.incidents || [];
     page.incidents = incidents.map((i) => ({ kind: i.kind, severity: i.severity, first_step: i.first_step, last_step: i.last_step, chain: (i.chain || []).map((l) => l.signal) }));
-    const ctx = { project, experiment, curves, compared, alpha, findings, incidents: incidents.filter((i) => i.severity !== "info"), marks: run.marks || [], pending: [], charts: [], byPanel: {}, byTitle: {}, syncKey: `run-${Math.random()}` };
+    const x = xAxis(run, compared, params.get("x"));
+    page.xAxis = { by: x.by, per_step: x.per, why: x.why };
+    const ctx = { project, experiment, curves, compared, alpha, x, findings, incidents: incidents.filter((i) => i.severity !== "info"), marks: run.marks || [], pending: [], charts: [], byPanel: {}, byTitle: {}, syncKey: `run-${Math.random()}` };
     // where on the screen panel i draws step n (what a click there opens): for people's scripts and the tests
     page.pointAt = (i, n) => {
       const chart = ctx.byPanel[i], box = chart.over.getBoundingClientRect();
-      return { x: box.left + chart.valToPos(n, "x"), y: box.top + box.height / 2 };
+      return { x: box.left + chart.valToPos(n * ctx.x.factor({ experiment }), "x"), y: box.top + box.height / 2 };
     };
     page.marks = ctx.marks.map((m) => m.step);
     // the steps where the line of this run's key breaks (a NaN the trainer logged), in the panel titled so
     page.gapsOf = (title, key) => {
       const chart = ctx.byTitle[title], at = chart.series.findIndex((s) => s.label === `${experiment} · ${key}`);
-      return chart.data[0].filter((_, j) => chart.data[at][j] === null);
+      return chart.data[0].filter((_, j) => chart.data[at][j] === null).map((s) => s / ctx.x.factor({ experiment }));
     };
     page.cursorSteps = () => ctx.charts.map((c) => (c.cursor.idx === null || c.cursor.idx === undefined ? null : c.data[0][c.cursor.idx]));
     const setParam = (name, value) => {
@@ -556,6 +571,13 @@
       el("input", { type: "checkbox", checked: compareNames.includes(e), disabled: !!REPORT && !(REPORT.compare || {})[e],
         onchange: (ev) => setParam("compare", (ev.target.checked ? [...compareNames, e] : compareNames.filter((x) => x !== e)).join(",")) }), e,
       (run.others_imported || []).includes(e) ? el("span", { class: "badge imported", text: "imported" }) : null));
+    // the x axis: by step, or by samples seen when the runs' batch sizes differ (each run's from its card or its logged tokens)
+    const xPick = el("select", { "aria-label": "x axis", disabled: !compared.length,
+      onchange: (ev) => (REPORT ? ((ctx.x = xAxis(run, compared, ev.target.value)), (page.xAxis.by = ctx.x.by), redraw(ctx.alpha)) : setParam("x", ev.target.value === "samples" ? "samples" : "")) },
+      el("option", { value: "step", text: "by step", selected: x.by === "step" }),
+      el("option", { value: "samples", text: "by samples seen", selected: x.by === "samples", disabled: !!x.why }));
+    const xNote = compared.length ? el("span", { class: "muted x-note", "data-testid": "x-note",
+      text: x.why ? `by samples seen needs each run's batch size (${x.why})` : Object.entries(x.per).map(([e, n]) => `${e}: ${n} a step`).join(", ") }) : null;
     const grid = el("div", { class: "panels" });
     const redraw = (a) => {
       ctx.alpha = a;
@@ -579,6 +601,7 @@
       run.imported ? el("p", { class: "muted imported-from", text: `imported from ${run.imported.source} (${run.imported.format}), times ${run.imported.times}: a finished run, never watched live (no stall, no alerts)` }) : null,
       el("div", { class: "controls" }, el("label", {}, "smoothing (EMA)", smooth, smoothValue),
         compareBoxes.length ? el("span", {}, "compare: ", compareBoxes) : null,
+        compared.length ? el("label", {}, "x ", xPick, xNote) : null,
         el("span", { class: "muted", text: "click a point to open its step; drag to zoom, double-click to reset" })),
       runLegend(ctx),
       grid,
