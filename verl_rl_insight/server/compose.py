@@ -1,6 +1,8 @@
 """The server's composition root: every part built once, in the order of what it needs, each given
-its dependencies at construction. No part registers itself with another or is completed later
-(``tests/test_layout.py`` checks this module and ``app.py`` for it):
+its dependencies at construction. No part registers itself with another (``tests/test_layout.py``
+checks this module and ``app.py`` for it). What needs the managed services started comes after, in
+``app.py``: the span store or relay (by whether Tempo runs) handed to ``parts.startup``, the ticking
+and delivery threads. The order here:
 
 memory bound -> the runs' histories -> detectors (their one walk reads the histories), timeline
 figures, marks (book under the bound) -> explorer -> hub (its listeners, collectors and derived parts

@@ -1,7 +1,8 @@
 """Training health: the RL failure modes that cost teams days, found in what verl logs.
 
-Each detector is defined once, here: its test (``checks.py``) reads the run's values up to a step
-and says whether that step shows the failure, against the run's own earlier steps. One walk,
+Each detector is defined once, in ``modes.py`` (its failure mode, key, severity, what to check); its
+test (``checks.py``) reads the run's values up to a step and says whether that step shows the
+failure, against the run's own earlier steps. Here is the walk: one walk,
 ``RunHealth``, feeds a run's steps to every detector in order: the server runs it on each step it
 receives (``server/health/live.py``: the online findings, which the ``RLInsight<Mode>`` alert rules
 read) and ``rl-insight diagnose`` runs the very same walk over a run's history (read back from

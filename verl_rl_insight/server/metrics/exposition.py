@@ -1,7 +1,7 @@
 """The Prometheus text exposition format (version 0.0.4): values, label sets, whole bodies.
 
-Only names and label values that push_schema accepted reach here, so a line can never break
-the body: names are full-match checked, label values are escaped.
+Only names that the push's check accepted reach here (``contract/wire.py``, ``check_metric_names``:
+full-match checked), and label values are escaped, so a line can never break the body.
 """
 
 from __future__ import annotations
