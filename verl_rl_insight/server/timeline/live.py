@@ -42,7 +42,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.runs import Run
@@ -168,6 +168,16 @@ def lanes_of(step_span: dict[str, Any], spans: list[dict[str, Any]], figures: St
         "lanes": {lane: sorted(lanes[lane], key=lambda s: s[1])[:LAST_STEP_SPANS] for lane in order[:LAST_STEP_LANES]},
         "lanes_left_out": max(0, len(order) - LAST_STEP_LANES),
     }
+
+
+class Settled(NamedTuple):
+    """A step whose spans have all come (``LiveFigures._ready``), with the spans it is summarized from."""
+
+    project: str
+    experiment: str
+    run: _Run
+    step_span: dict[str, Any]
+    spans: list[dict[str, Any]]
 
 
 @dataclass(slots=True)
@@ -314,8 +324,8 @@ class LiveFigures:
         with self._lock:
             self._make(self._ready(self.clock()))
 
-    def _ready(self, now: float) -> list[tuple[str, str, _Run, dict[str, Any], list[dict[str, Any]]]]:
-        """Take the settled steps out (under the lock): (project, experiment, run, step span, spans)."""
+    def _ready(self, now: float) -> list[Settled]:
+        """Take the settled steps out (under the lock)."""
         out = []
         for (project, experiment), run in self._runs.items():
             key = (project, experiment)
@@ -325,7 +335,7 @@ class LiveFigures:
                     span = run.steps.pop(step)
                     run.arrived.pop(step)
                     run.done, run.done_end_ns = step, max(run.done_end_ns, span["end_ns"])
-                    out.append((project, experiment, run, span, list(run.spans)))
+                    out.append(Settled(project, experiment, run, span, list(run.spans)))
                     made = True
                 else:
                     break
@@ -334,7 +344,7 @@ class LiveFigures:
                 run.spans = [s for s in run.spans if s["end_ns"] > run.done_end_ns]
         return out
 
-    def _make(self, ready: list[tuple[str, str, _Run, dict[str, Any], list[dict[str, Any]]]]) -> None:
+    def _make(self, ready: list[Settled]) -> None:
         for project, experiment, run, step_span, spans in ready:
             try:
                 for figures in summarize([step_span, *spans]):
