@@ -37,9 +37,9 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hub_process import free_port, start_hub
 
-from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health.live import HealthMonitor
+from verl_rl_insight.server.history.histories import Histories
 from verl_rl_insight.server.metrics.hub import Bound, MetricHub
 from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.run_attempts import RunAttempts

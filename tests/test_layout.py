@@ -42,6 +42,31 @@ def test_the_layers_hold_and_a_lower_room_importing_a_higher_one_breaks_them(tmp
     assert "verl_rl_insight.contract.naming -> verl_rl_insight.commands.doctor" in broken.stdout
 
 
+def copy_of_the_package(where):
+    shutil.copytree(
+        REPO / "verl_rl_insight", where / "verl_rl_insight", ignore=shutil.ignore_patterns("__pycache__", "*.json")
+    )
+    shutil.copy(REPO / "pyproject.toml", where / "pyproject.toml")
+    return where / "verl_rl_insight" / "server"
+
+
+def test_the_servers_rooms_hold_and_settings_importing_a_store_breaks_them(tmp_path):
+    """Inside the server: the settings (the lowest room) import nothing of the server's, the runs'
+    histories sit below both the detectors and the explorer; a room new to the server is not left out
+    of the contract (``exhaustive``)."""
+    settings = copy_of_the_package(tmp_path / "up") / "settings" / "server.py"
+    settings.write_text(settings.read_text() + "\nfrom verl_rl_insight.server.stores import targets  # noqa\n")
+    broken = lint_imports(tmp_path / "up")
+    assert broken.returncode != 0
+    assert "the server's rooms follow the data path BROKEN" in broken.stdout, broken.stdout[-2000:]
+    said = " ".join(broken.stdout.split())  # the report wraps its lines
+    assert "verl_rl_insight.server.settings.server -> verl_rl_insight.server.stores.targets" in said, said[-2000:]
+    server = copy_of_the_package(tmp_path / "new")
+    (server / "newroom.py").write_text('"""A room no layer names."""\n')
+    unnamed = lint_imports(tmp_path / "new")
+    assert unnamed.returncode != 0 and "verl_rl_insight.server.newroom" in unnamed.stdout, unnamed.stdout[-2000:]
+
+
 def test_every_function_of_the_package_is_annotated():
     """mypy's disallow_untyped_defs says the same in CI; this names the functions where it fails."""
     import ast

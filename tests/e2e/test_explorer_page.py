@@ -246,7 +246,7 @@ def test_the_pages_are_served_with_a_strict_policy_and_the_static_folder_keeps_i
             head = _read_all(sock).split(b"\r\n\r\n")[0].decode().lower()
         assert " 200 " in head.splitlines()[0] and f"content-type: {kind}" in head, head
         assert "connect-src 'self'" in head and "script-src 'self';" in head and "unsafe-inline" not in head
-    for sneaky in ("../pages.py", "..%2fpages.py", "%2e%2e/__init__.py", ".hidden.js", "LICENSE.uPlot/../x.js"):
+    for sneaky in ("../runs.py", "..%2fruns.py", "%2e%2e/__init__.py", ".hidden.js", "LICENSE.uPlot/../x.js"):
         with socket.create_connection(("127.0.0.1", int(demo["base"].rsplit(":", 1)[1])), 10) as sock:
             sock.sendall(f"GET /static/explorer/{sneaky} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
             answer = _read_all(sock)
@@ -325,7 +325,7 @@ def served(path):
     import asyncio
     import concurrent.futures
 
-    from verl_rl_insight.server.explorer import pages
+    from verl_rl_insight.server.api import explorer_pages as pages
 
     answer = Collected()
     with concurrent.futures.ThreadPoolExecutor(1) as thread:  # playwright's sync API holds this thread's loop
@@ -342,7 +342,7 @@ def test_the_pages_module_answers_the_shell_and_its_files_and_nothing_else_witho
     script = served("/static/explorer/explorer.js")
     assert script[0] == 200 and script[1][b"content-type"].startswith(b"text/javascript")
     assert b"RL_INSIGHT_REPORT" in script[2]
-    for path in ("/static/explorer/../pages.py", "/static/explorer/.hidden.js", "/static/explorer/x/../../pages.py",
-                 "/runs/p", "/runs/p/e/steps/x", "/static/explorer/pages.py"):  # fmt: skip
+    for path in ("/static/explorer/../runs.py", "/static/explorer/.hidden.js", "/static/explorer/x/../../runs.py",
+                 "/runs/p", "/runs/p/e/steps/x", "/static/explorer/runs.py"):  # fmt: skip
         status, headers, body = served(path)
         assert status == 404 and b"import" not in body, path

@@ -23,8 +23,8 @@ from verl_rl_insight.commands.demo.verl_step import step_metrics
 from verl_rl_insight.contract.attempts import attempts, superseded
 from verl_rl_insight.contract.naming import METRIC_PREFIX
 from verl_rl_insight.contract.wire import validate_push
-from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.explorer.prometheus import _by_step
+from verl_rl_insight.server.history.histories import Histories
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 
 pytestmark = pytest.mark.local_ray  # starts a local Ray cluster: one at a time under -n (tests/parallel.py)

@@ -11,8 +11,9 @@ import yaml
 
 from tests.helpers import Prometheus, free_port, push, start_hub_process, stop_group, wait_for
 from verl_rl_insight.server.health import detectors
-from verl_rl_insight.server.managed import alert_rules, alert_settings
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.managed import alert_rules
+from verl_rl_insight.server.settings import alerts as alert_settings
+from verl_rl_insight.server.settings.server import ServerSettings
 
 
 def test_promtool_accepts_the_rules_and_thresholds_are_configurable(tmp_path):

@@ -18,7 +18,7 @@ import yaml
 
 from tests.helpers import http, push, require_prometheus, rl_insight, wait_for, write_server_config
 from verl_rl_insight.server.managed import alertmanager
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.server import ServerSettings
 
 ALERT = "RLInsightRolloutProbsDiffCritical"
 

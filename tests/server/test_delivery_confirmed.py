@@ -302,7 +302,7 @@ def test_a_run_credential_cannot_register_a_target_under_a_job_the_server_scrape
     from verl_rl_insight.server.api.parts import ApiParts
     from verl_rl_insight.server.managed import prometheus
     from verl_rl_insight.server.metrics.hub import MetricHub
-    from verl_rl_insight.server.settings import ServerSettings
+    from verl_rl_insight.server.settings.server import ServerSettings
 
     token = "the-servers-own-token"
     api = Api(ApiParts(MetricHub(), token=token))

@@ -1,4 +1,4 @@
-"""The explorer's step table (server/explorer/history.py), fed the batches the hub accepts: a real
+"""The explorer's step table (server/history/histories.py), fed the batches the hub accepts: a real
 verl run's logged steps (tests/data/real_runs). A step's second batch (verl logs a validation in a
 call of its own) adds its keys, a copy sent again changes nothing, a late step takes its place, a
 logged NaN stays apart from "not logged", and memory is bounded per run and in all."""
@@ -9,9 +9,9 @@ import math
 from tests.server.test_marks import REAL_RUN, wired
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.explorer.findings import shown
-from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.live import HealthMonitor
+from verl_rl_insight.server.history.histories import Histories
 
 ROWS = [json.loads(line) for line in REAL_RUN.read_text().splitlines()]
 SCORE = detectors.series_name("critic/score/mean")

@@ -7,9 +7,9 @@ from collections import Counter
 
 from tests.server.test_health_walk import START, offline, planned_drop
 from verl_rl_insight.contract.wire import Batch
-from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.health import detectors, live
 from verl_rl_insight.server.health.live import HealthMonitor
+from verl_rl_insight.server.history.histories import Histories
 
 RUN = ("p", "e")
 

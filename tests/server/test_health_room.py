@@ -13,9 +13,9 @@ import tracemalloc
 
 from tests import health_shapes as shapes
 from verl_rl_insight.contract.wire import MAX_FUTURE_S
-from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.live import HealthMonitor
+from verl_rl_insight.server.history.histories import Histories
 from verl_rl_insight.server.metrics.hub import MetricHub
 
 START = 1_700_000_000.0

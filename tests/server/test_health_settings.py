@@ -1,8 +1,8 @@
 """The detectors' settings as the server config sets them and as ``rl-insight diagnose`` reads them
 from ``GET /api/v1/info`` (``"health"``): one typed object (``HealthSettings``), the same wire as before."""
 
-from verl_rl_insight.server.health.defaults import DEFAULTS, SETTINGS, HealthSettings
-from verl_rl_insight.server.managed.alert_settings import health_settings
+from verl_rl_insight.server.settings.alerts import health_settings
+from verl_rl_insight.server.settings.health import DEFAULTS, SETTINGS, HealthSettings
 
 
 def test_the_info_wire_is_every_setting_by_name_as_a_float():

@@ -15,7 +15,7 @@ from tests.helpers import rl_insight
 from tests.server.test_health_walk import offline, online
 from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.server.health import detectors
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.server import ServerSettings
 
 
 def with_validation(key, values, every=10, base=None):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.helpers import free_port, http, start_hub_process, stop_group
-from verl_rl_insight.server.health.defaults import DEFAULTS, SETTINGS
+from verl_rl_insight.server.settings.health import DEFAULTS, SETTINGS
 from verl_rl_insight.server.stores.span_relay import RelayStats
 
 

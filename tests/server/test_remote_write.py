@@ -25,7 +25,7 @@ from tests.helpers import (
     wait_for,
     write_server_config,
 )
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.server import ServerSettings
 
 
 class VictoriaMetrics:

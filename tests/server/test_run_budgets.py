@@ -19,7 +19,7 @@ from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.parts import ApiParts, Startup
 from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, Bound, MetricHub
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.server import ServerSettings
 from verl_rl_insight.server.stores.spans import SpanStore
 from verl_rl_insight.server.stores.targets import TargetRegistry
 from verl_rl_insight.server.timeline.live import LiveFigures

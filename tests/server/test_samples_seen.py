@@ -11,9 +11,9 @@ from verl_rl_insight.commands.run_file import read_run
 from verl_rl_insight.commands.run_formats import read_file
 from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.contract.verl_keys import PROMPT_LENGTH_MEAN, RESPONSE_LENGTH_MEAN, TOTAL_TOKENS
-from verl_rl_insight.server.explorer.run_history import RunHistory
 from verl_rl_insight.server.explorer.samples_seen import from_card, from_logged, of_run
 from verl_rl_insight.server.health.detectors import PREFIX
+from verl_rl_insight.server.history.run_history import RunHistory
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real_runs"
 

@@ -9,7 +9,7 @@ import yaml
 
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.server.managed import grafana, prometheus, tempo
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.server import ServerSettings
 
 
 @pytest.fixture
@@ -148,7 +148,7 @@ def test_every_service_the_settings_name_is_run_through_one_shape_with_its_secre
     holds a secret (Prometheus' remote_write, Alertmanager's receivers, Grafana's password) is
     0600, and no secret is on any command line (others read /proc/<pid>/cmdline)."""
     from verl_rl_insight.server.managed.services import SERVICES
-    from verl_rl_insight.server.settings import SERVICE_NAMES
+    from verl_rl_insight.server.settings.server import SERVICE_NAMES
     from verl_rl_insight.server.stores import credentials
 
     credentials.resolve(settings)

@@ -34,8 +34,8 @@ from verl_rl_insight.contract.profile_summary import analyze_command
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.server.health import detectors, moved, side_series
-from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.incidents import incidents
+from verl_rl_insight.server.settings.health import HealthSettings
 
 CANNOT = 2
 CHUNK_S = 2 * 3600  # raw samples are read in windows of this length, newest first

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from typing import TypeGuard
 
 # Whole-string patterns, read the same by Python (``search``) and by JSON Schema tools: ``(?!\n)$``
@@ -62,6 +63,11 @@ def is_scraper_name(name: object) -> TypeGuard[str]:
 def escape_label_value(value: str) -> str:
     """A label value as the exposition format and PromQL string literals both write it."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def label_text(labels: Iterable[tuple[str, str]]) -> str:
+    """``k="v",...`` for sorted (name, value) pairs: a label set as the exposition format writes it."""
+    return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels)
 
 
 def is_label_name(name: object) -> bool:

@@ -25,7 +25,7 @@ from verl_rl_insight.server.ports import PortInUse, check_ports_free
 from verl_rl_insight.server.run_series import delete_series, step_time_in
 from verl_rl_insight.server.server_state import hub_url, public_urls, state_of, state_path, write_state
 from verl_rl_insight.server.service_start import NotInstalled, start_service
-from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings
+from verl_rl_insight.server.settings.server import SERVICE_NAMES, ServerSettings
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import private_folder
 from verl_rl_insight.server.stores.span_relay import SpanRelay

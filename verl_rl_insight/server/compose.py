@@ -18,17 +18,18 @@ from typing import NamedTuple, Protocol
 
 from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.parts import ApiParts, Startup
-from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.health import card_keys
 from verl_rl_insight.server.health.live import HealthMonitor
-from verl_rl_insight.server.managed import alertmanager, jobs, prometheus
-from verl_rl_insight.server.managed.alert_settings import health_settings
+from verl_rl_insight.server.history.histories import Histories
+from verl_rl_insight.server.managed import alertmanager, prometheus
 from verl_rl_insight.server.managed.tempo import retention_hours
 from verl_rl_insight.server.metrics.delivery import DeliveryCheck
 from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, Bound, MetricHub
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings import prometheus_jobs
+from verl_rl_insight.server.settings.alerts import health_settings
+from verl_rl_insight.server.settings.server import ServerSettings
 from verl_rl_insight.server.stores.imports import ImportStore
 from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.profiles import ProfileStore
@@ -40,7 +41,7 @@ from verl_rl_insight.server.stores.silences import Alerting
 from verl_rl_insight.server.stores.targets import TargetRegistry
 from verl_rl_insight.server.timeline.live import LiveFigures
 
-HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (explorer/history.py)
+HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (history/histories.py)
 CURVES_SHARE = 1 / 32  # of memory_limit_mb: the explorer's kept curves answers (explorer/curves.py)
 SPAN_INDEX_SHARE = 1 / 64  # of memory_limit_mb: where each step's spans lie, for step pages (stores/span_index.py)
 
@@ -150,7 +151,10 @@ def build(settings: ServerSettings, logins: dict[str, tuple[str, str]], calls: C
         attempts=attempts,  # each trainer step's attempt, stamped on the step as it is applied
     )
     delivery = DeliveryCheck(
-        hub, stores, settle_s=max(2.0, float(s.scrape_interval_s)), jobs={prometheus.scraper_name(s): jobs.HUB_JOB}
+        hub,
+        stores,
+        settle_s=max(2.0, float(s.scrape_interval_s)),
+        jobs={prometheus.scraper_name(s): prometheus_jobs.HUB_JOB},
     )
     targets = TargetRegistry(
         s.data_path / "targets.json",

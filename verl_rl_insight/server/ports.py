@@ -7,7 +7,7 @@ import socket
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.server.managed import prometheus, tempo
-from verl_rl_insight.server.settings import SERVICE_NAMES, ServerSettings
+from verl_rl_insight.server.settings.server import SERVICE_NAMES, ServerSettings
 
 
 class PortInUse(RLInsightError):

@@ -9,7 +9,7 @@ from pathlib import Path
 from verl_rl_insight.server.managed import alertmanager, prometheus, tempo
 from verl_rl_insight.server.managed.supervisor import Service
 from verl_rl_insight.server.ports import advertise_ip
-from verl_rl_insight.server.settings import ServerSettings, default_home
+from verl_rl_insight.server.settings.server import ServerSettings, default_home
 from verl_rl_insight.server.stores.files import write_atomically
 
 

@@ -6,7 +6,7 @@ import dataclasses
 from verl_rl_insight.server.managed import binaries
 from verl_rl_insight.server.managed.services import SERVICES
 from verl_rl_insight.server.managed.supervisor import Service
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.server import ServerSettings
 
 Login = tuple[str, str]
 

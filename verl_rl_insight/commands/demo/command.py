@@ -307,7 +307,7 @@ def _server(server_config: str | None, out: TextIO) -> dict[str, Any] | None:
     """The running server's state: the one running, else one started now (detached); None, said on
     ``out``, when none could be had."""
     from verl_rl_insight.commands.server import control
-    from verl_rl_insight.server.settings import ServerSettings
+    from verl_rl_insight.server.settings.server import ServerSettings
 
     state = control.read_state()
     if state is not None:

@@ -13,12 +13,12 @@ from verl_rl_insight.contract import environment
 from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
 
 if TYPE_CHECKING:
-    from verl_rl_insight.server.settings import ServerSettings
+    from verl_rl_insight.server.settings.server import ServerSettings
 
 
 def load_settings(config: str | None, **overrides: object) -> "ServerSettings":
     """Server settings from ``--config`` and options; a bad file or value is a CliError naming it."""
-    from verl_rl_insight.server.settings import ServerSettings
+    from verl_rl_insight.server.settings.server import ServerSettings
 
     try:
         settings: ServerSettings = ServerSettings.load(config, **overrides)
@@ -35,7 +35,7 @@ def load_settings(config: str | None, **overrides: object) -> "ServerSettings":
 
 def start(args: argparse.Namespace) -> int:
     from verl_rl_insight.commands.server import control
-    from verl_rl_insight.server.settings import SERVICE_NAMES
+    from verl_rl_insight.server.settings.server import SERVICE_NAMES
 
     disabled = [name for name in SERVICE_NAMES if getattr(args, f"no_{name}")]
     settings = load_settings(

@@ -20,7 +20,7 @@ from verl_rl_insight.server.managed.supervisor import (
     pid_runs,
     stop_process_group,
 )
-from verl_rl_insight.server.settings import ServerSettings, default_home
+from verl_rl_insight.server.settings.server import ServerSettings, default_home
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import private_folder
 

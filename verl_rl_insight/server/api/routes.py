@@ -17,9 +17,9 @@ from verl_rl_insight.contract.run_card import MAX_CARD_BYTES
 from verl_rl_insight.contract.run_import import MAX_IMPORT_BODY_BYTES
 from verl_rl_insight.server.api import alerts, imports, info, metrics, profiles, push, runs, spans, targets
 from verl_rl_insight.server.api.access import Access
+from verl_rl_insight.server.api.explorer_routes import EXPLORER_ROUTES
 from verl_rl_insight.server.api.openapi import JSON_OK, RUN_PARAMETERS, TEXT_OK, query, ref
 from verl_rl_insight.server.api.route import CONFIGURED, Doc, Route
-from verl_rl_insight.server.explorer.routes import EXPLORER_ROUTES
 
 ANYONE, TOKEN, RUN_CREDENTIAL = Access.ANYONE, Access.TOKEN, Access.RUN_CREDENTIAL
 SMALL_BODY_BYTES = 64 * 1024  # targets, profiles, silences

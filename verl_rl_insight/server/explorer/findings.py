@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from verl_rl_insight.contract.run_card import Json
 from verl_rl_insight.server.explorer.keys import key_of
-from verl_rl_insight.server.explorer.run_history import RunHistory
 from verl_rl_insight.server.health import detectors
-from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.walk import read_names
+from verl_rl_insight.server.history.run_history import RunHistory
+from verl_rl_insight.server.settings.health import HealthSettings
 
 Finding = dict[str, Json]
 

@@ -18,8 +18,8 @@ from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.dashboards.keys import GROUPS, RUNTIME_KEYS, STATS
 from verl_rl_insight.server.health import detectors
-from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.modes import verl_key
+from verl_rl_insight.server.settings.health import HealthSettings
 
 PREFIX = detectors.PREFIX
 _GROUPS = sorted(((metric_name("", g), g) for g in GROUPS), key=lambda pair: -len(pair[0]))

@@ -23,7 +23,7 @@ from verl_rl_insight.contract.verl_keys import (
     TRAIN_BATCH_SIZE,
 )
 from verl_rl_insight.server.explorer.keys import series_of
-from verl_rl_insight.server.explorer.run_history import RunHistory
+from verl_rl_insight.server.history.run_history import RunHistory
 
 # a step's quotient is taken as a whole number when it lies this close to one (the logged means are floats:
 # real runs give 256.001 and 5119.98): an absolute floor, and a share of the number for the big batches

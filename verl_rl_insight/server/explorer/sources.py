@@ -1,7 +1,7 @@
 """What the explorer's answers are made from, in one object the API holds (``Api.explorer``):
 
 - ``histories``: each run's trainer scalars by step (``histories.observe`` is a hub listener, given
-  to the hub by whoever builds both: ``compose.py``; ``history.py``), read back once from the server's
+  to the hub by whoever builds both: ``compose.py``; ``history/histories.py``), read back once from the server's
   Prometheus for a run the hub has not carried since the server started;
 - ``prometheus``: that Prometheus (None: the server runs none);
 - ``names``: each run's keys as its trainer logged them (``names.observe`` a hub listener too, kept in
@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from verl_rl_insight.contract.runs import Run
-from verl_rl_insight.server.explorer.history import MAX_BYTES, Histories
 from verl_rl_insight.server.explorer.prometheus import PrometheusReader
-from verl_rl_insight.server.explorer.run_history import RunHistory
-from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.live import HealthMonitor
+from verl_rl_insight.server.history.histories import MAX_BYTES, Histories
+from verl_rl_insight.server.history.run_history import RunHistory
+from verl_rl_insight.server.settings.health import HealthSettings
 from verl_rl_insight.server.stores.imports import ImportStore
 from verl_rl_insight.server.stores.run_keys import RunKeys
 

@@ -1,8 +1,9 @@
 """The tests of one step, one per failure mode: each reads the run's values up to the step (the
 detector's own metric, and for some the run's other series) and says whether that step shows the
 failure. Calibrated on real verl runs (``../shared/real_runs``, ``tests/data/real_runs``): the
-settings are ``HealthSettings`` in ``defaults.py``; a test made for several detectors (``falls_from_level``)
-is given the settings it reads as a function of them (``lambda p: (p.reward_collapse_share, ...)``).
+settings are ``HealthSettings`` in ``server/settings/health.py``; a test made for several detectors
+(``falls_from_level``) is given the settings it reads as a function of them (``lambda p:
+(p.reward_collapse_share, ...)``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.signals import Series, fmt, median, noise, quantile, robust, steps, theil_sen
+from verl_rl_insight.server.settings.health import HealthSettings
 
 Params = HealthSettings
 Extra = Mapping[str, Series]  # verl key -> its series up to the step (the detector's other keys)

@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from verl_rl_insight.server.health.checks import Check
-from verl_rl_insight.server.health.defaults import DEFAULTS, HealthSettings
 from verl_rl_insight.server.health.incidents import alerting
 from verl_rl_insight.server.health.modes import (
     ALL,
@@ -45,8 +45,9 @@ from verl_rl_insight.server.health.signals import Series, trim
 from verl_rl_insight.server.health.step_times import StepTimes
 from verl_rl_insight.server.health.validation import lower_is_better
 from verl_rl_insight.server.health.verl_keys import ENTROPY, NON_FINITE_KEYS, SCORE, STEP_TIME_KEYS
+from verl_rl_insight.server.settings.health import DEFAULTS, HealthSettings
 
-__all__ = [  # the modes are defined in modes.py, their settings in defaults.py; imported from here too
+__all__ = [  # the modes are defined in modes.py, their settings in settings/health.py; imported from here too
     "ALL",
     "BY_NAME",
     "DEFAULTS",
@@ -84,6 +85,13 @@ def validation_streak(detector: Detector) -> bool:
     return detector.keys == VALIDATION_KEYS
 
 
+class Flagged(NamedTuple):
+    """A step of a streak: the step, and what its check said."""
+
+    step: int
+    check: Check
+
+
 class Streak:
     """A detector's walk over one run, one step at a time: the online monitor and the offline
     command both feed it through ``RunHealth``, so both find the same steps."""
@@ -107,7 +115,7 @@ class Streak:
         self.extra: dict[str, list[tuple[int, float]]] = {k: [] for k in detector.extra}
         self.extra_names = [(series_name(k), v) for k, v in self.extra.items()]  # named once, read every step
         self.extra_keep = min(keep, detector.extra_keep)
-        self.flagged: list[tuple[int, Check]] = []  # the current streak of flagged steps
+        self.flagged: list[Flagged] = []  # the current streak of flagged steps
         self.findings: Findings = []
         self.active = False  # the newest step belongs to a finding
         self.resets: list[int] = []
@@ -151,13 +159,13 @@ class Streak:
             return None
         self.series.append((step, value))
         trim(self.series, self.keep, since)
-        if since is not None and self.flagged and self.flagged[0][0] < since:
+        if since is not None and self.flagged and self.flagged[0].step < since:
             self.flagged, self.active = [], False
         check = self.detector.test(self.series, self.extra, self.test_params)
         if check is None or not check.flagged:
             self.flagged, self.active = [], False
             return check
-        self.flagged.append((step, check))
+        self.flagged.append(Flagged(step, check))
         if len(self.flagged) >= self.needed or check.sustained:
             self._found(step)
         return check
@@ -166,17 +174,18 @@ class Streak:
         return "critical" if check.critical else check.severity or self.detector.severity
 
     def _found(self, step: int) -> None:
-        first_step, first = self.flagged[0][1].since or self.flagged[0][0], self.flagged[0][1]
+        first = self.flagged[0].check
+        first_step = first.since or self.flagged[0].step
         # the least severe of the newest ``needed`` steps: a streak that grows worse rises with them
-        severity = max((self._severity(c) for _, c in self.flagged[-self.needed :]), key=SEVERITIES.index)
-        if 2 * sum(c.mild for _, c in self.flagged) > len(self.flagged):  # most of its steps only worth knowing
+        severity = max((self._severity(f.check) for f in self.flagged[-self.needed :]), key=SEVERITIES.index)
+        if 2 * sum(f.check.mild for f in self.flagged) > len(self.flagged):  # most of its steps only worth knowing
             severity = "info"
         latest = self.findings[-1] if self.findings else None
         if latest is not None and (self.active or first_step <= latest.last_step + 1):
             latest.last_step = step  # the evidence stays the first step's; the severity the worst it got
             if SEVERITIES.index(severity) < SEVERITIES.index(latest.severity):  # and why it got worse
                 latest.severity = severity
-                latest.evidence += f"; {severity} from step {step}: {self.flagged[-1][1].evidence}"
+                latest.evidence += f"; {severity} from step {step}: {self.flagged[-1].check.evidence}"
         else:
             self.findings.append(
                 Finding(

@@ -1,5 +1,5 @@
 """The detectors run online, in one walk per run that both the alerts and the run explorer read:
-the walk of each run's history (``explorer/history.py``: the per-run step columns the server holds
+the walk of each run's history (``history/histories.py``: the per-run step columns the server holds
 once, filled by the hub's pushes and, after a restart, read back from Prometheus), each step fed
 once (``walk.py``), with what ``rl-insight diagnose`` reads, so that the explorer's findings of a run
 are diagnose's (``run_findings``). What the detectors say of each step is exposed once, one stream
@@ -59,13 +59,13 @@ from collections.abc import Callable, Sequence
 
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
-from verl_rl_insight.server.explorer.history import Histories
 from verl_rl_insight.server.health import room
-from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.detectors import DEFAULTS, Finding, Said
 from verl_rl_insight.server.health.room import HealthStats
 from verl_rl_insight.server.health.walk import LATE, Emitted, RunWalk, StepValues, to_emit
+from verl_rl_insight.server.history.histories import Histories
 from verl_rl_insight.server.metrics.derived import derived_batch
+from verl_rl_insight.server.settings.health import HealthSettings
 
 SOURCE = "health"
 MAX_RECORDS = 10_000  # runs whose marks, own validation keys and emitted steps are kept (as many as run cards)

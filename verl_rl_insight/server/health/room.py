@@ -4,7 +4,7 @@ against tracemalloc by ``tests/server/test_health_room.py``): the series made an
 the hub (``derived_batch``: labels, values, the batch), each run's walk (its detectors' last ``KEEP``
 values, the names it logged, its findings) and each run's record (what it emitted, its resets and
 validation keys). A step's values are held once, in the explorer's history
-(``explorer/history.py``, under its own share of the bound): the walk keeps only each detector's
+(``history/histories.py``, under its own share of the bound): the walk keeps only each detector's
 last values.
 """
 

@@ -8,10 +8,10 @@ import math
 import statistics
 from collections.abc import Mapping
 
-from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.modes import KEEP, STALL, Finding, Findings, series_name
 from verl_rl_insight.server.health.signals import fmt, trim
 from verl_rl_insight.server.health.verl_keys import STEP_TIME_KEYS
+from verl_rl_insight.server.settings.health import HealthSettings
 
 
 class StepTimes:

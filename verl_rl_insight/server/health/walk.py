@@ -1,6 +1,6 @@
 """One run's walk of the detectors, the one the alerts and the explorer both read (``live.py``):
 ``rl-insight diagnose``'s walk (``detectors.RunHealth``: the same detectors, parameters, baseline
-resets and validation keys), fed each step of the run's history (``explorer/history.py``, the
+resets and validation keys), fed each step of the run's history (``history/histories.py``, the
 per-run step columns the server keeps once) once, in order, with the series diagnose reads back
 from Prometheus (``read_names``).
 
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from verl_rl_insight.server.explorer.run_history import RunHistory
 from verl_rl_insight.server.health import detectors
-from verl_rl_insight.server.health.defaults import HealthSettings
 from verl_rl_insight.server.health.detectors import BY_NAME, Said
+from verl_rl_insight.server.history.run_history import RunHistory
+from verl_rl_insight.server.settings.health import HealthSettings
 
 ONLINE = {d.name for d in BY_NAME.values() if d.online} | {"stall"}  # stall: its step times, for its rule
 LATE = 64  # a walk again from the start emits the series never emitted of the run's last LATE steps at most

@@ -16,9 +16,9 @@ import yaml
 from verl_rl_insight.contract.naming import STEP_TIME_METRIC
 from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.server.health import detectors
-from verl_rl_insight.server.managed.alert_settings import Threshold, duration_s, thresholds
 from verl_rl_insight.server.managed.service import Links
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.alerts import Threshold, duration_s, thresholds
+from verl_rl_insight.server.settings.server import ServerSettings
 
 Rule = dict[str, Any]  # one rule of a Prometheus rule file, as YAML
 Thresholds = dict[str, Threshold]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from verl_rl_insight.server.managed.alertmanager_settings import NO_RECEIVER, PASSED_THROUGH
 from verl_rl_insight.server.managed.service import Links, ManagedService
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.alertmanager import NO_RECEIVER, PASSED_THROUGH
+from verl_rl_insight.server.settings.server import ServerSettings
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import write_atomically
 

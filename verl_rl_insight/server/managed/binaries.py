@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TypedDict, cast
 
 from verl_rl_insight.server.managed.releases import RELEASES, compatible, parse_version
-from verl_rl_insight.server.settings import default_home
+from verl_rl_insight.server.settings.server import default_home
 
 SYSTEM_CANDIDATES = {
     "prometheus": ["prometheus"],

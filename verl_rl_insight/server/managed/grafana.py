@@ -15,7 +15,7 @@ import yaml
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.server.managed import prometheus, tempo
 from verl_rl_insight.server.managed.service import Links, ManagedService
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.server import ServerSettings
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import write_atomically
 

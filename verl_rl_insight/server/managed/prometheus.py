@@ -9,9 +9,9 @@ import yaml
 
 from verl_rl_insight.contract import server_url
 from verl_rl_insight.server.managed import alert_rules, alertmanager
-from verl_rl_insight.server.managed.jobs import HUB_JOB, PROMETHEUS_JOB, TARGETS_JOB
 from verl_rl_insight.server.managed.service import Links, ManagedService
-from verl_rl_insight.server.settings import ServerSettings, YamlMapping
+from verl_rl_insight.server.settings.prometheus_jobs import HUB_JOB, PROMETHEUS_JOB, TARGETS_JOB
+from verl_rl_insight.server.settings.server import ServerSettings, YamlMapping
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import write_atomically
 

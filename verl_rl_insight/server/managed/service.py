@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.server import ServerSettings
 
 Links = Mapping[str, str]  # the server's public URLs (grafana, prometheus, ...), for links in alerts
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from verl_rl_insight.server.managed.service import Links, ManagedService
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.server import ServerSettings
 
 HEALTH_PATH = "/ready"
 HOST = "127.0.0.1"

@@ -10,18 +10,13 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from verl_rl_insight.contract.naming import escape_label_value, format_special
+from verl_rl_insight.contract.naming import format_special
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def format_value(value: float) -> str:
     return repr(value) if math.isfinite(value) else format_special(value)
-
-
-def label_text(labels: Iterable[tuple[str, str]]) -> str:
-    """``k="v",...`` for sorted (name, value) pairs."""
-    return ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels)
 
 
 def series_lines(

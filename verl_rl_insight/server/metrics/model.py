@@ -10,6 +10,7 @@ import math
 import threading
 from typing import NamedTuple, Protocol, TypedDict
 
+from verl_rl_insight.contract.naming import label_text
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.metrics import budgets, exposition
@@ -85,7 +86,7 @@ class Stream:
 
     def __init__(self, key: StreamKey) -> None:
         self.key = key
-        self.labels = exposition.label_text(key)
+        self.labels = label_text(key)
         # changed in place by a push only while no scrape holds it (``shared``), else replaced
         self.latest: dict[str, float] = {}
         self.shared = False  # ``latest`` was handed to a scrape: the next push copies it first

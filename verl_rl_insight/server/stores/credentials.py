@@ -26,7 +26,7 @@ import bcrypt
 import yaml
 
 from verl_rl_insight.contract.errors import ConfigError
-from verl_rl_insight.server.settings import ServerSettings
+from verl_rl_insight.server.settings.server import ServerSettings
 from verl_rl_insight.server.stores.files import write_atomically
 
 TOKEN_FILE = "hub-token"

@@ -41,9 +41,9 @@ from verl_rl_insight.contract.marks import (
     MAX_MARKS_PER_RUN,
     MarkBody,
 )
+from verl_rl_insight.contract.naming import label_text
 from verl_rl_insight.contract.runs import Run, trainer_run
 from verl_rl_insight.contract.wire import Batch, field_problem
-from verl_rl_insight.server.metrics.exposition import label_text
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
 
 logger = logging.getLogger("verl_rl_insight.server")

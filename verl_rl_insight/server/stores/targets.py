@@ -20,15 +20,12 @@ import msgspec
 from verl_rl_insight.contract.errors import BadInput, Forbidden
 from verl_rl_insight.contract.naming import label_value_problem
 from verl_rl_insight.contract.wire import TargetBody, field_problem
-from verl_rl_insight.server.managed.jobs import OWN_JOBS
+from verl_rl_insight.server.settings.prometheus_jobs import OWN_JOBS
+from verl_rl_insight.server.settings.server import MAX_TARGETS_PER_RUN
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
 from verl_rl_insight.server.stores.own_address import own_port_problem, pinned
 
 MAX_TARGETS = 10_000
-# a run's own targets at most (its labels' project and experiment_name): the largest job one hub
-# holds, 16,384 GPUs as 2,048 nodes of 8, registers a rollout replica per node (2,048) and its
-# TransferQueue endpoint; 64 more for other endpoints of its own. Setting: max_targets_per_run.
-MAX_TARGETS_PER_RUN = 2_048 + 64
 # all runs' targets together at most RUN_TARGETS_SCALE x max_targets_per_run, and a run at most half of
 # what the other runs leave of that (the hub's rule for its memory, metrics/budgets.py): eight runs
 # cannot each take the largest job's worth of Prometheus' scrapes, and a new run always finds room

@@ -68,7 +68,7 @@ def asset(name: str) -> bytes | None:
     suffix = name[name.rfind(".") :] if "." in name else ""
     if not FILE_NAME.fullmatch(name) or ".." in name or suffix not in CONTENT_TYPES:
         return None
-    entry = resources.files(__package__).joinpath("static").joinpath(name)
+    entry = resources.files("verl_rl_insight.server.explorer").joinpath("static").joinpath(name)
     return entry.read_bytes() if entry.is_file() else None  # small files, read each time: an upgrade shows at once
 
 

@@ -1,8 +1,8 @@
 """The server config's ``alerts:`` section: the alert thresholds and the detectors' settings,
 checked when the settings are read (``ServerSettings``) and used by the rules
-(``alert_rules.py``) and the online detectors (``server/health/live.py``).
+(``managed/alert_rules.py``) and the online detectors (``server/health/live.py``).
 
-It imports neither of them: settings.py imports this module, never the other way round.
+It imports neither of them: settings/server.py imports this module, never the other way round.
 """
 
 import dataclasses
@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 
 from verl_rl_insight.contract.errors import ConfigError
-from verl_rl_insight.server.health.defaults import SETTINGS, HealthSettings
+from verl_rl_insight.server.settings.health import SETTINGS, HealthSettings
 
 Threshold = float | int | str  # a number, or a Prometheus duration ("15m")
 

@@ -13,10 +13,10 @@ from verl_rl_insight.contract.profile_summary import analyze_command
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.context import Context
+from verl_rl_insight.server.api.explorer_pages import serve
 from verl_rl_insight.server.api.request import Request
 from verl_rl_insight.server.explorer import params
 from verl_rl_insight.server.explorer.curves import cached_curves_body
-from verl_rl_insight.server.explorer.pages import serve
 from verl_rl_insight.server.explorer.runs import findings_of, run_answer, runs_answer
 from verl_rl_insight.server.explorer.samples import samples_answer
 from verl_rl_insight.server.explorer.slow import moved_at

@@ -1,6 +1,6 @@
 """The server config's ``alertmanager:`` section (receivers, route, ... in Alertmanager's own
-syntax, passed through), checked when the settings are read; ``alertmanager.py`` renders it.
-settings.py imports this module, never the other way round."""
+syntax, passed through), checked when the settings are read; ``managed/alertmanager.py`` renders it.
+settings/server.py imports this module, never the other way round."""
 
 from verl_rl_insight.contract.errors import ConfigError
 

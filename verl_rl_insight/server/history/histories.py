@@ -21,11 +21,11 @@ import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.runs import Run, trainer_run
-from verl_rl_insight.server.explorer.run_history import FINISHED, RunHistory
+from verl_rl_insight.server.history.run_history import FINISHED, RunHistory
 
 MAX_CELLS = 4_000_000  # values per run: 10,000 steps of 400 series (32 MB) ...
 MAX_BYTES = 64 * 2**20  # ... and all runs' bytes (the server gives a share of memory_limit_mb)
@@ -53,8 +53,14 @@ class HistoryStats(Counters):
     forgotten_runs: int = 0  # runs forgotten at max_bytes (read back from Prometheus when asked)
 
 
-# queued for the next read: run, step (None: finish()'s batch), time, names, values
-Waiting = tuple[Run, int | None, float, tuple[str, ...], tuple[float, ...]]
+class Waiting(NamedTuple):
+    """A batch queued for the next read."""
+
+    run: Run
+    step: int | None  # None: finish()'s batch
+    at: float  # the step's time
+    names: tuple[str, ...]
+    values: tuple[float, ...]
 
 
 class Histories:
@@ -95,11 +101,12 @@ class Histories:
     def observe(self, batches: Sequence[StepBatch]) -> None:
         """The hub's listener: each trainer batch with a step, and finish()'s batch (its own stream:
         labels project and experiment_name only), queued for the next read."""
-        waiting, nbytes = [], 0
+        waiting: list[Waiting] = []
+        nbytes = 0
         for batch in batches:
             run = trainer_run(batch.labels)
             if run is not None and (batch.step is not None or FINISHED in batch.metrics):
-                waiting.append((run, batch.step, batch.time, batch.names, batch.values))
+                waiting.append(Waiting(run, batch.step, batch.time, batch.names, batch.values))
                 nbytes += WAITING_BYTES * (len(batch.values) + 8)
         if not waiting:
             return

@@ -19,9 +19,13 @@ import yaml
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.contract.naming import is_label_name, is_scraper_name
-from verl_rl_insight.server.managed.alert_settings import Threshold, thresholds
-from verl_rl_insight.server.managed.alertmanager_settings import check_settings
-from verl_rl_insight.server.stores.targets import MAX_TARGETS_PER_RUN
+from verl_rl_insight.server.settings.alertmanager import check_settings
+from verl_rl_insight.server.settings.alerts import Threshold, thresholds
+
+# a run's own targets at most (its labels' project and experiment_name): the largest job one hub
+# holds, 16,384 GPUs as 2,048 nodes of 8, registers a rollout replica per node (2,048) and its
+# TransferQueue endpoint; 64 more for other endpoints of its own (stores/targets.py)
+MAX_TARGETS_PER_RUN = 2_048 + 64
 
 # a mapping of the YAML config as yaml.safe_load gives it: checked key by key where it is read, or
 # passed through in the syntax of the service that reads it (Alertmanager, Prometheus)
@@ -126,9 +130,7 @@ class ServerSettings:
     otlp_endpoint: str = ""  # spans to an existing collector / distributed Tempo, announced to trainers
     tempo_query_url: str = ""  # that Tempo's query API, for Grafana's Tempo datasource
     alertmanager: YamlMapping = dataclasses.field(default_factory=dict)  # receivers, route, ...: Alertmanager's syntax
-    alerts: dict[str, Threshold] = dataclasses.field(
-        default_factory=dict
-    )  # alert thresholds (managed/alert_settings.py)
+    alerts: dict[str, Threshold] = dataclasses.field(default_factory=dict)  # alert thresholds (settings/alerts.py)
     # the verl keys (or families ending in /) a run validates under beyond verl's own names
     # (val-core/, val-aux/, val/, test_score/): the validation detectors follow these first
     validation_keys: list[str] = dataclasses.field(default_factory=list)

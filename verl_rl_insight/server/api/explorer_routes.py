@@ -3,10 +3,10 @@
 pages. Curves and figures are for anyone like the rest of the read API; samples (prompts and
 responses) need the token or that run's credential; the run card only comes with the token."""
 
+from verl_rl_insight.server.api import explorer_handlers as handlers
 from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.openapi import JSON_OK, query
 from verl_rl_insight.server.api.route import Doc, Route
-from verl_rl_insight.server.explorer import handlers
 
 _RUN_TEXT = {"type": "string", "minLength": 1, "maxLength": 256, "pattern": r"^[^\x00-\x1f\x7f-\x9f]+$"}
 RUN = (
