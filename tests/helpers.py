@@ -64,6 +64,14 @@ def range_query(prometheus, promql, start, end, step_s=2):
     return json.loads(body)["data"]["result"]
 
 
+def grafana_legend(legend_format, labels):
+    """A series' name in a Grafana panel's legend: each ``{{label}}`` of the panel's legendFormat is the
+    series' label, an absent one the empty string (Grafana's renderLegendFormat), the ends trimmed."""
+    import re
+
+    return re.sub(r"\{\{\s*(.+?)\s*\}\}", lambda m: labels.get(m.group(1), ""), legend_format).strip()
+
+
 def push(url, payload, token=None):
     headers = {"Content-Type": "application/json"}
     if token:

@@ -424,7 +424,7 @@ def test_every_xy_chart_is_in_the_current_schema_with_one_series_per_experiment_
         assert chart["options"]["series"][0]["x"]["field"]["matcher"] == {"id": "byName", "options": "step"}
         ids = [t["id"] for t in chart["transformations"]]
         assert ids == ["merge", "organize", "partitionByValues"], chart["title"]
-        assert chart["transformations"][2]["options"]["fields"] == ["experiment_name", "attempt"]
+        assert chart["transformations"][2]["options"]["fields"] == ["experiment_name", "attempt", "imported"]
         assert all(t["format"] == "table" and t["expr"].startswith(BY_ATTEMPT) for t in chart["targets"])
 
 

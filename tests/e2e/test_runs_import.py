@@ -16,10 +16,20 @@ import pytest
 from tests.e2e.test_explorer_page import browser as browser
 from tests.e2e.test_explorer_page import open_page, require_browser
 from tests.e2e.test_explorer_page import tab as tab
-from tests.helpers import http, require_prometheus, rl_insight, stack_prometheus, write_server_config
+from tests.helpers import (
+    grafana_legend,
+    http,
+    range_query,
+    require_prometheus,
+    rl_insight,
+    stack_prometheus,
+    write_server_config,
+)
 from verl_rl_insight.commands.demo import verl_step
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, STEP_TIME_METRIC, metric_name
 from verl_rl_insight.contract.run_import import MAX_IMPORT_BODY_BYTES, MAX_IMPORT_KEYS
+from verl_rl_insight.dashboards.build import build
+from verl_rl_insight.dashboards.panels import every_panel
 
 TOKEN = "import-test-token-51c9a7"
 DEMO_PROJECT = "rl-insight-demo"
@@ -279,6 +289,46 @@ def test_the_run_page_draws_the_baseline_dashed_beside_the_demo_run(stack, tab):
     assert f"{BASELINE} (imported)" in readout, readout
     page = open_page(tab, f"{stack['base']}/runs/{DEMO_PROJECT}/{BASELINE}", "run")
     assert "imported from" in tab.inner_text(".imported-from") and page is not None
+
+
+def grafana_lines(stack, title, metric):
+    """{line name: (points drawn, points the run's ``metric`` has)} of a compare-dashboard panel as Grafana
+    draws it over each run's steps: its queries run by the real Prometheus, a time series named by its
+    legendFormat, an XY chart's line by the values of the fields it partitions its table by (those a row has:
+    Grafana joins them with a space)."""
+    panel = next(p for p in every_panel(build()["rl_insight_compare_runs.json"]) if p["title"] == title)
+    split = [t["options"]["fields"] for t in panel.get("transformations", []) if t["id"] == "partitionByValues"]
+    lines = {}
+    for run, every_s in ((LIVE, 1), (BASELINE, 30)):
+        times = sorted(raw_samples(stack, (DEMO_PROJECT, run), GLOBAL_STEP_METRIC)[GLOBAL_STEP_METRIC])
+        window = (times[0], times[-1], every_s)
+        plain = f'{metric}{{project="{DEMO_PROJECT}",experiment_name="{run}"}}'
+        [steps] = range_query(stack["prometheus"], plain, *window)
+        for target in panel["targets"][-1:]:  # an XY chart's value (its first target is the step)
+            expr = target["expr"].replace("$project", DEMO_PROJECT).replace("$experiment_name", f"{LIVE}|{BASELINE}")
+            for series in range_query(stack["prometheus"], expr, *window):
+                labels = series["metric"]
+                name = (
+                    " ".join(labels[f] for f in split[0] if f in labels)
+                    if split
+                    else grafana_legend(target["legendFormat"], labels)
+                )
+                drawn = lines.get(name, (0, 0))[0]
+                lines[name] = (drawn + len(series["values"]), len(steps["values"]))
+    return lines
+
+
+def test_grafanas_compare_dashboard_names_the_import_imported_and_the_live_run_by_its_name(stack):
+    """The legend of "Global step over time" and the lines of an XY chart by step: the baseline's line says
+    "imported", the live run's does not, and each has a point wherever its run has a step. (With
+    ``count_values by (..., imported)`` Prometheus 2.42 dropped a live run's other labels where it lacked
+    ``imported``: all its points but the first went.)"""
+    over_time = grafana_lines(stack, "Global step over time", GLOBAL_STEP_METRIC)
+    assert set(over_time) == {f"{LIVE} #1", f"{BASELINE} #1 imported"}, over_time
+    assert all(drawn == steps > 10 for drawn, steps in over_time.values()), over_time
+    by_step = grafana_lines(stack, "Score by training step", metric_name(METRIC_PREFIX, "critic/score/mean"))
+    assert set(by_step) == {f"{LIVE} 1", f"{BASELINE} 1 imported"}, by_step
+    assert all(drawn == steps > 10 for drawn, steps in by_step.values()), by_step
 
 
 def test_diagnose_holds_the_live_run_against_its_baseline(stack):

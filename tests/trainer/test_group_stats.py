@@ -259,7 +259,7 @@ def test_a_failing_statistic_never_fails_verls_compute_advantage(hub_server, mon
 def test_the_signal_and_per_source_panels_show_those_values_in_a_real_prometheus(hub_server, monkeypatch, tmp_path):
     """The dashboards' own queries (the signal row, one line per data source with the source as
     label ``source``) run in a real Prometheus scraping the hub, after one real step."""
-    from tests.helpers import Prometheus, wait_for
+    from tests.helpers import Prometheus, grafana_legend, wait_for
     from verl_rl_insight.dashboards.build import build
     from verl_rl_insight.dashboards.panels import every_panel
     from verl_rl_insight.server.stores.run_attempts import RunAttempts
@@ -283,9 +283,7 @@ def test_the_signal_and_per_source_panels_show_those_values_in_a_real_prometheus
             for t in panels[title]["targets"]:
                 expr = t["expr"].replace("$project", "proj").replace("$experiment_name", "panels")
                 for r in prometheus.query(expr):
-                    legend = t["legendFormat"].replace("{{experiment_name}}", r["metric"]["experiment_name"])
-                    legend = legend.replace(" #{{attempt}}", f" #{r['metric']['attempt']}")
-                    results[legend.replace("{{source}}", r["metric"].get("source", ""))] = float(r["value"][1])
+                    results[grafana_legend(t["legendFormat"], r["metric"])] = float(r["value"][1])
             return results
 
         want = expected()

@@ -13,13 +13,17 @@ from verl_rl_insight.contract.attempts import ATTEMPT_METRIC
 # every PromQL query's run filter (panels.RUN: regex matchers, the variables are multi-select)
 RUN_MATCHERS = 'project=~"$project",experiment_name=~"$experiment_name"'
 # a run's attempt at each point in time as a label (1 as the value): the hub adds it to each trainer
-# step, same timestamp as the step's values (server/stores/run_attempts.py)
-ATTEMPT_LABEL = f'count_values by (project, experiment_name) ("attempt", {ATTEMPT_METRIC}{{{RUN_MATCHERS}}})'
-EXP = "{{experiment_name}} #{{attempt}}"  # the legend of a trainer series: its run and attempt
-BY_ATTEMPT = "max by (project, experiment_name, attempt)"  # one series per run and attempt
+# step (server/stores/run_attempts.py); a run imported from a file (rl-insight runs import) carries
+# imported="imported" on that series only, which the legend shows. ``without``, not ``by (project,
+# experiment_name, imported)``: Prometheus 2.42 (Debian 12's) answers count_values with a grouping
+# label that a series lacks with that series' other grouping labels dropped, and a live run lacks
+# ``imported`` (tests/e2e/test_demo.py's percent panels went empty)
+ATTEMPT_LABEL = f'count_values without (instance, job) ("attempt", {ATTEMPT_METRIC}{{{RUN_MATCHERS}}})'
+EXP = "{{experiment_name}} #{{attempt}} {{imported}}"  # the legend of a trainer series: its run and attempt
+BY_ATTEMPT = "max by (project, experiment_name, attempt, imported)"  # one series per run and attempt
 
 
-JOIN = f" * on (project, experiment_name) group_left (attempt) {ATTEMPT_LABEL}"
+JOIN = f" * on (project, experiment_name) group_left (attempt, imported) {ATTEMPT_LABEL}"
 
 
 def per_attempt(expr: str) -> str:
