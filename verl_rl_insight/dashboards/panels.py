@@ -129,7 +129,7 @@ XY_PLUGIN_VERSION = "11.2.0"  # the XY chart's current options (mapping / series
 
 def step_axis(title: str, key: str, unit: str = "short", description: str = "") -> Panel:
     """A training-step x axis, a line per experiment and attempt (a run restarted from step 1 is two
-    lines; an imported run's says so): Prometheus is time-only, so the value and the global step (pushed together, same
+    lines; an import's is "<run> 1 imported"): Prometheus is time-only, so the value and the global step (pushed together, same
     timestamps) come as tables, merged on time, run and attempt, split, plotted as an XY chart.
     11,000 points at most (Prometheus' limit): at 24 h, steps shorter than 8 s share a point."""
     step = target(f"{BY_ATTEMPT} ({per_attempt(f'{M}training_global_step{{{RUN}}}')})", "step", "A", fmt="table")
@@ -148,9 +148,7 @@ def step_axis(title: str, key: str, unit: str = "short", description: str = "") 
             {
                 "id": "partitionByValues",
                 "options": {
-                    # an import's rows carry imported="imported" (its line is named "<run> 1 imported"); a
-                    # field absent from every row (no import selected) is no field, Grafana partitions by the rest
-                    "fields": ["experiment_name", "attempt", "imported"],
+                    "fields": ["experiment_name", "attempt", "imported"],  # imported: absent on live rows
                     "keepFields": False,
                     "naming": {"asLabels": False},
                 },
