@@ -30,6 +30,7 @@ EXPECTED = {
     "bench_group_stats.py": "group_stats",
     "bench_hardware_sampler.py": "share_of_one_core_at_1hz_percent",
     "bench_health.py": "| mode | over 20 steps",
+    "bench_http_layers.py": "exposition",
     "bench_hub.py": "ingest",
     "bench_profile_analyze.py": "profile analyze",
     "bench_profile_boundary.py": "this",
