@@ -3,6 +3,7 @@
 import dataclasses
 from collections.abc import Callable, Iterator
 
+from verl_rl_insight.contract.wire_limits import MAX_FUTURE_S
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.metrics.hub import MetricHub
 from verl_rl_insight.server.stores.imports import ImportStore
@@ -59,7 +60,7 @@ class ApiParts:
     imports: ImportStore = dataclasses.field(default_factory=ImportStore)
     import_blocks: ImportBlocks | None = None
     retention_s: float = 30 * 86400.0  # Prometheus' retention: an older import is moved forward by whole days
-    max_future_s: float = 300.0  # how far ahead of the server's clock a time may be
+    max_future_s: float = MAX_FUTURE_S  # how far ahead of the server's clock a time may be
     revocations: Revocations = dataclasses.field(default_factory=Revocations)  # run credentials refused
     run_cards: RunCardStore = dataclasses.field(default_factory=RunCardStore)  # in memory without a folder
     marks: MarkStore = dataclasses.field(default_factory=MarkStore)  # people's marks on steps

@@ -19,6 +19,7 @@ import yaml
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.contract.naming import is_label_name, is_scraper_name
+from verl_rl_insight.contract.wire_limits import MAX_FUTURE_S
 from verl_rl_insight.server.settings.alertmanager import check_settings
 from verl_rl_insight.server.settings.alerts import Threshold, thresholds
 
@@ -120,7 +121,7 @@ class ServerSettings:
     max_targets_per_run: int = MAX_TARGETS_PER_RUN  # scrape targets one run may register (stores/targets.py)
     history_s: float = 600.0  # history every scraper has seen is dropped after this
     max_body_mb: float = 8  # one push request
-    max_future_s: float = 300.0  # a batch stamped further ahead of this server's clock is refused (400)
+    max_future_s: float = MAX_FUTURE_S  # a batch stamped further ahead of this server's clock is refused (400)
     timeline_settle_s: float = 15.0  # a step's timeline figures: this long after its span, or at the next step
     services: dict[str, ServiceSection] = dataclasses.field(default_factory=dict)
     # past one node: Prometheus' own remote_write entries ({url: ..., basic_auth: ..., ...}), passed
