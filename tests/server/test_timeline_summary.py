@@ -282,10 +282,12 @@ def test_spans_waiting_are_booked_under_the_memory_bound_and_never_crowd_out_the
     import gc
     import tracemalloc
 
-    from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, Bound, MetricHub
+    from verl_rl_insight.server.metrics.hub import Bound, MetricHub
+    from verl_rl_insight.server.settings.memory import MemoryShares
     from verl_rl_insight.server.timeline.live import LiveFigures
 
-    bound = Bound(16 * 2**20, 500_000)  # wired as the server wires them (compose.py)
+    shares = MemoryShares(16 * 2**20)
+    bound = Bound(shares.hub, 500_000)  # wired as the server wires them (compose.py)
     live = LiveFigures(settle_s=0, book=lambda n: bound.book_other("timeline", n))
     hub = MetricHub(bound=bound, derived=(live,))
 
@@ -319,7 +321,7 @@ def test_spans_waiting_are_booked_under_the_memory_bound_and_never_crowd_out_the
     booked = hub.summary()["memory_booked_by_others"]["timeline"]
     assert live._total > 100  # the positive control: spans are held
     assert held <= booked <= 2 * held, (held, booked)
-    assert booked <= OTHERS_SHARE * 16 * 2**20
+    assert booked <= shares.beside_hub
     assert live.stats["dropped_memory"] > 0 and live._total < 1600
     # the trainer's steps still fit
     push = {"project": "p", "experiment_name": "trainer", "step": 1, "time": T0 / S, "metrics": {"m": 1.0}}

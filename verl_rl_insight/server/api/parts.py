@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from verl_rl_insight.contract.wire_limits import MAX_FUTURE_S
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.server.settings.memory import MemoryShares
 from verl_rl_insight.server.stores.imports import ImportStore
 from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.profiles import ProfileStore
@@ -67,6 +68,8 @@ class ApiParts:
     workers: int = 4  # threads that parse, render and write off the event loop
     body_budget_bytes: int = BODY_BUDGET_BYTES  # all bodies being received (at least 4 x max_body_bytes)
     save_every_s: float = 1.0  # the hub's scraper state is saved at most this often
+    # memory_limit_mb's shares (answers in flight); None: a hub built on its own, its limit the bound
+    memory: MemoryShares | None = None
     # the run explorer's data (server/explorer); its histories hear the pushes only where they are one
     # of the hub's listeners (app.py)
     explorer: Sources | None = dataclasses.field(default_factory=Sources)

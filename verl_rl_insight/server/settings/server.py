@@ -22,6 +22,7 @@ from verl_rl_insight.contract.naming import is_label_name, is_scraper_name
 from verl_rl_insight.contract.wire_limits import MAX_FUTURE_S
 from verl_rl_insight.server.settings.alertmanager import check_settings
 from verl_rl_insight.server.settings.alerts import Threshold, thresholds
+from verl_rl_insight.server.settings.memory import DEFAULT_MEMORY_LIMIT_MB, MemoryShares
 
 # a run's own targets at most (its labels' project and experiment_name): the largest job one hub
 # holds, 16,384 GPUs as 2,048 nodes of 8, registers a rollout replica per node (2,048) and its
@@ -116,7 +117,9 @@ class ServerSettings:
     grafana_admin_user: str = "admin"
     grafana_admin_password: str = ""  # generated when empty (rl-insight server status --secrets)
     grafana_anonymous_viewer: bool = False
-    memory_limit_mb: float = 1024  # the metric hub's latest values and history together
+    # the server's one memory bound: the hub's latest values and history, the explorer's histories, ...
+    # each part its share of it (settings/memory.py, memory_shares)
+    memory_limit_mb: float = DEFAULT_MEMORY_LIMIT_MB
     max_series: int = 500_000  # the metric hub's series, all runs together
     max_targets_per_run: int = MAX_TARGETS_PER_RUN  # scrape targets one run may register (stores/targets.py)
     history_s: float = 600.0  # history every scraper has seen is dropped after this
@@ -197,6 +200,11 @@ class ServerSettings:
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir).expanduser()
+
+    @property
+    def memory_shares(self) -> MemoryShares:
+        """``memory_limit_mb`` divided between the parts that hold memory under it."""
+        return MemoryShares.of_mb(self.memory_limit_mb)
 
     def service(self, name: str) -> ServiceSection:
         return dict(self.services.get(name) or {})
