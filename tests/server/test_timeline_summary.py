@@ -148,11 +148,12 @@ def test_the_figures_as_prometheus_series_and_the_alerts_they_raise(tmp_path):
 
     from tests.helpers import Prometheus
     from verl_rl_insight.server.managed.alert_rules import render
+    from verl_rl_insight.server.settings.alerts import AlertSettings
 
     port = free_port()
     process = start_hub_process(port, tmp_path, timeline_settle_s=1)  # loopback, no token: Prometheus scrapes it
     rules = tmp_path / "rules.yml"
-    rules.write_text(render({"timeline_window": "10m", "timeline_min_steps": 3}))
+    rules.write_text(render(AlertSettings(timeline_window="10m", timeline_min_steps=3)))
     prometheus = None
     try:
         prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"], rule_files=[rules])

@@ -29,7 +29,6 @@ from verl_rl_insight.server.managed.tempo import retention_hours
 from verl_rl_insight.server.metrics.delivery import DeliveryCheck
 from verl_rl_insight.server.metrics.hub import Bound, MetricHub
 from verl_rl_insight.server.settings import prometheus_jobs
-from verl_rl_insight.server.settings.alerts import health_settings
 from verl_rl_insight.server.settings.server import ServerSettings
 from verl_rl_insight.server.stores.imports import ImportStore
 from verl_rl_insight.server.stores.marks import MarkStore
@@ -99,7 +98,7 @@ def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, 
         book=functools.partial(bound.book_other, "histories"),
     )
     health = HealthMonitor(
-        health_settings(s.alerts),
+        s.alerts.detectors,
         validation_keys=s.validation_keys,
         book=functools.partial(bound.book_other, "health"),
         histories=histories,

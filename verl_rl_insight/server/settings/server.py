@@ -21,7 +21,7 @@ from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.contract.naming import is_label_name, is_scraper_name
 from verl_rl_insight.contract.wire_limits import MAX_FUTURE_S
 from verl_rl_insight.server.settings.alertmanager import check_settings
-from verl_rl_insight.server.settings.alerts import Threshold, thresholds
+from verl_rl_insight.server.settings.alerts import AlertSettings
 from verl_rl_insight.server.settings.memory import DEFAULT_MEMORY_LIMIT_MB, MemoryShares
 
 # a run's own targets at most (its labels' project and experiment_name): the largest job one hub
@@ -134,7 +134,9 @@ class ServerSettings:
     otlp_endpoint: str = ""  # spans to an existing collector / distributed Tempo, announced to trainers
     tempo_query_url: str = ""  # that Tempo's query API, for Grafana's Tempo datasource
     alertmanager: YamlMapping = dataclasses.field(default_factory=dict)  # receivers, route, ...: Alertmanager's syntax
-    alerts: dict[str, Threshold] = dataclasses.field(default_factory=dict)  # alert thresholds (settings/alerts.py)
+    # alert thresholds and the detectors' settings, set by name (settings/alerts.py); a mapping given
+    # here is read into the typed section
+    alerts: AlertSettings = dataclasses.field(default_factory=AlertSettings)
     # the verl keys (or families ending in /) a run validates under beyond verl's own names
     # (val-core/, val-aux/, val/, test_score/): the validation detectors follow these first
     validation_keys: list[str] = dataclasses.field(default_factory=list)
@@ -147,7 +149,8 @@ class ServerSettings:
             self.data_dir = str(default_home() / "data")
         if not self.token:
             self.token = os.environ.get(environment.TOKEN, "")
-        thresholds(self.alerts)  # unknown keys are an error now, not at the first alert
+        if not isinstance(self.alerts, AlertSettings):  # unknown keys are an error now, not at the first alert
+            self.alerts = AlertSettings.from_mapping(self.alerts)
         if not isinstance(self.validation_keys, list) or not all(
             isinstance(k, str) and k for k in self.validation_keys
         ):
@@ -205,6 +208,11 @@ class ServerSettings:
     def memory_shares(self) -> MemoryShares:
         """``memory_limit_mb`` divided between the parts that hold memory under it."""
         return MemoryShares.of_mb(self.memory_limit_mb)
+
+    def as_mapping(self) -> YamlMapping:
+        """The settings as a config file would give them, ``ServerSettings(**as_mapping())`` the same
+        settings: how the server process is handed them (as JSON, through a pipe)."""
+        return dataclasses.asdict(self) | {"alerts": self.alerts.as_mapping()}
 
     def service(self, name: str) -> ServiceSection:
         return dict(self.services.get(name) or {})
