@@ -106,7 +106,7 @@ def test_the_stall_alert_is_relative_to_the_runs_own_step_time_and_never_before_
     process = start_hub_process(port, tmp_path)
     hub = f"http://127.0.0.1:{port}"
     rules = tmp_path / "rules.yml"
-    rules.write_text(alert_rules.render({"stalled_for": "3s"}))
+    rules.write_text(alert_rules.render(alert_settings.AlertSettings(stalled_for="3s")))
     prometheus = None
 
     def log(experiment, step, step_s=None):
@@ -141,7 +141,20 @@ def test_the_stall_alert_is_relative_to_the_runs_own_step_time_and_never_before_
 def test_no_alert_setting_is_shadowed_by_a_detector_setting_of_the_same_name():
     """Both live in the server config's ``alerts:`` block: a name in both would set the other's
     value too (grad_norm_ratio once made RLInsightGradNormRising's ratio the spike detector's)."""
-    assert set(alert_settings.DEFAULTS) & set(detectors.DEFAULTS.as_dict()) == set()
-    assert "* avg_over_time" in alert_rules.render({"grad_norm_ratio": 2.5}) and "2.5 *" in alert_rules.render(
-        {"grad_norm_ratio": 2.5}
-    )
+    assert set(alert_settings.RULE_SETTINGS) & set(detectors.DEFAULTS.as_dict()) == set()
+    assert len(alert_settings.NAMES) == len(set(alert_settings.NAMES))
+    alerts = alert_settings.AlertSettings.from_mapping({"grad_norm_ratio": 2.5})
+    assert "2.5 * avg_over_time" in alert_rules.render(alerts) and alerts.detectors == detectors.DEFAULTS
+
+
+def test_stalled_for_is_the_one_stall_floor_of_the_rule_and_the_detector(caplog):
+    """``stalled_for`` sets the rule's floor and the stall detector's ``stall_s`` (its name on the
+    wire) alike; ``stall_s`` in ``alerts:``, once silently overwritten by stalled_for, is honoured as
+    its deprecated alias with a warning naming stalled_for, and both at once are refused."""
+    alerts = alert_settings.AlertSettings.from_mapping({"stalled_for": "20m"})
+    assert alerts.detectors.stall_s == 1200.0 and "1200)" in alert_rules.render(alerts)
+    old = alert_settings.AlertSettings.from_mapping({"stall_s": 600})
+    assert old.stalled_for == "600s" and old.detectors.stall_s == 600.0 and "600)" in alert_rules.render(old)
+    assert "stalled_for: 600s" in caplog.text
+    with pytest.raises(ValueError, match="stall_s and stalled_for are the same setting"):
+        alert_settings.AlertSettings.from_mapping({"stall_s": 600, "stalled_for": "10m"})

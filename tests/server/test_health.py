@@ -29,6 +29,7 @@ from tests.helpers import (
 )
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.managed.alert_rules import render
+from verl_rl_insight.server.settings.alerts import AlertSettings
 
 PROJECT = "health"
 REAL_RUNS = shapes.real_runs()
@@ -122,7 +123,7 @@ def failures_pushed(tmp_path_factory):
     port = free_port()
     hub = f"http://127.0.0.1:{port}"
     rules = tmp / "rules.yml"
-    rules.write_text(render({"health_hold": "30m"}))
+    rules.write_text(render(AlertSettings(health_hold="30m")))
     # Prometheus confirms what it stored, as the managed one does (``confirm_scrapers``): at one
     # scrape a second its scrape timeout is 1 s, and a scrape of many steps' history cut off by it on
     # a slow machine is sent again, never lost (unconfirmed, CI lost the first five runs' history so)

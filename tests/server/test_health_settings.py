@@ -1,8 +1,13 @@
 """The detectors' settings as the server config sets them and as ``rl-insight diagnose`` reads them
 from ``GET /api/v1/info`` (``"health"``): one typed object (``HealthSettings``), the same wire as before."""
 
-from verl_rl_insight.server.settings.alerts import health_settings
+from verl_rl_insight.server.settings.alerts import AlertSettings
 from verl_rl_insight.server.settings.health import DEFAULTS, SETTINGS, HealthSettings
+
+
+def health_settings(alerts):
+    """The detectors' settings as the server config's ``alerts:`` sets them."""
+    return AlertSettings.from_mapping(alerts).detectors
 
 
 def test_the_info_wire_is_every_setting_by_name_as_a_float():

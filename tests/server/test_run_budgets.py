@@ -18,7 +18,8 @@ from verl_rl_insight.contract import run_credential
 from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.parts import ApiParts, Startup
-from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, Bound, MetricHub
+from verl_rl_insight.server.metrics.hub import Bound, MetricHub
+from verl_rl_insight.server.settings.memory import MemoryShares
 from verl_rl_insight.server.settings.server import ServerSettings
 from verl_rl_insight.server.stores.spans import SpanStore
 from verl_rl_insight.server.stores.targets import TargetRegistry
@@ -37,11 +38,12 @@ class Served:
     def __init__(self, tmp_path, memory_limit_bytes=LIMIT, max_targets_per_run=None, settle_s=60.0, max_series=None):
         targets = TargetRegistry() if max_targets_per_run is None else TargetRegistry(max_per_run=max_targets_per_run)
         # wired as the server wires it (compose.py)
-        bound = Bound(memory_limit_bytes, max_series if max_series is not None else 500_000)
+        shares = MemoryShares(memory_limit_bytes)
+        bound = Bound(shares.hub, max_series if max_series is not None else 500_000)
         self.figures = LiveFigures(
             settle_s=settle_s,
             book=lambda nbytes: bound.book_other("timeline", nbytes),
-            budget_bytes=int(OTHERS_SHARE * memory_limit_bytes),
+            budget_bytes=shares.timeline,
         )
         self.hub = MetricHub(bound=bound, derived=(self.figures,))
         self.api = Api(
@@ -51,6 +53,7 @@ class Served:
                 token=TOKEN,
                 startup=Startup(spans=SpanStore(tmp_path / "spans")),
                 figures=self.figures,
+                memory=shares,
             )
         )
         self.http = HttpServer(self.api, "127.0.0.1", 0).start()

@@ -177,8 +177,30 @@ def test_the_settings_checks_name_the_key_as_config_errors(tmp_path):
         ({"alerts": {"entropy_collapse_share": "0.15x"}}, "entropy_collapse_share"),
         ({"alerts": {"trend_far": 60.5}}, "trend_far"),
         ({"alerts": {"kl_mads": True}}, "kl_mads"),
+        ({"alerts": {"probs_diff_critical": "high"}}, "probs_diff_critical"),  # the rules' own, typed too
+        ({"alerts": {"stalled_for": 900}}, "stalled_for"),  # a duration: 15m
+        ({"alerts": {"timeline_min_steps": 0}}, "timeline_min_steps"),
+        ({"alerts": ["probs_diff_critical"]}, "alerts must be a mapping"),
         ({"alertmanager": {"receivers": [{"name": ""}]}}, "alertmanager.receivers[0]"),
         ({"port": 9090}, "prometheus_port"),
     ):
         with pytest.raises(ConfigError, match=re.escape(named)):
             ServerSettings(data_dir=str(tmp_path), **values)
+
+
+def test_the_settings_reach_the_server_process_as_they_were_read(tmp_path):
+    """``server start --detach`` hands the server process its settings as JSON (``as_mapping``): the
+    typed alerts: section goes as the keys a config file writes and comes back the same object."""
+    import json
+
+    config = tmp_path / "server.yaml"
+    config.write_text(
+        f"data_dir: {tmp_path / 'data'}\nmemory_limit_mb: 256\n"
+        "alerts: {probs_diff_critical: 0.02, stalled_for: 30m, kl_mads: 7, trend_far: 80}\n"
+    )
+    read = ServerSettings.load(str(config))
+    handed = json.loads(json.dumps(read.as_mapping()))
+    assert handed["alerts"] == {"probs_diff_critical": 0.02, "stalled_for": "30m", "kl_mads": 7.0, "trend_far": 80}
+    again = ServerSettings(**handed)
+    assert again == read and again.alerts.detectors.stall_s == 1800.0
+    assert again.memory_shares.bound == 256 * 2**20

@@ -148,11 +148,12 @@ def test_the_figures_as_prometheus_series_and_the_alerts_they_raise(tmp_path):
 
     from tests.helpers import Prometheus
     from verl_rl_insight.server.managed.alert_rules import render
+    from verl_rl_insight.server.settings.alerts import AlertSettings
 
     port = free_port()
     process = start_hub_process(port, tmp_path, timeline_settle_s=1)  # loopback, no token: Prometheus scrapes it
     rules = tmp_path / "rules.yml"
-    rules.write_text(render({"timeline_window": "10m", "timeline_min_steps": 3}))
+    rules.write_text(render(AlertSettings(timeline_window="10m", timeline_min_steps=3)))
     prometheus = None
     try:
         prometheus = Prometheus(tmp_path, [f"127.0.0.1:{port}"], rule_files=[rules])
@@ -282,10 +283,12 @@ def test_spans_waiting_are_booked_under_the_memory_bound_and_never_crowd_out_the
     import gc
     import tracemalloc
 
-    from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, Bound, MetricHub
+    from verl_rl_insight.server.metrics.hub import Bound, MetricHub
+    from verl_rl_insight.server.settings.memory import MemoryShares
     from verl_rl_insight.server.timeline.live import LiveFigures
 
-    bound = Bound(16 * 2**20, 500_000)  # wired as the server wires them (compose.py)
+    shares = MemoryShares(16 * 2**20)
+    bound = Bound(shares.hub, 500_000)  # wired as the server wires them (compose.py)
     live = LiveFigures(settle_s=0, book=lambda n: bound.book_other("timeline", n))
     hub = MetricHub(bound=bound, derived=(live,))
 
@@ -319,7 +322,7 @@ def test_spans_waiting_are_booked_under_the_memory_bound_and_never_crowd_out_the
     booked = hub.summary()["memory_booked_by_others"]["timeline"]
     assert live._total > 100  # the positive control: spans are held
     assert held <= booked <= 2 * held, (held, booked)
-    assert booked <= OTHERS_SHARE * 16 * 2**20
+    assert booked <= shares.beside_hub
     assert live.stats["dropped_memory"] > 0 and live._total < 1600
     # the trainer's steps still fit
     push = {"project": "p", "experiment_name": "trainer", "step": 1, "time": T0 / S, "metrics": {"m": 1.0}}

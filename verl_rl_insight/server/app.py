@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 from verl_rl_insight.contract.errors import Unavailable
 from verl_rl_insight.server.api.http_server import HttpServer
-from verl_rl_insight.server.compose import SPAN_INDEX_SHARE, Parts, build
+from verl_rl_insight.server.compose import Parts, build
 from verl_rl_insight.server.managed.backfill import promtool_beside, write_blocks
 from verl_rl_insight.server.managed.supervisor import Service, Supervisor
 from verl_rl_insight.server.ports import PortInUse, check_ports_free
@@ -68,7 +68,7 @@ class Server:
             if s.enabled(name):
                 self._start_service(name)
         if "tempo" not in self.services and not s.otlp_endpoint:  # no Tempo: the hub keeps the spans
-            self.spans = SpanStore(s.data_path / "spans", index_bytes=int(SPAN_INDEX_SHARE * s.memory_limit_mb * 2**20))
+            self.spans = SpanStore(s.data_path / "spans", index_bytes=s.memory_shares.span_index)
         elif "tempo" in self.services and not s.otlp_endpoint:  # Tempo: spans pass through the hub to it
             self.relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
         threading.Thread(target=self._tick, args=(parts,), name="rl-insight-timeline-figures", daemon=True).start()

@@ -6,7 +6,8 @@ and delivery threads. The order here:
 
 memory bound -> the runs' histories -> detectors (their one walk reads the histories), timeline
 figures, marks (book under the bound) -> explorer -> hub (its listeners, collectors and derived parts
-given) -> delivery check, target registry -> API.
+given) -> delivery check, target registry -> API. Each part that holds memory under the bound is given
+its share of it from one object (``ServerSettings.memory_shares``, settings/memory.py).
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ from verl_rl_insight.server.history.histories import Histories
 from verl_rl_insight.server.managed import alertmanager, prometheus
 from verl_rl_insight.server.managed.tempo import retention_hours
 from verl_rl_insight.server.metrics.delivery import DeliveryCheck
-from verl_rl_insight.server.metrics.hub import OTHERS_SHARE, Bound, MetricHub
+from verl_rl_insight.server.metrics.hub import Bound, MetricHub
 from verl_rl_insight.server.settings import prometheus_jobs
-from verl_rl_insight.server.settings.alerts import health_settings
 from verl_rl_insight.server.settings.server import ServerSettings
 from verl_rl_insight.server.stores.imports import ImportStore
 from verl_rl_insight.server.stores.marks import MarkStore
@@ -40,10 +40,6 @@ from verl_rl_insight.server.stores.run_keys import RunKeys
 from verl_rl_insight.server.stores.silences import Alerting
 from verl_rl_insight.server.stores.targets import TargetRegistry
 from verl_rl_insight.server.timeline.live import LiveFigures
-
-HISTORY_SHARE = 1 / 16  # of memory_limit_mb: the explorer's histories of every run together (history/histories.py)
-CURVES_SHARE = 1 / 32  # of memory_limit_mb: the explorer's kept curves answers (explorer/curves.py)
-SPAN_INDEX_SHARE = 1 / 64  # of memory_limit_mb: where each step's spans lie, for step pages (stores/span_index.py)
 
 
 class Calls(Protocol):
@@ -92,13 +88,17 @@ class Feeds(NamedTuple):
 
 
 def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, bound: Bound) -> Feeds:
-    limit = bound.memory.limit
+    shares = s.memory_shares
     # each run's trainer scalars by step, held once (by bytes, not a count of runs): the explorer's
     # step table, which the live detectors walk (the series they made booked under the bound); the
     # steps a push queues for it until the next read booked under the bound too
-    histories = Histories(max_bytes=int(HISTORY_SHARE * limit), book=functools.partial(bound.book_other, "histories"))
+    histories = Histories(
+        max_bytes=shares.histories,
+        max_waiting_bytes=shares.histories_waiting,
+        book=functools.partial(bound.book_other, "histories"),
+    )
     health = HealthMonitor(
-        health_settings(s.alerts),
+        s.alerts.detectors,
         validation_keys=s.validation_keys,
         book=functools.partial(bound.book_other, "health"),
         histories=histories,
@@ -106,7 +106,7 @@ def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, 
     figures = LiveFigures(
         settle_s=s.timeline_settle_s,
         book=functools.partial(bound.book_other, "timeline"),
-        budget_bytes=int(OTHERS_SHARE * limit),
+        budget_bytes=shares.timeline,
     )
     # people's marks on steps; one with reset_baseline starts the live detectors' baselines again there,
     # for as long as it stands
@@ -122,7 +122,7 @@ def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, 
     names = RunKeys(s.data_path / "run-keys")  # the keys as logged, kept across restarts
     names.book_all(functools.partial(bound.book_other, "run_keys"))
     explorer = Sources(
-        curves_bytes=int(CURVES_SHARE * limit),
+        curves_bytes=shares.curves,
         names=names,
         prometheus=reader,
         health=health,
@@ -134,7 +134,7 @@ def _feeds(s: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls, 
 def build(settings: ServerSettings, logins: dict[str, tuple[str, str]], calls: Calls) -> Parts:
     """The server's parts, once its credentials and the services' logins are written."""
     s = settings
-    bound = Bound(int(s.memory_limit_mb * 2**20), int(s.max_series))
+    bound = Bound(s.memory_shares.hub, int(s.max_series))
     health, figures, marks, explorer = _feeds(s, logins, calls, bound)
     stores = confirm_stores(s)
     attempts = RunAttempts(s.data_path / "run-attempts.json")  # its file written outside the hub's lock (saved)
@@ -186,6 +186,7 @@ def build(settings: ServerSettings, logins: dict[str, tuple[str, str]], calls: C
             import_blocks=calls.import_blocks if s.enabled("prometheus") else None,
             retention_s=float(retention_hours(s.retention)[:-1]) * 3600,
             max_future_s=s.max_future_s,
+            memory=s.memory_shares,
         )
     )
     return Parts(hub, health, figures, explorer, delivery, targets, alerting, startup, api)

@@ -1,6 +1,5 @@
 """What the server writes of itself for the CLI (``server.json``: no secret in it, they stay in secrets/)."""
 
-import dataclasses
 import json
 import os
 import time
@@ -35,7 +34,7 @@ def public_urls(s: ServerSettings) -> dict[str, str]:
 
 
 def _redacted_settings(s: ServerSettings) -> dict[str, object]:
-    return dataclasses.asdict(s) | {
+    return s.as_mapping() | {
         "token": "***" if s.token else "",
         "grafana_admin_password": "***",
         "remote_write": prometheus.redacted_remote_write(s.remote_write),

@@ -1,6 +1,5 @@
 """``rl-insight server start|stop|status``: one server per RL_INSIGHT_HOME, found through its state file."""
 
-import dataclasses
 import json
 import os
 import signal
@@ -187,7 +186,7 @@ def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdo
             start_new_session=True,
         )
     assert process.stdin is not None
-    process.stdin.write(json.dumps(dataclasses.asdict(settings)).encode())
+    process.stdin.write(json.dumps(settings.as_mapping()).encode())
     process.stdin.close()
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:

@@ -13,11 +13,11 @@ from verl_rl_insight.server.api.bodies import BodyBudget
 from verl_rl_insight.server.api.parts import ApiParts
 from verl_rl_insight.server.api.request import Request
 from verl_rl_insight.server.api.writer import InFlight, Writer
+from verl_rl_insight.server.settings.memory import MemoryShares
 
 logger = logging.getLogger("verl_rl_insight.server")
 
 T = TypeVar("T")
-IN_FLIGHT_SHARE = 1 / 16  # of memory_limit_mb: the answers being written at once (writer.InFlight)
 
 
 class Context:
@@ -25,7 +25,10 @@ class Context:
         self.parts = parts
         self.hub = parts.hub
         self.openapi = openapi  # the document, rendered once
-        limit = int(IN_FLIGHT_SHARE * self.hub.memory_limit_bytes)
+        # the answers being written at once: their share of memory_limit_mb, booked beside the hub; a
+        # hub built on its own (tests, benchmarks) has its limit taken as the whole bound
+        memory = parts.memory if parts.memory is not None else MemoryShares(self.hub.memory_limit_bytes)
+        limit = memory.answers_in_flight
         self.writer = Writer(InFlight(limit, lambda nbytes: self.hub.book_other("responses", nbytes)))
         self.auth = Authenticator(parts.token, parts.revocations)
         self.bodies = BodyBudget(max(parts.body_budget_bytes, 4 * parts.max_body_bytes), self.refused)

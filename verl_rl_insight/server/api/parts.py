@@ -3,8 +3,10 @@
 import dataclasses
 from collections.abc import Callable, Iterator
 
+from verl_rl_insight.contract.wire_limits import MAX_FUTURE_S
 from verl_rl_insight.server.explorer.sources import Sources
 from verl_rl_insight.server.metrics.hub import MetricHub
+from verl_rl_insight.server.settings.memory import MemoryShares
 from verl_rl_insight.server.stores.imports import ImportStore
 from verl_rl_insight.server.stores.marks import MarkStore
 from verl_rl_insight.server.stores.profiles import ProfileStore
@@ -59,13 +61,15 @@ class ApiParts:
     imports: ImportStore = dataclasses.field(default_factory=ImportStore)
     import_blocks: ImportBlocks | None = None
     retention_s: float = 30 * 86400.0  # Prometheus' retention: an older import is moved forward by whole days
-    max_future_s: float = 300.0  # how far ahead of the server's clock a time may be
+    max_future_s: float = MAX_FUTURE_S  # how far ahead of the server's clock a time may be
     revocations: Revocations = dataclasses.field(default_factory=Revocations)  # run credentials refused
     run_cards: RunCardStore = dataclasses.field(default_factory=RunCardStore)  # in memory without a folder
     marks: MarkStore = dataclasses.field(default_factory=MarkStore)  # people's marks on steps
     workers: int = 4  # threads that parse, render and write off the event loop
     body_budget_bytes: int = BODY_BUDGET_BYTES  # all bodies being received (at least 4 x max_body_bytes)
     save_every_s: float = 1.0  # the hub's scraper state is saved at most this often
+    # memory_limit_mb's shares (answers in flight); None: a hub built on its own, its limit the bound
+    memory: MemoryShares | None = None
     # the run explorer's data (server/explorer); its histories hear the pushes only where they are one
     # of the hub's listeners (app.py)
     explorer: Sources | None = dataclasses.field(default_factory=Sources)

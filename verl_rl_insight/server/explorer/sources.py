@@ -28,12 +28,13 @@ from verl_rl_insight.server.health.live import HealthMonitor
 from verl_rl_insight.server.history.histories import MAX_BYTES, Histories
 from verl_rl_insight.server.history.run_history import RunHistory
 from verl_rl_insight.server.settings.health import HealthSettings
+from verl_rl_insight.server.settings.memory import DEFAULT_SHARES
 from verl_rl_insight.server.stores.imports import ImportStore
 from verl_rl_insight.server.stores.run_keys import RunKeys
 
 SpanRecord = dict[str, object]
 MAX_CURVES_RUNS = 16  # runs whose last curves answer is kept (each at most curves.MAX_CELLS values) ...
-MAX_CURVES_BYTES = 32 * 2**20  # ... and all those answers' bytes (the server gives a share of memory_limit_mb)
+MAX_CURVES_BYTES = DEFAULT_SHARES.curves  # ... and all those answers' bytes (the server gives its own share)
 BACKFILL_AGAIN_S = 30.0  # a run Prometheus did not have is asked for again after this long
 PARTIAL_AGAIN_S = 2.0  # a run forgotten for room, not read back whole yet (Prometheus behind): again after this
 

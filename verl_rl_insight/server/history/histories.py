@@ -5,8 +5,8 @@ Filled from the batches the hub accepts (a hub listener: the trainer's own strea
 step), and, for a run the server has not heard since it started, read back once from its Prometheus
 (``prometheus.read_run``).
 
-Bounded by bytes, not by a count of runs: ``max_bytes`` in all (a share of the server's
-``memory_limit_mb``; beyond it the run touched longest ago is forgotten first, counted in
+Bounded by bytes, not by a count of runs: ``max_bytes`` in all (the histories' share of the server's
+``memory_limit_mb``, ``settings/memory.py``; beyond it the run touched longest ago is forgotten first, counted in
 ``stats.forgotten_runs``), ``max_cells`` values per run (beyond it the run's oldest steps go,
 counted in ``stats.dropped_steps``). A run forgotten here is not lost: its steps are in
 Prometheus, and a run that logs again after it was forgotten is marked ``partial`` so that the
@@ -26,9 +26,10 @@ from typing import NamedTuple, Protocol
 from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.runs import Run, trainer_run
 from verl_rl_insight.server.history.run_history import FINISHED, RunHistory
+from verl_rl_insight.server.settings.memory import DEFAULT_SHARES
 
 MAX_CELLS = 4_000_000  # values per run: 10,000 steps of 400 series (32 MB) ...
-MAX_BYTES = 64 * 2**20  # ... and all runs' bytes (the server gives a share of memory_limit_mb)
+MAX_BYTES = DEFAULT_SHARES.histories  # ... and all runs' bytes (the server gives its own share of memory_limit_mb)
 MAX_FORGOTTEN = 4096  # runs remembered as forgotten (read back whole when they log again)
 WAITING_BYTES = 32  # a value queued: its place in the tuple and its float (the hub's snapshot holds the same)
 
@@ -82,7 +83,8 @@ class Histories:
         max_waiting_bytes: int | None = None,
     ) -> None:
         """``book``: books bytes (negative: gives back) under the hub's bound, False: no room
-        (``Bound.book_other``); ``max_waiting_bytes``: the queue's own bound (``max_bytes`` / 2)."""
+        (``Bound.book_other``); ``max_waiting_bytes``: the queue's own bound (the server gives its share,
+        ``MemoryShares.histories_waiting``; ``max_bytes`` / 2 when not given)."""
         self.max_bytes = max_bytes
         self.max_cells = max_cells
         self.book = book

@@ -1,13 +1,12 @@
 """Prometheus alert rules that ``rl-insight server start`` provisions (``rules/rl-insight.rules.yml``).
 
-Thresholds come from the server config's ``alerts:`` mapping (keys of DEFAULTS). The
+Thresholds come from the server config's ``alerts:`` section (``settings/alerts.py``'s ``AlertSettings``). The
 log-prob mismatch alerts hold only when every step in the window is above the threshold
 (``min_over_time``: the hub gives Prometheus every step's value) and at least ``*_min_steps``
 steps happened in it, so one noisy step does not page anyone.
 """
 
 import urllib.parse
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,23 +16,22 @@ from verl_rl_insight.contract.naming import STEP_TIME_METRIC
 from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.managed.service import Links
-from verl_rl_insight.server.settings.alerts import Threshold, duration_s, thresholds
+from verl_rl_insight.server.settings.alerts import DEFAULTS, AlertSettings
 from verl_rl_insight.server.settings.server import ServerSettings
 
 Rule = dict[str, Any]  # one rule of a Prometheus rule file, as YAML
-Thresholds = dict[str, Threshold]
 
 RUN = "project, experiment_name"
 BY_STALL = detectors.STALL
 
 
-def _probs_diff(t: Thresholds, level: str, threshold: Threshold) -> Rule:
+def _probs_diff(t: AlertSettings, level: str, threshold: float) -> Rule:
     mean = "rl_insight_monitor_training_rollout_probs_diff_mean"
-    window = t["probs_diff_window"]
+    window = t.probs_diff_window
     return {
         "alert": f"RLInsightRolloutProbsDiff{level.capitalize()}",
         "expr": f"min_over_time({mean}[{window}]) > {threshold} and on({RUN}) "
-        f"changes(rl_insight_monitor_training_global_step[{window}]) >= {int(t['probs_diff_min_steps']) - 1}",
+        f"changes(rl_insight_monitor_training_global_step[{window}]) >= {t.probs_diff_min_steps - 1}",
         "labels": {"severity": level},
         "annotations": {
             "summary": f"train/inference log-prob mismatch above {threshold} for every step of {window}",
@@ -65,11 +63,11 @@ def _links(rule: Rule, urls: Links | None) -> Rule:
     return rule
 
 
-def _timeline_rules(t: Thresholds) -> list[Rule]:
+def _timeline_rules(t: AlertSettings) -> list[Rule]:
     """Shares over the window's steps, from the figures' counters (server/timeline/live.py)."""
-    window, enough = t["timeline_window"], int(t["timeline_min_steps"]) - 1
+    window, enough = t.timeline_window, t.timeline_min_steps - 1
 
-    def share(part: str, whole: str, threshold: Threshold, on: str = "", many: str = "") -> str:
+    def share(part: str, whole: str, threshold: float, on: str = "", many: str = "") -> str:
         join = f"ignoring({on}) " if on else ""
         return (
             f"increase({part}[{window}]) / {join}{many}increase({whole}[{window}]) > {threshold} "
@@ -82,7 +80,7 @@ def _timeline_rules(t: Thresholds) -> list[Rule]:
             "expr": share(
                 "rl_insight_timeline_tail_wait_seconds_total",
                 "rl_insight_timeline_step_seconds_total",
-                t["long_tail_share"],
+                t.long_tail_share,
             ),
             "labels": {"severity": "warning"},
             "annotations": {
@@ -100,7 +98,7 @@ def _timeline_rules(t: Thresholds) -> list[Rule]:
             "expr": share(
                 'rl_insight_timeline_idle_seconds_total{lane="trainer"}',
                 "rl_insight_timeline_step_seconds_total",
-                t["trainer_idle_share"],
+                t.trainer_idle_share,
                 on="lane",
             ),
             "labels": {"severity": "warning"},
@@ -118,7 +116,7 @@ def _timeline_rules(t: Thresholds) -> list[Rule]:
             "expr": share(
                 "rl_insight_timeline_replica_slowest_steps_total",
                 "rl_insight_timeline_steps_total",
-                t["slowest_replica_share"],
+                t.slowest_replica_share,
                 on="lane, replica",
                 many="group_left ",
             ),
@@ -134,9 +132,9 @@ def _timeline_rules(t: Thresholds) -> list[Rule]:
     ]
 
 
-def _health_rules(t: Thresholds) -> list[Rule]:
+def _health_rules(t: AlertSettings) -> list[Rule]:
     """One RLInsight<Mode> per detector the server runs online (server/health/live.py)."""
-    hold = t["health_hold"]
+    hold = t.health_hold
     rules = []
     for d in detectors.ALL:
         if not d.online:
@@ -161,40 +159,41 @@ def _health_rules(t: Thresholds) -> list[Rule]:
     return rules
 
 
-def _stalled(t: Thresholds) -> Rule:
+def _stalled(t: AlertSettings) -> Rule:
     """No step for ``stall_ratio`` x the run's own median step time (the server's stall detector
     pushes it, ``rl_insight_health_baseline{detector="stall"}``, once the run has a step time: never
-    before) and at least ``stalled_for``; a run that called ``finish()`` is not stalled."""
+    before) and at least ``stalled_for`` (the detector's ``stall_s``); a run that called ``finish()``
+    is not stalled."""
     since = f"time() - max by ({RUN}) ({STEP_TIME_METRIC})"
     median = f'max by ({RUN}) (rl_insight_health_baseline{{detector="stall"}})'
-    floor = duration_s(str(t["stalled_for"]))
+    ratio, floor = t.detectors.stall_ratio, t.detectors.stall_s
     return {
         "alert": "RLInsightTrainingStalled",
-        "expr": f"({since}) > on({RUN}) clamp_min({float(t['stall_ratio']):g} * {median}, {floor:g}) "
+        "expr": f"({since}) > on({RUN}) clamp_min({ratio:g} * {median}, {floor:g}) "
         f"unless on({RUN}) {RUN_FINISHED} == 1",
         "labels": {"severity": "critical"},
         "annotations": {
             "summary": "no step of {{ $labels.project }}/{{ $labels.experiment_name }} for "
             "{{ $value | humanizeDuration }}",
-            "description": f"More than {float(t['stall_ratio']):g}x the run's median step time and at least "
-            f"{t['stalled_for']} since its last step: {BY_STALL.means}. Look first: {BY_STALL.look}. People "
+            "description": f"More than {ratio:g}x the run's median step time and at least "
+            f"{t.stalled_for} since its last step: {BY_STALL.means}. Look first: {BY_STALL.look}. People "
             f"usually: {BY_STALL.usually}.",
         },
     }
 
 
-def render(overrides: Mapping[str, Threshold] | None = None, links_to: Links | None = None) -> str:
-    t = thresholds(overrides)
+def render(alerts: AlertSettings = DEFAULTS, links_to: Links | None = None) -> str:
+    t = alerts
     grad = "rl_insight_monitor_actor_grad_norm"
     throughput = "rl_insight_monitor_perf_throughput"
     rules = [
-        _probs_diff(t, "warning", t["probs_diff_warning"]),
-        _probs_diff(t, "critical", t["probs_diff_critical"]),
+        _probs_diff(t, "warning", t.probs_diff_warning),
+        _probs_diff(t, "critical", t.probs_diff_critical),
         {
             "alert": "RLInsightGradNormRising",
-            "expr": f"{grad} > {t['grad_norm_ratio']} * avg_over_time({grad}[{t['grad_norm_window']}] offset "
-            f"{t['grad_norm_window']}) and deriv({grad}[{t['grad_norm_window']}]) > 0",
-            "for": t["grad_norm_for"],
+            "expr": f"{grad} > {t.grad_norm_ratio} * avg_over_time({grad}[{t.grad_norm_window}] offset "
+            f"{t.grad_norm_window}) and deriv({grad}[{t.grad_norm_window}]) > 0",
+            "for": t.grad_norm_for,
             "labels": {"severity": "warning"},
             "annotations": {"summary": "actor grad norm keeps rising: {{ $value }}"},
         },
@@ -202,7 +201,7 @@ def render(overrides: Mapping[str, Threshold] | None = None, links_to: Links | N
         {
             "alert": "RLInsightRolloutReplicaDown",
             "expr": 'up{job=~"vllm|sglang|trtllm"} == 0',
-            "for": t["replica_down_for"],
+            "for": t.replica_down_for,
             "labels": {"severity": "critical"},
             "annotations": {
                 "summary": "rollout replica {{ $labels.replica }} ({{ $labels.instance }}) is not answering"
@@ -210,8 +209,8 @@ def render(overrides: Mapping[str, Threshold] | None = None, links_to: Links | N
         },
         {
             "alert": "RLInsightGPUMemoryNearlyFull",
-            "expr": f"DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE) > {t['gpu_memory_ratio']}",
-            "for": t["gpu_memory_for"],
+            "expr": f"DCGM_FI_DEV_FB_USED / (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE) > {t.gpu_memory_ratio}",
+            "for": t.gpu_memory_for,
             "labels": {"severity": "warning"},
             "annotations": {
                 "summary": "GPU {{ $labels.gpu }} on {{ $labels.Hostname }} memory "
@@ -220,8 +219,8 @@ def render(overrides: Mapping[str, Threshold] | None = None, links_to: Links | N
         },
         {
             "alert": "RLInsightThroughputCollapse",
-            "expr": f"{throughput} < {t['throughput_drop_ratio']} * avg_over_time({throughput}[1h] offset 15m)",
-            "for": t["throughput_for"],
+            "expr": f"{throughput} < {t.throughput_drop_ratio} * avg_over_time({throughput}[1h] offset 15m)",
+            "for": t.throughput_for,
             "labels": {"severity": "warning"},
             "annotations": {"summary": "throughput of {{ $labels.experiment_name }} fell to {{ $value }}"},
         },

@@ -131,6 +131,6 @@ def refusal(run: Run, share: int, limit: int) -> RunShareFull:
     project, experiment = run
     return RunShareFull(
         f"run {project[:80]!r} / {experiment[:80]!r} holds its whole share of the hub's memory "
-        f"({share / 2**20:.1f} of memory_limit_mb {limit / 2**20:.0f} MiB: {RULE}) in latest values; "
+        f"({share / 2**20:.1f} of the hub's {limit / 2**20:.0f} MiB of memory_limit_mb: {RULE}) in latest values; "
         "retry later, or raise memory_limit_mb, or use fewer label sets"
     )

@@ -57,7 +57,7 @@ from verl_rl_insight.server.metrics import reports
 from verl_rl_insight.server.metrics.budgets import run_of
 from verl_rl_insight.server.metrics.derived import Derived
 from verl_rl_insight.server.metrics.exposure import SCRAPE_NUMBER, Collector, Exposure
-from verl_rl_insight.server.metrics.memory import OTHERS_SHARE, Bound
+from verl_rl_insight.server.metrics.memory import Bound
 from verl_rl_insight.server.metrics.model import Attempts, PushResult, Removed, Snapshot, Stream, check_held
 from verl_rl_insight.server.metrics.persistence import HubFiles
 from verl_rl_insight.server.metrics.positions import StreamKey
@@ -65,7 +65,7 @@ from verl_rl_insight.server.metrics.scrapes import Awaiting, ScrapeBusy, Scrapes
 from verl_rl_insight.server.metrics.sizes import LINE_COPIES, SERIES_BYTES
 from verl_rl_insight.server.metrics.stats import HubStats
 
-__all__ = ["OTHERS_SHARE", "SCRAPE_NUMBER", "Bound", "Derived", "Exposure", "MetricHub", "PushResult", "ScrapeBusy"]
+__all__ = ["SCRAPE_NUMBER", "Bound", "Derived", "Exposure", "MetricHub", "PushResult", "ScrapeBusy"]
 
 Listener = Callable[[list[Batch]], None]
 MAX_DERIVED_BACKLOG = 256  # derived batches made, not taken yet, with no room booked: all parts together
@@ -153,7 +153,7 @@ class MetricHub:
     def book_other(self, owner: str, nbytes: int) -> bool:
         """Book ``nbytes`` (negative: give back) for what the server holds beside the hub, under the
         same bound (the timeline's waiting spans): False, and nothing booked, when it does not fit,
-        or when others would hold more than ``OTHERS_SHARE`` of it (``Memory.book_other``)."""
+        or when others would hold more than a quarter of it (``Memory.book_other``)."""
         with self._lock:
             return self._memory.book_other(owner, nbytes)
 

@@ -30,10 +30,9 @@ from verl_rl_insight.server.metrics.sizes import (
     series_cost,
 )
 from verl_rl_insight.server.metrics.stats import HubStats
+from verl_rl_insight.server.settings.memory import beside_hub
 
 logger = logging.getLogger("verl_rl_insight.server")
-
-OTHERS_SHARE = 0.25  # what the server may hold beside the hub under memory_limit_mb (book_other), at most
 
 Unsent = Callable[[StreamKey, Snapshot], bool]  # whether a named scraper lacks a snapshot (``Scrapes.unsent``)
 
@@ -69,7 +68,8 @@ class Memory:
     def __init__(self, lock: threading.Lock, stats: HubStats, limit: int, max_series: int) -> None:
         self.lock = lock  # the hub lock: held by the caller of every public method
         self.stats = stats
-        self.limit = int(limit)
+        self.limit = int(limit)  # the hub's share of memory_limit_mb (settings/memory.py)
+        self.beside_limit = beside_hub(self.limit)  # what others may book, at most (book_other)
         self.max_series = max_series
         self._streams: dict[StreamKey, Stream] = {}
         self.series = 0  # the latest values of every stream, counted
@@ -138,11 +138,11 @@ class Memory:
     # -- what the server holds beside the hub ------------------------------------------------
     def book_other(self, owner: str, nbytes: int) -> bool:
         """Book ``nbytes`` (negative: give back) for what the server holds beside the hub: False, and
-        nothing booked, when it does not fit, or when others would hold more than ``OTHERS_SHARE``.
+        nothing booked, when it does not fit, or when others would hold more than ``beside_limit``.
         It never drops history to make room: the trainer's steps come first."""
         check_held(self.lock)
         others = sum(self.others.values())
-        if nbytes > 0 and (self.used + nbytes > self.limit or others + nbytes > OTHERS_SHARE * self.limit):
+        if nbytes > 0 and (self.used + nbytes > self.limit or others + nbytes > self.beside_limit):
             self.stats.rejected_other_memory += 1
             return False
         self.used += nbytes
@@ -208,8 +208,8 @@ class Memory:
                 self.stats.rejected_memory += 1
                 raise OverCapacity(
                     f"a push of {amount / 2**20:.1f} MiB for run {run[1][:80]!r} is more than a run may ever hold "
-                    f"of the hub's memory (half of memory_limit_mb, {self.limit / 2**21:.1f} MiB): send smaller "
-                    "batches or fewer label sets, or raise memory_limit_mb"
+                    f"of the hub's memory (half its share of memory_limit_mb, {self.limit / 2**21:.1f} MiB): "
+                    "send smaller batches or fewer label sets, or raise memory_limit_mb"
                 )
 
     def _fit_series(self, new_of: collections.Counter[budgets.Run], new_series: int) -> None:

@@ -19,8 +19,10 @@ import yaml
 from verl_rl_insight.contract import environment
 from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.contract.naming import is_label_name, is_scraper_name
+from verl_rl_insight.contract.wire_limits import MAX_FUTURE_S
 from verl_rl_insight.server.settings.alertmanager import check_settings
-from verl_rl_insight.server.settings.alerts import Threshold, thresholds
+from verl_rl_insight.server.settings.alerts import AlertSettings
+from verl_rl_insight.server.settings.memory import DEFAULT_MEMORY_LIMIT_MB, MemoryShares
 
 # a run's own targets at most (its labels' project and experiment_name): the largest job one hub
 # holds, 16,384 GPUs as 2,048 nodes of 8, registers a rollout replica per node (2,048) and its
@@ -115,12 +117,14 @@ class ServerSettings:
     grafana_admin_user: str = "admin"
     grafana_admin_password: str = ""  # generated when empty (rl-insight server status --secrets)
     grafana_anonymous_viewer: bool = False
-    memory_limit_mb: float = 1024  # the metric hub's latest values and history together
+    # the server's one memory bound: the hub's latest values and history, the explorer's histories, ...
+    # each part its share of it (settings/memory.py, memory_shares)
+    memory_limit_mb: float = DEFAULT_MEMORY_LIMIT_MB
     max_series: int = 500_000  # the metric hub's series, all runs together
     max_targets_per_run: int = MAX_TARGETS_PER_RUN  # scrape targets one run may register (stores/targets.py)
     history_s: float = 600.0  # history every scraper has seen is dropped after this
     max_body_mb: float = 8  # one push request
-    max_future_s: float = 300.0  # a batch stamped further ahead of this server's clock is refused (400)
+    max_future_s: float = MAX_FUTURE_S  # a batch stamped further ahead of this server's clock is refused (400)
     timeline_settle_s: float = 15.0  # a step's timeline figures: this long after its span, or at the next step
     services: dict[str, ServiceSection] = dataclasses.field(default_factory=dict)
     # past one node: Prometheus' own remote_write entries ({url: ..., basic_auth: ..., ...}), passed
@@ -130,7 +134,9 @@ class ServerSettings:
     otlp_endpoint: str = ""  # spans to an existing collector / distributed Tempo, announced to trainers
     tempo_query_url: str = ""  # that Tempo's query API, for Grafana's Tempo datasource
     alertmanager: YamlMapping = dataclasses.field(default_factory=dict)  # receivers, route, ...: Alertmanager's syntax
-    alerts: dict[str, Threshold] = dataclasses.field(default_factory=dict)  # alert thresholds (settings/alerts.py)
+    # alert thresholds and the detectors' settings, set by name (settings/alerts.py); a mapping given
+    # here is read into the typed section
+    alerts: AlertSettings = dataclasses.field(default_factory=AlertSettings)
     # the verl keys (or families ending in /) a run validates under beyond verl's own names
     # (val-core/, val-aux/, val/, test_score/): the validation detectors follow these first
     validation_keys: list[str] = dataclasses.field(default_factory=list)
@@ -143,7 +149,8 @@ class ServerSettings:
             self.data_dir = str(default_home() / "data")
         if not self.token:
             self.token = os.environ.get(environment.TOKEN, "")
-        thresholds(self.alerts)  # unknown keys are an error now, not at the first alert
+        if not isinstance(self.alerts, AlertSettings):  # unknown keys are an error now, not at the first alert
+            self.alerts = AlertSettings.from_mapping(self.alerts)
         if not isinstance(self.validation_keys, list) or not all(
             isinstance(k, str) and k for k in self.validation_keys
         ):
@@ -196,6 +203,16 @@ class ServerSettings:
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir).expanduser()
+
+    @property
+    def memory_shares(self) -> MemoryShares:
+        """``memory_limit_mb`` divided between the parts that hold memory under it."""
+        return MemoryShares.of_mb(self.memory_limit_mb)
+
+    def as_mapping(self) -> YamlMapping:
+        """The settings as a config file would give them, ``ServerSettings(**as_mapping())`` the same
+        settings: how the server process is handed them (as JSON, through a pipe)."""
+        return dataclasses.asdict(self) | {"alerts": self.alerts.as_mapping()}
 
     def service(self, name: str) -> ServiceSection:
         return dict(self.services.get(name) or {})

@@ -30,6 +30,7 @@ from pathlib import Path
 from verl_rl_insight.contract.errors import OverCapacity
 from verl_rl_insight.contract.run_credential import RUN_CREDENTIAL_DAYS
 from verl_rl_insight.contract.runs import Run
+from verl_rl_insight.contract.wire_limits import MAX_FUTURE_S
 from verl_rl_insight.server.stores.files import set_aside, write_atomically
 
 logger = logging.getLogger("verl_rl_insight.server")
@@ -41,7 +42,7 @@ MINT_ROUNDING_S = 0.001  # a credential's mint time is rounded to the millisecon
 
 class Revocations:
     def __init__(
-        self, path: Path | None = None, future_s: float = 300.0, clock: Callable[[], float] = time.time
+        self, path: Path | None = None, future_s: float = MAX_FUTURE_S, clock: Callable[[], float] = time.time
     ) -> None:
         self.path = path
         self.future_s = future_s

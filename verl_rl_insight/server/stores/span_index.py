@@ -21,13 +21,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from verl_rl_insight.server.settings.memory import DEFAULT_SHARES
 from verl_rl_insight.server.stores.stats import SpanIndexStats
 
 LOOSE_NS = 10 * 10**9  # the spans without a step, indexed by their start, in buckets this wide
 ENTRY_BYTES = 240  # a step's entry: its dict slot, its object, its array's header
 RANGE_BYTES = 24  # a place: segment, offset, length (int64 each)
 RUN_BYTES = 1024  # a run's objects and dicts
-MAX_BYTES = 16 * 2**20
+MAX_BYTES = DEFAULT_SHARES.span_index  # the server gives its own share of memory_limit_mb (settings/memory.py)
 Record = dict[str, object]
 StepOf = Callable[[Mapping[str, object]], int | None]
 Key = tuple[bool, int]  # (True, step) or (False, start bucket) of spans without a step
