@@ -383,3 +383,47 @@ def test_no_test_imports_the_benchmarks():
         if line.lstrip().startswith(("from benchmarks", "import benchmarks"))
     ]
     assert found == []
+
+
+# where an ``/api/v1`` literal may stand: contract/paths.py defines the paths (and contract/ may name them)
+API_LITERALS_ALLOWED = (
+    "verl_rl_insight/contract/",
+    "verl_rl_insight/trainer/",  # trainer/: taken up by the trainer change
+)
+
+
+def api_literals(source: str) -> list[int]:
+    """The lines of ``source`` where a string constant holds ``/api/v1`` (an f-string's constant parts
+    included), the module's, classes' and functions' docstrings left out: they may name a path as prose."""
+    import ast
+
+    tree = ast.parse(source)
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and "/api/v1" in node.value
+        and id(node) not in docstrings
+    )
+
+
+def test_no_api_path_is_spelled_outside_the_contract():
+    """The server's routes and the parts of Prometheus' API the code reads are spelled once, in
+    contract/paths.py; the route table, the server's Prometheus readers and the commands import them."""
+    spelled = []
+    for path in sorted((REPO / "verl_rl_insight").rglob("*.py")):
+        where = path.relative_to(REPO).as_posix()
+        if not where.startswith(API_LITERALS_ALLOWED):
+            spelled += [f"{where}:{line}" for line in api_literals(path.read_text())]
+    assert spelled == [], "import the path from verl_rl_insight.contract.paths: " + ", ".join(spelled)
+    # positive control: a literal, an f-string's constant part and a message are found; a docstring is not
+    module = '"""Calls /api/v1/push."""\n\nPUSH = "/api/v1/push"\n\n\ndef url(base: str) -> str:\n'
+    module += '    """GET /api/v1/info."""\n    return f"{base}/api/v1/info?x=1"\n\n\nWHY = "(see /api/v1/sd)"\n'
+    assert api_literals(module) == [3, 8, 11]

@@ -18,6 +18,7 @@ from verl_rl_insight.commands.api import SubParsers, call, print_table, server
 from verl_rl_insight.commands.checks import CliError, Parser
 from verl_rl_insight.commands.mcp.curves import Parting
 from verl_rl_insight.commands.runs_parting import parting_keys
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.run_card import ABSENT, Absent, Json, card_keys, differences
 from verl_rl_insight.contract.runs import Run
 
@@ -48,7 +49,7 @@ def shown(value: Json | Absent) -> str:
 def fetch(base: str, token: str | None, run: Run) -> tuple[dict[str, Json], dict[str, Json]]:
     """(what the server keeps: card and time received, the card itself)."""
     query = urllib.parse.urlencode({"project": run[0], "experiment_name": run[1]})
-    kept = call("GET", f"{base}/api/v1/runs/card?{query}", token)
+    kept = call("GET", f"{base}{paths.RUN_CARD}?{query}", token)
     card = kept.get("card") if isinstance(kept, dict) else None
     if not isinstance(card, dict):
         raise CliError(f"the server's card of {run[0]}/{run[1]} is not an object")

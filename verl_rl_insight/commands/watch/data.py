@@ -5,7 +5,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
-from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract import paths, server_url
 from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.engine_metrics import LOAD, exposed
 from verl_rl_insight.contract.errors import RLInsightError
@@ -62,7 +62,7 @@ class Prometheus:
         return body["data"]
 
     def query(self, promql: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._get("/api/v1/query", {"query": promql})["result"]
+        result: list[dict[str, Any]] = self._get(paths.PROMETHEUS_QUERY, {"query": promql})["result"]
         return result
 
     def scalar(self, promql: str) -> float | None:
@@ -79,12 +79,10 @@ class Prometheus:
 
     def names(self, match: str, start: float) -> list[str]:
         """Metric names of the series matching ``match`` since ``start`` (seconds)."""
-        return [
-            str(name) for name in self._get("/api/v1/label/__name__/values", {"match[]": match, "start": str(start)})
-        ]
+        return [str(name) for name in self._get(paths.PROMETHEUS_NAMES, {"match[]": match, "start": str(start)})]
 
     def alerts(self) -> list[dict[str, Any]]:
-        alerts: list[dict[str, Any]] = self._get("/api/v1/alerts", {})["alerts"]
+        alerts: list[dict[str, Any]] = self._get(paths.PROMETHEUS_ALERTS, {})["alerts"]
         return alerts
 
 

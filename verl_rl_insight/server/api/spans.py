@@ -4,6 +4,7 @@ timeline's figures of the newest step made from them."""
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.errors import BadInput, Forbidden, NotFound, UnsupportedEncoding
 from verl_rl_insight.contract.run_credential import Named
 from verl_rl_insight.server.api.context import Context
@@ -101,6 +102,6 @@ async def get_spans(ctx: Context, request: Request) -> None:
     if body is None:
         raise NotFound(
             f"no spans of {project[:100]!r} / {experiment[:100]!r} here "
-            "(GET /api/v1/spans/runs lists the runs that have some)"
+            f"(GET {paths.SPAN_RUNS} lists the runs that have some)"
         )
     await ctx.writer.body(request.send, 200, "application/x-ndjson", body)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient
@@ -42,7 +43,7 @@ class PrometheusReader:
     def samples(self, promql: str) -> Samples:
         """The raw samples a range query gives; [] when Prometheus does not answer (logged)."""
         try:
-            reply = self.client.request("GET", f"{self.url}/api/v1/query", params={"query": promql})
+            reply = self.client.request("GET", self.url + paths.PROMETHEUS_QUERY, params={"query": promql})
             found = reply.json()["data"]["result"] if reply.ok else []
         except (RLInsightError, ValueError, KeyError, TypeError) as exc:
             logger.warning("explorer: Prometheus did not answer %s (%s)", promql[:120], exc)
@@ -55,7 +56,7 @@ class PrometheusReader:
         selector = f"{GLOBAL_STEP_METRIC}{run_selector(project, experiment)}"
         query = {"match[]": selector, "start": f"{now - MAX_S:.3f}", "end": f"{now:.3f}"}
         try:
-            reply = self.client.request("GET", f"{self.url}/api/v1/series", params=query)
+            reply = self.client.request("GET", self.url + paths.PROMETHEUS_SERIES, params=query)
             return bool(reply.ok and reply.json()["data"])
         except (RLInsightError, ValueError, KeyError, TypeError) as exc:
             logger.warning("explorer: Prometheus did not answer for run %s/%s (%s)", project[:80], experiment[:80], exc)

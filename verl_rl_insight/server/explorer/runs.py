@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.errors import NotFound
 from verl_rl_insight.contract.run_card import ABSENT, Json, differences
 from verl_rl_insight.contract.runs import Run
@@ -209,7 +210,7 @@ def run_answer(
     ages = _hub_runs(streams)
     history = sources.history(run)
     if history is None and run not in ages and sources.imports.get(run) is None:
-        raise NotFound(f"experiment_name: no run {run[0][:100]!r} / {run[1][:100]!r} here (GET /api/v1/explorer/runs)")
+        raise NotFound(f"experiment_name: no run {run[0][:100]!r} / {run[1][:100]!r} here (GET {paths.EXPLORER_RUNS})")
     try:
         kept: dict[str, Json] | None = cards.get(*run)
     except NotFound:
