@@ -60,6 +60,7 @@ TIMED: Final = FIT_LOOP + ROLLOUT_WORKER
 SWITCH_TO_ROLLOUT: Final = "switch_to_rollout"
 SWITCH_WAIT: Final = "switch_wait"
 SWITCH_TO_TRAINER: Final = "switch_to_trainer"
+HANDOVER: Final = (SWITCH_TO_ROLLOUT, SWITCH_WAIT, SWITCH_TO_TRAINER)
 # verl's one_step_off_policy trainer (verl/experimental/one_step_off_policy/ray_trainer.py): its gen
 GENERATE_ASYNC: Final = "generate_async"
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from verl_rl_insight.commands.demo import ray_start, verl_step
 from verl_rl_insight.contract import environment, paths
 from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
+from verl_rl_insight.contract.verl_keys import SCORE_MEAN
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -188,7 +189,7 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
 
         graph, alerts = prometheus_links(
             urls["prometheus"],
-            metric_name(METRIC_PREFIX, "critic/score/mean") + query,
+            metric_name(METRIC_PREFIX, SCORE_MEAN) + query,
             probe=control.with_login(urls["prometheus"]),
         )
         print(f"  Prometheus  {graph}", file=out)

@@ -12,6 +12,7 @@ from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.errors import NotFound
 from verl_rl_insight.contract.run_card import ABSENT, Json, differences
 from verl_rl_insight.contract.runs import Run
+from verl_rl_insight.contract.verl_keys import ENTROPY, SCORE_KEYS
 from verl_rl_insight.server.explorer.findings import Finding, shown
 from verl_rl_insight.server.explorer.keys import PREFIX, key_of, logged_names, panels, series_of
 from verl_rl_insight.server.explorer.samples_seen import of_run
@@ -22,7 +23,7 @@ from verl_rl_insight.server.health.incidents import CLIP_SERIES, incidents
 IDLE_AFTER_S = 600.0  # no step for this long (and five median steps): idle, not running (`runs list`: 600 s)
 SPARK_POINTS = 100
 BACKFILL_RUNS = 16  # runs the list reads back from Prometheus after a restart, newest first
-SPARK_KEYS = ("critic/score/mean", "critic/rewards/mean", "actor/entropy")
+SPARK_KEYS = (*SCORE_KEYS, ENTROPY)
 Answer = dict[str, object]
 
 
