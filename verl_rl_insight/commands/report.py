@@ -244,10 +244,10 @@ def confine(data: Answer, run: Run, compared: list[str], card: bool) -> None:
     if card:
         mine = _card_of(pages[run[1]])
         for name in compared:
-            for key, left, right in differences(mine, _card_of(pages[name]))[0]:
-                for owner, value in ((run[1], left), (name, right)):
+            for d in differences(mine, _card_of(pages[name]))[0]:
+                for owner, value in ((run[1], d.first), (name, d.second)):
                     if value is not ABSENT:
-                        differ[owner][key] = value  # type: ignore[assignment]  # ABSENT left out above
+                        differ[owner][d.key] = value  # type: ignore[assignment]  # ABSENT left out above
     for name, page in pages.items():
         page["others"] = [e for e in _list(page, "others") if e in allowed]
         page["card"] = {"config": differ[name]} if card else None

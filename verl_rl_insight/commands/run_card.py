@@ -138,12 +138,12 @@ def diff_cards(args: argparse.Namespace) -> int:
     if args.json:
         rows = [
             {
-                "key": key,
-                "first": None if a is ABSENT else a,
-                "second": None if b is ABSENT else b,
-                "absent": "first" if a is ABSENT else ("second" if b is ABSENT else None),
+                "key": d.key,
+                "first": None if d.first is ABSENT else d.first,
+                "second": None if d.second is ABSENT else d.second,
+                "absent": "first" if d.first is ABSENT else ("second" if d.second is ABSENT else None),
             }
-            for key, a, b in found
+            for d in found
         ]
         cards = first is not None and second is not None
         print(
@@ -166,7 +166,7 @@ def diff_cards(args: argparse.Namespace) -> int:
         print(f"{printable(names[0])} and {printable(names[1])} were started alike: no key differs")
     else:
         header = ("KEY", *(printable(n) for n in names))
-        print_table([header, *((printable(k), shown(a), shown(b)) for k, a, b in found)])
+        print_table([header, *((printable(d.key), shown(d.first), shown(d.second)) for d in found)])
     if by_nature:
         print(
             f"({len(by_nature)} more differ by nature: they hold the runs' own names or copy a key above, "

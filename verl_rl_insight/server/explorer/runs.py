@@ -195,7 +195,7 @@ def card_diff(cards: Cards, first: Run, second: Run) -> Answer | None:
     if not isinstance(mine, dict) or not isinstance(theirs, dict):
         return None
     found, by_nature = differences(mine, theirs)
-    rows = [[k, None if x is ABSENT else x, None if y is ABSENT else y] for k, x, y in found]
+    rows = [[d.key, None if d.first is ABSENT else d.first, None if d.second is ABSENT else d.second] for d in found]
     return {"first": first[1], "second": second[1], "differences": rows, "by_nature": len(by_nature)}
 
 
