@@ -383,3 +383,98 @@ def test_no_test_imports_the_benchmarks():
         if line.lstrip().startswith(("from benchmarks", "import benchmarks"))
     ]
     assert found == []
+
+
+# where an ``/api/v1`` literal may stand: contract/paths.py defines the paths (and contract/ may name them)
+API_LITERALS_ALLOWED = (
+    "verl_rl_insight/contract/",
+    "verl_rl_insight/trainer/",  # trainer/: taken up by the trainer change
+)
+
+
+def api_literals(source: str) -> list[int]:
+    """The lines of ``source`` where a string constant holds ``/api/v1`` (an f-string's constant parts
+    included), the module's, classes' and functions' docstrings left out: they may name a path as prose."""
+    import ast
+
+    tree = ast.parse(source)
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    return sorted(
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and "/api/v1" in node.value
+        and id(node) not in docstrings
+    )
+
+
+def test_no_api_path_is_spelled_outside_the_contract():
+    """The server's routes and the parts of Prometheus' API the code reads are spelled once, in
+    contract/paths.py; the route table, the server's Prometheus readers and the commands import them."""
+    spelled = []
+    for path in sorted((REPO / "verl_rl_insight").rglob("*.py")):
+        where = path.relative_to(REPO).as_posix()
+        if not where.startswith(API_LITERALS_ALLOWED):
+            spelled += [f"{where}:{line}" for line in api_literals(path.read_text())]
+    assert spelled == [], "import the path from verl_rl_insight.contract.paths: " + ", ".join(spelled)
+    # positive control: a literal, an f-string's constant part and a message are found; a docstring is not
+    module = '"""Calls /api/v1/push."""\n\nPUSH = "/api/v1/push"\n\n\ndef url(base: str) -> str:\n'
+    module += '    """GET /api/v1/info."""\n    return f"{base}/api/v1/info?x=1"\n\n\nWHY = "(see /api/v1/sd)"\n'
+    assert api_literals(module) == [3, 8, 11]
+
+
+# positional record aliases another change turns into NamedTuples: the trainer's (its own branch)
+POSITIONAL_RECORDS_ALLOWED = {
+    "verl_rl_insight/trainer/log_handoff.py:Log",  # trainer/: taken up by the trainer change
+    "verl_rl_insight/trainer/plugins/state_timeline.py:OpenState",  # trainer/: taken up by the trainer change
+}
+
+
+def positional_records(source: str) -> list[str]:
+    """The module-level aliases of ``source`` that name a record of 3 or more fields by position:
+    ``Name = tuple[A, B, C]`` (or ``Name: TypeAlias = ...``), not ``tuple[X, ...]``."""
+    import ast
+
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if not isinstance(target, ast.Name) or not isinstance(value, ast.Subscript):
+            continue
+        if ast.unparse(value.value) not in ("tuple", "Tuple", "typing.Tuple"):
+            continue
+        fields = value.slice.elts if isinstance(value.slice, ast.Tuple) else [value.slice]
+        if len(fields) >= 3 and not any(isinstance(f, ast.Constant) and f.value is Ellipsis for f in fields):
+            found.append(target.id)
+    return found
+
+
+def test_no_record_of_three_or_more_fields_is_a_positional_tuple_alias():
+    """A record read by position needs its whole file to be read (``entry[2]``); a NamedTuple is read
+    by name (``entry.time``), as client_python's ``Sample`` is. Pairs stay tuples."""
+    found = set()
+    for path in sorted((REPO / "verl_rl_insight").rglob("*.py")):
+        where = path.relative_to(REPO).as_posix()
+        found |= {f"{where}:{name}" for name in positional_records(path.read_text())}
+    assert found - POSITIONAL_RECORDS_ALLOWED == set(), "make these NamedTuples: " + ", ".join(
+        sorted(found - POSITIONAL_RECORDS_ALLOWED)
+    )
+    assert POSITIONAL_RECORDS_ALLOWED <= found, "no longer positional: " + ", ".join(
+        sorted(POSITIONAL_RECORDS_ALLOWED - found)
+    )
+    # positive control: a triple is found, annotated or not; a pair, a tuple of any length and a
+    # triple inside a function are not
+    module = "from typing import TypeAlias\n\nStep = tuple[int, float, dict[str, float]]\nPair = tuple[int, int]\n"
+    module += "Many = tuple[int, ...]\nOld: TypeAlias = tuple[str, str, int]\n\n\ndef f() -> None:\n"
+    module += "    Local = tuple[int, int, int]\n"
+    assert positional_records(module) == ["Step", "Old"]

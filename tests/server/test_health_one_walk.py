@@ -9,14 +9,14 @@ from tests.server.test_health_walk import START, offline, planned_drop
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.health import detectors, live
 from verl_rl_insight.server.health.live import HealthMonitor
-from verl_rl_insight.server.history.histories import Histories
+from verl_rl_insight.server.history.histories import Histories, Step
 
 RUN = ("p", "e")
 
 
 def steps_of(run):
     at = dict(run.times)
-    return [(step, START + at.get(step, float(step)), metrics) for step, metrics in detectors.steps_of(run.history)]
+    return [Step(step, START + at.get(step, float(step)), metrics) for step, metrics in detectors.steps_of(run.history)]
 
 
 def pushed(histories, steps):

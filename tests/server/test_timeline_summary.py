@@ -285,6 +285,7 @@ def test_spans_waiting_are_booked_under_the_memory_bound_and_never_crowd_out_the
 
     from verl_rl_insight.server.metrics.hub import Bound, MetricHub
     from verl_rl_insight.server.settings.memory import MemoryShares
+    from verl_rl_insight.server.stores.otlp import RunSpan
     from verl_rl_insight.server.timeline.live import LiveFigures
 
     shares = MemoryShares(16 * 2**20)
@@ -297,7 +298,7 @@ def test_spans_waiting_are_booked_under_the_memory_bound_and_never_crowd_out_the
         attributes.update({"state_lane_id": "replica_0", "state_name": "vllm_generate"})
         attributes.update({"sample.prompt": f"{i}" + "p" * 4090, "sample.response": f"{i}" + "r" * 4090})
         start = T0 + i * S
-        return (
+        return RunSpan(
             "p",
             f"flood-{run}",
             {

@@ -57,6 +57,7 @@ def test_the_step_page_says_what_moved_with_the_step(tmp_path):
     from verl_rl_insight.commands.run_file import read_run
     from verl_rl_insight.server.explorer.slow import moved_at
     from verl_rl_insight.server.explorer.sources import Sources
+    from verl_rl_insight.server.history.histories import Step
 
     rows = [json.loads(line) for line in PPO.read_text().splitlines()]
     for row in rows:
@@ -71,7 +72,7 @@ def test_the_step_page_says_what_moved_with_the_step(tmp_path):
             by_step.setdefault(step, {})[name] = value
     sources = Sources()
     run = ("p", "e")
-    sources.histories.fill(run, [(step, float(step), metrics) for step, metrics in sorted(by_step.items())])
+    sources.histories.fill(run, [Step(step, float(step), metrics) for step, metrics in sorted(by_step.items())])
     (slow,) = moved_at(sources, run, 605)
     assert (slow["series"], slow["first_step"], slow["last_step"]) == ("timing_s_step", 600, 611)
     assert slow["moved_with"][0]["series"] == "response_length_mean"

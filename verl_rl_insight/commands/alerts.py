@@ -13,6 +13,7 @@ import urllib.parse
 from typing import Any
 
 from verl_rl_insight.commands.api import SubParsers, call, common_options, server, show_list
+from verl_rl_insight.contract import paths
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -46,7 +47,7 @@ def _value(text: str) -> str:
 
 def show(args: argparse.Namespace) -> int:
     base, token = server(args)
-    alerts = call("GET", base + "/api/v1/alerts", token)["alerts"]
+    alerts = call("GET", base + paths.ALERTS, token)["alerts"]
     alerts = sorted(
         (
             a
@@ -81,7 +82,7 @@ def silence(args: argparse.Namespace) -> int:
         body["alertname"] = args.alert
     if args.comment:
         body["comment"] = args.comment
-    made = call("POST", base + "/api/v1/silences", token, json.dumps(body).encode())
+    made = call("POST", base + paths.SILENCES, token, json.dumps(body).encode())
     if args.json:
         print(json.dumps(made))
         return 0
@@ -102,7 +103,7 @@ def silences(args: argparse.Namespace) -> int:
 
     return show_list(
         args,
-        call("GET", base + "/api/v1/silences", token)["silences"],
+        call("GET", base + paths.SILENCES, token)["silences"],
         "no silences",
         ("ID", "MATCHES", "UNTIL", "BY", "COMMENT"),
         row,
@@ -111,7 +112,7 @@ def silences(args: argparse.Namespace) -> int:
 
 def unsilence(args: argparse.Namespace) -> int:
     base, token = server(args)
-    call("DELETE", base + "/api/v1/silences?" + urllib.parse.urlencode({"id": args.id}), token)
+    call("DELETE", base + paths.SILENCES + "?" + urllib.parse.urlencode({"id": args.id}), token)
     print(json.dumps({"expired": args.id}) if args.json else f"silence {args.id} ended; its alerts notify again")
     return 0
 

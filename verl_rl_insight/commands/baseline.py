@@ -11,9 +11,10 @@ from typing import NamedTuple
 from verl_rl_insight.commands.mcp.curves import parting
 from verl_rl_insight.commands.runs_parting import shared_curves
 from verl_rl_insight.contract.runs import Run
+from verl_rl_insight.contract.verl_keys import ENTROPY, RESPONSE_LENGTH_MEAN, SCORE_KEYS
 
 CANNOT = 2  # diagnose's exit code: could not diagnose
-HEADLINE = ("critic/score/mean", "critic/rewards/mean", "response_length/mean", "actor/entropy")
+HEADLINE = (*SCORE_KEYS, RESPONSE_LENGTH_MEAN, ENTROPY)
 
 
 def _num(x: float) -> str:

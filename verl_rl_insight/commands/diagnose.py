@@ -28,6 +28,7 @@ from verl_rl_insight.commands.incidents_text import print_incidents
 from verl_rl_insight.commands.run_file import RunFileError, read_run
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.watch.data import DataError, Prometheus
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.profile_summary import analyze_command
@@ -123,7 +124,7 @@ def logged_names(base: str, token: str | None, project: str, experiment: str) ->
 
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
     try:
-        return named(call("GET", f"{base}/api/v1/runs/keys?{query}", token)["keys"])
+        return named(call("GET", f"{base}{paths.RUN_KEYS}?{query}", token)["keys"])
     except (CliError, KeyError, TypeError, AttributeError):
         return {}
 
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.project or not args.experiment:
         raise CliError("--project and --experiment name the run (or --file RUN.jsonl: a run's file)", code=CANNOT)
     base, token = server(args)
-    info = call("GET", base + "/api/v1/info", token)
+    info = call("GET", base + paths.INFO, token)
     prom_url = args.prometheus or info.get("prometheus")
     if not prom_url or (not args.prometheus and "prometheus" not in info.get("services", ("prometheus",))):
         raise CliError(f"the server at {base} runs no Prometheus", fix="give --prometheus URL", code=CANNOT)
@@ -223,7 +224,7 @@ def profiled(base: str, token: str | None, project: str, experiment: str) -> dic
     server without profile requests)."""
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
     try:
-        listed = call("GET", f"{base}/api/v1/profiles?{query}", token)
+        listed = call("GET", f"{base}{paths.PROFILES}?{query}", token)
     except CliError:
         return {}
     found: dict[int, Profiled] = {}

@@ -12,6 +12,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from verl_rl_insight.commands.api import call, print_table, server
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.marks import MAX_MARK_TEXT
 
 Mark = Mapping[str, object]
@@ -34,7 +35,7 @@ def _when(mark: Mark) -> str:
 def fetch(base: str, token: str | None, project: str, experiment: str) -> list[Mark]:
     """The run's marks, by step."""
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
-    marks: list[Mark] = call("GET", f"{base}/api/v1/runs/marks?{query}", token)["marks"]
+    marks: list[Mark] = call("GET", f"{base}{paths.RUN_MARKS}?{query}", token)["marks"]
     return marks
 
 
@@ -56,7 +57,7 @@ def mark(args: argparse.Namespace) -> int:
         "text": args.text,
         "reset_baseline": reset,
     }
-    made: Mark = call("POST", f"{base}/api/v1/runs/marks", token, json.dumps(body))
+    made: Mark = call("POST", base + paths.RUN_MARKS, token, json.dumps(body))
     if args.json:
         print(json.dumps(made))
         return 0
@@ -85,7 +86,7 @@ def show(args: argparse.Namespace) -> int:
 def unmark(args: argparse.Namespace) -> int:
     base, token = server(args)
     query = urllib.parse.urlencode({"project": args.project, "experiment_name": args.experiment, "step": args.step})
-    result = call("DELETE", f"{base}/api/v1/runs/marks?{query}", token)
+    result = call("DELETE", f"{base}{paths.RUN_MARKS}?{query}", token)
     if args.json:
         print(json.dumps(result))
     else:

@@ -13,6 +13,7 @@ from verl_rl_insight.commands.api import SubParsers, call, common_options, print
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError, positive_float
 from verl_rl_insight.commands.timeline.command import steps_range
 from verl_rl_insight.commands.traces import command as analyze_command
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.runs import RUN_FINISHED, Run
 from verl_rl_insight.contract.wire import PROFILE_ROLES
 
@@ -41,7 +42,7 @@ class RunSeen(NamedTuple):
 def _runs_at_hub(base: str, token: str | None) -> dict[Run, RunSeen]:
     """Every run the hub has a stream of, with its newest step and that step's age."""
     runs: dict[Run, RunSeen] = {}
-    for stream in call("GET", base + "/api/v1/streams", token).get("streams", []):
+    for stream in call("GET", base + paths.STREAMS, token).get("streams", []):
         labels = stream.get("labels") or {}
         project, experiment = labels.get("project"), labels.get("experiment_name")
         if not isinstance(project, str) or not isinstance(experiment, str):
@@ -75,7 +76,7 @@ def known_run(base: str, token: str | None, project: str, experiment: str) -> Ru
 
 def _profiles(base: str, token: str | None, project: str | None, experiment: str | None) -> dict[str, Any]:
     query = urllib.parse.urlencode({k: v for k, v in (("project", project), ("experiment_name", experiment)) if v})
-    found: dict[str, Any] = call("GET", f"{base}/api/v1/profiles" + (f"?{query}" if query else ""), token)
+    found: dict[str, Any] = call("GET", base + paths.PROFILES + (f"?{query}" if query else ""), token)
     return found
 
 
@@ -110,7 +111,7 @@ def request(args: argparse.Namespace) -> int:
             raise CliError(f"this job's profiler cannot do it: {why}", code=PROBLEMS)
     body = {"project": args.project, "experiment_name": args.experiment, "first_step": first, "last_step": last}
     body.update({k: v for k, v in wanted.items() if v})
-    record = call("POST", base + "/api/v1/profiles", token, json.dumps(body).encode())
+    record = call("POST", base + paths.PROFILES, token, json.dumps(body).encode())
     if args.json and not args.wait:
         print(json.dumps(record))
         return 0
@@ -133,7 +134,7 @@ def _finished(base: str, token: str | None, project: str, experiment: str) -> bo
     from verl_rl_insight.commands.watch.data import DataError, Prometheus
     from verl_rl_insight.contract.promql import run_selector
 
-    info = call("GET", base + "/api/v1/info", token)
+    info = call("GET", base + paths.INFO, token)
     if "prometheus" not in info.get("services", ()):
         return False
     try:

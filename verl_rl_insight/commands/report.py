@@ -28,13 +28,14 @@ from typing import Protocol
 from verl_rl_insight.commands.api import call, common_options, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError
 from verl_rl_insight.commands.timeline.command import steps_range
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.run_card import ABSENT, Json, differences
 from verl_rl_insight.contract.runs import Run
 
-API = "/api/v1/explorer"
+API = paths.EXPLORER
 KEYS_PER_REQUEST = 64  # the API's bound
 MAX_STEP_PAGES = 50  # step pages in one report: the findings' first and last steps, the first 50
-STATIC = "/static/explorer/"
+STATIC = paths.EXPLORER_STATIC
 NONE = "'none'"  # a CSP source list that allows nothing
 Answer = dict[str, object]
 _SCRIPT = re.compile(r'<script\b[^>]*\bsrc="' + re.escape(STATIC) + r'([\w.\-]+)"[^>]*>\s*</script>')
@@ -180,7 +181,7 @@ def profiled_steps(base: str, token: str | None, run: Run, first: int | None, la
     within --steps, the newest 10: their pages show the ranks."""
     query = urllib.parse.urlencode({"project": run[0], "experiment_name": run[1]})
     try:
-        listed = call("GET", f"{base}/api/v1/profiles?{query}", token)
+        listed = call("GET", f"{base}{paths.PROFILES}?{query}", token)
     except CliError:  # a server without profile requests: the report goes on without
         return []
     steps = {
@@ -243,10 +244,10 @@ def confine(data: Answer, run: Run, compared: list[str], card: bool) -> None:
     if card:
         mine = _card_of(pages[run[1]])
         for name in compared:
-            for key, left, right in differences(mine, _card_of(pages[name]))[0]:
-                for owner, value in ((run[1], left), (name, right)):
+            for d in differences(mine, _card_of(pages[name]))[0]:
+                for owner, value in ((run[1], d.first), (name, d.second)):
                     if value is not ABSENT:
-                        differ[owner][key] = value  # type: ignore[assignment]  # ABSENT left out above
+                        differ[owner][d.key] = value  # type: ignore[assignment]  # ABSENT left out above
     for name, page in pages.items():
         page["others"] = [e for e in _list(page, "others") if e in allowed]
         page["card"] = {"config": differ[name]} if card else None

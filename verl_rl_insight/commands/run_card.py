@@ -18,6 +18,7 @@ from verl_rl_insight.commands.api import SubParsers, call, print_table, server
 from verl_rl_insight.commands.checks import CliError, Parser
 from verl_rl_insight.commands.mcp.curves import Parting
 from verl_rl_insight.commands.runs_parting import parting_keys
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.run_card import ABSENT, Absent, Json, card_keys, differences
 from verl_rl_insight.contract.runs import Run
 
@@ -48,7 +49,7 @@ def shown(value: Json | Absent) -> str:
 def fetch(base: str, token: str | None, run: Run) -> tuple[dict[str, Json], dict[str, Json]]:
     """(what the server keeps: card and time received, the card itself)."""
     query = urllib.parse.urlencode({"project": run[0], "experiment_name": run[1]})
-    kept = call("GET", f"{base}/api/v1/runs/card?{query}", token)
+    kept = call("GET", f"{base}{paths.RUN_CARD}?{query}", token)
     card = kept.get("card") if isinstance(kept, dict) else None
     if not isinstance(card, dict):
         raise CliError(f"the server's card of {run[0]}/{run[1]} is not an object")
@@ -137,12 +138,12 @@ def diff_cards(args: argparse.Namespace) -> int:
     if args.json:
         rows = [
             {
-                "key": key,
-                "first": None if a is ABSENT else a,
-                "second": None if b is ABSENT else b,
-                "absent": "first" if a is ABSENT else ("second" if b is ABSENT else None),
+                "key": d.key,
+                "first": None if d.first is ABSENT else d.first,
+                "second": None if d.second is ABSENT else d.second,
+                "absent": "first" if d.first is ABSENT else ("second" if d.second is ABSENT else None),
             }
-            for key, a, b in found
+            for d in found
         ]
         cards = first is not None and second is not None
         print(
@@ -165,7 +166,7 @@ def diff_cards(args: argparse.Namespace) -> int:
         print(f"{printable(names[0])} and {printable(names[1])} were started alike: no key differs")
     else:
         header = ("KEY", *(printable(n) for n in names))
-        print_table([header, *((printable(k), shown(a), shown(b)) for k, a, b in found)])
+        print_table([header, *((printable(d.key), shown(d.first), shown(d.second)) for d in found)])
     if by_nature:
         print(
             f"({len(by_nature)} more differ by nature: they hold the runs' own names or copy a key above, "

@@ -15,13 +15,14 @@ from verl_rl_insight.commands import marks, run_card, runs_import
 from verl_rl_insight.commands.api import SubParsers, call, common_options, print_table, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.watch.data import PREFIX, STEP, DataError, Prometheus
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.naming import STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.contract.runs import RUN_FINISHED, Run
 
 
 def _prometheus(base: str, token: str | None) -> Prometheus | None:
-    info = call("GET", base + "/api/v1/info", token)
+    info = call("GET", base + paths.INFO, token)
     if "prometheus" not in info.get("services", ()):
         return None
     return Prometheus(info["prometheus"], timeout=60)
@@ -41,7 +42,7 @@ def known_runs(
 ) -> dict[Run, dict[str, Any]]:
     """{(project, experiment): {"step", "last_push_s", "series", "finished", "where"}} from the hub and Prometheus."""
     runs: dict[Run, dict[str, Any]] = {}
-    for stream in call("GET", base + "/api/v1/streams", token)["streams"]:
+    for stream in call("GET", base + paths.STREAMS, token)["streams"]:
         labels = stream["labels"]
         key = (labels.get("project"), labels.get("experiment_name"))
         if None in key or (project and key[0] != project):
@@ -90,7 +91,7 @@ def known_runs(
 def show(args: argparse.Namespace) -> int:
     base, token = server(args)
     runs = known_runs(base, token, _prometheus(base, token), args.project, args.since)
-    listed = call("GET", base + "/api/v1/runs/imports", token)["runs"]
+    listed = call("GET", base + paths.RUN_IMPORTS, token)["runs"]
     imported = {(r["project"], r["experiment_name"]) for r in listed}
     if args.json:
         print(
@@ -223,7 +224,7 @@ def delete(args: argparse.Namespace) -> int:
             print("nothing deleted")
             return 0
     query = urllib.parse.urlencode({"project": args.project, "experiment_name": args.experiment})
-    result = call("DELETE", f"{base}/api/v1/runs?{query}", token, timeout_s=90)  # two deletes, a scrape apart
+    result = call("DELETE", f"{base}{paths.RUNS}?{query}", token, timeout_s=90)  # two deletes, a scrape apart
     if args.json:
         print(json.dumps(result))
         return 0
@@ -241,7 +242,7 @@ def delete(args: argparse.Namespace) -> int:
 def revoke(args: argparse.Namespace) -> int:
     base, token = server(args)
     query = urllib.parse.urlencode({"project": args.project, "experiment_name": args.experiment})
-    result = call("POST", f"{base}/api/v1/runs/revoke?{query}", token)
+    result = call("POST", f"{base}{paths.RUN_REVOKE}?{query}", token)
     if args.json:
         print(json.dumps(result))
         return 0

@@ -26,6 +26,7 @@ import yaml
 from verl_rl_insight.commands.api import SubParsers, call, common_options, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.run_formats import MAX_FILE_BYTES, RunFile, RunFileError, read_file
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.run_card import MAX_CARD_BYTES
 from verl_rl_insight.contract.run_import import (
     MAX_IMPORT_BODY_BYTES,
@@ -127,7 +128,7 @@ def _wait(base: str, token: str | None, project: str, experiment: str) -> bool:
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
-        rows = call("GET", f"{base}/api/v1/runs/imports?{query}", token)["runs"]
+        rows = call("GET", f"{base}{paths.RUN_IMPORTS}?{query}", token)["runs"]
         if rows and rows[0].get("loaded"):
             return True
         time.sleep(2.0)
@@ -175,9 +176,9 @@ def import_runs(args: argparse.Namespace) -> int:
                 f"{path}: {len(raw) >> 20} MiB to send, over the server's {MAX_IMPORT_BODY_BYTES >> 20} MiB",
                 code=REFUSED,
             )
-        answer = call("POST", f"{base}/api/v1/runs/import", token, raw, timeout_s=360)
+        answer = call("POST", base + paths.RUN_IMPORT, token, raw, timeout_s=360)
         if card is not None:
-            answer["card_bytes"] = call("PUT", f"{base}/api/v1/runs/card", token, card).get("bytes")
+            answer["card_bytes"] = call("PUT", base + paths.RUN_CARD, token, card).get("bytes")
         answers.append(answer)
         if not args.json:
             print(_line(answer, path), flush=True)

@@ -9,11 +9,12 @@ from verl_rl_insight.commands.api import SubParsers, show_list
 from verl_rl_insight.commands.api import call as _call
 from verl_rl_insight.commands.api import server as _server
 from verl_rl_insight.commands.checks import CliError
+from verl_rl_insight.contract import paths
 
 
 def _endpoint(args: argparse.Namespace) -> tuple[str, str | None]:
     base, token = _server(args)
-    return base + "/api/v1/targets", token
+    return base + paths.TARGETS, token
 
 
 def add(args: argparse.Namespace) -> int:

@@ -43,11 +43,15 @@ EXPLORER_SAMPLES: Final = f"{EXPLORER}/samples"
 PAGE_RUNS: Final = "/runs"
 EXPLORER_STATIC: Final = "/static/explorer/"
 
-# Prometheus' HTTP API (https://prometheus.io/docs/prometheus/latest/querying/api/)
+# Prometheus' HTTP API (https://prometheus.io/docs/prometheus/latest/querying/api/) and its readiness
+# (management API: https://prometheus.io/docs/prometheus/latest/management_api/)
+PROMETHEUS_READY: Final = "/-/ready"
 PROMETHEUS_QUERY: Final = "/api/v1/query"
 PROMETHEUS_QUERY_RANGE: Final = "/api/v1/query_range"
 PROMETHEUS_SERIES: Final = "/api/v1/series"
 PROMETHEUS_NAMES: Final = "/api/v1/label/__name__/values"
+PROMETHEUS_TARGETS: Final = "/api/v1/targets"
+PROMETHEUS_ALERTS: Final = "/api/v1/alerts"
 PROMETHEUS_BUILD_INFO: Final = "/api/v1/status/buildinfo"
 PROMETHEUS_CONFIG: Final = "/api/v1/status/config"
 PROMETHEUS_DELETE_SERIES: Final = "/api/v1/admin/tsdb/delete_series"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from verl_rl_insight.contract.redaction import COLUMN_KEYS as COLUMN_KEYS
 from verl_rl_insight.contract.redaction import MASK as MASK
@@ -115,7 +116,14 @@ class Absent:
 
 
 ABSENT = Absent()
-Difference = tuple[str, Json | Absent, Json | Absent]
+
+
+class Difference(NamedTuple):
+    """A card key whose values differ between two runs' cards."""
+
+    key: str
+    first: Json | Absent  # the first run's value (ABSENT: its card lacks the key)
+    second: Json | Absent
 
 
 def _named(value: Json, names: Mapping[str, str]) -> str:
@@ -175,12 +183,12 @@ def differences(first: Mapping[str, Json], second: Mapping[str, Json]) -> tuple[
             if source in a and source in b and _same(a[source], left) and _same(b[source], right):
                 by_name.append(key)
                 continue
-            found.append((key, left, right))
+            found.append(Difference(key, left, right))
         else:
-            found.append((key, a[key] if key in a else ABSENT, b[key] if key in b else ABSENT))
-    told = {key for key, _, _ in found} | set(by_name)
-    for item in [d for d in found if d[0] == "command"]:
-        if _overrides_of(item[1], item[2], told, names):
+            found.append(Difference(key, a[key] if key in a else ABSENT, b[key] if key in b else ABSENT))
+    told = {d.key for d in found} | set(by_name)
+    for item in [d for d in found if d.key == "command"]:
+        if _overrides_of(item.first, item.second, told, names):
             found.remove(item)
             by_name.append("command")
     return found, by_name

@@ -18,11 +18,20 @@ import hmac
 import json
 import time
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from verl_rl_insight.contract.errors import Forbidden
 from verl_rl_insight.contract.runs import Run
 
-Named = tuple[object, object, str]  # (project, experiment_name, the field of the request that names them)
+
+class Named(NamedTuple):
+    """A run a request names, for the run gate: as given (not checked yet), and where it names it."""
+
+    project: object
+    experiment: object  # its experiment_name
+    where: str  # the field of the request that names them
+
+
 RunCheck = Callable[[Iterable[Named]], None]  # the API's run gate (server/api/run_gate.py), as a parser sees it
 
 PREFIX = "run1."

@@ -6,6 +6,7 @@ are multi-select); every TraceQL query constrains both too.
 """
 
 from verl_rl_insight.contract.marks import MARK_METRIC
+from verl_rl_insight.contract.verl_phases import SAVE_CHECKPOINT, STEP, TESTING
 from verl_rl_insight.dashboards import (
     agent_loop,
     async_training,
@@ -62,21 +63,21 @@ ANNOTATIONS = [
         (
             "checkpoint saves",
             "blue",
-            f'increase(rl_insight_state_count_total{{{RUN},state="save_checkpoint",lane="trainer"}}[1m]) > 0',
+            f'increase(rl_insight_state_count_total{{{RUN},state="{SAVE_CHECKPOINT}",lane="trainer"}}[1m]) > 0',
             "checkpoint saved",
             "{{experiment_name}}",
         ),
         (
             "validation",
             "green",
-            f'increase(rl_insight_state_count_total{{{RUN},state="testing",lane="trainer"}}[1m]) > 0',
+            f'increase(rl_insight_state_count_total{{{RUN},state="{TESTING}",lane="trainer"}}[1m]) > 0',
             "validation",
             "{{experiment_name}}",
         ),
         (
             "restarts and resumes",
             "orange",
-            f'resets(rl_insight_state_count_total{{{RUN},state="step",lane="trainer"}}[2m]) > 0',
+            f'resets(rl_insight_state_count_total{{{RUN},state="{STEP}",lane="trainer"}}[2m]) > 0',
             "trainer restarted",
             "{{experiment_name}}: its counters began again (a new process: a resume or a restart)",
         ),

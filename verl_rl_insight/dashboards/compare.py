@@ -7,21 +7,33 @@ as tables, merges them on time and run, splits the result per experiment, and pl
 against value: an XY chart whose series are named by experiment.
 """
 
+from verl_rl_insight.contract.verl_keys import (
+    ENTROPY,
+    GRAD_NORM,
+    KL_LOSS,
+    PG_LOSS,
+    RESPONSE_LENGTH_MEAN,
+    REWARDS_MEAN,
+    ROLLOUT_PROBS_DIFF_MEAN,
+    SCORE_MEAN,
+    THROUGHPUT,
+    TIME_PER_STEP,
+)
 from verl_rl_insight.dashboards.attempts import BY_ATTEMPT, EXP, per_attempt
 from verl_rl_insight.dashboards.panels import PROM, RUN, Layout, M, Panel, step_axis, target, timeseries
 from verl_rl_insight.dashboards.training import metric
 
 CURVES = (
-    ("Score", "critic/score/mean", "short"),
-    ("Reward", "critic/rewards/mean", "short"),
-    ("Entropy", "actor/entropy", "short"),
-    ("KL loss", "actor/kl_loss", "short"),
-    ("Policy loss", "actor/pg_loss", "short"),
-    ("Grad norm", "actor/grad_norm", "short"),
-    ("Response length", "response_length/mean", "short"),
-    ("Train / inference log-prob mismatch", "training/rollout_probs_diff_mean", "short"),
-    ("Throughput", "perf/throughput", "tokens/s"),
-    ("Time per step", "perf/time_per_step", "s"),
+    ("Score", SCORE_MEAN, "short"),
+    ("Reward", REWARDS_MEAN, "short"),
+    ("Entropy", ENTROPY, "short"),
+    ("KL loss", KL_LOSS, "short"),
+    ("Policy loss", PG_LOSS, "short"),
+    ("Grad norm", GRAD_NORM, "short"),
+    ("Response length", RESPONSE_LENGTH_MEAN, "short"),
+    ("Train / inference log-prob mismatch", ROLLOUT_PROBS_DIFF_MEAN, "short"),
+    ("Throughput", THROUGHPUT, "tokens/s"),
+    ("Time per step", TIME_PER_STEP, "s"),
 )
 
 

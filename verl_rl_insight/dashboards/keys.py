@@ -10,6 +10,7 @@ made at run time (one per phase, per data source, per correction mode) are match
 import re
 from pathlib import Path
 
+from verl_rl_insight.contract.verl_keys import CRITIC_GRAD_NORM, KL_LOSS, THROUGHPUT, TIME_PER_STEP
 from verl_rl_insight.dashboards.async_keys import ASYNC_KEYS
 
 # key prefix (one or two segments; the longest that matches wins) -> (row title, when it is
@@ -70,13 +71,13 @@ RUNTIME_KEYS = {
         for k in ("evicted_samples", *(f"evicted_samples_staleness/{s}" for s in ("mean", "max", "min")))
     ),
     "actor/lr",
-    "actor/kl_loss",
+    KL_LOSS,
     # workers/engine_workers.py: the engine worker's loss and memory figures, renamed by rename_dict(..., "actor/")
     "actor/loss",
     *(f"actor/perf/{k}" for k in ("max_memory_allocated_gb", "max_memory_reserved_gb", "cpu_memory_used_gb")),
     "actor/kl_coef",
     "critic/lr",
-    "critic/grad_norm",
+    CRITIC_GRAD_NORM,
     # experimental/fully_async_policy: f"fully_async/{key}" of the rollouter's statistics and processing times
     *ASYNC_KEYS,
 }
@@ -187,13 +188,13 @@ def unit_of(key: str) -> str:
         return "gbytes"
     if key.endswith("_mbytes"):  # checkpoint_engine/payload_mbytes: bytes / (1 << 20), MiB
         return "mbytes"
-    if key.startswith("timing_s/") or key in ("perf/time_per_step",) or key.endswith(("_time", "time_s", "_seconds")):
+    if key.startswith("timing_s/") or key == TIME_PER_STEP or key.endswith(("_time", "time_s", "_seconds")):
         return "s"
     if key.startswith("timing_per_token_ms/"):
         return "ms"
     if key.endswith("_gb"):
         return "decgbytes"
-    if key == "perf/throughput":
+    if key == THROUGHPUT:
         return "tokens/s"
     if FRACTION.search(key):
         return "percentunit"

@@ -128,9 +128,9 @@ XY_PLUGIN_VERSION = "11.2.0"  # the XY chart's current options (mapping / series
 
 
 def step_axis(title: str, key: str, unit: str = "short", description: str = "") -> Panel:
-    """A training-step x axis, a line per experiment and attempt (a run restarted from step 1 is two
-    lines; an import's is "<run> 1 imported"): Prometheus is time-only, so the value and the global step (pushed together, same
-    timestamps) come as tables, merged on time, run and attempt, split, plotted as an XY chart.
+    """A training-step x axis, a line per experiment and attempt (a restart from step 1 is two lines,
+    an import's "<run> 1 imported"): Prometheus is time-only, so the value and the global step (pushed
+    together, same timestamps) come as tables, merged on time, run and attempt, split, drawn as XY.
     11,000 points at most (Prometheus' limit): at 24 h, steps shorter than 8 s share a point."""
     step = target(f"{BY_ATTEMPT} ({per_attempt(f'{M}training_global_step{{{RUN}}}')})", "step", "A", fmt="table")
     value = target(f"{BY_ATTEMPT} ({per_attempt(f'{M}{key}{{{RUN}}}')})", key, "B", fmt="table")

@@ -1,6 +1,7 @@
 """The RL state timeline rows: each worker's state over time, and the per-step figures the server
 makes from the spans (long tails, idle time, replica lag)."""
 
+from verl_rl_insight.contract.verl_phases import FIT_LOOP, HANDOVER
 from verl_rl_insight.dashboards.panels import (
     RUN,
     Layout,
@@ -67,10 +68,7 @@ def timeline_rows(layout: Layout) -> None:
         h=10,
     )
     layout.add(trace_view("Selected trace", "the trace whose ID is in the trace_id variable at the top"), w=24, h=12)
-    phases = (
-        "gen|reward|old_log_prob|ref|values|adv|update_actor|update_critic|update_weights|save_checkpoint|testing"
-        "|switch_to_rollout|switch_wait|switch_to_trainer"  # verl's separate_async trainer (trainer_separate_async)
-    )
+    phases = "|".join(FIT_LOOP + HANDOVER)  # the fit loop's phases, and the separate_async trainer's handover
     layout.add(
         timeseries(
             "Trainer: share of each step per phase",

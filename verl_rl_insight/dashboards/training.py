@@ -8,6 +8,21 @@ no panel of its own (a key a newer verl adds), so nothing logged is ever out of 
 import re
 from collections import defaultdict
 
+from verl_rl_insight.contract.verl_keys import (
+    CRITIC_GRAD_NORM,
+    ENTROPY,
+    GRAD_NORM,
+    KL_LOSS,
+    PG_LOSS,
+    RESPONSE_LENGTH_CLIP_RATIO,
+    RESPONSE_LENGTH_MEAN,
+    REWARD_KL_PENALTY,
+    REWARDS_MEAN,
+    ROLLOUT_PROBS_DIFF_MEAN,
+    SCORE_MEAN,
+    THROUGHPUT,
+    TIME_PER_STEP,
+)
 from verl_rl_insight.dashboards import keys as catalogue
 from verl_rl_insight.dashboards.attempts import EXP, per_attempt, with_key
 from verl_rl_insight.dashboards.panels import RUN, Layout, M, Panel, step_axis, timeseries
@@ -28,22 +43,22 @@ def overview_rows(layout: Layout) -> None:
     layout.add(
         timeseries(
             "Score and reward",
-            [series("critic/score/mean", "score mean"), series("critic/rewards/mean", "reward mean")],
+            [series(SCORE_MEAN, "score mean"), series(REWARDS_MEAN, "reward mean")],
         )
     )
-    layout.add(step_axis("Score", metric("critic/score/mean")[len(M) :]))
+    layout.add(step_axis("Score", metric(SCORE_MEAN)[len(M) :]))
     layout.add(
         timeseries(
             "KL",
             [
-                series("actor/kl_loss", "KL loss"),
+                series(KL_LOSS, "KL loss"),
                 series("actor/ppo_kl", "PPO KL (old vs new)"),
-                series("actor/reward_kl_penalty", "reward KL penalty"),
+                series(REWARD_KL_PENALTY, "reward KL penalty"),
             ],
             description="KL loss (use_kl_loss) or the KL penalty in the reward: whichever the run uses",
         )
     )
-    layout.add(timeseries("Entropy", [series("actor/entropy", "entropy")]))
+    layout.add(timeseries("Entropy", [series(ENTROPY, "entropy")]))
     layout.add(timeseries("Global step", [(per_attempt(f"{M}training_global_step{{{RUN}}}"), EXP)]), w=12, h=6)
     layout.add(
         timeseries(
@@ -56,7 +71,7 @@ def overview_rows(layout: Layout) -> None:
         w=12,
         h=6,
     )
-    layout.add(timeseries("Policy loss", [series("actor/pg_loss", "pg_loss")]), w=8)
+    layout.add(timeseries("Policy loss", [series(PG_LOSS, "pg_loss")]), w=8)
     layout.add(
         timeseries(
             "Clip fraction",
@@ -65,12 +80,12 @@ def overview_rows(layout: Layout) -> None:
         ),
         w=8,
     )
-    layout.add(timeseries("Grad norm", [series("actor/grad_norm", "actor"), series("critic/grad_norm", "critic")]), w=8)
+    layout.add(timeseries("Grad norm", [series(GRAD_NORM, "actor"), series(CRITIC_GRAD_NORM, "critic")]), w=8)
     layout.add(
         timeseries(
             "Response length",
             [
-                series("response_length/mean", "mean"),
+                series(RESPONSE_LENGTH_MEAN, "mean"),
                 series("response_length/max", "max"),
                 series("response_length/min", "min"),
             ],
@@ -81,15 +96,15 @@ def overview_rows(layout: Layout) -> None:
         timeseries(
             "Response clipped / aborted",
             [
-                series("response_length/clip_ratio", "clipped at max length"),
+                series(RESPONSE_LENGTH_CLIP_RATIO, "clipped at max length"),
                 series("response/aborted_ratio", "aborted"),
             ],
             unit="percentunit",
         ),
         w=8,
     )
-    layout.add(timeseries("Time per step", [series("perf/time_per_step", "step")], unit="s"), w=8)
-    layout.add(timeseries("Throughput", [series("perf/throughput", "tokens/s per GPU")], unit="tokens/s"), w=8)
+    layout.add(timeseries("Time per step", [series(TIME_PER_STEP, "step")], unit="s"), w=8)
+    layout.add(timeseries("Throughput", [series(THROUGHPUT, "tokens/s per GPU")], unit="tokens/s"), w=8)
     layout.add(
         timeseries("MFU", [series("perf/mfu/actor", "actor"), series("perf/mfu/critic", "critic")], unit="percentunit"),
         w=8,
@@ -98,7 +113,7 @@ def overview_rows(layout: Layout) -> None:
         timeseries(
             "Train / inference log-prob mismatch",
             [
-                series("training/rollout_probs_diff_mean", "probs diff mean"),
+                series(ROLLOUT_PROBS_DIFF_MEAN, "probs diff mean"),
                 series("training/rollout_probs_diff_max", "probs diff max"),
             ],
             thresholds=[(0.005, "orange"), (0.01, "red")],

@@ -3,6 +3,7 @@
 import logging
 import time
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, STEP_TIME_METRIC
 from verl_rl_insight.contract.promql import run_selector
@@ -21,7 +22,7 @@ def delete_series(prometheus_url: str, login: Login | None, project: str, experi
         try:
             reply = HttpClient(basic_auth=login).request(
                 "POST",
-                f"{prometheus_url}/api/v1/admin/tsdb/delete_series",
+                prometheus_url + paths.PROMETHEUS_DELETE_SERIES,
                 params={"match[]": run_selector(project, experiment)},
                 timeout_s=30,
             )
@@ -44,7 +45,7 @@ def step_time_in(
     )
     try:
         reply = HttpClient(basic_auth=login).request(
-            "GET", f"{prometheus_url}/api/v1/query", params={"query": query}, timeout_s=20
+            "GET", prometheus_url + paths.PROMETHEUS_QUERY, params={"query": query}, timeout_s=20
         )
         found = reply.json()["data"]["result"] if reply.ok else []
         return float(found[0]["value"][1]) if found else None

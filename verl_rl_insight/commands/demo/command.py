@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from verl_rl_insight.commands.demo import ray_start, verl_step
-from verl_rl_insight.contract import environment
+from verl_rl_insight.contract import environment, paths
 from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
+from verl_rl_insight.contract.verl_keys import SCORE_MEAN
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -106,7 +107,7 @@ class Progress:
         from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
 
         try:
-            streams = fetch_json(hub_url + "/api/v1/streams", timeout_s=2)["streams"]
+            streams = fetch_json(hub_url + paths.STREAMS, timeout_s=2)["streams"]
         except (NoAnswer, KeyError, TypeError):
             return None
         steps = [
@@ -157,7 +158,7 @@ def prometheus_links(url: str, expr: str, probe: str | None = None) -> tuple[str
 
     asked = (probe or url).rstrip("/")
     try:
-        version = str(fetch_json(asked + "/api/v1/status/buildinfo", timeout_s=2)["data"]["version"])
+        version = str(fetch_json(asked + paths.PROMETHEUS_BUILD_INFO, timeout_s=2)["data"]["version"])
         major = int(version.split(".")[0])
         classic = major < 3 and fetch("GET", asked + "/alerts", timeout_s=2).status == 404
     except (NoAnswer, KeyError, TypeError, ValueError):
@@ -172,7 +173,10 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
     urls = state["public_urls"]
     query = f'{{project="{PROJECT}",experiment_name="{experiment}"}}'
     print("\nThis was a SIMULATION (no model was trained). Where to look:", file=out)
-    print(f"  explorer    {state['hub_url']}/runs/{PROJECT}/{urllib.parse.quote(str(experiment), safe='')}", file=out)
+    print(
+        f"  explorer    {state['hub_url']}{paths.PAGE_RUNS}/{PROJECT}/{urllib.parse.quote(str(experiment), safe='')}",
+        file=out,
+    )
     if "grafana" in state["services"]:
         print(
             f"  Grafana     {urls['grafana']}/d/verl_trainer_v1_with_{engine}_engine?var-project={PROJECT}"
@@ -185,7 +189,7 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
 
         graph, alerts = prometheus_links(
             urls["prometheus"],
-            metric_name(METRIC_PREFIX, "critic/score/mean") + query,
+            metric_name(METRIC_PREFIX, SCORE_MEAN) + query,
             probe=control.with_login(urls["prometheus"]),
         )
         print(f"  Prometheus  {graph}", file=out)
@@ -193,7 +197,7 @@ def where_to_look(state: dict[str, Any], experiment: str | None, engine: str, ou
         print("              (login: rl-insight, password: rl-insight server url --prometheus)", file=out)
     if "tempo" in state["services"]:
         print(f'  Tempo       {urls["tempo"]} (TraceQL: {{ span.experiment_name = "{experiment}" }})', file=out)
-    print(f"  metric hub  {state['hub_url']}/metrics", file=out)
+    print(f"  metric hub  {state['hub_url']}{paths.METRICS}", file=out)
     run = f"--project {PROJECT} --experiment {experiment}"
     print(f"  terminal    rl-insight watch {run}", file=out)
     print(f"  timeline    rl-insight timeline export {run} -o trace.json   (Perfetto UI, chrome://tracing)", file=out)
@@ -346,7 +350,7 @@ def mark_finished(trainer_url: str, experiment: str) -> bool:
     from verl_rl_insight.trainer.plugins.trainer_metrics import FINISHED
 
     base, token = server_url.split(trainer_url)
-    sender = BatchSender(base + "/api/v1/push", token=token, linger_s=0.01)
+    sender = BatchSender(base + paths.PUSH, token=token, linger_s=0.01)
     sender.submit(MetricBatch(PROJECT, experiment, None, time.time(), {FINISHED: 1.0}))
     delivered = sender.flush(5.0) and sender.stats["sent_batches"] == 1
     sender.close(1.0)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import ray
 
@@ -269,8 +269,13 @@ class SimulatedActor:
                 time.sleep(0.01)
 
 
-# what a step of the demo drives: the replicas, TransferQueue (or None), the actor, the GPUs' load
-StepParts = tuple[list["EngineSimulator"], ModuleType | None, SimulatedActor, simulated_nvml.SimulatedLoad]
+class StepParts(NamedTuple):
+    """What a step of the demo drives."""
+
+    engines: list["EngineSimulator"]  # the replicas
+    transfer_queue: ModuleType | None  # TransferQueue, when the demo runs it
+    actor: SimulatedActor
+    load: simulated_nvml.SimulatedLoad  # the GPUs' load
 
 
 @ray.remote(num_cpus=0)
@@ -286,7 +291,7 @@ class SimulatedTaskRunner(V1Steps):
         step; the batch is verl's own (``rollout_batch``), its advantages verl's GRPO."""
         from verl.trainer.ppo import ray_trainer
 
-        engines, tq, actor, load = parts
+        engines, tq, actor, load = parts.engines, parts.transfer_queue, parts.actor, parts.load
         marked_timer = ray_trainer.marked_timer
         with marked_timer("gen", timing):
             load.set(0.85)
@@ -340,7 +345,7 @@ class SimulatedTaskRunner(V1Steps):
             timing: dict[str, float] = {}
             with marked_timer("step", timing):
                 self._start_profiling()
-                batch = self.step_phases(step, total, timing, (engines, tq, actor, load), step_s)
+                batch = self.step_phases(step, total, timing, StepParts(engines, tq, actor, load), step_s)
                 self._stop_profiling()
             tracking.log(curves(step, total, rng, timing, batch), step=step)
         time.sleep(float(demo.linger_s))  # let Prometheus scrape the replicas once more

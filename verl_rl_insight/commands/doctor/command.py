@@ -16,7 +16,7 @@ from verl_rl_insight.commands.doctor.server import (
     check_targets,
 )
 from verl_rl_insight.commands.doctor.trainer import check_environment, check_overrides
-from verl_rl_insight.contract import environment, server_url
+from verl_rl_insight.contract import environment, paths, server_url
 
 
 def run(
@@ -45,7 +45,7 @@ def run(
     if reachable:
         services = check_services(report, url)
         try:
-            info = http_fetch.fetch_json(url + "/api/v1/info", timeout_s=5)
+            info = http_fetch.fetch_json(url + paths.INFO, timeout_s=5)
         except http_fetch.NoAnswer:
             info = {}
         if "prometheus" in info.get("services", ()):

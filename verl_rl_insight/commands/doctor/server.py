@@ -8,12 +8,12 @@ from typing import Any
 
 from verl_rl_insight.commands import http_fetch
 from verl_rl_insight.commands.doctor.report import Report
-from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract import paths, server_url
 
 
 def check_server(report: Report, url: str, token: str | None) -> bool:
     try:
-        headers = http_fetch.fetch_ok("GET", url + "/-/ready", timeout_s=5).headers
+        headers = http_fetch.fetch_ok("GET", url + paths.READY, timeout_s=5).headers
     except http_fetch.NoAnswer as exc:
         report.problem(
             "server reachable",
@@ -23,9 +23,7 @@ def check_server(report: Report, url: str, token: str | None) -> bool:
         return False
     report.ok("server reachable", url)
     try:
-        push = http_fetch.fetch(
-            "POST", url + "/api/v1/push", token=token, body=json.dumps({"batches": []}), timeout_s=5
-        )
+        push = http_fetch.fetch("POST", url + paths.PUSH, token=token, body=json.dumps({"batches": []}), timeout_s=5)
         status, said = push.status, push.body[:200]
     except http_fetch.NoAnswer as exc:
         status, said = None, str(exc).encode()
@@ -59,7 +57,7 @@ def check_services(report: Report, url: str) -> dict[str, Any]:
     from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
 
     try:
-        services: dict[str, Any] = http_fetch.fetch_json(url + "/api/v1/services", timeout_s=5)["services"]
+        services: dict[str, Any] = http_fetch.fetch_json(url + paths.SERVICES, timeout_s=5)["services"]
     except http_fetch.NoAnswer:
         services = {}
     for name in ("prometheus", "alertmanager", "tempo", "grafana"):
@@ -91,7 +89,9 @@ def check_targets(report: Report, prometheus_url: str, wait_s: float = 10.0) -> 
     deadline = time.monotonic() + wait_s  # a server started a moment ago: its first scrapes are coming
     while True:
         try:
-            targets = http_fetch.fetch_json(prometheus_url + "/api/v1/targets", timeout_s=5)["data"]["activeTargets"]
+            targets = http_fetch.fetch_json(prometheus_url + paths.PROMETHEUS_TARGETS, timeout_s=5)["data"][
+                "activeTargets"
+            ]
         except http_fetch.NoAnswer as exc:
             if exc.status == 401:
                 report.skip("Prometheus targets", "Prometheus takes its login, which only the server's user may read")
@@ -122,7 +122,7 @@ def check_targets(report: Report, prometheus_url: str, wait_s: float = 10.0) -> 
 def prom_vector(prometheus_url: str, promql: str) -> dict[tuple[tuple[str, str], ...], float] | None:
     """{labels tuple: value} of an instant query, or None when Prometheus does not answer."""
     try:
-        result = http_fetch.fetch_json(prometheus_url + "/api/v1/query", params={"query": promql}, timeout_s=5)
+        result = http_fetch.fetch_json(prometheus_url + paths.PROMETHEUS_QUERY, params={"query": promql}, timeout_s=5)
     except http_fetch.NoAnswer:
         return None
     return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in result["data"]["result"]}
@@ -216,7 +216,7 @@ def check_provisioning(report: Report, state: dict[str, Any] | None) -> None:
 
 def check_samples(report: Report, url: str, project: str | None, experiment: str | None) -> None:
     try:
-        streams = http_fetch.fetch_json(url + "/api/v1/streams", timeout_s=5)["streams"]
+        streams = http_fetch.fetch_json(url + paths.STREAMS, timeout_s=5)["streams"]
     except http_fetch.NoAnswer:
         streams = []
     runs = [s for s in streams if "step" in s and s["step"] is not None]

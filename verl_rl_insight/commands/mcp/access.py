@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from verl_rl_insight.commands import http_fetch
 from verl_rl_insight.commands.printable import printable
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.run_credential import claimed_run, is_run_credential
 from verl_rl_insight.contract.runs import Run
 
@@ -98,7 +99,7 @@ def _probe(base: str, credential: Credential) -> None:
     if credential.is_run_credential and run is None:
         raise Refused("the run credential is damaged: it names no run")
     project, experiment = run if run is not None else PROBE_RUN
-    path = "/api/v1/profiles" if run is not None else "/api/v1/runs/card"
+    path = paths.PROFILES if run is not None else paths.RUN_CARD
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
     try:
         reply = http_fetch.fetch("GET", f"{base}{path}?{query}", token=credential.secret)

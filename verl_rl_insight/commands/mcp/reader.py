@@ -15,6 +15,7 @@ from pydantic import JsonValue
 from verl_rl_insight.commands.api import call_json
 from verl_rl_insight.commands.checks import CliError
 from verl_rl_insight.commands.mcp.access import Checks, Credential, Refused
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.runs import Run
 
 Json = dict[str, JsonValue]
@@ -59,7 +60,7 @@ class Reader:
         return {"project": run[0], "experiment_name": run[1], **more}
 
     def runs(self) -> list[Json]:
-        rows = self.get("/api/v1/explorer/runs").get("runs")
+        rows = self.get(paths.EXPLORER_RUNS).get("runs")
         listed = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
         mine = self.credential.run
         if self.credential.is_run_credential:
@@ -68,16 +69,16 @@ class Reader:
 
     def run(self, run: Run, diff_from: str | None = None) -> Json:
         query = self._run_query(run, **({"diff_from": diff_from} if diff_from else {}))
-        answer = self.get("/api/v1/explorer/run", **query)
+        answer = self.get(paths.EXPLORER_RUN, **query)
         if self.credential.is_run_credential:
             answer["others"] = []  # the project's other runs: not this credential's to know
         return answer
 
     def step(self, run: Run, step: int) -> Json:
-        return self.get("/api/v1/explorer/step", **self._run_query(run, step=step))
+        return self.get(paths.EXPLORER_STEP, **self._run_query(run, step=step))
 
     def samples(self, run: Run, step: int) -> Json:
-        return self.get("/api/v1/explorer/samples", **self._run_query(run, step=step))
+        return self.get(paths.EXPLORER_SAMPLES, **self._run_query(run, step=step))
 
     def curves(self, run: Run, keys: Sequence[str], first: int | None, last: int | None) -> CurveData:
         """Every key's values on the range's steps, asked in as many requests as keep each answer
@@ -90,7 +91,7 @@ class Reader:
         while todo:
             chunk, todo = todo[:size], todo[size:]
             ranged = {"steps": steps_range} if steps_range != ":" else {}
-            answer = self.get("/api/v1/explorer/curves", **self._run_query(run, keys=",".join(chunk), **ranged))
+            answer = self.get(paths.EXPLORER_CURVES, **self._run_query(run, keys=",".join(chunk), **ranged))
             steps, series, odd = answer.get("steps"), answer.get("series"), answer.get("nonfinite") or {}
             if not isinstance(steps, list) or not isinstance(series, dict) or not isinstance(odd, dict):
                 raise Refused("the server's curves answer has no steps or series")

@@ -14,6 +14,7 @@ from verl_rl_insight.commands.mcp import answers as a
 from verl_rl_insight.commands.mcp.access import Refused
 from verl_rl_insight.commands.mcp.reader import Json, Reader
 from verl_rl_insight.commands.printable import printable
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.runs import Run
 
 log = logging.getLogger("verl_rl_insight.mcp")
@@ -21,7 +22,7 @@ log = logging.getLogger("verl_rl_insight.mcp")
 
 def mark_step(reader: Reader, run: Run, step: int, text: str, reset_baseline: bool | None) -> a.MarkMade:
     reader.run(run)  # a mistyped run is refused (404), not marked
-    marks = reader.get("/api/v1/runs/marks", project=run[0], experiment_name=run[1]).get("marks")
+    marks = reader.get(paths.RUN_MARKS, project=run[0], experiment_name=run[1]).get("marks")
     held = {m.get("step"): m for m in (marks if isinstance(marks, list) else []) if isinstance(m, dict)}
     if reset_baseline is None:  # as `runs mark`: a step marked again keeps its reset unless told otherwise
         reset_baseline = bool(held.get(step, {}).get("reset_baseline"))
@@ -32,7 +33,7 @@ def mark_step(reader: Reader, run: Run, step: int, text: str, reset_baseline: bo
         "text": text,
         "reset_baseline": reset_baseline,
     }
-    made = reader.post("/api/v1/runs/marks", body)
+    made = reader.post(paths.RUN_MARKS, body)
     log.warning(
         "mcp write: marked step %d of %s/%s (%s) by %s: %r",
         step,
@@ -71,14 +72,14 @@ def request_profile(
         )
     picked: list[JsonValue] = [r for r in ranks or []]
     wanted: Json = {"role": role, "ranks": picked or None}
-    able = reader.get("/api/v1/profiles", project=run[0], experiment_name=run[1]).get("capability")
+    able = reader.get(paths.PROFILES, project=run[0], experiment_name=run[1]).get("capability")
     if isinstance(able, dict):
         why = refusal(wanted, able)
         if why:
             raise Refused(f"this job's profiler cannot do it: {why}")
     body: Json = {"project": run[0], "experiment_name": run[1], "first_step": first, "last_step": last}
     body.update({k: v for k, v in wanted.items() if v})
-    record = reader.post("/api/v1/profiles", body)
+    record = reader.post(paths.PROFILES, body)
     log.warning(
         "mcp write: requested a profile of steps %d..%d of %s/%s by %s (request %s)",
         first,

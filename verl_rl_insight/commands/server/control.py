@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from verl_rl_insight.commands import http_fetch
-from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract import paths, server_url
 from verl_rl_insight.server import app
 from verl_rl_insight.server.managed.releases import OPTIONAL_SERVICES
 from verl_rl_insight.server.managed.supervisor import (
@@ -88,7 +88,7 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> str:
     lines = [
         f"rl-insight server running (pid {state['pid']})",
         f"  server IP    {state['server_ip']}",
-        f"  metric hub   {state['hub_url']}/metrics   (trainers push to {state['hub_url']}/api/v1/push)",
+        f"  metric hub   {state['hub_url']}{paths.METRICS}   (trainers push to {state['hub_url']}{paths.PUSH})",
     ]
     if "grafana" in services:
         anonymous = "; anonymous viewers allowed" if state.get("grafana_anonymous_viewer") else ""
@@ -201,7 +201,7 @@ def start(settings: ServerSettings, detach: bool = False, out: TextIO = sys.stdo
             state = json.loads(app.state_path().read_text())
         except (OSError, ValueError):
             state = None
-        if state is not None and state.get("pid") == process.pid and http_ok(state["local_hub_url"] + "/-/ready"):
+        if state is not None and state.get("pid") == process.pid and http_ok(state["local_hub_url"] + paths.READY):
             print(panel(state, reveal_token=reveal_token), file=out)
             return 1 if failing(state) else 0
         time.sleep(0.1)
@@ -248,8 +248,8 @@ def status(out: TextIO = sys.stdout, show_secrets: bool = False) -> int:
     else:
         print("  (rl-insight server status --secrets shows the token and the Grafana password)", file=out)
     try:
-        services = http_fetch.fetch_json(state["local_hub_url"] + "/api/v1/services", timeout_s=5)["services"]
-        hub = http_fetch.fetch_json(state["local_hub_url"] + "/api/v1/hub", timeout_s=5)
+        services = http_fetch.fetch_json(state["local_hub_url"] + paths.SERVICES, timeout_s=5)["services"]
+        hub = http_fetch.fetch_json(state["local_hub_url"] + paths.HUB, timeout_s=5)
     except Exception as exc:
         print(f"\n  (cannot ask the server for service details: {exc})", file=out)
         return 1

@@ -10,6 +10,7 @@ from typing import Any
 from verl_rl_insight.commands.api import SubParsers, call, common_options, server
 from verl_rl_insight.commands.checks import PROBLEMS, REFUSED, CliError
 from verl_rl_insight.commands.timeline.sources import Span
+from verl_rl_insight.contract import paths
 
 
 def steps_range(text: str) -> tuple[int | None, int | None]:
@@ -29,7 +30,7 @@ def read_spans(base: str, token: str | None, project: str, experiment: str | Non
     """(spans, where from)."""
     from verl_rl_insight.commands.timeline import sources
 
-    info = call("GET", base + "/api/v1/info", token)
+    info = call("GET", base + paths.INFO, token)
     if info.get("spans_kept_by_hub"):
         try:
             return sources.from_server(base, project, experiment, token), "the rl-insight server"
@@ -42,7 +43,7 @@ def read_spans(base: str, token: str | None, project: str, experiment: str | Non
                     "`rl-insight server status --secrets` shows it)",
                     code=REFUSED,
                 ) from None
-            runs = call("GET", base + "/api/v1/spans/runs", token)["runs"]
+            runs = call("GET", base + paths.SPAN_RUNS, token)["runs"]
             known = ", ".join(f"{r['project']}/{r['experiment_name']}" for r in runs[:10]) or "none yet"
             raise CliError(
                 f"no spans of {project}/{experiment}: {exc}", fix=f"runs with spans: {known}", code=PROBLEMS
@@ -123,11 +124,11 @@ def kept_of(args: argparse.Namespace) -> dict[str, object] | None:
     if args.tempo:
         return None
     base, token = server(args)
-    if not call("GET", base + "/api/v1/info", token).get("spans_kept_by_hub"):
+    if not call("GET", base + paths.INFO, token).get("spans_kept_by_hub"):
         return None
     offset: int | None = 0
     while offset is not None:
-        page = call("GET", f"{base}/api/v1/spans/runs?limit=1000&offset={offset}", token)
+        page = call("GET", f"{base}{paths.SPAN_RUNS}?limit=1000&offset={offset}", token)
         for run in page["runs"]:
             if (run["project"], run["experiment_name"]) == (args.project, args.experiment):
                 return {k: run.get(k) for k in KEPT}

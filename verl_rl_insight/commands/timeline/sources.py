@@ -9,6 +9,7 @@ from typing import Any, TypedDict
 
 from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_ok
 from verl_rl_insight.commands.printable import printable
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.errors import RLInsightError
 
 MAX_TRACES = 100_000
@@ -48,7 +49,7 @@ def _get(url: str, token: str | None = None) -> bytes:
 def from_server(base: str, project: str, experiment: str | None, token: str | None = None) -> list[Span]:
     """The spans the server kept for the run (JSON lines)."""
     query = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
-    body = _get(f"{base}/api/v1/spans?{query}", token)
+    body = _get(f"{base}{paths.SPANS}?{query}", token)
     return [printable(json.loads(line)) for line in body.splitlines() if line.strip()]
 
 

@@ -6,42 +6,32 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from verl_rl_insight.contract import verl_phases
+from verl_rl_insight.contract.verl_phases import (
+    FIT_LOOP,
+    FORWARD_BACKWARD,
+    GEN,
+    SAVE_CHECKPOINT,
+    TESTING,
+    TRAIN_BATCH,
+    UPDATE_ACTOR,
+)
+
 # verl 0.9.1 marks a phase in two places: the trainer's ``marked_timer(name)`` (NVTX / MSTX ranges
-# on the driver: gen, reward, old_log_prob, ref, values, adv, update_critic, update_actor,
-# update_weights) and the workers' ``DistProfiler.annotate(role=...)`` (torch
-# ``record_function`` / NVTX / MSTX ranges on each rank: actor_compute_log_prob,
-# ref_compute_log_prob, actor_update, train_batch; older workers used the method names
-# compute_log_prob, compute_ref_log_prob, compute_values, update_actor, update_critic,
-# generate_sequences). Each is shown under the trainer's name, the one ``timing_s/<name>`` has.
-PHASE_OF: dict[str, str] = {
-    "gen": "gen",
-    "generate_sequences": "gen",
-    "generate_async": "gen",
-    "rollout": "gen",
-    "async_rollout": "gen",
-    "reward": "reward",
-    "compute_rm_score": "reward",
-    "old_log_prob": "old_log_prob",
-    "compute_log_prob": "old_log_prob",
-    "actor_compute_log_prob": "old_log_prob",
-    "ref": "ref",
-    "compute_ref_log_prob": "ref",
-    "ref_compute_log_prob": "ref",
-    "values": "values",
-    "compute_values": "values",
-    "adv": "adv",
-    "update_critic": "update_critic",
-    "train_batch": "train_batch",
-    "update_actor": "update_actor",
-    "actor_update": "update_actor",
-    "update_weights": "update_weights",
-    "forward_backward": "forward_backward",
-}
+# on the driver) and the workers' ``DistProfiler.annotate(role=...)`` (torch ``record_function`` /
+# NVTX / MSTX ranges on each rank; older workers used the method names): contract/verl_phases.py
+# names them all. Each is shown under the trainer's name, the one ``timing_s/<name>`` has. Validation
+# and checkpoint saving are not read as phases: a trace's analysis compares the ranks' share of a
+# step's training work, and verl runs those two only on the steps test_freq / save_freq name.
+NOT_READ = (TESTING, SAVE_CHECKPOINT)
+PHASE_OF: dict[str, str] = {name: phase for name, phase in verl_phases.PHASE_OF.items() if phase not in NOT_READ}
 # a trace with none of verl's marks: torch's own ``ProfilerStep#N`` ranges (``prof.step()``) are its phase
 TORCH_STEP = "ProfilerStep"
-# the order a step runs them in (verl's fit loop), for printing
-ORDER: tuple[str, ...] = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic")
-ORDER += ("train_batch", "update_actor", "forward_backward", "update_weights")
+# the order a step runs them in (verl's fit loop), for printing: the ranks' own parts of a training
+# worker's update (train_batch, forward_backward) beside update_actor
+_READ = tuple(phase for phase in FIT_LOOP if phase not in NOT_READ)
+_AT = _READ.index(UPDATE_ACTOR)
+ORDER: tuple[str, ...] = (*_READ[:_AT], TRAIN_BATCH, UPDATE_ACTOR, FORWARD_BACKWARD, *_READ[_AT + 1 :])
 
 # a folder of the official layout named after a rollout replica: its traces are the gen phase
 ROLLOUT_DIR = re.compile(r"^(?:agent_loop_)?rollout(?:_replica)?_?(\d+)?$")
@@ -121,7 +111,7 @@ def phase_of_path(path: Path) -> str | None:
         if part in PHASE_OF:
             return PHASE_OF[part]
         if ROLLOUT_DIR.match(part):
-            return "gen"
+            return GEN
     stem = path.name.split("_step")[0]
     for name in sorted(PHASE_OF, key=len, reverse=True):
         if stem.endswith(name) and len(name) > 4:

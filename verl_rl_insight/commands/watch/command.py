@@ -13,6 +13,7 @@ from typing import Any
 
 from verl_rl_insight.commands.api import SubParsers, call, server
 from verl_rl_insight.commands.checks import PROBLEMS, CliError, positive_float
+from verl_rl_insight.contract import paths
 
 
 def _sources(
@@ -23,7 +24,7 @@ def _sources(
     if args.prometheus and not args.server:
         return args.prometheus, lambda: (), lambda project, experiment: None
     base, token = server(args)
-    info = call("GET", base + "/api/v1/info", token)
+    info = call("GET", base + paths.INFO, token)
     if not args.prometheus and (
         not info.get("prometheus") or "prometheus" not in info.get("services", ("prometheus",))
     ):
@@ -31,7 +32,7 @@ def _sources(
 
     def recent() -> Sequence[tuple[str, str, float]]:
         try:
-            streams = call("GET", base + "/api/v1/streams", token)["streams"]
+            streams = call("GET", base + paths.STREAMS, token)["streams"]
         except CliError:
             return ()
         return [
@@ -43,7 +44,7 @@ def _sources(
     def last_step(project: str, experiment: str) -> dict[str, Any] | None:
         try:
             params = urllib.parse.urlencode({"project": project, "experiment_name": experiment})
-            lanes: dict[str, Any] = call("GET", f"{base}/api/v1/timeline/last_step?{params}", token)
+            lanes: dict[str, Any] = call("GET", f"{base}{paths.TIMELINE_LAST_STEP}?{params}", token)
             return lanes
         except CliError:  # no step with spans yet, or an older server: the frame goes without lanes
             return None

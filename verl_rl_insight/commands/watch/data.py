@@ -5,24 +5,34 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verl_rl_insight.commands.http_fetch import NoAnswer, fetch_json
-from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract import paths, server_url
 from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.engine_metrics import LOAD, exposed
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, metric_name
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.contract.runs import RUN_FINISHED
+from verl_rl_insight.contract.verl_keys import (
+    ENTROPY,
+    GRAD_NORM,
+    KL_LOSS,
+    RESPONSE_LENGTH_MEAN,
+    ROLLOUT_PROBS_DIFF_MEAN,
+    SCORE_MEAN,
+    STEP_TIME,
+    THROUGHPUT,
+)
 
 PREFIX = METRIC_PREFIX
 STEP = GLOBAL_STEP_METRIC
 # (label, logged key, thresholds drawn under the curve)
 CURVES = (
-    ("score", "critic/score/mean", ()),
-    ("entropy", "actor/entropy", ()),
-    ("KL", "actor/kl_loss", ()),
-    ("grad norm", "actor/grad_norm", ()),
-    ("response len", "response_length/mean", ()),
-    ("logp mismatch", "training/rollout_probs_diff_mean", (0.005, 0.01)),
+    ("score", SCORE_MEAN, ()),
+    ("entropy", ENTROPY, ()),
+    ("KL", KL_LOSS, ()),
+    ("grad norm", GRAD_NORM, ()),
+    ("response len", RESPONSE_LENGTH_MEAN, ()),
+    ("logp mismatch", ROLLOUT_PROBS_DIFF_MEAN, (0.005, 0.01)),
 )
 ENGINES = {  # running, waiting, KV cache share: series of the engine metric list
     engine: (exposed(load.running), exposed(load.waiting), exposed(load.kv_cache)) for engine, load in LOAD.items()
@@ -62,7 +72,7 @@ class Prometheus:
         return body["data"]
 
     def query(self, promql: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._get("/api/v1/query", {"query": promql})["result"]
+        result: list[dict[str, Any]] = self._get(paths.PROMETHEUS_QUERY, {"query": promql})["result"]
         return result
 
     def scalar(self, promql: str) -> float | None:
@@ -79,12 +89,10 @@ class Prometheus:
 
     def names(self, match: str, start: float) -> list[str]:
         """Metric names of the series matching ``match`` since ``start`` (seconds)."""
-        return [
-            str(name) for name in self._get("/api/v1/label/__name__/values", {"match[]": match, "start": str(start)})
-        ]
+        return [str(name) for name in self._get(paths.PROMETHEUS_NAMES, {"match[]": match, "start": str(start)})]
 
     def alerts(self) -> list[dict[str, Any]]:
-        alerts: list[dict[str, Any]] = self._get("/api/v1/alerts", {})["alerts"]
+        alerts: list[dict[str, Any]] = self._get(paths.PROMETHEUS_ALERTS, {})["alerts"]
         return alerts
 
 
@@ -159,8 +167,8 @@ def snapshot(prom: Prometheus, project: str, experiment: str | None, window_s: i
         "project": project,
         "experiment": experiment,
         "step": int(step),
-        "step_time_s": prom.scalar(f"{metric('timing_s/step')}{selector}"),
-        "throughput": prom.scalar(f"{metric('perf/throughput')}{selector}"),
+        "step_time_s": prom.scalar(f"{metric(STEP_TIME)}{selector}"),
+        "throughput": prom.scalar(f"{metric(THROUGHPUT)}{selector}"),
         "finished": prom.scalar(f"{RUN_FINISHED}{selector}") == 1,
         "curves": curves,
         "engines": engines,

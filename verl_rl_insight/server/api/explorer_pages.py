@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Protocol
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.server.api.asgi_types import Sent
 
 
@@ -25,7 +26,7 @@ class Answerable(Protocol):
 
 Handler = Callable[[Answerable], Awaitable[None]]
 
-STATIC_PREFIX = "/static/explorer/"
+STATIC_PREFIX = paths.EXPLORER_STATIC
 SHELL = "explorer.html"
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -39,7 +40,7 @@ CSP = (
 )
 # a name in the static folder: letters, digits, dots, dashes; no slash, no "..", no leading dot
 FILE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
-PAGE = re.compile(r"/runs/[^/]+/[^/]+(/steps/[0-9]{1,12})?/?")
+PAGE = re.compile(re.escape(paths.PAGE_RUNS) + r"/[^/]+/[^/]+(/steps/[0-9]{1,12})?/?")
 
 
 def entry(method: str, path: str) -> tuple[Handler, bool] | None:
@@ -47,7 +48,7 @@ def entry(method: str, path: str) -> tuple[Handler, bool] | None:
     or a static file, else None."""
     if method != "GET":
         return None
-    if path in ("/", "/runs", "/runs/") or PAGE.fullmatch(path):
+    if path in ("/", paths.PAGE_RUNS, paths.PAGE_RUNS + "/") or PAGE.fullmatch(path):
         return (lambda request: _serve(request, SHELL)), False
     if path.startswith(STATIC_PREFIX):
         name = path[len(STATIC_PREFIX) :]

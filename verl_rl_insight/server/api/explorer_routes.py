@@ -3,6 +3,7 @@
 pages. Curves and figures are for anyone like the rest of the read API; samples (prompts and
 responses) need the token or that run's credential; the run card only comes with the token."""
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.server.api import explorer_handlers as handlers
 from verl_rl_insight.server.api.access import Access
 from verl_rl_insight.server.api.openapi import JSON_OK, query
@@ -21,19 +22,19 @@ KEYS = query(
     "verl's keys, comma-separated (critic/score/mean,actor/entropy), at most 64",
 )
 STEPS = query("steps", {"type": "string", "pattern": r"^[0-9]*:[0-9]*$"}, False, "only steps A:B (both included)")
-PAGE = Doc("the run explorer's page (one HTML shell; its data is /api/v1/explorer/*)")
+PAGE = Doc(f"the run explorer's page (one HTML shell; its data is {paths.EXPLORER}/*)")
 
 EXPLORER_ROUTES = (
     Route(
         "GET",
-        "/api/v1/explorer/runs",
+        paths.EXPLORER_RUNS,
         handlers.get_runs,
         Access.ANYONE,
         Doc("the runs, newest first: step, age, state, findings, a sparkline"),
     ),
     Route(
         "GET",
-        "/api/v1/explorer/run",
+        paths.EXPLORER_RUN,
         handlers.get_run,
         Access.ANYONE,
         Doc(
@@ -46,14 +47,14 @@ EXPLORER_ROUTES = (
     ),
     Route(
         "GET",
-        "/api/v1/explorer/curves",
+        paths.EXPLORER_CURVES,
         handlers.get_curves,
         Access.ANYONE,
         Doc("a run's curves by step, aligned on its steps", JSON_OK, (*RUN, KEYS, STEPS), (400, 404)),
     ),
     Route(
         "GET",
-        "/api/v1/explorer/step",
+        paths.EXPLORER_STEP,
         handlers.get_step,
         Access.ANYONE,
         Doc(
@@ -65,7 +66,7 @@ EXPLORER_ROUTES = (
     ),
     Route(
         "GET",
-        "/api/v1/explorer/samples",
+        paths.EXPLORER_SAMPLES,
         handlers.get_samples,
         Access.RUN_CREDENTIAL,
         Doc(
@@ -77,6 +78,6 @@ EXPLORER_ROUTES = (
         run_in="query",
     ),
     Route("GET", "/", handlers.get_page, Access.ANYONE, PAGE),
-    Route("GET", "/runs", handlers.get_page, Access.ANYONE, PAGE, prefix=True),
-    Route("GET", "/static/explorer/", handlers.get_page, Access.ANYONE, PAGE, prefix=True),
+    Route("GET", paths.PAGE_RUNS, handlers.get_page, Access.ANYONE, PAGE, prefix=True),
+    Route("GET", paths.EXPLORER_STATIC, handlers.get_page, Access.ANYONE, PAGE, prefix=True),
 )

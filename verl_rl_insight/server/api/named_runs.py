@@ -25,23 +25,23 @@ RUN_FIELDS = "project, experiment_name"
 
 
 def _query(request: Request, parts: ApiParts) -> Iterator[Named]:
-    yield request.param("project"), request.param("experiment_name"), RUN_FIELDS
+    yield Named(request.param("project"), request.param("experiment_name"), RUN_FIELDS)
 
 
 def _target(request: Request, parts: ApiParts) -> Iterator[Named]:
     job, address = request.param("job"), request.param("address")
     labels = parts.targets.labels(job, address) if job and address else {}
-    yield labels.get("project"), labels.get("experiment_name"), "target"
+    yield Named(labels.get("project"), labels.get("experiment_name"), "target")
 
 
 def _body(item: dict[str, object]) -> list[Named]:
-    return [(item.get("project"), item.get("experiment_name"), RUN_FIELDS)]
+    return [Named(item.get("project"), item.get("experiment_name"), RUN_FIELDS)]
 
 
 def _labels(item: dict[str, object]) -> list[Named]:
     given = item.get("labels")
     labels = given if isinstance(given, dict) else {}
-    return [(labels.get("project"), labels.get("experiment_name"), "labels")]
+    return [Named(labels.get("project"), labels.get("experiment_name"), "labels")]
 
 
 BEFORE_BODY: dict[RunIn, Callable[[Request, ApiParts], Iterator[Named]]] = {"query": _query, "target": _target}

@@ -13,6 +13,7 @@ module of its resource, then append one ``Route(...)`` line to ``ROUTES`` below 
 its own folded into ``ROUTES``).
 """
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.run_card import MAX_CARD_BYTES
 from verl_rl_insight.contract.run_import import MAX_IMPORT_BODY_BYTES
 from verl_rl_insight.server.api import alerts, imports, info, metrics, profiles, push, runs, spans, targets
@@ -56,21 +57,19 @@ STEP = query("step", {"type": "integer", "minimum": 0}, True, "the marked step")
 HUB_ROUTES = (
     Route(
         "GET",
-        "/metrics",
+        paths.METRICS,
         metrics.get_metrics,
         ANYONE,  # a named scrape checks the token itself
         Doc("the hub's exposition for Prometheus", TEXT_OK, (SCRAPER,), (400, 401, 429)),
     ),
-    Route("GET", "/-/healthy", info.get_healthy, ANYONE, Doc("liveness", TEXT_OK)),
-    Route("GET", "/-/ready", info.get_ready, ANYONE, Doc("readiness", TEXT_OK)),
-    Route("GET", "/openapi.json", info.get_openapi, ANYONE, Doc("this document")),
-    Route("GET", "/api/v1/streams", metrics.get_streams, ANYONE, Doc("what the hub holds, per project / experiment")),
-    Route(
-        "GET", "/api/v1/hub", metrics.get_hub, ANYONE, Doc("the hub's own figures: memory, series, history, scrapers")
-    ),
+    Route("GET", paths.HEALTHY, info.get_healthy, ANYONE, Doc("liveness", TEXT_OK)),
+    Route("GET", paths.READY, info.get_ready, ANYONE, Doc("readiness", TEXT_OK)),
+    Route("GET", paths.OPENAPI, info.get_openapi, ANYONE, Doc("this document")),
+    Route("GET", paths.STREAMS, metrics.get_streams, ANYONE, Doc("what the hub holds, per project / experiment")),
+    Route("GET", paths.HUB, metrics.get_hub, ANYONE, Doc("the hub's own figures: memory, series, history, scrapers")),
     Route(
         "POST",
-        "/api/v1/push",
+        paths.PUSH,
         push.post_push,
         RUN_CREDENTIAL,
         Doc(
@@ -85,21 +84,21 @@ HUB_ROUTES = (
     ),
     Route(
         "GET",
-        "/api/v1/services",
+        paths.SERVICES,
         info.get_services,
         ANYONE,
         Doc("every service: pid, health, restarts, version, data size"),
     ),
     Route(
-        "GET", "/api/v1/info", info.get_info, ANYONE, Doc("the endpoints the server announces"), needs_start=True
+        "GET", paths.INFO, info.get_info, ANYONE, Doc("the endpoints the server announces"), needs_start=True
     ),  # where spans go is known once the server has started
 )
 
 TARGET_ROUTES = (
-    Route("GET", "/api/v1/targets", targets.get_targets, ANYONE, Doc("registered scrape targets")),
+    Route("GET", paths.TARGETS, targets.get_targets, ANYONE, Doc("registered scrape targets")),
     Route(
         "POST",
-        "/api/v1/targets",
+        paths.TARGETS,
         targets.post_target,
         RUN_CREDENTIAL,
         Doc("register a scrape target, or renew its TTL", errors=(400, 401, 413), body=ref("TargetBody")),
@@ -108,19 +107,19 @@ TARGET_ROUTES = (
     ),
     Route(
         "DELETE",
-        "/api/v1/targets",
+        paths.TARGETS,
         targets.delete_target,
         RUN_CREDENTIAL,
         Doc("remove a scrape target", parameters=TARGET_PARAMETERS, errors=(400, 401, 404)),
         run_in="target",
     ),
-    Route("GET", "/api/v1/sd", targets.get_sd, ANYONE, Doc("the targets in Prometheus http_sd format")),
+    Route("GET", paths.SERVICE_DISCOVERY, targets.get_sd, ANYONE, Doc("the targets in Prometheus http_sd format")),
 )
 
 RUN_ROUTES = (
     Route(
         "DELETE",
-        "/api/v1/runs",
+        paths.RUNS,
         runs.delete_run,
         TOKEN,
         Doc(
@@ -132,7 +131,7 @@ RUN_ROUTES = (
     ),
     Route(
         "POST",
-        "/api/v1/runs/revoke",
+        paths.RUN_REVOKE,
         runs.revoke_run,
         TOKEN,
         Doc(
@@ -144,7 +143,7 @@ RUN_ROUTES = (
     ),
     Route(
         "PUT",
-        "/api/v1/runs/card",
+        paths.RUN_CARD,
         runs.put_run_card,
         RUN_CREDENTIAL,
         Doc(
@@ -158,7 +157,7 @@ RUN_ROUTES = (
     ),
     Route(
         "GET",
-        "/api/v1/runs/card",
+        paths.RUN_CARD,
         runs.get_run_card,
         TOKEN,  # paths, the command line: the token's
         Doc(
@@ -170,7 +169,7 @@ RUN_ROUTES = (
     ),
     Route(
         "POST",
-        "/api/v1/runs/marks",
+        paths.RUN_MARKS,
         runs.post_mark,
         RUN_CREDENTIAL,
         Doc(
@@ -182,10 +181,10 @@ RUN_ROUTES = (
         body_limit=MARK_BODY_BYTES,
         run_in="body",
     ),
-    Route("GET", "/api/v1/runs/marks", runs.get_marks, ANYONE, Doc("a run's marks, by step", JSON_OK, RUN, (400,))),
+    Route("GET", paths.RUN_MARKS, runs.get_marks, ANYONE, Doc("a run's marks, by step", JSON_OK, RUN, (400,))),
     Route(
         "GET",
-        "/api/v1/runs/keys",
+        paths.RUN_KEYS,
         runs.get_keys,
         ANYONE,
         Doc(
@@ -197,7 +196,7 @@ RUN_ROUTES = (
     ),
     Route(
         "DELETE",
-        "/api/v1/runs/marks",
+        paths.RUN_MARKS,
         runs.delete_mark,
         RUN_CREDENTIAL,
         Doc("remove the mark of a step", parameters=(*RUN, STEP), errors=(400, 401, 403, 404)),
@@ -208,7 +207,7 @@ RUN_ROUTES = (
 IMPORT_ROUTES = (
     Route(
         "POST",
-        "/api/v1/runs/import",
+        paths.RUN_IMPORT,
         imports.post_import,
         TOKEN,
         Doc(
@@ -224,7 +223,7 @@ IMPORT_ROUTES = (
     ),
     Route(
         "GET",
-        "/api/v1/runs/imports",
+        paths.RUN_IMPORTS,
         imports.get_imports,
         ANYONE,
         Doc(
@@ -255,7 +254,7 @@ SPAN_ROUTES = (
     ),
     Route(
         "GET",
-        "/api/v1/spans",
+        paths.SPANS,
         spans.get_spans,
         TOKEN,  # token2text spans carry prompts: the token's
         Doc(
@@ -269,7 +268,7 @@ SPAN_ROUTES = (
     ),
     Route(
         "GET",
-        "/api/v1/spans/runs",
+        paths.SPAN_RUNS,
         spans.get_span_runs,
         ANYONE,
         Doc("the runs whose spans this server keeps, newest first, a page at a time", JSON_OK, PAGE, (400, 404)),
@@ -277,7 +276,7 @@ SPAN_ROUTES = (
     ),
     Route(
         "GET",
-        "/api/v1/timeline/last_step",
+        paths.TIMELINE_LAST_STEP,
         spans.get_last_step,
         TOKEN,
         Doc(
@@ -294,7 +293,7 @@ SPAN_ROUTES = (
 PROFILE_ROUTES = (
     Route(
         "POST",
-        "/api/v1/profiles",
+        paths.PROFILES,
         profiles.post_profile,
         TOKEN,
         Doc(
@@ -306,7 +305,7 @@ PROFILE_ROUTES = (
     ),
     Route(
         "GET",
-        "/api/v1/profiles",
+        paths.PROFILES,
         profiles.get_profiles,
         RUN_CREDENTIAL,
         Doc(
@@ -319,7 +318,7 @@ PROFILE_ROUTES = (
     ),
     Route(
         "POST",
-        "/api/v1/profiles/report",
+        paths.PROFILE_REPORT,
         profiles.post_profile_report,
         RUN_CREDENTIAL,
         Doc("the trainer's word on its profile requests", errors=(400, 401, 404, 413), body=ref("ProfileReportBody")),
@@ -331,15 +330,15 @@ PROFILE_ROUTES = (
 ALERT_ROUTES = (
     Route(
         "GET",
-        "/api/v1/alerts",
+        paths.ALERTS,
         alerts.get_alerts,
         ANYONE,
         Doc("alerts firing now (from the server's Alertmanager)", errors=(404, 503)),
     ),
-    Route("GET", "/api/v1/silences", alerts.get_silences, ANYONE, Doc("silences not yet expired", errors=(404, 503))),
+    Route("GET", paths.SILENCES, alerts.get_silences, ANYONE, Doc("silences not yet expired", errors=(404, 503))),
     Route(
         "POST",
-        "/api/v1/silences",
+        paths.SILENCES,
         alerts.post_silence,
         TOKEN,
         Doc("silence a run's alerts for a while", errors=(400, 401, 404, 413, 503), body=ref("SilenceBody")),
@@ -347,7 +346,7 @@ ALERT_ROUTES = (
     ),
     Route(
         "DELETE",
-        "/api/v1/silences",
+        paths.SILENCES,
         alerts.delete_silence,
         TOKEN,
         Doc(

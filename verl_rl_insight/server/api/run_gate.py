@@ -40,8 +40,8 @@ class RunGate:
         self.consulted = True
         if self.run is None:
             return
-        for project, experiment, where in named:
-            check_run(self.run, project, experiment, where)
+        for one in named:
+            check_run(self.run, one.project, one.experiment, one.where)
 
     def answering(self, status: int) -> None:
         """Raised before an answer of ``status`` goes out when it would let through a request the

@@ -4,10 +4,12 @@ timeline's figures of the newest step made from them."""
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.errors import BadInput, Forbidden, NotFound, UnsupportedEncoding
 from verl_rl_insight.contract.run_credential import Named
 from verl_rl_insight.server.api.context import Context
 from verl_rl_insight.server.api.request import Request, run_of
+from verl_rl_insight.server.stores.otlp import RunSpan
 from verl_rl_insight.server.stores.spans import SpanStore
 from verl_rl_insight.server.stores.spans import decode as decode_spans
 from verl_rl_insight.server.stores.spans import records as span_records
@@ -15,7 +17,6 @@ from verl_rl_insight.server.stores.spans import records as span_records
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-SpanRecord = tuple[str, str, dict[str, object]]  # (project, experiment_name, the span as kept)
 NO_SPANS = "this server keeps no spans: they go to its Tempo (or the otlp_endpoint set)"
 PROTOBUF = "application/x-protobuf"
 
@@ -39,7 +40,7 @@ async def post_traces(ctx: Context, request: Request) -> None:
     encoding = request.headers.get("content-encoding")
     async with ctx.body(request) as body:
         otlp = await ctx.in_thread(decode_spans, body, encoding, ctx.parts.max_body_bytes)
-        found: list[SpanRecord] = await ctx.in_thread(lambda: list(span_records(otlp)))  # for store and figures
+        found: list[RunSpan] = await ctx.in_thread(lambda: list(span_records(otlp)))  # for store and figures
         if request.gate is not None:  # every span's run, before anything is kept or passed on
             request.gate(_runs_of_spans(otlp, found))
         if relay is not None:
@@ -53,7 +54,7 @@ async def post_traces(ctx: Context, request: Request) -> None:
     await ctx.writer.body(request.send, 200, PROTOBUF, ExportTraceServiceResponse().SerializeToString())
 
 
-def _runs_of_spans(otlp: "ExportTraceServiceRequest", found: list[SpanRecord]) -> Iterator[Named]:
+def _runs_of_spans(otlp: "ExportTraceServiceRequest", found: list[RunSpan]) -> Iterator[Named]:
     """Every span's run, for the run gate (read only for a run credential): Forbidden when a span
     names none (a run credential sends its own run's spans only)."""
     total = sum(len(ss.spans) for rs in otlp.resource_spans for ss in rs.scope_spans)
@@ -61,8 +62,8 @@ def _runs_of_spans(otlp: "ExportTraceServiceRequest", found: list[SpanRecord]) -
         raise Forbidden(
             f"spans: {total - len(found)} without project and experiment_name; a run credential sends its run's"
         )
-    for project, experiment, _ in found:
-        yield project, experiment, "spans"
+    for one in found:
+        yield Named(one.project, one.experiment, "spans")
 
 
 async def get_span_runs(ctx: Context, request: Request) -> None:
@@ -101,6 +102,6 @@ async def get_spans(ctx: Context, request: Request) -> None:
     if body is None:
         raise NotFound(
             f"no spans of {project[:100]!r} / {experiment[:100]!r} here "
-            "(GET /api/v1/spans/runs lists the runs that have some)"
+            f"(GET {paths.SPAN_RUNS} lists the runs that have some)"
         )
     await ctx.writer.body(request.send, 200, "application/x-ndjson", body)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from verl_rl_insight.contract.run_card import Json
 from verl_rl_insight.server.explorer.keys import key_of
@@ -41,17 +42,23 @@ def shown(finding: detectors.Finding) -> Finding:
     }
 
 
-Snapshot = tuple[dict[str, list[tuple[int, float]]], list[tuple[int, float]], bool]
+class Snapshot(NamedTuple):
+    """What the walk reads of a run's history."""
+
+    series: dict[str, list[tuple[int, float]]]  # series name -> (step, value)
+    times: list[tuple[int, float]]  # (step, its time)
+    finished: bool
 
 
 def snapshot(history: RunHistory) -> Snapshot:
     """What the walk reads of ``history`` (taken under the histories' lock; the walk runs outside it)."""
     series = {name: history.series(name) for name in read_names(list(history.columns))}
-    return series, list(zip(history.steps, history.times)), history.finished == 1
+    return Snapshot(series, list(zip(history.steps, history.times)), history.finished == 1)
 
 
 def walk(taken: Snapshot, params: HealthSettings, resets: Sequence[int]) -> list[Finding]:
     """diagnose's findings of a run's history."""
-    series, times, finished = taken
-    found = detectors.diagnose(series, times, finished=finished, now=time.time(), params=params, resets=resets)
+    found = detectors.diagnose(
+        taken.series, taken.times, finished=taken.finished, now=time.time(), params=params, resets=resets
+    )
     return [shown(f) for f in found]

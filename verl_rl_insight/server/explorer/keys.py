@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 
 from verl_rl_insight.contract.naming import metric_name
+from verl_rl_insight.contract.verl_keys import ROLLOUT_PROBS_DIFF_MEAN
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.dashboards.keys import GROUPS, RUNTIME_KEYS, STATS
 from verl_rl_insight.server.health import detectors
@@ -92,7 +93,7 @@ def series_of(key: str) -> str:
 
 
 Panel = dict[str, str | list[str] | list[dict[str, str | float]]]
-MISMATCH_KEY = "training/rollout_probs_diff_mean"
+MISMATCH_KEY = ROLLOUT_PROBS_DIFF_MEAN
 
 
 def thresholds(params: HealthSettings) -> dict[str, list[dict[str, str | float]]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.attempts import superseded
 from verl_rl_insight.contract.errors import RLInsightError
 from verl_rl_insight.contract.http_client import HttpClient
@@ -20,6 +21,7 @@ from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.promql import run_selector
 from verl_rl_insight.contract.runs import RUN_FINISHED
 from verl_rl_insight.server.explorer.dcgm import fault_words, throttle_reasons
+from verl_rl_insight.server.history.histories import Step
 
 logger = logging.getLogger("verl_rl_insight.server")
 
@@ -31,7 +33,6 @@ TRAINER_SERIES = f"rl_insight_monitor_.+|{FINISHED}"
 FAULTS = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")
 THROTTLE = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",)
 Samples = list[tuple[dict[str, str], list[tuple[float, float]]]]  # (labels, [(time, value)])
-Step = tuple[int, float, dict[str, float]]
 
 
 class PrometheusReader:
@@ -42,7 +43,7 @@ class PrometheusReader:
     def samples(self, promql: str) -> Samples:
         """The raw samples a range query gives; [] when Prometheus does not answer (logged)."""
         try:
-            reply = self.client.request("GET", f"{self.url}/api/v1/query", params={"query": promql})
+            reply = self.client.request("GET", self.url + paths.PROMETHEUS_QUERY, params={"query": promql})
             found = reply.json()["data"]["result"] if reply.ok else []
         except (RLInsightError, ValueError, KeyError, TypeError) as exc:
             logger.warning("explorer: Prometheus did not answer %s (%s)", promql[:120], exc)
@@ -55,14 +56,14 @@ class PrometheusReader:
         selector = f"{GLOBAL_STEP_METRIC}{run_selector(project, experiment)}"
         query = {"match[]": selector, "start": f"{now - MAX_S:.3f}", "end": f"{now:.3f}"}
         try:
-            reply = self.client.request("GET", f"{self.url}/api/v1/series", params=query)
+            reply = self.client.request("GET", self.url + paths.PROMETHEUS_SERIES, params=query)
             return bool(reply.ok and reply.json()["data"])
         except (RLInsightError, ValueError, KeyError, TypeError) as exc:
             logger.warning("explorer: Prometheus did not answer for run %s/%s (%s)", project[:80], experiment[:80], exc)
             return False
 
     def run_steps(self, project: str, experiment: str, now: float) -> tuple[list[Step], float | None]:
-        """The run's steps as (step, time, {series: value}): what the trainer's own stream logged;
+        """The run's steps (step, time, {series: value}): what the trainer's own stream logged;
         and its last rl_insight_run_finished (1: finish() ran). A run Prometheus never had costs one
         request (``has_run``), not a range query for every window of MAX_S."""
         if not self.has_run(project, experiment, now):
@@ -133,4 +134,4 @@ def _by_step(values: Mapping[str, Mapping[float, float]]) -> list[Step]:
         for t in sorted(points):
             if t in step_at:
                 steps[step_at[t]].setdefault(name, points[t])
-    return [(step, first_seen[step], steps[step]) for step in sorted(steps)]
+    return [Step(step, first_seen[step], steps[step]) for step in sorted(steps)]

@@ -8,9 +8,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.errors import NotFound
 from verl_rl_insight.contract.run_card import ABSENT, Json, differences
 from verl_rl_insight.contract.runs import Run
+from verl_rl_insight.contract.verl_keys import ENTROPY, SCORE_KEYS
 from verl_rl_insight.server.explorer.findings import Finding, shown
 from verl_rl_insight.server.explorer.keys import PREFIX, key_of, logged_names, panels, series_of
 from verl_rl_insight.server.explorer.samples_seen import of_run
@@ -21,7 +23,7 @@ from verl_rl_insight.server.health.incidents import CLIP_SERIES, incidents
 IDLE_AFTER_S = 600.0  # no step for this long (and five median steps): idle, not running (`runs list`: 600 s)
 SPARK_POINTS = 100
 BACKFILL_RUNS = 16  # runs the list reads back from Prometheus after a restart, newest first
-SPARK_KEYS = ("critic/score/mean", "critic/rewards/mean", "actor/entropy")
+SPARK_KEYS = (*SCORE_KEYS, ENTROPY)
 Answer = dict[str, object]
 
 
@@ -193,7 +195,7 @@ def card_diff(cards: Cards, first: Run, second: Run) -> Answer | None:
     if not isinstance(mine, dict) or not isinstance(theirs, dict):
         return None
     found, by_nature = differences(mine, theirs)
-    rows = [[k, None if x is ABSENT else x, None if y is ABSENT else y] for k, x, y in found]
+    rows = [[d.key, None if d.first is ABSENT else d.first, None if d.second is ABSENT else d.second] for d in found]
     return {"first": first[1], "second": second[1], "differences": rows, "by_nature": len(by_nature)}
 
 
@@ -209,7 +211,7 @@ def run_answer(
     ages = _hub_runs(streams)
     history = sources.history(run)
     if history is None and run not in ages and sources.imports.get(run) is None:
-        raise NotFound(f"experiment_name: no run {run[0][:100]!r} / {run[1][:100]!r} here (GET /api/v1/explorer/runs)")
+        raise NotFound(f"experiment_name: no run {run[0][:100]!r} / {run[1][:100]!r} here (GET {paths.EXPLORER_RUNS})")
     try:
         kept: dict[str, Json] | None = cards.get(*run)
     except NotFound:

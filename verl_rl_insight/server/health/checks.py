@@ -13,6 +13,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from verl_rl_insight.contract.verl_keys import (
+    CRITIC_VF_LOSS,
+    GRAD_NORM,
+    PG_LOSS,
+    REWARDS_MAX,
+    REWARDS_MIN,
+    SCORE_MAX,
+    SCORE_MIN,
+)
 from verl_rl_insight.server.health.signals import Series, fmt, median, noise, quantile, robust, steps, theil_sen
 from verl_rl_insight.server.settings.health import HealthSettings
 
@@ -217,16 +226,14 @@ def no_learning_signal(series: Series, extra: Extra, p: Params) -> Check | None:
     adv_max, adv_min = at("critic/advantages/max"), at("critic/advantages/min")
     if adv_max is not None and adv_min is not None and abs(adv_max) <= _ZERO and abs(adv_min) <= _ZERO:
         why.append("every advantage is 0")
-    grad = at("actor/grad_norm")
+    grad = at(GRAD_NORM)
     if grad is not None and abs(grad) <= _ZERO:
-        why.append("actor/grad_norm is 0")
-    update = ("actor/grad_norm", "actor/pg_loss")
+        why.append(f"{GRAD_NORM} is 0")
+    update = (GRAD_NORM, PG_LOSS)
     if all(extra.get(k) for k in update) and all(at(k) is None for k in update):
-        why.append(
-            "no actor/grad_norm or actor/pg_loss at this step, which the run logged before: verl skipped the update"
-        )
-    for name in ("score", "rewards"):
-        high, low = at(f"critic/{name}/max"), at(f"critic/{name}/min")
+        why.append(f"no {GRAD_NORM} or {PG_LOSS} at this step, which the run logged before: verl skipped the update")
+    for name, most, least in (("score", SCORE_MAX, SCORE_MIN), ("rewards", REWARDS_MAX, REWARDS_MIN)):
+        high, low = at(most), at(least)
         if high is not None and low is not None and high - low <= _ZERO:
             why.append(f"every sample's {name} is {fmt(high)}")
             break
@@ -263,8 +270,8 @@ def zero_variance(series: Series, extra: Extra, p: Params) -> Check | None:
         elif solved is not None and failed is not None:
             evidence += f": {solved:.0%} all solved, {failed:.0%} none solved"
     else:
-        high, low = _at(extra, "critic/score/max", step), _at(extra, "critic/score/min", step)
-        if high is None or low is None or _at(extra, "critic/vf_loss", step) is not None:
+        high, low = _at(extra, SCORE_MAX, step), _at(extra, SCORE_MIN, step)
+        if high is None or low is None or _at(extra, CRITIC_VF_LOSS, step) is not None:
             return None
         if high - low > _ZERO:
             return Check(False, math.nan, p.zero_variance_share)  # some group varies: no share to tell

@@ -18,11 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from verl_rl_insight.contract.verl_keys import RESPONSE_LENGTH_CLIP_RATIO
 from verl_rl_insight.server.health.modes import BY_NAME, SEVERITIES, Finding, series_name
 from verl_rl_insight.server.health.signals import Series
 
 History = Mapping[str, Series]
-CLIP_SERIES = series_name("response_length/clip_ratio")
+CLIP_SERIES = series_name(RESPONSE_LENGTH_CLIP_RATIO)
 
 JOIN_STEPS = 25  # findings of one cause begin within this many steps of one another
 GAP_STEPS = 5  # and their steps overlap, or lie this close

@@ -20,6 +20,13 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
+from verl_rl_insight.contract.verl_keys import (
+    ENTROPY_KEYS,
+    KL_LOSS,
+    RESPONSE_LENGTH_CLIP_RATIO,
+    RESPONSE_LENGTH_MEAN,
+    REWARD_KL_PENALTY,
+)
 from verl_rl_insight.server.health.checks import Check, Extra, Params
 from verl_rl_insight.server.health.signals import Series, fmt, median, noise
 
@@ -29,7 +36,6 @@ BASELINE = 20
 MIN_BASELINE = 5
 TURNS = "num_turns/mean"
 NO_CALL_TURNS = 2.0  # the prompt and one answer: no tool call
-SCORE_KEYS = ("critic/score/mean", "critic/rewards/mean")
 
 
 class Signal(NamedTuple):
@@ -47,12 +53,12 @@ class Signal(NamedTuple):
 
 SIGNALS = (
     Signal("tool calls", (TURNS,), -1, lambda p: p.leading_turns_share, NO_CALL_TURNS),
-    Signal("response length", ("response_length/mean",), 0, lambda p: p.leading_length_share),
+    Signal("response length", (RESPONSE_LENGTH_MEAN,), 0, lambda p: p.leading_length_share),
     # entropy up only: falling is what a policy does as it learns (a base model's first tens of steps);
     # a collapse to one answer is entropy_collapse's, with the score falling
-    Signal("entropy", ("actor/entropy", "actor/entropy_loss"), 1, lambda p: p.leading_entropy_share),
-    Signal("truncation", ("response_length/clip_ratio",), 1, lambda p: 0.0, at_least=0.03),
-    Signal("KL", ("actor/kl_loss", "actor/reward_kl_penalty"), 1, lambda p: p.leading_kl_share, at_least=0.05),
+    Signal("entropy", ENTROPY_KEYS, 1, lambda p: p.leading_entropy_share),
+    Signal("truncation", (RESPONSE_LENGTH_CLIP_RATIO,), 1, lambda p: 0.0, at_least=0.03),
+    Signal("KL", (KL_LOSS, REWARD_KL_PENALTY), 1, lambda p: p.leading_kl_share, at_least=0.05),
 )
 KEYS = tuple(k for s in SIGNALS for k in s.keys)
 

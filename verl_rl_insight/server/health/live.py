@@ -319,7 +319,8 @@ class HealthMonitor:
         project, experiment = run
         made: list[Batch] = []
         counts = record.emitted.counts
-        for (_, _, at), said in saids:
+        for step, said in saids:
+            at = step.time
             counts[said.detector] = counts.get(said.detector, 0.0) + (1.0 if said.finding else 0.0)
             metrics = {
                 "rl_insight_health_finding": 1.0 if said.finding else 0.0,

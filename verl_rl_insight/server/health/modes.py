@@ -10,6 +10,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from verl_rl_insight.contract.naming import METRIC_PREFIX, metric_name
+from verl_rl_insight.contract.verl_keys import (
+    GRAD_NORM,
+    KL_LOSS,
+    RESPONSE_LENGTH_CLIP_RATIO,
+    RESPONSE_LENGTH_MEAN,
+    REWARD_KL_PENALTY,
+    ROLLOUT_PROBS_DIFF_MEAN,
+    THROUGHPUT,
+)
 from verl_rl_insight.server.health import checks, leading, trends, validation
 from verl_rl_insight.server.health.checks import Params, Rise, Test
 from verl_rl_insight.server.health.trends import any_of, trend
@@ -182,7 +191,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "kl_blowup",
-        ("actor/kl_loss", "actor/reward_kl_penalty", "critic/kl"),  # critic/kl: older verl's reward penalty
+        (KL_LOSS, REWARD_KL_PENALTY, "critic/kl"),  # critic/kl: older verl's reward penalty
         "critical",
         2,
         any_of(
@@ -198,7 +207,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "grad_norm_spike",
-        ("actor/grad_norm",),
+        (GRAD_NORM,),
         "warning",
         1,
         any_of(checks.persistent_spike, trend(1, lambda p: p.trend_grad_rise)),
@@ -223,7 +232,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "response_length_explosion",
-        ("response_length/mean",),
+        (RESPONSE_LENGTH_MEAN,),
         "warning",
         3,
         any_of(
@@ -238,7 +247,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "response_length_collapse",
-        ("response_length/mean",),
+        (RESPONSE_LENGTH_MEAN,),
         "warning",
         3,
         any_of(
@@ -255,7 +264,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "response_truncation",
-        ("response_length/clip_ratio",),
+        (RESPONSE_LENGTH_CLIP_RATIO,),
         "warning",
         3,
         any_of(
@@ -296,7 +305,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "throughput_drop",
-        ("perf/throughput",),
+        (THROUGHPUT,),
         "warning",
         3,
         any_of(
@@ -310,7 +319,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "logprob_mismatch",
-        ("training/rollout_probs_diff_mean",),
+        (ROLLOUT_PROBS_DIFF_MEAN,),
         "warning",
         3,
         checks.mismatch,

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC, METRIC_PREFIX, STEP_TIME_METRIC
+from verl_rl_insight.contract.verl_phases import TIMED
 from verl_rl_insight.server.health.signals import Series, robust
 
 WINDOW = 20
@@ -31,19 +32,9 @@ LEAVE_Z = 4.0
 LEAVE_REL = 0.2
 MOVED_Z = 3.0
 MIN_PAIRS = 8
-# the phases verl's fit loop times with marked_timer (timing_s/<name>); timing_s/agent_loop/* are
-# per-sample statistics (some of them lengths), not phases of the step
-PHASES: tuple[str, ...] = (
-    "gen",
-    "generate_sequences",
-    "reward",
-    "old_log_prob",
-    "ref",
-    "values",
-    "adv",
-    "update_critic",
-)
-PHASES += ("update_actor", "update_weights", "reshard", "testing", "save_checkpoint")
+# the phases verl times (timing_s/<name>: the fit loop's and older rollout workers'); timing_s/agent_loop/*
+# are per-sample statistics (some of them lengths), not phases of the step
+PHASES = TIMED
 PHASE_FLOOR = 0.05  # a phase's range counts when it moved by 5 % of the run's median step time
 MIN_ASSOCIATION = 0.3  # |rho| under this is no association worth a line
 TOP = 5

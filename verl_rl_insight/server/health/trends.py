@@ -24,10 +24,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from verl_rl_insight.contract.verl_keys import SCORE_KEYS
 from verl_rl_insight.server.health.checks import Check, Extra, Params, Setting, Steps, Test
 from verl_rl_insight.server.health.signals import Series, fmt, mann_kendall, median, noise, steps
-
-SCORE_KEYS = ("critic/score/mean", "critic/rewards/mean")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
+from verl_rl_insight.contract.verl_keys import SCORE_KEYS
 from verl_rl_insight.server.health.checks import Check, Extra, Params
 from verl_rl_insight.server.health.signals import Series, curvature_noise, fmt, noise, steps
 
@@ -195,7 +196,7 @@ def train_val_divergence(series: Series, extra: Extra, p: Params) -> Check | Non
         return None
     last = series[-1][0]
     val = [(s, v) for s, v in series if s > last - p.divergence_steps]
-    score = next((extra[k] for k in ("critic/score/mean", "critic/rewards/mean") if extra.get(k)), None)
+    score = next((extra[k] for k in SCORE_KEYS if extra.get(k)), None)
     if len(val) < 5 or score is None:
         return None
     values = [v for _, v in val]

@@ -1,19 +1,36 @@
-"""The verl keys the health walk reads, named once: the score, entropy under both of its names, what
+"""The verl keys the health walk reads, grouped once: the score, entropy under both of its names, what
 tells a run that learns nothing, the group statistics, the step time and the values that must stay
-finite (from verl's own metric functions, ``verl/trainer/ppo/metric_utils.py``, and the trainer's
-update outputs)."""
+finite (verl's keys are named in ``contract/verl_keys.py``, where verl logs each)."""
 
-SCORE = ("critic/score/mean", "critic/rewards/mean")
-ENTROPY = ("actor/entropy", "actor/entropy_loss")  # older verl logs the mean entropy as entropy_loss
+from verl_rl_insight.contract.verl_keys import (
+    CRITIC_GRAD_NORM,
+    CRITIC_VF_LOSS,
+    ENTROPY_KEYS,
+    GRAD_NORM,
+    KL_LOSS,
+    PG_LOSS,
+    REWARDS_MAX,
+    REWARDS_MEAN,
+    REWARDS_MIN,
+    SCORE_KEYS,
+    SCORE_MAX,
+    SCORE_MEAN,
+    SCORE_MIN,
+    STEP_TIME,
+    TIME_PER_STEP,
+)
+
+SCORE = SCORE_KEYS
+ENTROPY = ENTROPY_KEYS
 SIGNAL_KEYS = (
     "critic/advantages/max",
     "critic/advantages/min",
-    "actor/grad_norm",
-    "actor/pg_loss",  # with grad_norm: absent from a step that logs the rest, verl skipped the update
-    "critic/score/max",
-    "critic/score/min",
-    "critic/rewards/max",
-    "critic/rewards/min",
+    GRAD_NORM,
+    PG_LOSS,  # with grad_norm: absent from a step that logs the rest, verl skipped the update
+    SCORE_MAX,
+    SCORE_MIN,
+    REWARDS_MAX,
+    REWARDS_MIN,
 )
 ZERO_VARIANCE = "rl_insight/group/zero_variance_share"  # plugin group_stats
 GROUP_KEYS = (
@@ -21,22 +38,21 @@ GROUP_KEYS = (
     "rl_insight/group/solve_all_share",
     "rl_insight/group/solve_none_share",
     "rl_insight/group/reward_std/mean",
-    "critic/score/max",
-    "critic/score/min",
-    "critic/vf_loss",  # a critic: PPO's advantages do not come from groups
+    SCORE_MAX,
+    SCORE_MIN,
+    CRITIC_VF_LOSS,  # a critic: PPO's advantages do not come from groups
 )
-STEP_TIME_KEYS = ("timing_s/step", "timing/step", "perf/time_per_step")
+STEP_TIME_KEYS = (STEP_TIME, "timing/step", TIME_PER_STEP)
 
 NON_FINITE_KEYS = (
-    "actor/pg_loss",
-    "actor/grad_norm",
-    "actor/entropy",
-    "actor/entropy_loss",
+    PG_LOSS,
+    GRAD_NORM,
+    *ENTROPY_KEYS,
     "actor/ppo_kl",
-    "actor/kl_loss",
-    "critic/vf_loss",
-    "critic/grad_norm",
-    "critic/score/mean",
-    "critic/rewards/mean",
+    KL_LOSS,
+    CRITIC_VF_LOSS,
+    CRITIC_GRAD_NORM,
+    SCORE_MEAN,
+    REWARDS_MEAN,
     "critic/advantages/mean",
 )

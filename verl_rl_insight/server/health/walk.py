@@ -24,6 +24,7 @@ newer.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.health.detectors import BY_NAME, Said
@@ -32,7 +33,14 @@ from verl_rl_insight.server.settings.health import HealthSettings
 
 ONLINE = {d.name for d in BY_NAME.values() if d.online} | {"stall"}  # stall: its step times, for its rule
 LATE = 64  # a walk again from the start emits the series never emitted of the run's last LATE steps at most
-StepValues = tuple[int, dict[str, float], float]  # (step, its values the detectors read, its time)
+
+
+class StepValues(NamedTuple):
+    """A step as the walk feeds it to the detectors."""
+
+    step: int
+    values: dict[str, float]  # its values the detectors read
+    time: float  # its time
 
 
 def read_names(names: Sequence[str], validation_keys: Sequence[str] = ()) -> list[str]:
@@ -108,15 +116,15 @@ class RunWalk:
                 x = history.value(name, i)
                 if x is not None:
                     values[name] = x
-            out.append((history.steps[i], values, history.times[i]))
+            out.append(StepValues(history.steps[i], values, history.times[i]))
         self.version = history.version
         return out
 
     def feed(self, steps: list[StepValues]) -> list[tuple[StepValues, list[Said]]]:
         """Feed ``steps`` in order; what the detectors said of each."""
-        said = [(step, self.health.add(*step)) for step in steps]
+        said = [(step, self.health.add(step.step, step.values, step.time)) for step in steps]
         if steps:
-            self.fed, self.last_fed = self.fed + len(steps), steps[-1][0]
+            self.fed, self.last_fed = self.fed + len(steps), steps[-1].step
         return said
 
 
@@ -129,15 +137,15 @@ def to_emit(
     ``LATE``): a step walked before only from the last LATE on."""
     out = []
     for step, saids in said:
-        if floor is not None and step[2] <= floor:
+        if floor is not None and step.time <= floor:
             continue
         for s in saids:
             key = (s.detector, s.metric)
             newest = emitted.newest.get(key)
-            if s.detector not in ONLINE or (newest is not None and step[2] <= newest):
+            if s.detector not in ONLINE or (newest is not None and step.time <= newest):
                 continue
-            if again is not None and step[0] <= again[0] and step[0] < again[1]:
+            if again is not None and step.step <= again[0] and step.step < again[1]:
                 continue
-            emitted.newest[key] = step[2]
+            emitted.newest[key] = step.time
             out.append((step, s))
     return out

@@ -54,6 +54,14 @@ class HistoryStats(Counters):
     forgotten_runs: int = 0  # runs forgotten at max_bytes (read back from Prometheus when asked)
 
 
+class Step(NamedTuple):
+    """A step of a run read back from Prometheus (``explorer/prometheus.py``)."""
+
+    step: int
+    time: float  # the step's time: the trainer's, one for all its values
+    values: Mapping[str, float]  # series name -> value
+
+
 class Waiting(NamedTuple):
     """A batch queued for the next read."""
 
@@ -173,9 +181,7 @@ class Histories:
                 self._forgotten.popitem(last=False)
             self.stats.forgotten_runs += 1
 
-    def fill(
-        self, run: Run, steps: Iterable[tuple[int, float, Mapping[str, float]]], finished: float | None = None
-    ) -> RunHistory | None:
+    def fill(self, run: Run, steps: Iterable[Step], finished: float | None = None) -> RunHistory | None:
         """A run read back from Prometheus (steps in any order); what the hub added since stays. The
         run stays ``partial`` (read back again later) while Prometheus has not given back the newest
         step it had when it was forgotten. Returns the run's history (filled, even when the runs
@@ -185,11 +191,11 @@ class Histories:
             newest: int | None = None
             latest: float | None = None
             history = None
-            for step, at, metrics in steps:
-                self._add(run, step, at, tuple(metrics), tuple(metrics.values()))
+            for read in steps:
+                self._add(run, read.step, read.time, tuple(read.values), tuple(read.values.values()))
                 history = self._runs.get(run, history)
-                newest = step if newest is None else max(newest, step)
-                latest = at if latest is None else max(latest, at)
+                newest = read.step if newest is None else max(newest, read.step)
+                latest = read.time if latest is None else max(latest, read.time)
             history = self._runs.get(run, history)
             if history is not None:
                 history.from_prometheus = True

@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from verl_rl_insight.contract.naming import STEP_TIME_METRIC
+from verl_rl_insight.contract.naming import METRIC_PREFIX, STEP_TIME_METRIC, metric_name
 from verl_rl_insight.contract.runs import RUN_FINISHED
+from verl_rl_insight.contract.verl_keys import GRAD_NORM, ROLLOUT_PROBS_DIFF_MEAN, THROUGHPUT
 from verl_rl_insight.server.health import detectors
 from verl_rl_insight.server.managed.service import Links
 from verl_rl_insight.server.settings.alerts import DEFAULTS, AlertSettings
@@ -26,7 +27,7 @@ BY_STALL = detectors.STALL
 
 
 def _probs_diff(t: AlertSettings, level: str, threshold: float) -> Rule:
-    mean = "rl_insight_monitor_training_rollout_probs_diff_mean"
+    mean = metric_name(METRIC_PREFIX, ROLLOUT_PROBS_DIFF_MEAN)
     window = t.probs_diff_window
     return {
         "alert": f"RLInsightRolloutProbsDiff{level.capitalize()}",
@@ -184,8 +185,8 @@ def _stalled(t: AlertSettings) -> Rule:
 
 def render(alerts: AlertSettings = DEFAULTS, links_to: Links | None = None) -> str:
     t = alerts
-    grad = "rl_insight_monitor_actor_grad_norm"
-    throughput = "rl_insight_monitor_perf_throughput"
+    grad = metric_name(METRIC_PREFIX, GRAD_NORM)
+    throughput = metric_name(METRIC_PREFIX, THROUGHPUT)
     rules = [
         _probs_diff(t, "warning", t.probs_diff_warning),
         _probs_diff(t, "critical", t.probs_diff_critical),

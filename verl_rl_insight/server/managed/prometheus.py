@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract import paths, server_url
 from verl_rl_insight.server.managed import alert_rules, alertmanager
 from verl_rl_insight.server.managed.service import Links, ManagedService
 from verl_rl_insight.server.settings.prometheus_jobs import HUB_JOB, PROMETHEUS_JOB, TARGETS_JOB
@@ -18,7 +18,7 @@ from verl_rl_insight.server.stores.files import write_atomically
 # remote_write keys whose values are secrets: never in server.json or a log
 SECRET_KEYS = ("basic_auth", "authorization", "bearer_token", "oauth2", "sigv4", "azuread", "headers")
 
-HEALTH_PATH = "/-/ready"
+HEALTH_PATH = paths.PROMETHEUS_READY
 
 # Prometheus listens on loopback only: Grafana and the hub reach it here; nobody elsewhere reads a
 # run, its config (remote_write secrets) or its admin API; a local user without the server's
@@ -94,7 +94,7 @@ def render_config(
             {
                 # job, replica, node, project, ... come from the registry as target labels
                 "job_name": TARGETS_JOB,
-                "http_sd_configs": [{"url": f"http://{hub}/api/v1/sd", "refresh_interval": interval}],
+                "http_sd_configs": [{"url": f"http://{hub}{paths.SERVICE_DISCOVERY}", "refresh_interval": interval}],
             },
         ],
     }

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from verl_rl_insight.contract import server_url
+from verl_rl_insight.contract import paths, server_url
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 from verl_rl_insight.server.metrics.exposure import SCRAPE_NUMBER
 from verl_rl_insight.server.metrics.hub import MetricHub
@@ -63,7 +63,7 @@ class DeliveryCheck:
         job = f',job="{self.jobs[name]}"' if name in self.jobs else ""
         query = f'{SCRAPE_NUMBER}{{scraper="{name}"{job}}}[{int(window_s) + 1}s]'
         try:
-            reply = self.client.request("GET", f"{url}/api/v1/query", params={"query": query})
+            reply = self.client.request("GET", url + paths.PROMETHEUS_QUERY, params={"query": query})
             if not reply.ok:
                 raise Unreachable(f"answered {reply.status}: {reply.error()}")
             result = reply.json()["data"]["result"]

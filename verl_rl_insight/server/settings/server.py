@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from verl_rl_insight.contract import environment
+from verl_rl_insight.contract import environment, paths
 from verl_rl_insight.contract.errors import ConfigError
 from verl_rl_insight.contract.naming import is_label_name, is_scraper_name
 from verl_rl_insight.contract.wire_limits import MAX_FUTURE_S
@@ -77,7 +77,7 @@ def check_remote_write(entries: object) -> None:
             if SECRET_HEADER.search(str(name)):
                 raise ConfigError(
                     f"remote_write[{i}].headers.{name}: Prometheus shows header values in clear "
-                    "(/api/v1/status/config); put the credential under authorization: {credentials: ...} "
+                    f"({paths.PROMETHEUS_CONFIG}); put the credential under authorization: {{credentials: ...}} "
                     "or basic_auth: {username: ..., password: ...}, which it shows as <secret>"
                 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -32,6 +32,14 @@ class SpanEncoding(SpanError, UnsupportedEncoding):
 
 Scalar = str | bool | int | float  # an attribute's value as a record keeps it
 Record = dict[str, Any]  # a span as the store keeps it (ids, name, times, its attributes: Scalar values)
+
+
+class RunSpan(NamedTuple):
+    """A span of a request with the run it names."""
+
+    project: str
+    experiment: str  # its experiment_name
+    span: Record
 
 
 def decode(body: bytes, encoding: str | None, limit: int) -> ExportTraceServiceRequest:
@@ -68,8 +76,8 @@ def _value(any_value: AnyValue) -> Scalar | None:
     return None
 
 
-def records(request: ExportTraceServiceRequest) -> Iterator[tuple[str, str, Record]]:
-    """(project, experiment_name, record) for each span of a request; spans without a run are skipped."""
+def records(request: ExportTraceServiceRequest) -> Iterator[RunSpan]:
+    """Each span of a request with its run; spans without a run are skipped."""
     for resource_spans in request.resource_spans:
         resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
         for scope_spans in resource_spans.scope_spans:
@@ -87,7 +95,7 @@ def records(request: ExportTraceServiceRequest) -> Iterator[tuple[str, str, Reco
                 host = resource.get("host.name")
                 if host is not None:
                     attrs.setdefault("node", host)
-                yield (
+                yield RunSpan(
                     project,
                     experiment,
                     {

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.stores.files import write_atomically
-from verl_rl_insight.server.stores.otlp import Record, SpanEncoding, SpanError, SpanTooLarge, decode, records
+from verl_rl_insight.server.stores.otlp import Record, RunSpan, SpanEncoding, SpanError, SpanTooLarge, decode, records
 from verl_rl_insight.server.stores.span_index import MAX_BYTES as INDEX_BYTES
 from verl_rl_insight.server.stores.span_index import Places, RunIndex, SpanIndex, index_files, read_places
 from verl_rl_insight.server.stores.stats import SpanStoreStats
@@ -158,15 +158,15 @@ class SpanStore:
     def _path(self, key: str, segment: Segment) -> Path:
         return self.folder / (f"{key}.jsonl" if segment["n"] == 0 else f"{key}.{segment['n']}.jsonl")
 
-    def add(self, request: ExportTraceServiceRequest, found: list[tuple[str, str, Record]] | None = None) -> int:
+    def add(self, request: ExportTraceServiceRequest, found: list[RunSpan] | None = None) -> int:
         """Keep the spans of one OTLP request (``found``: its ``records``, where the caller has
         them already); returns how many were kept."""
         lines: dict[Run, list[tuple[int | None, str, Record]]] = {}
         total = 0
-        for project, experiment, record in records(request) if found is None else found:
+        for one in records(request) if found is None else found:
             total += 1
-            line = json.dumps(record, separators=(",", ":")) + "\n"
-            lines.setdefault((project, experiment), []).append((span_step(record), line, record))
+            line = json.dumps(one.span, separators=(",", ":")) + "\n"
+            lines.setdefault((one.project, one.experiment), []).append((span_step(one.span), line, one.span))
         spans = sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
         kept = 0
         with self._lock:

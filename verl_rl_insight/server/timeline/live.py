@@ -49,6 +49,7 @@ from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.contract.wire import Batch
 from verl_rl_insight.server.metrics.budgets import share_of
 from verl_rl_insight.server.metrics.derived import derived_batch
+from verl_rl_insight.server.stores.otlp import RunSpan
 from verl_rl_insight.server.timeline.summary import REPLICA_PREFIX, StepSummary, summarize
 
 SOURCE_LABEL = {"source": "timeline"}
@@ -216,11 +217,11 @@ class LiveFigures:
         self._last: dict[Run, dict[str, Any]] = {}  # the newest step made, per run, as lanes
         self._lock = threading.Lock()
 
-    def observe(self, records: Iterable[tuple[str, str, dict[str, Any]]]) -> None:
+    def observe(self, records: Iterable[RunSpan]) -> None:
         now = self.clock()
         with self._lock:
-            for project, experiment, record in records:
-                key = (project, experiment)
+            for one in records:
+                key, record = (one.project, one.experiment), one.span
                 run = self._runs.get(key)
                 if run is None:
                     run = self._runs[key] = _Run()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
+from verl_rl_insight.contract.verl_phases import SPAN_NAMES
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import plugin_settings
 from verl_rl_insight.trainer.hook_types import RunInfo, Trajectory
@@ -39,37 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["AnnouncedEndpointExporter", "CountingSpanProcessor", "Plugin", "otlp_endpoint", "processor", "span_name"]
 
 logger = logging.getLogger("verl_rl_insight")
-
-# verl's phase names -> low-cardinality span names; the raw name stays in attribute state_name
-SPAN_NAMES: dict[str, str] = {
-    "step": "trainer step",
-    "gen": "rollout generate",
-    "generate_sequences": "rollout generate",
-    "vllm_generate": "rollout generate",
-    "sglang_generate": "rollout generate",
-    "reward": "reward compute",
-    "old_log_prob": "actor old_log_prob",
-    "ref": "ref log_prob",
-    "values": "critic values",
-    "adv": "advantage compute",
-    "update_critic": "critic update",
-    "update_actor": "actor update",
-    "update_weights": "weights sync",
-    "save_checkpoint": "checkpoint save",
-    "testing": "validation",
-    # verl's separate_async trainer (trainer/ppo/v1/trainer_separate_async.py): the GPUs handed over
-    "switch_to_rollout": "switch to rollout",
-    "switch_wait": "switch wait",
-    "switch_to_trainer": "switch to trainer",
-    # DistProfiler.annotate roles (verl >= 0.9, on worker lanes rank_<n>)
-    "actor_update": "actor update",
-    "actor_compute_log_prob": "actor log_prob",
-    "ref_compute_log_prob": "ref log_prob",
-    "rollout": "rollout generate",
-    "async_rollout": "rollout generate",
-    "train_batch": "train batch",
-    "forward_backward": "forward backward",
-}
 
 HOST = socket.gethostname()
 OpenState = tuple[str, "Span", int]  # (state name, its span, start ns)
