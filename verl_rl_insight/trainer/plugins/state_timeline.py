@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from omegaconf import DictConfig
 
@@ -72,7 +72,14 @@ SPAN_NAMES: dict[str, str] = {
 }
 
 HOST = socket.gethostname()
-OpenState = tuple[str, "Span", int]  # (state name, its span, start ns)
+
+
+class OpenState(NamedTuple):
+    """A state entered on a lane of this thread and not exited yet."""
+
+    name: str
+    span: Span
+    start_ns: int
 
 
 def span_name(state: str) -> str:
@@ -161,7 +168,7 @@ class Plugin:
         from opentelemetry import context, trace
 
         stack = self._stack(lane)
-        return trace.set_span_in_context(stack[-1][1]) if stack else context.Context()
+        return trace.set_span_in_context(stack[-1].span) if stack else context.Context()
 
     def _count(self, name: str, lane: str, duration_ns: int) -> None:
         with self.durations_lock:
@@ -169,19 +176,24 @@ class Plugin:
             entry[0] += duration_ns / 1e9
             entry[1] += 1
 
-    @hookimpl
-    def rl_insight_state_enter(
-        self, run: RunInfo, name: str, lane: str, start_ns: int, attributes: dict[str, object]
-    ) -> None:
-        if self.tracer is None:
-            return
-        span = self.tracer.start_span(
+    def _start_span(
+        self, tracer: Tracer, run: RunInfo, name: str, lane: str, start_ns: int, attributes: dict[str, object]
+    ) -> Span:
+        """The span of state ``name``, a child of the innermost open state on its lane of this thread."""
+        return tracer.start_span(
             span_name(name),
             context=self._parent_context(lane),
             start_time=start_ns,
             attributes=span_attributes(run, name, lane, attributes),
         )
-        self._stack(lane).append((name, span, start_ns))
+
+    @hookimpl
+    def rl_insight_state_enter(
+        self, run: RunInfo, name: str, lane: str, start_ns: int, attributes: dict[str, object]
+    ) -> None:
+        if self.tracer is not None:
+            span = self._start_span(self.tracer, run, name, lane, start_ns, attributes)
+            self._stack(lane).append(OpenState(name, span, start_ns))
 
     @hookimpl
     def rl_insight_state_exit(
@@ -189,12 +201,12 @@ class Plugin:
     ) -> None:
         stack = self._stack(lane)
         for i in range(len(stack) - 1, -1, -1):
-            if stack[i][0] == name:
-                _, span, start_ns = stack.pop(i)
+            if stack[i].name == name:
+                state = stack.pop(i)
                 for key, value in (attributes or {}).items():
-                    span.set_attribute(key, value)
-                span.end(end_time=end_ns)
-                self._count(name, lane, end_ns - start_ns)
+                    state.span.set_attribute(key, value)
+                state.span.end(end_time=end_ns)
+                self._count(name, lane, end_ns - state.start_ns)
                 return
 
     @hookimpl
@@ -203,15 +215,8 @@ class Plugin:
     ) -> None:
         lane = lane or "trainer"
         self._count(name, lane, end_ns - start_ns)
-        if self.tracer is None:
-            return
-        span = self.tracer.start_span(
-            span_name(name),
-            context=self._parent_context(lane),
-            start_time=start_ns,
-            attributes=span_attributes(run, name, lane, attributes),
-        )
-        span.end(end_time=end_ns)
+        if self.tracer is not None:
+            self._start_span(self.tracer, run, name, lane, start_ns, attributes).end(end_time=end_ns)
 
     @hookimpl
     def rl_insight_collect(self, run: RunInfo) -> list[MetricBatch] | None:
