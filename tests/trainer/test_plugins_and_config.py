@@ -236,6 +236,7 @@ def test_each_plugin_manager_holds_its_own_plugin_objects_so_one_runs_state_neve
     state; a run the first one saw is unknown to the second, and finishing it there sends nothing."""
     from verl_rl_insight.trainer.manager import build_plugin_manager
     from verl_rl_insight.trainer.runtime import RunInfo
+    from verl_rl_insight.trainer.services import Services
 
     config = load_config({"rl_insight": {"plugins": {"hardware": {"enabled": False}}}}, environ={})
     first, second = build_plugin_manager(config, environ={}), build_plugin_manager(config, environ={})
@@ -252,7 +253,7 @@ def test_each_plugin_manager_holds_its_own_plugin_objects_so_one_runs_state_neve
     for pm in (first, second):
         exporters[id(pm)] = Exporter()
         pm.register(exporters[id(pm)])
-        pm.hook.rl_insight_configure(config=config, pm=pm)
+        pm.hook.rl_insight_configure(config=config, pm=pm, services=Services.of(config))
     sent = {key: exporter.sent for key, exporter in exporters.items()}
     first.hook.rl_insight_log_metrics(run=RunInfo("p", "e"), metrics=step_metrics(1, 5), step=1, timestamp=1.0)
     second.hook.rl_insight_shutdown(timeout_s=0.1)

@@ -18,8 +18,9 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.counters import Counters
-from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.config import ServerUrl, plugin_settings
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -41,11 +42,11 @@ def origin(url: str) -> tuple[str, str | None, int]:
     return parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
-def otlp_endpoint(config: DictConfig, environ: Mapping[str, str] | None = None) -> str | None:
-    """Where spans go; for a server URL alone, the default that ``AnnouncedEndpointExporter`` refines."""
+def otlp_endpoint(config: DictConfig, server: ServerUrl | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """Where spans go; for a ``server`` alone, the default that ``AnnouncedEndpointExporter`` refines."""
     explicit = explicit_endpoint(config, environ)
-    if explicit is None and config.get("server_url"):
-        host = urllib.parse.urlsplit(str(config.server_url)).hostname
+    if explicit is None and server is not None:
+        host = urllib.parse.urlsplit(server.base).hostname
         port = plugin_settings(config, "state_timeline").otlp_port
         return f"http://{host}:{port}/v1/traces"
     return explicit
@@ -55,8 +56,8 @@ class AnnouncedEndpointExporter:
     """Asks the rl-insight server (``/api/v1/info``) where its OTLP receiver is, on the first export,
     on the span thread; falls back to the server's host and ``otlp_port``."""
 
-    def __init__(self, server_url: str, fallback: str, make_exporter: Callable[[str], SpanExporter]) -> None:
-        self.server_url = server_url.rstrip("/")
+    def __init__(self, server: ServerUrl, fallback: str, make_exporter: Callable[[str], SpanExporter]) -> None:
+        self.server = server
         self.fallback = fallback
         self.make_exporter = make_exporter
         self.exporter: SpanExporter | None = None
@@ -71,7 +72,7 @@ class AnnouncedEndpointExporter:
             try:
                 from verl_rl_insight.contract.http_client import HttpClient
 
-                info = HttpClient().request("GET", self.server_url + "/api/v1/info", timeout_s=2, max_bytes=2**20)
+                info = HttpClient().request("GET", self.server.at(paths.INFO), timeout_s=2, max_bytes=2**20)
                 announced = info.json().get("otlp_traces") if info.ok else None
                 endpoint = announced if isinstance(announced, str) and announced else endpoint
             except Exception:
