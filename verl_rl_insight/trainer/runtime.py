@@ -22,7 +22,7 @@ from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.trainer.config import ENV_SERVER_URL, ENV_TOKEN, check_simulated_gpus, load_config
 from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.log_handoff import LogHandOff
-from verl_rl_insight.trainer.manager import build_plugin_manager
+from verl_rl_insight.trainer.manager import build_plugin_manager, registered
 from verl_rl_insight.trainer.services import Services
 
 logger = logging.getLogger("verl_rl_insight")
@@ -67,8 +67,7 @@ class Runtime:
 
     def plugin(self, name: str) -> object | None:
         """The plugin object registered as ``name`` (None when it is off or failed to load)."""
-        plugin: object | None = self.pm.get_plugin(name)
-        return plugin
+        return registered(self.pm, name)
 
     def _log_metrics(self, run: RunInfo, metrics: dict[str, object], step: int | None, timestamp: float) -> None:
         self.hook.rl_insight_log_metrics(run=run, metrics=metrics, step=step, timestamp=timestamp)
