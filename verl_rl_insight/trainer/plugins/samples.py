@@ -31,7 +31,7 @@ from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
 from verl_rl_insight.trainer.plugins import sample_picks
 from verl_rl_insight.trainer.plugins.sample_picks import SpanRow
-from verl_rl_insight.trainer.plugins.state_timeline import span_attributes
+from verl_rl_insight.trainer.plugins.span_export import span_attributes
 from verl_rl_insight.trainer.services import Services, Timeline
 
 if TYPE_CHECKING:

@@ -1,6 +1,7 @@
-"""Sending the timeline's spans: where to (the OTLP endpoint the user named, else the one the
-rl-insight server announces) and a batching span processor whose bounded queue drops and counts
-instead of blocking the training thread (state_timeline.py uses both)."""
+"""Sending the timeline's spans: their attributes, where to (the OTLP endpoint the user named, else
+the one the rl-insight server announces) and a batching span processor whose bounded queue drops and
+counts instead of blocking the training thread (state_timeline.py uses them all, the samples plugin
+the attributes)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import collections
 import dataclasses
 import logging
 import os
+import socket
 import threading
 import time
 import urllib.parse
@@ -21,8 +23,30 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.trainer.config import ServerUrl, plugin_settings
+from verl_rl_insight.trainer.hook_types import RunInfo
 
 logger = logging.getLogger("verl_rl_insight")
+
+HOST = socket.gethostname()
+
+
+def span_attributes(run: RunInfo, name: str, lane: str, attributes: dict[str, object]) -> dict[str, object]:
+    """A timeline span's attributes: the run, the state and its lane, this process, then ``attributes``
+    (``step`` as ``verl.step``; a value OpenTelemetry cannot carry as its text; None left out)."""
+    attrs: dict[str, object] = {
+        "project": run.project,
+        "experiment_name": run.experiment_name,
+        "state_name": name,
+        "state_lane_id": lane,
+        "node": HOST,
+        "pid": os.getpid(),
+    }
+    for key, value in (attributes or {}).items():
+        if value is not None:
+            attrs["verl.step" if key == "step" else key] = (
+                value if isinstance(value, (bool, int, float, str)) else str(value)
+            )
+    return attrs
 
 
 def explicit_endpoint(config: DictConfig, environ: Mapping[str, str] | None = None) -> str | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from typing import TYPE_CHECKING, NamedTuple
@@ -24,11 +23,13 @@ from verl_rl_insight.trainer.config import ServerUrl, plugin_settings
 from verl_rl_insight.trainer.hook_types import RunInfo, Trajectory
 from verl_rl_insight.trainer.hookspecs import hookimpl
 from verl_rl_insight.trainer.plugins.span_export import (
+    HOST,
     AnnouncedEndpointExporter,
     CountingSpanProcessor,
     explicit_endpoint,
     origin,
     otlp_endpoint,
+    span_attributes,
 )
 from verl_rl_insight.trainer.services import Services, Timeline
 
@@ -79,8 +80,6 @@ SPAN_NAMES: dict[str, str] = {
     "forward_backward": "forward backward",
 }
 
-HOST = socket.gethostname()
-
 
 class OpenState(NamedTuple):
     """A state entered on a lane of this thread and not exited yet."""
@@ -92,23 +91,6 @@ class OpenState(NamedTuple):
 
 def span_name(state: str) -> str:
     return SPAN_NAMES.get(state, state)
-
-
-def span_attributes(run: RunInfo, name: str, lane: str, attributes: dict[str, object]) -> dict[str, object]:
-    attrs: dict[str, object] = {
-        "project": run.project,
-        "experiment_name": run.experiment_name,
-        "state_name": name,
-        "state_lane_id": lane,
-        "node": HOST,
-        "pid": os.getpid(),
-    }
-    for key, value in (attributes or {}).items():
-        if value is not None:
-            attrs["verl.step" if key == "step" else key] = (
-                value if isinstance(value, (bool, int, float, str)) else str(value)
-            )
-    return attrs
 
 
 def make_tracer(config: DictConfig, endpoint: str, server: ServerUrl | None) -> tuple[Tracer, CountingSpanProcessor]:
