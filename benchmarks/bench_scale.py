@@ -138,10 +138,11 @@ def role_replicas(args):
     import verl_rl_insight as rli
     from verl_rl_insight.commands.demo.simulated_engines import EngineSimulator
     from verl_rl_insight.trainer.client.target_announcer import TargetAnnouncer
+    from verl_rl_insight.trainer.config import ServerUrl
 
     rli.init(PROJECT, args.experiment, config={"plugins": {"hardware": {"enabled": False}}})
     engines = [EngineSimulator("vllm", rank) for rank in range(args.replicas)]
-    announcer = TargetAnnouncer(args.hub, token=args.token, ttl_s=15)  # a heartbeat every 5 s
+    announcer = TargetAnnouncer(ServerUrl.parse(args.hub, args.token), ttl_s=15)  # a heartbeat every 5 s
     for engine in engines:
         announcer.announce(
             engine.address,

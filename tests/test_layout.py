@@ -386,10 +386,7 @@ def test_no_test_imports_the_benchmarks():
 
 
 # where an ``/api/v1`` literal may stand: contract/paths.py defines the paths (and contract/ may name them)
-API_LITERALS_ALLOWED = (
-    "verl_rl_insight/contract/",
-    "verl_rl_insight/trainer/",  # trainer/: taken up by the trainer change
-)
+API_LITERALS_ALLOWED = ("verl_rl_insight/contract/",)
 
 
 def api_literals(source: str) -> list[int]:
@@ -429,11 +426,8 @@ def test_no_api_path_is_spelled_outside_the_contract():
     assert api_literals(module) == [3, 8, 11]
 
 
-# positional record aliases another change turns into NamedTuples: the trainer's (its own branch)
-POSITIONAL_RECORDS_ALLOWED = {
-    "verl_rl_insight/trainer/log_handoff.py:Log",  # trainer/: taken up by the trainer change
-    "verl_rl_insight/trainer/plugins/state_timeline.py:OpenState",  # trainer/: taken up by the trainer change
-}
+# positional record aliases still allowed (none: a new one is named here with the reason it must stay)
+POSITIONAL_RECORDS_ALLOWED: set[str] = set()
 
 
 def positional_records(source: str) -> list[str]:
@@ -478,3 +472,64 @@ def test_no_record_of_three_or_more_fields_is_a_positional_tuple_alias():
     module += "Many = tuple[int, ...]\nOld: TypeAlias = tuple[str, str, int]\n\n\ndef f() -> None:\n"
     module += "    Local = tuple[int, int, int]\n"
     assert positional_records(module) == ["Step", "Old"]
+
+
+def plugin_objects_made_at_import(source):
+    """Calls that run when the module is imported (outside any function body) of a class of its own
+    with ``@hookimpl`` methods, or of a name ending in ``Plugin``: a plugin object made at import is
+    one object for every manager, and one run's state would reach the next."""
+    import ast
+
+    def marked(decorator):
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        return (target.id if isinstance(target, ast.Name) else getattr(target, "attr", None)) == "hookimpl"
+
+    tree = ast.parse(source)
+    plugin_classes = {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and any(marked(d) for f in node.body if isinstance(f, ast.FunctionDef) for d in f.decorator_list)
+    }
+    found = []
+
+    def visit(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return  # its body runs when it is called
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name in plugin_classes or name.endswith("Plugin"):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def test_no_built_in_plugin_module_makes_a_plugin_object_at_import(tmp_path):
+    """The manager registers a fresh ``Plugin()`` of each built-in module per manager (manager.py:
+    "a fresh manager holds fresh instances"); group_stats and samples once made theirs at import and
+    registered the module, its hooks the one instance's bound methods."""
+    from verl_rl_insight.trainer.manager import DEFAULT_PLUGINS
+
+    def module_file(root, module):
+        return root / (module.replace(".", "/") + ".py")
+
+    for module in DEFAULT_PLUGINS:
+        assert plugin_objects_made_at_import(module_file(REPO, module).read_text()) == [], module
+    # positive control: the line group_stats.py had, in a copy of the package
+    copy_of_the_package(tmp_path)
+    group_stats = module_file(tmp_path, "verl_rl_insight.trainer.plugins.group_stats")
+    group_stats.write_text(
+        group_stats.read_text() + "\n\nplugin = Plugin()\nrl_insight_collect = plugin.rl_insight_collect\n"
+    )
+    last = len(group_stats.read_text().splitlines()) - 1
+    assert plugin_objects_made_at_import(group_stats.read_text()) == [f"line {last}: Plugin()"]
+    renamed = (
+        group_stats.read_text().replace("class Plugin:", "class GroupStats:").replace("= Plugin()", "= GroupStats()")
+    )
+    assert plugin_objects_made_at_import(renamed) == [f"line {last}: GroupStats()"]
+    helper = "class HelperThread:\n    pass\n\n\nHELPER = HelperThread()\n"  # group_stats' own: no hooks, no plugin
+    assert plugin_objects_made_at_import(helper) == []

@@ -16,6 +16,7 @@ from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.client.sender import BatchSender
 from verl_rl_insight.trainer.config import load_config
 from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.services import Services
 
 
 class WatchedStats(collections.Counter):
@@ -81,7 +82,8 @@ def test_a_misspelled_hook_in_a_third_party_plugin_is_named_in_a_warning(monkeyp
         "rl-insight: plugin 'acme_metrics' implements 'rl_insight_log_metric', which is no hook rl-insight "
         "calls (did you mean 'rl_insight_log_metrics'?): it never runs"
     ]
-    pm.hook.rl_insight_configure(config=load_config(None, environ={}), pm=pm)
+    config = load_config(None, environ={})
+    pm.hook.rl_insight_configure(config=config, pm=pm, services=Services.of(config))
     assert plugin.configured  # the rest of the plugin works
 
 

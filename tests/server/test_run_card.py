@@ -20,6 +20,7 @@ from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.run_card import MASK, differences, redact, redact_argv, secret_key
 from verl_rl_insight.server.stores.run_cards import RunCardStore
 from verl_rl_insight.trainer.client import run_card as card_client
+from verl_rl_insight.trainer.config import ServerUrl
 
 PROJECT = "cards"
 URL_PASSWORD = "url-pass-5f1e9c"
@@ -287,7 +288,9 @@ def test_a_config_that_cannot_be_serialised_is_sent_with_a_note_and_git_may_be_m
 
 def test_a_server_that_is_down_costs_the_trainer_nothing_and_the_card_is_given_up(monkeypatch):
     port = free_port()  # nothing listens
-    sender = card_client.RunCardSender(f"http://127.0.0.1:{port}", "tok", "p", "e", {"a": 1}, retry_delays_s=(0.05,))
+    sender = card_client.RunCardSender(
+        ServerUrl(f"http://127.0.0.1:{port}", "tok"), "p", "e", {"a": 1}, retry_delays_s=(0.05,)
+    )
     sender.first_log()
     wait_for(lambda: sender.state == "gave up", 20, what="the sender to give up")
     sender.close()
@@ -295,7 +298,7 @@ def test_a_server_that_is_down_costs_the_trainer_nothing_and_the_card_is_given_u
 
 def test_a_card_not_sent_before_the_first_step_is_not_sent_at_all(hub_server):
     server = hub_server()
-    sender = card_client.RunCardSender(server.url, None, "p", "quiet", {"a": 1})
+    sender = card_client.RunCardSender(ServerUrl(server.url), "p", "quiet", {"a": 1})
     wait_for(lambda: sender.state == "waiting", 10, what="the card built")
     time.sleep(0.6)
     assert len(server.api.parts.run_cards) == 0

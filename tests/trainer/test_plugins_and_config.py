@@ -234,10 +234,13 @@ def test_the_readme_configuration_block_is_exactly_the_typed_defaults(tmp_path):
 def test_each_plugin_manager_holds_its_own_plugin_objects_so_one_runs_state_never_reaches_another():
     """Plugins are objects: two managers (two runtimes, one after the other in a process) share no
     state; a run the first one saw is unknown to the second, and finishing it there sends nothing."""
-    from verl_rl_insight.trainer.manager import build_plugin_manager
+    from verl_rl_insight.trainer.config import BUILTIN_PLUGINS
+    from verl_rl_insight.trainer.manager import build_plugin_manager, registered
     from verl_rl_insight.trainer.runtime import RunInfo
+    from verl_rl_insight.trainer.services import Services
 
-    config = load_config({"rl_insight": {"plugins": {"hardware": {"enabled": False}}}}, environ={})
+    plugins = {"hardware": {"enabled": False}, "samples": {"enabled": True}}
+    config = load_config({"rl_insight": {"plugins": plugins}}, environ={})
     first, second = build_plugin_manager(config, environ={}), build_plugin_manager(config, environ={})
 
     class Exporter:  # a plugin object that keeps what its manager exports
@@ -252,7 +255,7 @@ def test_each_plugin_manager_holds_its_own_plugin_objects_so_one_runs_state_neve
     for pm in (first, second):
         exporters[id(pm)] = Exporter()
         pm.register(exporters[id(pm)])
-        pm.hook.rl_insight_configure(config=config, pm=pm)
+        pm.hook.rl_insight_configure(config=config, pm=pm, services=Services.of(config))
     sent = {key: exporter.sent for key, exporter in exporters.items()}
     first.hook.rl_insight_log_metrics(run=RunInfo("p", "e"), metrics=step_metrics(1, 5), step=1, timestamp=1.0)
     second.hook.rl_insight_shutdown(timeout_s=0.1)
@@ -260,14 +263,19 @@ def test_each_plugin_manager_holds_its_own_plugin_objects_so_one_runs_state_neve
     first.hook.rl_insight_shutdown(timeout_s=0.1)
     finished = [b.samples()[0] for b in sent[id(first)] if b.step is None]
     assert finished == [{"rl_insight_run_finished": 0.0}, {"rl_insight_run_finished": 1.0}]
-    assert first.get_plugin("trainer_metrics") is not second.get_plugin("trainer_metrics")
+    for name in BUILTIN_PLUGINS:  # none is one object made at import (group_stats and samples once were)
+        if name != "hardware":
+            assert registered(first, name) is not registered(second, name), name
+            assert type(registered(first, name)).__name__ == "Plugin", name
 
 
 def test_a_plugin_that_raises_in_a_hook_leaves_the_other_plugins_of_that_hook_running(caplog):
     """pluggy stops a hook call at the first exception: the samples plugin (registered last, so
     called first) raising on verl's v1 batch kept group statistics from ever running. Each plugin's
-    hook functions now run on their own; the failure is logged once, naming the plugin and hook."""
-    from verl_rl_insight.trainer.manager import build_plugin_manager
+    hook functions now run on their own; the failure is logged once, naming the plugin and hook. A
+    hook wrapper is left as it is (it sees what the calls under it raise), and the runtime's
+    ``plugin(name)`` is the plugin object itself, not what pluggy holds."""
+    from verl_rl_insight.trainer.manager import build_plugin_manager, registered
     from verl_rl_insight.trainer.runtime import RunInfo
 
     class Raising:
@@ -283,10 +291,17 @@ def test_a_plugin_that_raises_in_a_hook_leaves_the_other_plugins_of_that_hook_ru
         def rl_insight_advantage_batch(self, run, batch, step, trainer):
             self.steps.append(step)
 
-    recorder = Recorder()
+        @hookspecs.hookimpl(wrapper=True)
+        def rl_insight_collect(self, run):
+            return (yield)
+
+    recorder, raising = Recorder(), Raising()
     plugins = {"hardware": {"enabled": False}, "samples": {"enabled": True}}
     config = load_config({"rl_insight": {"plugins": plugins}}, environ={})
-    pm = build_plugin_manager(config, environ={}, plugins={"agent_loop": recorder, "samples": Raising()})
+    pm = build_plugin_manager(config, environ={}, plugins={"agent_loop": recorder, "samples": raising})
+    assert registered(pm, "samples") is raising and registered(pm, "agent_loop") is recorder
+    [wrapper] = [i for i in pm.hook.rl_insight_collect.get_hookimpls() if i.plugin_name == "agent_loop"]
+    assert wrapper.wrapper and wrapper.function == recorder.rl_insight_collect
     callers = [impl.plugin_name for impl in pm.hook.rl_insight_advantage_batch.get_hookimpls()]
     assert callers.index("samples") > callers.index("agent_loop")  # pluggy calls the last one first
     with caplog.at_level("ERROR", logger="verl_rl_insight"):

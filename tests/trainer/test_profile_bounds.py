@@ -11,6 +11,7 @@ import logging
 
 from tests.e2e.test_profiler_hostile_server import RUN, HostileServer, requested, trainer  # noqa: F401  (a fixture)
 from tests.helpers import wait_for
+from verl_rl_insight.trainer.config import ServerUrl
 from verl_rl_insight.trainer.plugins.profiler import MAX_ARMED_STEPS, MAX_TAKEN, Profiles
 
 EACH = 100
@@ -19,7 +20,7 @@ EACH = 100
 def test_twenty_requests_of_100_steps_keep_verls_list_short_and_are_all_profiled_in_turn(trainer, caplog):  # noqa: F811
     listing = {"profiles": [requested(i, 2 + EACH * i, 1 + EACH * (i + 1)) for i in range(MAX_TAKEN)]}
     server = HostileServer(listing)
-    profiles = Profiles(server.url, None, interval_s=3600)
+    profiles = Profiles(ServerUrl(server.url), interval_s=3600)
     steps = trainer.config.global_profiler
     try:
         with caplog.at_level(logging.WARNING, logger="verl_rl_insight"):

@@ -200,7 +200,7 @@ def test_a_full_span_queue_drops_and_counts_never_blocks(monkeypatch):
     for _ in range(10):
         with verl_rl_insight.state("gen", lane="trainer"):
             pass
-    processor = state_timeline.processor()
+    processor = runtime.get_runtime().services.timeline.processor
     assert processor.stats["dropped"] == 7
     [counters] = [
         b
@@ -219,17 +219,20 @@ def test_a_full_span_queue_drops_and_counts_never_blocks(monkeypatch):
 
 
 def test_otlp_endpoint_resolution_order(monkeypatch):
-    from verl_rl_insight.trainer.config import load_config
+    from verl_rl_insight.trainer.config import load_config, server_of
 
     config = load_config({"rl_insight": {"server_url": "http://127.0.0.1:18080"}}, environ={})
-    assert state_timeline.otlp_endpoint(config, environ={}) == "http://127.0.0.1:4318/v1/traces"
+    assert state_timeline.otlp_endpoint(config, server_of(config), environ={}) == "http://127.0.0.1:4318/v1/traces"
     assert (
-        state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4319/"})
+        state_timeline.otlp_endpoint(
+            config, server_of(config), environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4319/"}
+        )
         == "http://127.0.0.1:4319/v1/traces"
     )
     assert (
         state_timeline.otlp_endpoint(
             config,
+            server_of(config),
             environ={
                 "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1",
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4320/v1/traces",
@@ -242,7 +245,9 @@ def test_otlp_endpoint_resolution_order(monkeypatch):
         environ={},
     )
     assert (
-        state_timeline.otlp_endpoint(config, environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"})
+        state_timeline.otlp_endpoint(
+            config, server_of(config), environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1"}
+        )
         == "http://127.0.0.1:4321/v1/traces"
     )
 

@@ -143,6 +143,39 @@ class RLInsightConfig:
 BUILTIN_PLUGINS = tuple(f.name for f in fields(BuiltinPlugins))
 
 
+@dataclass(frozen=True, slots=True)
+class ServerUrl:
+    """The monitoring server as the trainer reaches it, parsed once (``parse``, by ``load_config``):
+    ``base`` is its URL without credentials or trailing slash, ``token`` the write token (None
+    without). Its repr shows no token: a ServerUrl may reach a log line."""
+
+    base: str
+    token: str | None = None
+
+    @classmethod
+    def parse(cls, url: str, token: str | None = None) -> ServerUrl:
+        """``url`` as ``rl-insight server start`` prints it (the token may be its password; ``token``,
+        where given, wins over it). ValueError for what is no http:// or https:// URL."""
+        bare, url_token = server_url.split(url.rstrip("/"))
+        if not bare.startswith(("http://", "https://")):
+            raise ValueError("it must start with http:// or https://")
+        return cls(bare, token or url_token)
+
+    def at(self, path: str) -> str:
+        """The URL of ``path`` (a route of contract/paths.py) on this server."""
+        return self.base + path
+
+    def __repr__(self) -> str:
+        return f"ServerUrl({self.base!r}, token={'***' if self.token else None})"
+
+
+def server_of(config: DictConfig) -> ServerUrl | None:
+    """The server a config of ``load_config`` names (its ``server_url`` parsed there: no credentials,
+    no trailing slash), or None without one."""
+    url = config.get("server_url")
+    return ServerUrl(str(url), config.get("token") or None) if url else None
+
+
 def _defaults() -> DictConfig:
     """The typed defaults: closed at the top and in each built-in plugin's block, open for other
     plugins' names under ``plugins``."""
@@ -250,12 +283,10 @@ def load_config(
         # the URL `rl-insight server start` prints carries the token: split it off, so that no
         # URL with a secret in it travels further (into requests, log lines, reports)
         try:
-            bare, url_token = server_url.split(str(config.server_url).rstrip("/"))
+            server = ServerUrl.parse(str(config.server_url), config.token)
         except ValueError as exc:
             raise ConfigError(f"server_url is not a URL ({exc}): {server_url.redact(config.server_url)}") from None
-        config.server_url = bare
-        if url_token and not config.token:
-            config.token = url_token
+        config.server_url, config.token = server.base, server.token
     check_validation_keys(list(config.health.validation_keys))
     OmegaConf.set_readonly(config, True)
     return config

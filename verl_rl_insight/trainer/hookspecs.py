@@ -20,14 +20,18 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
     from verl import DataProto
 
+    from verl_rl_insight.trainer.services import Services
+
 hookspec = pluggy.HookspecMarker("verl_rl_insight")
 hookimpl = pluggy.HookimplMarker("verl_rl_insight")
 
 
 @hookspec
-def rl_insight_configure(config: DictConfig, pm: pluggy.PluginManager) -> None:
+def rl_insight_configure(config: DictConfig, pm: pluggy.PluginManager, services: Services) -> None:
     """Called once per process, before any other hook, with the merged config (a read-only
-    DictConfig) and the plugin manager (for plugins that call other hooks)."""
+    DictConfig), the plugin manager (for plugins that call other hooks) and the process's shared
+    parts (:class:`verl_rl_insight.trainer.services.Services`: the server URL, parsed; the state
+    timeline's tracer; the scrape-target announcer)."""
 
 
 @hookspec

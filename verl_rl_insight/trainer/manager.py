@@ -8,7 +8,9 @@ no external plugin). Any plugin, built-in or not, is switched off with
 A plugin is an object whose methods are marked ``@hookimpl``, its state on the instance: a
 built-in module names its class ``Plugin``, and an entry point may load a class (an instance of
 it is registered), an instance, or a module of hook functions. A fresh manager holds fresh
-instances: nothing one run's plugins kept reaches the next.
+instances: nothing one run's plugins kept reaches the next. pluggy holds each plugin through an
+``Isolated`` stand-in (one plugin's failing hook does not stop the others'); ``registered(pm,
+name)`` gives the plugin itself.
 """
 
 import difflib
@@ -112,27 +114,47 @@ def build_plugin_manager(
             logger.exception("rl-insight: plugin %r failed to load and is skipped", name)
             continue
         try:
-            pm.register(plugin, name=name)
+            pm.register(Isolated(pm, plugin, name), name=name)
         except pluggy.PluginValidationError as exc:  # a hook with arguments its spec does not give
             logger.warning("rl-insight: plugin %r is skipped: %s", name, exc)
             if pm.get_plugin(name) is not None:  # pluggy keeps what it registered before the error
                 pm.unregister(name=name)
     warn_unknown_hooks(pm)
-    isolate(pm)
     return pm
 
 
-def isolate(pm: pluggy.PluginManager) -> None:
-    """Each plugin's hook functions run on their own: one that raises is logged (the first time,
-    naming the plugin and the hook) and counts as no answer, and the other plugins of that hook
-    still run. pluggy stops a hook call at the first exception: the samples plugin raising on a
-    batch without ``responses`` once kept group statistics from ever running on verl's v1 trainer."""
-    for hook_name, caller in vars(pm.hook).items():
-        if hook_name.startswith("_") or not isinstance(caller, pluggy.HookCaller):
-            continue
-        for impl in caller.get_hookimpls():
-            if not (impl.wrapper or impl.hookwrapper or getattr(impl.function, "_rl_insight_isolated", False)):
-                impl.function = _isolated(impl.function, impl.plugin_name, hook_name)  # type: ignore[misc]
+class Isolated:
+    """What the manager registers with pluggy for a plugin: the plugin's hook functions, each run on
+    its own (``_isolated``; a hook wrapper as it is), and the plugin itself as ``plugin`` (what
+    ``registered`` gives). A hook function that raises is logged (the first time, naming the plugin
+    and the hook) and counts as no answer, and the other plugins of that hook still run: pluggy stops
+    a hook call at the first exception, and the samples plugin raising on a batch without
+    ``responses`` once kept group statistics from ever running on verl's v1 trainer.
+
+    pluggy registers the functions it finds on the object it is given, as they are (``register``
+    takes ``getattr(plugin, name)``; ``parse_hookimpl_opts`` only says which names and options), so
+    a stand-in whose attributes are the wrapped functions is the way through its public API.
+    ``functools.wraps`` keeps the marks and the signature pluggy reads."""
+
+    def __init__(self, pm: pluggy.PluginManager, plugin: object, name: str) -> None:
+        self.plugin = plugin
+        for attribute in dir(plugin):
+            options = pm.parse_hookimpl_opts(plugin, attribute)
+            if options is None:
+                continue
+            function = getattr(plugin, attribute)
+            if not (options.get("wrapper") or options.get("hookwrapper")):
+                function = _isolated(function, name, options.get("specname") or attribute)
+            setattr(self, attribute, function)
+
+    def __repr__(self) -> str:
+        return f"Isolated({self.plugin!r})"
+
+
+def registered(pm: pluggy.PluginManager, name: str) -> object | None:
+    """The plugin object registered as ``name`` (not the stand-in pluggy holds), or None."""
+    found: object | None = pm.get_plugin(name)
+    return found.plugin if isinstance(found, Isolated) else found
 
 
 def _isolated(function: Callable[..., object], plugin: str, hook: str) -> Callable[..., object]:
@@ -149,7 +171,6 @@ def _isolated(function: Callable[..., object], plugin: str, hook: str) -> Callab
                 logger.exception("rl-insight: plugin %r failed in %s (the other plugins go on)", plugin, hook)
             return None
 
-    call._rl_insight_isolated = True  # type: ignore[attr-defined]
     return call
 
 

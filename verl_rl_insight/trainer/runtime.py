@@ -22,7 +22,8 @@ from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.trainer.config import ENV_SERVER_URL, ENV_TOKEN, check_simulated_gpus, load_config
 from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.log_handoff import LogHandOff
-from verl_rl_insight.trainer.manager import build_plugin_manager
+from verl_rl_insight.trainer.manager import build_plugin_manager, registered
+from verl_rl_insight.trainer.services import Services
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -44,7 +45,8 @@ class Runtime:
         self._collector: threading.Thread | None = None
         # Tracking.log hands its dict here and returns; the plugins' rl_insight_log_metrics run off its thread
         self.logs = LogHandOff(self._log_metrics)
-        self.hook.rl_insight_configure(config=config, pm=pm)
+        self.services = Services.of(config)  # what the plugins share, handed to each at configure
+        self.hook.rl_insight_configure(config=config, pm=pm, services=self.services)
         if self.hook.rl_insight_collect.get_hookimpls():
             self._collector = threading.Thread(target=self._collect_loop, name="rl-insight-collect", daemon=True)
             self._collector.start()
@@ -65,8 +67,7 @@ class Runtime:
 
     def plugin(self, name: str) -> object | None:
         """The plugin object registered as ``name`` (None when it is off or failed to load)."""
-        plugin: object | None = self.pm.get_plugin(name)
-        return plugin
+        return registered(self.pm, name)
 
     def _log_metrics(self, run: RunInfo, metrics: dict[str, object], step: int | None, timestamp: float) -> None:
         self.hook.rl_insight_log_metrics(run=run, metrics=metrics, step=step, timestamp=timestamp)
@@ -100,6 +101,10 @@ class Runtime:
             self.hook.rl_insight_shutdown(timeout_s=timeout_s)
         except Exception:
             logger.exception("rl-insight: shutdown of a plugin failed")
+        try:
+            self.services.close(timeout_s)
+        except Exception:
+            logger.exception("rl-insight: withdrawing the scrape targets failed")
 
 
 _runtime: Runtime | None = None
@@ -140,13 +145,20 @@ def start(
                 raise
             logger.error("rl-insight: %s. Monitoring goes on with the rest of the config.", exc)
             if config is None:  # keep at least where to send data to
-                config = load_config(
-                    None, environ={k: os.environ[k] for k in (ENV_SERVER_URL, ENV_TOKEN) if k in os.environ}
-                )
+                config = _server_only_config()
             pm = build_plugin_manager(config, strict=False, plugins=plugins)
         _runtime = Runtime(config, pm)
         atexit.register(_shutdown_at_exit)
         return _runtime
+
+
+def _server_only_config() -> DictConfig:
+    """The defaults with the server's URL and token from the environment; the defaults alone where
+    those are wrong too (a ConfigError raised here would stop the training job)."""
+    try:
+        return load_config(None, environ={k: os.environ[k] for k in (ENV_SERVER_URL, ENV_TOKEN) if k in os.environ})
+    except ConfigError:
+        return load_config(None, environ={})
 
 
 def _already_running(rt: Runtime, plugins: Mapping[str, object] | None) -> Runtime:

@@ -23,14 +23,17 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from verl_rl_insight.contract import environment, run_credential, server_url
+from verl_rl_insight.contract import environment, paths, run_credential, server_url
 from verl_rl_insight.contract.http_client import HttpClient
 from verl_rl_insight.contract.run_card import MAX_CARD_BYTES, Json, plain, redact_argv, redact_card
 
+if TYPE_CHECKING:
+    from verl_rl_insight.trainer.config import ServerUrl
+
 logger = logging.getLogger("verl_rl_insight")
 
-CARD_PATH = "/api/v1/runs/card"
 GIT_TIMEOUT_S = 2.0
 RETRY_DELAYS_S = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 
@@ -281,20 +284,20 @@ class RunCardSender:
 
     def __init__(
         self,
-        base_url: str,
-        token: str | None,
+        server: ServerUrl,
         project: str,
         experiment: str,
         config: object,
         retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S,
         timeout_s: float = 5.0,
     ) -> None:
-        self.url = base_url.rstrip("/") + CARD_PATH
+        self.url = server.at(paths.RUN_CARD)
         self.project, self.experiment = project, experiment
         self.retry_delays_s = retry_delays_s
         self.timeout_s = timeout_s
         self.state = "building"  # building -> waiting -> sending -> sent | refused | gave up | failed
         self.card: dict[str, Json] | None = None
+        token = server.token
         self._secrets = secrets_known(token, os.environ)
         if token and not run_credential.is_run_credential(token):  # the card writes this run only
             token = run_credential.mint(token, project, experiment)

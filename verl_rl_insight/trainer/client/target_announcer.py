@@ -2,7 +2,8 @@
 
 Every target is registered with a TTL and registered again (a heartbeat) every TTL/3, so the
 server forgets the targets of a run that has ended or crashed; ``close`` removes them at once.
-``announce`` never blocks and never raises: the training job does not wait on the server.
+``announce`` never blocks and never raises: the training job does not wait on the server. The
+process has one (``Services.targets``, trainer/services.py), which the plugins announce through.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.counters import Counters
 from verl_rl_insight.contract.http_client import HttpClient
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
+    from verl_rl_insight.trainer.config import ServerUrl
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -29,8 +31,8 @@ class AnnouncerStats(Counters):
 
 
 class TargetAnnouncer:
-    def __init__(self, server_url: str, token: str | None = None, ttl_s: float = 90.0, timeout_s: float = 5.0) -> None:
-        self.url = server_url.rstrip("/") + "/api/v1/targets"
+    def __init__(self, server: ServerUrl, ttl_s: float = 90.0, timeout_s: float = 5.0) -> None:
+        self.url = server.at(paths.TARGETS)
         self.ttl_s = float(ttl_s)
         self.timeout_s = timeout_s
         self._targets: dict[tuple[str, str], dict[str, str]] = {}  # (job, address) -> labels
@@ -38,7 +40,7 @@ class TargetAnnouncer:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client = HttpClient(token)
+        self._client = HttpClient(server.token)
         self._warned = False
         self.stats = AnnouncerStats()
 
@@ -103,24 +105,3 @@ class TargetAnnouncer:
                 "rl-insight: cannot register scrape targets with %s (%s); retrying in the background", self.url, message
             )
         return ok
-
-
-_shared: TargetAnnouncer | None = None
-
-
-def shared(config: DictConfig | None = None) -> TargetAnnouncer | None:
-    """The process's announcer (created from ``config`` on first use; None without a server URL)."""
-    global _shared
-    if _shared is None and config is not None and config.get("server_url"):
-        from verl_rl_insight.trainer.config import plugin_settings
-
-        ttl = plugin_settings(config, "rollout_engines").target_ttl_s
-        _shared = TargetAnnouncer(str(config.server_url), token=config.get("token"), ttl_s=ttl)
-    return _shared
-
-
-def close_shared(timeout_s: float = 2.0) -> None:
-    global _shared
-    announcer, _shared = _shared, None
-    if announcer is not None:
-        announcer.close(timeout_s)

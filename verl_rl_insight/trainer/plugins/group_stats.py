@@ -274,7 +274,7 @@ def batch_metrics(
         return metrics
 
 
-class GroupStats:
+class Plugin:
     """The plugin: the step's statistics wait in an inbox until that step's ``Tracking.log``; each
     run remembers the sources that have keys of their own."""
 
@@ -338,11 +338,3 @@ def source_names(run: Hashable, sources: list[str]) -> list[MetricBatch]:
         })
         for source in sources
     ]  # fmt: skip
-
-
-# the manager registers this module: its hooks are the one instance's (bound methods keep the marks)
-plugin = GroupStats()
-rl_insight_configure = plugin.rl_insight_configure
-rl_insight_advantage_batch = plugin.rl_insight_advantage_batch
-rl_insight_log_metrics = plugin.rl_insight_log_metrics
-rl_insight_collect = plugin.rl_insight_collect

@@ -7,14 +7,14 @@ import logging
 
 from omegaconf import DictConfig
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.client.sender import BatchSender
 from verl_rl_insight.trainer.config import plugin_settings
 from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.services import Services
 
 logger = logging.getLogger("verl_rl_insight")
-
-PUSH_PATH = "/api/v1/push"
 
 
 class Plugin:
@@ -22,21 +22,17 @@ class Plugin:
         self.sender: BatchSender | None = None  # None when no server is configured
 
     @hookimpl
-    def rl_insight_configure(self, config: DictConfig) -> None:
-        url = config.get("server_url")
-        if not url:
+    def rl_insight_configure(self, config: DictConfig, services: Services) -> None:
+        if services.server is None:
             logger.warning(
                 "rl-insight: RL_INSIGHT_SERVER_URL is not set, so metrics are not sent anywhere; "
                 "run `rl-insight server start` and export the line it prints"
             )
             return
-        if not str(url).startswith(("http://", "https://")):
-            logger.error("rl-insight: server_url %r must start with http:// or https://; metrics are not sent", url)
-            return
         settings = plugin_settings(config, "metric_push")
         self.sender = BatchSender(
-            str(url) + PUSH_PATH,
-            token=config.get("token"),
+            services.server.at(paths.PUSH),
+            token=services.server.token,
             queue_batches=settings.queue_batches,
             queue_values=settings.queue_values,
             spool_batches=settings.spool_batches,

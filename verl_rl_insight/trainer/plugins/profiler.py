@@ -26,10 +26,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.http_client import HttpClient, Oversized, Unreachable
 from verl_rl_insight.trainer import runtime
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
-from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.config import ServerUrl, plugin_settings
 from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
 from verl_rl_insight.trainer.plugins import profile_summary
@@ -42,6 +43,7 @@ from verl_rl_insight.trainer.plugins.profiler_capability import (
     capability,
     refusal,
 )
+from verl_rl_insight.trainer.services import Services
 
 __all__ = ["MAX_ANSWER_BYTES", "MAX_ARMED_STEPS", "MAX_TAKEN", "Plugin", "Profiles", "arm", "capability", "refusal"]
 
@@ -56,10 +58,10 @@ ARMED_FULL = "rl-insight: %d steps to come are armed to be profiled already; lat
 class Profiles:
     """This process's view of the run's requests: what the poller found, what to report."""
 
-    def __init__(self, server_url: str, token: str | None, interval_s: float) -> None:
-        self.url = server_url.rstrip("/")
+    def __init__(self, server: ServerUrl, interval_s: float) -> None:
+        self.server = server
         self.interval_s = interval_s
-        self.client = HttpClient(token, timeout_s=5.0)
+        self.client = HttpClient(server.token, timeout_s=5.0)
         self.lock = threading.Lock()
         self.requests: dict[str, dict[str, Any]] = {}  # id -> request (as the server gave it, then ours)
         self.reports: list[dict[str, Any]] = []
@@ -108,13 +110,13 @@ class Profiles:
             body["capability"] = capability
         try:
             if reports or capability is not None:
-                reply = self.client.request("POST", self.url + "/api/v1/profiles/report", json_body=body)
+                reply = self.client.request("POST", self.server.at(paths.PROFILE_REPORT), json_body=body)
                 if not reply.ok:
                     logger.warning("rl-insight: the server refused a profile report: %s", reply.error())
                 elif capability is not None:
                     self.capability_sent = True
             query = urllib.parse.urlencode({"project": run.project, "experiment_name": run.experiment_name})
-            reply = self.client.request("GET", f"{self.url}/api/v1/profiles?{query}", max_bytes=MAX_ANSWER_BYTES)
+            reply = self.client.request("GET", f"{self.server.at(paths.PROFILES)}?{query}", max_bytes=MAX_ANSWER_BYTES)
             if reply.ok:
                 listed = reply.json().get("profiles", [])
                 self._take(listed if isinstance(listed, list) else [])
@@ -321,10 +323,10 @@ class Plugin:
         self.profiles: Profiles | None = None  # None without a server to ask
 
     @hookimpl
-    def rl_insight_configure(self, config: DictConfig) -> None:
+    def rl_insight_configure(self, config: DictConfig, services: Services) -> None:
         settings = plugin_settings(config, "profiler")
-        if config.get("server_url"):
-            self.profiles = Profiles(str(config.server_url), config.get("token"), float(settings.poll_interval_s))
+        if services.server is not None:
+            self.profiles = Profiles(services.server, float(settings.poll_interval_s))
 
     @hookimpl
     def rl_insight_profile_point(self, run: RunInfo, trainer: object, phase: str, when: str, step: int | None) -> None:

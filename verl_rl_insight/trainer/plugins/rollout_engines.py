@@ -8,11 +8,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from omegaconf import DictConfig
-
-from verl_rl_insight.trainer.client import target_announcer
+from verl_rl_insight.trainer.client.target_announcer import TargetAnnouncer
 from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.services import Services
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -27,10 +26,11 @@ def node_of(address: str) -> str:
 class Plugin:
     def __init__(self) -> None:
         self.warned = False  # said once per process: the replicas serve no metrics
+        self.announcer: TargetAnnouncer | None = None  # the process's (the runtime closes it); None without a server
 
     @hookimpl
-    def rl_insight_configure(self, config: DictConfig) -> None:
-        target_announcer.shared(config)
+    def rl_insight_configure(self, services: Services) -> None:
+        self.announcer = services.targets
 
     @hookimpl
     def rl_insight_rollout_servers(
@@ -51,7 +51,7 @@ class Plugin:
 
     @hookimpl
     def rl_insight_register_target(self, run: RunInfo, address: str, job: str, labels: dict[str, str]) -> None:
-        announcer = target_announcer.shared()
+        announcer = self.announcer
         if job not in ENGINES or announcer is None:
             return
         announcer.announce(
@@ -59,7 +59,3 @@ class Plugin:
             job,
             {"node": node_of(address), "project": run.project, "experiment_name": run.experiment_name, **labels},
         )
-
-    @hookimpl
-    def rl_insight_shutdown(self, timeout_s: float) -> None:
-        target_announcer.close_shared(min(timeout_s, 2.0))

@@ -8,10 +8,11 @@ advantage, the ground truth); at every validation the ``validation`` generations
 filters, the rewards of the groups it dropped (sample_picks.py picks them all).
 
 They go out as spans on the timeline's ``samples`` lane (contract/samples.py), through the state
-timeline's exporter: the server keeps them where it keeps spans (``rl-insight samples``), Tempo
-where it runs. Text is cut to ``max_chars``; prompts and responses never go to a log. The training
-thread only picks the rows; decoding and export happen on a thread of their own, behind a bounded
-queue (a step whose samples find it full keeps none).
+timeline's tracer (``Services.timeline``, which the runtime hands every plugin): the server keeps
+them where it keeps spans (``rl-insight samples``), Tempo where it runs. Text is cut to
+``max_chars``; prompts and responses never go to a log. The training thread only picks the rows;
+decoding and export happen on a thread of their own, behind a bounded queue (a step whose samples
+find it full keeps none).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
 from verl_rl_insight.trainer.plugins import sample_picks
 from verl_rl_insight.trainer.plugins.sample_picks import SpanRow
+from verl_rl_insight.trainer.plugins.span_export import span_attributes
+from verl_rl_insight.trainer.services import Services, Timeline
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -75,10 +78,11 @@ def _tokenizer(trainer: object) -> Tokenizer | None:
     return found if callable(getattr(found, "decode", None)) else None
 
 
-class Samples:
+class Plugin:
     """The plugin: its settings, the exporter thread and the queue to it live on the instance."""
 
     def __init__(self) -> None:
+        self.timeline = Timeline()  # the process's from configure on; its tracer is set once the timeline's is
         self.enabled = False
         self.k = 3
         self.groups = GROUPS
@@ -117,9 +121,7 @@ class Samples:
         return attributes
 
     def send(self, outgoing: Outgoing) -> None:
-        from verl_rl_insight.trainer.plugins import state_timeline
-
-        tracer = state_timeline._tracer
+        tracer = self.timeline.tracer
         if tracer is None:
             return
         from opentelemetry import context, trace
@@ -129,7 +131,7 @@ class Samples:
             outgoing.title,
             context=context.Context(),
             start_time=now,
-            attributes=state_timeline._attributes(run, "samples", LANE, {"step": step, "samples": len(outgoing.rows)}),
+            attributes=span_attributes(run, "samples", LANE, {"step": step, "samples": len(outgoing.rows)}),
         )
         inside = trace.set_span_in_context(parent)
         for row in outgoing.rows:
@@ -138,7 +140,7 @@ class Samples:
                 row.name,
                 context=inside,
                 start_time=now,
-                attributes=state_timeline._attributes(run, "sample", LANE, attributes),
+                attributes=span_attributes(run, "sample", LANE, attributes),
             )
             span.end(end_time=now + 1)
         parent.end(end_time=now + 1)
@@ -152,7 +154,8 @@ class Samples:
                 logger.debug("rl-insight: could not send samples", exc_info=True)
 
     @hookimpl
-    def rl_insight_configure(self, config: DictConfig) -> None:
+    def rl_insight_configure(self, config: DictConfig, services: Services) -> None:
+        self.timeline = services.timeline
         self.settle(plugin_settings(config, "samples"))
         if self.enabled and self.thread is None:
             self.thread = threading.Thread(target=self.loop, name="rl-insight-samples", daemon=True)
@@ -189,12 +192,3 @@ class Samples:
     def rl_insight_dapo_filtered(self, run: RunInfo, step: int | None, reward_counts: Mapping[float, int]) -> None:
         if self.enabled and run is not None:
             self.offer(Outgoing(run, step, "dapo filtered groups", sample_picks.filtered_rows(reward_counts, FILTERED)))
-
-
-# the manager registers this module: its hooks are the one instance's (bound methods keep the marks)
-plugin = Samples()
-rl_insight_configure = plugin.rl_insight_configure
-rl_insight_train_batch = plugin.rl_insight_train_batch
-rl_insight_advantage_batch = plugin.rl_insight_advantage_batch
-rl_insight_validation_generations = plugin.rl_insight_validation_generations
-rl_insight_dapo_filtered = plugin.rl_insight_dapo_filtered

@@ -1,6 +1,7 @@
-"""Sending the timeline's spans: where to (the OTLP endpoint the user named, else the one the
-rl-insight server announces) and a batching span processor whose bounded queue drops and counts
-instead of blocking the training thread (state_timeline.py uses both)."""
+"""Sending the timeline's spans: their attributes, where to (the OTLP endpoint the user named, else
+the one the rl-insight server announces) and a batching span processor whose bounded queue drops and
+counts instead of blocking the training thread (state_timeline.py uses them all, the samples plugin
+the attributes)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import collections
 import dataclasses
 import logging
 import os
+import socket
 import threading
 import time
 import urllib.parse
@@ -18,10 +20,33 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.counters import Counters
-from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.config import ServerUrl, plugin_settings
+from verl_rl_insight.trainer.hook_types import RunInfo
 
 logger = logging.getLogger("verl_rl_insight")
+
+HOST = socket.gethostname()
+
+
+def span_attributes(run: RunInfo, name: str, lane: str, attributes: dict[str, object]) -> dict[str, object]:
+    """A timeline span's attributes: the run, the state and its lane, this process, then ``attributes``
+    (``step`` as ``verl.step``; a value OpenTelemetry cannot carry as its text; None left out)."""
+    attrs: dict[str, object] = {
+        "project": run.project,
+        "experiment_name": run.experiment_name,
+        "state_name": name,
+        "state_lane_id": lane,
+        "node": HOST,
+        "pid": os.getpid(),
+    }
+    for key, value in (attributes or {}).items():
+        if value is not None:
+            attrs["verl.step" if key == "step" else key] = (
+                value if isinstance(value, (bool, int, float, str)) else str(value)
+            )
+    return attrs
 
 
 def explicit_endpoint(config: DictConfig, environ: Mapping[str, str] | None = None) -> str | None:
@@ -41,11 +66,11 @@ def origin(url: str) -> tuple[str, str | None, int]:
     return parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
 
 
-def otlp_endpoint(config: DictConfig, environ: Mapping[str, str] | None = None) -> str | None:
-    """Where spans go; for a server URL alone, the default that ``AnnouncedEndpointExporter`` refines."""
+def otlp_endpoint(config: DictConfig, server: ServerUrl | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """Where spans go; for a ``server`` alone, the default that ``AnnouncedEndpointExporter`` refines."""
     explicit = explicit_endpoint(config, environ)
-    if explicit is None and config.get("server_url"):
-        host = urllib.parse.urlsplit(str(config.server_url)).hostname
+    if explicit is None and server is not None:
+        host = urllib.parse.urlsplit(server.base).hostname
         port = plugin_settings(config, "state_timeline").otlp_port
         return f"http://{host}:{port}/v1/traces"
     return explicit
@@ -55,8 +80,8 @@ class AnnouncedEndpointExporter:
     """Asks the rl-insight server (``/api/v1/info``) where its OTLP receiver is, on the first export,
     on the span thread; falls back to the server's host and ``otlp_port``."""
 
-    def __init__(self, server_url: str, fallback: str, make_exporter: Callable[[str], SpanExporter]) -> None:
-        self.server_url = server_url.rstrip("/")
+    def __init__(self, server: ServerUrl, fallback: str, make_exporter: Callable[[str], SpanExporter]) -> None:
+        self.server = server
         self.fallback = fallback
         self.make_exporter = make_exporter
         self.exporter: SpanExporter | None = None
@@ -71,7 +96,7 @@ class AnnouncedEndpointExporter:
             try:
                 from verl_rl_insight.contract.http_client import HttpClient
 
-                info = HttpClient().request("GET", self.server_url + "/api/v1/info", timeout_s=2, max_bytes=2**20)
+                info = HttpClient().request("GET", self.server.at(paths.INFO), timeout_s=2, max_bytes=2**20)
                 announced = info.json().get("otlp_traces") if info.ok else None
                 endpoint = announced if isinstance(announced, str) and announced else endpoint
             except Exception:

@@ -12,62 +12,60 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from omegaconf import DictConfig
 
 from verl_rl_insight.contract.verl_phases import SPAN_NAMES
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
-from verl_rl_insight.trainer.config import plugin_settings
+from verl_rl_insight.trainer.config import ServerUrl, plugin_settings
 from verl_rl_insight.trainer.hook_types import RunInfo, Trajectory
 from verl_rl_insight.trainer.hookspecs import hookimpl
 from verl_rl_insight.trainer.plugins.span_export import (
+    HOST,
     AnnouncedEndpointExporter,
     CountingSpanProcessor,
     explicit_endpoint,
     origin,
     otlp_endpoint,
+    span_attributes,
 )
+from verl_rl_insight.trainer.services import Services, Timeline
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import Span, Tracer
     from opentelemetry.sdk.trace.export import SpanExporter
 
-__all__ = ["AnnouncedEndpointExporter", "CountingSpanProcessor", "Plugin", "otlp_endpoint", "processor", "span_name"]
+__all__ = [
+    "AnnouncedEndpointExporter",
+    "CountingSpanProcessor",
+    "Plugin",
+    "otlp_endpoint",
+    "span_attributes",
+    "span_name",
+]
 
 logger = logging.getLogger("verl_rl_insight")
 
-HOST = socket.gethostname()
-OpenState = tuple[str, "Span", int]  # (state name, its span, start ns)
+
+class OpenState(NamedTuple):
+    """A state entered on a lane of this thread and not exited yet."""
+
+    name: str
+    span: Span
+    start_ns: int
 
 
 def span_name(state: str) -> str:
     return SPAN_NAMES.get(state, state)
 
 
-def span_attributes(run: RunInfo, name: str, lane: str, attributes: dict[str, object]) -> dict[str, object]:
-    attrs: dict[str, object] = {
-        "project": run.project,
-        "experiment_name": run.experiment_name,
-        "state_name": name,
-        "state_lane_id": lane,
-        "node": HOST,
-        "pid": os.getpid(),
-    }
-    for key, value in (attributes or {}).items():
-        if value is not None:
-            attrs["verl.step" if key == "step" else key] = (
-                value if isinstance(value, (bool, int, float, str)) else str(value)
-            )
-    return attrs
-
-
-def make_tracer(config: DictConfig, endpoint: str) -> tuple[Tracer, CountingSpanProcessor]:
-    """A tracer of its own provider (the user's global one is untouched) sending to ``endpoint``."""
+def make_tracer(config: DictConfig, endpoint: str, server: ServerUrl | None) -> tuple[Tracer, CountingSpanProcessor]:
+    """A tracer of its own provider (the user's global one is untouched) sending to ``endpoint``
+    (where none was named: to the OTLP endpoint ``server`` announces)."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     # The exporter logs an error for every failed batch; this plugin warns once itself and counts.
@@ -82,15 +80,15 @@ def make_tracer(config: DictConfig, endpoint: str) -> tuple[Tracer, CountingSpan
 
     def make_exporter(url: str) -> SpanExporter:
         # the token only goes to the rl-insight server itself, never to a collector elsewhere
-        ours = config.get("token") and config.get("server_url") and origin(url) == origin(str(config.server_url))
+        ours = server is not None and server.token and origin(url) == origin(server.base)
         return OTLPSpanExporter(
-            endpoint=url, timeout=5, headers={"Authorization": f"Bearer {config.token}"} if ours else None
+            endpoint=url, timeout=5, headers={"Authorization": f"Bearer {server.token}"} if ours and server else None
         )
 
     exporter = (
-        make_exporter(endpoint)
-        if explicit_endpoint(config) is not None
-        else AnnouncedEndpointExporter(str(config.server_url), endpoint, make_exporter)
+        AnnouncedEndpointExporter(server, endpoint, make_exporter)
+        if explicit_endpoint(config) is None and server is not None
+        else make_exporter(endpoint)
     )
     processor = CountingSpanProcessor(
         exporter,
@@ -109,17 +107,20 @@ class Plugin:
         self.local = threading.local()  # per thread: {lane: [open states]}
         self.durations: dict[tuple[str, str], list[float]] = {}  # (state, lane) -> [seconds, count]
         self.durations_lock = threading.Lock()
+        self.timeline = Timeline()  # the process's (Services.timeline) from configure on: samples sends through it
 
     @hookimpl
-    def rl_insight_configure(self, config: DictConfig) -> None:
-        endpoint = otlp_endpoint(config)
+    def rl_insight_configure(self, config: DictConfig, services: Services) -> None:
+        self.timeline = services.timeline
+        endpoint = otlp_endpoint(config, services.server)
         if endpoint is None:
             logger.warning(
                 "rl-insight: no OTLP endpoint (no server URL, no OTEL_EXPORTER_OTLP_ENDPOINT): "
                 "the RL state timeline is not sent"
             )
             return
-        self.tracer, self.processor = make_tracer(config, endpoint)
+        self.tracer, self.processor = make_tracer(config, endpoint, services.server)
+        self.timeline.tracer, self.timeline.processor = self.tracer, self.processor
 
     def _stack(self, lane: str) -> list[OpenState]:
         stacks: dict[str, list[OpenState]] | None = getattr(self.local, "stacks", None)
@@ -131,7 +132,7 @@ class Plugin:
         from opentelemetry import context, trace
 
         stack = self._stack(lane)
-        return trace.set_span_in_context(stack[-1][1]) if stack else context.Context()
+        return trace.set_span_in_context(stack[-1].span) if stack else context.Context()
 
     def _count(self, name: str, lane: str, duration_ns: int) -> None:
         with self.durations_lock:
@@ -139,19 +140,24 @@ class Plugin:
             entry[0] += duration_ns / 1e9
             entry[1] += 1
 
-    @hookimpl
-    def rl_insight_state_enter(
-        self, run: RunInfo, name: str, lane: str, start_ns: int, attributes: dict[str, object]
-    ) -> None:
-        if self.tracer is None:
-            return
-        span = self.tracer.start_span(
+    def _start_span(
+        self, tracer: Tracer, run: RunInfo, name: str, lane: str, start_ns: int, attributes: dict[str, object]
+    ) -> Span:
+        """The span of state ``name``, a child of the innermost open state on its lane of this thread."""
+        return tracer.start_span(
             span_name(name),
             context=self._parent_context(lane),
             start_time=start_ns,
             attributes=span_attributes(run, name, lane, attributes),
         )
-        self._stack(lane).append((name, span, start_ns))
+
+    @hookimpl
+    def rl_insight_state_enter(
+        self, run: RunInfo, name: str, lane: str, start_ns: int, attributes: dict[str, object]
+    ) -> None:
+        if self.tracer is not None:
+            span = self._start_span(self.tracer, run, name, lane, start_ns, attributes)
+            self._stack(lane).append(OpenState(name, span, start_ns))
 
     @hookimpl
     def rl_insight_state_exit(
@@ -159,12 +165,12 @@ class Plugin:
     ) -> None:
         stack = self._stack(lane)
         for i in range(len(stack) - 1, -1, -1):
-            if stack[i][0] == name:
-                _, span, start_ns = stack.pop(i)
+            if stack[i].name == name:
+                state = stack.pop(i)
                 for key, value in (attributes or {}).items():
-                    span.set_attribute(key, value)
-                span.end(end_time=end_ns)
-                self._count(name, lane, end_ns - start_ns)
+                    state.span.set_attribute(key, value)
+                state.span.end(end_time=end_ns)
+                self._count(name, lane, end_ns - state.start_ns)
                 return
 
     @hookimpl
@@ -173,15 +179,8 @@ class Plugin:
     ) -> None:
         lane = lane or "trainer"
         self._count(name, lane, end_ns - start_ns)
-        if self.tracer is None:
-            return
-        span = self.tracer.start_span(
-            span_name(name),
-            context=self._parent_context(lane),
-            start_time=start_ns,
-            attributes=span_attributes(run, name, lane, attributes),
-        )
-        span.end(end_time=end_ns)
+        if self.tracer is not None:
+            self._start_span(self.tracer, run, name, lane, start_ns, attributes).end(end_time=end_ns)
 
     @hookimpl
     def rl_insight_collect(self, run: RunInfo) -> list[MetricBatch] | None:
@@ -222,7 +221,7 @@ class Plugin:
         if self.processor is not None:
             self.processor.force_flush(int(min(timeout_s, 5.0) * 1000))
             self.processor.shutdown()
-        self.tracer = None
+        self.tracer = self.timeline.tracer = None
 
     @hookimpl
     def rl_insight_trajectory(self, run: RunInfo, trajectory: Trajectory) -> None:
@@ -259,32 +258,3 @@ class Plugin:
                 child.set_status(Status(StatusCode.ERROR, op.get("error")))
             child.end(end_time=op.get("end_ns"))
         span.end(end_time=trajectory.get("end_ns"))
-
-
-def processor() -> CountingSpanProcessor | None:
-    """The running runtime's span processor (for stats and tests); None when no endpoint is configured."""
-    from verl_rl_insight.trainer import runtime
-
-    rt = runtime.get_runtime()
-    plugin = rt.plugin("state_timeline") if rt is not None else None
-    return plugin.processor if isinstance(plugin, Plugin) else None
-
-
-def tracer() -> Tracer | None:
-    """The running runtime's timeline tracer (None when no endpoint is configured): the samples
-    plugin sends its spans with it."""
-    from verl_rl_insight.trainer import runtime
-
-    rt = runtime.get_runtime()
-    plugin = rt.plugin("state_timeline") if rt is not None else None
-    return plugin.tracer if isinstance(plugin, Plugin) else None
-
-
-_attributes = span_attributes  # the name samples.py reads
-
-
-def __getattr__(name: str) -> Tracer | None:
-    """``_tracer``: the name samples.py reads (the running plugin's tracer, as ``tracer()``)."""
-    if name == "_tracer":
-        return tracer()
-    raise AttributeError(name)

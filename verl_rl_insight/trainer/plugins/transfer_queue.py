@@ -7,11 +7,10 @@ import logging
 import threading
 from collections.abc import Mapping
 
-from omegaconf import DictConfig
-
-from verl_rl_insight.trainer.client import target_announcer
+from verl_rl_insight.trainer.client.target_announcer import TargetAnnouncer
 from verl_rl_insight.trainer.hook_types import RunInfo
 from verl_rl_insight.trainer.hookspecs import hookimpl
+from verl_rl_insight.trainer.services import Services
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -25,9 +24,12 @@ def metrics_enabled(trainer_config: Mapping[str, object] | None) -> bool:
 
 
 class Plugin:
+    def __init__(self) -> None:
+        self.announcer: TargetAnnouncer | None = None  # the process's (the runtime closes it); None without a server
+
     @hookimpl
-    def rl_insight_configure(self, config: DictConfig) -> None:
-        target_announcer.shared(config)
+    def rl_insight_configure(self, services: Services) -> None:
+        self.announcer = services.targets
 
     @hookimpl
     def rl_insight_run_start(self, run: RunInfo, trainer_config: Mapping[str, object] | None) -> None:
@@ -50,11 +52,7 @@ class Plugin:
 
     @hookimpl
     def rl_insight_register_target(self, run: RunInfo, address: str, job: str, labels: dict[str, str]) -> None:
-        announcer = target_announcer.shared()
+        announcer = self.announcer
         if job != JOB or announcer is None:
             return
         announcer.announce(address, JOB, {"project": run.project, "experiment_name": run.experiment_name, **labels})
-
-    @hookimpl
-    def rl_insight_shutdown(self, timeout_s: float) -> None:
-        target_announcer.close_shared(min(timeout_s, 2.0))

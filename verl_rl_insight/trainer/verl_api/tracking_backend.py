@@ -10,11 +10,10 @@ import os
 import time
 from collections.abc import Mapping
 
-from omegaconf import DictConfig
-
 from verl_rl_insight.contract import environment
 from verl_rl_insight.trainer import runtime
 from verl_rl_insight.trainer.client.run_card import RunCardSender
+from verl_rl_insight.trainer.config import ServerUrl
 
 logger = logging.getLogger("verl_rl_insight")
 
@@ -31,7 +30,7 @@ class RLInsightBackend:
         self._run = self._runtime.run(project_name, experiment_name)
         self._hand_over = self._runtime.logs.put
         self._runtime.hook.rl_insight_run_start(run=self._run, trainer_config=config)
-        self._card = _card_sender(self._runtime.config, self._run, config)
+        self._card = _card_sender(self._runtime.services.server, self._run, config)
         self._card_waits = self._card is not None
 
     def log(self, data: Mapping[str, object], step: int | None) -> None:
@@ -56,13 +55,12 @@ class RLInsightBackend:
             pass
 
 
-def _card_sender(settings: DictConfig, run: runtime.RunInfo, config: object) -> RunCardSender | None:
+def _card_sender(server: ServerUrl | None, run: runtime.RunInfo, config: object) -> RunCardSender | None:
     """The sender of the run's card (None without a server, or when it cannot start)."""
-    url = settings.get("server_url")
-    if not url or not str(url).startswith(("http://", "https://")):
+    if server is None:
         return None
     try:
-        return RunCardSender(str(url), settings.get("token"), run.project, run.experiment_name, config)
+        return RunCardSender(server, run.project, run.experiment_name, config)
     except Exception:
         logger.exception("rl-insight: the run's card is not sent; training goes on")
         return None
