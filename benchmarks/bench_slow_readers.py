@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.helpers import free_port, http, process_figures, push, start_hub_process, stop_group
-from tests.server.test_bounded_answers import KEYS, _log_run, _never_reading
+from tests.server.api.test_bounded_answers import KEYS, _log_run, _never_reading
 
 
 def _pushes(url: str, count: int, first: int) -> list[float]:

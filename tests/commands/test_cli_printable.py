@@ -12,7 +12,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from tests.helpers import http, rl_insight
-from tests.server.test_run_credentials import TOKEN, worker_credential
+from tests.server.api.test_run_credentials import TOKEN, worker_credential
 from verl_rl_insight.server.api.asgi import Api
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.api.parts import ApiParts, Startup

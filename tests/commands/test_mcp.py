@@ -26,7 +26,7 @@ pytest.importorskip("mcp", reason="rl-insight mcp needs the mcp extra: pip insta
 from tests import health_shapes as shapes
 from tests import mcp_client
 from tests.helpers import free_port, http, rl_insight, stop_group, wait_for, write_server_config
-from tests.server.test_health import push_run
+from tests.server.health.test_detectors_on_real_runs import push_run
 from verl_rl_insight.contract import run_credential
 from verl_rl_insight.contract.redaction import redact_text
 

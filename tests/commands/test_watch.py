@@ -167,8 +167,8 @@ def test_the_last_step_as_a_text_swimlane(own_watched_run):
     """Spans of the run sent through the real OTLP path: the frame draws the newest step the
     server made (step 2: step 3's span has come) as lanes, the trainer's phases and each replica's
     generate calls, with the long tail named, still within 80x24."""
-    from tests.server.test_timeline_store import otlp
-    from tests.server.test_timeline_summary import S, shaped_run
+    from tests.server.stores.test_timeline_store import otlp
+    from tests.server.timeline.test_summary import S, shaped_run
 
     hub, _ = own_watched_run
     spans = shaped_run((int(time.time()) - 60) * S, 3, slow_steps={2})

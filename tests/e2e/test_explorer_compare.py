@@ -25,7 +25,7 @@ RUN = """
 import math, sys
 from omegaconf import OmegaConf
 from verl.utils.tracking import Tracking
-from tests.server.test_run_card import verl_config
+from tests.server.stores.test_run_card import verl_config
 from verl_rl_insight.commands.demo.verl_step import step_metrics
 experiment, lr, n, nan_step = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 config = verl_config(experiment, lr, n)

@@ -15,9 +15,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # the tests that read the real runs and the shapes built from them
 REAL_RUN_TESTS = [
-    "tests/server/test_health_walk.py",
+    "tests/server/health/test_walk.py",
     "tests/commands/test_diagnose_file.py",
-    "tests/server/test_health_groups.py",
+    "tests/server/health/test_groups.py",
 ]
 
 

@@ -13,7 +13,7 @@ from tests import health_shapes as shapes
 from tests.e2e import test_explorer_page
 from tests.e2e.test_explorer_page import open_page, require_browser
 from tests.helpers import free_port, http, rl_insight, start_hub_process, stop_group, wait_for
-from tests.server.test_health import PROJECT, push_run
+from tests.server.health.test_detectors_on_real_runs import PROJECT, push_run
 
 RUN = "jianghoucheng_opd_qwen25_3b_tokenkl01_toolcall_collapse"
 browser, tab = test_explorer_page.browser, test_explorer_page.tab  # the Chromium tab fixture

@@ -23,7 +23,7 @@ from tests.helpers import (
     wait_for,
     write_server_config,
 )
-from tests.server.test_timeline_store import otlp
+from tests.server.stores.test_timeline_store import otlp
 from verl_rl_insight.server.managed.supervisor import pid_alive
 
 STAND_IN = str(REPO / "tests" / "standins" / "stand-in-service")

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 
 from tests.helpers import free_port, http, wait_for
-from tests.server.test_timeline_store import STEP_SPANS, otlp
+from tests.server.stores.test_timeline_store import STEP_SPANS, otlp
 from verl_rl_insight.server import app
 from verl_rl_insight.server.settings.server import ServerSettings
 from verl_rl_insight.server.stores.spans import SpanStore

@@ -12,7 +12,14 @@ from pathlib import Path
 import yaml
 
 from tests.helpers import wait_for
-from tests.server.test_promql_parses import PROJECT, as_grafana_sends, attempt_series, joined_labels, promtool, series
+from tests.server.managed.test_promql_parses import (
+    PROJECT,
+    as_grafana_sends,
+    attempt_series,
+    joined_labels,
+    promtool,
+    series,
+)
 from verl_rl_insight.contract.naming import metric_name
 from verl_rl_insight.dashboards import DASHBOARDS_DIR, async_keys
 from verl_rl_insight.dashboards.panels import M, every_panel

@@ -1,13 +1,15 @@
 """BatchSender against the real hub over HTTP: a batch that cannot be sent, a request the server
 refuses in part, a hub that restarts between two pushes, a fork."""
 
+import collections
 import os
 import re
+import threading
 import time
 
 import numpy as np
 
-from tests.helpers import http, wait_for
+from tests.helpers import free_port, http, wait_for
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.client.sender import BatchSender
 
@@ -325,3 +327,33 @@ def test_with_a_refused_token_a_flush_gives_up_after_one_more_try_not_at_its_tim
     server = hub_server(token="the-right-one")
     sender = BatchSender(server.url + "/api/v1/push", token="a-wrong-one", linger_s=0.01)
     gives_up_early(sender, "the flush waited out a refused token")
+
+
+class WatchedStats(collections.Counter):
+    """The sender's stats, noting every write made without the sender's count lock held."""
+
+    def __init__(self, lock):
+        super().__init__()
+        self.lock, self.unlocked_writes = lock, []
+
+    def __setitem__(self, key, value):
+        if not self.lock.locked():
+            self.unlocked_writes.append((key, threading.current_thread().name))
+        super().__setitem__(key, value)
+
+
+def test_the_senders_counts_are_written_under_its_lock_from_either_thread(hub_server):
+    """The training thread (a full queue) and the sender thread (sent, refused, failed) both count:
+    each write holds the lock, so no count is lost between them (a free-threaded Python has no GIL)."""
+    server = hub_server()
+    sender = BatchSender(server.url + "/api/v1/push", queue_values=3, linger_s=0.01)
+    sender.stats = stats = WatchedStats(sender._count_lock)
+    sender.submit(MetricBatch("p", "e", 1, time.time(), {"a": 1.0, "b": 2.0}))
+    sender.submit(MetricBatch("p", "e", 2, time.time(), {"a": 1.0, "b": 2.0}))  # over queue_values: dropped
+    assert sender.flush(10)
+    sender.url = f"http://127.0.0.1:{free_port()}/api/v1/push"  # the server goes away
+    sender.submit(MetricBatch("p", "e", 3, time.time(), {"a": 1.0}))
+    assert not sender.flush(2)
+    assert stats["dropped_batches"] == 1 and stats["sent_batches"] == 1 and stats["failed_requests"] >= 1
+    assert stats.unlocked_writes == []
+    sender.close(0.1)

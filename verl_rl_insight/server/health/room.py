@@ -1,6 +1,6 @@
 """What the live walk (``live.py``) holds beside the run histories it reads, in bytes, and what it
 counted, all booked under the hub's memory bound (``Bound.book_other``, owner ``"health"``; checked
-against tracemalloc by ``tests/server/test_health_room.py``): the series made and not taken yet by
+against tracemalloc by ``tests/server/health/test_room.py``): the series made and not taken yet by
 the hub (``derived_batch``: labels, values, the batch), each run's walk (its detectors' last ``KEEP``
 values, the names it logged, its findings) and each run's record (what it emitted, its resets and
 validation keys). A step's values are held once, in the explorer's history
