@@ -53,17 +53,10 @@ def fetch(
 
 
 def fetch_ok(
-    method: str,
-    url: str,
-    *,
-    token: str | None = None,
-    body: bytes | str | None = None,
-    params: Mapping[str, str] | None = None,
-    headers: Mapping[str, str] | None = None,
-    timeout_s: float = 10.0,
+    url: str, *, token: str | None = None, params: Mapping[str, str] | None = None, timeout_s: float = 10.0
 ) -> Reply:
-    """A 2xx answer; raises NoAnswer with the status and the server's words for any other."""
-    reply = fetch(method, url, token=token, body=body, params=params, headers=headers, timeout_s=timeout_s)
+    """A 2xx answer to ``GET url``; raises NoAnswer with the status and the server's words for any other."""
+    reply = fetch("GET", url, token=token, params=params, timeout_s=timeout_s)
     if not reply.ok:
         raise NoAnswer(f"{address(url)} answered {reply.status}: {printable(reply.error())}", reply.status)
     return reply
@@ -78,7 +71,7 @@ def fetch_json(
 ) -> Any:
     """``GET`` a JSON document (made printable); raises NoAnswer when the answer is not 2xx JSON. The
     document is as json.loads gives it: the caller reads the fields it knows."""
-    reply = fetch_ok("GET", url, token=token, params=params, timeout_s=timeout_s)
+    reply = fetch_ok(url, token=token, params=params, timeout_s=timeout_s)
     try:
         return printable(reply.json())
     except ValueError:

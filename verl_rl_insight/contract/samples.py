@@ -21,7 +21,8 @@ Every sample is one span whose attributes carry ``state_lane_id = "samples"``, `
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TypedDict
+
+from typing_extensions import TypedDict  # pydantic (the MCP answers' schema) refuses typing's before 3.12
 
 LANE = "samples"
 TRAIN_KINDS = ("worst", "best", "mismatch")
@@ -30,6 +31,9 @@ Attributes = Mapping[str, object]
 
 
 class SampleRow(TypedDict):
+    """A rollout of a training step: the worst, best or mismatch sample (``kind``) with its rank,
+    index in the batch, score, length, log-prob mismatch, finish reason, data source and texts."""
+
     kind: str
     rank: int | None
     index: int | None

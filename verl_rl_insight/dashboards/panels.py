@@ -178,6 +178,12 @@ def lanes_query(lanes: str) -> str:
     )
 
 
+def traceql_spans(query: str, limit: int, spss: int) -> Panel:
+    """A Tempo target: the spans a TraceQL search finds (``limit`` traces, ``spss`` spans a span set)."""
+    return {"datasource": TEMPO, "queryType": "traceql", "query": query, "refId": "A", "limit": limit, "spss": spss,
+            "tableType": "spans"}  # fmt: skip
+
+
 def traceql_table(title: str, query: str, description: str, limit: int = 100, spss: int = 50) -> Panel:
     """What a TraceQL search returns, newest first, one row per span: shown the way Grafana shows a
     search (a table whose trace IDs open the trace), never in a Traces panel, which renders one
@@ -187,17 +193,7 @@ def traceql_table(title: str, query: str, description: str, limit: int = 100, sp
         "title": title,
         "datasource": TEMPO,
         "description": description,
-        "targets": [
-            {
-                "datasource": TEMPO,
-                "queryType": "traceql",
-                "query": query,
-                "refId": "A",
-                "limit": limit,
-                "spss": spss,
-                "tableType": "spans",
-            }
-        ],
+        "targets": [traceql_spans(query, limit, spss)],
         "options": {"showHeader": True, "sortBy": [{"displayName": "Start time", "desc": True}]},
         "fieldConfig": {"defaults": {}, "overrides": []},
     }
@@ -320,17 +316,7 @@ def state_timeline(title: str, lanes: str, description: str) -> dict[str, Any]:
         "title": title,
         "datasource": TEMPO,
         "description": description,
-        "targets": [
-            {
-                "datasource": TEMPO,
-                "queryType": "traceql",
-                "query": query,
-                "refId": "A",
-                "limit": 10000,
-                "spss": 100,
-                "tableType": "spans",
-            }
-        ],
+        "targets": [traceql_spans(query, limit=10000, spss=100)],
         "transformations": TIMELINE_TRANSFORMATIONS,
         "options": {
             "mergeValues": True,

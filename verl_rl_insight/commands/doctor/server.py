@@ -13,7 +13,7 @@ from verl_rl_insight.contract import paths, server_url
 
 def check_server(report: Report, url: str, token: str | None) -> bool:
     try:
-        headers = http_fetch.fetch_ok("GET", url + paths.READY, timeout_s=5).headers
+        headers = http_fetch.fetch_ok(url + paths.READY, timeout_s=5).headers
     except http_fetch.NoAnswer as exc:
         report.problem(
             "server reachable",

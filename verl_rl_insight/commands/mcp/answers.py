@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, JsonValue
 
+from verl_rl_insight.contract.samples import SampleRow
+
 Json = dict[str, JsonValue]
 
 
@@ -190,23 +192,11 @@ class StepDetail(Answer):
     profile_analyze: str | None = Field(description="the command that analyses the step's whole traces")
 
 
-class Sample(BaseModel):
-    kind: str = Field(description="worst, best or mismatch")
-    rank: int | None
-    score: float | None
-    length: int | None
-    mismatch: float | None
-    finish_reason: str | None
-    data_source: str | None
-    prompt: str
-    response: str
-
-
 class Samples(Answer):
     project: str
     experiment: str
     step: int
-    samples: list[Sample]
+    samples: list[SampleRow]
     groups: list[Json] = Field(description="full GRPO groups: every response's score and advantage")
     validation: list[Json] = Field(description="a validation step's generations")
     filtered: list[Json] = Field(description="groups DAPO's filter dropped")

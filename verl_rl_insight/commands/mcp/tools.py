@@ -17,6 +17,7 @@ from verl_rl_insight.commands.mcp.reader import Json, Reader
 from verl_rl_insight.contract.redaction import redact_text
 from verl_rl_insight.contract.run_card import card_keys
 from verl_rl_insight.contract.runs import Run
+from verl_rl_insight.contract.samples import SampleRow
 
 STATES = ("running", "idle", "finished")
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -344,9 +345,10 @@ def _masked_rows(value: JsonValue) -> list[Json]:
 def samples(reader: Reader, run: Run, step: int) -> a.Samples:
     answer = reader.samples(run, step)
     rows = [
-        a.Sample(
+        SampleRow(
             kind=str(s.get("kind")),
             rank=_int(s.get("rank")),
+            index=_int(s.get("index")),
             score=_float(s.get("score")),
             length=_int(s.get("length")),
             mismatch=_float(s.get("mismatch")),

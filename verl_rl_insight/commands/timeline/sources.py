@@ -41,7 +41,7 @@ class SourceError(RLInsightError):
 
 def _get(url: str, token: str | None = None) -> bytes:
     try:
-        return fetch_ok("GET", url, token=token, timeout_s=30).body
+        return fetch_ok(url, token=token, timeout_s=30).body
     except NoAnswer as exc:
         raise SourceError(str(exc), exc.status) from None
 
