@@ -45,7 +45,9 @@ def walk(module, listing, steps):
     from verl_rl_insight.trainer.runtime import RunInfo
 
     stand_in = trainer()
-    profiles = module.Profiles("http://127.0.0.1:9", None, interval_s=3600)  # never asked: no thread
+    from verl_rl_insight.trainer.config import ServerUrl
+
+    profiles = module.Profiles(ServerUrl("http://127.0.0.1:9"), interval_s=3600)  # never asked: no thread
     profiles.run = RunInfo("p", "e")
     profiles._take(listing)
     seconds = []

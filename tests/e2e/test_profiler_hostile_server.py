@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from tests.helpers import wait_for
 from verl_rl_insight.commands.demo.command import compose
 from verl_rl_insight.contract.wire import MAX_PROFILE_STEPS
+from verl_rl_insight.trainer.config import ServerUrl
 from verl_rl_insight.trainer.plugins.profiler import MAX_ANSWER_BYTES, MAX_TAKEN, Profiles, arm
 from verl_rl_insight.trainer.runtime import RunInfo
 
@@ -93,7 +94,7 @@ def test_a_listed_request_of_a_million_steps_and_thousands_of_requests_cost_the_
         "profiles": [requested(0, 2, 1_000_001)] + [requested(i, 2 + i % 50, 2 + i % 50) for i in range(1, 5001)]
     }
     hostile = HostileServer(listing)
-    profiles = Profiles(hostile.url, None, interval_s=3600)
+    profiles = Profiles(ServerUrl(hostile.url), interval_s=3600)
     try:
         with caplog.at_level(logging.WARNING, logger="verl_rl_insight"):
             profiles.start(RUN)
@@ -122,7 +123,7 @@ def test_a_listed_request_of_a_million_steps_and_thousands_of_requests_cost_the_
 
 def test_an_answer_of_64_mib_is_read_no_further_than_the_bound_and_said(trainer, caplog):
     hostile = HostileServer(flood_bytes=64 * 2**20)
-    profiles = Profiles(hostile.url, None, interval_s=3600)
+    profiles = Profiles(ServerUrl(hostile.url), interval_s=3600)
     try:
         with caplog.at_level(logging.WARNING, logger="verl_rl_insight"):
             profiles.start(RUN)
