@@ -36,11 +36,21 @@ def test_a_token_set_on_its_own_wins_over_the_urls_and_a_path_prefix_is_kept():
     assert server_of(load_config(None, environ={})) is None
 
 
-@pytest.mark.parametrize("url", ["ftp://example.org", "127.0.0.1:18080", "http://rl-insight:t@h:notaport"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.org",
+        "127.0.0.1:18080",
+        "http://rl-insight:t@h:notaport",
+        f"rl-insight:{SECRET}@10.0.0.1:18080",  # the scheme forgotten: no parser sees the credentials
+        f"ftp://rl-insight:{SECRET}@example.org",
+    ],
+)
 def test_a_server_url_that_is_no_http_url_is_refused_naming_the_setting_and_no_token(url):
     with pytest.raises(ConfigError) as refused:
         load_config({"rl_insight": {"server_url": url}}, environ={})
-    assert str(refused.value).startswith("server_url is not a URL") and ":t@" not in str(refused.value)
+    said = str(refused.value)
+    assert said.startswith("server_url is not a URL") and ":t@" not in said and SECRET not in said, said
 
 
 def test_a_training_run_with_a_broken_server_url_in_its_environment_goes_on_without_a_server(monkeypatch, caplog):
@@ -51,6 +61,19 @@ def test_a_training_run_with_a_broken_server_url_in_its_environment_goes_on_with
         rt = runtime.start()
     assert rt.services.server is None
     assert any("server_url is not a URL" in r.getMessage() for r in caplog.records)
+
+
+def test_a_bad_server_url_costs_the_server_only_and_the_rest_of_the_config_holds(monkeypatch, caplog):
+    """A URL without its scheme (a common slip) once made the runtime fall back to the defaults: the
+    trainer's own rl_insight block (here: samples off, a hardware interval) was silently dropped."""
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"rl-insight:{SECRET}@10.0.0.1:18080")
+    block = {"rl_insight": {"plugins": {"samples": {"enabled": False}, "hardware": {"interval_s": 7.0}}}}
+    with caplog.at_level(logging.ERROR, logger="verl_rl_insight"):
+        rt = runtime.start(block)
+    assert rt.services.server is None and rt.config.server_url is None
+    assert rt.plugin("samples") is None and rt.config.plugins.hardware.interval_s == 7.0
+    said = [r.getMessage() for r in caplog.records]
+    assert len([m for m in said if "server_url is not a URL" in m]) == 1 and not any(SECRET in m for m in said)
 
 
 def test_every_plugin_that_talks_to_the_server_gets_the_one_parsed_value(monkeypatch):

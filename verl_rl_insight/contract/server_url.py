@@ -62,12 +62,15 @@ def without_credentials(url: str) -> str:
 
 
 def redact(url: object) -> str:
-    """``url`` with any password replaced by ``***``: what log lines and reports show."""
+    """``url`` with any password replaced by ``***``: what log lines and reports show. A URL whose
+    credentials a parser does not see (no scheme: ``rl-insight:<token>@host:18080``) shows nothing
+    before its last ``@``."""
+    text = str(url)
     try:
-        bare, token = split(str(url))
+        bare, token = split(text)
     except ValueError:
         return "<unparsable URL>"
     if token is None:
-        return bare
+        return f"***@{bare.rpartition('@')[2]}" if "@" in bare else bare
     scheme, _, rest = bare.partition("://")
     return f"{scheme}://{TOKEN_USER}:***@{rest}"

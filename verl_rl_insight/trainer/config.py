@@ -258,8 +258,12 @@ def load_config(
     trainer_config: Mapping[str, object] | None = None,
     config_file: str | None = None,
     environ: Mapping[str, str] | None = None,
+    drop_bad_server_url: bool = False,
 ) -> DictConfig:
-    """Merge every layer and return a read-only DictConfig. Raises ConfigError on bad input."""
+    """Merge every layer and return a read-only DictConfig. Raises ConfigError on bad input; a
+    ``server_url`` that is no http(s) URL is dropped instead (no server: nothing is sent) where
+    ``drop_bad_server_url``, which the runtime asks for after it has said the error once, so that
+    the rest of the config still holds."""
     environ = os.environ if environ is None else environ
     layers: list[tuple[str, object]] = []
     config_file = config_file or environ.get(ENV_CONFIG_FILE)
@@ -282,11 +286,13 @@ def load_config(
     if config.server_url:
         # the URL `rl-insight server start` prints carries the token: split it off, so that no
         # URL with a secret in it travels further (into requests, log lines, reports)
+        server: ServerUrl | None = None
         try:
             server = ServerUrl.parse(str(config.server_url), config.token)
         except ValueError as exc:
-            raise ConfigError(f"server_url is not a URL ({exc}): {server_url.redact(config.server_url)}") from None
-        config.server_url, config.token = server.base, server.token
+            if not drop_bad_server_url:
+                raise ConfigError(f"server_url is not a URL ({exc}): {server_url.redact(config.server_url)}") from None
+        config.server_url, config.token = (server.base, server.token) if server is not None else (None, None)
     check_validation_keys(list(config.health.validation_keys))
     OmegaConf.set_readonly(config, True)
     return config

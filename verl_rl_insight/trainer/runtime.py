@@ -144,12 +144,21 @@ def start(
             if strict:
                 raise
             logger.error("rl-insight: %s. Monitoring goes on with the rest of the config.", exc)
-            if config is None:  # keep at least where to send data to
-                config = _server_only_config()
+            if config is None:  # the rest of the config, else at least where to send data to
+                config = _rest_of_config(trainer_config)
             pm = build_plugin_manager(config, strict=False, plugins=plugins)
         _runtime = Runtime(config, pm)
         atexit.register(_shutdown_at_exit)
         return _runtime
+
+
+def _rest_of_config(trainer_config: Mapping[str, object] | DictConfig | None) -> DictConfig:
+    """The config without its bad server URL (no server), where that was what was wrong; else the
+    server's URL and token alone (``_server_only_config``)."""
+    try:
+        return load_config(trainer_config, drop_bad_server_url=True)
+    except ConfigError:
+        return _server_only_config()
 
 
 def _server_only_config() -> DictConfig:
