@@ -432,8 +432,15 @@ POSITIONAL_RECORDS_ALLOWED: set[str] = set()
 
 def positional_records(source: str) -> list[str]:
     """The module-level aliases of ``source`` that name a record of 3 or more fields by position:
-    ``Name = tuple[A, B, C]`` (or ``Name: TypeAlias = ...``), not ``tuple[X, ...]``."""
+    ``Name = tuple[A, B, C]`` (or ``Name: TypeAlias = ...``), also inside another type
+    (``list[tuple[A, B, C]]``, ``Callable[[P], tuple[A, B, C]]``); not ``tuple[X, ...]``."""
     import ast
+
+    def positional(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Subscript) or ast.unparse(node.value) not in ("tuple", "Tuple", "typing.Tuple"):
+            return False
+        fields = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        return len(fields) >= 3 and not any(isinstance(f, ast.Constant) and f.value is Ellipsis for f in fields)
 
     found = []
     for node in ast.parse(source).body:
@@ -443,12 +450,7 @@ def positional_records(source: str) -> list[str]:
             target, value = node.target, node.value
         else:
             continue
-        if not isinstance(target, ast.Name) or not isinstance(value, ast.Subscript):
-            continue
-        if ast.unparse(value.value) not in ("tuple", "Tuple", "typing.Tuple"):
-            continue
-        fields = value.slice.elts if isinstance(value.slice, ast.Tuple) else [value.slice]
-        if len(fields) >= 3 and not any(isinstance(f, ast.Constant) and f.value is Ellipsis for f in fields):
+        if isinstance(target, ast.Name) and isinstance(value, ast.Subscript) and any(map(positional, ast.walk(value))):
             found.append(target.id)
     return found
 
@@ -469,9 +471,10 @@ def test_no_record_of_three_or_more_fields_is_a_positional_tuple_alias():
     # positive control: a triple is found, annotated or not; a pair, a tuple of any length and a
     # triple inside a function are not
     module = "from typing import TypeAlias\n\nStep = tuple[int, float, dict[str, float]]\nPair = tuple[int, int]\n"
-    module += "Many = tuple[int, ...]\nOld: TypeAlias = tuple[str, str, int]\n\n\ndef f() -> None:\n"
+    module += "Many = tuple[int, ...]\nOld: TypeAlias = tuple[str, str, int]\nPlaces = list[tuple[int, int, int]]\n"
+    module += "Level = Callable[[P], tuple[float, float, int]]\nPairs = list[tuple[int, int]]\n\n\ndef f() -> None:\n"
     module += "    Local = tuple[int, int, int]\n"
-    assert positional_records(module) == ["Step", "Old"]
+    assert positional_records(module) == ["Step", "Old", "Places", "Level"]
 
 
 def plugin_objects_made_at_import(source):

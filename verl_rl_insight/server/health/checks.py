@@ -48,7 +48,18 @@ class Check:
 Test = Callable[[Series, Extra, Params], "Check | None"]
 Setting = Callable[[Params], float]  # one setting of a test made for several detectors: lambda p: p.clip_min
 Steps = Callable[[Params], int]  # one count of steps, as Setting
-Level = Callable[[Params], tuple[float, float, int]]  # falls_from_level's (share, mads, window)
+
+
+class Fall(NamedTuple):
+    """What ``falls_from_level`` judges by: the share of the level a run must keep, the noise
+    deviations a fall must pass, and the steps the level is read over."""
+
+    share: float
+    mads: float
+    window: int
+
+
+Level = Callable[[Params], Fall]  # falls_from_level's settings, read from the detectors' params
 
 
 class Rise(NamedTuple):
@@ -84,7 +95,7 @@ def falls_from_level(settings: Level) -> Test:
     """Flagged when the newest steps' median is below ``share`` of the run's level over the
     ``window`` steps before (their upper quartile: what it was, not one wild step; for a negative
     level, ``1 - share`` of its size below it) and ``mads`` noise deviations under it; ``settings``:
-    (share, mads, window) of the settings."""
+    its ``Fall`` of the settings."""
 
     def test(series: Series, extra: Extra, p: Params) -> Check | None:
         share, mads, window = settings(p)

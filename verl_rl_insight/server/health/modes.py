@@ -136,7 +136,7 @@ DETECTORS: tuple[Detector, ...] = (
         "critical",
         3,
         any_of(
-            checks.falls_from_level(lambda p: (p.entropy_collapse_share, p.entropy_mads, p.entropy_window)),
+            checks.falls_from_level(lambda p: checks.Fall(p.entropy_collapse_share, p.entropy_mads, p.entropy_window)),
             trend(-1, lambda p: p.trend_entropy_fall, consequence=True),
         ),
         "the policy's entropy collapsed: it stops exploring and samples nearly one answer",
@@ -168,7 +168,7 @@ DETECTORS: tuple[Detector, ...] = (
         "critical",
         3,
         any_of(
-            checks.falls_from_level(lambda p: (p.reward_collapse_share, p.reward_mads, p.reward_window)),
+            checks.falls_from_level(lambda p: checks.Fall(p.reward_collapse_share, p.reward_mads, p.reward_window)),
             trend(-1, lambda p: p.trend_reward_fall, severity="critical"),  # the fall is the consequence itself
         ),
         "the reward fell far below the run's own level: the policy got worse or the reward function broke",
@@ -251,7 +251,9 @@ DETECTORS: tuple[Detector, ...] = (
         "warning",
         3,
         any_of(
-            checks.falls_from_level(lambda p: (p.length_collapse_share, p.length_mads_collapse, p.entropy_window)),
+            checks.falls_from_level(
+                lambda p: checks.Fall(p.length_collapse_share, p.length_mads_collapse, p.entropy_window)
+            ),
             trend(-1, lambda p: p.trend_length_fall, consequence=True),
         ),
         "responses are getting far shorter than they were: the policy found a short answer the reward "
@@ -309,7 +311,7 @@ DETECTORS: tuple[Detector, ...] = (
         "warning",
         3,
         any_of(
-            checks.falls_from_level(lambda p: (p.throughput_ratio, p.throughput_mads, p.entropy_window)),
+            checks.falls_from_level(lambda p: checks.Fall(p.throughput_ratio, p.throughput_mads, p.entropy_window)),
             trend(-1, lambda p: p.trend_throughput_fall, mads_z=trends.throughput_mads_z),
         ),
         "throughput fell far below the run's own level: a slow node, memory pressure or a longer tail",

@@ -20,6 +20,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from verl_rl_insight.server.settings.memory import DEFAULT_SHARES
 from verl_rl_insight.server.stores.stats import SpanIndexStats
@@ -32,7 +33,17 @@ MAX_BYTES = DEFAULT_SHARES.span_index  # the server gives its own share of memor
 Record = dict[str, object]
 StepOf = Callable[[Mapping[str, object]], int | None]
 Key = tuple[bool, int]  # (True, step) or (False, start bucket) of spans without a step
-Places = list[tuple[int, int, int]]  # (segment, offset, length) of spans in a run's files
+
+
+class Place(NamedTuple):
+    """Where a span is kept: its segment file, and its bytes' offset and length there."""
+
+    segment: int
+    offset: int
+    length: int
+
+
+Places = list[Place]  # the places of spans in a run's files
 
 
 class Entry:
@@ -99,7 +110,7 @@ class RunIndex:
 
 
 def _triples(places: array[int]) -> Places:
-    return [(places[i], places[i + 1], places[i + 2]) for i in range(0, len(places), 3)]
+    return [Place(places[i], places[i + 1], places[i + 2]) for i in range(0, len(places), 3)]
 
 
 class SpanIndex:
@@ -178,7 +189,7 @@ def index_files(run: RunIndex, segments: Iterable[tuple[int, Path]], step_of: St
     return read
 
 
-def read_places(paths: Mapping[int, Path], places: Iterable[tuple[int, int, int]]) -> tuple[list[Record], int]:
+def read_places(paths: Mapping[int, Path], places: Iterable[Place]) -> tuple[list[Record], int]:
     """The spans at ``places`` (segment, offset, length) of the files ``paths`` (segment -> file), in
     the order of the places; and the bytes read."""
     found: list[Record] = []

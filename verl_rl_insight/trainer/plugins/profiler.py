@@ -22,13 +22,14 @@ import logging
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
+import pluggy
 from omegaconf import DictConfig
 
 from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.http_client import HttpClient, Oversized, Unreachable
-from verl_rl_insight.trainer import runtime
 from verl_rl_insight.trainer.client.metric_batch import MetricBatch
 from verl_rl_insight.trainer.config import ServerUrl, plugin_settings
 from verl_rl_insight.trainer.hook_types import RunInfo
@@ -53,14 +54,16 @@ logger = logging.getLogger("verl_rl_insight")
 # server may list) put 2,000 steps in verl's list, and one step boundary took 0.8-3.5 s
 MAX_ARMED_STEPS = 100
 ARMED_FULL = "rl-insight: %d steps to come are armed to be profiled already; later profile requests wait their turn"
+StateSpan = Callable[..., object]  # the manager's rl_insight_state_span hook caller (keyword arguments)
 
 
 class Profiles:
     """This process's view of the run's requests: what the poller found, what to report."""
 
-    def __init__(self, server: ServerUrl, interval_s: float) -> None:
+    def __init__(self, server: ServerUrl, interval_s: float, state_span: StateSpan | None = None) -> None:
         self.server = server
         self.interval_s = interval_s
+        self.state_span = state_span  # the manager's rl_insight_state_span: a profiled step on the timeline
         self.client = HttpClient(server.token, timeout_s=5.0)
         self.lock = threading.Lock()
         self.requests: dict[str, dict[str, Any]] = {}  # id -> request (as the server gave it, then ours)
@@ -273,11 +276,10 @@ class Profiles:
                 steps=done,
             )
         self._summarize(step, ids)
-        rt = runtime.get_runtime()
-        if rt is not None:
+        if self.state_span is not None and self.run is not None:
             try:
-                rt.hook.rl_insight_state_span(
-                    run=rt.current_run(),
+                self.state_span(
+                    run=self.run,
                     name="profile",
                     lane="profiler",
                     start_ns=start_ns,
@@ -323,10 +325,10 @@ class Plugin:
         self.profiles: Profiles | None = None  # None without a server to ask
 
     @hookimpl
-    def rl_insight_configure(self, config: DictConfig, services: Services) -> None:
+    def rl_insight_configure(self, config: DictConfig, pm: pluggy.PluginManager, services: Services) -> None:
         settings = plugin_settings(config, "profiler")
         if services.server is not None:
-            self.profiles = Profiles(services.server, float(settings.poll_interval_s))
+            self.profiles = Profiles(services.server, float(settings.poll_interval_s), pm.hook.rl_insight_state_span)
 
     @hookimpl
     def rl_insight_profile_point(self, run: RunInfo, trainer: object, phase: str, when: str, step: int | None) -> None:
