@@ -27,6 +27,11 @@ SCORE_KEYS: Final = (SCORE_MEAN, REWARDS_MEAN)
 PROMPT_LENGTH_MEAN: Final = "prompt_length/mean"
 RESPONSE_LENGTH_MEAN: Final = "response_length/mean"
 RESPONSE_LENGTH_CLIP_RATIO: Final = "response_length/clip_ratio"
+# compute_data_metrics: the advantages over the batch's response tokens (all 0 where every group's
+# rewards were equal: GRPO learns nothing from the step)
+ADVANTAGES_MEAN: Final = "critic/advantages/mean"
+ADVANTAGES_MAX: Final = "critic/advantages/max"
+ADVANTAGES_MIN: Final = "critic/advantages/min"
 
 # compute_throughout_metrics: the step's tokens, its time and tokens per second per GPU
 TOTAL_TOKENS: Final = "perf/total_num_tokens"
@@ -42,6 +47,7 @@ ENTROPY: Final = "actor/entropy"
 ENTROPY_LOSS: Final = "actor/entropy_loss"  # older verl logs the mean entropy under this name
 ENTROPY_KEYS: Final = (ENTROPY, ENTROPY_LOSS)  # the entropy, read under the first of these a run logs
 PG_LOSS: Final = "actor/pg_loss"
+PPO_KL: Final = "actor/ppo_kl"  # the KL between the old and the new policy of the update
 KL_LOSS: Final = "actor/kl_loss"  # actor.use_kl_loss
 GRAD_NORM: Final = "actor/grad_norm"
 REWARD_KL_PENALTY: Final = "actor/reward_kl_penalty"  # algorithm.use_kl_in_reward

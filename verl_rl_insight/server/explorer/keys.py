@@ -15,7 +15,13 @@ import re
 from collections.abc import Mapping
 
 from verl_rl_insight.contract.naming import metric_name
-from verl_rl_insight.contract.verl_keys import ROLLOUT_PROBS_DIFF_MEAN
+from verl_rl_insight.contract.verl_keys import (
+    ENTROPY,
+    RESPONSE_LENGTH_CLIP_RATIO,
+    ROLLOUT_PROBS_DIFF_MEAN,
+    STEP_TIME,
+    THROUGHPUT,
+)
 from verl_rl_insight.dashboards import DASHBOARDS_DIR
 from verl_rl_insight.dashboards.keys import GROUPS, RUNTIME_KEYS, STATS
 from verl_rl_insight.server.health import detectors
@@ -41,20 +47,20 @@ def known_keys() -> dict[str, str]:
 # (title, patterns on the key) in page order: the first panel a key matches takes it
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Score and reward", (r"critic/(score|rewards)/(mean|max|min)",)),
-    ("Entropy", (r"actor/entropy",)),
+    ("Entropy", (re.escape(ENTROPY),)),
     # a loss near 0.001 and a coefficient near 0.001-1 on one scale flatten one of them: each its own panel
     ("KL", (r"actor/(kl_loss|ppo_kl|reward_kl_penalty)", r"critic/kl")),
     ("KL coefficient", (r"actor/(kl_coef|reward_kl_penalty_coeff)", r"critic/kl_coeff?")),
     ("Grad norm", (r"(actor|critic)/grad_norm",)),
     ("Response length", (r"response_length/(mean|max|min)",)),
-    ("Clip ratio", (r"actor/pg_clipfrac(_lower)?", r"response_length/clip_ratio", r"critic/vf_clipfrac")),
+    ("Clip ratio", (r"actor/pg_clipfrac(_lower)?", re.escape(RESPONSE_LENGTH_CLIP_RATIO), r"critic/vf_clipfrac")),
     # the mean is what verl's thresholds judge (0.005 / 0.01): its own scale, the lines drawn on it
-    ("Log-prob mismatch", (r"training/rollout_probs_diff_mean",)),
+    ("Log-prob mismatch", (re.escape(ROLLOUT_PROBS_DIFF_MEAN),)),
     ("Log-prob mismatch: max and std", (r"training/rollout_probs_diff_(max|std)",)),
     ("Rollout/actor log-prob correlation", (r"training/rollout_actor_probs_pearson_corr",)),
     ("Log-prob mismatch: valid tokens", (r"training/rollout_.*",)),
-    ("Throughput", (r"perf/throughput",)),
-    ("Time per step", (r"timing_s/step",)),
+    ("Throughput", (re.escape(THROUGHPUT),)),
+    ("Time per step", (re.escape(STEP_TIME),)),
 )
 _PANELS = [(title, re.compile("|".join(f"(?:{p})" for p in patterns))) for title, patterns in PANELS]
 _VALIDATION = re.compile(r"^val-(?:core|aux)/(?:(.+)/[^/]+/[^/]+)?")

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from verl_rl_insight.contract.verl_keys import (
+    ADVANTAGES_MAX,
+    ADVANTAGES_MIN,
     CRITIC_VF_LOSS,
     GRAD_NORM,
     PG_LOSS,
@@ -234,7 +236,7 @@ def no_learning_signal(series: Series, extra: Extra, p: Params) -> Check | None:
         return values[-1][1] if values and values[-1][0] == step else None
 
     why = []
-    adv_max, adv_min = at("critic/advantages/max"), at("critic/advantages/min")
+    adv_max, adv_min = at(ADVANTAGES_MAX), at(ADVANTAGES_MIN)
     if adv_max is not None and adv_min is not None and abs(adv_max) <= _ZERO and abs(adv_min) <= _ZERO:
         why.append("every advantage is 0")
     grad = at(GRAD_NORM)

@@ -3,12 +3,16 @@ tells a run that learns nothing, the group statistics, the step time and the val
 finite (verl's keys are named in ``contract/verl_keys.py``, where verl logs each)."""
 
 from verl_rl_insight.contract.verl_keys import (
+    ADVANTAGES_MAX,
+    ADVANTAGES_MEAN,
+    ADVANTAGES_MIN,
     CRITIC_GRAD_NORM,
     CRITIC_VF_LOSS,
     ENTROPY_KEYS,
     GRAD_NORM,
     KL_LOSS,
     PG_LOSS,
+    PPO_KL,
     REWARDS_MAX,
     REWARDS_MEAN,
     REWARDS_MIN,
@@ -23,8 +27,8 @@ from verl_rl_insight.contract.verl_keys import (
 SCORE = SCORE_KEYS
 ENTROPY = ENTROPY_KEYS
 SIGNAL_KEYS = (
-    "critic/advantages/max",
-    "critic/advantages/min",
+    ADVANTAGES_MAX,
+    ADVANTAGES_MIN,
     GRAD_NORM,
     PG_LOSS,  # with grad_norm: absent from a step that logs the rest, verl skipped the update
     SCORE_MAX,
@@ -48,11 +52,11 @@ NON_FINITE_KEYS = (
     PG_LOSS,
     GRAD_NORM,
     *ENTROPY_KEYS,
-    "actor/ppo_kl",
+    PPO_KL,
     KL_LOSS,
     CRITIC_VF_LOSS,
     CRITIC_GRAD_NORM,
     SCORE_MEAN,
     REWARDS_MEAN,
-    "critic/advantages/mean",
+    ADVANTAGES_MEAN,
 )
