@@ -387,11 +387,12 @@ def test_no_test_imports_the_benchmarks():
 
 # where an ``/api/v1`` literal may stand: contract/paths.py defines the paths (and contract/ may name them)
 API_LITERALS_ALLOWED = ("verl_rl_insight/contract/",)
+API_PATHS = ("/api/v1", "/api/v2", "/v1/traces")  # ours and Prometheus', Alertmanager's, OTLP's
 
 
 def api_literals(source: str) -> list[int]:
-    """The lines of ``source`` where a string constant holds ``/api/v1`` (an f-string's constant parts
-    included), the module's, classes' and functions' docstrings left out: they may name a path as prose."""
+    """The lines of ``source`` where a string constant holds one of ``API_PATHS`` (an f-string's constant
+    parts included), the module's, classes' and functions' docstrings left out: they may name a path as prose."""
     import ast
 
     tree = ast.parse(source)
@@ -406,14 +407,15 @@ def api_literals(source: str) -> list[int]:
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
-        and "/api/v1" in node.value
+        and any(path in node.value for path in API_PATHS)
         and id(node) not in docstrings
     )
 
 
 def test_no_api_path_is_spelled_outside_the_contract():
-    """The server's routes and the parts of Prometheus' API the code reads are spelled once, in
-    contract/paths.py; the route table, the server's Prometheus readers and the commands import them."""
+    """The server's routes, OTLP's traces path and the parts of Prometheus' and Alertmanager's APIs the
+    code calls are spelled once, in contract/paths.py; the route table, the server's readers, the trainer
+    and the commands import them."""
     spelled = []
     for path in sorted((REPO / "verl_rl_insight").rglob("*.py")):
         where = path.relative_to(REPO).as_posix()
@@ -423,7 +425,8 @@ def test_no_api_path_is_spelled_outside_the_contract():
     # positive control: a literal, an f-string's constant part and a message are found; a docstring is not
     module = '"""Calls /api/v1/push."""\n\nPUSH = "/api/v1/push"\n\n\ndef url(base: str) -> str:\n'
     module += '    """GET /api/v1/info."""\n    return f"{base}/api/v1/info?x=1"\n\n\nWHY = "(see /api/v1/sd)"\n'
-    assert api_literals(module) == [3, 8, 11]
+    module += 'SILENCES = "/api/v2/silences"\nTRACES = f"http://{host}/v1/traces"\n'
+    assert api_literals(module) == [3, 8, 11, 12, 13]
 
 
 # positional record aliases still allowed (none: a new one is named here with the reason it must stay)

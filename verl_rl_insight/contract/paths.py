@@ -1,6 +1,7 @@
 """The HTTP paths, defined once: the server's own routes (what the route table serves, what the trainer,
-the commands and the agent interface call) and the parts of Prometheus' HTTP API the server and the
-commands read. A path is spelled here and imported everywhere else (tests/test_layout.py holds that).
+the commands and the agent interface call), OTLP's traces path, and the parts of Prometheus' and
+Alertmanager's HTTP APIs the server and the commands call. A path is spelled here and imported
+everywhere else (tests/test_layout.py holds that for every ``/api/v1``, ``/api/v2`` and ``/v1/traces``).
 """
 
 from typing import Final
@@ -39,6 +40,9 @@ EXPLORER_RUN: Final = f"{EXPLORER}/run"
 EXPLORER_CURVES: Final = f"{EXPLORER}/curves"
 EXPLORER_STEP: Final = f"{EXPLORER}/step"
 EXPLORER_SAMPLES: Final = f"{EXPLORER}/samples"
+# OTLP/HTTP's traces path (the OpenTelemetry protocol): the server takes spans here as Tempo does,
+# and relays them to Tempo's where Tempo runs
+OTLP_TRACES: Final = "/v1/traces"
 # the explorer's pages (the run explorer, a run, a step) and their static files
 PAGE_RUNS: Final = "/runs"
 EXPLORER_STATIC: Final = "/static/explorer/"
@@ -55,3 +59,9 @@ PROMETHEUS_ALERTS: Final = "/api/v1/alerts"
 PROMETHEUS_BUILD_INFO: Final = "/api/v1/status/buildinfo"
 PROMETHEUS_CONFIG: Final = "/api/v1/status/config"
 PROMETHEUS_DELETE_SERIES: Final = "/api/v1/admin/tsdb/delete_series"
+
+# Alertmanager's HTTP API v2 (https://github.com/prometheus/alertmanager/blob/main/api/v2/openapi.yaml)
+ALERTMANAGER_READY: Final = "/-/ready"
+ALERTMANAGER_ALERTS: Final = "/api/v2/alerts"
+ALERTMANAGER_SILENCES: Final = "/api/v2/silences"
+ALERTMANAGER_SILENCE: Final = "/api/v2/silence"  # /<id>: one silence, to delete it

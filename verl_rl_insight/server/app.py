@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.errors import Unavailable
 from verl_rl_insight.server.api.http_server import HttpServer
 from verl_rl_insight.server.compose import Parts, build
@@ -70,7 +71,7 @@ class Server:
         if "tempo" not in self.services and not s.otlp_endpoint:  # no Tempo: the hub keeps the spans
             self.spans = SpanStore(s.data_path / "spans", index_bytes=s.memory_shares.span_index)
         elif "tempo" in self.services and not s.otlp_endpoint:  # Tempo: spans pass through the hub to it
-            self.relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}/v1/traces")
+            self.relay = SpanRelay(f"http://127.0.0.1:{s.otlp_http_port}{paths.OTLP_TRACES}")
         threading.Thread(target=self._tick, args=(parts,), name="rl-insight-timeline-figures", daemon=True).start()
         threading.Thread(
             target=parts.delivery.run, args=(self._ticking,), name="rl-insight-delivery", daemon=True
@@ -145,9 +146,9 @@ class Server:
         if self.settings.otlp_endpoint:
             traces = self.settings.otlp_endpoint
         elif self.spans is not None or self.relay is not None:
-            traces = hub_url(self.settings) + "/v1/traces"
+            traces = hub_url(self.settings) + paths.OTLP_TRACES
         else:
-            traces = urls["otlp_http"] + "/v1/traces"
+            traces = urls["otlp_http"] + paths.OTLP_TRACES
         return {
             "otlp_traces": traces,
             "spans_kept_by_hub": self.spans is not None,

@@ -105,7 +105,8 @@ def panel(state: dict[str, Any], reveal_token: bool = True) -> str:
     if "tempo" in services:
         lines.append(f"  Tempo        {urls['tempo']}   (queries)")
         if not state.get("settings", {}).get("otlp_endpoint"):
-            lines.append(f"  OTLP         {state['hub_url']}/v1/traces   (spans pass through the hub to Tempo)")
+            traces = state["hub_url"] + paths.OTLP_TRACES
+            lines.append(f"  OTLP         {traces}   (spans pass through the hub to Tempo)")
     settings = state.get("settings", {})
     if settings.get("otlp_endpoint"):
         lines.append(f"  spans        {settings['otlp_endpoint']}   (trainers are told to send there)")

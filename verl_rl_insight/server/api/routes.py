@@ -239,7 +239,7 @@ IMPORT_ROUTES = (
 SPAN_ROUTES = (
     Route(
         "POST",
-        "/v1/traces",
+        paths.OTLP_TRACES,
         spans.post_traces,
         RUN_CREDENTIAL,
         Doc(

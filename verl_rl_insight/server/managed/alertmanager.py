@@ -13,13 +13,14 @@ from pathlib import Path
 
 import yaml
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.server.managed.service import Links, ManagedService
 from verl_rl_insight.server.settings.alertmanager import NO_RECEIVER, PASSED_THROUGH
 from verl_rl_insight.server.settings.server import ServerSettings
 from verl_rl_insight.server.stores import credentials
 from verl_rl_insight.server.stores.files import write_atomically
 
-HEALTH_PATH = "/-/ready"
+HEALTH_PATH = paths.ALERTMANAGER_READY
 HOST = "127.0.0.1"
 DEFAULT_ROUTE = {
     "group_by": ["alertname", "project", "experiment_name"],

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.errors import BadInput, NotFound, OverCapacity, Unavailable
 from verl_rl_insight.contract.http_client import HttpClient, Unreachable
 from verl_rl_insight.contract.wire import SilenceBody, field_problem
@@ -106,7 +107,7 @@ class Alerting:
 
     # -- what the API serves -----------------------------------------------------------------
     def firing(self) -> dict[str, list[dict[str, Any]]]:
-        alerts = self._call("GET", "/api/v2/alerts?active=true&silenced=true&inhibited=true")
+        alerts = self._call("GET", paths.ALERTMANAGER_ALERTS + "?active=true&silenced=true&inhibited=true")
         return {
             "alerts": [
                 {
@@ -124,7 +125,9 @@ class Alerting:
     def silences(self) -> dict[str, list[dict[str, Any]]]:
         return {
             "silences": [
-                s for s in self._call("GET", "/api/v2/silences") if s.get("status", {}).get("state") != "expired"
+                s
+                for s in self._call("GET", paths.ALERTMANAGER_SILENCES)
+                if s.get("status", {}).get("state") != "expired"
             ]
         }
 
@@ -137,7 +140,7 @@ class Alerting:
                     f"{MAX_SILENCES} silences are running already; end some with `rl-insight alerts unsilence ID` "
                     "(`rl-insight alerts silences` lists them)"
                 )
-        created = self._call("POST", "/api/v2/silences", request)
+        created = self._call("POST", paths.ALERTMANAGER_SILENCES, request)
         with self._lock:
             self._kept = [k for k in self._kept if _timestamp(k["endsAt"]) > time.time()]
             self._kept.append({**request, "id": created["silenceID"], "ids": [created["silenceID"]]})
@@ -150,7 +153,7 @@ class Alerting:
         with self._lock:
             kept = next((k for k in self._kept if silence_id in k["ids"]), None)
             current = kept["id"] if kept else silence_id
-            self._call("DELETE", f"/api/v2/silence/{current}")
+            self._call("DELETE", f"{paths.ALERTMANAGER_SILENCE}/{current}")
             if kept:
                 self._kept.remove(kept)
                 self._save()
@@ -163,14 +166,16 @@ class Alerting:
             if not live:
                 return 0
             known = {
-                s["id"] for s in self._call("GET", "/api/v2/silences") if s.get("status", {}).get("state") == "active"
+                s["id"]
+                for s in self._call("GET", paths.ALERTMANAGER_SILENCES)
+                if s.get("status", {}).get("state") == "active"
             }
             restored = 0
             for kept in live:
                 if kept["id"] in known:
                     continue
                 request = {k: kept[k] for k in ("matchers", "endsAt", "createdBy", "comment")}
-                created = self._call("POST", "/api/v2/silences", {**request, "startsAt": _iso(time.time())})
+                created = self._call("POST", paths.ALERTMANAGER_SILENCES, {**request, "startsAt": _iso(time.time())})
                 kept["id"] = created["silenceID"]
                 kept["ids"].append(kept["id"])
                 restored += 1

@@ -57,7 +57,7 @@ def explicit_endpoint(config: DictConfig, environ: Mapping[str, str] | None = No
     if environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         return environ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
     if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        return environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
+        return environ["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + paths.OTLP_TRACES
     return None
 
 
@@ -72,7 +72,7 @@ def otlp_endpoint(config: DictConfig, server: ServerUrl | None, environ: Mapping
     if explicit is None and server is not None:
         host = urllib.parse.urlsplit(server.base).hostname
         port = plugin_settings(config, "state_timeline").otlp_port
-        return f"http://{host}:{port}/v1/traces"
+        return f"http://{host}:{port}{paths.OTLP_TRACES}"
     return explicit
 
 
