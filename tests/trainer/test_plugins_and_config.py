@@ -300,6 +300,7 @@ def test_a_plugin_that_raises_in_a_hook_leaves_the_other_plugins_of_that_hook_ru
     config = load_config({"rl_insight": {"plugins": plugins}}, environ={})
     pm = build_plugin_manager(config, environ={}, plugins={"agent_loop": recorder, "samples": raising})
     assert registered(pm, "samples") is raising and registered(pm, "agent_loop") is recorder
+    assert pm.get_plugin("agent_loop").steps is recorder.steps  # what pluggy holds reads as the plugin
     [wrapper] = [i for i in pm.hook.rl_insight_collect.get_hookimpls() if i.plugin_name == "agent_loop"]
     assert wrapper.wrapper and wrapper.function == recorder.rl_insight_collect
     callers = [impl.plugin_name for impl in pm.hook.rl_insight_advantage_batch.get_hookimpls()]

@@ -147,6 +147,10 @@ class Isolated:
                 function = _isolated(function, name, options.get("specname") or attribute)
             setattr(self, attribute, function)
 
+    def __getattr__(self, name: str) -> object:
+        """The plugin's own attribute (what a third-party plugin reads of ``pm.get_plugin(name)``)."""
+        return getattr(self.plugin, name)
+
     def __repr__(self) -> str:
         return f"Isolated({self.plugin!r})"
 
