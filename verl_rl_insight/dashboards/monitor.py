@@ -14,7 +14,8 @@ def monitoring_rows(layout: Layout) -> None:
             "Hub memory",
             [("rl_insight_hub_memory_bytes", "booked"), ("rl_insight_hub_memory_limit_bytes", "limit")],
             unit="bytes",
-            description="what the hub holds against its memory_limit_mb; at the limit pushes are refused (422)",
+            description="what the hub holds against its share of memory_limit_mb; at the limit pushes are "
+            "refused (422)",
         ),
         w=8,
     )

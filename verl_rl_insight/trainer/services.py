@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 @dataclass
 class Timeline:
     """The state timeline's way out, for plugins that send spans of their own (samples): the
-    state_timeline plugin sets it when it configures and clears it at shutdown. ``tracer`` is None
+    state_timeline plugin sets it when it configures and clears both at shutdown. ``tracer`` is None
     while that plugin is off or has no OTLP endpoint; ``processor`` counts what was sent and dropped."""
 
     tracer: Tracer | None = None
@@ -49,6 +49,7 @@ class Services:
         return cls(server=server, targets=TargetAnnouncer(server, ttl_s=ttl_s) if server is not None else None)
 
     def close(self, timeout_s: float) -> None:
-        """Withdraw the announced scrape targets (at most ``min(timeout_s, 2)`` seconds)."""
+        """Withdraw the announced scrape targets, within ``min(timeout_s, 2)`` seconds in all (those
+        left expire on the server with their TTL)."""
         if self.targets is not None:
             self.targets.close(min(timeout_s, 2.0))

@@ -133,7 +133,7 @@ def verl_metrics(batch: "DataProto", timing: dict[str, float], step: int = 1, to
 
 # actor/kl_loss of a healthy public GRPO run (tests/data/real_runs/yushengsu_amd_grpo_deepseek7b_gsm8k.jsonl:
 # deepseek-7b on GSM8K, use_kl_loss with kl_coef 0.001, 1119 steps) at 0 %, 10 %, ... 100 % of the run;
-# the demo's run, however long, follows it scaled to its own length (tests/test_demo_curves.py reads it back)
+# the demo's run, however long, follows it scaled to its own length (tests/e2e/test_demo_curves.py reads it back)
 HEALTHY_KL_LOSS = (0.001, 0.062, 0.068, 0.068, 0.064, 0.075, 0.072, 0.069, 0.08, 0.089, 0.08)
 HEALTHY_KL_COEF = 0.001
 

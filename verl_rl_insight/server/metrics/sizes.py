@@ -1,5 +1,5 @@
 """What the hub's objects are estimated to hold, in bytes (checked against tracemalloc by
-tests/test_hub_memory.py): the figures the memory bound is kept with (``memory.py``)."""
+tests/server/metrics/test_memory.py): the figures the memory bound is kept with (``memory.py``)."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ LAST_STEP_LANES = 64  # what ``last_step`` keeps of a step: this many lanes (the
 LAST_STEP_SPANS = 256  # ... and this many spans per lane
 SLOWEST_MIN_SHARE = 0.05  # a replica last by less than this share of the step held nothing back
 # Estimated bytes of a span record held here (its dicts, ids, numbers), checked against tracemalloc
-# by tests/test_timeline_summary.py; attribute keys and values add their own length.
+# by tests/server/timeline/test_summary.py; attribute keys and values add their own length.
 SPAN_BYTES = 1100
 ATTRIBUTE_BYTES = 120  # a dict slot, and a str's or a number's object
 

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from verl_rl_insight.contract import paths
@@ -67,13 +68,20 @@ class TargetAnnouncer:
             self._wake.clear()
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Stop the heartbeats and remove every announced target (bounded by ``timeout_s``)."""
+        """Stop the heartbeats and remove the announced targets, all within ``timeout_s``: what is not
+        removed by then expires on the server with its TTL (``ttl_s``). A server that does not answer
+        costs the process's exit ``timeout_s``, not one wait per target (a driver announces every
+        replica of the job)."""
+        deadline = time.monotonic() + timeout_s
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
         for job, address in self.targets():
-            self._request("DELETE", None, params={"job": job, "address": address}, timeout_s=min(timeout_s, 2.0))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._request("DELETE", None, params={"job": job, "address": address}, timeout_s=min(left, 2.0))
 
     def _request(
         self,

@@ -222,6 +222,7 @@ class Plugin:
             self.processor.force_flush(int(min(timeout_s, 5.0) * 1000))
             self.processor.shutdown()
         self.tracer = self.timeline.tracer = None
+        self.timeline.processor = None
 
     @hookimpl
     def rl_insight_trajectory(self, run: RunInfo, trajectory: Trajectory) -> None:

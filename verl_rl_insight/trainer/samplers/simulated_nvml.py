@@ -1,6 +1,6 @@
 """SIMULATED NVML, for the demo and the tests on machines without a GPU: the functions,
 constants and error class of nvidia-ml-py's ``pynvml`` that the sampler uses, with the same
-names and return shapes (tests/test_hardware.py checks every name against the real module).
+names and return shapes (tests/trainer/test_hardware.py checks every name against the real module).
 Failures can be injected per (GPU index, function name); ``load`` moves utilisation and power."""
 
 import threading

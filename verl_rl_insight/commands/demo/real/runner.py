@@ -1,5 +1,5 @@
 """A real verl 0.9.1 GRPO run on the CPU, watched by this package: what the CI test
-(tests/test_real_verl_run.py) and `rl-insight demo --real` both start.
+(tests/e2e/test_real_verl_run.py) and `rl-insight demo --real` both start.
 
 verl's own ``python -m verl.trainer.main_ppo`` with the README's overrides (``trainer.logger``
 ``console,file,rl_insight``, ``disable_log_stats=False``), a vLLM replica verl starts itself, a tiny
