@@ -24,7 +24,7 @@ from verl_rl_insight.contract.errors import Forbidden
 from verl_rl_insight.contract.runs import Run
 
 
-class Named(NamedTuple):
+class NamedRun(NamedTuple):
     """A run a request names, for the run gate: as given (not checked yet), and where it names it."""
 
     project: object
@@ -32,7 +32,7 @@ class Named(NamedTuple):
     where: str  # the field of the request that names them
 
 
-RunCheck = Callable[[Iterable[Named]], None]  # the API's run gate (server/api/run_gate.py), as a parser sees it
+RunCheck = Callable[[Iterable[NamedRun]], None]  # the API's run gate (server/api/run_gate.py), as a parser sees it
 
 PREFIX = "run1."
 RUN_CREDENTIAL_DAYS = 30.0

@@ -14,7 +14,7 @@ one parse of a body that may be MBs; no third way.
 import json
 from collections.abc import Callable, Iterator
 
-from verl_rl_insight.contract.run_credential import Named
+from verl_rl_insight.contract.run_credential import NamedRun
 from verl_rl_insight.contract.wire import PushError
 from verl_rl_insight.server.api.access import RunIn
 from verl_rl_insight.server.api.parts import ApiParts
@@ -24,28 +24,28 @@ from verl_rl_insight.server.api.run_gate import RunGate
 RUN_FIELDS = "project, experiment_name"
 
 
-def _query(request: Request, parts: ApiParts) -> Iterator[Named]:
-    yield Named(request.param("project"), request.param("experiment_name"), RUN_FIELDS)
+def _query(request: Request, parts: ApiParts) -> Iterator[NamedRun]:
+    yield NamedRun(request.param("project"), request.param("experiment_name"), RUN_FIELDS)
 
 
-def _target(request: Request, parts: ApiParts) -> Iterator[Named]:
+def _target(request: Request, parts: ApiParts) -> Iterator[NamedRun]:
     job, address = request.param("job"), request.param("address")
     labels = parts.targets.labels(job, address) if job and address else {}
-    yield Named(labels.get("project"), labels.get("experiment_name"), "target")
+    yield NamedRun(labels.get("project"), labels.get("experiment_name"), "target")
 
 
-def _body(item: dict[str, object]) -> list[Named]:
-    return [Named(item.get("project"), item.get("experiment_name"), RUN_FIELDS)]
+def _body(item: dict[str, object]) -> list[NamedRun]:
+    return [NamedRun(item.get("project"), item.get("experiment_name"), RUN_FIELDS)]
 
 
-def _labels(item: dict[str, object]) -> list[Named]:
+def _labels(item: dict[str, object]) -> list[NamedRun]:
     given = item.get("labels")
     labels = given if isinstance(given, dict) else {}
-    return [Named(labels.get("project"), labels.get("experiment_name"), "labels")]
+    return [NamedRun(labels.get("project"), labels.get("experiment_name"), "labels")]
 
 
-BEFORE_BODY: dict[RunIn, Callable[[Request, ApiParts], Iterator[Named]]] = {"query": _query, "target": _target}
-IN_BODY: dict[RunIn, Callable[[dict[str, object]], list[Named]]] = {"body": _body, "body labels": _labels}
+BEFORE_BODY: dict[RunIn, Callable[[Request, ApiParts], Iterator[NamedRun]]] = {"query": _query, "target": _target}
+IN_BODY: dict[RunIn, Callable[[dict[str, object]], list[NamedRun]]] = {"body": _body, "body labels": _labels}
 IN_PARSE: frozenset[RunIn] = frozenset({"body batches", "spans"})  # the handler hands its parser the gate
 
 

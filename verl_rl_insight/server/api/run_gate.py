@@ -13,7 +13,7 @@ whose gate was never consulted is refused (``Unconsulted``: a 500, logged), not 
 
 from collections.abc import Iterable
 
-from verl_rl_insight.contract.run_credential import Named, check_run
+from verl_rl_insight.contract.run_credential import NamedRun, check_run
 from verl_rl_insight.contract.runs import Run
 from verl_rl_insight.server.api.access import RunIn
 
@@ -34,7 +34,7 @@ class RunGate:
         self.run_in = run_in
         self.consulted = False
 
-    def __call__(self, named: Iterable[Named]) -> None:
+    def __call__(self, named: Iterable[NamedRun]) -> None:
         """Forbidden (naming the field) unless every run in ``named`` is the credential's; ``named``
         is not read for the token (a generator of them costs nothing then)."""
         self.consulted = True

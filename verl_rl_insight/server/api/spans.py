@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from verl_rl_insight.contract import paths
 from verl_rl_insight.contract.errors import BadInput, Forbidden, NotFound, UnsupportedEncoding
-from verl_rl_insight.contract.run_credential import Named
+from verl_rl_insight.contract.run_credential import NamedRun
 from verl_rl_insight.server.api.context import Context
 from verl_rl_insight.server.api.request import Request, run_of
 from verl_rl_insight.server.stores.otlp import RunSpan
@@ -54,7 +54,7 @@ async def post_traces(ctx: Context, request: Request) -> None:
     await ctx.writer.body(request.send, 200, PROTOBUF, ExportTraceServiceResponse().SerializeToString())
 
 
-def _runs_of_spans(otlp: "ExportTraceServiceRequest", found: list[RunSpan]) -> Iterator[Named]:
+def _runs_of_spans(otlp: "ExportTraceServiceRequest", found: list[RunSpan]) -> Iterator[NamedRun]:
     """Every span's run, for the run gate (read only for a run credential): Forbidden when a span
     names none (a run credential sends its own run's spans only)."""
     total = sum(len(ss.spans) for rs in otlp.resource_spans for ss in rs.scope_spans)
@@ -63,7 +63,7 @@ def _runs_of_spans(otlp: "ExportTraceServiceRequest", found: list[RunSpan]) -> I
             f"spans: {total - len(found)} without project and experiment_name; a run credential sends its run's"
         )
     for one in found:
-        yield Named(one.project, one.experiment, "spans")
+        yield NamedRun(one.project, one.experiment, "spans")
 
 
 async def get_span_runs(ctx: Context, request: Request) -> None:

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from verl_rl_insight.contract.naming import GLOBAL_STEP_METRIC
 from verl_rl_insight.contract.run_card import Json
-from verl_rl_insight.contract.run_credential import Named, RunCheck
+from verl_rl_insight.contract.run_credential import NamedRun, RunCheck
 from verl_rl_insight.contract.wire import MAX_DROPPED_NAMED, MAX_FUTURE_S, Batch, decode_push, validate_push
 from verl_rl_insight.contract.wire_limits import MAX_NAME
 from verl_rl_insight.server.metrics import reports
@@ -147,7 +147,7 @@ class MetricHub:
         now = self.clock()
         batches = decode_push(body, now, self.max_future_s)
         if check_runs is not None:  # every batch has both labels (decode_push)
-            check_runs(Named(*run_of(b.labels), f"batches[{i}]") for i, b in enumerate(batches))
+            check_runs(NamedRun(*run_of(b.labels), f"batches[{i}]") for i, b in enumerate(batches))
         return self._tell(*self._apply(batches, now))
 
     def book_other(self, owner: str, nbytes: int) -> bool:
@@ -313,7 +313,7 @@ class MetricHub:
 
     # -- scrapes (scrapes.py) --------------------------------------------------------------
     def expose(self, scraper: str | None = None, arrival: float | None = None) -> Exposure | None:
-        """What one scrape gets. Unnamed: the live values (no ``commit`` needed). Named: also the
+        """What one scrape gets. Unnamed: the live values (no ``commit`` needed). NamedRun: also the
         history it has not been sent; call ``commit()`` on the result once the body was written."""
         if scraper is None:
             return None
