@@ -313,7 +313,7 @@ class MetricHub:
 
     # -- scrapes (scrapes.py) --------------------------------------------------------------
     def expose(self, scraper: str | None = None, arrival: float | None = None) -> Exposure | None:
-        """What one scrape gets. Unnamed: the live values (no ``commit`` needed). NamedRun: also the
+        """What one scrape gets. Unnamed: the live values (no ``commit`` needed). Named: also the
         history it has not been sent; call ``commit()`` on the result once the body was written."""
         if scraper is None:
             return None
