@@ -117,9 +117,9 @@ def test_the_fix_for_an_unset_server_url_carries_the_token_where_one_is_needed(m
 
     monkeypatch.delenv("RL_INSIGHT_SERVER_URL", raising=False)
     out = io.StringIO()
-    check_environment(Report(out), "http://10.0.0.5:18080", needs_token=True)
+    check_environment(Report(out), "http://127.0.0.1:18080", needs_token=True)
     text = out.getvalue()
-    assert "fix: export RL_INSIGHT_SERVER_URL=http://rl-insight:<token>@10.0.0.5:18080" in text
+    assert "fix: export RL_INSIGHT_SERVER_URL=http://rl-insight:<token>@127.0.0.1:18080" in text
     assert "rl-insight server status --secrets" in text
     out = io.StringIO()
     check_environment(Report(out), "http://127.0.0.1:18080")  # loopback without a token: the plain URL

@@ -42,7 +42,7 @@ def test_a_token_set_on_its_own_wins_over_the_urls_and_a_path_prefix_is_kept():
         "ftp://example.org",
         "127.0.0.1:18080",
         "http://rl-insight:t@h:notaport",
-        f"rl-insight:{SECRET}@10.0.0.1:18080",  # the scheme forgotten: no parser sees the credentials
+        f"rl-insight:{SECRET}@127.0.0.1:18080",  # the scheme forgotten: no parser sees the credentials
         f"ftp://rl-insight:{SECRET}@example.org",
     ],
 )
@@ -66,7 +66,7 @@ def test_a_training_run_with_a_broken_server_url_in_its_environment_goes_on_with
 def test_a_bad_server_url_costs_the_server_only_and_the_rest_of_the_config_holds(monkeypatch, caplog):
     """A URL without its scheme (a common slip) once made the runtime fall back to the defaults: the
     trainer's own rl_insight block (here: samples off, a hardware interval) was silently dropped."""
-    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"rl-insight:{SECRET}@10.0.0.1:18080")
+    monkeypatch.setenv("RL_INSIGHT_SERVER_URL", f"rl-insight:{SECRET}@127.0.0.1:18080")
     block = {"rl_insight": {"plugins": {"samples": {"enabled": False}, "hardware": {"interval_s": 7.0}}}}
     with caplog.at_level(logging.ERROR, logger="verl_rl_insight"):
         rt = runtime.start(block)
