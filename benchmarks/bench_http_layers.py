@@ -183,6 +183,20 @@ def _peak_mb(render: Callable[[], bytes]) -> float:
         tracemalloc.stop()
 
 
+def in_turns(ours: Callable[[], object], theirs: Callable[[], object], times: int) -> tuple[list[float], list[float]]:
+    """Seconds of each of ``times`` calls of ``ours`` and ``theirs``, called in turns (the machine's load
+    falls on both alike)."""
+    mine, other = [], []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        ours()
+        mine.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        theirs()
+        other.append(time.perf_counter() - t0)
+    return mine, other
+
+
 def exposition_both_ways(runs: int, repeats: int, peak: bool) -> dict[str, object]:
     _hub, exposure = _hub_after_a_round(runs)  # the hub stays alive while its exposure renders
     fresh = [dataclasses.replace(e, version=None) for e in exposure.entries]  # live lines made anew
@@ -193,14 +207,7 @@ def exposition_both_ways(runs: int, repeats: int, peak: bool) -> dict[str, objec
     ours_samples, theirs_samples = samples_of(ours_body), samples_of(theirs_body)
     same = ours_samples == theirs_samples
     stamped = sum(1 for s in ours_samples if s[3] is not None)
-    ours, theirs = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        named.render()
-        ours.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        generate_latest(registry)
-        theirs.append(time.perf_counter() - t0)
+    ours, theirs = in_turns(named.render, lambda: generate_latest(registry), repeats)
     peaks = {}
     if peak:
         peaks = {"ours_peak_mb": _peak_mb(named.render), "library_peak_mb": _peak_mb(lambda: generate_latest(registry))}
@@ -208,14 +215,7 @@ def exposition_both_ways(runs: int, repeats: int, peak: bool) -> dict[str, objec
     live_registry = CollectorRegistry(auto_describe=False)
     live_registry.register(ExposureCollector(live))
     same_live = samples_of(live.render()) == samples_of(generate_latest(live_registry))
-    live_ours, live_theirs = [], []
-    for _ in range(3 * repeats):
-        t0 = time.perf_counter()
-        live.render()
-        live_ours.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        generate_latest(live_registry)
-        live_theirs.append(time.perf_counter() - t0)
+    live_ours, live_theirs = in_turns(live.render, lambda: generate_latest(live_registry), 3 * repeats)
     return {
         "named_scrape": {
             "samples": len(ours_samples),
